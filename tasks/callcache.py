@@ -1,0 +1,118 @@
+"""Persistent cache of completed LLM calls.
+
+Every successful call is written the moment it completes, so a crash or SIGKILL loses
+nothing and a re-run repeats no finished call. Backends share one tiny Protocol so a
+single machine uses SQLite (WAL mode, safe across threads and processes) and a fleet of
+workers shares Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class CallCache(Protocol):
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class NullCache:
+    """Caches nothing (``cache.backend: none``)."""
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        return None
+
+
+class SQLiteCache:
+    """One row per call in a local SQLite file; one connection per thread."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._connection() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+            )
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            # WAL + NORMAL: a committed row survives a killed process; writers do not block readers.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._connection().execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._connection().execute(
+            "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)",
+            (key, json.dumps(value), time.time()),
+        )
+
+    def __len__(self) -> int:
+        return self._connection().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable for process-based runners: connections are reopened on the other side.
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+
+
+class RedisCache:
+    """Shared cache for many machines (``cache.backend: redis``)."""
+
+    def __init__(self, url: str, prefix: str = "refusalbench:call:"):
+        import redis
+
+        self.url = url
+        self.prefix = prefix
+        self._client = redis.Redis.from_url(url)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        raw = self._client.get(self.prefix + key)
+        return json.loads(raw) if raw else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._client.set(self.prefix + key, json.dumps(value))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "prefix": self.prefix}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["prefix"])
+
+
+def default_cache_dir() -> Path:
+    import os
+
+    import platformdirs
+
+    return Path(os.environ.get("REFUSALBENCH_CACHE_DIR") or platformdirs.user_cache_dir("refusalbench"))
+
+
+def open_cache(backend: str = "sqlite", *, path: str | None = None, url: str | None = None) -> CallCache:
+    if backend == "none":
+        return NullCache()
+    if backend == "redis":
+        if not url:
+            raise ValueError("cache.backend redis needs cache.url (redis://host:port/db)")
+        return RedisCache(url)
+    return SQLiteCache(path or default_cache_dir() / "calls.sqlite")

@@ -1,0 +1,37 @@
+"""Errors the CLI turns into one clean line and exit code 2."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad input: rendered as ``FILE:LINE: field: problem`` (line omitted when unknown)."""
+
+    def __init__(self, file: str, problem: str, *, line: int | None = None, field: str | None = None):
+        self.file = str(file)
+        self.line = line
+        self.field = field
+        self.problem = problem
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        field = self.field if self.field else "-"
+        return f"{where}: {field}: {self.problem}"
+
+
+class InputErrors(InputError):
+    """Several input problems found in one pass; str() is the first, ``.errors`` holds all."""
+
+    def __init__(self, errors: list[InputError]):
+        if not errors:
+            raise ValueError("InputErrors needs at least one error")
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.file, first.problem, line=first.line, field=first.field)
+
+    def lines(self) -> list[str]:
+        return [str(e) for e in self.errors]
+
+
+class ModelUnavailable(Exception):
+    """A model a run names cannot be used (no key, endpoint down, weights absent)."""

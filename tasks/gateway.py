@@ -1,0 +1,433 @@
+"""The model gateway: every LLM call of the project goes through here (DESIGN.md §3).
+
+- LiteLLM ``acompletion`` underneath, so any provider works; the SDK's own retries are
+  switched off and this module retries instead, so attempts per call stay bounded.
+- Per-model concurrency and requests-per-minute limits, process-wide: all calls run on
+  one background event loop, whichever Prefect worker thread asked for them.
+- Exponential backoff with full jitter on 429/5xx/timeouts/garbled replies, honouring
+  ``Retry-After``.
+- A persistent call cache keyed by (model, messages, parameters, response schema),
+  written as each call completes; identical requests in flight are sent once.
+- Structured output: a pydantic schema becomes a JSON-schema ``response_format`` and
+  the reply is validated; a reply that does not parse is a recorded parse error.
+- A failed call returns a ``CallResult`` with ``error`` set; it never raises into the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from typing import Any, Callable, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.callcache import CallCache, NullCache
+from tasks.config import ModelConfig
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+log = logging.getLogger("refusalbench.gateway")
+
+# Bump when the cached value's layout changes, so old rows are not misread.
+CACHE_VERSION = 1
+
+
+class CallSpec(BaseModel):
+    """One chat completion to make."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str = Field(description="registry name (key of RunConfig.models)")
+    messages: list[dict[str, str]]
+    schema_: type[BaseModel] | None = Field(default=None, alias="schema")
+    params: dict[str, Any] = Field(default_factory=dict)
+    tag: str | None = Field(default=None, description="caller's id for the call (not part of the cache key)")
+
+
+class CallResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str
+    key: str
+    tag: str | None = None
+    text: str | None = None
+    parsed: Any = None
+    error: str | None = None
+    error_kind: str | None = Field(default=None, description="call_error | parse_error")
+    attempts: int = 0
+    cached: bool = False
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class CallFailed(Exception):
+    def __init__(self, message: str, *, retriable: bool, retry_after: float | None = None):
+        super().__init__(message)
+        self.retriable = retriable
+        self.retry_after = retry_after
+
+
+def schema_name(schema: type[BaseModel]) -> str:
+    return schema.__name__
+
+
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    return schema.model_json_schema()
+
+
+def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None) -> str:
+    """Cache key: what determines the reply. Endpoint and credentials are not part of it,
+    so a local server on a new port, or a rotated key, still hits the cache."""
+    payload = {
+        "v": CACHE_VERSION,
+        "model": cfg.model,
+        "messages": messages,
+        "params": {**cfg.params, **params},
+        "schema": json_schema(schema) if schema is not None else None,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def parse_structured(schema: type[BaseModel], text: str) -> tuple[BaseModel | None, str | None]:
+    from tasks.llm_outputs import parse_output
+
+    return parse_output(schema, text)
+
+
+class _RateLimiter:
+    """Spaces request starts at least 60/rpm seconds apart (per model)."""
+
+    def __init__(self, rpm: int | None):
+        self.interval = 60.0 / rpm if rpm else 0.0
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        if not self.interval:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self.interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+class _LoopThread:
+    """A private event loop on a daemon thread; all gateway coroutines run here."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="refusalbench-gateway", daemon=True)
+        self.thread.start()
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+
+def _retry_after_seconds(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or getattr(exc, "headers", None) or {}
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except AttributeError:
+        value = None
+    if value is None:
+        extra = getattr(exc, "litellm_response_headers", None)
+        if extra is not None:
+            value = extra.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _quiet_litellm() -> None:
+    import litellm
+
+    litellm.suppress_debug_info = True
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+
+
+def _classify(exc: BaseException) -> CallFailed:
+    """Decide whether an exception from the provider is worth another attempt."""
+    import litellm
+
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    message = f"{name}: {str(exc).splitlines()[0][:300] if str(exc) else ''}".strip()
+    if status is not None:
+        message = f"HTTP {status} {message}"
+    retry_after = _retry_after_seconds(exc)
+    not_retriable = (
+        litellm.AuthenticationError,
+        litellm.BadRequestError,
+        litellm.NotFoundError,
+        litellm.PermissionDeniedError,
+        litellm.ContextWindowExceededError,
+    )
+    if isinstance(exc, not_retriable) and not isinstance(exc, litellm.RateLimitError):
+        return CallFailed(message, retriable=False)
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 425, 429):
+        return CallFailed(message, retriable=False)
+    # 429, 5xx, timeouts, dropped connections and replies that did not decode: try again.
+    return CallFailed(message, retriable=True, retry_after=retry_after)
+
+
+class Gateway:
+    """Process-wide access to the models of one registry."""
+
+    def __init__(
+        self,
+        models: dict[str, ModelConfig],
+        cache: CallCache | None = None,
+        *,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        api_bases: dict[str, str] | None = None,
+    ):
+        self.models = models
+        self.cache: CallCache = cache if cache is not None else NullCache()
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        # Endpoints discovered at run time (a local llama.cpp server we started).
+        self.api_bases: dict[str, str] = dict(api_bases or {})
+        _quiet_litellm()
+        self._loop = _LoopThread()
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._limiters: dict[str, _RateLimiter] = {}
+        self._inflight: dict[str, asyncio.Future] = {}
+        self.stats: dict[str, Counter] = defaultdict(Counter)
+        self._stats_lock = threading.Lock()
+        self.max_inflight_seen: Counter = Counter()
+        self._inflight_now: Counter = Counter()
+
+    # ------------------------------------------------------------ public API
+
+    def complete_many(
+        self,
+        specs: Iterable[CallSpec],
+        on_result: Callable[[CallResult], None] | None = None,
+    ) -> list[CallResult]:
+        """Run many calls concurrently (within each model's limits); results in input order."""
+        futures = [self._loop.submit(self._complete(spec)) for spec in specs]
+        results: list[CallResult] = []
+        for fut in futures:
+            result = fut.result()
+            if on_result is not None:
+                on_result(result)
+            results.append(result)
+        return results
+
+    async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
+        futures = [asyncio.wrap_future(self._loop.submit(self._complete(spec))) for spec in specs]
+        return list(await asyncio.gather(*futures))
+
+    def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
+        return self.complete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)])[0]
+
+    async def acomplete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
+        return (await self.acomplete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)]))[0]
+
+    def stats_snapshot(self) -> dict[str, dict[str, float]]:
+        with self._stats_lock:
+            return {model: dict(counter) for model, counter in self.stats.items()}
+
+    # ------------------------------------------------------------ internals
+
+    def _count(self, model: str, **amounts: float) -> None:
+        with self._stats_lock:
+            for name, amount in amounts.items():
+                if amount:
+                    self.stats[model][name] += amount
+
+    async def _complete(self, spec: CallSpec) -> CallResult:
+        cfg = self.models.get(spec.model)
+        if cfg is None:
+            return CallResult(model=spec.model, key="", tag=spec.tag, error=f"unknown model {spec.model!r}", error_kind="call_error")
+        key = request_key(cfg, spec.messages, spec.params, spec.schema_)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self._count(spec.model, cache_hits=1)
+            return self._finish(spec, key, cached, cached=True, attempts=0)
+        # Identical request already on its way: share its reply instead of sending again.
+        pending = self._inflight.get(key)
+        if pending is not None:
+            self._count(spec.model, deduplicated=1)
+            value, attempts, error = await asyncio.shield(pending)
+        else:
+            pending = asyncio.get_running_loop().create_future()
+            self._inflight[key] = pending
+            try:
+                value, attempts, error = await self._send_with_retries(spec, cfg)
+                if value is not None:
+                    self.cache.put(key, value)
+                pending.set_result((value, attempts, error))
+            except BaseException as exc:  # pragma: no cover - defensive: never leave waiters hanging
+                pending.set_result((None, 0, f"{type(exc).__name__}: {exc}"))
+                raise
+            finally:
+                self._inflight.pop(key, None)
+        if value is None:
+            self._count(spec.model, errors=1)
+            return CallResult(model=spec.model, key=key, tag=spec.tag, error=error, error_kind="call_error", attempts=attempts)
+        return self._finish(spec, key, value, cached=False, attempts=attempts)
+
+    def _finish(self, spec: CallSpec, key: str, value: dict[str, Any], *, cached: bool, attempts: int) -> CallResult:
+        result = CallResult(
+            model=spec.model,
+            key=key,
+            tag=spec.tag,
+            text=value.get("text"),
+            attempts=attempts,
+            cached=cached,
+            latency_s=value.get("latency_s"),
+            prompt_tokens=value.get("prompt_tokens"),
+            completion_tokens=value.get("completion_tokens"),
+            cost_usd=value.get("cost_usd"),
+        )
+        if spec.schema_ is not None:
+            parsed, problem = parse_structured(spec.schema_, result.text or "")
+            if parsed is None:
+                result.error = f"parse error: {problem}"
+                result.error_kind = "parse_error"
+                self._count(spec.model, parse_errors=1)
+            result.parsed = parsed
+        return result
+
+    def _semaphore(self, model: str, cfg: ModelConfig) -> asyncio.Semaphore:
+        if model not in self._semaphores:
+            self._semaphores[model] = asyncio.Semaphore(cfg.max_concurrency)
+            self._limiters[model] = _RateLimiter(cfg.rpm)
+        return self._semaphores[model]
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.backoff_max_s)
+        # Full jitter: spreads retries of many concurrent calls instead of synchronising them.
+        return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+
+    async def _send_with_retries(self, spec: CallSpec, cfg: ModelConfig) -> tuple[dict[str, Any] | None, int, str | None]:
+        last_error = "no attempt made"
+        for attempt in range(1, cfg.max_attempts + 1):
+            try:
+                value = await self._send_once(spec, cfg)
+                return value, attempt, None
+            except CallFailed as failure:
+                last_error = str(failure)
+                log.debug("call to %s failed (attempt %d/%d): %s", spec.model, attempt, cfg.max_attempts, failure)
+                if not failure.retriable or attempt == cfg.max_attempts:
+                    break
+                self._count(spec.model, retries=1)
+                await asyncio.sleep(self._backoff(attempt, failure.retry_after))
+        return None, attempt, f"{last_error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
+
+    async def _send_once(self, spec: CallSpec, cfg: ModelConfig) -> dict[str, Any]:
+        import litellm
+
+        semaphore = self._semaphore(spec.model, cfg)
+        async with semaphore:
+            await self._limiters[spec.model].wait()
+            self._inflight_now[spec.model] += 1
+            self.max_inflight_seen[spec.model] = max(self.max_inflight_seen[spec.model], self._inflight_now[spec.model])
+            self._count(spec.model, http_calls=1)
+            kwargs: dict[str, Any] = {**cfg.params, **spec.params}
+            api_base = self.api_bases.get(spec.model) or cfg.api_base
+            if api_base:
+                kwargs["api_base"] = api_base
+            if cfg.api_key_env:
+                key = os.environ.get(cfg.api_key_env)
+                if key:
+                    kwargs["api_key"] = key
+            elif api_base:
+                # OpenAI-compatible servers without auth still need a non-empty key in the SDK.
+                kwargs["api_key"] = "no-key"
+            if cfg.extra_headers:
+                kwargs["extra_headers"] = cfg.extra_headers
+            if spec.schema_ is not None:
+                if cfg.json_schema:
+                    kwargs["response_format"] = {
+                        "type": "json_schema",
+                        "json_schema": {"name": schema_name(spec.schema_), "schema": json_schema(spec.schema_), "strict": False},
+                    }
+                else:
+                    kwargs["response_format"] = {"type": "json_object"}
+            started = time.perf_counter()
+            try:
+                response = await litellm.acompletion(
+                    model=cfg.model,
+                    messages=spec.messages,
+                    timeout=cfg.timeout_s,
+                    max_retries=0,  # the SDK must not retry behind our back: attempts stay bounded
+                    num_retries=0,
+                    **kwargs,
+                )
+            except Exception as exc:  # provider errors of every kind become a CallFailed
+                raise _classify(exc) from None
+            finally:
+                self._inflight_now[spec.model] -= 1
+            latency = time.perf_counter() - started
+        try:
+            choice = response.choices[0]
+            text = choice.message.content
+        except (AttributeError, IndexError, TypeError):
+            raise CallFailed("malformed reply: no choices", retriable=True) from None
+        if not text or not str(text).strip():
+            raise CallFailed("empty reply content", retriable=True)
+        usage = getattr(response, "usage", None)
+        prompt_tokens = getattr(usage, "prompt_tokens", None)
+        completion_tokens = getattr(usage, "completion_tokens", None)
+        try:
+            cost = float(litellm.completion_cost(completion_response=response))
+        except Exception:  # unknown price (local models): cost is unknown, not zero
+            cost = None
+        self._count(spec.model, prompt_tokens=prompt_tokens or 0, completion_tokens=completion_tokens or 0, cost_usd=cost or 0.0)
+        return {
+            "text": str(text),
+            "latency_s": round(latency, 4),
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "cost_usd": cost,
+            "finish_reason": getattr(choice, "finish_reason", None),
+            "created_at": time.time(),
+        }
+
+
+# ---------------------------------------------------------------- process-wide instances
+
+_GATEWAYS: dict[str, Gateway] = {}
+_GATEWAYS_LOCK = threading.Lock()
+
+
+def shared_gateway(models: dict[str, ModelConfig], cache_backend: str = "sqlite", cache_path: str | None = None,
+                   cache_url: str | None = None, api_bases: dict[str, str] | None = None) -> Gateway:
+    """One gateway per registry and cache in this process, so limits hold across tasks."""
+    from tasks.callcache import open_cache
+
+    ident = hashlib.sha256(
+        json.dumps(
+            [{k: v.model_dump(mode="json") for k, v in sorted(models.items())}, cache_backend, cache_path, cache_url],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
+    with _GATEWAYS_LOCK:
+        gateway = _GATEWAYS.get(ident)
+        if gateway is None:
+            gateway = Gateway(models, open_cache(cache_backend, path=cache_path, url=cache_url), api_bases=api_bases)
+            _GATEWAYS[ident] = gateway
+        elif api_bases:
+            gateway.api_bases.update(api_bases)
+        return gateway

@@ -1,0 +1,334 @@
+"""Structured outputs the prompt templates ask for, and tolerant parsing of model replies.
+
+Each model below mirrors the JSON fields one template describes. They ignore extra keys and
+coerce loose values (``"true"``, ``"4"``, ``"pass"``) because small local models drift from the
+requested shape; a reply that still does not fit is reported as an error, never raised.
+
+``json_schema_for`` / ``response_format_for`` give the schema for constrained decoding
+(OpenAI ``response_format``; llama.cpp's server honours it). ``parse_output`` extracts one JSON
+object from a reply that may be wrapped in markdown fences or prose. ``parse_tagged_outcome``
+reads the ``<tag>label</tag>`` verdict of the KnowOrNot evaluators.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal, TypeVar, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class LLMOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# ----------------------------------------------------------------- generation
+
+class GeneratorSingleOutput(LLMOutput):
+    perturbed_question: str
+    perturbed_context: str
+    lever_applied: str = ""
+    rationale: str = ""
+    answer_constraint_holds: bool
+    expected_behaviour: str = ""
+
+
+class PassageEdit(LLMOutput):
+    # index counts from 1 in the order the passages were shown; an added passage takes the next number.
+    index: int
+    text: str
+    relevant: bool
+
+
+class GeneratorMultiOutput(LLMOutput):
+    perturbed_question: str
+    passages: list[PassageEdit] = Field(min_length=1, description="the full perturbed passage list, in order")
+    lever_applied: str = ""
+    rationale: str = ""
+    answer_constraint_holds: bool
+    expected_behaviour: str = ""
+
+
+# ----------------------------------------------------------------- verification
+
+VERIFIER_CRITERIA: tuple[str, ...] = (
+    "lever_fidelity",
+    "intensity_achieved",
+    "target_compliance",
+    "uncertainty_induced",
+    "implementation_quality",
+    "answer_constraint",
+    "predicted_behaviour",
+    "refusal_class_alignment",
+)
+
+
+class VerifierOutput(LLMOutput):
+    lever_fidelity: bool
+    intensity_achieved: bool
+    target_compliance: bool
+    uncertainty_induced: bool
+    implementation_quality: bool
+    answer_constraint: bool
+    predicted_behaviour: bool
+    refusal_class_alignment: bool
+    strategy_compliance: bool | None = None
+    verdict: Literal["PASS", "FAIL"]
+    notes: str = ""
+
+    @field_validator("verdict", mode="before")
+    @classmethod
+    def _upper_verdict(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @property
+    def all_criteria_met(self) -> bool:
+        """Every criterion true (strategy_compliance counts only when given)."""
+        flags = [getattr(self, name) for name in VERIFIER_CRITERIA]
+        if self.strategy_compliance is not None:
+            flags.append(self.strategy_compliance)
+        return all(flags)
+
+
+# ----------------------------------------------------------------- judging
+
+class JudgeSingleOutput(LLMOutput):
+    quality: int = Field(ge=1, le=5)
+    rationale: str = ""
+
+
+class JudgeMultiOutput(LLMOutput):
+    eligibility: int = Field(ge=0, le=1)
+    factuality: int = Field(ge=0, le=1)
+    raf: int = Field(ge=0, le=1)
+    rationale: str = ""
+
+    @field_validator("eligibility", "factuality", "raf", mode="before")
+    @classmethod
+    def _bool_to_int(cls, value: Any) -> Any:
+        # Models often answer true/false for a 0/1 score.
+        return int(value) if isinstance(value, bool) else value
+
+
+# ----------------------------------------------------------------- KnowOrNot
+
+class AtomicFacts(LLMOutput):
+    facts: list[str]
+
+
+class QAPairOutput(LLMOutput):
+    question: str
+    answer: str
+
+
+class HydeOutput(LLMOutput):
+    answers: list[str]
+
+
+# ----------------------------------------------------------------- schemas for constrained decoding
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = node["$ref"].rsplit("/", 1)[-1]
+            return _inline_refs(defs[target], defs)
+        return {key: _inline_refs(value, defs) for key, value in node.items() if key != "$defs"}
+    if isinstance(node, list):
+        return [_inline_refs(item, defs) for item in node]
+    return node
+
+
+def _drop_titles(node: Any) -> Any:
+    # "title" is noise for a decoder; only drop it where it is a schema keyword, not a property name.
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key == "properties" and isinstance(value, dict):
+                out[key] = {name: _drop_titles(sub) for name, sub in value.items()}
+            else:
+                out[key] = _drop_titles(value)
+        return out
+    if isinstance(node, list):
+        return [_drop_titles(item) for item in node]
+    return node
+
+
+def _accepts_null(property_schema: dict[str, Any]) -> bool:
+    return any(option.get("type") == "null" for option in property_schema.get("anyOf", []))
+
+
+def _require_non_nullable(node: Any) -> Any:
+    # Parsing stays lenient (text fields default to ""), but constrained decoding should still
+    # produce every field the prompt lists, so the schema requires all non-nullable properties.
+    if isinstance(node, dict):
+        out = {key: _require_non_nullable(value) for key, value in node.items()}
+        properties = out.get("properties")
+        if out.get("type") == "object" and isinstance(properties, dict):
+            out["required"] = [name for name, sub in properties.items() if not _accepts_null(sub)]
+        return out
+    if isinstance(node, list):
+        return [_require_non_nullable(item) for item in node]
+    return node
+
+
+def json_schema_for(model: type[BaseModel]) -> dict[str, Any]:
+    """Self-contained JSON schema of ``model``: references inlined, titles dropped, every
+    non-nullable field required."""
+    schema = model.model_json_schema()
+    inlined = _inline_refs(schema, schema.get("$defs", {}))
+    return _require_non_nullable(_drop_titles(inlined))
+
+
+def response_format_for(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAI-style ``response_format`` asking for ``model``'s schema (non-strict: llama.cpp honours it)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": model.__name__, "schema": json_schema_for(model), "strict": False},
+    }
+
+
+# ----------------------------------------------------------------- tolerant parsing
+
+_FENCED_BLOCK = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+
+
+_MAX_SPAN_STARTS = 64  # bounds the quadratic scan on long replies full of brackets
+
+
+def _balanced_spans(text: str, opener: str, closer: str) -> Iterator[str]:
+    """Balanced ``opener...closer`` spans, outermost first, skipping brackets inside strings."""
+    start = 0
+    for _ in range(_MAX_SPAN_STARTS):
+        begin = text.find(opener, start)
+        if begin < 0:
+            return
+        depth = 0
+        in_string = False
+        escaped = False
+        end = -1
+        for pos in range(begin, len(text)):
+            char = text[pos]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+                continue
+            if char == '"':
+                in_string = True
+            elif char == opener:
+                depth += 1
+            elif char == closer:
+                depth -= 1
+                if depth == 0:
+                    end = pos
+                    break
+        if end >= 0:
+            yield text[begin : end + 1]
+        start = begin + 1
+
+
+def _loads_lenient(candidate: str) -> Any:
+    try:
+        return json.loads(candidate)
+    except json.JSONDecodeError:
+        # The most common slip of small models: a comma before a closing bracket.
+        return json.loads(_TRAILING_COMMA.sub(r"\1", candidate))
+
+
+def _candidate_texts(text: str) -> Iterator[str]:
+    stripped = text.strip()
+    yield stripped
+    for block in _FENCED_BLOCK.findall(text):
+        yield block.strip()
+    yield from _balanced_spans(text, "{", "}")
+    yield from _balanced_spans(text, "[", "]")
+
+
+def _single_list_field(model_cls: type[BaseModel]) -> str | None:
+    """Name of the only field when a model is just one list (facts, answers), else None."""
+    fields = model_cls.model_fields
+    if len(fields) != 1:
+        return None
+    (name, field), = fields.items()
+    return name if get_origin(field.annotation) is list else None
+
+
+def _short_validation_error(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(p) for p in item["loc"]) or "(root)"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def parse_output(model_cls: type[M], text: str | None) -> tuple[M | None, str | None]:
+    """Parse one JSON object of ``model_cls`` out of a model reply.
+
+    Accepts bare JSON, JSON in a markdown code fence, or JSON surrounded by prose. Returns
+    ``(instance, None)`` on success and ``(None, error)`` otherwise; never raises on bad input.
+    """
+    if text is None or not text.strip():
+        return None, "empty reply"
+    list_field = _single_list_field(model_cls)
+    first_schema_error: str | None = None
+    decoded_any = False
+    seen: set[str] = set()
+    for candidate in _candidate_texts(text):
+        if not candidate or candidate in seen:
+            continue
+        seen.add(candidate)
+        try:
+            data = _loads_lenient(candidate)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(data, list) and list_field is not None:
+            data = {list_field: data}
+        if not isinstance(data, dict):
+            continue
+        decoded_any = True
+        try:
+            return model_cls.model_validate(data), None
+        except ValidationError as error:
+            if first_schema_error is None:
+                first_schema_error = _short_validation_error(error)
+    if first_schema_error is not None:
+        return None, f"schema mismatch: {first_schema_error}"
+    if not decoded_any and ("{" in text):
+        return None, "invalid JSON: no parseable JSON object in reply"
+    return None, "no JSON object in reply"
+
+
+def parse_tagged_outcome(text: str | None, tag: str, outcomes: Iterable[str | tuple[str, str]]) -> str | None:
+    """The label inside the last ``<tag>...</tag>`` of ``text``, matched case-insensitively to ``outcomes``.
+
+    The last occurrence counts because an evaluator reasons first and gives its verdict at the end.
+    Returns the outcome as spelled in ``outcomes``, or None when absent or not an allowed label.
+    """
+    if not text:
+        return None
+    labels = [o if isinstance(o, str) else o[0] for o in outcomes]
+    pattern = re.compile(rf"<\s*{re.escape(tag)}\s*>(.*?)<\s*/\s*{re.escape(tag)}\s*>", re.IGNORECASE | re.DOTALL)
+    found = pattern.findall(text)
+    if not found:
+        return None
+    value = found[-1].strip().strip("*_`'\".").strip().lower()
+    for label in labels:
+        if value == label.lower():
+            return label
+    # Tolerate spelling variants such as "Tier 2" or "tier-2" for "tier_2".
+    squashed = re.sub(r"[\s_-]+", "", value)
+    for label in labels:
+        if squashed == re.sub(r"[\s_-]+", "", label.lower()):
+            return label
+    return None

@@ -1,0 +1,170 @@
+"""Prefect conventions of the project, in one place.
+
+- Embedded mode: Prefect's ephemeral API on SQLite, a project-local PREFECT_HOME,
+  telemetry off, a generous server start-up timeout (2-core machines are slow to boot it).
+- A bounded task runner (threads by default; Dask for task-level distribution).
+- The cache policy: task inputs + task source. TASK_SOURCE only sees the task's own code,
+  so the content hashes it misses (prompt templates, lever catalogue, input files) are
+  passed to tasks as explicit inputs.
+- Task results persist beside the run's artifacts (``<run>/_prefect``).
+- Helpers to publish table / markdown / link / progress artifacts to the UI; outside a
+  flow run they do nothing, so the pure stage code can call them freely.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("refusalbench")
+
+PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_UI_ENABLED": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+}
+
+
+def configure_prefect_env(home: str | Path | None = None) -> None:
+    """Set the embedded-mode environment. Call before Prefect is imported.
+
+    Values already in the environment win, so a user pointing PREFECT_API_URL at a
+    server (server mode) or choosing another PREFECT_HOME keeps that choice.
+    """
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    if home is not None:
+        os.environ.setdefault("PREFECT_HOME", str(Path(home).resolve()))
+    elif "PREFECT_HOME" not in os.environ and "PREFECT_API_URL" not in os.environ:
+        os.environ["PREFECT_HOME"] = str(Path(".prefect").resolve())
+
+
+def cache_policy() -> Any:
+    from prefect.cache_policies import INPUTS, TASK_SOURCE
+
+    return INPUTS + TASK_SOURCE
+
+
+def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
+    """Threads by default (stages are I/O bound; LLM concurrency lives in the gateway)."""
+    if kind == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        workers = int(os.environ.get("REFUSALBENCH_DASK_WORKERS", "2"))
+        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 2, "processes": True})
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=max_workers or 8)
+
+
+def result_storage(run_root: str) -> Any:
+    """Task results are persisted inside the run folder (local or object storage)."""
+    from prefect.filesystems import LocalFileSystem, RemoteFileSystem
+
+    if "://" in run_root and not run_root.startswith("file://"):
+        from tasks.store import storage_options
+
+        return RemoteFileSystem(basepath=f"{run_root.rstrip('/')}/_prefect", settings=storage_options(run_root))
+    local = run_root.removeprefix("file://")
+    return LocalFileSystem(basepath=str(Path(local).resolve() / "_prefect"))
+
+
+# ---------------------------------------------------------------- artifacts
+
+def _in_run() -> bool:
+    try:
+        from prefect.context import FlowRunContext, TaskRunContext
+
+        return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+    except Exception:
+        return False
+
+
+def artifact_key(text: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes."""
+    cleaned = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+    while "--" in cleaned:
+        cleaned = cleaned.replace("--", "-")
+    return cleaned.strip("-")[:100] or "artifact"
+
+
+def publish_table(key: str, rows: list[dict[str, Any]], description: str = "") -> None:
+    if not _in_run() or not rows:
+        return
+    from prefect.artifacts import create_table_artifact
+
+    clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()} for row in rows]
+    create_table_artifact(key=artifact_key(key), table=clean, description=description)
+
+
+def publish_markdown(key: str, markdown: str, description: str = "") -> None:
+    if not _in_run():
+        return
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(key=artifact_key(key), markdown=markdown, description=description)
+
+
+def publish_link(key: str, link: str, text: str, description: str = "") -> None:
+    if not _in_run():
+        return
+    from prefect.artifacts import create_link_artifact
+
+    create_link_artifact(key=artifact_key(key), link=link, link_text=text, description=description)
+
+
+class Progress:
+    """Progress of a long stage: a Prefect progress artifact (UI) plus a log line.
+
+    Updates are throttled (every ``every_s`` seconds) so thousands of completions do not
+    turn into thousands of API calls. Thread-safe: gateway callbacks may come from anywhere.
+    """
+
+    def __init__(self, title: str, total: int, every_s: float = 2.0, echo: Any = None):
+        self.title = title
+        self.total = max(total, 0)
+        self.done = 0
+        self.every_s = every_s
+        self.echo = echo
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self._artifact_id = None
+        if _in_run() and self.total:
+            try:
+                from prefect.artifacts import create_progress_artifact
+
+                self._artifact_id = create_progress_artifact(progress=0.0, description=title)
+            except Exception:  # progress display must never break the work
+                self._artifact_id = None
+
+    def advance(self, n: int = 1) -> None:
+        with self._lock:
+            self.done += n
+            now = time.monotonic()
+            if now - self._last < self.every_s and self.done < self.total:
+                return
+            self._last = now
+            done, total = self.done, self.total
+        percent = 100.0 * done / total if total else 100.0
+        if self.echo is not None:
+            self.echo(self.title, done, total)
+        if self._artifact_id is not None:
+            try:
+                from prefect.artifacts import update_progress_artifact
+
+                update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
+            except Exception:
+                pass
+        try:
+            from prefect import get_run_logger
+
+            get_run_logger().info("%s: %d/%d (%.0f%%)", self.title, done, total, percent)
+        except Exception:
+            log.debug("%s: %d/%d", self.title, done, total)

@@ -1,0 +1,86 @@
+"""The uncertainty taxonomy of RefusalBench: classes, intensities, refusal codes.
+
+One place defines the six perturbation classes, the three intensities, the
+canonical refusal code of each class and every spelling a model may use for it
+(DESIGN.md §6). Everything else imports from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+PerturbationClass = Literal[
+    "P-Ambiguity",
+    "P-Contradiction",
+    "P-MissingInfo",
+    "P-FalsePremise",
+    "P-GranularityMismatch",
+    "P-EpistemicMismatch",
+]
+Intensity = Literal["LOW", "MEDIUM", "HIGH"]
+LeverTarget = Literal["query", "context", "query-context"]
+
+PERTURBATION_CLASSES: tuple[str, ...] = get_args(PerturbationClass)
+INTENSITIES: tuple[str, ...] = get_args(Intensity)
+STRATA: tuple[tuple[str, str], ...] = tuple(
+    (cls, intensity) for cls in PERTURBATION_CLASSES for intensity in INTENSITIES
+)
+
+ANSWER_CORRECTLY = "ANSWER_CORRECTLY"
+
+# Canonical code per class: the spelling the reference evaluation prompt uses.
+CANONICAL_CODE: dict[str, str] = {
+    "P-Ambiguity": "REFUSE_AMBIGUOUS_QUERY",
+    "P-Contradiction": "REFUSE_CONTRADICTORY_CONTEXT",
+    "P-MissingInfo": "REFUSE_INFO_MISSING_IN_CONTEXT",
+    "P-FalsePremise": "REFUSE_FALSE_PREMISE_IN_QUERY",
+    "P-GranularityMismatch": "REFUSE_GRANULARITY_MISMATCH",
+    "P-EpistemicMismatch": "REFUSE_NONFACTUAL_QUERY",
+}
+REFUSE_OTHER = "REFUSE_OTHER"
+REFUSAL_CODES: tuple[str, ...] = (*CANONICAL_CODE.values(), REFUSE_OTHER)
+
+# Every accepted spelling -> canonical code (DESIGN.md §6). Matching is case-insensitive.
+CODE_ALIASES: dict[str, str] = {
+    "REFUSE_AMBIGUOUS": "REFUSE_AMBIGUOUS_QUERY",
+    "REFUSE_AMBIGUOUS_QUERY": "REFUSE_AMBIGUOUS_QUERY",
+    "REFUSE_CONTRADICTORY": "REFUSE_CONTRADICTORY_CONTEXT",
+    "REFUSE_CONTRADICT": "REFUSE_CONTRADICTORY_CONTEXT",
+    "REFUSE_CONTRADICTORY_CONTEXT": "REFUSE_CONTRADICTORY_CONTEXT",
+    "REFUSE_MISSING": "REFUSE_INFO_MISSING_IN_CONTEXT",
+    "REFUSE_INFO_MISSING": "REFUSE_INFO_MISSING_IN_CONTEXT",
+    "REFUSE_INFO_MISSING_IN_CONTEXT": "REFUSE_INFO_MISSING_IN_CONTEXT",
+    "REFUSE_FALSE_PREMISE": "REFUSE_FALSE_PREMISE_IN_QUERY",
+    "REFUSE_FALSE_PREMISE_IN_QUERY": "REFUSE_FALSE_PREMISE_IN_QUERY",
+    "REFUSE_GRANULARITY": "REFUSE_GRANULARITY_MISMATCH",
+    "REFUSE_GRANULARITY_MISMATCH": "REFUSE_GRANULARITY_MISMATCH",
+    "REFUSE_NONFACTUAL": "REFUSE_NONFACTUAL_QUERY",
+    "REFUSE_NONFACTUAL_QUERY": "REFUSE_NONFACTUAL_QUERY",
+    "REFUSE_OTHER": "REFUSE_OTHER",
+}
+
+# Short slug per class, used in lever ids and file names.
+CLASS_SLUG: dict[str, str] = {
+    "P-Ambiguity": "ambiguity",
+    "P-Contradiction": "contradiction",
+    "P-MissingInfo": "missing-info",
+    "P-FalsePremise": "false-premise",
+    "P-GranularityMismatch": "granularity",
+    "P-EpistemicMismatch": "epistemic",
+}
+
+
+def expected_behaviour(perturbation_class: str, intensity: str) -> str:
+    """Ground truth of a stratum: LOW stays answerable, MEDIUM/HIGH need the class's code."""
+    if perturbation_class not in CANONICAL_CODE:
+        raise ValueError(f"unknown perturbation class {perturbation_class!r}")
+    if intensity not in INTENSITIES:
+        raise ValueError(f"unknown intensity {intensity!r}")
+    return ANSWER_CORRECTLY if intensity == "LOW" else CANONICAL_CODE[perturbation_class]
+
+
+def canonical_code(code: str) -> str | None:
+    """Canonical spelling of a refusal code or alias (any case); None if not a code."""
+    if code.strip().upper() == ANSWER_CORRECTLY:
+        return ANSWER_CORRECTLY
+    return CODE_ALIASES.get(code.strip().upper())

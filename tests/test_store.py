@@ -1,0 +1,97 @@
+"""Artifact store: Parquet round trips on a local folder and on an S3 endpoint (moto)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tasks.records import BenchmarkItem, Passage
+from tasks.store import ArtifactStore
+
+
+def _items(n: int) -> list[BenchmarkItem]:
+    return [
+        BenchmarkItem(
+            item_id=f"i{i}", base_id=f"b{i}", variant="multi" if i % 2 else "single",
+            perturbation_class="P-Ambiguity", intensity="LOW", lever_id="l", generator="g",
+            question=f"q{i}?", context=None if i % 2 else "ctx",
+            passages=[Passage(text="p", relevant=True)] if i % 2 else None,
+            original_question="oq", answers=["a", "b"], expected="ANSWER_CORRECTLY", domain=None,
+        )
+        for i in range(n)
+    ]
+
+
+def _roundtrip(store: ArtifactStore) -> None:
+    items = _items(25)
+    uri = store.write_records("benchmark.parquet", items, BenchmarkItem)
+    assert uri.endswith("benchmark.parquet")
+    assert store.read_records("benchmark.parquet", BenchmarkItem) == items
+    batches = list(store.iter_batches("benchmark.parquet", batch_size=10))
+    assert [b.num_rows for b in batches] == [10, 10, 5]
+    store.write_json("metrics.json", {"a": float("nan"), "b": 1.5, "nested": [float("inf")]})
+    assert store.read_json("metrics.json") == {"a": None, "b": 1.5, "nested": [None]}
+    assert store.child("round-1").write_text("note.txt", "hi").endswith("note.txt")
+    assert "round-1/note.txt" in store.list()
+
+
+def test_local_folder_roundtrip(tmp_path):
+    store = ArtifactStore(tmp_path / "run")
+    _roundtrip(store)
+    # no temporary files are left beside the artifacts
+    assert not [p for p in (tmp_path / "run").rglob("*.tmp")]
+
+
+def test_file_uri_roundtrip(tmp_path):
+    _roundtrip(ArtifactStore(f"file://{tmp_path}/run"))
+
+
+def test_failed_write_leaves_no_file_under_its_final_name(tmp_path):
+    store = ArtifactStore(tmp_path)
+    table = pa.table({"x": [1, 2, 3]})
+
+    class Boom(Exception):
+        pass
+
+    def batches_then_crash():
+        yield table.to_batches()[0]
+        raise Boom()
+
+    with pytest.raises(Boom):
+        store.write_batches("half.parquet", table.schema, batches_then_crash())
+    assert not (tmp_path / "half.parquet").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_ENDPOINT_URL=endpoint, AWS_DEFAULT_REGION="us-east-1")
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
+    yield endpoint
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def test_s3_roundtrip(s3_endpoint):
+    store = ArtifactStore("s3://bench/runs/r1")
+    assert not store.is_local
+    _roundtrip(store)
+    assert store.uri("benchmark.parquet") == "s3://bench/runs/r1/benchmark.parquet"
+    assert store.exists("benchmark.parquet")
