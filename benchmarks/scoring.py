@@ -7,7 +7,7 @@ resamples, and rendering the output files. Half of the models state verbal confi
 levels, half state floats (the harder case for the bootstrap).
 
     python benchmarks/scoring.py                 # all sizes, markdown table on stdout
-    python benchmarks/scoring.py --rows 100000   # one size
+    python benchmarks/scoring.py --sizes 100000  # chosen sizes
 """
 
 from __future__ import annotations
@@ -84,25 +84,32 @@ def synthetic_judged(n_rows: int, seed: int = 0) -> pd.DataFrame:
 
 
 def _max_rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident memory of this process (MiB).
+
+    Linux's VmHWM belongs to this process image; ru_maxrss would also count the parent's
+    memory copied at fork (it survives exec), so it is only the fallback.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure(n_rows: int, n_resamples: int) -> dict[str, float]:
-    """Run one size in this process and return its timings (s) and memory (MiB)."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "judged.parquet"
-        synthetic_judged(n_rows).to_parquet(path, index=False)
-        rss_before = _max_rss_mb()
-        start = time.perf_counter()
-        prepared = read_judged(path)
-        read_s = time.perf_counter() - start
-        start = time.perf_counter()
-        result = score_frame(prepared, n_resamples=n_resamples, seed=0)
-        score_s = time.perf_counter() - start
-        start = time.perf_counter()
-        files = render_score_outputs(result)
-        render_s = time.perf_counter() - start
+def measure(path: Path, n_resamples: int) -> dict[str, float]:
+    """Score one judged file in this process; timings (s) and memory (MiB)."""
+    rss_before = _max_rss_mb()
+    start = time.perf_counter()
+    prepared = read_judged(path)
+    read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    result = score_frame(prepared, n_resamples=n_resamples, seed=0)
+    score_s = time.perf_counter() - start
+    start = time.perf_counter()
+    files = render_score_outputs(result)
+    render_s = time.perf_counter() - start
     return {
         "rows": len(prepared),
         "read_prepare_s": read_s,
@@ -117,18 +124,23 @@ def measure(n_rows: int, n_resamples: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, help="one size, measured in this process (JSON out)")
+    parser.add_argument("--file", type=Path, help="(internal) score this file in this process, print JSON")
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args()
-    if args.rows:
-        print(json.dumps(measure(args.rows, args.resamples)))
+    if args.file:
+        print(json.dumps(measure(args.file, args.resamples)))
         return
     print(f"| rows | models | read + prepare (s) | score_frame, {args.resamples} resamples (s) "
-          "| render (s) | total (s) | peak RSS (MiB) | RSS before scoring (MiB) |")
+          "| render (s) | total (s) | peak RSS (MiB) | RSS after imports (MiB) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for size in SIZES:
-        out = subprocess.run([sys.executable, __file__, "--rows", str(size), "--resamples", str(args.resamples)],
-                             check=True, capture_output=True, text=True).stdout
+    for size in args.sizes:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "judged.parquet"
+            synthetic_judged(size).to_parquet(path, index=False)
+            # A fresh process per size: its peak RSS is the scoring's alone.
+            out = subprocess.run([sys.executable, __file__, "--file", str(path), "--resamples", str(args.resamples)],
+                                 check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"| {r['rows']:,} | {len(MODELS)} | {r['read_prepare_s']:.2f} | {r['score_s']:.2f} "
               f"| {r['render_s']:.2f} | {r['total_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['rss_before_mb']:.0f} |",

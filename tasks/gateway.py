@@ -85,7 +85,10 @@ def schema_name(schema: type[BaseModel]) -> str:
 
 
 def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    return schema.model_json_schema()
+    # Self-contained schema (no $refs, every field required) so llama.cpp's grammar honours it.
+    from tasks.llm_outputs import json_schema_for
+
+    return json_schema_for(schema)
 
 
 def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None) -> str:
@@ -407,6 +410,14 @@ class Gateway:
 
 
 # ---------------------------------------------------------------- process-wide instances
+
+def gateway_for(config: Any, api_bases: dict[str, str] | None = None) -> Gateway:
+    """The shared gateway of a RunConfig (or its JSON dump, as Prefect tasks receive it)."""
+    from tasks.config import RunConfig
+
+    cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config)
+    return shared_gateway(cfg.models, cfg.cache.backend, cfg.cache.path, cfg.cache.url, api_bases)
+
 
 _GATEWAYS: dict[str, Gateway] = {}
 _GATEWAYS_LOCK = threading.Lock()

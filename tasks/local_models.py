@@ -709,6 +709,41 @@ def _replay(messages: list[dict[str, Any]], receive: Any) -> Any:
     return _receive
 
 
+# A prompt layout for base (not instruction-tuned) models, registered in the server process.
+# Measured on gemma-3-270m: llama.cpp's "gemma" turn format drops system messages and made the
+# base model echo the prompt, while this plain "...\nAnswer:" layout gave short, on-topic answers.
+PLAIN_CHAT_FORMAT = "refusalbench-plain"
+PLAIN_STOP = ["\n\n", "\nQuestion:"]
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def plain_prompt(messages: list[dict[str, Any]]) -> str:
+    """System and user texts as paragraphs, earlier replies as 'Answer: ...', ending with 'Answer:'."""
+    blocks: list[str] = []
+    for message in messages:
+        text = _message_text(message.get("content")).strip()
+        if not text:
+            continue
+        blocks.append(f"Answer: {text}" if message.get("role") == "assistant" else text)
+    return "\n\n".join(blocks) + "\nAnswer:"
+
+
+def _register_chat_formats() -> None:
+    from llama_cpp import llama_chat_format
+
+    def plain(messages: list[dict[str, Any]], **_: Any) -> Any:
+        return llama_chat_format.ChatFormatterResponse(prompt=plain_prompt(messages), stop=list(PLAIN_STOP))
+
+    llama_chat_format.register_chat_format(PLAIN_CHAT_FORMAT)(plain)
+
+
 def _exit_when_orphaned(parent_pid: int) -> None:
     """The server dies with the process that started it, even if that one was killed hard."""
 
@@ -735,6 +770,7 @@ def _server_main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.parent_pid:
         _exit_when_orphaned(args.parent_pid)
+    _register_chat_formats()
     settings = ConfigFileSettings.model_validate_json(Path(args.config_file).read_text(encoding="utf-8"))
     app = create_app(server_settings=ServerSettings.model_validate(settings), model_settings=settings.models)
     uvicorn.run(ResponseFormatShim(app), host=settings.host, port=settings.port, log_level="warning")

@@ -40,11 +40,17 @@ def find_codes(text: str | None) -> list[str]:
     return [CODE_ALIASES[match.group(1).upper()] for match in _CODE_PATTERN.finditer(text)]
 
 
+# The same pattern behind a greedy prefix: one match() yields the last code directly.
+_LAST_CODE_PATTERN = re.compile(r"(?s:.*)" + _CODE_PATTERN.pattern, re.IGNORECASE)
+
+
 def parse_decision(text: str | None) -> str:
     """``"ANSWER"`` or the canonical refusal code of a raw reply (last distinct code wins)."""
-    codes = find_codes(text)
+    if not isinstance(text, str) or not text:
+        return ANSWER
     # The last occurrence is the last distinct code too: repeats of one code change nothing.
-    return codes[-1] if codes else ANSWER
+    match = _LAST_CODE_PATTERN.match(text)
+    return CODE_ALIASES[match.group(1).upper()] if match else ANSWER
 
 
 def normalise_decision(value: object) -> str | None:

@@ -65,15 +65,26 @@ def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
 
 
 def result_storage(run_root: str) -> Any:
-    """Task results are persisted inside the run folder (local or object storage)."""
+    """Task results are persisted inside the run folder (local or object storage).
+
+    Prefect 3 wants result storage saved server-side, so a block named after the run
+    folder is saved (idempotently) first; workers on other machines can then load it.
+    """
+    import hashlib
+
     from prefect.filesystems import LocalFileSystem, RemoteFileSystem
 
     if "://" in run_root and not run_root.startswith("file://"):
         from tasks.store import storage_options
 
-        return RemoteFileSystem(basepath=f"{run_root.rstrip('/')}/_prefect", settings=storage_options(run_root))
-    local = run_root.removeprefix("file://")
-    return LocalFileSystem(basepath=str(Path(local).resolve() / "_prefect"))
+        basepath = f"{run_root.rstrip('/')}/_prefect"
+        block: Any = RemoteFileSystem(basepath=basepath, settings=storage_options(run_root))
+    else:
+        basepath = str(Path(run_root.removeprefix("file://")).resolve() / "_prefect")
+        block = LocalFileSystem(basepath=basepath)
+    name = "refusalbench-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:16]
+    block.save(name, overwrite=True)
+    return block
 
 
 # ---------------------------------------------------------------- artifacts

@@ -60,7 +60,7 @@ from tasks.parsing import (
     parse_confidence,
     parse_decision,
 )
-from tasks.taxonomy import ANSWER_CORRECTLY, INTENSITIES, canonical_code
+from tasks.taxonomy import ANSWER_CORRECTLY, INTENSITIES, REFUSAL_CODES, canonical_code
 
 # ----------------------------------------------------------------- names
 
@@ -150,11 +150,40 @@ def _fail(source: str, line_of: LineOf, mask: np.ndarray, field: str, problem: C
         raise InputError(source, problem(first), line=line_of(first), field=field)
 
 
-def _map_unique(values: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
-    """Apply ``fn`` once per distinct value (responses and labels repeat a lot)."""
+def _per_unique(values: pd.Series, fn: Callable[[Any], Any]) -> tuple[np.ndarray, list[Any]]:
+    """Apply ``fn`` once per distinct value (labels and confidences repeat a lot).
+
+    Returns (codes, mapped): row i's result is ``mapped[codes[i]]``; missing cells get
+    ``fn(None)``, stored last.
+    """
     codes, uniques = pd.factorize(values, use_na_sentinel=True)
-    mapped = np.array([fn(u) for u in uniques] + [fn(None)], dtype=object)
-    return mapped[codes]  # code -1 (missing) picks the trailing fn(None)
+    mapped = [fn(u) for u in uniques.tolist()] + [fn(None)]  # tolist: fast from Arrow
+    return np.where(codes < 0, len(mapped) - 1, codes), mapped
+
+
+def _lookup(codes: np.ndarray, mapped: Sequence[Any], dtype: Any) -> np.ndarray:
+    return np.asarray(mapped, dtype=dtype)[codes]
+
+
+def _categorical(codes: np.ndarray, labels: Sequence[str | None]) -> pd.Categorical:
+    """Categorical of per-unique labels (None -> missing) without touching every row in Python."""
+    label_codes, categories = pd.factorize(pd.Series(list(labels), dtype=object), use_na_sentinel=True)
+    return pd.Categorical.from_codes(label_codes[codes], categories=pd.Index(categories, dtype=object))
+
+
+# Fixed label spaces: code 0 = ANSWER_CORRECTLY / ANSWER, codes 1.. = the canonical refusal
+# codes in the same order in both, -1 = not a label.
+EXPECTED_LABELS: tuple[str, ...] = (ANSWER_CORRECTLY, *REFUSAL_CODES)
+DECISION_LABELS: tuple[str, ...] = (ANSWER, *REFUSAL_CODES)
+ANSWER_CODE = 0
+_LABEL_CODE: dict[str, int] = {
+    **{label: code for code, label in enumerate(EXPECTED_LABELS)},
+    **{label: code for code, label in enumerate(DECISION_LABELS)},
+}
+
+
+def _label_code(label: str | None) -> int:
+    return -1 if label is None else _LABEL_CODE[label]
 
 
 _TRUE = {"true", "1", "yes", "y", "t", "1.0"}
@@ -207,6 +236,21 @@ def _confidence_of(value: Any) -> tuple[str | None, float, int, bool]:
     return text, number, N_VERBAL_BINS + min(int(number * N_FLOAT_BINS), N_FLOAT_BINS - 1), True
 
 
+def _parse_responses(responses: pd.Series) -> np.ndarray:
+    """parse_decision over many replies; those that cannot hold a code skip the regex.
+
+    Every code spelling contains "refuse" (ASCII, any case), so a vectorised substring test
+    finds the only replies worth parsing; the rest are answer attempts.
+    """
+    texts = responses.astype("str")  # Arrow-backed: the substring test runs in C++
+    maybe = texts.str.contains("refuse", case=False, regex=False).fillna(False).to_numpy(dtype=bool)
+    result = np.full(len(responses), ANSWER_CODE, dtype=np.int8)
+    if maybe.any():
+        codes, mapped = _per_unique(responses[maybe], lambda text: _label_code(parse_decision(text)))
+        result[maybe] = _lookup(codes, mapped, np.int8)
+    return result
+
+
 def _is_missing(values: pd.Series) -> np.ndarray:
     return values.isna().to_numpy()
 
@@ -227,8 +271,10 @@ def prepare(
     canonical ``expected``, booleans ``answerable, refused, answer_correct,
     answered_correctly, right_code, correct``, and ``confidence`` (canonical text),
     ``confidence_value`` (float, NaN if none), ``confidence_bin`` (-1 if none). Keeps the
-    optional breakdown columns; drops ``response``. Raises InputError naming the first bad
-    row (``line_of`` maps a row position to the file line; default: position + 1).
+    optional breakdown columns as text; drops ``response``. Label columns (model, expected,
+    decision, confidence, breakdown columns) are categoricals: cheap at a million rows.
+    Raises InputError naming the first bad row (``line_of`` maps a row position to the
+    file line; default: position + 1).
     """
     line_of = line_of or _row_line
     columns = set(df.columns)
@@ -244,35 +290,40 @@ def prepare(
           "model", lambda i: "model name is missing")
     _fail(source, line_of, _is_missing(df["item_id"]), "item_id", lambda i: "item_id is missing")
 
-    expected = _map_unique(df["expected"], lambda v: canonical_code(v) if isinstance(v, str) else None)
-    _fail(source, line_of, pd.isna(expected), "expected",
+    # Labels become small integer codes in fixed label spaces (EXPECTED_LABELS,
+    # DECISION_LABELS): a refusal code has the same number in both, so "right code" is
+    # one integer compare.
+    codes, mapped = _per_unique(
+        df["expected"], lambda v: _label_code(canonical_code(v) if isinstance(v, str) else None)
+    )
+    expected = _lookup(codes, mapped, np.int8)
+    _fail(source, line_of, expected < 0, "expected",
           lambda i: f"not ANSWER_CORRECTLY or a refusal code: {df['expected'].iloc[i]!r}")
 
-    decision = np.full(n, None, dtype=object)
-    have_decision = np.zeros(n, dtype=bool)
+    decision = np.full(n, -1, dtype=np.int8)
     if "decision" in columns:
         given = df["decision"]
         present = ~_is_missing(given)
-        normalised = _map_unique(given, normalise_decision)
-        _fail(source, line_of, present & pd.isna(normalised), "decision",
+        codes, mapped = _per_unique(given, lambda v: _label_code(normalise_decision(v)))
+        normalised = _lookup(codes, mapped, np.int8)
+        _fail(source, line_of, present & (normalised < 0), "decision",
               lambda i: f"not ANSWER or a refusal code: {given.iloc[i]!r}")
         decision[present] = normalised[present]
-        have_decision = present
-    if not have_decision.all():
+    unset = decision < 0
+    if unset.any():
         if "response" in columns:
-            parsed = _map_unique(df["response"], parse_decision)
-            decision[~have_decision] = parsed[~have_decision]
+            decision[unset] = _parse_responses(df["response"][unset])
         else:
-            _fail(source, line_of, ~have_decision, "decision", lambda i: "decision is missing")
+            _fail(source, line_of, unset, "decision", lambda i: "decision is missing")
 
-    answerable = expected == ANSWER_CORRECTLY
-    refused = decision != ANSWER
+    answerable = expected == ANSWER_CODE
+    refused = decision != ANSWER_CODE
     if "answer_correct" in columns:
-        judged = _map_unique(df["answer_correct"], _as_bool)
-        _fail(source, line_of, np.array([v == "bad" for v in judged], dtype=bool) if n else np.zeros(0, bool),
+        codes, mapped = _per_unique(df["answer_correct"], _as_bool)
+        _fail(source, line_of, _lookup(codes, [m == "bad" for m in mapped], bool),
               "answer_correct", lambda i: f"not a boolean: {df['answer_correct'].iloc[i]!r}")
-        answer_judged = np.array([v is not None for v in judged], dtype=bool)
-        answer_correct = np.array([v is True for v in judged], dtype=bool)
+        answer_judged = _lookup(codes, [m is not None for m in mapped], bool)
+        answer_correct = _lookup(codes, [m is True for m in mapped], bool)
     else:
         # Refusals need no judge; answer attempts do, so the column must exist for them.
         _fail(source, line_of, answerable & ~refused, "answer_correct",
@@ -283,24 +334,24 @@ def prepare(
     answered_correctly = answerable & ~refused & answer_correct
     right_code = ~answerable & (decision == expected)
     if "confidence" in columns:
-        parsed_conf = _map_unique(df["confidence"], _confidence_of)
-        ok = np.array([c[3] for c in parsed_conf], dtype=bool) if n else np.zeros(0, bool)
-        _fail(source, line_of, ~ok, "confidence",
+        codes, mapped = _per_unique(df["confidence"], _confidence_of)
+        _fail(source, line_of, ~_lookup(codes, [c[3] for c in mapped], bool), "confidence",
               lambda i: f"not a confidence level or a number in [0, 1]: {df['confidence'].iloc[i]!r}")
-        conf_text = np.array([c[0] for c in parsed_conf], dtype=object)
-        conf_value = np.array([c[1] for c in parsed_conf], dtype=np.float64)
-        conf_bin = np.array([c[2] for c in parsed_conf], dtype=np.int8)
+        conf_text = _categorical(codes, [c[0] for c in mapped])
+        conf_value = _lookup(codes, [c[1] for c in mapped], np.float64)
+        conf_bin = _lookup(codes, [c[2] for c in mapped], np.int8)
     else:
-        conf_text = np.full(n, None, dtype=object)
+        conf_text = pd.Categorical.from_codes(np.full(n, -1), categories=pd.Index([], dtype=object))
         conf_value = np.full(n, np.nan)
         conf_bin = np.full(n, NO_BIN, dtype=np.int8)
 
+    model_codes, model_names = pd.factorize(model, sort=True)
     out = pd.DataFrame(
         {
-            "model": model.astype(str).to_numpy(),
+            "model": pd.Categorical.from_codes(model_codes, categories=[str(m) for m in model_names]),
             "item_id": df["item_id"].astype(str).to_numpy(),
-            "expected": expected.astype(str),
-            "decision": decision.astype(str),
+            "expected": pd.Categorical.from_codes(expected, categories=EXPECTED_LABELS),
+            "decision": pd.Categorical.from_codes(decision, categories=DECISION_LABELS),
             "answerable": answerable,
             "refused": refused,
             "answer_correct": answer_correct,
@@ -319,9 +370,18 @@ def prepare(
           lambda i: f"duplicate (model, item_id) = ({out['model'].iat[i]!r}, {out['item_id'].iat[i]!r})")
     for dim in BREAKDOWN_DIMENSIONS:
         if dim in columns:
-            values = df[dim]
-            out[dim] = values.where(values.isna(), values.astype(str)).to_numpy()
+            codes, mapped = _per_unique(df[dim], _group_text)
+            out[dim] = _categorical(codes, mapped)
     return out
+
+
+def _group_text(value: Any) -> str | None:
+    """A breakdown value as text; 3.0 (an integer read back as float) becomes "3"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def ensure_prepared(df: pd.DataFrame) -> pd.DataFrame:
@@ -680,7 +740,12 @@ def confusion(df: pd.DataFrame) -> pd.DataFrame:
         .rename(columns={"decision": "predicted"})
     )
     table["count"] = table["count"].astype(np.int64)
-    return table[["model", "expected", "predicted", "count"]]
+    return _plain_strings(table[["model", "expected", "predicted", "count"]], ["model", "expected", "predicted"])
+
+
+def _plain_strings(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Output tables carry plain strings, not the prepared frame's categoricals."""
+    return table.assign(**{c: table[c].astype(str) for c in columns})
 
 
 def _intensity_order(values: Iterable[str]) -> list[str]:
@@ -695,10 +760,11 @@ def refusal_rate_by_intensity(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"model": [], "intensity": [], "refusal_rate": [], "n": []})
     table = (
         df[df["intensity"].notna()]
-        .groupby(["model", "intensity"], sort=True)
+        .groupby(["model", "intensity"], sort=True, observed=True)
         .agg(refusal_rate=("refused", "mean"), n=("refused", "size"))
         .reset_index()
     )
+    table = _plain_strings(table, ["model", "intensity"])
     order = {v: i for i, v in enumerate(_intensity_order(table["intensity"]))}
     table = table.sort_values(["model", "intensity"], key=lambda s: s.map(order) if s.name == "intensity" else s)
     return table.reset_index(drop=True)
@@ -713,9 +779,10 @@ def class_intensity_grid(df: pd.DataFrame) -> pd.DataFrame:
                              "correct_rate": [], "n": []})
     present = df[df["perturbation_class"].notna() & df["intensity"].notna()]
     return (
-        present.groupby(["model", "perturbation_class", "intensity"], sort=True)
+        present.groupby(["model", "perturbation_class", "intensity"], sort=True, observed=True)
         .agg(correct_rate=("correct", "mean"), n=("correct", "size"))
         .reset_index()
+        .pipe(_plain_strings, ["model", "perturbation_class", "intensity"])
     )
 
 
@@ -723,30 +790,22 @@ def calibration_table(df: pd.DataFrame) -> pd.DataFrame:
     """Reliability-diagram data: model, scope (all|answer|refusal), bin, label, kind, n,
     mean_confidence, accuracy — only bins holding at least one response."""
     df = ensure_prepared(df)
-    with_conf = df[df["confidence_bin"] >= 0]
+    codes, models = _model_codes(df)
+    stats = _stats(codes, len(models), _row_arrays(df))
+    block = stats[:, _N_BASE:].reshape(len(models), 2, N_BINS, 3)
+    scopes = {"all": block.sum(axis=1), "answer": block[:, 0], "refusal": block[:, 1]}
+    records = []
+    for scope, cells in scopes.items():
+        for m, b in zip(*np.nonzero(cells[..., 0] > 0)):
+            count, correct, confidence = cells[m, b]
+            records.append({
+                "model": models[m], "scope": scope, "bin": int(b), "label": bin_label(int(b)),
+                "kind": "verbal" if b < N_VERBAL_BINS else "float", "n": int(count),
+                "mean_confidence": confidence / count, "accuracy": correct / count,
+            })
     columns = ["model", "scope", "bin", "label", "kind", "n", "mean_confidence", "accuracy"]
-    if with_conf.empty:
-        return pd.DataFrame({c: [] for c in columns})
-    frames = []
-    scopes = {"all": with_conf, "answer": with_conf[~with_conf["refused"]],
-              "refusal": with_conf[with_conf["refused"]]}
-    for scope, part in scopes.items():
-        if part.empty:
-            continue
-        table = (
-            part.groupby(["model", "confidence_bin"], sort=True)
-            .agg(n=("correct", "size"), mean_confidence=("confidence_value", "mean"),
-                 accuracy=("correct", "mean"))
-            .reset_index()
-            .rename(columns={"confidence_bin": "bin"})
-        )
-        table["scope"] = scope
-        frames.append(table)
-    table = pd.concat(frames, ignore_index=True)
-    table["bin"] = table["bin"].astype(np.int64)
-    table["label"] = [bin_label(b) for b in table["bin"]]
-    table["kind"] = np.where(table["bin"] < N_VERBAL_BINS, "verbal", "float")
-    return table[columns]
+    table = pd.DataFrame.from_records(records, columns=columns)
+    return table.sort_values(["model", "scope", "bin"], kind="stable").reset_index(drop=True)
 
 
 CHAMPION_METRICS: tuple[str, ...] = ("calibrated_refusal_score", "answer_accuracy", "refusal_accuracy")

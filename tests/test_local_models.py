@@ -342,3 +342,17 @@ def test_smollm2_pull_serve_and_chat() -> None:
         ).json()
         jsonschema.validate(json.loads(structured["choices"][0]["message"]["content"]), schema)
     assert not server.running()
+
+
+def test_plain_prompt_for_base_models() -> None:
+    from tasks.local_models import plain_prompt
+
+    prompt = plain_prompt(
+        [
+            {"role": "system", "content": "Use the context."},
+            {"role": "user", "content": [{"type": "text", "text": "Context: X.\nQuestion: Y?"}]},
+            {"role": "assistant", "content": "Z"},
+            {"role": "user", "content": "And W?"},
+        ]
+    )
+    assert prompt == "Use the context.\n\nContext: X.\nQuestion: Y?\n\nAnswer: Z\n\nAnd W?\nAnswer:"

@@ -89,6 +89,19 @@ def test_several_distinct_codes_last_one_wins():
     assert parse_decision("REFUSE_MISSING, REFUSE_OTHER, REFUSE_MISSING") == "REFUSE_INFO_MISSING_IN_CONTEXT"
 
 
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("text", [
+    "REFUSE_AMBIGUOUS then REFUSE_INFO_MISSING_IN_CONTEXT",
+    "refuse_info_missing_in_context, REFUSE_OTHER",
+    "REFUSE_CONTRADICT REFUSE_CONTRADICTORY_CONTEXT_ REFUSE_FALSE_PREMISE",
+    "no code here",
+])
+def test_last_code_shortcut_agrees_with_the_full_scan(text, wrapper):
+    text = wrapper.format(text)
+    codes = find_codes(text)
+    assert parse_decision(text) == (codes[-1] if codes else ANSWER)
+
+
 def test_long_spelling_is_one_code_not_also_its_prefix():
     assert find_codes("REFUSE_INFO_MISSING_IN_CONTEXT") == ["REFUSE_INFO_MISSING_IN_CONTEXT"]
     assert find_codes("REFUSE_CONTRADICTORY_CONTEXT") == ["REFUSE_CONTRADICTORY_CONTEXT"]

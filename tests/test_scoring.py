@@ -493,3 +493,23 @@ def test_unreadable_inputs(tmp_path):
     (tmp_path / "e.jsonl").write_text("\n")
     with pytest.raises(InputError, match="no judged responses"):
         read_judged(tmp_path / "e.jsonl")
+
+
+def test_calibration_table_bins():
+    table = scoring.calibration_table(frame(M1)).set_index(["scope", "label"])
+    # VERY_CONFIDENT: a1(1) u1(1) u3(0) u4(0) -> n 4, accuracy 2/4, confidence .95
+    assert table.loc[("all", "VERY_CONFIDENT"), ["n", "mean_confidence", "accuracy"]].tolist() == [4, 0.95, 0.5]
+    # refusals at VERY_CONFIDENT: u1(1) u3(0)
+    assert table.loc[("refusal", "VERY_CONFIDENT"), "n"] == 2
+    assert set(table["kind"]) == {"verbal"}
+    assert table.loc[("all", "UNCERTAIN"), "accuracy"] == 0.0
+
+
+def test_numeric_breakdown_values_read_as_text(tmp_path):
+    df = frame(M1)
+    df["lever_id"] = [1, 1, 2, 2, 3, 3, 3, None, 4, 4]
+    df.to_parquet(tmp_path / "j.parquet")          # ints with a null come back as floats
+    table = breakdown(read_judged(tmp_path / "j.parquet"), "lever_id")
+    assert set(table["value"]) == {"1", "2", "3", "4"}
+    assert table[table["metric"] == "refusal_rate"].set_index("value")["n"].to_dict() == {
+        "1": 2, "2": 2, "3": 3, "4": 2}

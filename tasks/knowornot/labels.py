@@ -16,7 +16,6 @@ import datetime as dt
 import html
 import ipaddress
 import itertools
-import json
 import os
 import secrets
 import threading

@@ -1,0 +1,68 @@
+"""What every flow does before and around its stages: config, availability, endpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator
+
+from tasks.config import RunConfig, load_config
+from tasks.errors import ModelUnavailable
+
+log = logging.getLogger("refusalbench")
+
+
+def load_run_config(path: str) -> RunConfig:
+    return load_config(path)
+
+
+def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
+    """Models of ``names`` that can run now. Fails fast (exit 2) unless skip_unavailable."""
+    from tasks.local_models import check_available
+
+    reasons = check_available(names, cfg.models, probe=probe)
+    missing = {name: why for name, why in reasons.items() if why}
+    if not missing:
+        return list(names)
+    detail = "; ".join(f"{name}: {why}" for name, why in missing.items())
+    if not cfg.skip_unavailable:
+        raise ModelUnavailable(f"{cfg.source or 'config'}: models: cannot run {detail} (set skip_unavailable: true to skip them)")
+    log.warning("skipping unavailable models: %s", detail)
+    return [n for n in names if n not in missing]
+
+
+@contextlib.contextmanager
+def model_endpoints(cfg: RunConfig, names: list[str]) -> Iterator[dict[str, str]]:
+    """Start llama.cpp for the local models among ``names`` that have no api_base.
+
+    Yields {registry name: api_base} for the models it started; stops the server on exit.
+    """
+    local = [n for n in dict.fromkeys(names) if cfg.models[n].local is not None and not cfg.models[n].api_base]
+    if not local:
+        yield {}
+        return
+    from tasks.local_models import is_pulled, pull_model, start_server
+
+    for name in local:
+        if not is_pulled(name, cfg.models[name].local):
+            log.warning("pulling local model %s (first run only)", name)
+            pull_model(name, cfg.models[name].local)
+    server = start_server(cfg.models, local)
+    try:
+        yield dict(server.api_bases)
+    finally:
+        server.stop()
+
+
+def needs_local_server(cfg: RunConfig, names: list[str]) -> bool:
+    return any(cfg.models[n].local is not None and not cfg.models[n].api_base for n in names)
+
+
+def check_or_raise(cfg: RunConfig, names: list[str]) -> list[str]:
+    usable = usable_models(cfg, names)
+    if not usable:
+        raise ModelUnavailable(f"{cfg.source or 'config'}: models: none of {', '.join(names)} can run")
+    return usable
+
+
+__all__ = ["load_run_config", "usable_models", "model_endpoints", "needs_local_server", "check_or_raise", "ModelUnavailable"]

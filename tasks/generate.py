@@ -1,0 +1,157 @@
+"""Stage: generation. Each generator model realises each assigned lever on its base item.
+
+Pure functions build the calls and turn replies into ``Candidate`` rows; every attempt
+becomes a row (ok / parse_error / call_error) with the raw text, so nothing is dropped.
+The Prefect task at the bottom runs one (generator, shard) batch through the gateway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+from tasks.gateway import CallResult, CallSpec, Gateway
+from tasks.llm_outputs import GeneratorMultiOutput, GeneratorSingleOutput
+from tasks.prompting import answer_constraint_text, render_messages, template_hash
+from tasks.records import Assignment, BaseItem, Candidate, Lever, Passage
+
+
+def template_for(variant: str) -> str:
+    return "generator_multi.j2" if variant == "multi" else "generator_single.j2"
+
+
+def candidate_id(assignment_id: str, generator: str) -> str:
+    return hashlib.sha256(f"{assignment_id}|{generator}".encode()).hexdigest()[:16]
+
+
+def generation_messages(item: BaseItem, lever: Lever) -> list[dict[str, str]]:
+    expected = lever.expected
+    common = dict(
+        lever=lever,
+        question=item.question,
+        answers=item.answers,
+        expected=expected,
+        answer_constraint=answer_constraint_text(expected),
+    )
+    if item.variant == "multi":
+        return render_messages("generator_multi.j2", passages=item.passages, strategy=lever.multi_document, context=None, **common)
+    return render_messages("generator_single.j2", context=item.context, **common)
+
+
+def generation_calls(
+    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever], generator: str
+) -> list[CallSpec]:
+    specs = []
+    for assignment in assignments:
+        item, lever = items[assignment.base_id], levers[assignment.lever_id]
+        schema = GeneratorMultiOutput if item.variant == "multi" else GeneratorSingleOutput
+        specs.append(CallSpec(model=generator, messages=generation_messages(item, lever), schema=schema, tag=assignment.assignment_id))
+    return specs
+
+
+def _passages_from(output: GeneratorMultiOutput) -> list[Passage]:
+    ordered = sorted(output.passages, key=lambda edit: edit.index)
+    return [Passage(text=edit.text, relevant=edit.relevant) for edit in ordered]
+
+
+def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult) -> Candidate:
+    base: dict[str, Any] = dict(
+        candidate_id=candidate_id(assignment.assignment_id, generator),
+        assignment_id=assignment.assignment_id,
+        base_id=assignment.base_id,
+        lever_id=assignment.lever_id,
+        perturbation_class=assignment.perturbation_class,
+        intensity=assignment.intensity,
+        variant=assignment.variant,
+        generator=generator,
+        raw=result.text,
+        expected=lever.expected,
+        prompt_hash=template_hash(template_for(assignment.variant)),
+        cached=result.cached,
+        latency_s=result.latency_s,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        cost_usd=result.cost_usd,
+    )
+    if result.error_kind == "call_error":
+        return Candidate(status="call_error", error=result.error, **base)
+    output = result.parsed
+    if result.error_kind == "parse_error" or output is None:
+        return Candidate(status="parse_error", error=result.error or "no output", **base)
+    if not output.perturbed_question.strip():
+        return Candidate(status="parse_error", error="empty perturbed_question", **base)
+    if isinstance(output, GeneratorMultiOutput):
+        passages = _passages_from(output)
+        if not any(p.text.strip() for p in passages):
+            return Candidate(status="parse_error", error="no passage text", **base)
+        return Candidate(status="ok", question=output.perturbed_question, passages=passages, rationale=output.rationale,
+                         answer_constraint_holds=output.answer_constraint_holds, **base)
+    if not output.perturbed_context.strip():
+        return Candidate(status="parse_error", error="empty perturbed_context", **base)
+    return Candidate(status="ok", question=output.perturbed_question, context=output.perturbed_context,
+                     rationale=output.rationale, answer_constraint_holds=output.answer_constraint_holds, **base)
+
+
+def generate_candidates(
+    gateway: Gateway,
+    assignments: list[Assignment],
+    items: dict[str, BaseItem],
+    levers: dict[str, Lever],
+    generator: str,
+    on_result: Callable[[CallResult], None] | None = None,
+) -> list[Candidate]:
+    """One candidate per assignment for this generator (failures included)."""
+    results = gateway.complete_many(generation_calls(assignments, items, levers, generator), on_result=on_result)
+    return [candidate_from_result(a, levers[a.lever_id], generator, r) for a, r in zip(assignments, results)]
+
+
+# ---------------------------------------------------------------- Prefect task (thin layer)
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def shard_name(kind: str, model: str, index: int) -> str:
+    return f"_work/{kind}/{_safe(model)}-{index:04d}.parquet"
+
+
+def _generate_shard(config: dict, run_root: str, generator: str, assignments_name: str, content_hash: str,
+                    api_bases: dict[str, str]) -> str:
+    """Generate one shard of assignments with one generator; returns the shard's URI.
+
+    ``content_hash`` covers what the task source does not: the shard's assignments, the
+    base items, the catalogue and the prompt templates (Prefect's cache key uses it).
+    """
+    from tasks.gateway import gateway_for
+    from tasks.levers import load_catalogue
+    from tasks.prefect_support import Progress
+    from tasks.records import Assignment, BaseItem, Candidate
+    from tasks.store import ArtifactStore
+
+    store = ArtifactStore(run_root)
+    assignments = store.read_records(assignments_name, Assignment)
+    items = {item.id: item for item in store.read_records("base_items.parquet", BaseItem)}
+    levers = {lever.id: lever for lever in load_catalogue()}
+    progress = Progress(f"generate with {generator}", len(assignments))
+    candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
+                                     on_result=lambda _: progress.advance())
+    index = int(assignments_name.rsplit("-", 1)[-1].split(".")[0])
+    name = shard_name("candidates", generator, index)
+    store.write_records(name, candidates, Candidate)
+    return name
+
+
+def generate_shard_task():
+    """The Prefect task (built lazily so importing this module does not import Prefect)."""
+    from prefect import task
+
+    from tasks.prefect_support import cache_policy
+
+    return task(
+        _generate_shard,
+        name="generate-shard",
+        task_run_name="generate {generator} {assignments_name}",
+        cache_policy=cache_policy() - "api_bases",
+        retries=1,
+        retry_delay_seconds=2,
+    )

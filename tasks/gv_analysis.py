@@ -1,0 +1,108 @@
+"""Stage: generator-verifier analysis, computed from the verification table (seed paper App. E).
+
+- pass-rate matrix generator x verifier (PASS / (PASS + FAIL); errors and skips excluded)
+- self-evaluation bias per model that both generates and verifies: the rate at which it
+  passes its own candidates minus the rate at which the other verifiers pass them
+- pairwise Cohen's kappa between verifiers on the candidates both judged (NaN with a
+  reason when a verifier gave one verdict only, since chance agreement is then 1)
+- pass rates by class and by intensity, and the acceptance funnel
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def _rate(passes: int, judged: int) -> float:
+    return passes / judged if judged else math.nan
+
+
+def cohen_kappa_binary(a: list[str], b: list[str]) -> tuple[float, str | None]:
+    """Kappa of two raters over the same items; (nan, reason) when undefined."""
+    n = len(a)
+    if n == 0:
+        return math.nan, "no candidate judged by both"
+    constant = [name for name, ratings in (("first", a), ("second", b)) if len(set(ratings)) == 1]
+    if constant:
+        # With a constant rater kappa is 0 or undefined whatever the other does: not informative.
+        return math.nan, f"no variance: {' and '.join(constant)} verifier gave a single verdict"
+    labels = sorted(set(a) | set(b))
+    observed = sum(x == y for x, y in zip(a, b)) / n
+    expected = sum((a.count(lab) / n) * (b.count(lab) / n) for lab in labels)
+    return (observed - expected) / (1 - expected), None
+
+
+def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_ids: set[str],
+                sampled_ids: set[str], generators: list[str], verifiers: list[str]) -> dict[str, Any]:
+    judged = verifications[verifications["verdict"].isin(["PASS", "FAIL"])].copy()
+    judged["pass"] = judged["verdict"] == "PASS"
+
+    matrix: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for gen in generators:
+        matrix[gen], counts[gen] = {}, {}
+        for ver in verifiers:
+            rows = judged[(judged["generator"] == gen) & (judged["verifier"] == ver)]
+            matrix[gen][ver] = _rate(int(rows["pass"].sum()), len(rows))
+            counts[gen][ver] = len(rows)
+
+    bias: dict[str, dict[str, float]] = {}
+    for model in sorted(set(generators) & set(verifiers)):
+        own = judged[judged["generator"] == model]
+        self_rows = own[own["verifier"] == model]
+        cross_rows = own[own["verifier"] != model]
+        self_rate = _rate(int(self_rows["pass"].sum()), len(self_rows))
+        cross_rate = _rate(int(cross_rows["pass"].sum()), len(cross_rows))
+        bias[model] = {"self_pass_rate": self_rate, "cross_pass_rate": cross_rate,
+                       "self_evaluation_bias": self_rate - cross_rate, "n_self": len(self_rows), "n_cross": len(cross_rows)}
+
+    kappas = []
+    by_verifier = {v: judged[judged["verifier"] == v].set_index("candidate_id")["verdict"] for v in verifiers}
+    for first, second in itertools.combinations(verifiers, 2):
+        common = by_verifier[first].index.intersection(by_verifier[second].index)
+        kappa, reason = cohen_kappa_binary(list(by_verifier[first].loc[common]), list(by_verifier[second].loc[common]))
+        kappas.append({"verifier_a": first, "verifier_b": second, "kappa": kappa, "n": len(common), "reason": reason})
+
+    meta = candidates.set_index("candidate_id")[["perturbation_class", "intensity"]]
+    with_meta = judged.join(meta, on="candidate_id")
+    by_class = {k: _rate(int(g["pass"].sum()), len(g)) for k, g in with_meta.groupby("perturbation_class")}
+    by_intensity = {k: _rate(int(g["pass"].sum()), len(g)) for k, g in with_meta.groupby("intensity")}
+    acceptance_by_stratum = {}
+    for (cls, intensity), group in candidates.groupby(["perturbation_class", "intensity"]):
+        acceptance_by_stratum[f"{cls}/{intensity}"] = _rate(int(group["candidate_id"].isin(accepted_ids).sum()), len(group))
+
+    parsed = candidates[candidates["status"] == "ok"]
+    complete = verifications.groupby("candidate_id")["verdict"].agg(lambda v: not (v == "ERROR").any())
+    funnel = {
+        "attempted": int(len(candidates)),
+        "parsed": int(len(parsed)),
+        "verified": int(complete.reindex(parsed["candidate_id"]).fillna(False).sum()) if len(parsed) else 0,
+        "accepted": len(accepted_ids),
+        "sampled": len(sampled_ids),
+    }
+    return {
+        "pass_rate_matrix": matrix,
+        "judged_counts": counts,
+        "self_evaluation": bias,
+        "verifier_kappa": kappas,
+        "pass_rate_by_class": by_class,
+        "pass_rate_by_intensity": by_intensity,
+        "acceptance_by_stratum": acceptance_by_stratum,
+        "funnel": funnel,
+        "status_counts": candidates["status"].value_counts().to_dict(),
+        "verdict_counts": verifications["verdict"].value_counts().to_dict() if len(verifications) else {},
+    }
+
+
+def matrix_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pass-rate matrix as table rows (for a Prefect table artifact and the report)."""
+    rows = []
+    for gen, per_verifier in analysis["pass_rate_matrix"].items():
+        row: dict[str, Any] = {"generator": gen}
+        row.update({f"verified by {ver}": (None if math.isnan(v) else round(v, 3)) for ver, v in per_verifier.items()})
+        rows.append(row)
+    return rows

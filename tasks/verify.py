@@ -1,0 +1,108 @@
+"""Stage: cross-verification. Every verifier checks every parsed candidate.
+
+A verifier's reply becomes one ``Verification`` row per (candidate, verifier) with the
+per-criterion booleans and an overall verdict; a failed or unparsable reply is an
+``ERROR`` row, never a missing one. In short-circuit mode a candidate that already
+failed is not sent to later verifiers; those pairs are recorded as ``SKIPPED``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tasks.gateway import CallResult, CallSpec, Gateway
+from tasks.llm_outputs import VERIFIER_CRITERIA, VerifierOutput
+from tasks.records import BaseItem, Candidate, Lever, Verification
+
+
+def template_for(variant: str) -> str:
+    return "verifier_multi.j2" if variant == "multi" else "verifier_single.j2"
+
+
+def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
+    from tasks.prompting import render_messages
+
+    common = dict(lever=lever, expected=candidate.expected, question=item.question, answers=item.answers,
+                  perturbed_question=candidate.question)
+    if candidate.variant == "multi":
+        return render_messages("verifier_multi.j2", passages=item.passages, perturbed_passages=candidate.passages,
+                               context=None, **common)
+    return render_messages("verifier_single.j2", context=item.context, perturbed_context=candidate.context, **common)
+
+
+def verification_calls(candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever], verifier: str) -> list[CallSpec]:
+    return [
+        CallSpec(model=verifier, messages=verification_messages(c, items[c.base_id], levers[c.lever_id]),
+                 schema=VerifierOutput, tag=c.candidate_id)
+        for c in candidates
+    ]
+
+
+def verification_from_result(candidate: Candidate, verifier: str, result: CallResult) -> Verification:
+    base = dict(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
+                raw=result.text, cached=result.cached)
+    output = result.parsed
+    if not result.ok or output is None:
+        return Verification(verdict="ERROR", error=result.error or "no output", **base)
+    flags = {name: getattr(output, name) for name in VERIFIER_CRITERIA}
+    if candidate.variant == "multi":
+        flags["strategy_compliance"] = output.strategy_compliance
+    return Verification(verdict=output.verdict, **flags, **base)
+
+
+def skipped(candidate: Candidate, verifier: str) -> Verification:
+    return Verification(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
+                        verdict="SKIPPED", error="short-circuit: an earlier verifier failed it")
+
+
+def verify_candidates(
+    gateway: Gateway,
+    candidates: list[Candidate],
+    items: dict[str, BaseItem],
+    levers: dict[str, Lever],
+    verifier: str,
+    on_result: Callable[[CallResult], None] | None = None,
+) -> list[Verification]:
+    parsed = [c for c in candidates if c.status == "ok"]
+    results = gateway.complete_many(verification_calls(parsed, items, levers, verifier), on_result=on_result)
+    return [verification_from_result(c, verifier, r) for c, r in zip(parsed, results)]
+
+
+# ---------------------------------------------------------------- Prefect task (thin layer)
+
+def _verify_shard(config: dict, run_root: str, verifier: str, candidates_name: str, content_hash: str,
+                  api_bases: dict[str, str]) -> str:
+    """Verify one shard of candidates with one verifier; returns the shard's file name."""
+    from tasks.gateway import gateway_for
+    from tasks.generate import shard_name
+    from tasks.levers import load_catalogue
+    from tasks.prefect_support import Progress
+    from tasks.records import BaseItem, Candidate, Verification
+    from tasks.store import ArtifactStore
+
+    store = ArtifactStore(run_root)
+    candidates = store.read_records(candidates_name, Candidate)
+    items = {item.id: item for item in store.read_records("base_items.parquet", BaseItem)}
+    levers = {lever.id: lever for lever in load_catalogue()}
+    progress = Progress(f"verify with {verifier}", sum(c.status == "ok" for c in candidates))
+    rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
+                             on_result=lambda _: progress.advance())
+    index = int(candidates_name.rsplit("-", 1)[-1].split(".")[0])
+    name = shard_name("verifications", verifier, index)
+    store.write_records(name, rows, Verification)
+    return name
+
+
+def verify_shard_task():
+    from prefect import task
+
+    from tasks.prefect_support import cache_policy
+
+    return task(
+        _verify_shard,
+        name="verify-shard",
+        task_run_name="verify {verifier} {candidates_name}",
+        cache_policy=cache_policy() - "api_bases",
+        retries=1,
+        retry_delay_seconds=2,
+    )

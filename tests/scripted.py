@@ -1,0 +1,48 @@
+"""Scripted model behaviour for flow tests: replies decided by model name and request.
+
+The fake server receives the LiteLLM model string without its provider prefix
+(``openai/gen-a`` arrives as ``gen-a``) and the JSON-schema name of the expected output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+from tasks.fake_llm import last_user_text
+
+
+def schema_name(request: dict[str, Any]) -> str | None:
+    fmt = request.get("response_format") or {}
+    return (fmt.get("json_schema") or {}).get("name")
+
+
+def generator_reply(request: dict[str, Any], tweak: str = "") -> str:
+    if schema_name(request) == "GeneratorMultiOutput":
+        return json.dumps({"perturbed_question": f"Perturbed multi question {tweak}?", "passages": [
+            {"index": 1, "text": "Edited passage one.", "relevant": True},
+            {"index": 2, "text": "Noise passage.", "relevant": False}],
+            "lever_applied": "x", "rationale": "r", "answer_constraint_holds": True, "expected_behaviour": "x"})
+    return json.dumps({"perturbed_question": f"Perturbed question {tweak}?", "perturbed_context": "Perturbed context.",
+                       "lever_applied": "x", "rationale": "r", "answer_constraint_holds": True, "expected_behaviour": "x"})
+
+
+def verifier_reply(verdict: str) -> str:
+    flag = verdict == "PASS"
+    return json.dumps({name: flag for name in (
+        "lever_fidelity", "intensity_achieved", "target_compliance", "uncertainty_induced",
+        "implementation_quality", "answer_constraint", "predicted_behaviour", "refusal_class_alignment")}
+        | {"strategy_compliance": flag, "verdict": verdict, "notes": ""})
+
+
+def intensity_of(request: dict[str, Any]) -> str | None:
+    match = re.search(r"Intensity: (LOW|MEDIUM|HIGH)", last_user_text(request))
+    return match.group(1) if match else None
+
+
+def by_model(table: dict[str, Callable[[dict[str, Any]], str]]) -> Callable[[dict[str, Any]], str]:
+    def respond(request: dict[str, Any]) -> str:
+        return table[request["model"]](request)
+
+    return respond
