@@ -11,7 +11,8 @@ server process holds every requested model under its registry name (the server s
 demand, which on a small machine beats several processes fighting over the same cores). A thin
 ASGI shim in front of it accepts OpenAI's ``response_format: {type: json_schema}``, which the
 llama.cpp server only understands in its own ``{type: json_object, schema: ...}`` spelling, so
-callers can treat a local model like any other OpenAI-compatible endpoint.
+callers can treat a local model like any other OpenAI-compatible endpoint. The launcher also
+registers a plain prompt layout for base models (``refusalbench-plain``).
 """
 
 from __future__ import annotations
@@ -382,6 +383,9 @@ def build_server_config(
             "n_ctx": spec.n_ctx,
             "n_threads": threads,
             "n_threads_batch": threads,
+            # The server defaults to logits for every prompt token (only needed for echoed
+            # logprobs); over a 50k-260k vocabulary that dominates prompt processing.
+            "logits_all": False,
             "verbose": False,
         }
         if spec.chat_format:
@@ -520,6 +524,27 @@ def start_server(
         server.stop()
         raise
     return server
+
+
+@contextlib.contextmanager
+def local_endpoints(
+    models: dict[str, ModelConfig],
+    names: list[str],
+    *,
+    cache_dir: str | Path | None = None,
+    timeout: float = 180.0,
+) -> Iterator[dict[str, str]]:
+    """For the flows: serve the local models among ``names`` for the duration of a run.
+
+    Yields ``{registry name: api_base}`` for ``Gateway(api_bases=...)``; empty (and no server)
+    when none of ``names`` is a local model without an api_base.
+    """
+    wanted = local_names(models, names)
+    if not wanted:
+        yield {}
+        return
+    with start_server(models, wanted, cache_dir=cache_dir, timeout=timeout) as server:
+        yield server.api_bases
 
 
 def serve_forever(

@@ -593,41 +593,43 @@ def compute_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
     return result
 
 
+_FLAG_NAMES: tuple[str, ...] = ("answerable", "refused", "answered_correctly", "right_code", "unjudged")
+
+
+def _row_types(rows: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Collapse rows into distinct types: (count per type, one representative row per type).
+
+    A type is (indicator flags, confidence bin, confidence). With more than
+    MAX_EXACT_TYPES types, numeric confidences are grouped on a 1/FLOAT_GRID grid and a
+    type's confidence is the exact mean of its rows (bins stay exact).
+    """
+    flags = sum(rows[name].astype(np.int64) << bit for bit, name in enumerate(_FLAG_NAMES))
+    key = flags * (N_BINS + 1) + (rows["conf_bin"].astype(np.int64) + 1)
+    conf = np.where(rows["conf_bin"] >= 0, rows["conf_value"], -1.0)
+    table = pd.DataFrame({"key": key, "grid": conf, "conf": conf})
+    if len(table.drop_duplicates(["key", "grid"])) > MAX_EXACT_TYPES:
+        table["grid"] = np.where(conf >= 0, np.round(conf * FLOAT_GRID), -1.0)
+    types = table.groupby(["key", "grid"], sort=True).agg(count=("conf", "size"), conf=("conf", "mean"))
+    type_key = types.index.get_level_values("key").to_numpy()
+    type_flags, type_bin = type_key // (N_BINS + 1), type_key % (N_BINS + 1) - 1
+    representative = {name: (type_flags >> bit & 1).astype(bool) for bit, name in enumerate(_FLAG_NAMES)}
+    representative["correct"] = representative["answered_correctly"] | representative["right_code"]
+    representative["conf_value"] = np.where(type_bin >= 0, types["conf"].to_numpy(), np.nan)
+    representative["conf_bin"] = type_bin
+    return types["count"].to_numpy(), representative
+
+
 def _bootstrap_one(rows: Mapping[str, np.ndarray], n_resamples: int,
                    rng: np.random.Generator, chunk: int = 250) -> dict[str, np.ndarray]:
-    """Metric values of ``n_resamples`` resamples (with replacement) of one model's rows."""
+    """Metric values of ``n_resamples`` resamples (with replacement) of one model's rows.
+
+    Drawing n rows with replacement = drawing multinomial counts over the row types with
+    probabilities count/n; the resample's statistics are then counts @ per-type statistics.
+    """
     n = len(rows["answerable"])
-    flags = (
-        rows["answerable"].astype(np.int64)
-        | rows["refused"].astype(np.int64) << 1
-        | rows["answered_correctly"].astype(np.int64) << 2
-        | rows["right_code"].astype(np.int64) << 3
-        | rows["unjudged"].astype(np.int64) << 4
-    )
-    key = flags * (N_BINS + 1) + (rows["conf_bin"] + 1)
-    conf = np.where(rows["conf_bin"] >= 0, rows["conf_value"], -1.0)
-    frame = pd.DataFrame({"key": key, "conf": conf})
-    if frame.drop_duplicates().shape[0] > MAX_EXACT_TYPES:
-        frame["conf"] = np.where(conf >= 0, np.round(conf * FLOAT_GRID), -1.0)
-    grouped = pd.DataFrame({"key": key, "grid": frame["conf"].to_numpy(), "conf": conf}).groupby(
-        ["key", "grid"], sort=True
-    )
-    type_counts = grouped.size().to_numpy()
-    type_conf = grouped["conf"].mean().to_numpy()  # exact mean of each type's confidences
-    type_key = grouped.size().index.get_level_values("key").to_numpy()
-    type_flags, type_bin = type_key // (N_BINS + 1), type_key % (N_BINS + 1) - 1
-    type_rows = {
-        "answerable": (type_flags & 1).astype(bool),
-        "refused": (type_flags >> 1 & 1).astype(bool),
-        "answered_correctly": (type_flags >> 2 & 1).astype(bool),
-        "right_code": (type_flags >> 3 & 1).astype(bool),
-        "unjudged": (type_flags >> 4 & 1).astype(bool),
-        "conf_value": np.where(type_bin >= 0, type_conf, np.nan),
-        "conf_bin": type_bin,
-    }
-    type_rows["correct"] = type_rows["answered_correctly"] | type_rows["right_code"]
+    type_counts, representative = _row_types(rows)
     n_types = len(type_counts)
-    per_type = _stats(np.arange(n_types), n_types, type_rows)  # (T × K), one row each
+    per_type = _stats(np.arange(n_types), n_types, representative)  # (T × K)
     probabilities = type_counts / n
     pieces = []
     for start in range(0, n_resamples, chunk):

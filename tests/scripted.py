@@ -46,3 +46,19 @@ def by_model(table: dict[str, Callable[[dict[str, Any]], str]]) -> Callable[[dic
         return table[request["model"]](request)
 
     return respond
+
+
+def fenced(text: str, tag: str) -> list[str]:
+    """Contents of <tag ...>...</tag> blocks in a rendered prompt."""
+    return [m.strip() for m in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", text, flags=re.DOTALL)]
+
+
+def judge_by_reference(request: dict[str, Any]) -> str:
+    """Scripted judge: quality 5 when the response contains a reference answer, else 1."""
+    text = last_user_text(request)
+    references = fenced(text, "reference_answer")
+    (response,) = fenced(text, "response")
+    hit = any(ref.lower() in response.lower() for ref in references)
+    if schema_name(request) == "JudgeMultiOutput":
+        return json.dumps({"eligibility": int(hit), "factuality": int(hit), "raf": int(hit), "rationale": ""})
+    return json.dumps({"quality": 5 if hit else 1, "rationale": ""})

@@ -356,3 +356,16 @@ def test_plain_prompt_for_base_models() -> None:
         ]
     )
     assert prompt == "Use the context.\n\nContext: X.\nQuestion: Y?\n\nAnswer: Z\n\nAnd W?\nAnswer:"
+
+
+def test_local_endpoints_starts_nothing_for_remote_models() -> None:
+    from tasks.local_models import local_endpoints, local_names
+
+    models = {
+        "remote": ModelConfig(model="openai/gpt-4o", api_key_env="OPENAI_API_KEY"),
+        "already-served": ModelConfig(model="openai/x", api_base="http://127.0.0.1:9/v1", local=spec_for()),
+        "ours": ModelConfig(model="openai/ours", local=spec_for()),
+    }
+    assert local_names(models) == ["ours"]
+    with local_endpoints(models, ["remote", "already-served"]) as api_bases:
+        assert api_bases == {}

@@ -1,0 +1,73 @@
+"""Stage: respond. Every target model answers (or refuses) every benchmark item.
+
+The target sees only the perturbed question and context (or passages) and must answer
+from them or reply with exactly one refusal code; optionally it states a verbal
+confidence level. Replies are parsed here into a decision (ANSWER or a canonical code);
+a failed call is a ``Response`` with ``error`` set, so every (item, model) pair has a row.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tasks.gateway import CallResult, CallSpec, Gateway
+from tasks.parsing import parse_confidence, parse_decision
+from tasks.prompting import render_messages
+from tasks.records import BenchmarkItem, Response
+
+
+def template_for(variant: str) -> str:
+    return "target_multi.j2" if variant == "multi" else "target_single.j2"
+
+
+def target_messages(item: BenchmarkItem, confidence: bool) -> list[dict[str, str]]:
+    if item.variant == "multi":
+        return render_messages("target_multi.j2", question=item.question, passages=item.passages, confidence=confidence)
+    return render_messages("target_single.j2", question=item.question, context=item.context, confidence=confidence)
+
+
+def response_from_result(item: BenchmarkItem, model: str, result: CallResult, confidence: bool) -> Response:
+    base = dict(item_id=item.item_id, model=model, raw=result.text, latency_s=result.latency_s,
+                prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+                cost_usd=result.cost_usd, cached=result.cached)
+    if not result.ok:
+        return Response(error=result.error, **base)
+    return Response(decision=parse_decision(result.text),
+                    confidence=parse_confidence(result.text) if confidence else None, **base)
+
+
+def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confidence: bool = False,
+            on_result: Callable[[CallResult], None] | None = None) -> list[Response]:
+    specs = [CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id) for item in items]
+    results = gateway.complete_many(specs, on_result=on_result)
+    return [response_from_result(item, model, result, confidence) for item, result in zip(items, results)]
+
+
+# ---------------------------------------------------------------- Prefect task (thin layer)
+
+def _respond_shard(config: dict, run_root: str, target: str, items_name: str, content_hash: str,
+                   api_bases: dict[str, str]) -> str:
+    from tasks.gateway import gateway_for
+    from tasks.generate import shard_name
+    from tasks.prefect_support import Progress
+    from tasks.store import ArtifactStore
+
+    store = ArtifactStore(run_root)
+    items = store.read_records(items_name, BenchmarkItem)
+    confidence = bool((config.get("evaluation") or {}).get("confidence"))
+    progress = Progress(f"{target} responds", len(items))
+    rows = respond(gateway_for(config, api_bases), items, target, confidence=confidence,
+                   on_result=lambda _: progress.advance())
+    index = int(items_name.rsplit("-", 1)[-1].split(".")[0])
+    name = shard_name("responses", target, index)
+    store.write_records(name, rows, Response)
+    return name
+
+
+def respond_shard_task():
+    from prefect import task
+
+    from tasks.prefect_support import cache_policy
+
+    return task(_respond_shard, name="respond-shard", task_run_name="respond {target} {items_name}",
+                cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
