@@ -14,7 +14,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -37,8 +36,8 @@ app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 app.add_typer(knowornot_app, name="knowornot")
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class State:
@@ -256,16 +255,23 @@ def run(
 
 # ---------------------------------------------------------------- entry point
 
+def _is_usage_error(exc: BaseException) -> bool:
+    # Typer vendors its own click; its ClickException family carries show() and exit_code.
+    return any(cls.__name__ in ("ClickException", "UsageError") for cls in type(exc).__mro__) and hasattr(exc, "show")
+
+
 def main(argv: list[str] | None = None) -> None:
     configure_prefect_env()
     try:
-        app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            raise SystemExit(code)
+    except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("aborted")
         raise SystemExit(1) from None
-    except click.exceptions.ClickException as exc:  # usage errors
+    except typer.BadParameter as exc:
         exc.show()
         raise SystemExit(2) from None
     except InputErrors as exc:
@@ -281,6 +287,9 @@ def main(argv: list[str] | None = None) -> None:
         err.print("interrupted")
         raise SystemExit(130) from None
     except Exception as exc:
+        if _is_usage_error(exc):
+            exc.show()  # type: ignore[attr-defined]
+            raise SystemExit(2) from None
         if State.verbose:
             traceback.print_exc()
         first = str(exc).splitlines()[0] if str(exc) else ""
