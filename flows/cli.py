@@ -241,6 +241,66 @@ def knowornot_run(
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
 
 
+def _label_items(run_dir: str, spec_name: str):
+    from tasks.knowornot.evaluation import BUILTIN_SPECS
+    from tasks.knowornot.labels import label_items_from_frame
+    from tasks.store import ArtifactStore
+
+    store = ArtifactStore(run_dir)
+    if not store.exists("label_sample.parquet"):
+        raise InputError(store.uri("label_sample.parquet"), "no label sample in this run folder (run knowornot first)")
+    if spec_name not in BUILTIN_SPECS:
+        raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(BUILTIN_SPECS)})", field="--spec")
+    spec = BUILTIN_SPECS[spec_name]
+    return store, spec, label_items_from_frame(store.read_frame("label_sample.parquet"), spec)
+
+
+@knowornot_app.command("label")
+def knowornot_label(
+    run_dir: str = typer.Argument(..., help="KnowOrNot run folder (local)"),
+    annotator: str = typer.Option(..., "--annotator", help="your name or id"),
+    spec: str = typer.Option("abstention", "--spec", help="abstention or factuality"),
+    web: bool = typer.Option(False, "--web", help="serve a labelling page on loopback instead of the terminal"),
+    port: int = typer.Option(8765, "--port"),
+) -> None:
+    """Label the stratified sample; every label is saved at once, a restart resumes."""
+    import time
+
+    from tasks.knowornot.labels import label_in_terminal, serve_labelling
+
+    store, eval_spec, items = _label_items(run_dir, spec)
+    labels_file = Path(store.uri("labels")) / f"{spec}.jsonl"
+    labels_file.parent.mkdir(parents=True, exist_ok=True)
+    if web:
+        server = serve_labelling(items, labels_file, annotator, port=port)
+        out.print(f"labelling page: {server.url}  (Ctrl-C to stop)")
+        try:
+            while True:
+                time.sleep(3600)
+        finally:
+            server.shutdown()
+    new = label_in_terminal(items, labels_file, annotator)
+    out.print(f"{len(new)} new labels saved to {labels_file}")
+
+
+@knowornot_app.command("agreement")
+def knowornot_agreement(
+    run_dir: str = typer.Argument(..., help="KnowOrNot run folder (local)"),
+    spec: str = typer.Option("abstention", "--spec"),
+) -> None:
+    """Cohen's/Fleiss' kappa between annotators and evaluator-vs-human agreement."""
+    from tasks.knowornot.labels import LabelStore, annotator_agreement, evaluator_vs_human
+
+    store, eval_spec, items = _label_items(run_dir, spec)
+    labels = LabelStore(Path(store.uri("labels")) / f"{spec}.jsonl").load()
+    results = store.read_frame("results.parquet")
+    evaluator = {row["experiment_id"]: (row[spec] if isinstance(row[spec], str) else None) for _, row in results.iterrows()}
+    report = {"annotators": annotator_agreement(labels, eval_spec),
+              "evaluator_vs_human": {k: v.model_dump() for k, v in evaluator_vs_human(labels, evaluator, eval_spec).items()}}
+    store.write_json(f"agreement-{spec}.json", report)
+    sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
+
+
 @app.command()
 def run(
     config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),

@@ -104,6 +104,8 @@ class KnowOrNotConfig(Strict):
     synthetic_ookb: int = Field(default=0, ge=0, description="extra synthetic out-of-KB questions")
     hyde_answers: int = Field(default=3, ge=1)
     label_sample: int = Field(default=30, ge=0)
+    embedder: Literal["minilm", "hashing"] = Field(
+        default="minilm", description="all-MiniLM-L6-v2 (offline); 'hashing' is a model-free stand-in for tests")
     seed: int = 0
     shard_size: int = Field(default=128, ge=1)
 

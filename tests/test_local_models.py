@@ -147,6 +147,7 @@ def test_tampered_part_raises_and_keeps_nothing(tmp_path: Path, wheels: Path) ->
     assert not target.with_name(target.name + ".partial").exists()
     assert not target.with_name(target.name + ".sha256").exists()
     assert not is_pulled("fake", spec, cache)
+    assert not (cache / "downloads" / "fake").exists(), "a retry must download afresh"
 
 
 def test_wrong_size_is_a_mismatch_too(tmp_path: Path, wheels: Path) -> None:
