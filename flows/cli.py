@@ -313,6 +313,22 @@ def run(
     out.print(f"report: {result['report']}")
 
 
+@app.command()
+def refresh(
+    config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
+    out_root: str = typer.Option("runs/rounds", "--out", help="folder holding one sub-folder per round"),
+    compare: int = typer.Option(5, "--compare", help="how many recent rounds the trend shows"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
+) -> None:
+    """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
+    from flows.refresh import run_refresh
+
+    result = run_refresh(str(_config_path(config)), out_root, compare, seed)
+    out.print(f"round {result['round']}: report {result['report']}")
+    for flag in result["flags"]:
+        out.print(f"moved beyond its interval: {flag['model']} {flag['metric']} {flag['previous']:.3f} -> {flag['latest']:.3f}")
+
+
 # ---------------------------------------------------------------- entry point
 
 def _is_usage_error(exc: BaseException) -> bool:
@@ -335,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         raise SystemExit(2) from None
     except InputErrors as exc:
+        if State.verbose:
+            traceback.print_exc()
         for line in exc.lines():
             err.print(line, markup=False, highlight=False)
         raise SystemExit(2) from None

@@ -31,26 +31,38 @@ def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> li
     return [n for n in names if n not in missing]
 
 
+# Local servers already running in this process (e.g. started by the main job for both
+# of its sub-flows): registry name -> api_base.
+_ACTIVE_ENDPOINTS: dict[str, str] = {}
+
+
 @contextlib.contextmanager
 def model_endpoints(cfg: RunConfig, names: list[str]) -> Iterator[dict[str, str]]:
     """Start llama.cpp for the local models among ``names`` that have no api_base.
 
-    Yields {registry name: api_base} for the models it started; stops the server on exit.
+    Yields {registry name: api_base}; models an enclosing call already serves are reused.
+    The servers this call started are stopped on exit.
     """
     local = [n for n in dict.fromkeys(names) if cfg.models[n].local is not None and not cfg.models[n].api_base]
-    if not local:
-        yield {}
+    reused = {n: _ACTIVE_ENDPOINTS[n] for n in local if n in _ACTIVE_ENDPOINTS}
+    missing = [n for n in local if n not in reused]
+    if not missing:
+        yield reused
         return
     from tasks.local_models import is_pulled, pull_model, start_server
 
-    for name in local:
+    for name in missing:
         if not is_pulled(name, cfg.models[name].local):
             log.warning("pulling local model %s (first run only)", name)
             pull_model(name, cfg.models[name].local)
-    server = start_server(cfg.models, local)
+    server = start_server(cfg.models, missing)
+    started = dict(server.api_bases)
+    _ACTIVE_ENDPOINTS.update(started)
     try:
-        yield dict(server.api_bases)
+        yield {**reused, **started}
     finally:
+        for name in started:
+            _ACTIVE_ENDPOINTS.pop(name, None)
         server.stop()
 
 
@@ -65,4 +77,11 @@ def check_or_raise(cfg: RunConfig, names: list[str]) -> list[str]:
     return usable
 
 
-__all__ = ["load_run_config", "usable_models", "model_endpoints", "needs_local_server", "check_or_raise", "ModelUnavailable"]
+def configured(flow_fn, cfg: RunConfig, out: str):
+    """The flow with the config's task runner and task results persisted in the run folder."""
+    from tasks.prefect_support import result_storage, task_runner
+
+    return flow_fn.with_options(task_runner=task_runner(cfg.runner), result_storage=result_storage(out))
+
+
+__all__ = ["load_run_config", "usable_models", "model_endpoints", "needs_local_server", "check_or_raise", "configured", "ModelUnavailable"]

@@ -15,12 +15,13 @@ from typing import Any
 import pandas as pd
 from prefect import flow
 
-from flows.common import check_or_raise, model_endpoints
-from tasks.config import RunConfig, load_config
+from flows.common import check_or_raise, configured, model_endpoints
+from tasks.config import load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
 from tasks.records import BenchmarkItem, Judgment, Response
 from tasks.store import ArtifactStore, split_uri
+from tasks.taxonomy import canonical_code
 
 JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
                   "perturbation_class", "intensity", "lever_id", "domain", "generator"]
@@ -49,6 +50,13 @@ def read_benchmark(uri: str) -> list[BenchmarkItem]:
         except Exception as exc:
             first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("-",), "msg": str(exc)}
             raise InputError(uri, first["msg"], line=row_number, field=".".join(map(str, first["loc"]))) from None
+    if not items:
+        raise InputError(uri, "the benchmark has no items")
+    for row_number, item in enumerate(items, start=1):
+        # Checked now, not at the score stage after every model call has been paid for.
+        if canonical_code(item.expected) is None:
+            raise InputError(uri, f"not ANSWER_CORRECTLY or a refusal code: {item.expected!r}", line=row_number,
+                             field="expected")
     ids = [i.item_id for i in items]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
@@ -148,9 +156,9 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
                            judged_by_model={t: sum(j.model == t and j.judge is not None for j in judgments) for t in targets})
             if excluded:
                 recorder.note("rows whose call or judging failed are left out of the metrics: see counts.excluded_from_metrics")
-        from tasks.gateway import gateway_for
+        from tasks.prefect_support import run_call_stats
 
-        recorder.calls(gateway_for(config_dump).stats_snapshot())
+        recorder.calls(run_call_stats(config_dump))
         recorder.save()
         with recorder.stage("report"):
             report_uri = write_report(store, result)
@@ -173,14 +181,14 @@ def _link(uri: str) -> str:
 
 def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
     """CLI entry: bad input (config, benchmark) is reported before any artifact is written."""
-    from flows.generation import _runner, _storage
-
     cfg = load_config(config_path)
     if cfg.evaluation is None:
         raise InputError(str(config_path), "the config has no evaluation section", field="evaluation")
     read_benchmark(benchmark)
-    flow_fn = evaluation_flow.with_options(task_runner=_runner(cfg), result_storage=_storage(out))
-    return flow_fn(config_path, benchmark, out)
+    # Unreachable models fail here, as one line, before a flow run (and its run folder) starts.
+    check_or_raise(cfg, cfg.evaluation.targets)
+    check_or_raise(cfg, [cfg.evaluation.judge])
+    return configured(evaluation_flow, cfg, out)(config_path, benchmark, out)
 
 
 def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:

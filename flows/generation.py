@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import check_or_raise, model_endpoints
+from flows.common import check_or_raise, configured, model_endpoints
 from tasks.config import RunConfig, load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
@@ -155,9 +155,9 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
             publish_table("gv-pass-rate-matrix", matrix_rows(analysis), "Pass rate: generator (rows) x verifier (columns)")
             publish_table("gv-acceptance-funnel", [analysis["funnel"]], "attempted -> parsed -> verified -> accepted -> sampled")
             publish_markdown("gv-summary", _summary_markdown(analysis), "Generator-verifier analysis")
-        from tasks.gateway import gateway_for
+        from tasks.prefect_support import run_call_stats
 
-        recorder.calls(gateway_for(config_dump).stats_snapshot())
+        recorder.calls(run_call_stats(config_dump))
         recorder.finish("completed")
     except BaseException:
         recorder.finish("failed")
@@ -182,17 +182,7 @@ def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[
     """CLI entry: bad input is reported (exit 2) before any artifact is written."""
     cfg = load_config(config_path)
     prepare_inputs(cfg, cfg.generation.seed if seed is None and cfg.generation else (seed or 0))
-    flow_fn = generation_flow.with_options(task_runner=_runner(cfg), result_storage=_storage(out))
-    return flow_fn(config_path, out, seed)
-
-
-def _runner(cfg: RunConfig):
-    from tasks.prefect_support import task_runner
-
-    return task_runner(cfg.runner)
-
-
-def _storage(out: str):
-    from tasks.prefect_support import result_storage
-
-    return result_storage(out)
+    # Unreachable models fail here, as one line, before a flow run (and its run folder) starts.
+    check_or_raise(cfg, cfg.generation.generators)
+    check_or_raise(cfg, cfg.generation.verifiers)
+    return configured(generation_flow, cfg, out)(config_path, out, seed)

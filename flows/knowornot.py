@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from prefect import flow, task
 
-from flows.common import check_or_raise, model_endpoints
-from tasks.config import RunConfig, load_config
+from flows.common import check_or_raise, configured, model_endpoints
+from tasks.config import load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
 from tasks.store import ArtifactStore
@@ -312,7 +312,6 @@ def knowornot_report(metrics: pd.DataFrame, filter_report: dict, counts: dict) -
 
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     """CLI entry: bad input is reported before anything is written."""
-    from flows.generation import _runner, _storage
     from tasks.knowornot.records import load_qa_pairs
     from tasks.knowornot.sentences import read_documents
 
@@ -323,5 +322,4 @@ def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
         load_qa_pairs(cfg.resolve_path(cfg.knowornot.qa_pairs))
     else:
         read_documents([cfg.resolve_path(d) for d in cfg.knowornot.documents or []])
-    flow_fn = knowornot_flow.with_options(task_runner=_runner(cfg), result_storage=_storage(out))
-    return flow_fn(config_path, out)
+    return configured(knowornot_flow, cfg, out)(config_path, out)

@@ -212,14 +212,27 @@ def _node_to_python(node: yaml.Node, file: str, path: tuple[Any, ...], located: 
     return yaml.safe_load(yaml.serialize(node))
 
 
+# A run config is a short hand-written file; PyYAML's pure-Python parser needs about 3 s
+# per MiB, so anything far larger is refused before parsing rather than parsed for minutes.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 def _read_yaml(path: Path, located: _Located) -> dict[str, Any]:
     file = str(path)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise InputError(file, f"too large for a config ({size} bytes; the limit is {MAX_CONFIG_BYTES // 1024} KiB)")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(file, "file not found") from None
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(file, f"not UTF-8 text (byte {exc.start})") from None
+        undecoded = exc.object  # offsets count from after a BOM, if there was one
+        line = undecoded[: exc.start].count(b"\n") + 1
+        column = exc.start - (undecoded.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(file, f"not UTF-8 text (byte 0x{undecoded[exc.start]:02x} at column {column})", line=line) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:

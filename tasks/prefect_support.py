@@ -87,6 +87,56 @@ def result_storage(run_root: str) -> Any:
     return block
 
 
+# ---------------------------------------------------------------- call accounting
+
+def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Sum per-model gateway counters (http_calls, tokens, cache_hits ...) of several processes."""
+    merged: dict[str, dict[str, float]] = {}
+    for snapshot in snapshots:
+        for model, counters in snapshot.items():
+            target = merged.setdefault(model, {})
+            for name, amount in counters.items():
+                target[name] = target.get(name, 0) + amount
+    return merged
+
+
+def _gateway_stats(config: dict[str, Any]) -> dict[str, dict[str, float]]:
+    from tasks.gateway import gateway_for
+
+    return gateway_for(config).stats_snapshot()
+
+
+def _current_dask_client() -> Any:
+    """The Dask client of the running flow's DaskTaskRunner, if it has one."""
+    try:
+        from prefect.context import FlowRunContext
+
+        context = FlowRunContext.get()
+    except Exception:
+        return None
+    runner = getattr(context, "task_runner", None)
+    if runner is None or type(runner).__name__ != "DaskTaskRunner":
+        return None
+    return getattr(runner, "_client", None)
+
+
+def run_call_stats(config: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Call accounting of a flow run.
+
+    Gateways are per process: with the thread runner every call went through the flow
+    process's gateway; with the Dask runner the calls were made in the worker processes,
+    so their gateways' counters are collected too (``Client.run`` on every worker).
+    """
+    snapshots = [_gateway_stats(config)]
+    client = _current_dask_client()
+    if client is not None:
+        try:
+            snapshots.extend(client.run(_gateway_stats, config).values())
+        except Exception as exc:  # accounting must never fail a finished run
+            log.warning("could not collect call statistics from Dask workers: %s", exc)
+    return merge_call_stats(snapshots)
+
+
 # ---------------------------------------------------------------- artifacts
 
 def _in_run() -> bool:

@@ -44,7 +44,7 @@ import io
 import json
 import math
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +289,7 @@ def prepare(
     _fail(source, line_of, _is_missing(model) | (model.astype(str).str.strip() == "").to_numpy(),
           "model", lambda i: "model name is missing")
     _fail(source, line_of, _is_missing(df["item_id"]), "item_id", lambda i: "item_id is missing")
+    _fail(source, line_of, _is_missing(df["expected"]), "expected", lambda i: "expected is missing")
 
     # Labels become small integer codes in fixed label spaces (EXPECTED_LABELS,
     # DECISION_LABELS): a refusal code has the same number in both, so "right code" is
@@ -407,21 +408,44 @@ def _csv_line_of(path: Path) -> LineOf:
     return line_of
 
 
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) per physical line; an oversized or non-UTF-8 line is an InputError.
+
+    Lines are read with a size bound, so an enormous line is refused without being loaded.
+    """
+    from tasks.basesets import MAX_LINE_BYTES
+
+    with path.open("rb") as handle:
+        number = 0
+        while chunk := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+                raise InputError(str(path), f"line is longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB; refusing to read it",
+                                 line=number)
+            if number == 1:
+                chunk = chunk.removeprefix(b"\xef\xbb\xbf")
+            try:
+                text = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(str(path), f"not valid UTF-8 (byte 0x{chunk[exc.start]:02x} at column {exc.start + 1})",
+                                 line=number) from None
+            yield number, text
+
+
 def _read_jsonl(path: Path) -> tuple[pd.DataFrame, list[int]]:
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(str(path), f"invalid JSON: {exc.msg}", line=number) from None
-            if not isinstance(record, dict):
-                raise InputError(str(path), "each line must be a JSON object", line=number)
-            records.append(record)
-            lines.append(number)
+    for number, line in _jsonl_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(str(path), f"invalid JSON: {exc.msg}", line=number) from None
+        if not isinstance(record, dict):
+            raise InputError(str(path), "each line must be a JSON object", line=number)
+        records.append(record)
+        lines.append(number)
     return pd.DataFrame.from_records(records), lines
 
 

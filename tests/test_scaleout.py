@@ -25,7 +25,7 @@ from tasks.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
 from tests.test_evaluation_flow import ITEMS, oracle
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ["refuser", "answerer", "oracle"]
@@ -248,5 +248,8 @@ def test_dask_runner(tmp_path, fake_llm, benchmark, monkeypatch):
     assert metrics("dask") == metrics("threads")
     judged = {f: comparable_judgments(pd.read_parquet(tmp_path / f / "judgments.parquet")) for f in ("threads", "dask")}
     assert judged["dask"] == judged["threads"]
-    manifest = json.loads((tmp_path / "dask" / "manifest.json").read_text())
-    assert manifest["status"] == "completed"
+    manifests = {f: json.loads((tmp_path / f / "manifest.json").read_text()) for f in ("threads", "dask")}
+    assert manifests["dask"]["status"] == "completed"
+    # Call accounting is collected from the worker processes, where the calls were made.
+    http_calls = {f: {m: c.get("http_calls", 0) for m, c in manifests[f]["calls"].items()} for f in manifests}
+    assert http_calls["dask"] == http_calls["threads"] == {"refuser": 10, "answerer": 10, "oracle": 10, "judge": 8}

@@ -235,6 +235,8 @@ class AgreementReport(Record):
 # ----------------------------------------------------------------- QA-pair loaders
 
 _QA_FIELDS = ("id", "question", "answer")
+# Same bound as base sets: a QA pair is a sentence or two, never megabytes.
+MAX_QA_LINE_BYTES = 10 * 1024 * 1024
 
 
 def _text_field(obj: dict[str, Any], name: str, file: str, line: int | None, where: str = "") -> tuple[str | None, InputError | None]:
@@ -273,8 +275,14 @@ def load_qa_jsonl(path: str | Path) -> list[QAPair]:
     errors: list[InputError] = []
     pairs: list[QAPair] = []
     first_line_of: dict[str, int] = {}
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    # Split on "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON
+    # allows unescaped inside strings, and would misnumber or break such lines.
+    for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
+            continue
+        if len(line) > MAX_QA_LINE_BYTES // 4 and len(line.encode("utf-8")) > MAX_QA_LINE_BYTES:
+            errors.append(InputError(file, f"line is longer than {MAX_QA_LINE_BYTES // (1024 * 1024)} MiB; refusing to parse it",
+                                     line=line_no))
             continue
         try:
             obj = json.loads(line)

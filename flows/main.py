@@ -1,0 +1,45 @@
+"""The main job: generate -> evaluate -> report, in one run folder (DESIGN.md §4 ``run``).
+
+With the embedded default config this pulls the local models (first run only), starts
+llama.cpp once for both stages, and needs no API key and no second terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from flows.common import configured, model_endpoints
+from flows.evaluation import evaluation_flow
+from flows.generation import generation_flow, prepare_inputs
+from tasks.config import load_config
+from tasks.errors import InputError
+
+
+@flow(name="refusalbench-run", log_prints=True)
+def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+    cfg = load_config(config_path)
+    with model_endpoints(cfg, cfg.used_models()):
+        generated = configured(generation_flow, cfg, out)(config_path, out, seed)
+        print(f"benchmark: {generated['sampled']} items ({generated['accepted']} accepted of "
+              f"{generated['candidates']} candidates)")
+        if generated["sampled"] == 0:
+            raise RuntimeError("the benchmark is empty: no candidate passed verification (see gv_analysis.json)")
+        evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out)
+    return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
+            "generation": generated}
+
+
+def check_main_inputs(config_path: str, seed: int | None = None):
+    cfg = load_config(config_path)
+    if cfg.generation is None or cfg.evaluation is None:
+        raise InputError(str(config_path), "the main job needs both a generation and an evaluation section")
+    prepare_inputs(cfg, cfg.generation.seed if seed is None else seed)
+    return cfg
+
+
+def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+    """CLI entry: check all input first (exit 2), then run both stages."""
+    cfg = check_main_inputs(config_path, seed)
+    return configured(main_flow, cfg, out)(config_path, out, seed)

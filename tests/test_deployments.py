@@ -1,0 +1,193 @@
+"""Deployments: prefect.yaml and the serve script describe the same flows correctly (fast),
+and a real Prefect server + process worker runs a registered deployment end to end (slow).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib import import_module
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tasks.records import BenchmarkItem
+from tasks.store import ArtifactStore
+from tests.scripted import by_model, judge_by_reference
+from tests.test_evaluation_flow import ITEMS, oracle
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFECT_YAML = ROOT / "deployments" / "prefect.yaml"
+PREFECT = [sys.executable, "-m", "prefect"]
+
+
+def load_prefect_yaml() -> dict:
+    return yaml.safe_load(PREFECT_YAML.read_text())
+
+
+def flow_of(entrypoint: str):
+    path, name = entrypoint.split(":")
+    return getattr(import_module(path.removesuffix(".py").replace("/", ".")), name)
+
+
+# ---------------------------------------------------------------- fast: the definitions
+
+def test_prefect_yaml_deployments_match_the_flows():
+    spec = load_prefect_yaml()
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert set(deployments) == {"refresh", "generate", "evaluate", "knowornot"}
+    assert spec["pull"] == [{"prefect.deployments.steps.set_working_directory":
+                             {"directory": "{{ $REFUSALBENCH_PROJECT_DIR }}"}}]
+    for name, deployment in deployments.items():
+        assert deployment["work_pool"]["name"] == "refusalbench"
+        assert (ROOT / deployment["entrypoint"].split(":")[0]).is_file()
+        flow = flow_of(deployment["entrypoint"])
+        signature = inspect.signature(flow.fn)
+        # Every preset parameter is a real parameter of the flow; preset paths exist or are runs.
+        assert set(deployment.get("parameters", {})) <= set(signature.parameters), name
+    refresh = deployments["refresh"]
+    assert [s["cron"] for s in refresh["schedules"]] == ["0 4 * * 1"]
+    assert refresh["concurrency_limit"] == 1
+    assert {"config_path", "out_root", "rounds_to_compare"} <= set(inspect.signature(flow_of(refresh["entrypoint"]).fn).parameters)
+    for name in ("generate", "evaluate", "knowornot"):
+        assert not deployments[name].get("schedules")
+
+
+def test_serve_builds_the_same_deployments():
+    from deployments.serve import build_deployments, parse_args
+
+    spec = {d["name"]: d for d in load_prefect_yaml()["deployments"]}
+    built = {d.name: d for d in build_deployments(cron="*/30 * * * *", config_path="configs/x.yaml", out_root="s3://b/r")}
+    assert set(built) == set(spec)
+    for name, deployment in built.items():
+        assert deployment.entrypoint == spec[name]["entrypoint"]
+        assert deployment.parameters["config_path"] == "configs/x.yaml"
+    (schedule,) = built["refresh"].schedules
+    assert schedule.schedule.cron == "*/30 * * * *"
+    assert built["refresh"].parameters["out_root"] == "s3://b/r"
+    assert not built["evaluate"].schedules
+    assert build_deployments(cron=None, config_path="c", out_root="o")[0].schedules == []
+    assert parse_args(["--cron", "5 1 * * *", "--limit", "3"]).limit == 3
+
+
+# ---------------------------------------------------------------- slow: a real server and worker
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def prefect_env(tmp_path: Path, api_url: str) -> dict[str, str]:
+    """A clean Prefect environment: own home and SQLite database, no telemetry, no UI."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_API_URL": api_url,
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        "PREFECT_CLI_COLORS": "false",
+        "PREFECT_CLI_WRAP_LINES": "false",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PYTHONPATH": str(ROOT),
+        "REFUSALBENCH_PROJECT_DIR": str(ROOT),
+        "REFUSALBENCH_CACHE_DIR": str(tmp_path / "cache"),
+        "COLUMNS": "200",
+    })
+    return env
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a process we started and its children (it leads its own session)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+
+@pytest.fixture
+def prefect_server(tmp_path):
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = prefect_env(tmp_path, api_url)
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("prefect server did not become healthy:\n"
+                                   + (tmp_path / "server.log").read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
+        yield api_url, env
+    finally:
+        stop(server)
+        log.close()
+
+
+def prefect_cli(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
+    done = subprocess.run([*PREFECT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_deployment_runs_on_a_process_worker(tmp_path, fake_llm, prefect_server):
+    api_url, env = prefect_server
+    fake_llm.responder = by_model({"refuser": lambda req: "REFUSE_MISSING", "oracle": oracle, "judge": judge_by_reference})
+    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
+                       for n in ("refuser", "oracle", "judge"))
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\n"
+                      "evaluation:\n  targets: [refuser, oracle]\n  judge: judge\n  bootstrap: 50\n")
+    benchmark = ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", ITEMS, BenchmarkItem)
+    out = tmp_path / "run"
+
+    # Register exactly as the README says: a process work pool, then the yaml's deployment.
+    prefect_cli(["work-pool", "create", "refusalbench", "--type", "process"], env)
+    prefect_cli(["--no-prompt", "deploy", "--prefect-file", str(PREFECT_YAML), "--name", "evaluate"], env)
+    deployment = httpx.get(f"{api_url}/deployments/name/refusalbench-evaluate/evaluate", timeout=10).json()
+    assert deployment["work_pool_name"] == "refusalbench"
+    assert deployment["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]
+
+    triggered = prefect_cli(["deployment", "run", "refusalbench-evaluate/evaluate",
+                             "--param", f"config_path={config}", "--param", f"benchmark={benchmark}",
+                             "--param", f"out={out}"], env)
+    run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", triggered).group(1)
+
+    worker = subprocess.run([*PREFECT, "worker", "start", "--pool", "refusalbench", "--type", "process", "--run-once"],
+                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    flow_run = httpx.get(f"{api_url}/flow_runs/{run_id}", timeout=10).json()
+    assert flow_run["state"]["type"] == "COMPLETED", (flow_run["state"], worker.stdout[-4000:], worker.stderr[-4000:])
+    assert flow_run["parameters"]["out"] == str(out)
+
+    metrics = json.loads((out / "metrics.json").read_text())["models"]
+    assert set(metrics) == {"refuser", "oracle"}
+    assert metrics["oracle"]["answer_accuracy"] == 1.0
+    assert "oracle" in (out / "report.html").read_text()
+    # The run's UI artifacts (leaderboard, report link) were published to the server.
+    artifacts = httpx.post(f"{api_url}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}},
+                           timeout=10).json()
+    assert {"leaderboard", "report"} <= {a["key"] for a in artifacts if a.get("key")}
