@@ -177,7 +177,7 @@ def models_serve(
 
     cfg = load_config(_config_path(config))
     chosen = names or [n for n, m in cfg.models.items() if m.local is not None]
-    serve_forever(cfg.models, chosen, host=host, port=port)
+    raise typer.Exit(serve_forever(cfg.models, chosen, host=host, port=port))
 
 
 # ---------------------------------------------------------------- flows
@@ -336,8 +336,15 @@ def _is_usage_error(exc: BaseException) -> bool:
     return any(cls.__name__ in ("ClickException", "UsageError") for cls in type(exc).__mro__) and hasattr(exc, "show")
 
 
+def _echo_progress(title: str, done: int, total: int) -> None:
+    err.print(f"[dim]{title}: {done}/{total}[/dim]", highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     configure_prefect_env()
+    import tasks.prefect_support as prefect_support
+
+    prefect_support.PROGRESS_ECHO = _echo_progress
     try:
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:

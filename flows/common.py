@@ -20,7 +20,7 @@ def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> li
     """Models of ``names`` that can run now. Fails fast (exit 2) unless skip_unavailable."""
     from tasks.local_models import check_available
 
-    reasons = check_available(names, cfg.models, probe=probe)
+    reasons = check_available(names, cfg.models, probe=probe, allow_pull=True)
     missing = {name: why for name, why in reasons.items() if why}
     if not missing:
         return list(names)
@@ -77,6 +77,27 @@ def check_or_raise(cfg: RunConfig, names: list[str]) -> list[str]:
     return usable
 
 
+def one_model_at_a_time(cfg: RunConfig, names: list[str]) -> bool:
+    """True when several of ``names`` share our local llama.cpp server.
+
+    That server keeps one model in memory and reloads weights whenever consecutive
+    requests name different models (seconds each), so the flows then finish one model's
+    tasks before starting the next instead of interleaving them.
+    """
+    return sum(1 for n in set(names) if cfg.models[n].local is not None and not cfg.models[n].api_base) > 1
+
+
+def submit_per_model(task_fn, models: list[str], args_for, *, sequential: bool) -> dict[str, list]:
+    """Submit ``task_fn`` for every model's argument tuples; optionally one model at a time."""
+    futures: dict[str, list] = {}
+    for model in models:
+        futures[model] = [task_fn.submit(*args) for args in args_for(model)]
+        if sequential:
+            for future in futures[model]:
+                future.wait()
+    return futures
+
+
 def configured(flow_fn, cfg: RunConfig, out: str):
     """The flow with the config's task runner and task results persisted in the run folder."""
     from tasks.prefect_support import result_storage, task_runner
@@ -84,4 +105,4 @@ def configured(flow_fn, cfg: RunConfig, out: str):
     return flow_fn.with_options(task_runner=task_runner(cfg.runner), result_storage=result_storage(out))
 
 
-__all__ = ["load_run_config", "usable_models", "model_endpoints", "needs_local_server", "check_or_raise", "configured", "ModelUnavailable"]
+__all__ = ["load_run_config", "usable_models", "model_endpoints", "needs_local_server", "check_or_raise", "configured", "one_model_at_a_time", "submit_per_model", "ModelUnavailable"]

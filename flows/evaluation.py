@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from prefect import flow
 
-from flows.common import check_or_raise, configured, model_endpoints
+from flows.common import check_or_raise, configured, model_endpoints, one_model_at_a_time, submit_per_model
 from tasks.config import load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
@@ -130,17 +130,22 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
                     shards.append((name, _digest([i.model_dump() for i in chunk], all_template_hashes(), ev.confidence,
                                                  package_version())))
                 respond = respond_shard_task()
-                futures = {(t, name): respond.submit(config_dump, out, t, name, digest, api_bases)
-                           for t in targets for name, digest in shards}
-            with recorder.stage("judge"):
                 judge_task = judge_shard_task()
-                judge_futures = []
-                for (target, _), future in futures.items():
-                    shard = future.result()
-                    judge_futures.append(judge_task.submit(config_dump, out, target, shard,
-                                                           _digest(shard, cfg.models[judge].model_dump(mode="json"),
-                                                                   all_template_hashes(), package_version()), api_bases))
-                responses = [r for f in futures.values() for r in store.read_records(f.result(), Response)]
+                sequential = one_model_at_a_time(cfg, targets + [judge])
+                judge_digest = _digest(cfg.models[judge].model_dump(mode="json"), all_template_hashes(), package_version())
+                responded = submit_per_model(respond, targets,
+                                             lambda t: [(config_dump, out, t, name, digest, api_bases) for name, digest in shards],
+                                             sequential=sequential)
+            with recorder.stage("judge"):
+                # A respond future passed as an argument makes the judge task wait for it, so
+                # judging overlaps with other targets' responses (unless one local server).
+                judged = submit_per_model(judge_task, targets,
+                                          lambda t: [(config_dump, out, t, f, _digest(judge_digest, digest), api_bases)
+                                                     for f, (_, digest) in zip(responded[t], shards)],
+                                          sequential=sequential)
+                futures = [f for t in targets for f in responded[t]]
+                judge_futures = [f for t in targets for f in judged[t]]
+                responses = [r for f in futures for r in store.read_records(f.result(), Response)]
                 judgments = [j for f in judge_futures for j in store.read_records(f.result(), Judgment)]
                 store.write_records("responses.parquet", responses, Response)
                 store.write_records("judgments.parquet", judgments, Judgment)

@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import check_or_raise, configured, model_endpoints
+from flows.common import check_or_raise, configured, model_endpoints, one_model_at_a_time, submit_per_model
 from tasks.config import RunConfig, load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
@@ -95,9 +95,10 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
                                                       [items_by_id[a.base_id].model_dump() for a in chunk],
                                                       hashes, package_version())))
                 generate = generate_shard_task()
-                futures = [generate.submit(config_dump, out, g, name, digest, api_bases)
-                           for g in generators for name, digest in shard_names]
-                candidates: list[Candidate] = _concat(store, [f.result() for f in futures], Candidate)
+                futures = submit_per_model(generate, generators,
+                                           lambda g: [(config_dump, out, g, name, digest, api_bases) for name, digest in shard_names],
+                                           sequential=one_model_at_a_time(cfg, generators))
+                candidates: list[Candidate] = _concat(store, [f.result() for g in generators for f in futures[g]], Candidate)
                 store.write_records("candidates.parquet", candidates, Candidate)
                 recorder.artifact("candidates.parquet")
                 recorder.count(candidates=len(candidates),
@@ -114,9 +115,11 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
                         name = f"_work/verify-input-{round_index:02d}-{index:04d}.parquet"
                         store.write_records(name, chunk, Candidate)
                         shards.append((name, _digest([c.model_dump() for c in chunk], hashes, package_version())))
-                    futures = [verify.submit(config_dump, out, v, name, digest, api_bases)
-                               for v in round_verifiers for name, digest in shards if pending]
-                    round_rows = _concat(store, [f.result() for f in futures], Verification)
+                    futures = submit_per_model(verify, round_verifiers,
+                                               lambda v: [(config_dump, out, v, name, digest, api_bases)
+                                                          for name, digest in shards if pending],
+                                               sequential=one_model_at_a_time(cfg, verifiers))
+                    round_rows = _concat(store, [f.result() for v in round_verifiers for f in futures[v]], Verification)
                     verifications.extend(round_rows)
                     if gen.verification == "short_circuit":
                         failed = {r.candidate_id for r in round_rows if r.verdict != "PASS"}

@@ -246,9 +246,9 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
                                                                           recorder.manifest.counts))
             publish_table("knowornot-rates", _records(metrics), "Abstention and factuality per configuration")
             publish_link("knowornot-report", report_uri if "://" in report_uri else f"file://{report_uri}", "report.html")
-        from tasks.gateway import gateway_for
+        from tasks.prefect_support import run_call_stats
 
-        recorder.calls(gateway_for(config_dump).stats_snapshot())
+        recorder.calls(run_call_stats(config_dump))
         recorder.finish("completed")
     except BaseException:
         recorder.finish("failed")

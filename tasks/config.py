@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -295,6 +296,11 @@ def _describe_validation_error(exc: ValidationError, located: _Located) -> Input
         file, line = located.find(loc[:-1])
     else:
         problem = err["msg"].removeprefix("Value error, ")
+        # Whole-config checks (e.g. _models_exist) name the key they concern as "key.path: problem".
+        head, separator, rest = problem.partition(": ")
+        if not loc and separator and re.fullmatch(r"[A-Za-z_][\w.]*", head):
+            field, problem = head, rest
+            file, line = located.find(tuple(head.split(".")))
     return InputError(file, problem, line=line, field=field)
 
 

@@ -179,6 +179,8 @@ class FakeLLMServer:
             "response_format": body.get("response_format"),
             "fault": fault.kind if fault else None,
             "status": fault.status if fault and fault.kind == "status" else 200,
+            # What the client authenticated with: lets a test prove a key from the environment was used.
+            "authorization": request.headers.get("Authorization"),
         }
         self._log(entry)
         self.inflight += 1

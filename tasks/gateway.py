@@ -16,7 +16,10 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import copy
+import functools
 import hashlib
 import json
 import logging
@@ -84,11 +87,18 @@ def schema_name(schema: type[BaseModel]) -> str:
     return schema.__name__
 
 
-def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    # Self-contained schema (no $refs, every field required) so llama.cpp's grammar honours it.
+@functools.lru_cache(maxsize=None)
+def _built_schema(schema: type[BaseModel]) -> dict[str, Any]:
     from tasks.llm_outputs import json_schema_for
 
     return json_schema_for(schema)
+
+
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Self-contained schema (no $refs, every field required) so llama.cpp's grammar honours it.
+    # Built once per output class (pydantic takes up to ~1 ms, twice per call, on the
+    # gateway's single event-loop thread); each caller gets its own copy to change freely.
+    return copy.deepcopy(_built_schema(schema))
 
 
 def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None) -> str:
@@ -136,9 +146,28 @@ class _LoopThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="refusalbench-gateway", daemon=True)
         self.thread.start()
+        atexit.register(self.close)
 
     def submit(self, coro) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        """Cancel background tasks (LiteLLM's logging worker) and stop the loop, quietly."""
+        if not self.loop.is_running():
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout=5)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
 
 
 def _retry_after_seconds(exc: BaseException) -> float | None:

@@ -610,8 +610,18 @@ def _credentials(cfg: ModelConfig) -> tuple[str, str | None]:
     return "not needed", None
 
 
-def model_status(name: str, cfg: ModelConfig, *, probe: bool = False, cache_dir: str | Path | None = None) -> dict[str, Any]:
-    """One row of ``models list``: where it runs, credentials, endpoint, cached weights, availability."""
+def model_status(
+    name: str,
+    cfg: ModelConfig,
+    *,
+    probe: bool = False,
+    cache_dir: str | Path | None = None,
+    allow_pull: bool = False,
+) -> dict[str, Any]:
+    """One row of ``models list``: where it runs, credentials, endpoint, cached weights, availability.
+
+    ``allow_pull``: missing weights do not make a local model unavailable (the caller pulls them).
+    """
     row: dict[str, Any] = {
         "name": name,
         "model": cfg.model,
@@ -631,7 +641,7 @@ def model_status(name: str, cfg: ModelConfig, *, probe: bool = False, cache_dir:
         row["credentials"] = "not needed"
         pulled = is_pulled(name, cfg.local, cache_dir)  # type: ignore[arg-type]
         row["weights"] = "cached" if pulled else "not pulled"
-        if not pulled:
+        if not pulled and not allow_pull:
             reasons.append(f"weights not pulled (refusalbench models pull {name})")
         if not llama_cpp_installed():
             reasons.append(f"llama-cpp-python not installed ({LOCAL_EXTRA_HINT})")
@@ -663,6 +673,7 @@ def check_available(
     probe: bool = True,
     *,
     cache_dir: str | Path | None = None,
+    allow_pull: bool = False,
 ) -> dict[str, str | None]:
     """For each name: None when it can run, else the reason it cannot (asked before a run starts)."""
     out: dict[str, str | None] = {}
@@ -671,7 +682,7 @@ def check_available(
         if cfg is None:
             out[name] = "not in the model registry"
             continue
-        out[name] = model_status(name, cfg, probe=probe, cache_dir=cache_dir)["reason"]
+        out[name] = model_status(name, cfg, probe=probe, cache_dir=cache_dir, allow_pull=allow_pull)["reason"]
     return out
 
 

