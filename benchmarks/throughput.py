@@ -6,8 +6,9 @@ For each benchmark size and concurrency, one evaluation run (a target and a judg
 at that concurrency) is made in a fresh process, then repeated with the same call cache:
 
 - achieved calls/s of the target while warm (middle 80% of its requests) vs the bound;
-- busy time (some request in flight at the server) and Prefect/flow overhead: wall time
-  minus busy time, per Prefect task;
+- start-up (process start to the first request: imports, flow run, first task) and the
+  remaining Prefect/flow overhead: wall time minus start-up minus busy time (some request
+  in flight at the server), per Prefect task;
 - peak RSS of the flow process;
 - the cached re-run: wall time and requests sent (target: 0).
 
@@ -118,6 +119,7 @@ def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
     from tasks.prefect_support import configure_prefect_env
 
     configure_prefect_env()
+    started_at = time.time()
     started = time.perf_counter()
     if kind == "evaluate":
         from flows.evaluation import run_evaluation
@@ -129,7 +131,7 @@ def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
         run_knowornot(config, out)
     wall = time.perf_counter() - started
     manifest = json.loads((Path(out) / "manifest.json").read_text())
-    print(json.dumps({"wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    print(json.dumps({"started_at": started_at, "wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "timings": manifest.get("timings_s", {}), "calls": manifest.get("calls", {})}))
 
 
@@ -182,6 +184,8 @@ def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurre
     target = [c["time"] for c in calls if c["model"] == "target"]
     judge = [c["time"] for c in calls if c["model"] == "judge"]
     busy = busy_seconds([c["time"] for c in calls], latency)
+    # Start-up: process start to the first request (imports, flow run, first task, LiteLLM import).
+    startup = min(c["time"] for c in calls) - first["started_at"]
     n_tasks = 2 * math.ceil(n / SHARD_SIZE)  # respond + judge shards
     middle = len(server.calls)
     second = run_child("evaluate", config, folder / "run2", benchmark, env)
@@ -191,8 +195,8 @@ def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurre
         "items": n, "concurrency": concurrency, "calls": len(calls), "target_calls": len(target), "judge_calls": len(judge),
         "bound_per_model": bound, "warm_rate": rate, "warm_pct": 100 * rate / bound,
         "judge_rate": warm_rate(judge), "overall_rate": len(calls) / first["wall_s"],
-        "max_inflight": server.max_inflight, "wall_s": first["wall_s"], "busy_s": busy,
-        "overhead_per_task_s": (first["wall_s"] - busy) / n_tasks, "tasks": n_tasks,
+        "max_inflight": server.max_inflight, "wall_s": first["wall_s"], "busy_s": busy, "startup_s": startup,
+        "overhead_per_task_s": (first["wall_s"] - startup - busy) / n_tasks, "tasks": n_tasks,
         "maxrss_mib": first["maxrss_mib"], "stage_s": first["timings"],
         "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle,
         "cached_maxrss_mib": second["maxrss_mib"],
@@ -220,11 +224,11 @@ def measure_loo(server, env: dict[str, str], work: Path, concurrency: int) -> li
 def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, latency: float) -> None:
     print(f"\n### Evaluation flow, fake provider at {latency * 1000:.0f} ms per call (target + judge, each at the concurrency)\n")
     print("| items | conc. | calls | bound/model (calls/s) | target warm calls/s | % of bound | judge warm calls/s "
-          "| wall s | busy s | overhead/task s | peak RSS MiB | cached re-run s | cached calls |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| wall s | start-up s | busy s | other overhead/task s | peak RSS MiB | cached re-run s | cached calls |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in evals:
         print(f"| {r['items']} | {r['concurrency']} | {r['calls']} | {r['bound_per_model']:.0f} | {r['warm_rate']:.1f} "
-              f"| {r['warm_pct']:.0f}% | {r['judge_rate']:.1f} | {r['wall_s']:.1f} | {r['busy_s']:.1f} "
+              f"| {r['warm_pct']:.0f}% | {r['judge_rate']:.1f} | {r['wall_s']:.1f} | {r['startup_s']:.1f} | {r['busy_s']:.1f} "
               f"| {r['overhead_per_task_s']:.2f} ({r['tasks']} tasks) | {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} "
               f"| {r['cached_calls']} |")
     if loo is None:
@@ -242,7 +246,7 @@ def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[2000, 10000], help="benchmark sizes (none: LOO only)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--loo", action=argparse.BooleanOptionalAction, default=True)

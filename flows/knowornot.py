@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from prefect import flow, task
+from prefect import flow
 
 from flows.common import check_or_raise, configured, model_endpoints
 from tasks.config import load_config
@@ -40,9 +40,9 @@ def _embedder(name: str):
 
 
 def _cached_task(fn, name: str):
-    from tasks.prefect_support import cache_policy
+    from tasks.shards import model_task
 
-    return task(fn, name=name, cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+    return model_task(fn, name, name)
 
 
 # ---------------------------------------------------------------- stages (thin: files in, files out)
@@ -53,7 +53,7 @@ def build_kb(config: dict, out: str, input_digest: str, api_bases: dict[str, str
     from tasks.knowornot.llm_stages import extract_facts, generate_qa
     from tasks.knowornot.records import AtomicFact, QAPair, Sentence, load_qa_pairs
     from tasks.knowornot.sentences import document_sentences, read_documents
-    from tasks.prefect_support import Progress
+    from tasks.shards import progress_callback
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
@@ -66,11 +66,10 @@ def build_kb(config: dict, out: str, input_digest: str, api_bases: dict[str, str
         documents = read_documents(kon["documents"])
         sentences = [s for d in documents for s in document_sentences(d)]
         store.write_records("sentences.parquet", sentences, Sentence)
-        progress = Progress("extract facts", len(sentences))
-        facts, fact_failures = extract_facts(gateway, model, documents, sentences, on_result=lambda _: progress.advance())
+        facts, fact_failures = extract_facts(gateway, model, documents, sentences,
+                                             on_result=progress_callback("extract facts", len(sentences)))
         store.write_records("facts.parquet", facts, AtomicFact)
-        progress = Progress("write QA pairs", len(facts))
-        pairs, qa_failures = generate_qa(gateway, model, facts, on_result=lambda _: progress.advance())
+        pairs, qa_failures = generate_qa(gateway, model, facts, on_result=progress_callback("write QA pairs", len(facts)))
         failures = fact_failures + qa_failures
     store.write_records("qa_pairs_all.parquet", pairs, QAPair)
     return {"pairs": len(pairs), "failures": failures}
@@ -114,7 +113,7 @@ def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict
     from tasks.knowornot.llm_stages import hyde_answers
     from tasks.knowornot.records import ExperimentInput, HypotheticalAnswers, QAPair
     from tasks.knowornot.retrieval import build_experiment_inputs, index_from_bytes, loo_violations
-    from tasks.prefect_support import Progress
+    from tasks.shards import progress_callback
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
@@ -126,9 +125,8 @@ def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict
     failures: list[dict] = []
     if "hyde_rag" in kon["retrieval"]:
         model = kon.get("extractor") or kon["evaluator"]
-        progress = Progress("HyDE answers", len(pairs))
         answers, failures = hyde_answers(gateway_for(config, api_bases), model, pairs, kon["hyde_answers"],
-                                         on_result=lambda _: progress.advance())
+                                         on_result=progress_callback("HyDE answers", len(pairs)))
         store.write_records("hyde_answers.parquet", answers, HypotheticalAnswers)
         hyde = {a.question_id: embedder.embed(a.answers) for a in answers}
     rows = build_experiment_inputs(pairs, question_vectors, index, kon["targets"], kon["retrieval"], kon["prompts"],
@@ -142,19 +140,16 @@ def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict
 
 def answer_shard(config: dict, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]) -> str:
     from tasks.gateway import gateway_for
-    from tasks.generate import shard_name
     from tasks.knowornot.llm_stages import answer_experiments
     from tasks.knowornot.records import ExperimentInput, ExperimentOutput, QAPair
-    from tasks.prefect_support import Progress
+    from tasks.shards import progress_callback, write_output_shard
 
     store = ArtifactStore(out)
     rows = [r for r in store.read_records(shard, ExperimentInput) if r.target == target]
     pairs = {p.id: p for p in store.read_records("qa_pairs.parquet", QAPair)}
-    progress = Progress(f"{target} answers", len(rows))
-    outputs = answer_experiments(gateway_for(config, api_bases), rows, pairs, on_result=lambda _: progress.advance())
-    name = shard_name("kon-answers", target, int(shard.rsplit("-", 1)[-1].split(".")[0]))
-    store.write_records(name, outputs, ExperimentOutput)
-    return name
+    outputs = answer_experiments(gateway_for(config, api_bases), rows, pairs,
+                                 on_result=progress_callback(f"{target} answers", len(rows)))
+    return write_output_shard(out, "kon-answers", target, shard, outputs, ExperimentOutput)
 
 
 def evaluate_shard(config: dict, out: str, answers: str, input_digest: str, api_bases: dict[str, str]) -> str:
@@ -162,15 +157,14 @@ def evaluate_shard(config: dict, out: str, answers: str, input_digest: str, api_
     from tasks.knowornot.evaluation import ABSTENTION, FACTUALITY
     from tasks.knowornot.llm_stages import evaluate_outputs
     from tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput
-    from tasks.prefect_support import Progress
+    from tasks.shards import progress_callback
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
     outputs = store.read_records(answers, ExperimentOutput)
     rows = store.read_records("experiment_inputs.parquet", ExperimentInput)
-    progress = Progress("evaluate answers", 2 * len(outputs))
     outcomes = evaluate_outputs(gateway_for(config, api_bases), kon["evaluator"], [ABSTENTION, FACTUALITY], rows, outputs,
-                                on_result=lambda _: progress.advance())
+                                on_result=progress_callback("evaluate answers", 2 * len(outputs)))
     name = answers.replace("kon-answers", "kon-evaluations")
     store.write_records(name, outcomes, EvalOutcome)
     return name

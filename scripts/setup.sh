@@ -36,7 +36,8 @@ if [ "$LOCAL" = 1 ]; then
   if ! ls "$WHEELHOUSE"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $LLAMA_VERSION (once; ~11 min on 2 cores)..."
     # Portable CPU build: the cached wheel must run on any x86-64 machine it is copied to.
-    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "${PIP[@]}" wheel --no-deps -w "$WHEELHOUSE" "llama-cpp-python==$LLAMA_VERSION"
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      "${PIP[@]}" wheel --no-deps -w "$WHEELHOUSE" "llama-cpp-python==$LLAMA_VERSION"
   fi
   "${PIP[@]}" install -c constraints.txt --find-links "$WHEELHOUSE" -e ".[test,local]"
 fi

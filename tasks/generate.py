@@ -107,51 +107,29 @@ def generate_candidates(
 
 # ---------------------------------------------------------------- Prefect task (thin layer)
 
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-
-
-def shard_name(kind: str, model: str, index: int) -> str:
-    return f"_work/{kind}/{_safe(model)}-{index:04d}.parquet"
-
-
 def _generate_shard(config: dict, run_root: str, generator: str, assignments_name: str, content_hash: str,
                     api_bases: dict[str, str]) -> str:
-    """Generate one shard of assignments with one generator; returns the shard's URI.
+    """Generate one shard of assignments with one generator; returns the output shard's name.
 
     ``content_hash`` covers what the task source does not: the shard's assignments, the
     base items, the catalogue and the prompt templates (Prefect's cache key uses it).
     """
     from tasks.gateway import gateway_for
     from tasks.levers import load_catalogue
-    from tasks.prefect_support import Progress
-    from tasks.records import Assignment, BaseItem, Candidate
+    from tasks.records import Assignment, BaseItem
+    from tasks.shards import progress_callback, write_output_shard
     from tasks.store import ArtifactStore
 
     store = ArtifactStore(run_root)
     assignments = store.read_records(assignments_name, Assignment)
     items = {item.id: item for item in store.read_records("base_items.parquet", BaseItem)}
     levers = {lever.id: lever for lever in load_catalogue()}
-    progress = Progress(f"generate with {generator}", len(assignments))
     candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
-                                     on_result=lambda _: progress.advance())
-    index = int(assignments_name.rsplit("-", 1)[-1].split(".")[0])
-    name = shard_name("candidates", generator, index)
-    store.write_records(name, candidates, Candidate)
-    return name
+                                     on_result=progress_callback(f"generate with {generator}", len(assignments)))
+    return write_output_shard(run_root, "candidates", generator, assignments_name, candidates, Candidate)
 
 
 def generate_shard_task():
-    """The Prefect task (built lazily so importing this module does not import Prefect)."""
-    from prefect import task
+    from tasks.shards import model_task
 
-    from tasks.prefect_support import cache_policy
-
-    return task(
-        _generate_shard,
-        name="generate-shard",
-        task_run_name="generate {generator} {assignments_name}",
-        cache_policy=cache_policy() - "api_bases",
-        retries=1,
-        retry_delay_seconds=2,
-    )
+    return model_task(_generate_shard, "generate-shard", "generate {generator} {assignments_name}")

@@ -90,26 +90,20 @@ def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses
 def _judge_shard(config: dict, run_root: str, target: str, responses_name: str, content_hash: str,
                  api_bases: dict[str, str]) -> str:
     from tasks.gateway import gateway_for
-    from tasks.generate import shard_name
-    from tasks.prefect_support import Progress
+    from tasks.shards import progress_callback, write_output_shard
     from tasks.store import ArtifactStore
 
     store = ArtifactStore(run_root)
     responses = store.read_records(responses_name, Response)
     items = {item.item_id: item for item in store.read_records("benchmark.parquet", BenchmarkItem)}
     judge = config["evaluation"]["judge"]
-    progress = Progress(f"judge {target}", sum(needs_judge(items[r.item_id], r) for r in responses))
-    rows = judge_responses(gateway_for(config, api_bases), items, responses, judge, on_result=lambda _: progress.advance())
-    index = int(responses_name.rsplit("-", 1)[-1].split(".")[0])
-    name = shard_name("judgments", target, index)
-    store.write_records(name, rows, Judgment)
-    return name
+    total = sum(needs_judge(items[r.item_id], r) for r in responses)
+    rows = judge_responses(gateway_for(config, api_bases), items, responses, judge,
+                           on_result=progress_callback(f"judge {target}", total))
+    return write_output_shard(run_root, "judgments", target, responses_name, rows, Judgment)
 
 
 def judge_shard_task():
-    from prefect import task
+    from tasks.shards import model_task
 
-    from tasks.prefect_support import cache_policy
-
-    return task(_judge_shard, name="judge-shard", task_run_name="judge {target} {responses_name}",
-                cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+    return model_task(_judge_shard, "judge-shard", "judge {target} {responses_name}")

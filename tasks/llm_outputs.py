@@ -66,6 +66,9 @@ VERIFIER_CRITERIA: tuple[str, ...] = (
 
 
 class VerifierOutput(LLMOutput):
+    # Notes come first: constrained decoding writes fields in order, so the model states
+    # its reasoning before committing to the booleans and the verdict.
+    notes: str = ""
     lever_fidelity: bool
     intensity_achieved: bool
     target_compliance: bool
@@ -76,7 +79,6 @@ class VerifierOutput(LLMOutput):
     refusal_class_alignment: bool
     strategy_compliance: bool | None = None
     verdict: Literal["PASS", "FAIL"]
-    notes: str = ""
 
     @field_validator("verdict", mode="before")
     @classmethod
@@ -95,15 +97,15 @@ class VerifierOutput(LLMOutput):
 # ----------------------------------------------------------------- judging
 
 class JudgeSingleOutput(LLMOutput):
+    rationale: str = ""  # first, so the judge reasons before scoring
     quality: int = Field(ge=1, le=5)
-    rationale: str = ""
 
 
 class JudgeMultiOutput(LLMOutput):
+    rationale: str = ""  # first, so the judge reasons before scoring
     eligibility: int = Field(ge=0, le=1)
     factuality: int = Field(ge=0, le=1)
     raf: int = Field(ge=0, le=1)
-    rationale: str = ""
 
     @field_validator("eligibility", "factuality", "raf", mode="before")
     @classmethod

@@ -48,26 +48,17 @@ def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confide
 def _respond_shard(config: dict, run_root: str, target: str, items_name: str, content_hash: str,
                    api_bases: dict[str, str]) -> str:
     from tasks.gateway import gateway_for
-    from tasks.generate import shard_name
-    from tasks.prefect_support import Progress
+    from tasks.shards import progress_callback, write_output_shard
     from tasks.store import ArtifactStore
 
-    store = ArtifactStore(run_root)
-    items = store.read_records(items_name, BenchmarkItem)
+    items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
     confidence = bool((config.get("evaluation") or {}).get("confidence"))
-    progress = Progress(f"{target} responds", len(items))
     rows = respond(gateway_for(config, api_bases), items, target, confidence=confidence,
-                   on_result=lambda _: progress.advance())
-    index = int(items_name.rsplit("-", 1)[-1].split(".")[0])
-    name = shard_name("responses", target, index)
-    store.write_records(name, rows, Response)
-    return name
+                   on_result=progress_callback(f"{target} responds", len(items)))
+    return write_output_shard(run_root, "responses", target, items_name, rows, Response)
 
 
 def respond_shard_task():
-    from prefect import task
+    from tasks.shards import model_task
 
-    from tasks.prefect_support import cache_policy
-
-    return task(_respond_shard, name="respond-shard", task_run_name="respond {target} {items_name}",
-                cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+    return model_task(_respond_shard, "respond-shard", "respond {target} {items_name}")

@@ -72,37 +72,22 @@ def verify_candidates(
 
 def _verify_shard(config: dict, run_root: str, verifier: str, candidates_name: str, content_hash: str,
                   api_bases: dict[str, str]) -> str:
-    """Verify one shard of candidates with one verifier; returns the shard's file name."""
+    """Verify one shard of candidates with one verifier; returns the output shard's name."""
     from tasks.gateway import gateway_for
-    from tasks.generate import shard_name
     from tasks.levers import load_catalogue
-    from tasks.prefect_support import Progress
-    from tasks.records import BaseItem, Candidate, Verification
+    from tasks.shards import progress_callback, write_output_shard
     from tasks.store import ArtifactStore
 
     store = ArtifactStore(run_root)
     candidates = store.read_records(candidates_name, Candidate)
     items = {item.id: item for item in store.read_records("base_items.parquet", BaseItem)}
     levers = {lever.id: lever for lever in load_catalogue()}
-    progress = Progress(f"verify with {verifier}", sum(c.status == "ok" for c in candidates))
     rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
-                             on_result=lambda _: progress.advance())
-    index = int(candidates_name.rsplit("-", 1)[-1].split(".")[0])
-    name = shard_name("verifications", verifier, index)
-    store.write_records(name, rows, Verification)
-    return name
+                             on_result=progress_callback(f"verify with {verifier}", sum(c.status == "ok" for c in candidates)))
+    return write_output_shard(run_root, "verifications", verifier, candidates_name, rows, Verification)
 
 
 def verify_shard_task():
-    from prefect import task
+    from tasks.shards import model_task
 
-    from tasks.prefect_support import cache_policy
-
-    return task(
-        _verify_shard,
-        name="verify-shard",
-        task_run_name="verify {verifier} {candidates_name}",
-        cache_policy=cache_policy() - "api_bases",
-        retries=1,
-        retry_delay_seconds=2,
-    )
+    return model_task(_verify_shard, "verify-shard", "verify {verifier} {candidates_name}")

@@ -307,12 +307,18 @@ def test_registry_can_be_included_and_overridden(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.local_llm
-def test_smollm2_pull_serve_and_chat() -> None:
+def test_smollm2_pull_serve_and_chat(tmp_path) -> None:
+    """The smallest real model end to end: pull + verify, serve, chat through the gateway."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'refusalbench[local]')")
-    import httpx
-    import jsonschema
+    from pydantic import BaseModel
 
+    from tasks.callcache import SQLiteCache
+    from tasks.gateway import Gateway
     from tasks.local_models import start_server
+
+    class Capital(BaseModel):
+        answer: str
+        confident: bool
 
     config = load_config(packaged_config("models.yaml"))
     name = "smollm2-135m-instruct"
@@ -320,32 +326,14 @@ def test_smollm2_pull_serve_and_chat() -> None:
     assert is_pulled(name, config.models[name].local)
 
     with start_server(config.models, [name]) as server:
-        url = server.api_base + "/chat/completions"
-        plain = httpx.post(
-            url,
-            json={"model": name, "messages": [{"role": "user", "content": "Name the capital of France."}], "max_tokens": 32, "temperature": 0},
-            timeout=120,
-        ).json()
-        assert plain["choices"][0]["message"]["content"].strip()
-        assert plain["usage"]["prompt_tokens"] > 0 and plain["usage"]["completion_tokens"] > 0
-
-        schema = {
-            "type": "object",
-            "properties": {"answer": {"type": "string"}, "confident": {"type": "boolean"}},
-            "required": ["answer", "confident"],
-        }
-        structured = httpx.post(
-            url,
-            json={
-                "model": name,
-                "messages": [{"role": "user", "content": "What is the capital of France? Reply in JSON."}],
-                "max_tokens": 96,
-                "temperature": 0,
-                "response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}},
-            },
-            timeout=120,
-        ).json()
-        jsonschema.validate(json.loads(structured["choices"][0]["message"]["content"]), schema)
+        gateway = Gateway(config.models, SQLiteCache(tmp_path / "calls.sqlite"), api_bases=server.api_bases)
+        plain = gateway.complete(name, [{"role": "user", "content": "Name the capital of France."}], max_tokens=32)
+        assert plain.ok and plain.text.strip()
+        assert plain.prompt_tokens > 0 and plain.completion_tokens > 0
+        structured = gateway.complete(name, [{"role": "user", "content": "What is the capital of France? Reply in JSON."}],
+                                      schema=Capital, max_tokens=96)
+        assert structured.ok, structured.error
+        assert isinstance(structured.parsed, Capital)
     assert not server.running()
 
 
