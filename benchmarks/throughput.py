@@ -222,6 +222,13 @@ def measure_loo(server, env: dict[str, str], work: Path, concurrency: int) -> li
 
 
 def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, latency: float) -> None:
+    if evals:
+        print_evaluation_table(evals, latency)
+    if loo is not None:
+        print_loo_table(loo)
+
+
+def print_evaluation_table(evals: list[dict[str, Any]], latency: float) -> None:
     print(f"\n### Evaluation flow, fake provider at {latency * 1000:.0f} ms per call (target + judge, each at the concurrency)\n")
     print("| items | conc. | calls | bound/model (calls/s) | target warm calls/s | % of bound | judge warm calls/s "
           "| wall s | start-up s | busy s | other overhead/task s | peak RSS MiB | cached re-run s | cached calls |")
@@ -231,8 +238,9 @@ def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, 
               f"| {r['warm_pct']:.0f}% | {r['judge_rate']:.1f} | {r['wall_s']:.1f} | {r['startup_s']:.1f} | {r['busy_s']:.1f} "
               f"| {r['overhead_per_task_s']:.2f} ({r['tasks']} tasks) | {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} "
               f"| {r['cached_calls']} |")
-    if loo is None:
-        return
+
+
+def print_loo_table(loo: list[dict[str, Any]]) -> None:
     print("\n### KnowOrNot leave-one-out, PolicyBench (4 retrieval modes x 1 prompt x 1 target), same fake provider\n")
     print("| knowledge base | questions | experiments | calls | wall s | peak RSS MiB | cached re-run s | cached calls |")
     print("|---|---|---|---|---|---|---|---|")

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from tasks.fake_llm import FakeLLMServer, FaultRates
@@ -340,6 +341,11 @@ def test_sigkill_mid_run_then_resume_resends_no_completed_call(tmp_path):
         cached_before = _cached_keys(cache_path)
         sent_before = _logged(log_path)
         assert not (out / "benchmark.parquet").exists()  # it really died mid-run
+        # Writes are atomic: whatever exists under a final name is whole (temp files are dot-named).
+        for path in out.rglob("*.parquet"):
+            pq.read_metadata(path)
+        for path in out.rglob("*.json"):
+            json.loads(path.read_text())
 
         second = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert second.returncode == 0, second.stderr[-3000:]
