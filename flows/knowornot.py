@@ -110,8 +110,8 @@ def filter_and_index(config: dict, out: str, input_digest: str) -> dict[str, Any
 def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict[str, str]) -> dict[str, Any]:
     """HyDE answers (if asked for) and the experiment grid with leave-one-out contexts."""
     from tasks.gateway import gateway_for
-    from tasks.knowornot.llm_stages import hyde_answers
-    from tasks.knowornot.records import ExperimentInput, HypotheticalAnswers, QAPair
+    from tasks.knowornot.llm_stages import hyde_answers, synthetic_ookb_questions
+    from tasks.knowornot.records import ExperimentInput, HypotheticalAnswers, OOKBQuestion, QAPair
     from tasks.knowornot.retrieval import build_experiment_inputs, index_from_bytes, loo_violations
     from tasks.shards import progress_callback
 
@@ -129,8 +129,22 @@ def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict
                                          on_result=progress_callback("HyDE answers", len(pairs)))
         store.write_records("hyde_answers.parquet", answers, HypotheticalAnswers)
         hyde = {a.question_id: embedder.embed(a.answers) for a in answers}
+    ookb: list = []
+    if kon.get("synthetic_ookb"):
+        model = kon.get("extractor") or kon["evaluator"]
+        ookb, ookb_failures = synthetic_ookb_questions(gateway_for(config, api_bases), model, pairs, kon["synthetic_ookb"],
+                                                       seed=kon["seed"], on_result=progress_callback("out-of-KB questions", 1))
+        failures += ookb_failures
+        store.write_records("ookb_questions.parquet", ookb, OOKBQuestion)
+        if hyde is not None:
+            # Synthetic questions need hypothetical answers too, or hyde_rag would have no query for them.
+            ookb_pairs = [QAPair(id=q.id, question=q.question, answer="") for q in ookb]
+            extra, extra_failures = hyde_answers(gateway_for(config, api_bases), model, ookb_pairs, kon["hyde_answers"])
+            failures += extra_failures
+            hyde.update({a.question_id: embedder.embed(a.answers) for a in extra})
     rows = build_experiment_inputs(pairs, question_vectors, index, kon["targets"], kon["retrieval"], kon["prompts"],
-                                   k=kon["k"], hyde_embeddings=hyde)
+                                   k=kon["k"], hyde_embeddings=hyde, ookb_questions=ookb,
+                                   ookb_embeddings=embedder.embed([q.question for q in ookb]) if ookb else None)
     violations = loo_violations(rows)
     if violations:  # never send a leaked context to a target
         raise RuntimeError(f"leave-one-out violated: {violations[0]}")

@@ -129,6 +129,10 @@ class HydeOutput(LLMOutput):
     answers: list[str]
 
 
+class OOKBQuestionsOutput(LLMOutput):
+    questions: list[str]
+
+
 # ----------------------------------------------------------------- schemas for constrained decoding
 
 M = TypeVar("M", bound=BaseModel)

@@ -36,6 +36,7 @@ TEMPLATES: tuple[str, ...] = (
     "kon_fact_extraction.j2",
     "kon_qa_generation.j2",
     "kon_hyde.j2",
+    "kon_ookb_questions.j2",
     "kon_eval_abstention.j2",
     "kon_eval_factuality.j2",
     "kon_system_basic.j2",

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from tests.scripted import by_model, fenced, last_user_text
+from tests.scripted import by_model, fenced, last_user_text, schema_name
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -45,8 +45,13 @@ def test_knowornot_flow(tmp_path, fake_llm):
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
-    fake_llm.responder = by_model({"tgt": target, "hyde": lambda r: json.dumps({"answers": ["A warranty lasts years."]}),
-                                   "eval": evaluator})
+    def helper_model(request):
+        if schema_name(request) == "OOKBQuestionsOutput":
+            return json.dumps({"questions": ["What is the dress code on Fridays?", "Who runs the canteen?",
+                                             "When are salaries paid?"]})  # the last repeats a known question
+        return json.dumps({"answers": ["A warranty lasts years."]})
+
+    fake_llm.responder = by_model({"tgt": target, "hyde": helper_model, "eval": evaluator})
     models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2" for n in ["tgt", "hyde", "eval"])
     config = tmp_path / "kon.yaml"
     config.write_text(f"""
@@ -66,26 +71,33 @@ knowornot:
   semantic_threshold: 0.05
   embedder: hashing
   label_sample: 4
+  synthetic_ookb: 2
 """)
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
-    assert len(inputs) == 6 * 4 * 2 == result["experiments"]
+    # 6 known questions + 2 synthetic out-of-KB ones (a repeat of a known question is dropped).
+    assert len(inputs) == (6 + 2) * 4 * 2 == result["experiments"]
+    assert inputs.ookb.sum() == 2 * 4 * 2
     # Leave-one-out: a question's own pair is never in its context.
     assert not any(row.question_id in list(row.context_ids) for row in inputs.itertuples())
-    sizes = inputs.groupby("retrieval")["context_ids"].apply(lambda s: set(map(len, s))).to_dict()
+    known = inputs[~inputs.ookb]
+    sizes = known.groupby("retrieval")["context_ids"].apply(lambda s: set(map(len, s))).to_dict()
     assert sizes == {"direct": {0}, "long_context": {5}, "basic_rag": {2}, "hyde_rag": {2}}
+    # A synthetic question has no pair of its own: its long context is the whole KB.
+    assert set(map(len, inputs[inputs.ookb & (inputs.retrieval == "long_context")].context_ids)) == {6}
     assert (out / "kb.faiss").exists()
     results = pd.read_parquet(out / "results.parquet")
     assert set(results.abstention.dropna()) == {"yes", "no"}
     salary = results[results.question.str.contains("salaries")]
     assert (salary.abstention == "yes").all() and salary.factuality.isna().all()
-    others = results[~results.question.str.contains("salaries")]
+    others = results[~results.question.str.contains("salaries") & ~results.ookb]
     assert (others.abstention == "no").all() and (others.factuality == "tier_1").all()
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert len(metrics) == 4 * 2
+    assert results[results.ookb].factuality.isna().all()  # nothing to compare a synthetic question's answer with
     row = metrics.iloc[0]
-    assert row["abstention_rate"] == pytest.approx(1 / 6)
+    assert row["abstention_rate"] == pytest.approx(1 / 8)
     assert row["factuality_rate"] == pytest.approx(1.0)
     assert len(pd.read_parquet(out / "label_sample.parquet")) == 4
     assert "KnowOrNot" in (out / "report.html").read_text()

@@ -102,6 +102,7 @@ def variables_for(name: str, text: str = "plain text", big: str | None = None) -
         "kon_fact_extraction.j2": {"sentence": text, "sentence_index": 7, "document_context": context},
         "kon_qa_generation.j2": {"fact": text},
         "kon_hyde.j2": {"question": text, "n": 3},
+        "kon_ookb_questions.j2": {"sample_questions": [text, "A plain known question?"], "n": 5},
         "kon_eval_abstention.j2": {
             "question": text, "expected_answer": text, "response": text,
             "tag": ABSTENTION_TAG, "outcomes": ABSTENTION_OUTCOMES,

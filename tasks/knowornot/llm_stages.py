@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 from tasks.gateway import CallResult, CallSpec, Gateway
 from tasks.knowornot.evaluation import EvalSpec, parse_eval_reply, render_eval_messages
 from tasks.knowornot.records import (AtomicFact, Document, EvalOutcome, ExperimentInput, ExperimentOutput,
-                                     HypotheticalAnswers, QAPair, Sentence)
+                                     HypotheticalAnswers, OOKBQuestion, QAPair, Sentence)
 from tasks.knowornot.retrieval import format_context
-from tasks.llm_outputs import AtomicFacts, HydeOutput, QAPairOutput
+from tasks.llm_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
 from tasks.prompting import render_messages
 
 OnResult = Callable[[CallResult], None] | None
@@ -76,6 +76,38 @@ def hyde_answers(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, 
             failures.append({"stage": "hyde", "item": pair.id, "error": result.error or "no hypothetical answer"})
             answers = [pair.question]
         out.append(HypotheticalAnswers(question_id=pair.id, model=model, answers=answers))
+    return out, failures
+
+
+def synthetic_ookb_questions(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, *, seed: int = 0,
+                             sample_size: int = 8, per_call: int = 5, on_result: OnResult = None
+                             ) -> tuple[list[OOKBQuestion], list[dict]]:
+    """``n`` questions on the knowledge base's subject that it likely cannot answer.
+
+    Each call sees a different seeded sample of known questions, so the batches differ.
+    Questions that repeat a known question (or each other) are dropped.
+    """
+    import random
+
+    rng = random.Random(seed)
+    known = [p.question for p in pairs]
+    calls = []
+    for batch in range(max(1, -(-n // per_call))):
+        sample = rng.sample(known, min(sample_size, len(known)))
+        calls.append(CallSpec(model=model, schema=OOKBQuestionsOutput, tag=f"ookb-{batch}",
+                              messages=render_messages("kon_ookb_questions.j2", sample_questions=sample, n=per_call)))
+    seen = {q.strip().lower() for q in known}
+    out: list[OOKBQuestion] = []
+    failures: list[dict] = []
+    for spec, result in zip(calls, gateway.complete_many(calls, on_result=on_result)):
+        if not result.ok:
+            failures.append({"stage": "ookb", "item": spec.tag, "error": result.error})
+            continue
+        for text in result.parsed.questions:
+            key = text.strip().lower()
+            if key and key not in seen and len(out) < n:
+                seen.add(key)
+                out.append(OOKBQuestion(id=f"ookb-{_short_hash(text)}", question=text.strip(), source=model))
     return out, failures
 
 
