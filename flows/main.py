@@ -15,6 +15,7 @@ from flows.evaluation import evaluation_flow
 from flows.generation import generation_flow, prepare_inputs
 from tasks.config import load_config
 from tasks.errors import InputError
+from tasks.store import ArtifactStore
 
 
 @flow(name="refusalbench-run", log_prints=True)
@@ -25,10 +26,23 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
         print(f"benchmark: {generated['sampled']} items ({generated['accepted']} accepted of "
               f"{generated['candidates']} candidates)")
         if generated["sampled"] == 0:
-            raise RuntimeError("the benchmark is empty: no candidate passed verification (see gv_analysis.json)")
+            # Nothing to evaluate. Still leave a report of the generation funnel and the
+            # verifier analysis, which say why, then fail the run.
+            report = write_generation_report(ArtifactStore(out))
+            raise RuntimeError(f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
+                               f"see the generator-verifier analysis in {report}")
         evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out)
     return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
             "generation": generated}
+
+
+def write_generation_report(store: ArtifactStore) -> str:
+    from tasks.report import ReportInputs, build_report
+
+    html = build_report(ReportInputs(metrics={}, gv_analysis=store.read_json("gv_analysis.json"),
+                                     manifest=store.read_json("manifest.json"),
+                                     title="RefusalBench report (generation only: empty benchmark)"))
+    return store.write_text("report.html", html)
 
 
 def check_main_inputs(config_path: str, seed: int | None = None):
