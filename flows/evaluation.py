@@ -129,8 +129,8 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
                     store.write_records(name, chunk, BenchmarkItem)
                     shards.append((name, _digest([i.model_dump() for i in chunk], all_template_hashes(), ev.confidence,
                                                  package_version())))
-                respond = respond_shard_task()
-                judge_task = judge_shard_task()
+                respond = respond_shard_task(out)
+                judge_task = judge_shard_task(out)
                 sequential = one_model_at_a_time(cfg, targets + [judge])
                 judge_digest = _digest(cfg.models[judge].model_dump(mode="json"), all_template_hashes(), package_version())
                 responded = submit_per_model(respond, targets,

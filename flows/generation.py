@@ -94,7 +94,7 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
                     shard_names.append((name, _digest([a.model_dump() for a in chunk],
                                                       [items_by_id[a.base_id].model_dump() for a in chunk],
                                                       hashes, package_version())))
-                generate = generate_shard_task()
+                generate = generate_shard_task(out)
                 futures = submit_per_model(generate, generators,
                                            lambda g: [(config_dump, out, g, name, digest, api_bases) for name, digest in shard_names],
                                            sequential=one_model_at_a_time(cfg, generators))
@@ -105,7 +105,7 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
                                candidates_by_status={s: sum(c.status == s for c in candidates) for s in ("ok", "parse_error", "call_error")})
 
             with recorder.stage("verify"):
-                verify = verify_shard_task()
+                verify = verify_shard_task(out)
                 verifications: list[Verification] = []
                 pending = [c for c in candidates if c.status == "ok"]
                 rounds = [[v] for v in verifiers] if gen.verification == "short_circuit" else [verifiers]

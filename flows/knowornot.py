@@ -39,10 +39,10 @@ def _embedder(name: str):
     return HashingEmbedder() if name == "hashing" else get_embedder()
 
 
-def _cached_task(fn, name: str):
+def _cached_task(fn, name: str, out: str):
     from tasks.shards import model_task
 
-    return model_task(fn, name, name)
+    return model_task(fn, name, name, out)
 
 
 # ---------------------------------------------------------------- stages (thin: files in, files out)
@@ -209,14 +209,14 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
         check_or_raise(cfg, needed)
         with model_endpoints(cfg, needed) as api_bases:
             with recorder.stage("knowledge base"):
-                kb = _cached_task(build_kb, "kon-knowledge-base")(config_dump, out, base_digest, api_bases)
+                kb = _cached_task(build_kb, "kon-knowledge-base", out)(config_dump, out, base_digest, api_bases)
                 recorder.count(qa_pairs_all=kb["pairs"])
             with recorder.stage("diversity filter + index"):
-                filtered = _cached_task(filter_and_index, "kon-filter-index")(config_dump, out, base_digest)
+                filtered = _cached_task(filter_and_index, "kon-filter-index", out)(config_dump, out, base_digest)
                 recorder.count(qa_pairs=filtered["kept"], removed_by_keyword_filter=filtered["removed_keyword"],
                                removed_by_semantic_filter=filtered["removed_semantic"])
             with recorder.stage("experiments"):
-                grid = _cached_task(build_experiments, "kon-experiments")(config_dump, out, base_digest, api_bases)
+                grid = _cached_task(build_experiments, "kon-experiments", out)(config_dump, out, base_digest, api_bases)
                 recorder.count(experiments=grid["experiments"])
                 failures = kb["failures"] + grid["failures"]
                 recorder.count(stage_failures=len(failures))
@@ -229,8 +229,8 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
                     name = f"_work/kon-inputs-{index // kon.shard_size:04d}.parquet"
                     store.write_records(name, rows[index : index + kon.shard_size], ExperimentInput)
                     shards.append(name)
-                answer = _cached_task(answer_shard, "kon-answer-shard")
-                evaluate = _cached_task(evaluate_shard, "kon-evaluate-shard")
+                answer = _cached_task(answer_shard, "kon-answer-shard", out)
+                evaluate = _cached_task(evaluate_shard, "kon-evaluate-shard", out)
                 answer_futures = [answer.submit(config_dump, out, t, s, _digest(base_digest, s, len(rows)), api_bases)
                                   for t in kon.targets for s in shards]
                 eval_futures = [evaluate.submit(config_dump, out, f, _digest(base_digest, "eval"), api_bases)

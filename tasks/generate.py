@@ -129,7 +129,7 @@ def _generate_shard(config: dict, run_root: str, generator: str, assignments_nam
     return write_output_shard(run_root, "candidates", generator, assignments_name, candidates, Candidate)
 
 
-def generate_shard_task():
+def generate_shard_task(run_root: str | None = None):
     from tasks.shards import model_task
 
-    return model_task(_generate_shard, "generate-shard", "generate {generator} {assignments_name}")
+    return model_task(_generate_shard, "generate-shard", "generate {generator} {assignments_name}", run_root)

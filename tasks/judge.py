@@ -103,7 +103,7 @@ def _judge_shard(config: dict, run_root: str, target: str, responses_name: str, 
     return write_output_shard(run_root, "judgments", target, responses_name, rows, Judgment)
 
 
-def judge_shard_task():
+def judge_shard_task(run_root: str | None = None):
     from tasks.shards import model_task
 
-    return model_task(_judge_shard, "judge-shard", "judge {target} {responses_name}")
+    return model_task(_judge_shard, "judge-shard", "judge {target} {responses_name}", run_root)

@@ -58,7 +58,7 @@ def _respond_shard(config: dict, run_root: str, target: str, items_name: str, co
     return write_output_shard(run_root, "responses", target, items_name, rows, Response)
 
 
-def respond_shard_task():
+def respond_shard_task(run_root: str | None = None):
     from tasks.shards import model_task
 
-    return model_task(_respond_shard, "respond-shard", "respond {target} {items_name}")
+    return model_task(_respond_shard, "respond-shard", "respond {target} {items_name}", run_root)

@@ -42,15 +42,20 @@ def progress_callback(title: str, total: int) -> Callable[[Any], None]:
     return lambda _result: progress.advance()
 
 
-def model_task(fn: Callable[..., str], name: str, run_name: str) -> Any:
+def model_task(fn: Callable[..., str], name: str, run_name: str, run_root: str | None = None) -> Any:
     """The Prefect task for a stage function (built lazily: importing a stage needs no Prefect).
 
     Failed model calls come back as recorded errors, not exceptions, so the one task retry
     only repeats work after an infrastructure fault, and finished calls come from the cache.
+    With ``run_root`` the task's results persist in that run folder however the flow was
+    started (CLI, deployment, serve).
     """
     from prefect import task
 
-    from tasks.prefect_support import cache_policy
+    from tasks.prefect_support import cache_policy, result_storage
 
+    options: dict[str, Any] = {}
+    if run_root is not None:
+        options["result_storage"] = result_storage(run_root)
     return task(fn, name=name, task_run_name=run_name, cache_policy=cache_policy() - "api_bases", retries=1,
-                retry_delay_seconds=2)
+                retry_delay_seconds=2, **options)

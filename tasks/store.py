@@ -179,10 +179,18 @@ class ArtifactStore:
         return json.loads(self.read_text(name))
 
     def read_table(self, name: str) -> pa.Table:
+        # Local files go to pyarrow by path: reading through a Python file object made
+        # pyarrow's reader threads outlive the interpreter now and then ("terminate called
+        # without an active exception" at exit, seen with several CLI processes at once).
+        if self.is_local:
+            return pq.read_table(self.path(name))
         with self.fs.open(self.path(name), "rb") as fh:
             return pq.read_table(fh)
 
     def iter_batches(self, name: str, batch_size: int = ROW_BATCH) -> Iterator[pa.RecordBatch]:
+        if self.is_local:
+            yield from pq.ParquetFile(self.path(name)).iter_batches(batch_size=batch_size)
+            return
         with self.fs.open(self.path(name), "rb") as fh:
             yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size)
 

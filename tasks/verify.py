@@ -87,7 +87,7 @@ def _verify_shard(config: dict, run_root: str, verifier: str, candidates_name: s
     return write_output_shard(run_root, "verifications", verifier, candidates_name, rows, Verification)
 
 
-def verify_shard_task():
+def verify_shard_task(run_root: str | None = None):
     from tasks.shards import model_task
 
-    return model_task(_verify_shard, "verify-shard", "verify {verifier} {candidates_name}")
+    return model_task(_verify_shard, "verify-shard", "verify {verifier} {candidates_name}", run_root)
