@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
-from typing import Iterator
+from typing import Any, Iterator
 
-from tasks.config import RunConfig, load_config
+from tasks.config import RunConfig
 from tasks.errors import ModelUnavailable
 
 log = logging.getLogger("refusalbench")
 
 
-def load_run_config(path: str) -> RunConfig:
-    return load_config(path)
+def content_digest(*parts: Any) -> str:
+    """Hash of what a task reads but Prefect's cache key cannot see (file contents, templates)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def chunks(rows: list, size: int) -> list[list]:
+    """Shards of ``size`` rows; one empty shard for no rows, so every stage still runs once."""
+    return [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
 
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
@@ -66,10 +74,6 @@ def model_endpoints(cfg: RunConfig, names: list[str]) -> Iterator[dict[str, str]
         server.stop()
 
 
-def needs_local_server(cfg: RunConfig, names: list[str]) -> bool:
-    return any(cfg.models[n].local is not None and not cfg.models[n].api_base for n in names)
-
-
 def check_or_raise(cfg: RunConfig, names: list[str]) -> list[str]:
     usable = usable_models(cfg, names)
     if not usable:
@@ -105,4 +109,4 @@ def configured(flow_fn, cfg: RunConfig, out: str):
     return flow_fn.with_options(task_runner=task_runner(cfg.runner), result_storage=result_storage(out))
 
 
-__all__ = ["load_run_config", "usable_models", "model_endpoints", "needs_local_server", "check_or_raise", "configured", "one_model_at_a_time", "submit_per_model", "ModelUnavailable"]
+__all__ = ["content_digest", "chunks", "usable_models", "model_endpoints", "check_or_raise", "configured", "one_model_at_a_time", "submit_per_model", "ModelUnavailable"]

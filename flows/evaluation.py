@@ -7,15 +7,13 @@ target (the others come from Prefect's cache and the call cache).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from prefect import flow
 
-from flows.common import check_or_raise, configured, model_endpoints, one_model_at_a_time, submit_per_model
+from flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints, one_model_at_a_time, submit_per_model
 from tasks.config import load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
@@ -25,10 +23,6 @@ from tasks.taxonomy import canonical_code
 
 JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
                   "perturbation_class", "intensity", "lever_id", "domain", "generator"]
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def read_benchmark(uri: str) -> list[BenchmarkItem]:
@@ -112,7 +106,8 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
         previous = store.read_json("manifest.json")
         if previous.get("kind") == "generate":
             store.write_json("generation_manifest.json", previous)
-    recorder.hashes(prompts=all_template_hashes())
+    template_hashes = all_template_hashes()
+    recorder.hashes(prompts=template_hashes)
     config_dump = cfg.model_dump(mode="json")
     try:
         bench_store, bench_name = split_uri(benchmark)
@@ -123,16 +118,15 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
         with model_endpoints(cfg, targets + [judge]) as api_bases:
             with recorder.stage("respond"):
                 shards = []
-                for index in range(0, max(len(items), 1), ev.shard_size):
-                    chunk = items[index : index + ev.shard_size]
-                    name = f"_work/items-{index // ev.shard_size:04d}.parquet"
+                for index, chunk in enumerate(chunks(items, ev.shard_size)):
+                    name = f"_work/items-{index:04d}.parquet"
                     store.write_records(name, chunk, BenchmarkItem)
-                    shards.append((name, _digest([i.model_dump() for i in chunk], all_template_hashes(), ev.confidence,
-                                                 package_version())))
+                    shards.append((name, content_digest([i.model_dump() for i in chunk], template_hashes, ev.confidence,
+                                                        package_version())))
                 respond = respond_shard_task(out)
                 judge_task = judge_shard_task(out)
                 sequential = one_model_at_a_time(cfg, targets + [judge])
-                judge_digest = _digest(cfg.models[judge].model_dump(mode="json"), all_template_hashes(), package_version())
+                judge_digest = content_digest(cfg.models[judge].model_dump(mode="json"), template_hashes, package_version())
                 responded = submit_per_model(respond, targets,
                                              lambda t: [(config_dump, out, t, name, digest, api_bases) for name, digest in shards],
                                              sequential=sequential)
@@ -140,7 +134,7 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
                 # A respond future passed as an argument makes the judge task wait for it, so
                 # judging overlaps with other targets' responses (unless one local server).
                 judged = submit_per_model(judge_task, targets,
-                                          lambda t: [(config_dump, out, t, f, _digest(judge_digest, digest), api_bases)
+                                          lambda t: [(config_dump, out, t, f, content_digest(judge_digest, digest), api_bases)
                                                      for f, (_, digest) in zip(responded[t], shards)],
                                           sequential=sequential)
                 futures = [f for t in targets for f in responded[t]]

@@ -7,27 +7,17 @@ Tasks exchange file names inside the run folder, never DataFrames. One task per
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from prefect import flow
 
-from flows.common import check_or_raise, configured, model_endpoints, one_model_at_a_time, submit_per_model
+from flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints, one_model_at_a_time, submit_per_model
 from tasks.config import RunConfig, load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
 from tasks.records import Assignment, BaseItem, BenchmarkItem, Candidate, Verification
 from tasks.store import ArtifactStore
 from tasks.taxonomy import STRATA
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _chunks(rows: list, size: int) -> list[list]:
-    return [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
 
 
 def _concat(store: ArtifactStore, names: list[str], record_type: type) -> list:
@@ -88,10 +78,10 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
         with model_endpoints(cfg, generators + verifiers) as api_bases:
             with recorder.stage("generate"):
                 shard_names = []
-                for index, chunk in enumerate(_chunks(assignments, gen.shard_size)):
+                for index, chunk in enumerate(chunks(assignments, gen.shard_size)):
                     name = f"_work/assignments-{index:04d}.parquet"
                     store.write_records(name, chunk, Assignment)
-                    shard_names.append((name, _digest([a.model_dump() for a in chunk],
+                    shard_names.append((name, content_digest([a.model_dump() for a in chunk],
                                                       [items_by_id[a.base_id].model_dump() for a in chunk],
                                                       hashes, package_version())))
                 generate = generate_shard_task(out)
@@ -111,10 +101,10 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
                 rounds = [[v] for v in verifiers] if gen.verification == "short_circuit" else [verifiers]
                 for round_index, round_verifiers in enumerate(rounds):
                     shards = []
-                    for index, chunk in enumerate(_chunks(pending, gen.shard_size)):
+                    for index, chunk in enumerate(chunks(pending, gen.shard_size)):
                         name = f"_work/verify-input-{round_index:02d}-{index:04d}.parquet"
                         store.write_records(name, chunk, Candidate)
-                        shards.append((name, _digest([c.model_dump() for c in chunk], hashes, package_version())))
+                        shards.append((name, content_digest([c.model_dump() for c in chunk], hashes, package_version())))
                     futures = submit_per_model(verify, round_verifiers,
                                                lambda v: [(config_dump, out, v, name, digest, api_bases)
                                                           for name, digest in shards if pending],

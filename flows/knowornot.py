@@ -13,24 +13,19 @@ be re-run alone and finished stages are served from cache.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from prefect import flow
 
-from flows.common import check_or_raise, configured, model_endpoints
+from flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints
 from tasks.config import load_config
 from tasks.errors import InputError
 from tasks.provenance import ManifestRecorder, package_version
 from tasks.store import ArtifactStore
 
 INDEX_FILE = "kb.faiss"
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _embedder(name: str):
@@ -198,11 +193,12 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
     kon = cfg.knowornot
     store = ArtifactStore(out)
     recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=kon.seed)
-    recorder.hashes(prompts=all_template_hashes())
+    template_hashes = all_template_hashes()
+    recorder.hashes(prompts=template_hashes)
     config_dump = cfg.model_dump(mode="json")
     config_dump["knowornot"]["documents"] = [cfg.resolve_path(d) for d in kon.documents or []] or None
     config_dump["knowornot"]["qa_pairs"] = cfg.resolve_path(kon.qa_pairs) if kon.qa_pairs else None
-    base_digest = _digest(config_dump["knowornot"], _source_digest(config_dump["knowornot"]), all_template_hashes(),
+    base_digest = content_digest(config_dump["knowornot"], _source_digest(config_dump["knowornot"]), template_hashes,
                           package_version())
     try:
         needed = list(dict.fromkeys(kon.targets + [kon.evaluator] + ([kon.extractor] if kon.extractor else [])))
@@ -225,15 +221,15 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
             with recorder.stage("answer + evaluate"):
                 rows = store.read_records("experiment_inputs.parquet", ExperimentInput)
                 shards = []
-                for index in range(0, max(len(rows), 1), kon.shard_size):
-                    name = f"_work/kon-inputs-{index // kon.shard_size:04d}.parquet"
-                    store.write_records(name, rows[index : index + kon.shard_size], ExperimentInput)
+                for index, chunk in enumerate(chunks(rows, kon.shard_size)):
+                    name = f"_work/kon-inputs-{index:04d}.parquet"
+                    store.write_records(name, chunk, ExperimentInput)
                     shards.append(name)
                 answer = _cached_task(answer_shard, "kon-answer-shard", out)
                 evaluate = _cached_task(evaluate_shard, "kon-evaluate-shard", out)
-                answer_futures = [answer.submit(config_dump, out, t, s, _digest(base_digest, s, len(rows)), api_bases)
+                answer_futures = [answer.submit(config_dump, out, t, s, content_digest(base_digest, s, len(rows)), api_bases)
                                   for t in kon.targets for s in shards]
-                eval_futures = [evaluate.submit(config_dump, out, f, _digest(base_digest, "eval"), api_bases)
+                eval_futures = [evaluate.submit(config_dump, out, f, content_digest(base_digest, "eval"), api_bases)
                                 for f in answer_futures]
                 outputs = [o for f in answer_futures for o in store.read_records(f.result(), ExperimentOutput)]
                 outcomes = [o for f in eval_futures for o in store.read_records(f.result(), EvalOutcome)]

@@ -244,8 +244,6 @@ class Gateway:
         self._inflight: dict[str, asyncio.Future] = {}
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self._stats_lock = threading.Lock()
-        self.max_inflight_seen: Counter = Counter()
-        self._inflight_now: Counter = Counter()
 
     # ------------------------------------------------------------ public API
 
@@ -373,8 +371,6 @@ class Gateway:
         semaphore = self._semaphore(spec.model, cfg)
         async with semaphore:
             await self._limiters[spec.model].wait()
-            self._inflight_now[spec.model] += 1
-            self.max_inflight_seen[spec.model] = max(self.max_inflight_seen[spec.model], self._inflight_now[spec.model])
             self._count(spec.model, http_calls=1)
             kwargs: dict[str, Any] = {**cfg.params, **spec.params}
             api_base = self.api_bases.get(spec.model) or cfg.api_base
@@ -409,8 +405,6 @@ class Gateway:
                 )
             except Exception as exc:  # provider errors of every kind become a CallFailed
                 raise _classify(exc) from None
-            finally:
-                self._inflight_now[spec.model] -= 1
             latency = time.perf_counter() - started
         try:
             choice = response.choices[0]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 import os
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
