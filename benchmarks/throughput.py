@@ -62,8 +62,8 @@ def reply(request: dict[str, Any]) -> str:
 
 
 def write_benchmark(path: Path, n: int) -> str:
-    from tasks.records import BenchmarkItem
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.records import BenchmarkItem
+    from refusalbench.tasks.store import ArtifactStore
 
     items = [
         BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
@@ -116,17 +116,17 @@ knowornot:
 
 
 def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
-    from tasks.prefect_support import configure_prefect_env
+    from refusalbench.tasks.prefect_runtime import configure_prefect_env
 
     configure_prefect_env()
     started_at = time.time()
     started = time.perf_counter()
     if kind == "evaluate":
-        from flows.evaluation import run_evaluation
+        from refusalbench.flows.evaluation import run_evaluation
 
         run_evaluation(config, benchmark, out)
     else:
-        from flows.knowornot import run_knowornot
+        from refusalbench.flows.knowornot import run_knowornot
 
         run_knowornot(config, out)
     wall = time.perf_counter() - started
@@ -272,15 +272,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="refusalbench-throughput-") as tmp:
         work = Path(tmp)
         os.environ["PREFECT_HOME"] = str(work / "prefect-home")
-        from tasks.prefect_support import configure_prefect_env
+        from refusalbench.tasks.prefect_runtime import configure_prefect_env
 
         configure_prefect_env()
         import prefect.settings
         from prefect.testing.utilities import prefect_test_harness
 
-        from tasks.fake_llm import FakeLLMServer
+        from refusalbench.tasks.scripted_server import ScriptedLLMServer
 
-        with prefect_test_harness(server_startup_timeout=180), FakeLLMServer(responder=reply, latency_s=args.latency) as server:
+        with prefect_test_harness(server_startup_timeout=180), ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
             env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
                        REFUSALBENCH_CACHE_DIR=str(work / "cache"))
             evals = []

@@ -1,4 +1,4 @@
-"""Serve the RefusalBench flows from one long-running process: ``python -m deployments.serve``.
+"""Serve the RefusalBench flows from one long-running process: ``python -m refusalbench.deployments.serve``.
 
 The alternative to ``deployments/prefect.yaml`` + work pool + workers: this process
 registers the same four deployments (refresh on a cron schedule; generate, evaluate and
@@ -6,7 +6,7 @@ knowornot ad hoc) with the Prefect API in ``PREFECT_API_URL`` and runs their flo
 itself, as subprocesses, until stopped (Ctrl-C pauses the schedule). Good for one machine;
 use the work pool when runs should spread over several.
 
-    PREFECT_API_URL=http://127.0.0.1:4200/api python -m deployments.serve --cron "0 4 * * 1"
+    PREFECT_API_URL=http://127.0.0.1:4200/api python -m refusalbench.deployments.serve --cron "0 4 * * 1"
 
 Defaults come from the environment so a container needs no arguments:
 REFUSALBENCH_REFRESH_CRON, REFUSALBENCH_CONFIG, REFUSALBENCH_REFRESH_OUT, REFUSALBENCH_SERVE_LIMIT.
@@ -35,10 +35,10 @@ def build_deployments(*, cron: str | None, config_path: str, out_root: str, roun
     """
     from prefect.client.schemas.schedules import CronSchedule
 
-    from flows.evaluation import evaluation_flow
-    from flows.generation import generation_flow
-    from flows.knowornot import knowornot_flow
-    from flows.refresh import refresh_flow
+    from refusalbench.flows.evaluation import evaluation_flow
+    from refusalbench.flows.generation import generation_flow
+    from refusalbench.flows.knowornot import knowornot_flow
+    from refusalbench.flows.refresh import refresh_flow
 
     adhoc = {"parameters": {"config_path": config_path}, "tags": [*TAGS, "adhoc"]}
     return [
@@ -58,7 +58,7 @@ def build_deployments(*, cron: str | None, config_path: str, out_root: str, roun
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ
-    parser = argparse.ArgumentParser(prog="python -m deployments.serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m refusalbench.deployments.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--cron", default=env.get("REFUSALBENCH_REFRESH_CRON", DEFAULT_CRON),
                         help="refresh schedule, cron syntax (UTC); 'none' for no schedule [%(default)s]")
     parser.add_argument("--timezone", default="UTC")

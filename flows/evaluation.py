@@ -13,13 +13,13 @@ from typing import Any
 import pandas as pd
 from prefect import flow
 
-from flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints, one_model_at_a_time, submit_per_model
-from tasks.config import load_config
-from tasks.errors import InputError
-from tasks.provenance import ManifestRecorder, package_version
-from tasks.records import BenchmarkItem, Judgment, Response
-from tasks.store import ArtifactStore, split_uri
-from tasks.taxonomy import canonical_code
+from refusalbench.flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints, one_model_at_a_time, submit_per_model
+from refusalbench.tasks.config import load_config
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.provenance import ManifestRecorder, package_version
+from refusalbench.tasks.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.store import ArtifactStore, split_uri
+from refusalbench.tasks.taxonomy import canonical_code
 
 JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
                   "perturbation_class", "intensity", "lever_id", "domain", "generator"]
@@ -70,7 +70,7 @@ def judged_frame(judgments: list[Judgment]) -> tuple[pd.DataFrame, dict[str, int
 
 
 def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int):
-    from tasks.scoring import render_score_outputs, score_frame
+    from refusalbench.tasks.scoring import render_score_outputs, score_frame
 
     result = score_frame(frame, n_resamples=bootstrap, seed=seed)
     for name, blob in render_score_outputs(result).items():
@@ -79,7 +79,7 @@ def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, s
 
 
 def write_report(store: ArtifactStore, result, *, title: str = "RefusalBench report") -> str:
-    from tasks.report import ReportInputs, build_report
+    from refusalbench.tasks.report import ReportInputs, build_report
 
     manifest = store.read_json("manifest.json") if store.exists("manifest.json") else None
     gv = store.read_json("gv_analysis.json") if store.exists("gv_analysis.json") else None
@@ -90,11 +90,11 @@ def write_report(store: ArtifactStore, result, *, title: str = "RefusalBench rep
 
 @flow(name="refusalbench-evaluate", log_prints=True)
 def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
-    from tasks.judge import judge_shard_task
-    from tasks.prefect_support import publish_link, publish_markdown, publish_table
-    from tasks.prompting import all_template_hashes
-    from tasks.report import leaderboard_markdown, leaderboard_rows
-    from tasks.respond import respond_shard_task
+    from refusalbench.tasks.judge import judge_shard_task
+    from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publish_table
+    from refusalbench.tasks.prompting import all_template_hashes
+    from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows
+    from refusalbench.tasks.respond import respond_shard_task
 
     cfg = load_config(config_path)
     ev = cfg.evaluation
@@ -155,7 +155,7 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
                            judged_by_model={t: sum(j.model == t and j.judge is not None for j in judgments) for t in targets})
             if excluded:
                 recorder.note("rows whose call or judging failed are left out of the metrics: see counts.excluded_from_metrics")
-        from tasks.prefect_support import run_call_stats
+        from refusalbench.tasks.prefect_runtime import run_call_stats
 
         recorder.calls(run_call_stats(config_dump))
         recorder.save()
@@ -192,7 +192,7 @@ def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]
 
 def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:
     """``refusalbench score``: metrics from judged responses, no model calls."""
-    from tasks.scoring import read_judged
+    from refusalbench.tasks.scoring import read_judged
 
     frame = read_judged(file)
     store = ArtifactStore(out)
@@ -207,7 +207,7 @@ def build_report_for(run_dir: str) -> str:
         raise InputError(store.uri("judged.parquet"), "no judged responses in this run folder (run evaluate first)")
     manifest = store.read_json("manifest.json") if store.exists("manifest.json") else {}
     ev = (manifest.get("config") or {}).get("evaluation") or {}
-    from tasks.scoring import score_frame
+    from refusalbench.tasks.scoring import score_frame
 
     result = score_frame(store.read_frame("judged.parquet"), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0))
     return write_report(store, result)

@@ -11,13 +11,13 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints, one_model_at_a_time, submit_per_model
-from tasks.config import RunConfig, load_config
-from tasks.errors import InputError
-from tasks.provenance import ManifestRecorder, package_version
-from tasks.records import Assignment, BaseItem, BenchmarkItem, Candidate, Verification
-from tasks.store import ArtifactStore
-from tasks.taxonomy import STRATA
+from refusalbench.flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints, one_model_at_a_time, submit_per_model
+from refusalbench.tasks.config import RunConfig, load_config
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.provenance import ManifestRecorder, package_version
+from refusalbench.tasks.records import Assignment, BaseItem, BenchmarkItem, Candidate, Verification
+from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.taxonomy import STRATA
 
 
 def _concat(store: ArtifactStore, names: list[str], record_type: type) -> list:
@@ -29,9 +29,9 @@ def _concat(store: ArtifactStore, names: list[str], record_type: type) -> list:
 
 def prepare_inputs(cfg: RunConfig, seed: int):
     """Read and check everything the flow needs before any artifact is written."""
-    from tasks.assign import assign_levers, parse_strata, sample_base_items
-    from tasks.basesets import load_base_set
-    from tasks.levers import load_catalogue
+    from refusalbench.tasks.assign import assign_levers, parse_strata, sample_base_items
+    from refusalbench.tasks.basesets import load_base_set
+    from refusalbench.tasks.levers import load_catalogue
 
     gen = cfg.generation
     if gen is None:
@@ -50,13 +50,13 @@ def prepare_inputs(cfg: RunConfig, seed: int):
 
 @flow(name="refusalbench-generate", log_prints=True)
 def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
-    from tasks.generate import generate_shard_task
-    from tasks.gv_analysis import gv_analysis, matrix_rows
-    from tasks.levers import catalogue_hash
-    from tasks.prefect_support import publish_markdown, publish_table
-    from tasks.prompting import all_template_hashes
-    from tasks.select import benchmark_items, filter_candidates, stratified_sample
-    from tasks.verify import skipped, verify_shard_task
+    from refusalbench.tasks.generate import generate_shard_task
+    from refusalbench.tasks.gv_analysis import gv_analysis, matrix_rows
+    from refusalbench.tasks.levers import catalogue_hash
+    from refusalbench.tasks.ui_artifacts import publish_markdown, publish_table
+    from refusalbench.tasks.prompting import all_template_hashes
+    from refusalbench.tasks.select import benchmark_items, filter_candidates, stratified_sample
+    from refusalbench.tasks.verify import skipped, verify_shard_task
 
     cfg = load_config(config_path)
     gen = cfg.generation
@@ -148,7 +148,7 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
             publish_table("gv-pass-rate-matrix", matrix_rows(analysis), "Pass rate: generator (rows) x verifier (columns)")
             publish_table("gv-acceptance-funnel", [analysis["funnel"]], "attempted -> parsed -> verified -> accepted -> sampled")
             publish_markdown("gv-summary", _summary_markdown(analysis), "Generator-verifier analysis")
-        from tasks.prefect_support import run_call_stats
+        from refusalbench.tasks.prefect_runtime import run_call_stats
 
         recorder.calls(run_call_stats(config_dump))
         recorder.finish("completed")

@@ -19,23 +19,23 @@ import numpy as np
 import pandas as pd
 from prefect import flow
 
-from flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints
-from tasks.config import load_config
-from tasks.errors import InputError
-from tasks.provenance import ManifestRecorder, package_version
-from tasks.store import ArtifactStore
+from refusalbench.flows.common import check_or_raise, chunks, content_digest, configured, model_endpoints
+from refusalbench.tasks.config import load_config
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.provenance import ManifestRecorder, package_version
+from refusalbench.tasks.store import ArtifactStore
 
 INDEX_FILE = "kb.faiss"
 
 
 def _embedder(name: str):
-    from tasks.knowornot.embeddings import HashingEmbedder, get_embedder
+    from refusalbench.tasks.knowornot.embeddings import HashingEmbedder, get_embedder
 
     return HashingEmbedder() if name == "hashing" else get_embedder()
 
 
 def _cached_task(fn, name: str, out: str):
-    from tasks.shards import model_task
+    from refusalbench.tasks.shards import model_task
 
     return model_task(fn, name, name, out)
 
@@ -44,11 +44,11 @@ def _cached_task(fn, name: str, out: str):
 
 def build_kb(config: dict, out: str, input_digest: str, api_bases: dict[str, str]) -> dict[str, Any]:
     """QA pairs from a QA file, or from documents via sentences -> facts -> QA (LLM)."""
-    from tasks.gateway import gateway_for
-    from tasks.knowornot.llm_stages import extract_facts, generate_qa
-    from tasks.knowornot.records import AtomicFact, QAPair, Sentence, load_qa_pairs
-    from tasks.knowornot.sentences import document_sentences, read_documents
-    from tasks.shards import progress_callback
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.knowornot.llm_stages import extract_facts, generate_qa
+    from refusalbench.tasks.knowornot.records import AtomicFact, QAPair, Sentence, load_qa_pairs
+    from refusalbench.tasks.knowornot.sentences import document_sentences, read_documents
+    from refusalbench.tasks.shards import progress_callback
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
@@ -72,9 +72,9 @@ def build_kb(config: dict, out: str, input_digest: str, api_bases: dict[str, str
 
 def filter_and_index(config: dict, out: str, input_digest: str) -> dict[str, Any]:
     """Diversity filters, then the FAISS index over the kept pairs (reused when the KB is unchanged)."""
-    from tasks.knowornot.diversity import diversity_filter
-    from tasks.knowornot.records import QAPair
-    from tasks.knowornot.retrieval import build_index, index_to_bytes, kb_fingerprint, pair_text
+    from refusalbench.tasks.knowornot.diversity import diversity_filter
+    from refusalbench.tasks.knowornot.records import QAPair
+    from refusalbench.tasks.knowornot.retrieval import build_index, index_to_bytes, kb_fingerprint, pair_text
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
@@ -104,11 +104,11 @@ def filter_and_index(config: dict, out: str, input_digest: str) -> dict[str, Any
 
 def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict[str, str]) -> dict[str, Any]:
     """HyDE answers (if asked for) and the experiment grid with leave-one-out contexts."""
-    from tasks.gateway import gateway_for
-    from tasks.knowornot.llm_stages import hyde_answers, synthetic_ookb_questions
-    from tasks.knowornot.records import ExperimentInput, HypotheticalAnswers, OOKBQuestion, QAPair
-    from tasks.knowornot.retrieval import build_experiment_inputs, index_from_bytes, loo_violations
-    from tasks.shards import progress_callback
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.knowornot.llm_stages import hyde_answers, synthetic_ookb_questions
+    from refusalbench.tasks.knowornot.records import ExperimentInput, HypotheticalAnswers, OOKBQuestion, QAPair
+    from refusalbench.tasks.knowornot.retrieval import build_experiment_inputs, index_from_bytes, loo_violations
+    from refusalbench.tasks.shards import progress_callback
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
@@ -148,10 +148,10 @@ def build_experiments(config: dict, out: str, input_digest: str, api_bases: dict
 
 
 def answer_shard(config: dict, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]) -> str:
-    from tasks.gateway import gateway_for
-    from tasks.knowornot.llm_stages import answer_experiments
-    from tasks.knowornot.records import ExperimentInput, ExperimentOutput, QAPair
-    from tasks.shards import progress_callback, write_output_shard
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.knowornot.llm_stages import answer_experiments
+    from refusalbench.tasks.knowornot.records import ExperimentInput, ExperimentOutput, QAPair
+    from refusalbench.tasks.shards import progress_callback, write_output_shard
 
     store = ArtifactStore(out)
     rows = [r for r in store.read_records(shard, ExperimentInput) if r.target == target]
@@ -162,11 +162,11 @@ def answer_shard(config: dict, out: str, target: str, shard: str, input_digest: 
 
 
 def evaluate_shard(config: dict, out: str, answers: str, input_digest: str, api_bases: dict[str, str]) -> str:
-    from tasks.gateway import gateway_for
-    from tasks.knowornot.evaluation import ABSTENTION, FACTUALITY
-    from tasks.knowornot.llm_stages import evaluate_outputs
-    from tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput
-    from tasks.shards import progress_callback
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.knowornot.evaluation import ABSTENTION, FACTUALITY
+    from refusalbench.tasks.knowornot.llm_stages import evaluate_outputs
+    from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput
+    from refusalbench.tasks.shards import progress_callback
 
     kon = config["knowornot"]
     store = ArtifactStore(out)
@@ -183,11 +183,11 @@ def evaluate_shard(config: dict, out: str, answers: str, input_digest: str, api_
 
 @flow(name="refusalbench-knowornot", log_prints=True)
 def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
-    from tasks.knowornot.evaluation import knowornot_metrics
-    from tasks.knowornot.labels import stratified_label_sample
-    from tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
-    from tasks.prefect_support import publish_link, publish_table
-    from tasks.prompting import all_template_hashes
+    from refusalbench.tasks.knowornot.evaluation import knowornot_metrics
+    from refusalbench.tasks.knowornot.labels import stratified_label_sample
+    from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
+    from refusalbench.tasks.ui_artifacts import publish_link, publish_table
+    from refusalbench.tasks.prompting import all_template_hashes
 
     cfg = load_config(config_path)
     kon = cfg.knowornot
@@ -250,7 +250,7 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
                                                                           recorder.manifest.counts))
             publish_table("knowornot-rates", _records(metrics), "Abstention and factuality per configuration")
             publish_link("knowornot-report", report_uri if "://" in report_uri else f"file://{report_uri}", "report.html")
-        from tasks.prefect_support import run_call_stats
+        from refusalbench.tasks.prefect_runtime import run_call_stats
 
         recorder.calls(run_call_stats(config_dump))
         recorder.finish("completed")
@@ -316,8 +316,8 @@ def knowornot_report(metrics: pd.DataFrame, filter_report: dict, counts: dict) -
 
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     """CLI entry: bad input is reported before anything is written."""
-    from tasks.knowornot.records import load_qa_pairs
-    from tasks.knowornot.sentences import read_documents
+    from refusalbench.tasks.knowornot.records import load_qa_pairs
+    from refusalbench.tasks.knowornot.sentences import read_documents
 
     cfg = load_config(config_path)
     if cfg.knowornot is None:

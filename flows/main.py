@@ -10,12 +10,12 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import configured, model_endpoints
-from flows.evaluation import evaluation_flow
-from flows.generation import generation_flow, prepare_inputs
-from tasks.config import load_config
-from tasks.errors import InputError
-from tasks.store import ArtifactStore
+from refusalbench.flows.common import configured, model_endpoints
+from refusalbench.flows.evaluation import evaluation_flow
+from refusalbench.flows.generation import generation_flow, prepare_inputs
+from refusalbench.tasks.config import load_config
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.store import ArtifactStore
 
 
 @flow(name="refusalbench-run", log_prints=True)
@@ -37,7 +37,7 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
 
 
 def write_generation_report(store: ArtifactStore) -> str:
-    from tasks.report import ReportInputs, build_report
+    from refusalbench.tasks.report import ReportInputs, build_report
 
     html = build_report(ReportInputs(metrics={}, gv_analysis=store.read_json("gv_analysis.json"),
                                      manifest=store.read_json("manifest.json"),

@@ -16,9 +16,9 @@ from typing import Any
 import pandas as pd
 from prefect import flow
 
-from flows.common import configured
-from flows.main import check_main_inputs, main_flow
-from tasks.store import ArtifactStore
+from refusalbench.flows.common import configured
+from refusalbench.flows.main import check_main_inputs, main_flow
+from refusalbench.tasks.store import ArtifactStore
 
 TREND_METRICS = ("calibrated_refusal_score", "answer_accuracy", "refusal_accuracy", "false_refusal_rate",
                  "missed_refusal_rate", "detection_f1")
@@ -73,8 +73,8 @@ def flag_moves(trend: pd.DataFrame, metric: str = FLAG_METRIC) -> list[dict[str,
 
 @flow(name="refusalbench-refresh", log_prints=True)
 def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
-    from flows.evaluation import build_report_for
-    from tasks.prefect_support import publish_markdown, publish_table
+    from refusalbench.flows.evaluation import build_report_for
+    from refusalbench.tasks.ui_artifacts import publish_markdown, publish_table
 
     cfg = check_main_inputs(config_path)
     seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh round: new sample, new levers

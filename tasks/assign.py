@@ -14,8 +14,8 @@ import hashlib
 import random
 from collections.abc import Iterable, Sequence
 
-from tasks.records import Assignment, BaseItem, Lever
-from tasks.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
+from refusalbench.tasks.records import Assignment, BaseItem, Lever
+from refusalbench.tasks.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
 
 Stratum = tuple[str, str]
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tasks.errors import InputError, InputErrors
-from tasks.records import BaseItem, Passage
+from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.records import BaseItem, Passage
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.errors import InputError
+from refusalbench.tasks.errors import InputError
 
 
 class Strict(BaseModel):
@@ -319,6 +319,6 @@ def load_config(path: str | Path) -> RunConfig:
 
 def packaged_config(name: str) -> Path:
     """Path of a config shipped with the project (configs/NAME)."""
-    import configs
+    from refusalbench import configs
 
     return Path(configs.__file__).parent / name

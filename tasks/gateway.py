@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.callcache import CallCache, NullCache
-from tasks.config import ModelConfig
+from refusalbench.tasks.callcache import CallCache, NullCache
+from refusalbench.tasks.config import ModelConfig
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
@@ -89,7 +89,7 @@ def schema_name(schema: type[BaseModel]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _built_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    from tasks.llm_outputs import json_schema_for
+    from refusalbench.tasks.structured_outputs import json_schema_for
 
     return json_schema_for(schema)
 
@@ -115,7 +115,7 @@ def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[s
 
 
 def parse_structured(schema: type[BaseModel], text: str) -> tuple[BaseModel | None, str | None]:
-    from tasks.llm_outputs import parse_output
+    from refusalbench.tasks.structured_outputs import parse_output
 
     return parse_output(schema, text)
 
@@ -436,7 +436,7 @@ class Gateway:
 
 def gateway_for(config: Any, api_bases: dict[str, str] | None = None) -> Gateway:
     """The shared gateway of a RunConfig (or its JSON dump, as Prefect tasks receive it)."""
-    from tasks.config import RunConfig
+    from refusalbench.tasks.config import RunConfig
 
     cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config)
     return shared_gateway(cfg.models, cfg.cache.backend, cfg.cache.path, cfg.cache.url, api_bases)
@@ -449,7 +449,7 @@ _GATEWAYS_LOCK = threading.Lock()
 def shared_gateway(models: dict[str, ModelConfig], cache_backend: str = "sqlite", cache_path: str | None = None,
                    cache_url: str | None = None, api_bases: dict[str, str] | None = None) -> Gateway:
     """One gateway per registry and cache in this process, so limits hold across tasks."""
-    from tasks.callcache import open_cache
+    from refusalbench.tasks.callcache import open_cache
 
     ident = hashlib.sha256(
         json.dumps(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
-from tasks.gateway import CallResult, CallSpec, Gateway
-from tasks.llm_outputs import GeneratorMultiOutput, GeneratorSingleOutput
-from tasks.prompting import answer_constraint_text, render_messages, template_hash
-from tasks.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
+from refusalbench.tasks.prompting import answer_constraint_text, render_messages, template_hash
+from refusalbench.tasks.records import Assignment, BaseItem, Candidate, Lever, Passage
 
 
 def template_for(variant: str) -> str:
@@ -114,11 +114,11 @@ def _generate_shard(config: dict, run_root: str, generator: str, assignments_nam
     ``content_hash`` covers what the task source does not: the shard's assignments, the
     base items, the catalogue and the prompt templates (Prefect's cache key uses it).
     """
-    from tasks.gateway import gateway_for
-    from tasks.levers import load_catalogue
-    from tasks.records import Assignment, BaseItem
-    from tasks.shards import progress_callback, write_output_shard
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.levers import load_catalogue
+    from refusalbench.tasks.records import Assignment, BaseItem
+    from refusalbench.tasks.shards import progress_callback, write_output_shard
+    from refusalbench.tasks.store import ArtifactStore
 
     store = ArtifactStore(run_root)
     assignments = store.read_records(assignments_name, Assignment)
@@ -130,6 +130,6 @@ def _generate_shard(config: dict, run_root: str, generator: str, assignments_nam
 
 
 def generate_shard_task(run_root: str | None = None):
-    from tasks.shards import model_task
+    from refusalbench.tasks.shards import model_task
 
     return model_task(_generate_shard, "generate-shard", "generate {generator} {assignments_name}", run_root)

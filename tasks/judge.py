@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tasks.gateway import CallResult, CallSpec, Gateway
-from tasks.llm_outputs import JudgeMultiOutput, JudgeSingleOutput
-from tasks.prompting import render_messages
-from tasks.records import BenchmarkItem, Judgment, Response
-from tasks.taxonomy import ANSWER_CORRECTLY
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.structured_outputs import JudgeMultiOutput, JudgeSingleOutput
+from refusalbench.tasks.prompting import render_messages
+from refusalbench.tasks.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY
 
 CORRECT_QUALITY = 4
 
@@ -89,9 +89,9 @@ def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses
 
 def _judge_shard(config: dict, run_root: str, target: str, responses_name: str, content_hash: str,
                  api_bases: dict[str, str]) -> str:
-    from tasks.gateway import gateway_for
-    from tasks.shards import progress_callback, write_output_shard
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.shards import progress_callback, write_output_shard
+    from refusalbench.tasks.store import ArtifactStore
 
     store = ArtifactStore(run_root)
     responses = store.read_records(responses_name, Response)
@@ -104,6 +104,6 @@ def _judge_shard(config: dict, run_root: str, target: str, responses_name: str, 
 
 
 def judge_shard_task(run_root: str | None = None):
-    from tasks.shards import model_task
+    from refusalbench.tasks.shards import model_task
 
     return model_task(_judge_shard, "judge-shard", "judge {target} {responses_name}", run_root)

@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from levers import CATALOGUE_DIR
-from tasks.errors import InputError, InputErrors
-from tasks.records import Lever
-from tasks.taxonomy import CLASS_SLUG, INTENSITIES, PERTURBATION_CLASSES, STRATA, expected_behaviour
+from refusalbench.levers import CATALOGUE_DIR
+from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.records import Lever
+from refusalbench.tasks.taxonomy import CLASS_SLUG, INTENSITIES, PERTURBATION_CLASSES, STRATA, expected_behaviour
 
 # Lives in levers/ next to the lever files but holds names only, so the loader skips it.
 REFERENCE_NAMES_FILE = "reference_names.yaml"

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tasks.config import LocalModelSpec, ModelConfig
-from tasks.errors import ModelUnavailable
+from refusalbench.tasks.config import LocalModelSpec, ModelConfig
+from refusalbench.tasks.errors import ModelUnavailable
 
 CACHE_ENV = "REFUSALBENCH_MODEL_CACHE"
 LOCAL_EXTRA_HINT = "pip install 'refusalbench[local]'"
@@ -515,7 +515,7 @@ def start_server(
     env = dict(os.environ)
     # The launcher lives in this package; make it importable even when run from a checkout.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_project_root(), env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "tasks.local_models", "--config_file", str(config_path), "--parent_pid", str(os.getpid())]
+    command = [sys.executable, "-m", "refusalbench.tasks.local_models", "--config_file", str(config_path), "--parent_pid", str(os.getpid())]
     log = (workdir / "server.log").open("wb")
     try:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -686,7 +686,7 @@ def check_available(
     return out
 
 
-# ---------------------------------------------------------------- server process (python -m tasks.local_models)
+# ---------------------------------------------------------------- server process (python -m refusalbench.tasks.local_models)
 
 
 def to_llama_response_format(response_format: Any) -> Any:

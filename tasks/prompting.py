@@ -21,8 +21,8 @@ from typing import Any
 from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
-from prompts import TEMPLATE_DIR
-from tasks.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSE_OTHER
+from refusalbench.prompts import TEMPLATE_DIR
+from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSE_OTHER
 
 TEMPLATES: tuple[str, ...] = (
     "generator_single.j2",

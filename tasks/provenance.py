@@ -14,8 +14,8 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from tasks.records import RunManifest
-from tasks.store import ArtifactStore
+from refusalbench.tasks.records import RunManifest
+from refusalbench.tasks.store import ArtifactStore
 
 MANIFEST = "manifest.json"
 
@@ -26,7 +26,7 @@ def package_version() -> str:
 
         return version("refusalbench")
     except Exception:
-        from tasks import __version__
+        from refusalbench.tasks import __version__
 
         return __version__
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.taxonomy import Intensity, LeverTarget, PerturbationClass
+from refusalbench.tasks.taxonomy import Intensity, LeverTarget, PerturbationClass
 
 
 class Record(BaseModel):
@@ -43,7 +43,7 @@ class Lever(Record):
 
     @property
     def expected(self) -> str:
-        from tasks.taxonomy import expected_behaviour
+        from refusalbench.tasks.taxonomy import expected_behaviour
 
         return expected_behaviour(self.perturbation_class, self.intensity)
 

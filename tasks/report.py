@@ -23,9 +23,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tasks.parsing import ANSWER
-from tasks.scoring import ScoreResult
-from tasks.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
+from refusalbench.tasks.decisions import ANSWER
+from refusalbench.tasks.scoring import ScoreResult
+from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
 
 # ----------------------------------------------------------------- inputs
 

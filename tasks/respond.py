@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tasks.gateway import CallResult, CallSpec, Gateway
-from tasks.parsing import parse_confidence, parse_decision
-from tasks.prompting import render_messages
-from tasks.records import BenchmarkItem, Response
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.decisions import parse_confidence, parse_decision
+from refusalbench.tasks.prompting import render_messages
+from refusalbench.tasks.records import BenchmarkItem, Response
 
 
 def template_for(variant: str) -> str:
@@ -47,9 +47,9 @@ def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confide
 
 def _respond_shard(config: dict, run_root: str, target: str, items_name: str, content_hash: str,
                    api_bases: dict[str, str]) -> str:
-    from tasks.gateway import gateway_for
-    from tasks.shards import progress_callback, write_output_shard
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.shards import progress_callback, write_output_shard
+    from refusalbench.tasks.store import ArtifactStore
 
     items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
     confidence = bool((config.get("evaluation") or {}).get("confidence"))
@@ -59,6 +59,6 @@ def _respond_shard(config: dict, run_root: str, target: str, items_name: str, co
 
 
 def respond_shard_task(run_root: str | None = None):
-    from tasks.shards import model_task
+    from refusalbench.tasks.shards import model_task
 
     return model_task(_respond_shard, "respond-shard", "respond {target} {items_name}", run_root)

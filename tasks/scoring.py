@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.errors import InputError
-from tasks.parsing import (
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.decisions import (
     ANSWER,
     CONFIDENCE_LEVELS,
     LEVELS_ASCENDING,
@@ -60,7 +60,7 @@ from tasks.parsing import (
     parse_confidence,
     parse_decision,
 )
-from tasks.taxonomy import ANSWER_CORRECTLY, INTENSITIES, REFUSAL_CODES, canonical_code
+from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY, INTENSITIES, REFUSAL_CODES, canonical_code
 
 # ----------------------------------------------------------------- names
 
@@ -413,7 +413,7 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
 
     Lines are read with a size bound, so an enormous line is refused without being loaded.
     """
-    from tasks.basesets import MAX_LINE_BYTES
+    from refusalbench.tasks.basesets import MAX_LINE_BYTES
 
     with path.open("rb") as handle:
         number = 0

@@ -20,8 +20,8 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from tasks.records import BaseItem, BenchmarkItem, Candidate, Verification
-from tasks.taxonomy import STRATA
+from refusalbench.tasks.records import BaseItem, BenchmarkItem, Candidate, Verification
+from refusalbench.tasks.taxonomy import STRATA
 
 
 class FilterDecision(BaseModel):

@@ -28,7 +28,7 @@ def shard_index(name: str) -> int:
 
 def write_output_shard(run_root: str, kind: str, model: str, input_name: str, rows: list[BaseModel],
                        record_type: type[BaseModel]) -> str:
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.store import ArtifactStore
 
     name = shard_name(kind, model, shard_index(input_name))
     ArtifactStore(run_root).write_records(name, rows, record_type)
@@ -36,7 +36,7 @@ def write_output_shard(run_root: str, kind: str, model: str, input_name: str, ro
 
 
 def progress_callback(title: str, total: int) -> Callable[[Any], None]:
-    from tasks.prefect_support import Progress
+    from refusalbench.tasks.ui_artifacts import Progress
 
     progress = Progress(title, total)
     return lambda _result: progress.advance()
@@ -52,7 +52,7 @@ def model_task(fn: Callable[..., str], name: str, run_name: str, run_root: str |
     """
     from prefect import task
 
-    from tasks.prefect_support import cache_policy, result_storage
+    from refusalbench.tasks.prefect_runtime import cache_policy, result_storage
 
     options: dict[str, Any] = {}
     if run_root is not None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from tasks.records import from_table, to_table
+from refusalbench.tasks.records import from_table, to_table
 
 ROW_BATCH = 50_000
 

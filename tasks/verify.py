@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tasks.gateway import CallResult, CallSpec, Gateway
-from tasks.llm_outputs import VERIFIER_CRITERIA, VerifierOutput
-from tasks.records import BaseItem, Candidate, Lever, Verification
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
+from refusalbench.tasks.records import BaseItem, Candidate, Lever, Verification
 
 
 def template_for(variant: str) -> str:
@@ -20,7 +20,7 @@ def template_for(variant: str) -> str:
 
 
 def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
-    from tasks.prompting import render_messages
+    from refusalbench.tasks.prompting import render_messages
 
     common = dict(lever=lever, expected=candidate.expected, question=item.question, answers=item.answers,
                   perturbed_question=candidate.question)
@@ -73,10 +73,10 @@ def verify_candidates(
 def _verify_shard(config: dict, run_root: str, verifier: str, candidates_name: str, content_hash: str,
                   api_bases: dict[str, str]) -> str:
     """Verify one shard of candidates with one verifier; returns the output shard's name."""
-    from tasks.gateway import gateway_for
-    from tasks.levers import load_catalogue
-    from tasks.shards import progress_callback, write_output_shard
-    from tasks.store import ArtifactStore
+    from refusalbench.tasks.gateway import gateway_for
+    from refusalbench.tasks.levers import load_catalogue
+    from refusalbench.tasks.shards import progress_callback, write_output_shard
+    from refusalbench.tasks.store import ArtifactStore
 
     store = ArtifactStore(run_root)
     candidates = store.read_records(candidates_name, Candidate)
@@ -88,6 +88,6 @@ def _verify_shard(config: dict, run_root: str, verifier: str, candidates_name: s
 
 
 def verify_shard_task(run_root: str | None = None):
-    from tasks.shards import model_task
+    from refusalbench.tasks.shards import model_task
 
     return model_task(_verify_shard, "verify-shard", "verify {verifier} {candidates_name}", run_root)

@@ -31,9 +31,9 @@ def prefect_harness():
 @pytest.fixture
 def fake_llm():
     """A fake OpenAI-compatible server on loopback; tests set ``.responder`` and faults."""
-    from tasks.fake_llm import FakeLLMServer
+    from refusalbench.tasks.scripted_server import ScriptedLLMServer
 
-    with FakeLLMServer() as server:
+    with ScriptedLLMServer() as server:
         yield server
 
 

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any, Callable
 
-from tasks.fake_llm import last_user_text
+from refusalbench.tasks.scripted_server import last_user_text
 
 
 def schema_name(request: dict[str, Any]) -> str | None:

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from tasks.assign import assign_levers, assignment_id, parse_strata, sample_base_items
-from tasks.records import BaseItem, Lever, LeverExample, Passage
-from tasks.taxonomy import STRATA, expected_behaviour
+from refusalbench.tasks.assign import assign_levers, assignment_id, parse_strata, sample_base_items
+from refusalbench.tasks.records import BaseItem, Lever, LeverExample, Passage
+from refusalbench.tasks.taxonomy import STRATA, expected_behaviour
 
 
 def make_levers(per_stratum: dict[tuple[str, str], int] | None = None, default: int = 3) -> list[Lever]:

@@ -40,7 +40,7 @@ def _base_row(item_id: str = "a", **changes) -> dict:
 
 
 def _bench_table(rows_changed: Callable[[list[dict]], None] | None = None, drop: str | None = None) -> pa.Table:
-    from tasks.records import BenchmarkItem, to_table
+    from refusalbench.tasks.records import BenchmarkItem, to_table
 
     items = [
         BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
@@ -146,7 +146,7 @@ GOOD_GENERATION = """generation:
 
 
 def unreachable_config(folder: Path) -> Path:
-    from tasks.local_models import free_port
+    from refusalbench.tasks.local_models import free_port
 
     (folder / "base.jsonl").write_text(_jsonl([_base_row()]))
     path = folder / "run.yaml"
@@ -356,7 +356,7 @@ def prepare(case: Case, folder: Path) -> Prepared:
 
 
 def run_in_process(argv: list[str], capsys) -> tuple[int, str, str]:
-    from flows.cli import main
+    from refusalbench.flows.cli import main
 
     try:
         main(argv)
@@ -370,7 +370,7 @@ def run_in_process(argv: list[str], capsys) -> tuple[int, str, str]:
 def run_process(argv: list[str], cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(cwd / "prefect-home"))
     env.pop("PREFECT_API_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "refusalbench.flows.cli", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.basesets import (
+from refusalbench.tasks.basesets import (
     MAX_PROBLEMS,
     PAPER_GARAGE_DOMAINS,
     import_garage,
@@ -21,8 +21,8 @@ from tasks.basesets import (
     validate_base_set,
     write_base_set,
 )
-from tasks.errors import InputErrors
-from tasks.records import BaseItem, Passage, to_table
+from refusalbench.tasks.errors import InputErrors
+from refusalbench.tasks.records import BaseItem, Passage, to_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from tasks.config import load_config
-from tasks.errors import InputError
+from refusalbench.tasks.config import load_config
+from refusalbench.tasks.errors import InputError
 
 
 def _write(path, text):

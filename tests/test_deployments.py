@@ -20,8 +20,8 @@ import httpx
 import pytest
 import yaml
 
-from tasks.records import BenchmarkItem
-from tasks.store import ArtifactStore
+from refusalbench.tasks.records import BenchmarkItem
+from refusalbench.tasks.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
 from tests.test_evaluation_flow import ITEMS, oracle
 
@@ -63,7 +63,7 @@ def test_prefect_yaml_deployments_match_the_flows():
 
 
 def test_serve_builds_the_same_deployments():
-    from deployments.serve import build_deployments, parse_args
+    from refusalbench.deployments.serve import build_deployments, parse_args
 
     spec = {d["name"]: d for d in load_prefect_yaml()["deployments"]}
     built = {d.name: d for d in build_deployments(cron="*/30 * * * *", config_path="configs/x.yaml", out_root="s3://b/r")}

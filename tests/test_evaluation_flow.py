@@ -8,8 +8,8 @@ import re
 import pandas as pd
 import pytest
 
-from tasks.records import BenchmarkItem, Passage
-from tasks.store import ArtifactStore
+from refusalbench.tasks.records import BenchmarkItem, Passage
+from refusalbench.tasks.store import ArtifactStore
 from tests.scripted import by_model, fenced, judge_by_reference, last_user_text
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -66,7 +66,7 @@ def benchmark(tmp_path):
 
 
 def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
-    from flows.evaluation import run_evaluation
+    from refusalbench.flows.evaluation import run_evaluation
 
     fake_llm.responder = by_model({
         "refuser": lambda req: "I cannot answer: **REFUSE_MISSING**",
@@ -132,7 +132,7 @@ def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
 
 
 def test_failed_calls_are_recorded_not_dropped(tmp_path, fake_llm, benchmark):
-    from flows.evaluation import run_evaluation
+    from refusalbench.flows.evaluation import run_evaluation
 
     def refuser(req):
         if "What is item 0?" in last_user_text(req):

@@ -25,9 +25,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.fake_llm import FakeLLMServer, FaultRates
-from tasks.records import BenchmarkItem, Passage
-from tasks.store import ArtifactStore
+from refusalbench.tasks.scripted_server import ScriptedLLMServer, FaultRates
+from refusalbench.tasks.records import BenchmarkItem, Passage
+from refusalbench.tasks.store import ArtifactStore
 from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, verifier_reply
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -116,7 +116,7 @@ def reads_reference(request) -> str:
     return "unknown"
 
 
-def scripted_generation(server: FakeLLMServer) -> None:
+def scripted_generation(server: ScriptedLLMServer) -> None:
     server.responder = by_model({
         "gen-a": lambda req: generator_reply(req, "a"),
         "gen-b": lambda req: generator_reply(req, "b"),
@@ -125,7 +125,7 @@ def scripted_generation(server: FakeLLMServer) -> None:
     })
 
 
-def one_fault_of_each_kind(server: FakeLLMServer) -> None:
+def one_fault_of_each_kind(server: ScriptedLLMServer) -> None:
     """Queue one fault of every kind ahead of the random mix, so each kind surely occurs."""
     server.fail_next(kind="status", status=500)
     server.fail_next(kind="status", status=429, retry_after=0.05)
@@ -144,13 +144,13 @@ def http_calls(manifest: dict) -> int:
 @pytest.fixture
 def faulty_llm():
     # hang_s > timeout_s: a hung request is cut by the client's timeout, then retried.
-    with FakeLLMServer(faults=FAULT_MIX, hang_s=3.0, seed=9) as server:
+    with ScriptedLLMServer(faults=FAULT_MIX, hang_s=3.0, seed=9) as server:
         one_fault_of_each_kind(server)
         yield server
 
 
 def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
-    from flows.generation import run_generation
+    from refusalbench.flows.generation import run_generation
 
     scripted_generation(faulty_llm)
     out = tmp_path / "gen"
@@ -205,7 +205,7 @@ def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
 
 
 def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
-    from flows.evaluation import run_evaluation
+    from refusalbench.flows.evaluation import run_evaluation
 
     faulty_llm.responder = by_model({"reader": reads_reference, "refuser": lambda req: "REFUSE_MISSING",
                                      "judge": judge_by_reference})
@@ -251,8 +251,8 @@ def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
 
 
 def test_a_failing_model_gets_exactly_max_attempts_per_call(tmp_path, fake_llm):
-    from flows.evaluation import run_evaluation
-    from tasks.respond import respond_shard_task
+    from refusalbench.flows.evaluation import run_evaluation
+    from refusalbench.tasks.respond import respond_shard_task
 
     def down(request):
         raise RuntimeError("outage")  # the fake server answers HTTP 500 to every attempt
@@ -302,9 +302,9 @@ def _logged(log_path: Path) -> list[dict]:
 
 def _request_key(entry: dict) -> str:
     """The gateway's call-cache key of a request the server logged."""
-    from tasks import llm_outputs
-    from tasks.config import ModelConfig
-    from tasks.gateway import request_key
+    from refusalbench.tasks import structured_outputs as llm_outputs
+    from refusalbench.tasks.config import ModelConfig
+    from refusalbench.tasks.gateway import request_key
 
     name = ((entry.get("response_format") or {}).get("json_schema") or {}).get("name")
     schema = getattr(llm_outputs, name) if name else None
@@ -316,12 +316,12 @@ def test_sigkill_mid_run_then_resume_resends_no_completed_call(tmp_path):
     import prefect.settings
 
     log_path = tmp_path / "calls.jsonl"
-    with FakeLLMServer(latency_s=0.25, log_path=log_path) as server:
+    with ScriptedLLMServer(latency_s=0.25, log_path=log_path) as server:
         scripted_generation(server)
         config = write_generation_config(tmp_path, server.url, max_concurrency=1, max_attempts=2)
         cache_path = tmp_path / "gen-calls.sqlite"
         out = tmp_path / "run"
-        command = [sys.executable, "-m", "flows.cli", "generate", "--config", str(config), "--out", str(out)]
+        command = [sys.executable, "-m", "refusalbench.flows.cli", "generate", "--config", str(config), "--out", str(out)]
         # The harness's Prefect API spares each process the start of an ephemeral server.
         env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
                    PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tasks.callcache import SQLiteCache
-from tasks.config import ModelConfig
-from tasks.fake_llm import FakeLLMServer, last_user_text
-from tasks.gateway import CallSpec, Gateway
+from refusalbench.tasks.callcache import SQLiteCache
+from refusalbench.tasks.config import ModelConfig
+from refusalbench.tasks.scripted_server import ScriptedLLMServer, last_user_text
+from refusalbench.tasks.gateway import CallSpec, Gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,9 +141,9 @@ def test_token_and_latency_accounting(fake_llm):
 CHILD = textwrap.dedent(
     """
     import sys
-    from tasks.callcache import SQLiteCache
-    from tasks.config import ModelConfig
-    from tasks.gateway import CallSpec, Gateway
+    from refusalbench.tasks.callcache import SQLiteCache
+    from refusalbench.tasks.config import ModelConfig
+    from refusalbench.tasks.gateway import CallSpec, Gateway
     url, cache = sys.argv[1], sys.argv[2]
     gw = Gateway({"m": ModelConfig(model="openai/fake", api_base=url, max_concurrency=1)}, SQLiteCache(cache))
     gw.complete_many([CallSpec(model="m", messages=[{"role": "user", "content": f"k{i}"}]) for i in range(20)])
@@ -153,7 +153,7 @@ CHILD = textwrap.dedent(
 
 def test_cache_survives_a_killed_process(tmp_path):
     cache_file = tmp_path / "calls.sqlite"
-    with FakeLLMServer(latency_s=0.15) as server:
+    with ScriptedLLMServer(latency_s=0.15) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         child = subprocess.Popen([sys.executable, "-c", CHILD, server.url, str(cache_file)], env=env)
         deadline = time.time() + 60

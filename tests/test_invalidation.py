@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from tasks.assign import assign_levers
-from tasks.callcache import SQLiteCache
-from tasks.config import ModelConfig
-from tasks.gateway import Gateway
-from tasks.generate import generate_candidates
-from tasks.levers import load_catalogue
-from tasks.records import BaseItem
+from refusalbench.tasks.assign import assign_levers
+from refusalbench.tasks.callcache import SQLiteCache
+from refusalbench.tasks.config import ModelConfig
+from refusalbench.tasks.gateway import Gateway
+from refusalbench.tasks.generate import generate_candidates
+from refusalbench.tasks.levers import load_catalogue
+from refusalbench.tasks.records import BaseItem
 from tests.scripted import generator_reply
 
 
@@ -39,7 +39,7 @@ def test_changed_lever_invalidates_only_its_calls(fake_llm, tmp_path):
 
 
 def test_changed_template_invalidates_the_calls_rendered_with_it(fake_llm, tmp_path, monkeypatch):
-    import tasks.generate as generate
+    import refusalbench.tasks.generate as generate
 
     gateway, items, levers, assignments = _setup(fake_llm, tmp_path)
     by_id = {lv.id: lv for lv in levers}

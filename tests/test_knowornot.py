@@ -14,10 +14,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.errors import InputError, InputErrors
-from tasks.knowornot import diversity, evaluation, labels, retrieval, sentences
-from tasks.knowornot.embeddings import HashingEmbedder, normalise_rows
-from tasks.knowornot.records import (
+from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.knowornot import diversity, evaluation, labels, retrieval, sentences
+from refusalbench.tasks.knowornot.embeddings import HashingEmbedder, normalise_rows
+from refusalbench.tasks.knowornot.records import (
     EvalSpec,
     ExperimentInput,
     HumanLabel,
@@ -30,7 +30,7 @@ from tasks.knowornot.records import (
     make_atomic_facts,
     qa_pair_from_fact,
 )
-from tasks.records import from_table, to_table
+from refusalbench.tasks.records import from_table, to_table
 
 POLICYBENCH = Path(__file__).resolve().parents[2] / "shared" / "reference" / "policybench"
 
@@ -187,8 +187,8 @@ def test_load_real_policybench():
 def test_every_record_round_trips_through_parquet(tmp_path):
     import datetime as dt
 
-    from tasks.knowornot import records as kr
-    from tasks.records import Record
+    from refusalbench.tasks.knowornot import records as kr
+    from refusalbench.tasks.records import Record
 
     t = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
     examples = [
@@ -620,7 +620,7 @@ def test_web_labeller_refuses_non_loopback(tmp_path):
 
 @pytest.mark.slow
 def test_minilm_offline_embeddings(monkeypatch):
-    from tasks.knowornot import embeddings
+    from refusalbench.tasks.knowornot import embeddings
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     vectors = embeddings.embed(["The cat sat on the mat.", "A cat was sitting on a rug.", "Interest rates rose again."])
@@ -634,7 +634,7 @@ def test_minilm_offline_embeddings(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(not POLICYBENCH.is_dir(), reason="PolicyBench reference data not present")
 def test_policybench_btt_filters_and_loo_with_minilm():
-    from tasks.knowornot import embeddings
+    from refusalbench.tasks.knowornot import embeddings
 
     pairs = load_qa_pairs(POLICYBENCH / "BTT_QA.json")
     question_vecs = embeddings.embed([p.question for p in pairs])

@@ -40,7 +40,7 @@ def evaluator(request):
 
 
 def test_knowornot_flow(tmp_path, fake_llm):
-    from flows.knowornot import run_knowornot
+    from refusalbench.flows.knowornot import run_knowornot
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
@@ -112,12 +112,12 @@ knowornot:
 
     root = Path(__file__).resolve().parent.parent
     for annotator, answers in (("ann", "1\n1\n2\n2\n"), ("bob", "1\n2\n2\n2\n")):
-        done = subprocess.run([sys.executable, "-m", "flows.cli", "knowornot", "label", str(out), "--annotator", annotator],
+        done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out), "--annotator", annotator],
                               input=answers, capture_output=True, text=True, cwd=root, timeout=120)
         assert done.returncode == 0, done.stderr
     labels = (out / "labels" / "abstention.jsonl").read_text().splitlines()
     assert len(labels) == 8
-    done = subprocess.run([sys.executable, "-m", "flows.cli", "knowornot", "agreement", str(out)],
+    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "agreement", str(out)],
                           capture_output=True, text=True, cwd=root, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "agreement-abstention.json").read_text())

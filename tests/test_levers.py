@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from levers import CATALOGUE_DIR
-from tasks.errors import InputError
-from tasks.levers import (
+from refusalbench.levers import CATALOGUE_DIR
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.levers import (
     catalogue_hash,
     catalogue_listing,
     filter_levers,
@@ -23,8 +23,8 @@ from tasks.levers import (
     name_slug,
     validate_catalogue,
 )
-from tasks.records import Lever
-from tasks.taxonomy import CANONICAL_CODE, CLASS_SLUG, STRATA, expected_behaviour
+from refusalbench.tasks.records import Lever
+from refusalbench.tasks.taxonomy import CANONICAL_CODE, CLASS_SLUG, STRATA, expected_behaviour
 
 # ----------------------------------------------------------------- helpers
 

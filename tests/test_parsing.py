@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.parsing import (
+from refusalbench.tasks.decisions import (
     ANSWER,
     CONFIDENCE_LEVELS,
     confidence_value,

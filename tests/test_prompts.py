@@ -10,8 +10,8 @@ from typing import Any
 import jinja2
 import pytest
 
-from prompts import TEMPLATE_DIR
-from tasks.llm_outputs import (
+from refusalbench.prompts import TEMPLATE_DIR
+from refusalbench.tasks.structured_outputs import (
     AtomicFacts,
     GeneratorMultiOutput,
     GeneratorSingleOutput,
@@ -25,7 +25,7 @@ from tasks.llm_outputs import (
     parse_tagged_outcome,
     response_format_for,
 )
-from tasks.prompting import (
+from refusalbench.tasks.prompting import (
     ABSTENTION_OUTCOMES,
     ABSTENTION_TAG,
     CONFIDENCE_LEVELS,
@@ -39,8 +39,8 @@ from tasks.prompting import (
     render_messages,
     template_hash,
 )
-from tasks.records import Lever, LeverExample, Passage
-from tasks.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES
+from refusalbench.tasks.records import Lever, LeverExample, Passage
+from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES
 
 # Untrusted text that tries every trick: Jinja syntax, fake roles, our own delimiters, chat tokens.
 MARKER = "PWNED-MARKER"

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks import scoring
-from tasks.errors import InputError
-from tasks.scoring import (
+from refusalbench.tasks import scoring
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.scoring import (
     METRICS,
     bootstrap_intervals,
     breakdown,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.fake_llm import FakeLLMServer
+from refusalbench.tasks.scripted_server import ScriptedLLMServer
 from tests.scripted import by_model, fenced, judge_by_reference, verifier_reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ class SecureRun:
 
 
 def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flows.cli", "--verbose", *args], env=env, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "--verbose", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -78,7 +78,7 @@ def secure_run(prefect_harness, tmp_path_factory) -> SecureRun:
                            "lever_applied": "x", "rationale": SCRIPT, "answer_constraint_holds": True,
                            "expected_behaviour": "ANSWER_CORRECTLY"})
 
-    with FakeLLMServer(log_path=folder / "server-calls.jsonl") as server:
+    with ScriptedLLMServer(log_path=folder / "server-calls.jsonl") as server:
         server.responder = by_model({"gen": generator, "ver": lambda req: verifier_reply("PASS"),
                                      "target": lambda req: f"{IMG} It opened in 1932.", "judge": judge_by_reference})
         models = "\n".join(f"  {name}:\n    model: openai/{name}\n    api_base: {server.url}\n    api_key_env: RB_TEST_KEY"
@@ -205,8 +205,8 @@ def _default(function, name: str):
 
 
 def test_llama_server_binds_loopback_by_default(tmp_path):
-    from tasks.config import LocalModelSpec, ModelConfig
-    from tasks.local_models import build_server_config, serve_forever, start_server, weights_path
+    from refusalbench.tasks.config import LocalModelSpec, ModelConfig
+    from refusalbench.tasks.local_models import build_server_config, serve_forever, start_server, weights_path
 
     spec = LocalModelSpec(packages=["weights==1.0"], files=["model.gguf"], sha256="ab" * 32)
     weights = weights_path("tiny", spec, tmp_path)
@@ -221,13 +221,13 @@ def test_llama_server_binds_loopback_by_default(tmp_path):
 
 
 def test_cli_model_server_binds_loopback_by_default():
-    from flows.cli import models_serve
+    from refusalbench.flows.cli import models_serve
 
     assert _default(models_serve, "host") == "127.0.0.1"
 
 
 def test_labelling_page_binds_loopback_and_refuses_remote(tmp_path):
-    from tasks.knowornot.labels import serve_labelling
+    from refusalbench.tasks.knowornot.labels import serve_labelling
 
     server = serve_labelling([], tmp_path / "labels.jsonl", "ann")
     try:
@@ -242,4 +242,4 @@ def test_labelling_page_binds_loopback_and_refuses_remote(tmp_path):
 
 
 def test_fake_provider_binds_loopback():
-    assert FakeLLMServer().host == "127.0.0.1"
+    assert ScriptedLLMServer().host == "127.0.0.1"

@@ -7,8 +7,8 @@ import os
 import pyarrow as pa
 import pytest
 
-from tasks.records import BenchmarkItem, Passage
-from tasks.store import ArtifactStore
+from refusalbench.tasks.records import BenchmarkItem, Passage
+from refusalbench.tasks.store import ArtifactStore
 
 
 def _items(n: int) -> list[BenchmarkItem]:

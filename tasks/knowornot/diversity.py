@@ -29,8 +29,8 @@ from typing import Literal
 
 import numpy as np
 
-from tasks.knowornot.embeddings import normalise_rows
-from tasks.knowornot.records import FilterReport, QAPair
+from refusalbench.tasks.knowornot.embeddings import normalise_rows
+from refusalbench.tasks.knowornot.records import FilterReport, QAPair
 
 DEFAULT_THRESHOLD = 0.3
 FilterMethod = Literal["keyword", "semantic", "both", "none"]

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from tasks.errors import ModelUnavailable
+from refusalbench.tasks.errors import ModelUnavailable
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.errors import InputError
-from tasks.knowornot.records import EvalSpec
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.knowornot.records import EvalSpec
 
 ABSTENTION_PROMPT = """\
 You label how an assistant handled a question. Decide whether the assistant abstained.
@@ -124,7 +124,7 @@ def render_eval_messages(spec: EvalSpec, fields: Mapping[str, Any]) -> list[dict
     values = {name: fields.get(name) for name in spec.input_fields}
     if any(v is None or (isinstance(v, str) and not v.strip()) for v in values.values()):
         return None
-    from tasks.prompting import fence, render_messages
+    from refusalbench.tasks.prompting import fence, render_messages
 
     if spec.prompt_template:
         # Built-in specs render through the shared, sandboxed prompt templates (fenced input).

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from tasks.errors import InputError
-from tasks.knowornot.records import AgreementReport, EvalSpec, HumanLabel, LabelItem
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.knowornot.records import AgreementReport, EvalSpec, HumanLabel, LabelItem
 
 # ----------------------------------------------------------------- sampling
 

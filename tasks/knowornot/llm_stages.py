@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Sequence
 
-from tasks.gateway import CallResult, CallSpec, Gateway
-from tasks.knowornot.evaluation import EvalSpec, parse_eval_reply, render_eval_messages
-from tasks.knowornot.records import (AtomicFact, Document, EvalOutcome, ExperimentInput, ExperimentOutput,
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.knowornot.evaluation import EvalSpec, parse_eval_reply, render_eval_messages
+from refusalbench.tasks.knowornot.records import (AtomicFact, Document, EvalOutcome, ExperimentInput, ExperimentOutput,
                                      HypotheticalAnswers, OOKBQuestion, QAPair, Sentence)
-from tasks.knowornot.retrieval import format_context
-from tasks.llm_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
-from tasks.prompting import render_messages
+from refusalbench.tasks.knowornot.retrieval import format_context
+from refusalbench.tasks.structured_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
+from refusalbench.tasks.prompting import render_messages
 
 OnResult = Callable[[CallResult], None] | None
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.errors import InputError, InputErrors
-from tasks.records import Record
+from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.records import Record
 
 # ----------------------------------------------------------------- knowledge base
 

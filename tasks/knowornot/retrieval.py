@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from tasks.knowornot.embeddings import normalise_rows
-from tasks.knowornot.records import ExperimentInput, OOKBQuestion, QAPair
+from refusalbench.tasks.knowornot.embeddings import normalise_rows
+from refusalbench.tasks.knowornot.records import ExperimentInput, OOKBQuestion, QAPair
 
 if TYPE_CHECKING:
     import faiss

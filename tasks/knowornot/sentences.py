@@ -22,8 +22,8 @@ from pathlib import Path
 
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
-from tasks.errors import InputError
-from tasks.knowornot.records import Document, Sentence
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.knowornot.records import Document, Sentence
 
 DOCUMENT_SUFFIXES = (".txt", ".md", ".markdown")
 NLTK_DATA_ENV = "REFUSALBENCH_NLTK_DATA"

@@ -1,4 +1,4 @@
-"""Prefect conventions of the project, in one place.
+"""How the project runs on Prefect: environment, task runner, caching, results, call accounting.
 
 - Embedded mode: Prefect's ephemeral API on SQLite, a project-local PREFECT_HOME,
   telemetry off, a generous server start-up timeout (2-core machines are slow to boot it).
@@ -7,16 +7,14 @@
   so the content hashes it misses (prompt templates, lever catalogue, input files) are
   passed to tasks as explicit inputs.
 - Task results persist beside the run's artifacts (``<run>/_prefect``).
-- Helpers to publish table / markdown / link / progress artifacts to the UI; outside a
-  flow run they do nothing, so the pure stage code can call them freely.
+- Call accounting of a flow run, across processes when tasks ran on Dask workers.
+(What a run shows in the Prefect UI lives in ``ui_artifacts``.)
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +73,7 @@ def result_storage(run_root: str) -> Any:
     from prefect.filesystems import LocalFileSystem, RemoteFileSystem
 
     if "://" in run_root and not run_root.startswith("file://"):
-        from tasks.store import storage_options
+        from refusalbench.tasks.store import storage_options
 
         basepath = f"{run_root.rstrip('/')}/_prefect"
         block: Any = RemoteFileSystem(basepath=basepath, settings=storage_options(run_root))
@@ -101,7 +99,7 @@ def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, 
 
 
 def _gateway_stats(config: dict[str, Any]) -> dict[str, dict[str, float]]:
-    from tasks.gateway import gateway_for
+    from refusalbench.tasks.gateway import gateway_for
 
     return gateway_for(config).stats_snapshot()
 
@@ -135,101 +133,3 @@ def run_call_stats(config: dict[str, Any]) -> dict[str, dict[str, float]]:
         except Exception as exc:  # accounting must never fail a finished run
             log.warning("could not collect call statistics from Dask workers: %s", exc)
     return merge_call_stats(snapshots)
-
-
-# ---------------------------------------------------------------- artifacts
-
-def _in_run() -> bool:
-    try:
-        from prefect.context import FlowRunContext, TaskRunContext
-
-        return FlowRunContext.get() is not None or TaskRunContext.get() is not None
-    except Exception:
-        return False
-
-
-def artifact_key(text: str) -> str:
-    """Prefect artifact keys allow lowercase letters, digits and dashes."""
-    cleaned = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
-    while "--" in cleaned:
-        cleaned = cleaned.replace("--", "-")
-    return cleaned.strip("-")[:100] or "artifact"
-
-
-def publish_table(key: str, rows: list[dict[str, Any]], description: str = "") -> None:
-    if not _in_run() or not rows:
-        return
-    from prefect.artifacts import create_table_artifact
-
-    clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()} for row in rows]
-    create_table_artifact(key=artifact_key(key), table=clean, description=description)
-
-
-def publish_markdown(key: str, markdown: str, description: str = "") -> None:
-    if not _in_run():
-        return
-    from prefect.artifacts import create_markdown_artifact
-
-    create_markdown_artifact(key=artifact_key(key), markdown=markdown, description=description)
-
-
-def publish_link(key: str, link: str, text: str, description: str = "") -> None:
-    if not _in_run():
-        return
-    from prefect.artifacts import create_link_artifact
-
-    create_link_artifact(key=artifact_key(key), link=link, link_text=text, description=description)
-
-
-# Where progress lines go besides Prefect (the CLI points this at the terminal).
-PROGRESS_ECHO: Any = None
-
-
-class Progress:
-    """Progress of a long stage: a Prefect progress artifact (UI) plus a log line.
-
-    Updates are throttled (every ``every_s`` seconds) so thousands of completions do not
-    turn into thousands of API calls. Thread-safe: gateway callbacks may come from anywhere.
-    """
-
-    def __init__(self, title: str, total: int, every_s: float = 2.0, echo: Any = None):
-        self.title = title
-        self.total = max(total, 0)
-        self.done = 0
-        self.every_s = every_s
-        self.echo = echo or PROGRESS_ECHO
-        self._last = 0.0
-        self._lock = threading.Lock()
-        self._artifact_id = None
-        if _in_run() and self.total:
-            try:
-                from prefect.artifacts import create_progress_artifact
-
-                self._artifact_id = create_progress_artifact(progress=0.0, description=title)
-            except Exception:  # progress display must never break the work
-                self._artifact_id = None
-
-    def advance(self, n: int = 1) -> None:
-        with self._lock:
-            self.done += n
-            now = time.monotonic()
-            if now - self._last < self.every_s and self.done < self.total:
-                return
-            self._last = now
-            done, total = self.done, self.total
-        percent = 100.0 * done / total if total else 100.0
-        if self.echo is not None:
-            self.echo(self.title, done, total)
-        if self._artifact_id is not None:
-            try:
-                from prefect.artifacts import update_progress_artifact
-
-                update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
-            except Exception:
-                pass
-        try:
-            from prefect import get_run_logger
-
-            get_run_logger().info("%s: %d/%d (%.0f%%)", self.title, done, total, percent)
-        except Exception:
-            log.debug("%s: %d/%d", self.title, done, total)

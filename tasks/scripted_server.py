@@ -60,7 +60,7 @@ def echo_responder(request: dict[str, Any]) -> str:
 
 
 @dataclass
-class FakeLLMServer:
+class ScriptedLLMServer:
     responder: Responder = echo_responder
     latency_s: float = 0.0
     faults: FaultRates = field(default_factory=FaultRates)
@@ -94,7 +94,7 @@ class FakeLLMServer:
     def calls_for(self, model: str) -> list[dict[str, Any]]:
         return [c for c in self.calls if c["model"] == model]
 
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> "ScriptedLLMServer":
         ready = threading.Event()
 
         def run() -> None:
@@ -127,7 +127,7 @@ class FakeLLMServer:
         if self._thread is not None:
             self._thread.join(10)
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> "ScriptedLLMServer":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -226,14 +226,14 @@ class FakeLLMServer:
         }
 
 
-def main() -> None:  # pragma: no cover - manual use: python -m tasks.fake_llm --port 8099
+def main() -> None:  # pragma: no cover - manual use: python -m refusalbench.tasks.scripted_server --port 8099
     import argparse
 
     parser = argparse.ArgumentParser(description="Serve a fake OpenAI-compatible chat API on loopback.")
     parser.add_argument("--port", type=int, default=8099)
     parser.add_argument("--latency", type=float, default=0.0)
     args = parser.parse_args()
-    server = FakeLLMServer(latency_s=args.latency, port=args.port).start()
+    server = ScriptedLLMServer(latency_s=args.latency, port=args.port).start()
     print(server.url, flush=True)
     try:
         while True:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from tasks.taxonomy import ANSWER_CORRECTLY, CODE_ALIASES
+from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY, CODE_ALIASES
 
 ANSWER = "ANSWER"
 
