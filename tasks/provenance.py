@@ -14,10 +14,9 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from refusalbench.tasks import runfolder
 from refusalbench.tasks.records import RunManifest
 from refusalbench.tasks.store import ArtifactStore
-
-MANIFEST = "manifest.json"
 
 
 def package_version() -> str:
@@ -41,6 +40,7 @@ class ManifestRecorder:
         self.store = store
         config_dump = config.model_dump(mode="json") if config is not None else {}
         self.manifest = RunManifest(
+            schema_version=runfolder.SCHEMA_VERSION,
             run_id=run_id or uuid.uuid4().hex[:12],
             kind=kind,
             created_at=now(),
@@ -81,7 +81,7 @@ class ManifestRecorder:
         self.manifest.calls = stats
 
     def save(self) -> str:
-        return self.store.write_json(MANIFEST, self.manifest.model_dump(mode="json"))
+        return self.store.save(runfolder.MANIFEST, self.manifest)
 
     def finish(self, status: str = "completed") -> str:
         self.manifest.status = status  # type: ignore[assignment]

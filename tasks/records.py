@@ -197,6 +197,7 @@ class MetricsRow(Record):
 # ----------------------------------------------------------------- provenance
 
 class RunManifest(Record):
+    schema_version: str = Field(default="", description="version of the run-folder contract (runfolder.SCHEMA_VERSION)")
     run_id: str
     kind: str = Field(description="generate | evaluate | knowornot | run | refresh")
     created_at: dt.datetime

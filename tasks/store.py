@@ -17,7 +17,7 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import fsspec
 import pyarrow as pa
@@ -25,6 +25,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from refusalbench.tasks.records import from_table, to_table
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.runfolder import Artifact
 
 ROW_BATCH = 50_000
 
@@ -199,6 +202,44 @@ class ArtifactStore:
 
     def read_frame(self, name: str) -> "Any":
         return self.read_table(name).to_pandas()
+
+    # ------------------------------------------------------------ declared artifacts (runfolder.py)
+
+    def save(self, artifact: "Artifact", value: Any) -> str:
+        """Write a declared artifact: records or a DataFrame (Parquet), a document (JSON), text, bytes.
+
+        A JSON document is validated against its model first, so a run folder never holds
+        a file that breaks its declared shape.
+        """
+        if artifact.format == "parquet":
+            if artifact.schema is not None:
+                return self.write_records(artifact.name, value, artifact.schema)
+            return self.write_frame(artifact.name, value)
+        if artifact.format == "json":
+            if artifact.schema is not None and not isinstance(value, artifact.schema):
+                value = artifact.schema.model_validate(value)
+            if isinstance(value, BaseModel):
+                value = value.model_dump(mode="json")
+            return self.write_json(artifact.name, value)
+        if artifact.format == "bytes":
+            return self.write_bytes(artifact.name, value)
+        return self.write_text(artifact.name, value)
+
+    def load(self, artifact: "Artifact") -> Any:
+        """Read a declared artifact back as records, a DataFrame, a document model, text or bytes."""
+        if artifact.format == "parquet":
+            if artifact.schema is not None:
+                return self.read_records(artifact.name, artifact.schema)
+            return self.read_frame(artifact.name)
+        if artifact.format == "json":
+            data = self.read_json(artifact.name)
+            return artifact.schema.model_validate(data) if artifact.schema is not None else data
+        if artifact.format == "bytes":
+            return self.read_bytes(artifact.name)
+        return self.read_text(artifact.name)
+
+    def has(self, artifact: "Artifact") -> bool:
+        return self.exists(artifact.name)
 
 
 def split_uri(uri: str) -> tuple[ArtifactStore, str]:
