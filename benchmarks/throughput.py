@@ -122,11 +122,11 @@ def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
     started_at = time.time()
     started = time.perf_counter()
     if kind == "evaluate":
-        from refusalbench.flows.evaluation import run_evaluation
+        from refusalbench.flows.launch import run_evaluation
 
         run_evaluation(config, benchmark, out)
     else:
-        from refusalbench.flows.knowornot import run_knowornot
+        from refusalbench.flows.launch import run_knowornot
 
         run_knowornot(config, out)
     wall = time.perf_counter() - started

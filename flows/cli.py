@@ -188,7 +188,7 @@ def generate(
     out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
 ) -> None:
     """Generation flow: assign levers, generate, cross-verify, filter, sample -> benchmark.parquet."""
-    from refusalbench.flows.generation import run_generation
+    from refusalbench.flows.launch import run_generation
 
     result = run_generation(str(_config_path(config)), out_dir)
     out.print(f"benchmark: {result['benchmark']}  ({result['accepted']} accepted, {result['sampled']} sampled)")
@@ -197,11 +197,11 @@ def generate(
 @app.command()
 def evaluate(
     config: Optional[Path] = typer.Option(None, "--config"),
-    benchmark: str = typer.Option(..., "--benchmark", help="benchmark.parquet"),
+    benchmark: str = typer.Option(..., "--benchmark", help="benchmark file (Parquet): local path or s3://..."),
     out_dir: str = typer.Option(..., "--out"),
 ) -> None:
     """Evaluation flow: targets respond, judge scores, metrics and report."""
-    from refusalbench.flows.evaluation import run_evaluation
+    from refusalbench.flows.launch import run_evaluation
 
     result = run_evaluation(str(_config_path(config)), benchmark, out_dir)
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
@@ -215,7 +215,7 @@ def score(
     seed: int = typer.Option(0),
 ) -> None:
     """Compute metrics from judged responses (no model calls): DIR/metrics.json."""
-    from refusalbench.flows.evaluation import score_to_folder
+    from refusalbench.tasks.outputs import score_to_folder
 
     path = score_to_folder(file, str(out_dir), bootstrap=bootstrap, seed=seed)
     out.print(f"metrics: {path}")
@@ -224,7 +224,7 @@ def score(
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
     """(Re)build DIR/report.html from a run folder."""
-    from refusalbench.flows.evaluation import build_report_for
+    from refusalbench.tasks.outputs import build_report_for
 
     out.print(f"report: {build_report_for(run_dir)}")
 
@@ -235,52 +235,37 @@ def knowornot_run(
     out_dir: str = typer.Option(..., "--out"),
 ) -> None:
     """The KnowOrNot pipeline end to end."""
-    from refusalbench.flows.knowornot import run_knowornot
+    from refusalbench.flows.launch import run_knowornot
 
     result = run_knowornot(str(_config_path(config)), out_dir)
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
-
-
-def _label_items(run_dir: str, spec_name: str):
-    from refusalbench.tasks.knowornot.evaluation import BUILTIN_SPECS
-    from refusalbench.tasks.knowornot.labels import label_items_from_frame
-    from refusalbench.tasks.store import ArtifactStore
-
-    store = ArtifactStore(run_dir)
-    if not store.exists("label_sample.parquet"):
-        raise InputError(store.uri("label_sample.parquet"), "no label sample in this run folder (run knowornot first)")
-    if spec_name not in BUILTIN_SPECS:
-        raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(BUILTIN_SPECS)})", field="--spec")
-    spec = BUILTIN_SPECS[spec_name]
-    return store, spec, label_items_from_frame(store.read_frame("label_sample.parquet"), spec)
 
 
 @knowornot_app.command("label")
 def knowornot_label(
     run_dir: str = typer.Argument(..., help="KnowOrNot run folder (local)"),
     annotator: str = typer.Option(..., "--annotator", help="your name or id"),
-    spec: str = typer.Option("abstention", "--spec", help="abstention or factuality"),
+    spec: str = typer.Option("abstention", "--spec", help="an evaluation spec: abstention, factuality or a registered one"),
     web: bool = typer.Option(False, "--web", help="serve a labelling page on loopback instead of the terminal"),
     port: int = typer.Option(8765, "--port"),
 ) -> None:
     """Label the stratified sample; every label is saved at once, a restart resumes."""
     import time
 
-    from refusalbench.tasks.knowornot.labels import label_in_terminal, serve_labelling
+    from refusalbench.tasks.knowornot.labelling_ui import label_in_terminal, serve_labelling
+    from refusalbench.tasks.knowornot.labels import open_label_session
 
-    store, eval_spec, items = _label_items(run_dir, spec)
-    labels_file = Path(store.uri("labels")) / f"{spec}.jsonl"
-    labels_file.parent.mkdir(parents=True, exist_ok=True)
+    session = open_label_session(run_dir, spec)
     if web:
-        server = serve_labelling(items, labels_file, annotator, port=port)
+        server = serve_labelling(session.items, session.labels_path, annotator, port=port)
         out.print(f"labelling page: {server.url}  (Ctrl-C to stop)")
         try:
             while True:
                 time.sleep(3600)
         finally:
             server.shutdown()
-    new = label_in_terminal(items, labels_file, annotator)
-    out.print(f"{len(new)} new labels saved to {labels_file}")
+    new = label_in_terminal(session.items, session.labels_path, annotator)
+    out.print(f"{len(new)} new labels saved to {session.labels_path}")
 
 
 @knowornot_app.command("agreement")
@@ -289,15 +274,9 @@ def knowornot_agreement(
     spec: str = typer.Option("abstention", "--spec"),
 ) -> None:
     """Cohen's/Fleiss' kappa between annotators and evaluator-vs-human agreement."""
-    from refusalbench.tasks.knowornot.labels import LabelStore, annotator_agreement, evaluator_vs_human
+    from refusalbench.tasks.knowornot.labels import write_agreement
 
-    store, eval_spec, items = _label_items(run_dir, spec)
-    labels = LabelStore(Path(store.uri("labels")) / f"{spec}.jsonl").load()
-    results = store.read_frame("results.parquet")
-    evaluator = {row["experiment_id"]: (row[spec] if isinstance(row[spec], str) else None) for _, row in results.iterrows()}
-    report = {"annotators": annotator_agreement(labels, eval_spec),
-              "evaluator_vs_human": {k: v.model_dump() for k, v in evaluator_vs_human(labels, evaluator, eval_spec).items()}}
-    store.write_json(f"agreement-{spec}.json", report)
+    report = write_agreement(run_dir, spec)
     sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
 
 
@@ -307,7 +286,7 @@ def run(
     out_dir: str = typer.Option("runs/demo", "--out"),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
-    from refusalbench.flows.main import run_main
+    from refusalbench.flows.launch import run_main
 
     result = run_main(str(_config_path(config)), out_dir)
     out.print(f"report: {result['report']}")
@@ -321,7 +300,7 @@ def refresh(
     seed: Optional[int] = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
 ) -> None:
     """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
-    from refusalbench.flows.refresh import run_refresh
+    from refusalbench.flows.launch import run_refresh
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
     out.print(f"round {result['round']}: report {result['report']}")

@@ -12,9 +12,11 @@ from prefect import flow
 
 from refusalbench.flows.common import configured, model_endpoints
 from refusalbench.flows.evaluation import evaluation_flow
-from refusalbench.flows.generation import generation_flow, prepare_inputs
-from refusalbench.tasks.config import load_config
+from refusalbench.flows.generation import generation_flow
+from refusalbench.tasks.config import RunConfig, load_config
 from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.outputs import write_generation_report
+from refusalbench.tasks.stages.assign import prepare_inputs
 from refusalbench.tasks.store import ArtifactStore
 
 
@@ -36,24 +38,10 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
             "generation": generated}
 
 
-def write_generation_report(store: ArtifactStore) -> str:
-    from refusalbench.tasks.report import ReportInputs, build_report
-
-    html = build_report(ReportInputs(metrics={}, gv_analysis=store.read_json("gv_analysis.json"),
-                                     manifest=store.read_json("manifest.json"),
-                                     title="RefusalBench report (generation only: empty benchmark)"))
-    return store.write_text("report.html", html)
-
-
-def check_main_inputs(config_path: str, seed: int | None = None):
+def check_main_inputs(config_path: str, seed: int | None = None) -> RunConfig:
+    """All input of the main job checked (exit 2 on a problem) before anything runs."""
     cfg = load_config(config_path)
     if cfg.generation is None or cfg.evaluation is None:
         raise InputError(str(config_path), "the main job needs both a generation and an evaluation section")
     prepare_inputs(cfg, cfg.generation.seed if seed is None else seed)
     return cfg
-
-
-def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
-    """CLI entry: check all input first (exit 2), then run both stages."""
-    cfg = check_main_inputs(config_path, seed)
-    return configured(main_flow, cfg, out)(config_path, out, seed)

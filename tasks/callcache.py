@@ -1,19 +1,33 @@
-"""Persistent cache of completed LLM calls.
+"""Persistent cache of completed LLM calls, with backends chosen by name from a registry.
 
 Every successful call is written the moment it completes, so a crash or SIGKILL loses
 nothing and a re-run repeats no finished call. Backends share one tiny Protocol so a
 single machine uses SQLite (WAL mode, safe across threads and processes) and a fleet of
 workers shares Redis.
+
+A backend is a factory registered under the name a config's ``cache.backend`` gives::
+
+    @register_cache_backend("memory")
+    def open_memory_cache(*, path: str | None = None, url: str | None = None) -> CallCache:
+        return MyCache()
+
+The factory receives the ``cache:`` section's options (``path``, ``url``) as keywords and uses
+the ones it needs. The config is validated against the registry, so the module that registers a
+backend must be imported before the config is loaded.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import platformdirs
 
 
 @runtime_checkable
@@ -21,6 +35,47 @@ class CallCache(Protocol):
     def get(self, key: str) -> dict[str, Any] | None: ...
 
     def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class CacheBackend(Protocol):
+    """Opens a cache from the config's ``cache:`` options; options a backend does not use are ignored."""
+
+    def __call__(self, *, path: str | None = None, url: str | None = None) -> CallCache: ...
+
+
+_BACKENDS: dict[str, CacheBackend] = {}
+Factory = TypeVar("Factory", bound=CacheBackend)
+
+
+def register_cache_backend(name: str) -> Callable[[Factory], Factory]:
+    """Decorator: make ``factory`` the cache backend a config selects with ``cache.backend: <name>``."""
+
+    def register(factory: Factory) -> Factory:
+        existing = _BACKENDS.get(name)
+        # The same definition seen again (a module imported twice) is fine; a second backend is not.
+        if existing is not None and _qualified_name(existing) != _qualified_name(factory):
+            raise ValueError(f"cache backend {name!r} is already registered by {_qualified_name(existing)}")
+        _BACKENDS[name] = factory
+        return factory
+
+    return register
+
+
+def _qualified_name(factory: object) -> str:
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
+def cache_backends() -> list[str]:
+    """Names of the registered cache backends, sorted."""
+    return sorted(_BACKENDS)
+
+
+def open_cache(backend: str = "sqlite", **options: Any) -> CallCache:
+    """The cache the backend registered as ``backend`` opens with ``options`` (``path``, ``url``)."""
+    factory = _BACKENDS.get(backend)
+    if factory is None:
+        raise ValueError(f"unknown cache backend {backend!r} (registered: {', '.join(cache_backends())})")
+    return factory(**options)
 
 
 class NullCache:
@@ -101,18 +156,24 @@ class RedisCache:
 
 
 def default_cache_dir() -> Path:
-    import os
-
-    import platformdirs
-
     return Path(os.environ.get("REFUSALBENCH_CACHE_DIR") or platformdirs.user_cache_dir("refusalbench"))
 
 
-def open_cache(backend: str = "sqlite", *, path: str | None = None, url: str | None = None) -> CallCache:
-    if backend == "none":
-        return NullCache()
-    if backend == "redis":
-        if not url:
-            raise ValueError("cache.backend redis needs cache.url (redis://host:port/db)")
-        return RedisCache(url)
+# ---------------------------------------------------------------- built-in backends
+
+
+@register_cache_backend("none")
+def open_null_cache(*, path: str | None = None, url: str | None = None) -> CallCache:
+    return NullCache()
+
+
+@register_cache_backend("sqlite")
+def open_sqlite_cache(*, path: str | None = None, url: str | None = None) -> CallCache:
     return SQLiteCache(path or default_cache_dir() / "calls.sqlite")
+
+
+@register_cache_backend("redis")
+def open_redis_cache(*, path: str | None = None, url: str | None = None) -> CallCache:
+    if not url:
+        raise ValueError("cache.backend redis needs cache.url (redis://host:port/db)")
+    return RedisCache(url)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from refusalbench.tasks.callcache import cache_backends
 from refusalbench.tasks.errors import InputError
 
 
@@ -62,6 +63,13 @@ class ModelConfig(Strict):
 FilterRule = Literal["unanimous", "majority"]
 
 
+class PretestConfig(Strict):
+    """The paper's base-set filter: keep only items every one of ``models`` answers correctly unperturbed."""
+
+    models: list[str] = Field(min_length=1, description="models that must all answer a base item correctly")
+    judge: str = Field(description="model that scores the pre-test answers (NQ: quality >= 4; GaRAGe: RAF = 1)")
+
+
 class GenerationConfig(Strict):
     base_set: str
     generators: list[str] = Field(min_length=1)
@@ -74,6 +82,20 @@ class GenerationConfig(Strict):
     strata: list[str] | None = Field(default=None, description="subset like ['P-Ambiguity/LOW']; all 18 if unset")
     target_size: int | None = Field(default=None, ge=1, description="benchmark size after stratified sampling")
     shard_size: int = Field(default=64, ge=1)
+    pretest: PretestConfig | None = Field(default=None, description="pre-test the base set before lever assignment")
+    balance: Literal["natural", "generator"] = Field(
+        default="natural",
+        description="'generator': equal counts per generator within each stratum (RefusalBench-NQ); "
+                    "'natural': whatever the verifiers accept (RefusalBench-GaRAGe)")
+
+    def referenced_models(self) -> list[tuple[str, str]]:
+        """(config key, model name) for every model this section names, for the registry check."""
+        refs = [("generation.generators", m) for m in self.generators]
+        refs += [("generation.verifiers", m) for m in self.verifiers]
+        if self.pretest:
+            refs += [("generation.pretest.models", m) for m in self.pretest.models]
+            refs.append(("generation.pretest.judge", self.pretest.judge))
+        return refs
 
 
 class EvaluationConfig(Strict):
@@ -85,14 +107,14 @@ class EvaluationConfig(Strict):
     seed: int = 0
 
 
-Retrieval = Literal["direct", "long_context", "basic_rag", "hyde_rag"]
 SystemPromptName = Literal["basic", "conservative", "opinion"]
 
 
 class KnowOrNotConfig(Strict):
     documents: list[str] | None = None
     qa_pairs: str | None = None
-    retrieval: list[Retrieval] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"])
+    retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
+                                 description="registered retrieval strategies (tasks/knowornot/retrieval.py)")
     prompts: list[SystemPromptName] = Field(default_factory=lambda: ["basic", "conservative", "opinion"])
     targets: list[str] = Field(min_length=1)
     evaluator: str
@@ -105,10 +127,33 @@ class KnowOrNotConfig(Strict):
     synthetic_ookb: int = Field(default=0, ge=0, description="extra synthetic out-of-KB questions")
     hyde_answers: int = Field(default=3, ge=1)
     label_sample: int = Field(default=30, ge=0)
-    embedder: Literal["minilm", "hashing"] = Field(
-        default="minilm", description="all-MiniLM-L6-v2 (offline); 'hashing' is a model-free stand-in for tests")
+    embedder: str = Field(
+        default="minilm",
+        description="a registered embedder: 'minilm' (all-MiniLM-L6-v2, offline); 'hashing' is a model-free stand-in for tests")
     seed: int = 0
     shard_size: int = Field(default=128, ge=1)
+
+    # The registries live beside their strategies, which import numpy: they are imported
+    # when a knowornot section is checked, so reading any other config stays light.
+
+    @field_validator("retrieval")
+    @classmethod
+    def _registered_strategies(cls, value: list[str]) -> list[str]:
+        from refusalbench.tasks.knowornot.retrieval import RETRIEVERS
+
+        unknown = RETRIEVERS.unknown(value)
+        if unknown:
+            raise ValueError(RETRIEVERS.unknown_message(unknown))
+        return value
+
+    @field_validator("embedder")
+    @classmethod
+    def _registered_embedder(cls, value: str) -> str:
+        from refusalbench.tasks.knowornot.embeddings import EMBEDDERS
+
+        if value not in EMBEDDERS:
+            raise ValueError(EMBEDDERS.unknown_message([value]))
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "KnowOrNotConfig":
@@ -118,9 +163,19 @@ class KnowOrNotConfig(Strict):
 
 
 class CacheConfig(Strict):
-    backend: Literal["sqlite", "redis", "none"] = "sqlite"
+    backend: str = Field(default="sqlite", description="a registered cache backend: sqlite, redis, none, ...")
     path: str | None = Field(default=None, description="sqlite file; default <cache dir>/calls.sqlite")
     url: str | None = Field(default=None, description="redis://host:port/db for the shared cache")
+
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, name: str) -> str:
+        # Checked against the registry, not a fixed list: a backend added with
+        # @register_cache_backend is accepted without touching this file.
+        known = cache_backends()
+        if name not in known:
+            raise ValueError(f"unknown cache backend {name!r} (registered: {', '.join(known)})")
+        return name
 
 
 class RunConfig(Strict):
@@ -146,8 +201,7 @@ class RunConfig(Strict):
     def referenced_models(self) -> list[tuple[str, str]]:
         refs: list[tuple[str, str]] = []
         if self.generation:
-            refs += [("generation.generators", m) for m in self.generation.generators]
-            refs += [("generation.verifiers", m) for m in self.generation.verifiers]
+            refs += self.generation.referenced_models()
         if self.evaluation:
             refs += [("evaluation.targets", m) for m in self.evaluation.targets]
             refs.append(("evaluation.judge", self.evaluation.judge))

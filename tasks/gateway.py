@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from refusalbench.tasks.callcache import CallCache, NullCache
-from refusalbench.tasks.config import ModelConfig
+from refusalbench.tasks.config import ModelConfig, RunConfig
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
@@ -434,10 +434,9 @@ class Gateway:
 
 # ---------------------------------------------------------------- process-wide instances
 
-def gateway_for(config: Any, api_bases: dict[str, str] | None = None) -> Gateway:
-    """The shared gateway of a RunConfig (or its JSON dump, as Prefect tasks receive it)."""
-    from refusalbench.tasks.config import RunConfig
-
+def gateway_for(config: RunConfig | dict[str, Any], api_bases: dict[str, str] | None = None) -> Gateway:
+    """The shared gateway of a RunConfig (stage tasks receive the typed config; a JSON dump
+    of one, as some callers still pass, is validated first)."""
     cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config)
     return shared_gateway(cfg.models, cfg.cache.backend, cfg.cache.path, cfg.cache.url, api_bases)
 

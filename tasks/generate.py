@@ -10,10 +10,18 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
-from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
+from prefect import task
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.config import RunConfig
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.levers import load_catalogue
+from refusalbench.tasks.prefect_runtime import cache_policy
 from refusalbench.tasks.prompting import answer_constraint_text, render_messages, template_hash
 from refusalbench.tasks.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.shards import progress_callback, write_output_shard
+from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
 
 
 def template_for(variant: str) -> str:
@@ -107,29 +115,19 @@ def generate_candidates(
 
 # ---------------------------------------------------------------- Prefect task (thin layer)
 
-def _generate_shard(config: dict, run_root: str, generator: str, assignments_name: str, content_hash: str,
-                    api_bases: dict[str, str]) -> str:
+@task(name="generate-shard", task_run_name="generate {generator} {assignments_name}",
+      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+def generate_shard(config: RunConfig, run_root: str, generator: str, assignments_name: str, content_hash: str,
+                   api_bases: dict[str, str]) -> str:
     """Generate one shard of assignments with one generator; returns the output shard's name.
 
     ``content_hash`` covers what the task source does not: the shard's assignments, the
     base items, the catalogue and the prompt templates (Prefect's cache key uses it).
     """
-    from refusalbench.tasks.gateway import gateway_for
-    from refusalbench.tasks.levers import load_catalogue
-    from refusalbench.tasks.records import Assignment, BaseItem
-    from refusalbench.tasks.shards import progress_callback, write_output_shard
-    from refusalbench.tasks.store import ArtifactStore
-
     store = ArtifactStore(run_root)
     assignments = store.read_records(assignments_name, Assignment)
-    items = {item.id: item for item in store.read_records("base_items.parquet", BaseItem)}
+    items = {item.id: item for item in store.load(runfolder.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
                                      on_result=progress_callback(f"generate with {generator}", len(assignments)))
     return write_output_shard(run_root, "candidates", generator, assignments_name, candidates, Candidate)
-
-
-def generate_shard_task(run_root: str | None = None):
-    from refusalbench.tasks.shards import model_task
-
-    return model_task(_generate_shard, "generate-shard", "generate {generator} {assignments_name}", run_root)

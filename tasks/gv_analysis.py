@@ -6,6 +6,7 @@
 - pairwise Cohen's kappa between verifiers on the candidates both judged (NaN with a
   reason when a verifier gave one verdict only, since chance agreement is then 1)
 - pass rates by class and by intensity, and the acceptance funnel
+(and a markdown summary of it for the Prefect UI)
 """
 
 from __future__ import annotations
@@ -106,3 +107,16 @@ def matrix_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
         row.update({f"verified by {ver}": (None if math.isnan(v) else round(v, 3)) for ver, v in per_verifier.items()})
         rows.append(row)
     return rows
+
+
+def summary_markdown(analysis: dict[str, Any]) -> str:
+    """The funnel, self-evaluation bias and verifier agreement as markdown (Prefect UI)."""
+    funnel = analysis["funnel"]
+    lines = ["# Generation funnel", "", " -> ".join(f"{k}: **{v}**" for k, v in funnel.items()), "", "## Self-evaluation bias", ""]
+    lines += ["| model | self pass rate | cross pass rate | bias |", "|---|---|---|---|"]
+    for model, row in analysis["self_evaluation"].items():
+        lines.append(f"| {model} | {row['self_pass_rate']:.3f} | {row['cross_pass_rate']:.3f} | {row['self_evaluation_bias']:+.3f} |")
+    lines += ["", "## Verifier agreement (Cohen's kappa)", "", "| a | b | kappa | n | note |", "|---|---|---|---|---|"]
+    for row in analysis["verifier_kappa"]:
+        lines.append(f"| {row['verifier_a']} | {row['verifier_b']} | {row['kappa']:.3f} | {row['n']} | {row['reason'] or ''} |")
+    return "\n".join(lines)

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.structured_outputs import JudgeMultiOutput, JudgeSingleOutput
+from prefect import task
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.config import RunConfig
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.prefect_runtime import cache_policy
 from refusalbench.tasks.prompting import render_messages
 from refusalbench.tasks.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.shards import progress_callback, write_output_shard
+from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.structured_outputs import JudgeMultiOutput, JudgeSingleOutput
 from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY
 
 CORRECT_QUALITY = 4
@@ -87,23 +94,19 @@ def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses
 
 # ---------------------------------------------------------------- Prefect task (thin layer)
 
-def _judge_shard(config: dict, run_root: str, target: str, responses_name: str, content_hash: str,
-                 api_bases: dict[str, str]) -> str:
-    from refusalbench.tasks.gateway import gateway_for
-    from refusalbench.tasks.shards import progress_callback, write_output_shard
-    from refusalbench.tasks.store import ArtifactStore
+@task(name="judge-shard", task_run_name="judge {target} {responses_name}",
+      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
+                api_bases: dict[str, str]) -> str:
+    """The judge decides one target's shard of responses; returns the output shard's name.
 
+    Passed the respond task's future as ``responses_name``, it starts when that shard is done.
+    """
     store = ArtifactStore(run_root)
     responses = store.read_records(responses_name, Response)
-    items = {item.item_id: item for item in store.read_records("benchmark.parquet", BenchmarkItem)}
-    judge = config["evaluation"]["judge"]
+    items = {item.item_id: item for item in store.load(runfolder.BENCHMARK)}
+    judge = config.evaluation.judge
     total = sum(needs_judge(items[r.item_id], r) for r in responses)
     rows = judge_responses(gateway_for(config, api_bases), items, responses, judge,
                            on_result=progress_callback(f"judge {target}", total))
     return write_output_shard(run_root, "judgments", target, responses_name, rows, Judgment)
-
-
-def judge_shard_task(run_root: str | None = None):
-    from refusalbench.tasks.shards import model_task
-
-    return model_task(_judge_shard, "judge-shard", "judge {target} {responses_name}", run_root)

@@ -16,7 +16,10 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.config import RunConfig
 
 log = logging.getLogger("refusalbench")
 
@@ -98,7 +101,7 @@ def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, 
     return merged
 
 
-def _gateway_stats(config: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _gateway_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
     from refusalbench.tasks.gateway import gateway_for
 
     return gateway_for(config).stats_snapshot()
@@ -118,7 +121,7 @@ def _current_dask_client() -> Any:
     return getattr(runner, "_client", None)
 
 
-def run_call_stats(config: dict[str, Any]) -> dict[str, dict[str, float]]:
+def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
     """Call accounting of a flow run.
 
     Gateways are per process: with the thread runner every call went through the flow

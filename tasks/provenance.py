@@ -52,12 +52,18 @@ class ManifestRecorder:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        """Time a stage that runs inside this block (the manifest is saved after it)."""
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.manifest.timings_s[name] = round(self.manifest.timings_s.get(name, 0.0) + time.perf_counter() - started, 3)
-            self.save()
+            self.timing(name, time.perf_counter() - started)
+
+    def timing(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to a stage's time, for stages whose span is measured elsewhere
+        (e.g. from task completion times when two stages overlap)."""
+        self.manifest.timings_s[name] = round(self.manifest.timings_s.get(name, 0.0) + max(seconds, 0.0), 3)
+        self.save()
 
     def count(self, **counts: Any) -> None:
         self.manifest.counts.update(counts)
@@ -66,8 +72,8 @@ class ManifestRecorder:
         if text not in self.manifest.notes:
             self.manifest.notes.append(text)
 
-    def artifact(self, *names: str) -> None:
-        for name in names:
+    def artifact(self, *artifacts: runfolder.Artifact | str) -> None:
+        for name in map(str, artifacts):
             if name not in self.manifest.artifacts:
                 self.manifest.artifacts.append(name)
 
@@ -87,3 +93,16 @@ class ManifestRecorder:
         self.manifest.status = status  # type: ignore[assignment]
         self.manifest.finished_at = now()
         return self.save()
+
+    @contextmanager
+    def run(self) -> Iterator["ManifestRecorder"]:
+        """The span of a whole run: the manifest ends ``completed``, or ``failed`` on any exception.
+
+        BaseException, not Exception: a cancelled or interrupted run must not stay ``running``.
+        """
+        try:
+            yield self
+        except BaseException:
+            self.finish("failed")
+            raise
+        self.finish("completed")

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from typing import Callable
 
-from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
+from prefect import task
+
+from refusalbench.tasks.config import RunConfig
 from refusalbench.tasks.decisions import parse_confidence, parse_decision
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.prefect_runtime import cache_policy
 from refusalbench.tasks.prompting import render_messages
 from refusalbench.tasks.records import BenchmarkItem, Response
+from refusalbench.tasks.shards import progress_callback, write_output_shard
+from refusalbench.tasks.store import ArtifactStore
 
 
 def template_for(variant: str) -> str:
@@ -45,20 +51,16 @@ def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confide
 
 # ---------------------------------------------------------------- Prefect task (thin layer)
 
-def _respond_shard(config: dict, run_root: str, target: str, items_name: str, content_hash: str,
-                   api_bases: dict[str, str]) -> str:
-    from refusalbench.tasks.gateway import gateway_for
-    from refusalbench.tasks.shards import progress_callback, write_output_shard
-    from refusalbench.tasks.store import ArtifactStore
+@task(name="respond-shard", task_run_name="respond {target} {items_name}",
+      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
+                  api_bases: dict[str, str]) -> str:
+    """One target answers one shard of benchmark items; returns the output shard's name.
 
+    ``content_hash`` covers what the cache key cannot see: the shard's items, the
+    templates and the package version.
+    """
     items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
-    confidence = bool((config.get("evaluation") or {}).get("confidence"))
-    rows = respond(gateway_for(config, api_bases), items, target, confidence=confidence,
+    rows = respond(gateway_for(config, api_bases), items, target, confidence=config.evaluation.confidence,
                    on_result=progress_callback(f"{target} responds", len(items)))
     return write_output_shard(run_root, "responses", target, items_name, rows, Response)
-
-
-def respond_shard_task(run_root: str | None = None):
-    from refusalbench.tasks.shards import model_task
-
-    return model_task(_respond_shard, "respond-shard", "respond {target} {items_name}", run_root)

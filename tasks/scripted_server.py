@@ -1,18 +1,30 @@
-"""A fake OpenAI-compatible chat server for tests and benchmarks.
+"""A scripted OpenAI-compatible model server: dry runs of a config without spending money.
 
-Real sockets, real HTTP: the gateway talks to it exactly as to a provider. Replies are
-scripted by a Python callable; faults (5xx, 429 with Retry-After, hung requests, 200 with
-a body that is not JSON, empty content) are injected by rate or queued one by one. Every
-request is logged (optionally to a JSONL file, so a test can count calls across a killed
-process).
+Start it, point the models of a config at it (``api_base: http://127.0.0.1:8099/v1``) and run
+the config: every stage runs for real, over HTTP, and no provider is called::
+
+    python -m refusalbench.tasks.scripted_server --port 8099
+
+Its default replies (``dry_run_responder``) fit each role: a request that names a JSON schema
+(generators, verifiers, judges, the KnowOrNot helper stages) gets a small valid object for that
+schema; a KnowOrNot evaluator prompt that asks for ``<tag>label</tag>`` gets one of the listed
+labels; anything else (targets) gets a short answer. Replies depend only on the request, so a
+second run is served from the call cache like any other.
+
+The test suite uses the same server (``ScriptedLLMServer``) as its model double: replies come
+from any Python callable, faults (5xx, 429 with Retry-After, hung requests, 200 with a body that
+is not JSON, empty content) are injected by rate or queued one by one, and every request is
+logged (optionally to a JSONL file, so a test can count calls across a killed process).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import json
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -55,12 +67,71 @@ def request_fingerprint(request: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def schema_name(request: dict[str, Any]) -> str | None:
+    """The name of the JSON schema a request asks for (e.g. ``VerifierOutput``), if any."""
+    fmt = request.get("response_format") or {}
+    return (fmt.get("json_schema") or {}).get("name")
+
+
+def fenced(text: str, tag: str) -> list[str]:
+    """Contents of <tag ...>...</tag> blocks in a rendered prompt."""
+    return [m.strip() for m in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", text, flags=re.DOTALL)]
+
+
 def echo_responder(request: dict[str, Any]) -> str:
     return "echo: " + last_user_text(request)[:200]
 
 
+def example_for_schema(schema: dict[str, Any], label: str = "scripted") -> Any:
+    """The smallest value that satisfies a (references-inlined) JSON schema.
+
+    Booleans are true and enums take their first value, so verifiers say PASS; numbers take their
+    minimum; strings carry ``label`` so replies to different requests differ.
+    """
+    if "enum" in schema:
+        return schema["enum"][0]
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return example_for_schema(next((o for o in options if o.get("type") != "null"), options[0]), label)
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {name: example_for_schema(sub, f"{label} {name}") for name, sub in properties.items()}
+    if kind == "array":
+        count = max(1, schema.get("minItems", 1))
+        return [example_for_schema(schema.get("items", {}), f"{label} {i + 1}") for i in range(count)]
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 1)
+    if kind == "null":
+        return None
+    return label
+
+
+# The last lines of a KnowOrNot evaluator prompt list the allowed verdicts as <tag>label</tag>.
+_LABEL_LINE = re.compile(r"^<([A-Za-z_][\w-]*)>([^<>\n]+)</\1>\s*$", re.MULTILINE)
+
+
+def dry_run_responder(request: dict[str, Any]) -> str:
+    """A plausible reply for any role, decided by the request alone (see the module docstring)."""
+    fingerprint = request_fingerprint(request)
+    schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("schema")
+    if isinstance(schema, dict):
+        return json.dumps(example_for_schema(schema, f"scripted {fingerprint[:6]}"))
+    labels = _LABEL_LINE.findall(last_user_text(request))
+    if labels:
+        tag = labels[-1][0]
+        choices = [label for name, label in labels if name == tag]
+        # Spread the verdicts over the labels, so a dry run reaches every branch that depends on them.
+        return f"Scripted verdict. <{tag}>{choices[int(fingerprint, 16) % len(choices)]}</{tag}>"
+    return f"Scripted answer {fingerprint[:6]}."
+
+
 @dataclass
 class ScriptedLLMServer:
+    """The server, on a background thread; ``responder`` decides every reply (tests swap it freely)."""
+
     responder: Responder = echo_responder
     latency_s: float = 0.0
     faults: FaultRates = field(default_factory=FaultRates)
@@ -115,10 +186,10 @@ class ScriptedLLMServer:
             self._loop.run_until_complete(self._runner.cleanup())
             self._loop.close()
 
-        self._thread = threading.Thread(target=run, name="fake-llm", daemon=True)
+        self._thread = threading.Thread(target=run, name="scripted-llm", daemon=True)
         self._thread.start()
         if not ready.wait(10):
-            raise RuntimeError("fake LLM server did not start")
+            raise RuntimeError("scripted model server did not start")
         return self
 
     def stop(self) -> None:
@@ -226,20 +297,26 @@ class ScriptedLLMServer:
         }
 
 
-def main() -> None:  # pragma: no cover - manual use: python -m refusalbench.tasks.scripted_server --port 8099
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Serve a fake OpenAI-compatible chat API on loopback.")
+def main(argv: list[str] | None = None) -> None:
+    """Serve scripted replies on loopback until interrupted (``--responder echo`` for echoes)."""
+    parser = argparse.ArgumentParser(description="A scripted OpenAI-compatible model server for dry runs of a config.")
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8099)
-    parser.add_argument("--latency", type=float, default=0.0)
-    args = parser.parse_args()
-    server = ScriptedLLMServer(latency_s=args.latency, port=args.port).start()
-    print(server.url, flush=True)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument("--responder", choices=sorted(RESPONDERS), default="dry-run")
+    parser.add_argument("--log", default=None, help="append every request to this JSONL file")
+    args = parser.parse_args(argv)
+    server = ScriptedLLMServer(responder=RESPONDERS[args.responder], latency_s=args.latency,
+                               host=args.host, port=args.port, log_path=args.log).start()
+    print(f"scripted model server at {server.url} (set api_base: {server.url}); Ctrl-C stops it", flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+RESPONDERS: dict[str, Responder] = {"dry-run": dry_run_responder, "echo": echo_responder}
 
 
 if __name__ == "__main__":  # pragma: no cover

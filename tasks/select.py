@@ -18,19 +18,9 @@ import random
 from collections import defaultdict
 from typing import Iterable
 
-from pydantic import BaseModel
-
+from refusalbench.tasks.documents import FilterDecision
 from refusalbench.tasks.records import BaseItem, BenchmarkItem, Candidate, Verification
 from refusalbench.tasks.taxonomy import STRATA
-
-
-class FilterDecision(BaseModel):
-    candidate_id: str
-    accepted: bool
-    passes: int
-    fails: int
-    errors: int
-    reason: str
 
 
 def decide(candidate: Candidate, verdicts: list[str], verifiers: list[str], rule: str) -> FilterDecision:

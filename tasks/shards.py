@@ -1,61 +1,127 @@
-"""The plumbing every model-calling stage task shares.
+"""Sharded stage tasks: how a model-calling stage fans out over models x shards and back.
 
-A stage task reads one input shard from the run folder, runs its pure function through
-the gateway with a progress display, and writes one output shard named after the model
-and the input shard's index. ``model_task`` builds the Prefect task with the project's
-cache policy (inputs + task source, ignoring the run-time endpoints) and one retry.
+Flow side (:class:`Fanout`): the stage's rows are written to input shards in the run
+folder, each with a content digest of what its task reads but Prefect's cache key cannot
+see; one task runs per (model, shard); the tasks' output shards are read back into
+records. Task side: a task reads its input shard, runs its pure function through the
+gateway with a progress display, and writes one output shard named after the model and
+the input shard's index (names from ``runfolder``).
+
+Stage tasks are module-level ``@task`` functions (``grep -rn "@task" tasks``) with the
+signature ``(config, run_root, model, shard, content_hash, api_bases) -> output shard name``;
+the fan-out gives them this run's result storage, so their results persist in the run
+folder however the flow was started (CLI, deployment, serve).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel
 
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-
-
-def shard_name(kind: str, model: str, index: int) -> str:
-    return f"_work/{kind}/{_safe(model)}-{index:04d}.parquet"
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.config import RunConfig
+from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.ui_artifacts import Progress
 
 
-def shard_index(name: str) -> int:
-    """'_work/items-0007.parquet' -> 7."""
-    return int(name.rsplit("-", 1)[-1].split(".")[0])
+def content_digest(*parts: Any) -> str:
+    """Hash of what a task reads but Prefect's cache key cannot see (file contents, templates)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+
+def chunks(rows: list, size: int) -> list[list]:
+    """Shards of ``size`` rows; one empty shard for no rows, so every stage still runs once."""
+    return [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
+
+
+def one_model_at_a_time(cfg: RunConfig, names: Iterable[str]) -> bool:
+    """True when several of ``names`` share our local llama.cpp server.
+
+    That server keeps one model in memory and reloads weights whenever consecutive
+    requests name different models (seconds each), so a stage then finishes one model's
+    tasks before starting the next instead of interleaving them.
+    """
+    return sum(1 for n in set(names) if cfg.models[n].local is not None and not cfg.models[n].api_base) > 1
+
+
+# ---------------------------------------------------------------- flow side: the fan-out
+
+@dataclass(frozen=True)
+class Shard:
+    """One task input: a shard's name in the run folder (or the upstream future that will
+    return it) and the digest of the content the task will read."""
+
+    name: Any
+    digest: str
+
+
+@dataclass
+class Fanout:
+    """Fans a stage's tasks out over models x shards in one run folder and gathers them back."""
+
+    cfg: RunConfig
+    out: str
+    api_bases: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def store(self) -> ArtifactStore:
+        return ArtifactStore(self.out)
+
+    @cached_property
+    def _result_storage(self) -> Any:
+        from refusalbench.tasks.prefect_runtime import result_storage
+
+        return result_storage(self.out)
+
+    def write_shards(self, kind: str, rows: list, record_type: type[BaseModel], size: int,
+                     digest: Callable[[list], str]) -> list[Shard]:
+        """Write ``rows`` as ``_work/<kind>-NNNN.parquet`` shards; ``digest(chunk)`` per shard."""
+        shards = []
+        for index, chunk in enumerate(chunks(rows, size)):
+            name = runfolder.input_shard(kind, index)
+            self.store.write_records(name, chunk, record_type)
+            shards.append(Shard(name, digest(chunk)))
+        return shards
+
+    def submit(self, task: Any, models: list[str], shards: list[Shard] | Callable[[str], list[Shard]], *,
+               sharing: Iterable[str] | None = None) -> dict[str, list[Any]]:
+        """One ``task`` per (model, shard) -> {model: futures}, in shard order.
+
+        ``shards`` may depend on the model (e.g. a downstream stage's inputs are the
+        upstream futures of that model). When the models in ``sharing`` (default:
+        ``models``) share one local server, each model's tasks finish before the next starts.
+        """
+        task = task.with_options(result_storage=self._result_storage)
+        sequential = one_model_at_a_time(self.cfg, list(sharing) if sharing is not None else models)
+        futures: dict[str, list[Any]] = {}
+        for model in models:
+            inputs = shards(model) if callable(shards) else shards
+            futures[model] = [task.submit(self.cfg, self.out, model, s.name, s.digest, self.api_bases) for s in inputs]
+            if sequential:
+                for future in futures[model]:
+                    future.wait()
+        return futures
+
+    def gather(self, futures: dict[str, list[Any]], record_type: type[BaseModel]) -> list:
+        """The records of every output shard, model by model, in shard order."""
+        return [row for model_futures in futures.values() for future in model_futures
+                for row in self.store.read_records(future.result(), record_type)]
+
+
+# ---------------------------------------------------------------- task side
 
 def write_output_shard(run_root: str, kind: str, model: str, input_name: str, rows: list[BaseModel],
                        record_type: type[BaseModel]) -> str:
-    from refusalbench.tasks.store import ArtifactStore
-
-    name = shard_name(kind, model, shard_index(input_name))
+    name = runfolder.output_shard(kind, model, runfolder.shard_index(input_name))
     ArtifactStore(run_root).write_records(name, rows, record_type)
     return name
 
 
 def progress_callback(title: str, total: int) -> Callable[[Any], None]:
-    from refusalbench.tasks.ui_artifacts import Progress
-
     progress = Progress(title, total)
     return lambda _result: progress.advance()
-
-
-def model_task(fn: Callable[..., str], name: str, run_name: str, run_root: str | None = None) -> Any:
-    """The Prefect task for a stage function (built lazily: importing a stage needs no Prefect).
-
-    Failed model calls come back as recorded errors, not exceptions, so the one task retry
-    only repeats work after an infrastructure fault, and finished calls come from the cache.
-    With ``run_root`` the task's results persist in that run folder however the flow was
-    started (CLI, deployment, serve).
-    """
-    from prefect import task
-
-    from refusalbench.tasks.prefect_runtime import cache_policy, result_storage
-
-    options: dict[str, Any] = {}
-    if run_root is not None:
-        options["result_storage"] = result_storage(run_root)
-    return task(fn, name=name, task_run_name=run_name, cache_policy=cache_policy() - "api_bases", retries=1,
-                retry_delay_seconds=2, **options)

@@ -243,7 +243,7 @@ class ArtifactStore:
 
 
 def split_uri(uri: str) -> tuple[ArtifactStore, str]:
-    """'runs/x/benchmark.parquet' -> (store at runs/x, 'benchmark.parquet')."""
+    """'runs/x/items.parquet' -> (store at runs/x, 'items.parquet')."""
     uri = str(uri)
     head, _, tail = uri.rstrip("/").rpartition("/")
     return ArtifactStore(head or "."), tail

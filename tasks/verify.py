@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from typing import Callable
 
-from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
+from prefect import task
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.config import RunConfig
+from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.levers import load_catalogue
+from refusalbench.tasks.prefect_runtime import cache_policy
+from refusalbench.tasks.prompting import render_messages
 from refusalbench.tasks.records import BaseItem, Candidate, Lever, Verification
+from refusalbench.tasks.shards import progress_callback, write_output_shard
+from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
 
 
 def template_for(variant: str) -> str:
@@ -20,8 +29,6 @@ def template_for(variant: str) -> str:
 
 
 def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
-    from refusalbench.tasks.prompting import render_messages
-
     common = dict(lever=lever, expected=candidate.expected, question=item.question, answers=item.answers,
                   perturbed_question=candidate.question)
     if candidate.variant == "multi":
@@ -70,24 +77,15 @@ def verify_candidates(
 
 # ---------------------------------------------------------------- Prefect task (thin layer)
 
-def _verify_shard(config: dict, run_root: str, verifier: str, candidates_name: str, content_hash: str,
-                  api_bases: dict[str, str]) -> str:
+@task(name="verify-shard", task_run_name="verify {verifier} {candidates_name}",
+      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_name: str, content_hash: str,
+                 api_bases: dict[str, str]) -> str:
     """Verify one shard of candidates with one verifier; returns the output shard's name."""
-    from refusalbench.tasks.gateway import gateway_for
-    from refusalbench.tasks.levers import load_catalogue
-    from refusalbench.tasks.shards import progress_callback, write_output_shard
-    from refusalbench.tasks.store import ArtifactStore
-
     store = ArtifactStore(run_root)
     candidates = store.read_records(candidates_name, Candidate)
-    items = {item.id: item for item in store.read_records("base_items.parquet", BaseItem)}
+    items = {item.id: item for item in store.load(runfolder.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
                              on_result=progress_callback(f"verify with {verifier}", sum(c.status == "ok" for c in candidates)))
     return write_output_shard(run_root, "verifications", verifier, candidates_name, rows, Verification)
-
-
-def verify_shard_task(run_root: str | None = None):
-    from refusalbench.tasks.shards import model_task
-
-    return model_task(_verify_shard, "verify-shard", "verify {verifier} {candidates_name}", run_root)

@@ -1,7 +1,9 @@
 """Scripted model behaviour for flow tests: replies decided by model name and request.
 
-The fake server receives the LiteLLM model string without its provider prefix
+The scripted server receives the LiteLLM model string without its provider prefix
 (``openai/gen-a`` arrives as ``gen-a``) and the JSON-schema name of the expected output.
+The request helpers and the role-aware ``dry_run_responder`` live with the server in the
+product (``refusalbench.tasks.scripted_server``); this module adds the tests' own scripts.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ import json
 import re
 from typing import Any, Callable
 
-from refusalbench.tasks.scripted_server import last_user_text
+from refusalbench.tasks.scripted_server import dry_run_responder, fenced, last_user_text, schema_name
 
-
-def schema_name(request: dict[str, Any]) -> str | None:
-    fmt = request.get("response_format") or {}
-    return (fmt.get("json_schema") or {}).get("name")
+__all__ = [
+    "by_model", "dry_run_responder", "fenced", "generator_reply", "intensity_of",
+    "judge_by_reference", "last_user_text", "schema_name", "verifier_reply",
+]
 
 
 def generator_reply(request: dict[str, Any], tweak: str = "") -> str:
@@ -46,11 +48,6 @@ def by_model(table: dict[str, Callable[[dict[str, Any]], str]]) -> Callable[[dic
         return table[request["model"]](request)
 
     return respond
-
-
-def fenced(text: str, tag: str) -> list[str]:
-    """Contents of <tag ...>...</tag> blocks in a rendered prompt."""
-    return [m.strip() for m in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", text, flags=re.DOTALL)]
 
 
 def judge_by_reference(request: dict[str, Any]) -> str:

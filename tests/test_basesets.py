@@ -324,19 +324,19 @@ def test_kilt_keeps_only_items_whose_passage_contains_a_short_answer():
 
 
 def test_kilt_reads_passages_from_the_knowledge_source():
-    items = import_kilt_nq(FIXTURES / "kilt_nq_sample.jsonl", knowledge=FIXTURES / "kilt_knowledge_sample.jsonl")
+    items = import_kilt_nq(FIXTURES / "kilt_nq_sample.jsonl", FIXTURES / "kilt_knowledge_sample.jsonl")
     aldermoor = next(i for i in items if i.id == "kq-005")
     # paragraphs 1..3, section heading dropped, bullet marker removed
     assert aldermoor.context == ("Aldermoor is a market town in the western uplands, known for its wool trade. "
                                  "The town lies on both banks of the Wend, a tributary of the larger Sarne.")
 
 
-def test_kilt_limit_samples_by_seed():
+def test_kilt_n_samples_by_seed():
     path = FIXTURES / "kilt_nq_sample.jsonl"
-    first = [i.id for i in import_kilt_nq(path, limit=2, seed=1)]
-    assert len(first) == 2 and first == [i.id for i in import_kilt_nq(path, limit=2, seed=1)]
-    assert len({tuple(i.id for i in import_kilt_nq(path, limit=2, seed=s)) for s in range(12)}) > 1
-    assert len(import_kilt_nq(path, limit=50)) == 4
+    first = [i.id for i in import_kilt_nq(path, n=2, seed=1)]
+    assert len(first) == 2 and first == [i.id for i in import_kilt_nq(path, n=2, seed=1)]
+    assert len({tuple(i.id for i in import_kilt_nq(path, n=2, seed=s)) for s in range(12)}) > 1
+    assert len(import_kilt_nq(path, n=50)) == 4
 
 
 def test_kilt_malformed_records_are_input_errors(tmp_path):
@@ -356,6 +356,7 @@ def test_kilt_malformed_records_are_input_errors(tmp_path):
 
 
 def garage(**kwargs) -> dict[str, BaseItem]:
+    kwargs.setdefault("domains", None)  # every domain of the fixture; the paper's five are the importer's default
     return {i.id: i for i in import_garage(FIXTURES / "garage_sample.jsonl", **kwargs)}
 
 

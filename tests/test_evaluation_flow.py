@@ -66,7 +66,7 @@ def benchmark(tmp_path):
 
 
 def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
-    from refusalbench.flows.evaluation import run_evaluation
+    from refusalbench.flows.launch import run_evaluation
 
     fake_llm.responder = by_model({
         "refuser": lambda req: "I cannot answer: **REFUSE_MISSING**",
@@ -132,7 +132,7 @@ def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
 
 
 def test_failed_calls_are_recorded_not_dropped(tmp_path, fake_llm, benchmark):
-    from refusalbench.flows.evaluation import run_evaluation
+    from refusalbench.flows.launch import run_evaluation
 
     def refuser(req):
         if "What is item 0?" in last_user_text(req):
@@ -148,3 +148,18 @@ def test_failed_calls_are_recorded_not_dropped(tmp_path, fake_llm, benchmark):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["excluded_from_metrics"] == {"refuser": 1}
     assert manifest["counts"]["response_errors"] == {"refuser": 1}
+
+
+def test_stage_timings_are_the_stages_own(tmp_path, fake_llm, benchmark):
+    """Responding takes time: the manifest says so under respond, not under judge."""
+    from refusalbench.flows.launch import run_evaluation
+
+    fake_llm.latency_s = 0.5  # every reply of the scripted server takes half a second
+    fake_llm.responder = by_model({"refuser": lambda req: "REFUSE_MISSING", "judge": judge_by_reference})
+    out = tmp_path / "eval"
+    run_evaluation(str(write_config(tmp_path, fake_llm.url, ["refuser"])), benchmark, str(out))
+    timings = json.loads((out / "manifest.json").read_text())["timings_s"]
+    # The refuser is never judged (no answer to judge), so judging is quick and responding is not.
+    assert timings["respond"] >= 0.5
+    assert timings["judge"] < timings["respond"]
+    assert {"score", "report"} <= set(timings)

@@ -150,7 +150,7 @@ def faulty_llm():
 
 
 def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
-    from refusalbench.flows.generation import run_generation
+    from refusalbench.flows.launch import run_generation
 
     scripted_generation(faulty_llm)
     out = tmp_path / "gen"
@@ -205,7 +205,7 @@ def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
 
 
 def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
-    from refusalbench.flows.evaluation import run_evaluation
+    from refusalbench.flows.launch import run_evaluation
 
     faulty_llm.responder = by_model({"reader": reads_reference, "refuser": lambda req: "REFUSE_MISSING",
                                      "judge": judge_by_reference})
@@ -251,8 +251,8 @@ def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
 
 
 def test_a_failing_model_gets_exactly_max_attempts_per_call(tmp_path, fake_llm):
-    from refusalbench.flows.evaluation import run_evaluation
-    from refusalbench.tasks.respond import respond_shard_task
+    from refusalbench.flows.launch import run_evaluation
+    from refusalbench.tasks.respond import respond_shard
 
     def down(request):
         raise RuntimeError("outage")  # the fake server answers HTTP 500 to every attempt
@@ -265,7 +265,7 @@ def test_a_failing_model_gets_exactly_max_attempts_per_call(tmp_path, fake_llm):
 
     # The shard task has Prefect retries too, but a failed call is a value (a recorded
     # error), not an exception, so the task never retries and attempts do not multiply.
-    assert respond_shard_task().retries == 1
+    assert respond_shard.retries == 1
     per_request = Counter(call["fingerprint"] for call in fake_llm.calls_for("down"))
     assert len(per_request) == n_items
     assert set(per_request.values()) == {max_attempts}

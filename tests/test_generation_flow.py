@@ -68,7 +68,7 @@ def scripted(fake_llm, *, ver_b_fails_high_of_gen_a=True, ver_b_always_fails=Fal
 
 
 def run(config, out):
-    from refusalbench.flows.generation import run_generation
+    from refusalbench.flows.launch import run_generation
 
     return run_generation(str(config), str(out))
 

@@ -56,3 +56,26 @@ def test_changed_template_invalidates_the_calls_rendered_with_it(fake_llm, tmp_p
     generate_candidates(gateway, assignments, items, by_id, "gen")
     assert len(fake_llm.calls) == sent + len(assignments)
     assert json.dumps(fake_llm.calls[-1]["messages"]).count(" v2") == 1
+
+
+def test_stage_task_cache_key_follows_the_typed_config():
+    """Stage tasks take the typed RunConfig: equal configs share a cache key, a changed
+    setting gets a new one, and the run-time endpoints (api_bases) never count."""
+    from prefect.cache_policies import Inputs
+
+    from refusalbench.tasks.config import RunConfig
+    from refusalbench.tasks.respond import respond_shard
+
+    (inputs_policy,) = [p for p in respond_shard.cache_policy.policies if isinstance(p, Inputs)]
+
+    def key(cfg: RunConfig, api_bases: dict[str, str]) -> str:
+        inputs = {"config": cfg, "run_root": "run", "target": "m", "items_name": "_work/items-0000.parquet",
+                  "content_hash": "h", "api_bases": api_bases}
+        return inputs_policy.compute_key(None, inputs, {})
+
+    raw = {"models": {"m": {"model": "openai/m"}}, "evaluation": {"targets": ["m"], "judge": "m"}}
+    first, second = RunConfig.model_validate(raw), RunConfig.model_validate(raw)
+    second.source = "/elsewhere/config.yaml"  # where the config was read from is not part of it
+    assert key(first, {"m": "http://127.0.0.1:1/v1"}) == key(second, {"m": "http://127.0.0.1:2/v1"})
+    changed = RunConfig.model_validate({**raw, "evaluation": {**raw["evaluation"], "confidence": True}})
+    assert key(changed, {}) != key(first, {})

@@ -15,15 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from refusalbench.tasks.errors import InputError, InputErrors
-from refusalbench.tasks.knowornot import diversity, evaluation, labels, retrieval, sentences
+from refusalbench.tasks.knowornot import diversity, evaluation, labelling_ui, labels, retrieval, sentences
 from refusalbench.tasks.knowornot.embeddings import HashingEmbedder, normalise_rows
-from refusalbench.tasks.knowornot.records import (
-    EvalSpec,
-    ExperimentInput,
-    HumanLabel,
-    LabelItem,
-    OOKBQuestion,
-    QAPair,
+from refusalbench.tasks.knowornot.records import EvalSpec, ExperimentInput, HumanLabel, LabelItem, OOKBQuestion, QAPair
+from refusalbench.tasks.knowornot.sources import (
     load_policybench,
     load_qa_jsonl,
     load_qa_pairs,
@@ -552,7 +547,7 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     store = tmp_path / "labels.jsonl"
     answers = iter(["maybe", "1", "s", "q"])
     shown: list[str] = []
-    first = labels.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append)
+    first = labelling_ui.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append)
     assert [(l.item_id, l.label) for l in first] == [("e0", "yes")]
     assert any("Not an option: 'maybe'" in line for line in shown)
     assert len(store.read_text().splitlines()) == 1
@@ -560,14 +555,14 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     with open(store, "a") as handle:
         handle.write('{"item_id": "e1", "spec": "absten')
     answers = iter(["no", "YES"])
-    second = labels.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None)
+    second = labelling_ui.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None)
     assert [(l.item_id, l.label) for l in second] == [("e1", "no"), ("e2", "yes")]
     stored = labels.LabelStore(store).load()
     assert [(l.item_id, l.label) for l in stored] == [("e0", "yes"), ("e1", "no"), ("e2", "yes")]
     # Another annotator starts from scratch; end of input stops cleanly.
     def eof(_: str) -> str:
         raise EOFError
-    assert labels.label_in_terminal(_items(), store, "bob", input_fn=eof, output_fn=lambda _: None) == []
+    assert labelling_ui.label_in_terminal(_items(), store, "bob", input_fn=eof, output_fn=lambda _: None) == []
 
 
 def test_label_store_rejects_corrupt_middle_line(tmp_path):
@@ -589,7 +584,7 @@ def test_web_labeller_escapes_and_saves(tmp_path):
     ]
     store = tmp_path / "web.jsonl"
     opener = _no_proxy_opener()
-    with labels.serve_labelling(items, store, "ann") as server:
+    with labelling_ui.serve_labelling(items, store, "ann") as server:
         assert server.url.startswith("http://127.0.0.1:")
         page = opener.open(server.url, timeout=10).read().decode()
         assert "&lt;script&gt;alert(1)&lt;/script&gt;?" in page and "<script>" not in page
@@ -612,7 +607,7 @@ def test_web_labeller_escapes_and_saves(tmp_path):
 
 def test_web_labeller_refuses_non_loopback(tmp_path):
     with pytest.raises(ValueError, match="not a loopback"):
-        labels.serve_labelling(_items(), tmp_path / "x.jsonl", "ann", host="0.0.0.0")
+        labelling_ui.serve_labelling(_items(), tmp_path / "x.jsonl", "ann", host="0.0.0.0")
 
 
 # ----------------------------------------------------------------- the real embedding model

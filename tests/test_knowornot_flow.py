@@ -40,7 +40,7 @@ def evaluator(request):
 
 
 def test_knowornot_flow(tmp_path, fake_llm):
-    from refusalbench.flows.knowornot import run_knowornot
+    from refusalbench.flows.launch import run_knowornot
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from refusalbench.flows.refresh import flag_moves
+from refusalbench.tasks.trend import flag_moves
 from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 from tests.test_generation_flow import BASE
 
@@ -29,7 +29,7 @@ def test_flag_moves_outside_previous_interval():
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_two_rounds_trend_and_flag(tmp_path, fake_llm):
-    from refusalbench.flows.refresh import run_refresh
+    from refusalbench.flows.launch import run_refresh
 
     state = {"round": 1}
 

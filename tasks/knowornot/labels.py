@@ -1,38 +1,35 @@
-"""Human labels: what to label, where labels are kept, two ways to label, and agreement.
+"""Human labels: what to label, where labels are kept, and agreement.
 
 - ``stratified_label_sample``: an even share of responses from every configuration.
 - ``LabelStore``: JSONL, one label per line, appended and fsync'ed after every label, so
   a crash loses at most the label being typed; labelling resumes where it stopped.
-- ``label_in_terminal``: a prompt loop (input/output functions injectable for tests).
-- ``serve_labelling``: a one-page web form on loopback for non-technical annotators,
-  standard library only.
 - ``cohen_kappa``, ``fleiss_kappa``, ``agreement``, ``annotator_agreement``,
   ``evaluator_vs_human``: agreement between annotators and between evaluator and humans.
+- ``open_label_session`` and ``write_agreement``: the same over a KnowOrNot run folder
+  (what ``refusalbench knowornot label`` and ``... agreement`` do).
+
+The two ways to give labels (terminal prompt, loopback web page) are in ``labelling_ui``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import html
-import ipaddress
 import itertools
 import os
-import secrets
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
+from refusalbench.tasks import runfolder
 from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS
 from refusalbench.tasks.knowornot.records import AgreementReport, EvalSpec, HumanLabel, LabelItem
+from refusalbench.tasks.store import ArtifactStore
 
 # ----------------------------------------------------------------- sampling
 
@@ -153,267 +150,10 @@ class LabelStore:
                 handle.flush()
                 os.fsync(handle.fileno())
 
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def _match_outcome(answer: str, outcomes: Sequence[str]) -> str | None:
-    answer = answer.strip()
-    if answer.isdigit() and 1 <= int(answer) <= len(outcomes):
-        return outcomes[int(answer) - 1]
-    for outcome in outcomes:
-        if answer.lower() == outcome.lower():
-            return outcome
-    return None
-
-
-def _pending(items: Sequence[LabelItem], store: LabelStore, annotator: str) -> list[LabelItem]:
-    done = {(l.spec, l.item_id) for l in store.load() if l.annotator == annotator}
-    return [item for item in items if (item.spec, item.item_id) not in done]
-
-
-# ----------------------------------------------------------------- terminal
-
-
-def label_in_terminal(
-    items: Sequence[LabelItem],
-    store_path: str | Path,
-    annotator: str,
-    input_fn: Callable[[str], str] = input,
-    output_fn: Callable[[str], None] = print,
-) -> list[HumanLabel]:
-    """Ask for a label for every item this annotator has not labelled yet; return the new labels.
-
-    Each label is saved before the next item is shown. Answer with the outcome's number or
-    name; ``s`` skips the item, ``q`` (or end of input) stops.
-    """
-    if not annotator.strip():
-        raise ValueError("annotator must not be blank")
-    store = LabelStore(store_path)
-    pending = _pending(items, store, annotator)
-    output_fn(f"{len(items) - len(pending)} of {len(items)} already labelled by {annotator}; {len(pending)} to go.")
-    new: list[HumanLabel] = []
-    for position, item in enumerate(pending, start=1):
-        output_fn("")
-        output_fn(f"[{position}/{len(pending)}] {item.spec} · {item.item_id}")
-        output_fn(f"Question: {item.question}")
-        if item.context:
-            output_fn(f"Context:\n{item.context}")
-        if item.expected_answer:
-            output_fn(f"Expected answer: {item.expected_answer}")
-        output_fn(f"Response: {item.response}")
-        choices = "  ".join(f"{i}) {o}" for i, o in enumerate(item.outcomes, start=1))
-        while True:
-            try:
-                answer = input_fn(f"{choices}  s) skip  q) quit > ")
-            except EOFError:
-                return new
-            command = answer.strip().lower()
-            if command in ("q", "quit"):
-                return new
-            if command in ("s", "skip"):
-                break
-            outcome = _match_outcome(answer, item.outcomes)
-            if outcome is None:
-                output_fn(f"Not an option: {answer.strip()!r}. Type a number, an outcome, s or q.")
-                continue
-            label = HumanLabel(item_id=item.item_id, spec=item.spec, annotator=annotator, label=outcome, labelled_at=_now())
-            store.append(label)
-            new.append(label)
-            break
-    output_fn("All items labelled.")
-    return new
-
-
-# ----------------------------------------------------------------- web page
-
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Labelling · {annotator}</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-body{{font-family:system-ui,sans-serif;max-width:46rem;margin:2rem auto;padding:0 1rem;line-height:1.5;color:#222}}
-.box{{border:1px solid #ccc;border-radius:6px;padding:.75rem 1rem;margin:.75rem 0;white-space:pre-wrap}}
-.meta{{color:#666;font-size:.9rem}} button{{font-size:1.1rem;margin:.25rem .5rem .25rem 0;padding:.5rem 1.25rem;cursor:pointer}}
-h2{{font-size:1rem;margin:1rem 0 .25rem}}
-</style></head><body>
-<p class="meta">Annotator <b>{annotator}</b> · {done} of {total} labelled</p>
-{body}
-</body></html>"""
-
-
-def _item_html(item: LabelItem, token: str) -> str:
-    esc = html.escape
-    parts = [
-        f'<p class="meta">{esc(item.spec)} · {esc(item.item_id)}</p>',
-        f'<h2>Question</h2><div class="box">{esc(item.question)}</div>',
-    ]
-    if item.context:
-        parts.append(f'<details><summary>Context given to the model</summary><div class="box">{esc(item.context)}</div></details>')
-    if item.expected_answer:
-        parts.append(f'<h2>Expected answer</h2><div class="box">{esc(item.expected_answer)}</div>')
-    parts.append(f'<h2>Model response</h2><div class="box">{esc(item.response)}</div>')
-    buttons = "".join(f'<button type="submit" name="label" value="{esc(o)}">{esc(o)}</button>' for o in item.outcomes)
-    parts.append(
-        '<form method="post" action="/label">'
-        f'<input type="hidden" name="item_id" value="{esc(item.item_id)}">'
-        f'<input type="hidden" name="spec" value="{esc(item.spec)}">'
-        f'<input type="hidden" name="token" value="{esc(token)}">'
-        f"{buttons}</form>"
-    )
-    return "\n".join(parts)
-
-
-@dataclass
-class LabellingServer:
-    """A running labelling page: open ``url`` in a browser; ``shutdown()`` stops it."""
-
-    url: str
-    httpd: ThreadingHTTPServer
-    thread: threading.Thread
-    store: LabelStore
-    annotator: str
-    saved: list[HumanLabel] = field(default_factory=list)
-
-    def shutdown(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-    def __enter__(self) -> LabellingServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-_MAX_FORM_BYTES = 16 * 1024
-
-
-def serve_labelling(
-    items: Sequence[LabelItem],
-    store_path: str | Path,
-    annotator: str,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    allow_remote: bool = False,
-) -> LabellingServer:
-    """Serve the labelling page in a background thread and return at once.
-
-    GET / shows the next item this annotator has not labelled (all text HTML-escaped) with
-    one button per allowed outcome; POST /label saves the label (fsync'ed) and redirects
-    back. Binds to loopback unless ``allow_remote`` is set; ``port=0`` picks a free port.
-    Each page carries a random per-server token that POSTs must echo, so other web pages
-    open in the annotator's browser cannot submit labels.
-    """
-    if not annotator.strip():
-        raise ValueError("annotator must not be blank")
-    if not _is_loopback(host) and not allow_remote:
-        raise ValueError(f"refusing to serve on {host!r}: not a loopback address (pass allow_remote=True to expose it)")
-    store = LabelStore(store_path)
-    by_key = {(item.spec, item.item_id): item for item in items}
-    token = secrets.token_urlsafe(16)
-    state: dict[str, Any] = {"saved": []}
-    post_lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "RefusalBenchLabeller/1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep the terminal quiet
-            return
-
-        def _send(self, status: HTTPStatus, body: str, extra: Mapping[str, str] | None = None) -> None:
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Cache-Control", "no-store")
-            for name, value in (extra or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _page(self, body: str) -> str:
-            pending = _pending(items, store, annotator)
-            return _PAGE.format(
-                annotator=html.escape(annotator), done=len(items) - len(pending), total=len(items), body=body
-            )
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server naming
-            if self.path.split("?")[0] != "/":
-                self._send(HTTPStatus.NOT_FOUND, "<p>Not found.</p>")
-                return
-            pending = _pending(items, store, annotator)
-            body = _item_html(pending[0], token) if pending else "<h1>All items labelled. Thank you!</h1>"
-            self._send(HTTPStatus.OK, self._page(body))
-
-        def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/label":
-                self._send(HTTPStatus.NOT_FOUND, "<p>Not found.</p>")
-                return
-            try:
-                length = int(self.headers.get("Content-Length", "0"))
-            except ValueError:
-                length = -1
-            if not 0 <= length <= _MAX_FORM_BYTES:
-                self._send(HTTPStatus.BAD_REQUEST, "<p>Bad request size.</p>")
-                return
-            form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode("utf-8", "replace")).items()}
-            if not secrets.compare_digest(form.get("token", ""), token):
-                self._send(HTTPStatus.FORBIDDEN, "<p>Stale or foreign form: reload the page.</p>")
-                return
-            item = by_key.get((form.get("spec", ""), form.get("item_id", "")))
-            if item is None:
-                self._send(HTTPStatus.BAD_REQUEST, "<p>Unknown item.</p>")
-                return
-            given = form.get("label", "").strip()
-            outcome = next((o for o in item.outcomes if o.lower() == given.lower()), None)
-            if outcome is None:
-                self._send(HTTPStatus.BAD_REQUEST, f"<p>{html.escape(given)} is not an allowed outcome.</p>")
-                return
-            with post_lock:  # one label per (annotator, item), even on a double click
-                if item.item_id not in store.labelled_ids(annotator, item.spec):
-                    label = HumanLabel(item_id=item.item_id, spec=item.spec, annotator=annotator, label=outcome, labelled_at=_now())
-                    store.append(label)
-                    state["saved"].append(label)
-            self.send_response(HTTPStatus.SEE_OTHER)
-            self.send_header("Location", "/")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    family_server = ThreadingHTTPServer
-    if ":" in host:
-        import socket
-
-        class _V6Server(ThreadingHTTPServer):
-            address_family = socket.AF_INET6
-
-        family_server = _V6Server
-    httpd = family_server((host, port), Handler)
-    httpd.daemon_threads = True
-    bound_host, bound_port = httpd.server_address[0], httpd.server_address[1]
-    shown_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-    thread = threading.Thread(target=httpd.serve_forever, name="labelling-server", daemon=True)
-    thread.start()
-    return LabellingServer(
-        url=f"http://{shown_host}:{bound_port}/",
-        httpd=httpd,
-        thread=thread,
-        store=store,
-        annotator=annotator,
-        saved=state["saved"],
-    )
+    def pending(self, items: Sequence[LabelItem], annotator: str) -> list[LabelItem]:
+        """The items ``annotator`` has not labelled yet, in their order."""
+        done = {(l.spec, l.item_id) for l in self.load() if l.annotator == annotator}
+        return [item for item in items if (item.spec, item.item_id) not in done]
 
 
 # ----------------------------------------------------------------- agreement
@@ -537,3 +277,41 @@ def evaluator_vs_human(
     agreed = sorted(i for i, v in votes.items() if len(v) == 1 and evaluator_outcomes.get(i) is not None)
     reports["consensus"] = agreement([next(iter(votes[i])) for i in agreed], [evaluator_outcomes[i] for i in agreed], spec.outcomes)  # type: ignore[misc]
     return reports
+
+
+# ----------------------------------------------------------------- a run folder's labels
+
+
+@dataclass(frozen=True)
+class LabelSession:
+    """What one annotator labels for one spec of a run: the items and the labels file."""
+
+    store: ArtifactStore
+    spec: EvalSpec
+    items: list[LabelItem]
+    labels_path: Path
+
+
+def open_label_session(run_dir: str, spec_name: str) -> LabelSession:
+    """The run's label sample as items of ``spec_name``, and where their labels are kept."""
+    store = ArtifactStore(run_dir)
+    if not store.has(runfolder.LABEL_SAMPLE):
+        raise InputError(store.uri(runfolder.LABEL_SAMPLE.name), "no label sample in this run folder (run knowornot first)")
+    if spec_name not in EVAL_SPECS:
+        raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(EVAL_SPECS)})", field="--spec")
+    spec = EVAL_SPECS[spec_name]
+    labels_path = Path(store.uri(runfolder.labels_file(spec.name).name))
+    return LabelSession(store, spec, label_items_from_frame(store.load(runfolder.LABEL_SAMPLE), spec), labels_path)
+
+
+def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
+    """Agreement between the run's annotators and with its evaluator, saved as ``agreement-<spec>.json``."""
+    session = open_label_session(run_dir, spec_name)
+    labels = LabelStore(session.labels_path).load()
+    results = session.store.load(runfolder.RESULTS)
+    evaluator = {row["experiment_id"]: (row[spec_name] if isinstance(row[spec_name], str) else None)
+                 for _, row in results.iterrows()}
+    report = {"annotators": annotator_agreement(labels, session.spec),
+              "evaluator_vs_human": {k: v.model_dump() for k, v in evaluator_vs_human(labels, evaluator, session.spec).items()}}
+    session.store.save(runfolder.agreement_file(spec_name), report)
+    return report

@@ -5,33 +5,37 @@ their normalised embeddings (row i = pair i) gives cosine-similarity search. For
 question the strategy must never place the question's own pair in the context; the
 RAG strategies search k+1 neighbours and drop the own pair, so they still return k.
 
-Strategies (``RETRIEVERS``):
+Strategies (the ``RETRIEVERS`` registry):
   direct        no context at all
   long_context  every other pair, in KB order
   basic_rag     the k pairs nearest the question's embedding
   hyde_rag      the k pairs nearest the mean of the embeddings of LLM-written
                 hypothetical answers (mean re-normalised), looked up in the FAISS index
 
-New strategies implement ``Retriever`` and are added with ``register_retriever``.
+A new strategy is one class with ``select_context`` (or one function) under
+``@register_retriever("name", uses_k=..., needs=...)``; the config accepts its name and
+the experiment grid uses it, with no other edit.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 import numpy as np
 
 from refusalbench.tasks.knowornot.embeddings import normalise_rows
 from refusalbench.tasks.knowornot.records import ExperimentInput, OOKBQuestion, QAPair
+from refusalbench.tasks.knowornot.registry import Registry
 
 if TYPE_CHECKING:
     import faiss
 
 DEFAULT_K = 5
+S = TypeVar("S")
 
 # ----------------------------------------------------------------- FAISS index
 
@@ -121,12 +125,50 @@ class RetrievalQuery:
 
 
 class Retriever(Protocol):
-    name: str
-    uses_k: bool
+    """What a strategy class implements (a plain function with the same signature also works)."""
 
     def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
         """Ids of the pairs to show, best first; never the query's own pair."""
         ...
+
+
+QueryField = Literal["question_embedding", "hyde_embeddings"]
+
+
+@dataclass(frozen=True)
+class RetrievalStrategy:
+    """A registered strategy: its name, what it reads from a query, and how it selects."""
+
+    name: str
+    uses_k: bool  # rows record k only for strategies that retrieve k neighbours
+    needs: frozenset[str]  # the RetrievalQuery fields it reads (the flow computes only what is needed)
+    select: Callable[[RetrievalQuery, KnowledgeBase, int], Sequence[str]]
+
+    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+        return list(self.select(query, kb, k))
+
+
+RETRIEVERS: Registry[RetrievalStrategy] = Registry("retrieval strategy")
+
+
+def register_retriever(name: str, *, uses_k: bool = False, needs: Iterable[QueryField] = ()) -> Callable[[S], S]:
+    """Decorator: register a strategy class (instantiated once, without arguments) or function.
+
+    ``uses_k``: it retrieves k neighbours (recorded on its rows); ``needs``: the query
+    fields it reads, e.g. ``{"question_embedding"}``, so they are computed for it.
+    """
+
+    def register(strategy: S) -> S:
+        select = strategy().select_context if isinstance(strategy, type) else strategy
+        RETRIEVERS.add(name, RetrievalStrategy(name, uses_k, frozenset(needs), select))
+        return strategy
+
+    return register
+
+
+def strategies_need(retrievals: Iterable[str], field: QueryField) -> bool:
+    """Whether any of the named strategies reads ``field`` of a query."""
+    return any(field in RETRIEVERS.lookup(name).needs for name in retrievals)
 
 
 def search_excluding(index: faiss.Index, vector: np.ndarray, k: int, exclude: int | None) -> list[int]:
@@ -157,25 +199,25 @@ def hyde_query_vector(hyde_embeddings: np.ndarray) -> np.ndarray:
     return normalise_rows(mean)[0]
 
 
+@register_retriever("direct")
 class DirectRetriever:
-    name = "direct"
-    uses_k = False
+    """No context: the target answers from what it knows."""
 
     def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
         return []
 
 
+@register_retriever("long_context")
 class LongContextRetriever:
-    name = "long_context"
-    uses_k = False
+    """Every other pair of the knowledge base, in KB order."""
 
     def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
         return [p.id for i, p in enumerate(kb.pairs) if i != query.own_position]
 
 
+@register_retriever("basic_rag", uses_k=True, needs={"question_embedding"})
 class BasicRAGRetriever:
-    name = "basic_rag"
-    uses_k = True
+    """The k pairs nearest the question's embedding."""
 
     def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
         if query.question_embedding is None:
@@ -184,9 +226,9 @@ class BasicRAGRetriever:
         return [kb.pairs[i].id for i in positions]
 
 
+@register_retriever("hyde_rag", uses_k=True, needs={"hyde_embeddings"})
 class HydeRAGRetriever:
-    name = "hyde_rag"
-    uses_k = True
+    """The k pairs nearest the mean embedding of hypothetical answers (HyDE)."""
 
     def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
         if query.hyde_embeddings is None:
@@ -194,16 +236,6 @@ class HydeRAGRetriever:
         vector = hyde_query_vector(query.hyde_embeddings)
         positions = search_excluding(kb.index, vector, k, query.own_position)
         return [kb.pairs[i].id for i in positions]
-
-
-RETRIEVERS: dict[str, Retriever] = {
-    r.name: r for r in (DirectRetriever(), LongContextRetriever(), BasicRAGRetriever(), HydeRAGRetriever())
-}
-
-
-def register_retriever(retriever: Retriever) -> None:
-    """Add (or replace) a strategy under ``retriever.name``."""
-    RETRIEVERS[retriever.name] = retriever
 
 
 # ----------------------------------------------------------------- experiment grid
@@ -245,9 +277,9 @@ def build_experiment_inputs(
             raise ValueError(f"{name} must not be empty")
         if len(set(values)) != len(values):
             raise ValueError(f"{name} has duplicates: {list(values)}")
-    unknown = [r for r in retrievals if r not in RETRIEVERS]
+    unknown = RETRIEVERS.unknown(list(retrievals))
     if unknown:
-        raise ValueError(f"unknown retrieval strategies {unknown}; known: {sorted(RETRIEVERS)}")
+        raise ValueError(RETRIEVERS.unknown_message(unknown))
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     ids = [p.id for p in pairs]
@@ -259,9 +291,10 @@ def build_experiment_inputs(
     question_embeddings = np.asarray(question_embeddings)
     if question_embeddings.ndim != 2 or question_embeddings.shape[0] != len(pairs):
         raise ValueError(f"question_embeddings must have one row per pair: shape {question_embeddings.shape}, {len(pairs)} pairs")
-    if ookb_questions and "basic_rag" in retrievals:
+    if ookb_questions and strategies_need(retrievals, "question_embedding"):
         if ookb_embeddings is None or np.asarray(ookb_embeddings).shape[0] != len(ookb_questions):
-            raise ValueError("basic_rag over synthetic questions needs one ookb_embeddings row per question")
+            needing = [r for r in retrievals if "question_embedding" in RETRIEVERS[r].needs]
+            raise ValueError(f"{', '.join(needing)} over synthetic questions needs one ookb_embeddings row per question")
     kb = KnowledgeBase(pairs=pairs, index=index)
     hyde = hyde_embeddings or {}
 

@@ -1,0 +1,58 @@
+"""Starting a flow from the command line: check all input first, then run the configured flow.
+
+Each ``run_*`` reads and checks everything it can without a model call — the config, the
+base set or benchmark, the catalogue, whether the models can run — and reports a problem
+as one line (exit 2) before a flow run, and so before its run folder, starts. Only then
+is the flow started with the config's task runner and result storage in the run folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refusalbench.flows.common import check_or_raise, configured
+from refusalbench.flows.evaluation import evaluation_flow
+from refusalbench.flows.generation import generation_flow
+from refusalbench.flows.knowornot import knowornot_flow
+from refusalbench.flows.main import check_main_inputs, main_flow
+from refusalbench.flows.refresh import refresh_flow
+from refusalbench.tasks.benchmark_file import read_benchmark
+from refusalbench.tasks.config import load_config
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+from refusalbench.tasks.stages.assign import prepare_inputs
+
+
+def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+    cfg = load_config(config_path)
+    prepare_inputs(cfg, cfg.generation.seed if seed is None and cfg.generation else (seed or 0))
+    check_or_raise(cfg, cfg.generation.generators)
+    check_or_raise(cfg, cfg.generation.verifiers)
+    return configured(generation_flow, cfg, out)(config_path, out, seed)
+
+
+def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
+    cfg = load_config(config_path)
+    if cfg.evaluation is None:
+        raise InputError(str(config_path), "the config has no evaluation section", field="evaluation")
+    read_benchmark(benchmark)
+    check_or_raise(cfg, cfg.evaluation.targets)
+    check_or_raise(cfg, [cfg.evaluation.judge])
+    return configured(evaluation_flow, cfg, out)(config_path, benchmark, out)
+
+
+def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+    cfg = check_main_inputs(config_path, seed)
+    return configured(main_flow, cfg, out)(config_path, out, seed)
+
+
+def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
+    # Each round's main job configures its own runner and storage (round folder known only then).
+    check_main_inputs(config_path)
+    return refresh_flow(config_path, out_root, rounds_to_compare, seed)
+
+
+def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
+    cfg = load_config(config_path)
+    check_knowornot_inputs(cfg)
+    return configured(knowornot_flow, cfg, out)(config_path, out)

@@ -1,0 +1,80 @@
+"""What an evaluation leaves in its run folder after the model calls: scores and the report.
+
+Also the two commands that work on files alone, with no model call:
+``refusalbench score`` (:func:`score_to_folder`) and ``refusalbench report``
+(:func:`build_report_for`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.records import Judgment
+from refusalbench.tasks.report import ReportInputs, build_report
+from refusalbench.tasks.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
+from refusalbench.tasks.store import ArtifactStore
+
+JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
+                  "perturbation_class", "intensity", "lever_id", "domain", "generator"]
+
+
+def judged_frame(judgments: list[Judgment]) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Judgments that can be scored, and per-model counts of the ones left out (errors)."""
+    frame = pd.DataFrame([j.model_dump() for j in judgments], columns=list(Judgment.model_fields))
+    errors = frame["error"].notna()
+    excluded = frame[errors].groupby("model").size().to_dict() if errors.any() else {}
+    return frame.loc[~errors, JUDGED_COLUMNS].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
+
+
+def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int) -> ScoreResult:
+    """Score ``frame``; metrics.json and the breakdown tables go into the run folder."""
+    result = score_frame(frame, n_resamples=bootstrap, seed=seed)
+    for name, blob in render_score_outputs(result).items():
+        store.write_bytes(name, blob)
+    return result
+
+
+def _optional(store: ArtifactStore, artifact: runfolder.Artifact):
+    return store.load(artifact) if store.has(artifact) else None
+
+
+def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "RefusalBench report") -> str:
+    """``report.html`` from scores plus what else the folder holds (manifest, G-V analysis, trend)."""
+    manifest = _optional(store, runfolder.MANIFEST)
+    gv = _optional(store, runfolder.GV_ANALYSIS)
+    html = build_report(ReportInputs.from_score(
+        result, manifest=manifest.model_dump(mode="json") if manifest else None,
+        gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, runfolder.ROUND_TREND),
+        title=title))
+    return store.save(runfolder.REPORT, html)
+
+
+def write_generation_report(store: ArtifactStore) -> str:
+    """A report with no scores: the generation funnel and verifier analysis (empty benchmark)."""
+    html = build_report(ReportInputs(metrics={}, gv_analysis=store.load(runfolder.GV_ANALYSIS).model_dump(mode="json"),
+                                     manifest=store.load(runfolder.MANIFEST).model_dump(mode="json"),
+                                     title="RefusalBench report (generation only: empty benchmark)"))
+    return store.save(runfolder.REPORT, html)
+
+
+def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:
+    """``refusalbench score``: metrics from judged responses, no model calls."""
+    frame = read_judged(file)  # bad input exits before the run folder is created
+    store = ArtifactStore(out)
+    write_scores(store, frame, bootstrap=bootstrap, seed=seed)
+    return store.uri(runfolder.METRICS.name)
+
+
+def build_report_for(run_dir: str) -> str:
+    """``refusalbench report``: rebuild report.html from a run folder's judged responses."""
+    store = ArtifactStore(run_dir)
+    if not store.has(runfolder.JUDGED):
+        raise InputError(store.uri(runfolder.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
+    manifest = _optional(store, runfolder.MANIFEST)
+    ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
+    result = score_frame(store.load(runfolder.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0))
+    return write_report(store, result)

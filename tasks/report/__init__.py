@@ -1,0 +1,30 @@
+"""The evaluation report: one self-contained HTML page, plus leaderboard forms for Prefect.
+
+Everything is inline: CSS in a <style> block, plots as base64 PNGs drawn with matplotlib's
+Agg canvas (no pyplot global state, no network, no JavaScript). Every piece of text that
+comes from data — model names, group values, manifest entries — is escaped before it
+reaches the page; in plots, ``$`` is escaped so a model name cannot switch matplotlib into
+mathtext.
+
+- :mod:`.page`: :class:`ReportInputs` (what a report shows) and :func:`build_report`.
+- :mod:`.leaderboard`: the ranking and its markdown / JSON-row forms for Prefect artifacts.
+- :mod:`.figures`: the matplotlib plots.
+- :mod:`.layout`: HTML building blocks (style sheet, escaping, tables, sections).
+"""
+
+from refusalbench.tasks.report.leaderboard import (
+    LEADERBOARD_METRICS,
+    leaderboard_markdown,
+    leaderboard_rows,
+    ranked_models,
+)
+from refusalbench.tasks.report.page import ReportInputs, build_report
+
+__all__ = [
+    "LEADERBOARD_METRICS",
+    "ReportInputs",
+    "build_report",
+    "leaderboard_markdown",
+    "leaderboard_rows",
+    "ranked_models",
+]

@@ -1,0 +1,104 @@
+"""The leaderboard: models ranked by calibrated refusal score, and how metric values print.
+
+:func:`leaderboard_rows` (JSON-safe dicts) and :func:`leaderboard_markdown` feed the Prefect
+table and markdown artifacts; the HTML page shows the same ranking. Percentages print with
+one decimal, ECE values as plain numbers with three; an undefined value prints as "—".
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping
+from typing import Any
+
+LEADERBOARD_METRICS: tuple[tuple[str, str], ...] = (
+    ("calibrated_refusal_score", "CRS"),
+    ("answer_accuracy", "Answer acc."),
+    ("refusal_accuracy", "Refusal acc."),
+    ("false_refusal_rate", "FRR"),
+    ("missed_refusal_rate", "MRR"),
+    ("detection_f1", "Detection F1"),
+    ("category_accuracy", "Category acc."),
+    ("hierarchical_score", "Hierarchical"),
+    ("ece", "ECE"),
+)
+RANK_METRIC = "calibrated_refusal_score"
+
+
+def is_nan(value: Any) -> bool:
+    """True for None and float NaN: an undefined metric."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def ranked_models(metrics: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Models by calibrated refusal score, best first; undefined scores last, ties by name."""
+    def key(model: str) -> tuple[int, float, str]:
+        score = metrics[model].get(RANK_METRIC, math.nan)
+        return (1, 0.0, model) if is_nan(score) else (0, -float(score), model)
+
+    return sorted(metrics, key=key)
+
+
+def _rounded(value: Any, digits: int = 4) -> float | None:
+    return None if is_nan(value) else round(float(value), digits)
+
+
+def leaderboard_rows(
+    metrics: Mapping[str, Mapping[str, float]],
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+) -> list[dict[str, Any]]:
+    """One JSON-safe dict per model, ranked (for a Prefect table artifact); NaN -> None."""
+    intervals = intervals or {}
+    rows = []
+    for rank, model in enumerate(ranked_models(metrics), start=1):
+        values = metrics[model]
+        row: dict[str, Any] = {"rank": rank, "model": model}
+        for name, _ in LEADERBOARD_METRICS:
+            row[name] = _rounded(values.get(name))
+        low, high = intervals.get(model, {}).get(RANK_METRIC, (None, None))
+        row["crs_ci_low"], row["crs_ci_high"] = _rounded(low), _rounded(high)
+        row["n"] = int(values.get("n", 0))
+        rows.append(row)
+    return rows
+
+
+def format_value(value: Any, metric: str) -> str:
+    """A metric value for a table cell: a percentage, or three decimals for ECE; "—" if undefined."""
+    if is_nan(value):
+        return "—"
+    return f"{float(value):.3f}" if metric.startswith("ece") else f"{100 * float(value):.1f}%"
+
+
+def format_interval(interval: tuple[float, float] | None, metric: str) -> str:
+    """An interval in the same units as :func:`format_value`; "" if absent or undefined."""
+    if not interval or is_nan(interval[0]) or is_nan(interval[1]):
+        return ""
+    low, high = interval
+    if metric.startswith("ece"):
+        return f"[{low:.3f}, {high:.3f}]"
+    return f"[{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _markdown_cell(text: str) -> str:
+    return html.escape(text).replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
+
+
+def leaderboard_markdown(
+    metrics: Mapping[str, Mapping[str, float]],
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+) -> str:
+    """The leaderboard as a markdown table (for a Prefect markdown artifact)."""
+    intervals = intervals or {}
+    header = ["#", "Model", *(label for _, label in LEADERBOARD_METRICS), "n"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for rank, model in enumerate(ranked_models(metrics), start=1):
+        values = metrics[model]
+        cells = [str(rank), _markdown_cell(model)]
+        for name, _ in LEADERBOARD_METRICS:
+            cell = format_value(values.get(name), name)
+            ci = format_interval(intervals.get(model, {}).get(name), name)
+            cells.append(f"{cell} {ci}".strip())
+        cells.append(str(int(values.get("n", 0))))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,73 @@
+"""The whole score of a run: :class:`ScoreResult` and :func:`score_frame`, which builds it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+
+from refusalbench.tasks.scoring.bootstrap import bootstrap_intervals
+from refusalbench.tasks.scoring.breakdowns import (
+    breakdown,
+    calibration_table,
+    class_intensity_grid,
+    confusion,
+    domain_champions,
+    empty_breakdown,
+    overall_rows,
+    refusal_rate_by_intensity,
+)
+from refusalbench.tasks.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
+from refusalbench.tasks.scoring.metrics import COUNTS, compute_metrics
+
+
+@dataclasses.dataclass
+class ScoreResult:
+    """Everything ``score`` produces; :func:`render_score_outputs` turns it into files."""
+
+    metrics: dict[str, dict[str, float]]
+    intervals: dict[str, dict[str, tuple[float, float]]]
+    breakdown: pd.DataFrame
+    confusion: pd.DataFrame
+    calibration: pd.DataFrame
+    class_intensity: pd.DataFrame
+    refusal_by_intensity: pd.DataFrame
+    champions: pd.DataFrame
+    n_resamples: int
+    seed: int
+    generated_at: str
+
+    @property
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {m: {c: int(v[c]) for c in COUNTS} for m, v in self.metrics.items()}
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.metrics)
+
+
+def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
+                generated_at: str | None = None) -> ScoreResult:
+    """Metrics, intervals, breakdowns (overall + each present dimension) and tables."""
+    df = ensure_prepared(df)
+    metrics = compute_metrics(df)
+    intervals = bootstrap_intervals(df, n_resamples=n_resamples, seed=seed) if n_resamples > 0 else {}
+    parts = [overall_rows(metrics, intervals)] + [breakdown(df, by) for by in BREAKDOWN_DIMENSIONS]
+    parts = [p for p in parts if not p.empty]
+    table = pd.concat(parts, ignore_index=True) if parts else empty_breakdown()
+    table["n"] = table["n"].astype(np.int64)
+    return ScoreResult(
+        metrics=metrics,
+        intervals=intervals,
+        breakdown=table,
+        confusion=confusion(df),
+        calibration=calibration_table(df),
+        class_intensity=class_intensity_grid(df),
+        refusal_by_intensity=refusal_rate_by_intensity(df),
+        champions=domain_champions(df),
+        n_resamples=n_resamples,
+        seed=seed,
+        generated_at=generated_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )

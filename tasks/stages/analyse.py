@@ -1,0 +1,26 @@
+"""Stage: analyse. The generator-verifier analysis of the run: ``gv_analysis.json`` and UI tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.gv_analysis import gv_analysis, matrix_rows, summary_markdown
+from refusalbench.tasks.stages import StageRun
+from refusalbench.tasks.stages.select import Selection
+from refusalbench.tasks.ui_artifacts import publish_markdown, publish_table
+
+
+def analyse(run: StageRun, selection: Selection, generators: list[str], verifiers: list[str]) -> dict[str, Any]:
+    with run.recorder.stage("analyse"):
+        analysis = gv_analysis(run.store.read_frame(runfolder.CANDIDATES.name),
+                               run.store.read_frame(runfolder.VERIFICATIONS.name), selection.accepted_ids,
+                               {b.item_id for b in selection.benchmark}, generators, verifiers)
+        analysis["filter"] = run.cfg.generation.filter
+        analysis["shortfalls"] = selection.shortfalls
+        run.store.save(runfolder.GV_ANALYSIS, analysis)
+        run.recorder.artifact(runfolder.GV_ANALYSIS)
+        publish_table("gv-pass-rate-matrix", matrix_rows(analysis), "Pass rate: generator (rows) x verifier (columns)")
+        publish_table("gv-acceptance-funnel", [analysis["funnel"]], "attempted -> parsed -> verified -> accepted -> sampled")
+        publish_markdown("gv-summary", summary_markdown(analysis), "Generator-verifier analysis")
+    return analysis

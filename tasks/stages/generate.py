@@ -1,0 +1,32 @@
+"""Stage: generate. Every generator realises every assigned lever (one task per generator x shard)."""
+
+from __future__ import annotations
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.generate import generate_shard
+from refusalbench.tasks.provenance import package_version
+from refusalbench.tasks.records import Assignment, Candidate
+from refusalbench.tasks.shards import content_digest
+from refusalbench.tasks.stages import StageRun
+from refusalbench.tasks.stages.assign import GenerationInputs
+
+STATUSES = ("ok", "parse_error", "call_error")
+
+
+def generate_candidates(run: StageRun, inputs: GenerationInputs, generators: list[str]) -> list[Candidate]:
+    """All candidates, failed attempts included; written to ``candidates.parquet``."""
+    def digest(chunk: list[Assignment]) -> str:
+        # What a generate task reads besides its inputs: the assignments' base items,
+        # the catalogue and the templates.
+        return content_digest([a.model_dump() for a in chunk], [inputs.items_by_id[a.base_id].model_dump() for a in chunk],
+                              inputs.hashes, package_version())
+
+    with run.recorder.stage("generate"):
+        shards = run.fanout.write_shards("assignments", inputs.assignments, Assignment, run.cfg.generation.shard_size,
+                                         digest)
+        candidates: list[Candidate] = run.fanout.gather(run.fanout.submit(generate_shard, generators, shards), Candidate)
+        run.store.save(runfolder.CANDIDATES, candidates)
+        run.recorder.artifact(runfolder.CANDIDATES)
+        run.recorder.count(candidates=len(candidates),
+                           candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES})
+    return candidates

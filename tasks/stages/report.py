@@ -1,0 +1,29 @@
+"""Stage: report. ``report.html`` in the run folder, and the leaderboard in the Prefect UI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.outputs import write_report
+from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows
+from refusalbench.tasks.scoring import ScoreResult
+from refusalbench.tasks.stages import StageRun
+from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publish_table
+
+
+def report_results(run: StageRun, result: ScoreResult) -> str:
+    """Write the report (after the manifest is saved: the report shows it); returns its URI."""
+    run.recorder.save()
+    with run.recorder.stage("report"):
+        report_uri = write_report(run.store, result)
+        run.recorder.artifact(runfolder.REPORT)
+    publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals),
+                  "Models ranked by calibrated refusal score")
+    publish_markdown("leaderboard-md", leaderboard_markdown(result.metrics, result.intervals), "Leaderboard")
+    publish_link("report", _link(report_uri), runfolder.REPORT.name, "Self-contained HTML report")
+    return report_uri
+
+
+def _link(uri: str) -> str:
+    return uri if "://" in uri else Path(uri).resolve().as_uri()

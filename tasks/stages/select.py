@@ -1,0 +1,42 @@
+"""Stage: select. The consensus filter, then a stratified sample: ``benchmark.parquet``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.documents import FilterDecision
+from refusalbench.tasks.records import BenchmarkItem, Candidate, Verification
+from refusalbench.tasks.select import benchmark_items, filter_candidates, stratified_sample
+from refusalbench.tasks.stages import StageRun
+from refusalbench.tasks.stages.assign import GenerationInputs
+from refusalbench.tasks.taxonomy import STRATA
+
+
+@dataclass
+class Selection:
+    decisions: list[FilterDecision]
+    accepted_ids: set[str]
+    benchmark: list[BenchmarkItem]
+    shortfalls: dict[str, Any]  # stratum -> {"wanted", "got"}: strata short of their quota
+
+
+def select_benchmark(run: StageRun, inputs: GenerationInputs, candidates: list[Candidate],
+                     verifications: list[Verification], verifiers: list[str]) -> Selection:
+    gen = run.cfg.generation
+    with run.recorder.stage("select"):
+        decisions = filter_candidates(candidates, verifications, verifiers, gen.filter)
+        accepted_ids = {d.candidate_id for d in decisions if d.accepted}
+        accepted = [c for c in candidates if c.candidate_id in accepted_ids]
+        assigned = {(a.perturbation_class, a.intensity) for a in inputs.assignments}
+        sample, shortfalls = stratified_sample(accepted, gen.target_size, inputs.seed, [s for s in STRATA if s in assigned])
+        bench = benchmark_items(sample, inputs.items_by_id)
+        run.store.save(runfolder.BENCHMARK, bench)
+        run.store.save(runfolder.FILTER_DECISIONS, decisions)
+        run.recorder.artifact(runfolder.BENCHMARK, runfolder.FILTER_DECISIONS)
+        run.recorder.count(accepted=len(accepted), sampled=len(bench), shortfalls=shortfalls)
+        if shortfalls:
+            run.recorder.note(f"{len(shortfalls)} strata have fewer accepted items than their quota (natural imbalance, "
+                              f"see counts.shortfalls)")
+    return Selection(decisions, accepted_ids, bench, shortfalls)

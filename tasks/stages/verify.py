@@ -1,0 +1,51 @@
+"""Stage: verify. Every verifier checks every parsed candidate (one task per verifier x shard).
+
+``exhaustive`` sends every candidate to every verifier at once. ``short_circuit`` asks
+the verifiers one after another and sends a later verifier only the candidates every
+earlier one passed; the pairs it never sees are recorded as ``SKIPPED`` rows.
+"""
+
+from __future__ import annotations
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.provenance import package_version
+from refusalbench.tasks.records import Candidate, Verification
+from refusalbench.tasks.shards import content_digest
+from refusalbench.tasks.stages import StageRun
+from refusalbench.tasks.stages.assign import GenerationInputs
+from refusalbench.tasks.verify import skipped, verify_shard
+
+VERDICTS = ("PASS", "FAIL", "ERROR", "SKIPPED")
+
+
+def verify_candidates(run: StageRun, inputs: GenerationInputs, candidates: list[Candidate],
+                      verifiers: list[str]) -> list[Verification]:
+    """One row per (parsed candidate, verifier); written to ``verifications.parquet``."""
+    short_circuit = run.cfg.generation.verification == "short_circuit"
+    rounds = [[v] for v in verifiers] if short_circuit else [verifiers]
+    pending = [c for c in candidates if c.status == "ok"]
+    verifications: list[Verification] = []
+    with run.recorder.stage("verify"):
+        for index, round_verifiers in enumerate(rounds):
+            rows = verify_round(run, inputs, pending, round_verifiers, index, sharing=verifiers)
+            verifications.extend(rows)
+            if short_circuit:
+                failed = {r.candidate_id for r in rows if r.verdict != "PASS"}
+                later = [v for r in rounds[index + 1 :] for v in r]
+                verifications.extend(skipped(c, v) for c in pending if c.candidate_id in failed for v in later)
+                pending = [c for c in pending if c.candidate_id not in failed]
+        run.store.save(runfolder.VERIFICATIONS, verifications)
+        run.recorder.artifact(runfolder.VERIFICATIONS)
+        run.recorder.count(verifications=len(verifications),
+                           verifications_by_verdict={v: sum(r.verdict == v for r in verifications) for v in VERDICTS})
+    return verifications
+
+
+def verify_round(run: StageRun, inputs: GenerationInputs, pending: list[Candidate], verifiers: list[str], index: int,
+                 *, sharing: list[str]) -> list[Verification]:
+    """``verifiers`` check ``pending`` (no task at all when nothing is pending)."""
+    shards = run.fanout.write_shards(f"verify-input-{index:02d}", pending, Candidate, run.cfg.generation.shard_size,
+                                     lambda chunk: content_digest([c.model_dump() for c in chunk], inputs.hashes,
+                                                                  package_version()))
+    futures = run.fanout.submit(verify_shard, verifiers, shards if pending else [], sharing=sharing)
+    return run.fanout.gather(futures, Verification)

@@ -1,0 +1,33 @@
+"""The scripted model server as a user feature: its default replies fit every role of a run."""
+
+from __future__ import annotations
+
+import pytest
+
+from refusalbench.tasks import structured_outputs
+from refusalbench.tasks.scripted_server import dry_run_responder, schema_name
+from refusalbench.tasks.structured_outputs import LLMOutput, parse_output, parse_tagged_outcome, response_format_for
+
+SCHEMAS = [cls for cls in vars(structured_outputs).values()
+           if isinstance(cls, type) and issubclass(cls, LLMOutput) and cls is not LLMOutput]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda cls: cls.__name__)
+def test_a_structured_request_gets_a_valid_object(schema):
+    request = {"model": "m", "messages": [{"role": "user", "content": "q"}], "response_format": response_format_for(schema)}
+    assert schema_name(request) == schema.__name__
+    parsed, error = parse_output(schema, dry_run_responder(request))
+    assert error is None and parsed is not None
+
+
+def test_an_evaluator_gets_one_of_the_labels_it_lists():
+    prompt = "<question>\nq\n</question>\n\nFinish with one of:\n<tier>tier_1</tier>\n<tier>tier_2</tier>\n<tier>tier_3</tier>\n"
+    replies = {dry_run_responder({"model": "e", "messages": [{"role": "user", "content": prompt + str(i)}]}) for i in range(30)}
+    labels = {parse_tagged_outcome(reply, "tier", ["tier_1", "tier_2", "tier_3"]) for reply in replies}
+    assert labels == {"tier_1", "tier_2", "tier_3"}  # spread over the labels, so every branch is reached
+
+
+def test_a_free_text_request_gets_the_same_answer_every_time():
+    request = {"model": "t", "messages": [{"role": "user", "content": "Where is it?"}]}
+    assert dry_run_responder(request) == dry_run_responder(dict(request))
+    assert "<" not in dry_run_responder(request)
