@@ -9,7 +9,9 @@ use the work pool when runs should spread over several.
     PREFECT_API_URL=http://127.0.0.1:4200/api python -m refusalbench.deployments.serve --cron "0 4 * * 1"
 
 Defaults come from the environment so a container needs no arguments:
-REFUSALBENCH_REFRESH_CRON, REFUSALBENCH_CONFIG, REFUSALBENCH_REFRESH_OUT, REFUSALBENCH_SERVE_LIMIT.
+REFUSALBENCH_REFRESH_CRON, REFUSALBENCH_CONFIG, REFUSALBENCH_KNOWORNOT_CONFIG, REFUSALBENCH_REFRESH_OUT,
+REFUSALBENCH_SERVE_LIMIT. The knowornot deployment has a config of its own (the RefusalBench
+configs have no knowornot section).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 DEFAULT_CRON = "0 4 * * 1"  # Mondays 04:00 UTC, as in prefect.yaml
 DEFAULT_CONFIG = "configs/demo.yaml"
+DEFAULT_KNOWORNOT_CONFIG = "configs/knowornot-demo.yaml"  # as in prefect.yaml
 DEFAULT_OUT_ROOT = "runs/refresh"
 TAGS = ["refusalbench"]
 
@@ -28,10 +31,11 @@ log = logging.getLogger("refusalbench")
 
 
 def build_deployments(*, cron: str | None, config_path: str, out_root: str, rounds_to_compare: int = 5,
-                      timezone: str = "UTC") -> list[Any]:
+                      timezone: str = "UTC", knowornot_config_path: str | None = None) -> list[Any]:
     """The four deployments of prefect.yaml as RunnerDeployments (no API call is made here).
 
-    ``cron=None`` registers the refresh without a schedule (trigger it by hand).
+    ``cron=None`` registers the refresh without a schedule (trigger it by hand). The
+    knowornot deployment gets ``knowornot_config_path``, or ``config_path`` when that is None.
     """
     from prefect.client.schemas.schedules import CronSchedule
 
@@ -52,7 +56,9 @@ def build_deployments(*, cron: str | None, config_path: str, out_root: str, roun
         ),
         generation_flow.to_deployment(name="generate", description="Generation flow (ad hoc).", **adhoc),
         evaluation_flow.to_deployment(name="evaluate", description="Evaluation flow (ad hoc).", **adhoc),
-        knowornot_flow.to_deployment(name="knowornot", description="KnowOrNot pipeline (ad hoc).", **adhoc),
+        knowornot_flow.to_deployment(name="knowornot", description="KnowOrNot pipeline (ad hoc).",
+                                     parameters={"config_path": knowornot_config_path or config_path},
+                                     tags=adhoc["tags"]),
     ]
 
 
@@ -63,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="refresh schedule, cron syntax (UTC); 'none' for no schedule [%(default)s]")
     parser.add_argument("--timezone", default="UTC")
     parser.add_argument("--config", default=env.get("REFUSALBENCH_CONFIG", DEFAULT_CONFIG), help="run config [%(default)s]")
+    parser.add_argument("--knowornot-config", default=env.get("REFUSALBENCH_KNOWORNOT_CONFIG", DEFAULT_KNOWORNOT_CONFIG),
+                        help="the knowornot deployment's config [%(default)s]")
     parser.add_argument("--out-root", default=env.get("REFUSALBENCH_REFRESH_OUT", DEFAULT_OUT_ROOT),
                         help="folder (or s3://...) holding the refresh rounds [%(default)s]")
     parser.add_argument("--rounds-to-compare", type=int, default=5)
@@ -80,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
 
     cron = None if str(args.cron).lower() in ("", "none", "off") else args.cron
     deployments = build_deployments(cron=cron, config_path=args.config, out_root=args.out_root,
-                                    rounds_to_compare=args.rounds_to_compare, timezone=args.timezone)
+                                    rounds_to_compare=args.rounds_to_compare, timezone=args.timezone,
+                                    knowornot_config_path=args.knowornot_config)
     serve(*deployments, limit=args.limit)
 
 

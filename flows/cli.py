@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from refusalbench.flows.cli_audit import audit_app
+from refusalbench.flows.cli_data import data_app
 from refusalbench.tasks.errors import InputError, InputErrors, ModelUnavailable
 from refusalbench.tasks.prefect_runtime import configure_prefect_env
 
@@ -28,13 +30,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
-data_app = typer.Typer(help="Base sets.", no_args_is_help=True)
 models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
 knowornot_app = typer.Typer(help="KnowOrNot: out-of-knowledge-base robustness.", no_args_is_help=True)
 app.add_typer(levers_app, name="levers")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 app.add_typer(knowornot_app, name="knowornot")
+app.add_typer(audit_app, name="audit")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -103,21 +105,6 @@ def levers_validate() -> None:
             err.print(problem, markup=False, highlight=False)
         raise typer.Exit(2)
     out.print(f"catalogue OK: {len(levers)} levers, hash {catalogue_hash(levers)}")
-
-
-# ---------------------------------------------------------------- data
-
-@data_app.command("validate")
-def data_validate(file: Path = typer.Argument(..., help="base set (JSONL, Parquet or CSV)")) -> None:
-    """Validate a base set; prints FILE:LINE: field: problem for every problem (exit 2)."""
-    from refusalbench.tasks.basesets import validate_base_set
-
-    problems = validate_base_set(file)
-    if problems:
-        for problem in problems:
-            err.print(problem, markup=False, highlight=False)
-        raise typer.Exit(2)
-    out.print(f"{file}: OK")
 
 
 # ---------------------------------------------------------------- models
@@ -306,6 +293,46 @@ def refresh(
     out.print(f"round {result['round']}: report {result['report']}")
     for flag in result["flags"]:
         out.print(f"moved beyond its interval: {flag['model']} {flag['metric']} {flag['previous']:.3f} -> {flag['latest']:.3f}")
+
+
+@app.command()
+def pretest(
+    config: Optional[Path] = typer.Option(None, "--config", help="run config with generation.pretest"),
+    out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
+) -> None:
+    """The base-set pre-test on its own: which base items every pre-test model answers correctly."""
+    from refusalbench.flows.launch import run_pretest
+
+    result = run_pretest(str(_config_path(config)), out_dir)
+    funnel = " -> ".join(f"{step} {count}" for step, count in result["funnel"].items())
+    out.print(f"pretest: {result['pretest']}  (base items: {funnel})", highlight=False)
+
+
+@app.command()
+def plan(
+    config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
+    format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
+    latency: float = typer.Option(2.0, "--latency", min=0.001, help="assumed seconds per call, for the time bound"),
+    benchmark: Optional[str] = typer.Option(None, "--benchmark", help="plan the evaluation of this benchmark file "
+                                            "alone (exact respond counts)"),
+    all_models: bool = typer.Option(False, "--all-models", help="with skip_unavailable: plan every model, also "
+                                    "those without credentials now"),
+) -> None:
+    """Calls, tokens, cost and time a run would take with an empty cache; no model is called."""
+    from refusalbench.flows.common import usable_models
+    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.plan import plan_run, plan_table
+
+    cfg = load_config(_config_path(config))
+    available = None
+    if cfg.skip_unavailable and not all_models:
+        # The run would skip these: credentials and cached weights only, no endpoint probe.
+        available = usable_models(cfg, cfg.used_models(), probe=False)
+    result = plan_run(cfg, latency_s=latency, benchmark=benchmark, available=available)
+    if format == OutputFormat.json:
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
+        return
+    sys.stdout.write(plan_table(result) + "\n")
 
 
 # ---------------------------------------------------------------- entry point

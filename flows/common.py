@@ -71,9 +71,20 @@ def check_or_raise(cfg: RunConfig, names: list[str]) -> list[str]:
     return usable
 
 
+def runner_slots(cfg: RunConfig) -> int:
+    """Task-runner slots for a run: two shard tasks in flight per model the config uses.
+
+    A shard task mostly waits on the gateway's event loop, so a slot costs a thread, not a
+    core. With fewer slots than models, the slots fill with a few models' shards while the
+    other models sit idle (30 targets on 8 slots kept ~40 calls in flight instead of 30 x 16).
+    """
+    return max(8, min(256, 2 * len(cfg.used_models())))
+
+
 def configured(flow_fn, cfg: RunConfig, out: str):
     """The flow with the config's task runner and task results persisted in the run folder."""
-    return flow_fn.with_options(task_runner=task_runner(cfg.runner), result_storage=result_storage(out))
+    return flow_fn.with_options(task_runner=task_runner(cfg.runner, max_workers=runner_slots(cfg)),
+                                result_storage=result_storage(out))
 
 
 __all__ = ["Fanout", "Shard", "content_digest", "chunks", "usable_models", "model_endpoints", "check_or_raise",

@@ -1,5 +1,8 @@
-"""The generation flow: base set -> levers -> generators (fan out) -> verifiers (fan in)
--> consensus filter -> stratified sample -> benchmark.parquet (seed paper §3.3-3.4).
+"""The generation flow: base set -> (pre-test) -> levers -> generators (fan out) -> verifiers
+(fan in) -> consensus filter -> stratified sample -> benchmark.parquet (seed paper §3.3-3.4).
+
+With ``generation.pretest`` the whole base set is pre-tested first and ``base_sample`` items are
+drawn from the items every pre-test model answered correctly (see ``flows.pretest``).
 
 Tasks exchange file names inside the run folder, never DataFrames. One task per
 (model, shard); inside a task the calls run concurrently through the gateway. The
@@ -13,6 +16,7 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.flows.pretest import pretest_models
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.config import load_config
 from refusalbench.tasks.prefect_runtime import run_call_stats
@@ -21,6 +25,7 @@ from refusalbench.tasks.stages import StageRun
 from refusalbench.tasks.stages.analyse import analyse
 from refusalbench.tasks.stages.assign import prepare_inputs, record_inputs
 from refusalbench.tasks.stages.generate import generate_candidates
+from refusalbench.tasks.stages.pretest import pretested_inputs
 from refusalbench.tasks.stages.select import select_benchmark
 from refusalbench.tasks.stages.verify import verify_candidates
 from refusalbench.tasks.store import ArtifactStore
@@ -32,14 +37,17 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
     inputs = prepare_inputs(cfg, cfg.generation.seed if seed is None else seed)
     recorder = ManifestRecorder(ArtifactStore(out), "generate", config=cfg, seed=inputs.seed)
     with recorder.run():
-        record_inputs(recorder, inputs)
         generators = check_or_raise(cfg, cfg.generation.generators)
         verifiers = check_or_raise(cfg, cfg.generation.verifiers)
-        with model_endpoints(cfg, generators + verifiers) as api_bases:
+        pretesters, pretest_judge = pretest_models(cfg)
+        calling = generators + verifiers + pretesters + ([pretest_judge] if pretest_judge else [])
+        with model_endpoints(cfg, calling) as api_bases:
             run = StageRun(cfg, out, recorder, api_bases)
+            inputs, funnel = pretested_inputs(run, inputs, pretesters, pretest_judge)
+            record_inputs(recorder, inputs, funnel)
             candidates = generate_candidates(run, inputs, generators)
             verifications = verify_candidates(run, inputs, candidates, verifiers)
-        selection = select_benchmark(run, inputs, candidates, verifications, verifiers)
+        selection = select_benchmark(run, inputs, candidates, verifications, verifiers, generators)
         analyse(run, selection, generators, verifiers)
         recorder.calls(run_call_stats(cfg))
     return {"benchmark": run.store.uri(runfolder.BENCHMARK.name), "accepted": len(selection.accepted_ids),

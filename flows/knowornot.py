@@ -21,7 +21,7 @@ from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.config import load_config
 from refusalbench.tasks.knowornot.report import publish_report, write_results
-from refusalbench.tasks.knowornot.stages import (answer_and_evaluate, input_digest,
+from refusalbench.tasks.knowornot.stages import (answer_and_evaluate, check_knowornot_inputs, input_digest,
                                                  knowornot_models, save_stage_failures, stage_tasks,
                                                  with_resolved_sources)
 from refusalbench.tasks.prefect_runtime import run_call_stats
@@ -33,6 +33,7 @@ from refusalbench.tasks.store import ArtifactStore
 @flow(name="refusalbench-knowornot", log_prints=True)
 def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
     cfg = load_config(config_path)
+    check_knowornot_inputs(cfg)  # a deployment starts here, not through the CLI's check: fail clearly, write nothing
     store = ArtifactStore(out)
     recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=cfg.knowornot.seed)
     recorder.hashes(prompts=all_template_hashes())

@@ -15,6 +15,7 @@ from refusalbench.flows.evaluation import evaluation_flow
 from refusalbench.flows.generation import generation_flow
 from refusalbench.flows.knowornot import knowornot_flow
 from refusalbench.flows.main import check_main_inputs, main_flow
+from refusalbench.flows.pretest import check_pretest_inputs, pretest_flow, pretest_models
 from refusalbench.flows.refresh import refresh_flow
 from refusalbench.tasks.benchmark_file import read_benchmark
 from refusalbench.tasks.config import load_config
@@ -28,7 +29,15 @@ def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[
     prepare_inputs(cfg, cfg.generation.seed if seed is None and cfg.generation else (seed or 0))
     check_or_raise(cfg, cfg.generation.generators)
     check_or_raise(cfg, cfg.generation.verifiers)
+    pretest_models(cfg)
     return configured(generation_flow, cfg, out)(config_path, out, seed)
+
+
+def run_pretest(config_path: str, out: str) -> dict[str, Any]:
+    cfg = load_config(config_path)
+    check_pretest_inputs(cfg)
+    pretest_models(cfg)
+    return configured(pretest_flow, cfg, out)(config_path, out)
 
 
 def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:

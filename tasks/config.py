@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from refusalbench.tasks.callcache import cache_backends
 from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.knowornot.records import EvalSpec
 
 
 class Strict(BaseModel):
@@ -37,8 +38,12 @@ class LocalModelSpec(Strict):
     alias: str | None = Field(default=None, description="model alias on the llama.cpp server (default: registry name)")
 
 
+RULES_PROVIDER = "rules/"  # ``model: rules/<set>``: the model-free generator of tasks/rule_generator.py
+RULE_SETS = ("v1",)  # the rule sets a config may name; one so far
+
+
 class ModelConfig(Strict):
-    model: str = Field(description="any LiteLLM model string, e.g. openai/gpt-4o")
+    model: str = Field(description="any LiteLLM model string, e.g. openai/gpt-4o; or rules/<set>, the rule-based generator")
     api_base: str | None = None
     api_key_env: str | None = Field(default=None, description="name of the env var that holds the key (never the key)")
     max_concurrency: int = Field(default=4, ge=1)
@@ -58,6 +63,21 @@ class ModelConfig(Strict):
         if value is not None and not value.replace("_", "").isalnum():
             raise ValueError("must be the NAME of an environment variable (letters, digits, _), not a key")
         return value
+
+    @property
+    def rule_based(self) -> bool:
+        """The rule-based generator (``model: rules/<set>``): runs in process and makes no call."""
+        return self.model.startswith(RULES_PROVIDER)
+
+    @model_validator(mode="after")
+    def _rule_set_known(self) -> "ModelConfig":
+        if not self.rule_based:
+            return self
+        if self.model.removeprefix(RULES_PROVIDER) not in RULE_SETS:
+            raise ValueError(f"unknown rule set {self.model!r} (known: {', '.join(RULES_PROVIDER + r for r in RULE_SETS)})")
+        if self.api_base or self.api_key_env or self.local:
+            raise ValueError(f"{self.model} runs in process: it takes no api_base, api_key_env or local")
+        return self
 
 
 FilterRule = Literal["unanimous", "majority"]
@@ -124,9 +144,18 @@ class KnowOrNotConfig(Strict):
     keyword_threshold: float = Field(default=0.3, ge=0, le=1)
     semantic_threshold: float = Field(default=0.3, ge=0, le=2)
     max_questions: int | None = Field(default=None, ge=1)
+    max_sentences: int | None = Field(
+        default=None, ge=1,
+        description="turn at most this many document sentences into facts, taken in turn from each document "
+                    "(demos, cost control); all if unset")
     synthetic_ookb: int = Field(default=0, ge=0, description="extra synthetic out-of-KB questions")
     hyde_answers: int = Field(default=3, ge=1)
-    label_sample: int = Field(default=30, ge=0)
+    label_sample: int = Field(default=200, ge=0, description="responses drawn for human labels (the paper: 200, "
+                                                            "labelled by two annotators)")
+    evaluations: list[EvalSpec] = Field(
+        default_factory=list,
+        description="the run's own evaluation specs, applied after abstention and factuality: name, tag, "
+                    "outcomes (or values), prompt, optional input_fields and applies_to (all | answered)")
     embedder: str = Field(
         default="minilm",
         description="a registered embedder: 'minilm' (all-MiniLM-L6-v2, offline); 'hashing' is a model-free stand-in for tests")
@@ -153,6 +182,26 @@ class KnowOrNotConfig(Strict):
 
         if value not in EMBEDDERS:
             raise ValueError(EMBEDDERS.unknown_message([value]))
+        return value
+
+    @field_validator("evaluations")
+    @classmethod
+    def _specs_are_new_names(cls, value: list[EvalSpec]) -> list[EvalSpec]:
+        # A spec's name becomes a results column and a file name (labels/<name>.jsonl).
+        from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, RESERVED_SPEC_NAMES
+
+        seen: set[str] = set()
+        for spec in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", spec.name):
+                raise ValueError(f"spec name {spec.name!r} must be a simple name (letters, digits, _ or -)")
+            if spec.name in EVAL_SPECS:
+                raise ValueError(f"spec name {spec.name!r} is already a registered evaluation spec "
+                                 f"({', '.join(EVAL_SPECS)}): choose another")
+            if spec.name in RESERVED_SPEC_NAMES:
+                raise ValueError(f"spec name {spec.name!r} is a column of the results table: choose another")
+            if spec.name in seen:
+                raise ValueError(f"spec name {spec.name!r} is given twice")
+            seen.add(spec.name)
         return value
 
     @model_validator(mode="after")
@@ -196,6 +245,13 @@ class RunConfig(Strict):
             where, name = missing[0]
             known = ", ".join(sorted(self.models)) or "none"
             raise ValueError(f"{where}: model {name!r} is not in the registry (known: {known})")
+        return self
+
+    @model_validator(mode="after")
+    def _rules_only_generate(self) -> "RunConfig":
+        for where, name in self.referenced_models():
+            if where != "generation.generators" and name in self.models and self.models[name].rule_based:
+                raise ValueError(f"{where}: {name!r} is the rule-based generator; list it only under generation.generators")
         return self
 
     def referenced_models(self) -> list[tuple[str, str]]:

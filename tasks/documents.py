@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+
+from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
 
 Rate = float | None  # NaN in memory, null in JSON
 
@@ -52,16 +54,27 @@ class VerifierKappa(Document):
     reason: str | None = None
 
 
+class VerdictConsistency(Document):
+    """How often one verifier's stated verdict contradicted its own criteria (``tasks.verify``)."""
+    stated: int = Field(description="verifications with a stated verdict (errors and skips excluded)")
+    inconsistent: int
+    inconsistency_rate: Rate
+    pass_overruled: int = Field(description="stated PASS with a required criterion false: counted as FAIL")
+    fail_with_all_criteria_met: int = Field(description="stated FAIL with every criterion true: stays FAIL")
+
+
 class GVAnalysis(Document):
     """``gv_analysis.json``: the generator-verifier analysis, computed from the run's tables."""
     pass_rate_matrix: dict[str, dict[str, Rate]]
     judged_counts: dict[str, dict[str, int]]
     self_evaluation: dict[str, SelfEvaluation]
     verifier_kappa: list[VerifierKappa]
+    verifier_consistency: dict[str, VerdictConsistency] = Field(default_factory=dict)
     pass_rate_by_class: dict[str, Rate]
     pass_rate_by_intensity: dict[str, Rate]
     acceptance_by_stratum: dict[str, Rate]
-    funnel: dict[str, int]
+    funnel: dict[str, int] = Field(description="attempted -> parsed -> prechecked -> verified -> accepted -> sampled")
+    precheck_failures: dict[str, int] = Field(default_factory=dict, description="candidates rejected per pre-check rule")
     status_counts: dict[str, int]
     verdict_counts: dict[str, int]
     filter: str | None = None
@@ -75,13 +88,32 @@ class BootstrapSettings(Document):
     seed: int
     level: float
     method: str
+    standard_error: str | None = Field(default=None, description="how ``standard_errors`` were computed")
+    breakdown_intervals: str | None = Field(default=None, description="how breakdown.parquet's intervals were computed")
+
+
+class MetricCorrelation(Document):
+    """A correlation of two per-model metrics across models (NaN/null with fewer than 3 models)."""
+    x: str
+    y: str
+    pearson: Rate
+    spearman: Rate
+    n: int
+    models: list[str] = Field(default_factory=list)
 
 
 class MetricsDocument(Document):
     """``metrics.json`` of RefusalBench (DESIGN.md §6): per-model metrics and 95% intervals."""
     models: dict[str, dict[str, Rate]]
     intervals: dict[str, dict[str, list[Rate]]] = Field(default_factory=dict)
+    standard_errors: dict[str, dict[str, Rate]] = Field(
+        default_factory=dict, description="bootstrap standard error per model and metric (paper App. G)")
     counts: dict[str, Any] = Field(default_factory=dict)
+    response_distribution: dict[str, dict[str, Rate]] = Field(
+        default_factory=dict, description="per model: share of each of the six outcomes (App. F.8), summing to 1")
+    frr_mrr_correlation: MetricCorrelation | None = None
+    multi_document: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="per model with multi-document items: the multi-document metrics' counts")
     bootstrap: BootstrapSettings | None = None
     undefined_as: str = "null"
     generated_at: str | None = None
@@ -107,6 +139,61 @@ class TrendDocument(Document):
     metric: str
 
 
+# ---------------------------------------------------------------- human audit (paper App. C.2)
+
+class AuditLabel(HumanLabel):
+    """One line of ``labels/audit.jsonl``: an annotator's verdict on one audited benchmark item.
+
+    A human label of the ``audit`` spec whose label is PASS or FAIL, so the agreement
+    functions of the KnowOrNot labels apply unchanged; ``failed_criteria`` names the
+    rubric criteria the annotator found broken (only on a FAIL).
+    """
+    spec: str = "audit"
+    failed_criteria: list[str] = Field(default_factory=list)
+
+    @field_validator("label", mode="before")
+    @classmethod
+    def _pass_or_fail(cls, value: Any) -> Any:
+        label = value.strip().upper() if isinstance(value, str) else value
+        if label not in ("PASS", "FAIL"):
+            raise ValueError("an audit label is PASS or FAIL")
+        return label
+
+    @model_validator(mode="after")
+    def _criteria_only_on_fail(self) -> AuditLabel:
+        if self.label == "PASS" and self.failed_criteria:
+            raise ValueError("a PASS cannot name failed criteria")
+        return self
+
+
+class AuditPassRate(Document):
+    """Pass rate of one group of audited items, with its 95% Wilson score interval."""
+    value: str
+    n: int
+    passed: int
+    pass_rate: Rate
+    ci_low: Rate
+    ci_high: Rate
+
+
+class AuditDocument(Document):
+    """``audit.json``: the human audit of generated items (paper App. C.2, Table 2 form)."""
+    sample_size: int
+    sampled_per_stratum: dict[str, int]
+    labels_per_annotator: dict[str, int]
+    item_rule: str
+    interval: str
+    overall: AuditPassRate
+    by_class: list[AuditPassRate]
+    by_intensity: list[AuditPassRate]
+    by_stratum: list[AuditPassRate]
+    by_annotator: list[AuditPassRate]
+    failed_criteria: dict[str, int]
+    annotator_agreement: dict[str, Any]
+    verifier_rule: str
+    verifier_agreement: dict[str, Any]
+
+
 # ---------------------------------------------------------------- KnowOrNot
 
 class IndexMeta(Document):
@@ -116,10 +203,49 @@ class IndexMeta(Document):
     size: int
 
 
+class OverlapLevel(Document):
+    """How many kept questions have a near-duplicate among the others at one similarity threshold."""
+    threshold: float
+    n_overlapping: int
+    overlap_rate: Rate
+
+
+class SimilarPair(Document):
+    """Two kept questions and how alike they are (cosine similarity of TF-IDF and of embeddings)."""
+    id_a: str
+    id_b: str
+    question_a: str
+    question_b: str
+    tfidf: float
+    embedding: float
+
+
+class OverlapAudit(Document):
+    """The duplicate-overlap audit of the kept questions (KnowOrNot paper App. D.1), computed, not annotated."""
+    n_questions: int
+    embedder: str
+    tfidf: list[OverlapLevel]
+    embedding: list[OverlapLevel]
+    most_similar: list[SimilarPair]
+    nearest_tfidf: list[float] = Field(default_factory=list, description="per kept question: its highest TF-IDF "
+                                                                          "cosine to another kept question")
+    nearest_embedding: list[float] = Field(default_factory=list, description="the same by embedding cosine")
+    n_input: int | None = Field(default=None, description="QA pairs before the diversity filters")
+    removed_keyword: int | None = None
+    removed_semantic: int | None = None
+
+
 class KnowOrNotMetricsDocument(Document):
     """``metrics.json`` of KnowOrNot: rates per configuration and the diversity-filter report."""
     configurations: list[dict[str, Any]]
     filter_report: dict[str, Any]
+    spec_rates: list[dict[str, Any]] = Field(default_factory=list,
+                                             description="share of each outcome of each spec per configuration")
+    overlap_audit: OverlapAudit | None = None
+
+
+class EvalSpecsDocument(RootModel[list[EvalSpec]]):
+    """``eval_specs.json``: the evaluation specs a KnowOrNot run applied (built-in and its config's own)."""
 
 
 class StageFailures(RootModel[list[dict[str, Any]]]):

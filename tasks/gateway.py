@@ -288,6 +288,10 @@ class Gateway:
         cfg = self.models.get(spec.model)
         if cfg is None:
             return CallResult(model=spec.model, key="", tag=spec.tag, error=f"unknown model {spec.model!r}", error_kind="call_error")
+        if cfg.rule_based:
+            return CallResult(model=spec.model, key="", tag=spec.tag, error_kind="call_error",
+                              error=f"{spec.model!r} is the rule-based generator ({cfg.model}): it answers no prompt "
+                                    "and can only be listed under generation.generators")
         key = request_key(cfg, spec.messages, spec.params, spec.schema_)
         cached = self.cache.get(key)
         if cached is not None:

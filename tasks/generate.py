@@ -1,8 +1,10 @@
-"""Stage: generation. Each generator model realises each assigned lever on its base item.
+"""Stage: generation. Each generator realises each assigned lever on its base item.
 
 Pure functions build the calls and turn replies into ``Candidate`` rows; every attempt
 becomes a row (ok / parse_error / call_error) with the raw text, so nothing is dropped.
-The Prefect task at the bottom runs one (generator, shard) batch through the gateway.
+A rule-based generator (``model: rules/...``, ``tasks.rule_generator``) makes no call: it
+attempts the assignments its rules can realise honestly, and each becomes an ``ok`` row
+built the same way. The Prefect task at the bottom runs one (generator, shard) batch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from refusalbench.tasks.levers import load_catalogue
 from refusalbench.tasks.prefect_runtime import cache_policy
 from refusalbench.tasks.prompting import answer_constraint_text, render_messages, template_hash
 from refusalbench.tasks.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.rule_generator import NotApplicable, RuleOutput, apply_rule, ruleset_hash
 from refusalbench.tasks.shards import progress_callback, write_output_shard
 from refusalbench.tasks.store import ArtifactStore
 from refusalbench.tasks.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
@@ -62,8 +65,9 @@ def _passages_from(output: GeneratorMultiOutput) -> list[Passage]:
     return [Passage(text=edit.text, relevant=edit.relevant) for edit in ordered]
 
 
-def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult) -> Candidate:
-    base: dict[str, Any] = dict(
+def _identity(assignment: Assignment, lever: Lever, generator: str) -> dict[str, Any]:
+    """The fields every candidate of this assignment and generator carries, whatever made it."""
+    return dict(
         candidate_id=candidate_id(assignment.assignment_id, generator),
         assignment_id=assignment.assignment_id,
         base_id=assignment.base_id,
@@ -72,8 +76,14 @@ def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, 
         intensity=assignment.intensity,
         variant=assignment.variant,
         generator=generator,
-        raw=result.text,
         expected=lever.expected,
+    )
+
+
+def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult) -> Candidate:
+    base: dict[str, Any] = dict(
+        **_identity(assignment, lever, generator),
+        raw=result.text,
         prompt_hash=template_hash(template_for(assignment.variant)),
         cached=result.cached,
         latency_s=result.latency_s,
@@ -113,6 +123,28 @@ def generate_candidates(
     return [candidate_from_result(a, levers[a.lever_id], generator, r) for a, r in zip(assignments, results)]
 
 
+def candidate_from_rule(assignment: Assignment, lever: Lever, generator: str, output: RuleOutput) -> Candidate:
+    """A rule's output as a parsed candidate; the prompt hash is the rule set's (what produced it)."""
+    return Candidate(status="ok", question=output.question, context=output.context, passages=output.passages,
+                     rationale=output.rationale, answer_constraint_holds=True, prompt_hash=ruleset_hash(),
+                     latency_s=0.0, cost_usd=0.0, **_identity(assignment, lever, generator))
+
+
+def rule_candidates(assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever],
+                    generator: str) -> list[Candidate]:
+    """The rule-based generator's candidates: one per assignment its rules can realise, none for the rest
+    (it does not attempt those; ``rule_generator.rule_skips`` counts why)."""
+    out = []
+    for assignment in assignments:
+        lever = levers[assignment.lever_id]
+        try:
+            output = apply_rule(items[assignment.base_id], lever, assignment.assignment_id)
+        except NotApplicable:
+            continue
+        out.append(candidate_from_rule(assignment, lever, generator, output))
+    return out
+
+
 # ---------------------------------------------------------------- Prefect task (thin layer)
 
 @task(name="generate-shard", task_run_name="generate {generator} {assignments_name}",
@@ -122,12 +154,15 @@ def generate_shard(config: RunConfig, run_root: str, generator: str, assignments
     """Generate one shard of assignments with one generator; returns the output shard's name.
 
     ``content_hash`` covers what the task source does not: the shard's assignments, the
-    base items, the catalogue and the prompt templates (Prefect's cache key uses it).
+    base items, the catalogue, the prompt templates and the rule set (Prefect's cache key uses it).
     """
     store = ArtifactStore(run_root)
     assignments = store.read_records(assignments_name, Assignment)
     items = {item.id: item for item in store.load(runfolder.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
-    candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
-                                     on_result=progress_callback(f"generate with {generator}", len(assignments)))
+    if config.models[generator].rule_based:
+        candidates = rule_candidates(assignments, items, levers, generator)
+    else:
+        candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
+                                         on_result=progress_callback(f"generate with {generator}", len(assignments)))
     return write_output_shard(run_root, "candidates", generator, assignments_name, candidates, Candidate)

@@ -5,7 +5,10 @@
   passes its own candidates minus the rate at which the other verifiers pass them
 - pairwise Cohen's kappa between verifiers on the candidates both judged (NaN with a
   reason when a verifier gave one verdict only, since chance agreement is then 1)
-- pass rates by class and by intensity, and the acceptance funnel
+- verdict consistency per verifier: how often a stated verdict contradicted the verifier's
+  own criteria (such a PASS counts as FAIL, see ``tasks.verify``)
+- pass rates by class and by intensity, the pre-check rejections per rule, and the
+  acceptance funnel attempted -> parsed -> prechecked -> verified -> accepted -> sampled
 (and a markdown summary of it for the Prefect UI)
 """
 
@@ -13,9 +16,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from typing import Any
 
 import pandas as pd
+
+from refusalbench.tasks.prechecks import rule_name
 
 
 def _rate(passes: int, judged: int) -> float:
@@ -35,6 +41,34 @@ def cohen_kappa_binary(a: list[str], b: list[str]) -> tuple[float, str | None]:
     observed = sum(x == y for x, y in zip(a, b)) / n
     expected = sum((a.count(lab) / n) * (b.count(lab) / n) for lab in labels)
     return (observed - expected) / (1 - expected), None
+
+
+def _precheck_failures(parsed: pd.DataFrame) -> pd.Series:
+    """Each parsed candidate's failed pre-checks as a list (none recorded: passed, e.g. an older run)."""
+    if "precheck_failures" not in parsed.columns:
+        return pd.Series([[] for _ in range(len(parsed))], index=parsed.index, dtype=object)
+    return parsed["precheck_failures"].map(lambda v: [] if v is None else list(v))
+
+
+def verifier_consistency(verifications: pd.DataFrame, verifiers: list[str]) -> dict[str, dict[str, Any]]:
+    """Per verifier: stated verdicts, how many contradicted the verifier's own criteria, and which way."""
+    out: dict[str, dict[str, Any]] = {}
+    has_columns = {"stated_verdict", "consistent"} <= set(verifications.columns)
+    for verifier in verifiers:
+        rows = verifications[verifications["verifier"] == verifier]
+        if has_columns:
+            stated = rows[rows["stated_verdict"].notna()]
+            inconsistent = stated[stated["consistent"].eq(False)]
+        else:  # a run from before verdicts were checked against their criteria
+            stated = inconsistent = rows.iloc[0:0]
+        out[verifier] = {
+            "stated": len(stated),
+            "inconsistent": len(inconsistent),
+            "inconsistency_rate": _rate(len(inconsistent), len(stated)),
+            "pass_overruled": int((inconsistent["stated_verdict"] == "PASS").sum()),
+            "fail_with_all_criteria_met": int((inconsistent["stated_verdict"] == "FAIL").sum()),
+        }
+    return out
 
 
 def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_ids: set[str],
@@ -77,23 +111,29 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
         acceptance_by_stratum[f"{cls}/{intensity}"] = _rate(int(group["candidate_id"].isin(accepted_ids).sum()), len(group))
 
     parsed = candidates[candidates["status"] == "ok"]
+    failures = _precheck_failures(parsed)
+    prechecked = parsed[failures.map(len) == 0]
     complete = verifications.groupby("candidate_id")["verdict"].agg(lambda v: not (v == "ERROR").any())
     funnel = {
         "attempted": int(len(candidates)),
         "parsed": int(len(parsed)),
-        "verified": int(complete.reindex(parsed["candidate_id"]).fillna(False).sum()) if len(parsed) else 0,
+        "prechecked": int(len(prechecked)),
+        "verified": int(complete.reindex(prechecked["candidate_id"]).fillna(False).sum()) if len(prechecked) else 0,
         "accepted": len(accepted_ids),
         "sampled": len(sampled_ids),
     }
+    rejected_by_rule = Counter(rule_name(f) for entries in failures for f in entries)
     return {
         "pass_rate_matrix": matrix,
         "judged_counts": counts,
         "self_evaluation": bias,
         "verifier_kappa": kappas,
+        "verifier_consistency": verifier_consistency(verifications, verifiers),
         "pass_rate_by_class": by_class,
         "pass_rate_by_intensity": by_intensity,
         "acceptance_by_stratum": acceptance_by_stratum,
         "funnel": funnel,
+        "precheck_failures": dict(sorted(rejected_by_rule.items())),
         "status_counts": candidates["status"].value_counts().to_dict(),
         "verdict_counts": verifications["verdict"].value_counts().to_dict() if len(verifications) else {},
     }
@@ -109,13 +149,34 @@ def matrix_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def consistency_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdict consistency per verifier as table rows (Prefect table artifact)."""
+    return [{"verifier": verifier, **row} for verifier, row in analysis.get("verifier_consistency", {}).items()]
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
 def summary_markdown(analysis: dict[str, Any]) -> str:
-    """The funnel, self-evaluation bias and verifier agreement as markdown (Prefect UI)."""
+    """The funnel, self-evaluation bias, verdict consistency, pre-check rejections and verifier
+    agreement as markdown (Prefect UI)."""
     funnel = analysis["funnel"]
     lines = ["# Generation funnel", "", " -> ".join(f"{k}: **{v}**" for k, v in funnel.items()), "", "## Self-evaluation bias", ""]
     lines += ["| model | self pass rate | cross pass rate | bias |", "|---|---|---|---|"]
     for model, row in analysis["self_evaluation"].items():
         lines.append(f"| {model} | {row['self_pass_rate']:.3f} | {row['cross_pass_rate']:.3f} | {row['self_evaluation_bias']:+.3f} |")
+    lines += ["", "## Verdict consistency", "",
+              "A stated PASS that the verifier's own criteria contradict counts as FAIL; a FAIL with every "
+              "criterion true stays FAIL. Both are inconsistent.", "",
+              "| verifier | stated verdicts | inconsistent | rate | PASS overruled | FAIL with all criteria met |",
+              "|---|---|---|---|---|---|"]
+    for verifier, row in analysis.get("verifier_consistency", {}).items():
+        lines.append(f"| {verifier} | {row['stated']} | {row['inconsistent']} | {_fmt(row['inconsistency_rate'])} | "
+                     f"{row['pass_overruled']} | {row['fail_with_all_criteria_met']} |")
+    rejected = analysis.get("precheck_failures") or {}
+    lines += ["", "## Pre-check rejections", ""]
+    lines += [f"- {rule}: {n}" for rule, n in rejected.items()] or ["none"]
     lines += ["", "## Verifier agreement (Cohen's kappa)", "", "| a | b | kappa | n | note |", "|---|---|---|---|---|"]
     for row in analysis["verifier_kappa"]:
         lines.append(f"| {row['verifier_a']} | {row['verifier_b']} | {row['kappa']:.3f} | {row['n']} | {row['reason'] or ''} |")

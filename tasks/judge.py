@@ -4,7 +4,8 @@
 - An answer to an unanswerable item is a missed refusal: wrong, no model call.
 - An answer to an answerable item goes to the judge model: single-document quality
   1-5 against the reference answers (correct = 4 or 5); multi-document eligibility,
-  factuality and RAF (correct = RAF 1).
+  factuality and RAF (correct = RAF 1); a reply with RAF 1 but eligibility 0 is
+  impossible and counts as a failed judgment.
 A response whose call failed, or whose judging failed, keeps its error in the row and
 is left out of the metrics (counted separately), rather than silently scored as wrong.
 """
@@ -23,7 +24,7 @@ from refusalbench.tasks.prompting import render_messages
 from refusalbench.tasks.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.shards import progress_callback, write_output_shard
 from refusalbench.tasks.store import ArtifactStore
-from refusalbench.tasks.structured_outputs import JudgeMultiOutput, JudgeSingleOutput
+from refusalbench.tasks.structured_outputs import RAF_WITHOUT_ELIGIBILITY, JudgeMultiOutput, JudgeSingleOutput
 from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY
 
 CORRECT_QUALITY = 4
@@ -66,6 +67,9 @@ def judgment_from_result(item: BenchmarkItem, response: Response, judge: str, re
     if not result.ok or output is None:
         return Judgment(judge=judge, judge_raw=result.text, error=f"judge failed: {result.error}", **base)
     if isinstance(output, JudgeMultiOutput):
+        if output.raf == 1 and output.eligibility == 0:
+            # The schema refuses this reply; a parsed object built around it (a cache, a test) must not pass either.
+            return Judgment(judge=judge, judge_raw=result.text, error=f"judge failed: {RAF_WITHOUT_ELIGIBILITY}", **base)
         return Judgment(judge=judge, judge_raw=result.text, eligibility=output.eligibility, factuality=output.factuality,
                         raf=output.raf, answer_correct=output.raf == 1, **base)
     return Judgment(judge=judge, judge_raw=result.text, quality=output.quality,

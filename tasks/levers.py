@@ -2,9 +2,10 @@
 
 Each lever file holds ``levers: [...]`` records of ``tasks.records.Lever``. Loading is strict:
 bad YAML or a record that does not validate raises ``InputError`` naming the file and the
-line of the offending field. Semantic checks that span levers (duplicate ids, strata too
-small, reference names missing) live in ``validate_catalogue``, which returns a list of
-problems instead of raising, so ``levers validate`` can show them all at once.
+line of the offending field. Semantic checks (duplicate ids, strata too small, reference
+names missing, a target the lever's class does not allow) live in ``validate_catalogue``,
+which returns a list of problems instead of raising, so ``levers validate`` can show them all
+at once; a loaded lever remembers its file and lines, so its problems can name FILE:LINE.
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ from refusalbench.tasks.taxonomy import CLASS_SLUG, INTENSITIES, PERTURBATION_CL
 # Lives in levers/ next to the lever files but holds names only, so the loader skips it.
 REFERENCE_NAMES_FILE = "reference_names.yaml"
 MIN_PER_STRATUM = 8
+
+# Paper App. I.3: the part of an item each class's levers modify. The paper lets P-Ambiguity
+# sit in "either the query or the context"; the catalogue's query-context target tells the
+# generator "the question, the context, or both", which is that choice, so all three pass.
+# A lever that must depart from its class's rule says why in ``target_exception``.
+ALLOWED_TARGETS: dict[str, tuple[str, ...]] = {
+    "P-Ambiguity": ("query", "context", "query-context"),
+    "P-Contradiction": ("context",),
+    "P-MissingInfo": ("context",),
+    "P-FalsePremise": ("query",),
+    "P-GranularityMismatch": ("query-context",),
+    "P-EpistemicMismatch": ("query-context",),
+}
 
 Stratum = tuple[str, str]
 
@@ -109,6 +123,13 @@ def _line_of(node: yaml.Node, loc: Sequence[Any]) -> int:
     return line
 
 
+def _key_lines(node: yaml.Node) -> dict[str, int]:
+    """1-based line of every key of a mapping node."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(key.value): key.start_mark.line + 1 for key, _ in node.value}
+
+
 def _lever_nodes(path: Path) -> tuple[list[Any], list[yaml.Node]]:
     """The raw lever records of a file and their nodes, after checking the file's shape."""
     file = str(path)
@@ -144,12 +165,15 @@ def load_lever_file(path: Path) -> list[Lever]:
             errors.append(InputError(file, "a lever must be a mapping", line=line, field=where))
             continue
         try:
-            levers.append(Lever.model_validate(record))
+            lever = Lever.model_validate(record)
         except ValidationError as exc:
             for err in exc.errors():
                 loc = [str(part) for part in err["loc"]]
                 field = ".".join([where, *loc])
                 errors.append(InputError(file, err["msg"], line=_line_of(node, loc), field=field))
+            continue
+        lever._source = (file, index, {"": node.start_mark.line + 1, **_key_lines(node)})
+        levers.append(lever)
     if len(errors) == 1:
         raise errors[0]
     if errors:
@@ -267,6 +291,33 @@ def _record_problems(lever: Lever) -> list[str]:
     return problems
 
 
+def _located(lever: Lever, field: str, problem: str) -> str:
+    """A problem with the lever's FILE:LINE when the loader read it (the ``InputError`` form)."""
+    if lever.source is None:
+        return f"lever {lever.id!r}: {field}: {problem}"
+    file, index, lines = lever.source
+    line = lines.get(field) or lines.get("target") or lines[""]
+    return str(InputError(file, f"lever {lever.id!r}: {problem}", line=line, field=f"levers[{index}].{field}"))
+
+
+def _target_problems(lever: Lever) -> list[str]:
+    """The class-to-target rule of paper App. I.3, and the reasons given for departing from it."""
+    allowed = ALLOWED_TARGETS[lever.perturbation_class]
+    follows = lever.target in allowed
+    reason = lever.target_exception
+    wanted = " or ".join(repr(target) for target in allowed)
+    if reason is not None and not reason.strip():
+        return [_located(lever, "target_exception", "is empty; say why the target departs from the rule")]
+    if not follows and reason is None:
+        return [_located(lever, "target", (
+            f"{lever.perturbation_class} levers modify {wanted} (paper App. I.3), not {lever.target!r}; "
+            "fix the target, or say why this lever must differ in target_exception"))]
+    if follows and reason is not None:
+        return [_located(lever, "target_exception", (
+            f"target {lever.target!r} already follows the {lever.perturbation_class} rule; drop the exception"))]
+    return []
+
+
 def validate_catalogue(
     levers: Sequence[Lever | Mapping[str, Any]],
     reference_names: Mapping[Stratum, Sequence[str]] | None = None,
@@ -279,6 +330,7 @@ def validate_catalogue(
     valid, problems = _coerce(levers)
     for lever in valid:
         problems.extend(_record_problems(lever))
+        problems.extend(_target_problems(lever))
 
     for ident, count in Counter(lever.id for lever in valid).items():
         if count > 1:

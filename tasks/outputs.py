@@ -7,27 +7,39 @@ Also the two commands that work on files alone, with no model call:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.records import Judgment
+from refusalbench.tasks.records import BenchmarkItem, Judgment
 from refusalbench.tasks.report import ReportInputs, build_report
 from refusalbench.tasks.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
 from refusalbench.tasks.store import ArtifactStore
 
 JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
                   "perturbation_class", "intensity", "lever_id", "domain", "generator"]
+# The multi-document judge's scores and the item's variant (single|multi): optional for scoring.
+MULTI_DOCUMENT_COLUMNS = ["raf", "eligibility", "factuality", "variant"]
 
 
-def judged_frame(judgments: list[Judgment]) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Judgments that can be scored, and per-model counts of the ones left out (errors)."""
+def judged_frame(judgments: list[Judgment],
+                 items: Iterable[BenchmarkItem] | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Judgments that can be scored, and per-model counts of the ones left out (errors).
+
+    With ``items``, each row carries its item's ``variant``, which tells the multi-document
+    metrics which rows are theirs; the judge's ``raf``, ``eligibility`` and ``factuality``
+    come along whenever some row has one.
+    """
     frame = pd.DataFrame([j.model_dump() for j in judgments], columns=list(Judgment.model_fields))
+    variants = {item.item_id: item.variant for item in items or ()}
+    frame["variant"] = frame["item_id"].map(variants) if variants else None
     errors = frame["error"].notna()
     excluded = frame[errors].groupby("model").size().to_dict() if errors.any() else {}
-    return frame.loc[~errors, JUDGED_COLUMNS].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
+    optional = [c for c in MULTI_DOCUMENT_COLUMNS if frame[c].notna().any()]
+    return frame.loc[~errors, JUDGED_COLUMNS + optional].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
 
 
 def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int) -> ScoreResult:
@@ -46,10 +58,11 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     """``report.html`` from scores plus what else the folder holds (manifest, G-V analysis, trend)."""
     manifest = _optional(store, runfolder.MANIFEST)
     gv = _optional(store, runfolder.GV_ANALYSIS)
+    audit = _optional(store, runfolder.AUDIT)
     html = build_report(ReportInputs.from_score(
         result, manifest=manifest.model_dump(mode="json") if manifest else None,
         gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, runfolder.ROUND_TREND),
-        title=title))
+        audit=audit.model_dump(mode="json") if audit else None, title=title))
     return store.save(runfolder.REPORT, html)
 
 

@@ -45,7 +45,7 @@ from refusalbench.tasks.benchmark_file import read_benchmark
 from refusalbench.tasks.config import ModelConfig, RunConfig
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.gateway import json_schema
-from refusalbench.tasks.generate import generation_messages
+from refusalbench.tasks.generate import generation_messages, rule_candidates
 from refusalbench.tasks.judge import judge_messages
 from refusalbench.tasks.levers import load_catalogue
 from refusalbench.tasks.records import Assignment, BaseItem, BenchmarkItem, Candidate, Lever, Response
@@ -238,11 +238,13 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
     after_pretest = " (at most: the pre-test may keep fewer items)" if gen.pretest is not None else ""
     work = _StageWork(f"{len(drawn.items)} base items -> {a} assignments x {len(generators)} generators{after_pretest}")
     prompts = _generation_prompts(drawn.assignments, drawn.items_by_id, drawn.levers)
-    for model in generators:
+    llm_generators = [m for m in generators if not models[m].rule_based]  # the rule generator makes no call
+    for model in llm_generators:
         work.add(model, models[model], a, prompts, bounded=gen.pretest is not None)
     stages["generate"] = work
 
-    candidates = a * len(generators)
+    candidates = a * len(llm_generators) + sum(len(rule_candidates(drawn.assignments, drawn.items_by_id, drawn.levers, m))
+                                               for m in generators if models[m].rule_based)
     short_circuit = gen.verification == "short_circuit"
     work = _StageWork(f"at most {candidates} candidates x {len(verifiers)} verifiers (only parsed candidates are "
                       "sent" + ("; short_circuit drops those an earlier verifier failed)" if short_circuit else ")"),
@@ -285,6 +287,9 @@ def _prices(cfg: RunConfig, names: Collection[str]) -> dict[str, tuple[float, fl
 
     prices: dict[str, tuple[float, float] | None] = {}
     for name in names:
+        if cfg.models[name].local is not None and not cfg.models[name].api_base:
+            prices[name] = (0.0, 0.0)  # our own llama.cpp server: no provider bills these calls
+            continue
         try:
             info = litellm.get_model_info(cfg.models[name].model)
         except Exception:  # "This model isn't mapped yet": self-hosted and local models

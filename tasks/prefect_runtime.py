@@ -59,7 +59,8 @@ def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
         from prefect_dask import DaskTaskRunner
 
         workers = int(os.environ.get("REFUSALBENCH_DASK_WORKERS", "2"))
-        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 2, "processes": True})
+        threads = max(2, -(-(max_workers or 0) // workers))  # the run's slots spread over the workers
+        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": threads, "processes": True})
     from prefect.task_runners import ThreadPoolTaskRunner
 
     return ThreadPoolTaskRunner(max_workers=max_workers or 8)

@@ -13,7 +13,7 @@ import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from refusalbench.tasks.taxonomy import Intensity, LeverTarget, PerturbationClass
 
@@ -37,9 +37,19 @@ class Lever(Record):
     perturbation_class: PerturbationClass
     intensity: Intensity
     target: LeverTarget
+    target_exception: str | None = Field(
+        default=None, description="why the target departs from the class's rule (paper App. I.3); None when it follows it")
     instruction: str
     example: LeverExample
     multi_document: str = Field(description="how the lever applies across signal and noise passages")
+    # (file, index in the file's 'levers' list, 1-based line of each key), set by the catalogue
+    # loader so problems can name FILE:LINE. Private: not data, so dumps and the hash ignore it.
+    _source: tuple[str, int, dict[str, int]] | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> tuple[str, int, dict[str, int]] | None:
+        """Where the loader read this lever (see ``_source``); None for levers built in code."""
+        return self._source
 
     @property
     def expected(self) -> str:
@@ -66,6 +76,22 @@ class BaseItem(Record):
     @property
     def variant(self) -> Literal["single", "multi"]:
         return "multi" if self.passages is not None else "single"
+
+
+class PretestRow(Record):
+    """One pre-test model's unperturbed answer to one base item, as the judge scored it."""
+
+    item_id: str
+    model: str
+    variant: Literal["single", "multi"]
+    answer: str | None = Field(default=None, description="the model's raw reply")
+    decision: str | None = Field(default=None, description="ANSWER or a canonical refusal code")
+    score: int | None = Field(default=None, description="the judge's quality 1-5 (single) or RAF 0/1 (multi)")
+    correct: bool = Field(description="quality >= 4 (single) or RAF = 1 (multi); False on any refusal or error")
+    kept: bool = Field(default=False, description="every pre-test model answered this item correctly")
+    judge: str | None = None
+    error: str | None = Field(default=None, description="why the answer or its judging failed")
+    cached: bool = False
 
 
 # ----------------------------------------------------------------- generation
@@ -98,6 +124,8 @@ class Candidate(Record):
     passages: list[Passage] | None = None
     rationale: str | None = None
     answer_constraint_holds: bool | None = None
+    precheck_failures: list[str] | None = Field(
+        default=None, description="failed pre-checks as 'rule: detail' ([] passed; None: not pre-checked, e.g. not parsed)")
     expected: str
     prompt_hash: str
     cached: bool = False
@@ -111,7 +139,11 @@ class Verification(Record):
     candidate_id: str
     generator: str
     verifier: str
-    verdict: Literal["PASS", "FAIL", "ERROR", "SKIPPED"]
+    verdict: Literal["PASS", "FAIL", "ERROR", "SKIPPED"] = Field(
+        description="the verdict that counts: a PASS the verifier's own criteria contradict counts as FAIL")
+    stated_verdict: Literal["PASS", "FAIL"] | None = Field(default=None, description="the verdict as the verifier stated it")
+    consistent: bool | None = Field(
+        default=None, description="whether the stated verdict agrees with the criteria (None: no verdict)")
     lever_fidelity: bool | None = None
     intensity_achieved: bool | None = None
     target_compliance: bool | None = None

@@ -46,16 +46,19 @@ MANIFEST = Artifact("manifest.json", "json", "provenance: config, hashes, seed, 
 REPORT = Artifact("report.html", "html", "self-contained HTML report", None, "both")
 
 # ---------------------------------------------------------------- RefusalBench: generate
+PRETEST = Artifact("pretest.parquet", "parquet", "the base-set pre-test: one row per base item x pre-test model "
+                   "(answer, judge score, correct, kept)", rec.PretestRow)
 BASE_ITEMS = Artifact("base_items.parquet", "parquet", "the base items drawn for this run", rec.BaseItem)
 ASSIGNMENTS = Artifact("assignments.parquet", "parquet", "lever assignment: base item x stratum x lever", rec.Assignment)
-CANDIDATES = Artifact("candidates.parquet", "parquet", "every generation attempt, failures and raw text included",
-                      rec.Candidate)
-VERIFICATIONS = Artifact("verifications.parquet", "parquet", "one row per candidate x verifier: verdict, criteria, raw",
-                         rec.Verification)
+CANDIDATES = Artifact("candidates.parquet", "parquet", "every generation attempt, failures, raw text and pre-check "
+                      "outcome included", rec.Candidate)
+VERIFICATIONS = Artifact("verifications.parquet", "parquet", "one row per pre-checked candidate x verifier: verdict "
+                         "(effective and stated), consistency, criteria, raw", rec.Verification)
 FILTER_DECISIONS = Artifact("filter_decisions.json", "json", "the consensus filter's decision per candidate",
                             doc.FilterDecisions)
 BENCHMARK = Artifact("benchmark.parquet", "parquet", "the accepted, stratified benchmark items", rec.BenchmarkItem)
-GV_ANALYSIS = Artifact("gv_analysis.json", "json", "generator x verifier pass rates, self-evaluation bias, kappa, funnel",
+GV_ANALYSIS = Artifact("gv_analysis.json", "json", "generator x verifier pass rates, self-evaluation bias, kappa, "
+                       "verdict consistency, pre-check rejections, funnel",
                        doc.GVAnalysis)
 GENERATION_MANIFEST = Artifact("generation_manifest.json", "json",
                                "the generate stage's manifest, kept when evaluate runs in the same folder",
@@ -66,22 +69,36 @@ RESPONSES = Artifact("responses.parquet", "parquet", "every target reply: decisi
                      rec.Response)
 JUDGMENTS = Artifact("judgments.parquet", "parquet", "responses with the judge's verdict", rec.Judgment)
 JUDGED = Artifact("judged.parquet", "parquet", "the scorable rows (DESIGN.md §6 judged-responses columns)")
-METRICS = Artifact("metrics.json", "json", "per-model metrics of Appendix D with 95% bootstrap intervals",
-                   doc.MetricsDocument)
-BREAKDOWN = Artifact("breakdown.parquet", "parquet", "metrics per model x class / intensity / lever / domain / generator")
+METRICS = Artifact("metrics.json", "json", "per-model metrics of Appendix D with 95% bootstrap intervals and "
+                   "standard errors, response distribution, FRR-MRR correlation", doc.MetricsDocument)
+BREAKDOWN = Artifact("breakdown.parquet", "parquet", "metrics per model x class / intensity / lever / domain / generator, "
+                     "with intervals")
 CONFUSION = Artifact("confusion.parquet", "parquet", "expected x decided code counts per model")
 CALIBRATION = Artifact("calibration.parquet", "parquet", "reliability bins per model (ECE)")
 CLASS_INTENSITY = Artifact("class_intensity.parquet", "parquet", "accuracy per model x class x intensity")
 REFUSAL_BY_INTENSITY = Artifact("refusal_by_intensity.parquet", "parquet", "refusal rate per model x intensity")
 DOMAIN_CHAMPIONS = Artifact("domain_champions.parquet", "parquet", "the best model per domain")
+RESPONSE_DISTRIBUTION = Artifact("response_distribution.parquet", "parquet",
+                                 "six-way outcome shares per model (correct/wrong answer, correct/wrong-category/"
+                                 "false/missed refusal) with Wilson intervals")
 
 # ---------------------------------------------------------------- RefusalBench: refresh rounds
 ROUND_TREND = Artifact("round_trend.parquet", "parquet", "metrics with intervals per model and round")
 TREND = Artifact("trend.json", "json", "rounds compared and models that moved beyond their interval",
                  doc.TrendDocument)
 
+# ---------------------------------------------------------------- RefusalBench: human audit (paper App. C.2)
+AUDIT_SAMPLE = Artifact("audit_sample.parquet", "parquet",
+                        "benchmark items drawn for the human audit, N per class x intensity, in labelling order",
+                        rec.BenchmarkItem)
+AUDIT_LABELS = Artifact("labels/audit.jsonl", "jsonl", "human audit verdicts (PASS/FAIL, failed criteria, note), "
+                        "appended one per line", doc.AuditLabel)
+AUDIT = Artifact("audit.json", "json", "human audit: pass rate per class / intensity with Wilson intervals, "
+                 "annotator and verifier agreement", doc.AuditDocument)
+
 # ---------------------------------------------------------------- KnowOrNot
-SENTENCES = Artifact("sentences.parquet", "parquet", "NLTK sentences of the documents", kon.Sentence, "knowornot")
+SENTENCES = Artifact("sentences.parquet", "parquet", "NLTK sentences of the documents (those turned into facts)", kon.Sentence,
+                     "knowornot")
 FACTS = Artifact("facts.parquet", "parquet", "atomic facts extracted per sentence", kon.AtomicFact, "knowornot")
 QA_PAIRS_ALL = Artifact("qa_pairs_all.parquet", "parquet", "every QA pair before the diversity filters", kon.QAPair,
                         "knowornot")
@@ -101,22 +118,27 @@ EXPERIMENT_OUTPUTS = Artifact("experiment_outputs.parquet", "parquet", "target r
                               kon.ExperimentOutput, "knowornot")
 EVALUATIONS = Artifact("evaluations.parquet", "parquet", "the evaluator's outcome per experiment x spec",
                        kon.EvalOutcome, "knowornot")
+RUN_SPECS = Artifact("eval_specs.json", "json", "the evaluation specs the run applied: built-in and the config's own "
+                     "(the label command finds them here)", doc.EvalSpecsDocument, "knowornot")
 STAGE_FAILURES = Artifact("stage_failures.json", "json", "items an LLM stage could not process",
                           doc.StageFailures, "knowornot")
 RESULTS = Artifact("results.parquet", "parquet", "one row per experiment: inputs, reply, outcomes", None, "knowornot")
 KON_METRICS_TABLE = Artifact("metrics.parquet", "parquet", "abstention and factuality rates per configuration",
                              None, "knowornot")
-KON_METRICS = Artifact("metrics.json", "json", "the rates per configuration and the filter report",
-                       doc.KnowOrNotMetricsDocument, "knowornot")
+SPEC_RATES = Artifact("spec_rates.parquet", "parquet", "share of each outcome of each evaluation spec per "
+                     "configuration, with 95% bootstrap intervals", None, "knowornot")
+KON_METRICS = Artifact("metrics.json", "json", "the rates per configuration and per spec outcome, the filter report "
+                       "and the duplicate-overlap audit", doc.KnowOrNotMetricsDocument, "knowornot")
 LABEL_SAMPLE = Artifact("label_sample.parquet", "parquet", "the stratified sample for human labels", None, "knowornot")
 
 # Both methods write a ``metrics.json`` (each run folder holds one method's run).
 ARTIFACTS: tuple[Artifact, ...] = (
-    MANIFEST, REPORT, METRICS, BASE_ITEMS, ASSIGNMENTS, CANDIDATES, VERIFICATIONS, FILTER_DECISIONS, BENCHMARK, GV_ANALYSIS,
+    MANIFEST, REPORT, METRICS, PRETEST, BASE_ITEMS, ASSIGNMENTS, CANDIDATES, VERIFICATIONS, FILTER_DECISIONS, BENCHMARK, GV_ANALYSIS,
     GENERATION_MANIFEST, RESPONSES, JUDGMENTS, JUDGED, BREAKDOWN, CONFUSION, CALIBRATION, CLASS_INTENSITY,
-    REFUSAL_BY_INTENSITY, DOMAIN_CHAMPIONS, ROUND_TREND, TREND, SENTENCES, FACTS, QA_PAIRS_ALL, QA_PAIRS,
+    REFUSAL_BY_INTENSITY, DOMAIN_CHAMPIONS, RESPONSE_DISTRIBUTION, ROUND_TREND, TREND,
+    AUDIT_SAMPLE, AUDIT_LABELS, AUDIT, SENTENCES, FACTS, QA_PAIRS_ALL, QA_PAIRS,
     FILTER_REPORT, KB_INDEX, KB_INDEX_META, HYDE_ANSWERS, OOKB_QUESTIONS, EXPERIMENT_INPUTS, EXPERIMENT_OUTPUTS,
-    EVALUATIONS, STAGE_FAILURES, RESULTS, KON_METRICS_TABLE, KON_METRICS, LABEL_SAMPLE,
+    EVALUATIONS, RUN_SPECS, STAGE_FAILURES, RESULTS, KON_METRICS_TABLE, SPEC_RATES, KON_METRICS, LABEL_SAMPLE,
 )
 
 

@@ -97,14 +97,24 @@ class Fanout:
         ``models``) share one local server, each model's tasks finish before the next starts.
         """
         task = task.with_options(result_storage=self._result_storage)
-        sequential = one_model_at_a_time(self.cfg, list(sharing) if sharing is not None else models)
-        futures: dict[str, list[Any]] = {}
-        for model in models:
-            inputs = shards(model) if callable(shards) else shards
-            futures[model] = [task.submit(self.cfg, self.out, model, s.name, s.digest, self.api_bases) for s in inputs]
-            if sequential:
+        inputs = {model: shards(model) if callable(shards) else shards for model in models}
+        futures: dict[str, list[Any]] = {model: [] for model in models}
+        if one_model_at_a_time(self.cfg, list(sharing) if sharing is not None else models):
+            for model in models:
+                futures[model] = [task.submit(self.cfg, self.out, model, s.name, s.digest, self.api_bases)
+                                  for s in inputs[model]]
                 for future in futures[model]:
                     future.wait()
+            return futures
+        # Round robin over models: the runner's slots then hold every model's first shard
+        # before anyone's second, so each model keeps its own concurrency busy instead of
+        # the slots filling with one model's shards queued on that one model's limit.
+        for index in range(max((len(v) for v in inputs.values()), default=0)):
+            for model in models:
+                if index < len(inputs[model]):
+                    shard = inputs[model][index]
+                    futures[model].append(task.submit(self.cfg, self.out, model, shard.name, shard.digest,
+                                                      self.api_bases))
         return futures
 
     def gather(self, futures: dict[str, list[Any]], record_type: type[BaseModel]) -> list:

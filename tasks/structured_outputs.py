@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, TypeVar, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class LLMOutput(BaseModel):
@@ -101,6 +101,9 @@ class JudgeSingleOutput(LLMOutput):
     quality: int = Field(ge=1, le=5)
 
 
+RAF_WITHOUT_ELIGIBILITY = "raf = 1 with eligibility = 0 is impossible (RAF requires eligibility)"
+
+
 class JudgeMultiOutput(LLMOutput):
     rationale: str = ""  # first, so the judge reasons before scoring
     eligibility: int = Field(ge=0, le=1)
@@ -112,6 +115,14 @@ class JudgeMultiOutput(LLMOutput):
     def _bool_to_int(cls, value: Any) -> Any:
         # Models often answer true/false for a 0/1 score.
         return int(value) if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _raf_needs_eligibility(self) -> "JudgeMultiOutput":
+        # RAF = 1 means eligible AND supported by the relevant passages (GaRAGe; paper App. D),
+        # so RAF 1 with eligibility 0 is a self-contradicting verdict: not a usable reply.
+        if self.raf == 1 and self.eligibility == 0:
+            raise ValueError(RAF_WITHOUT_ELIGIBILITY)
+        return self
 
 
 # ----------------------------------------------------------------- KnowOrNot

@@ -1,9 +1,15 @@
-"""Stage: cross-verification. Every verifier checks every parsed candidate.
+"""Stage: cross-verification. Every verifier checks every parsed candidate that passed the pre-checks.
 
 A verifier's reply becomes one ``Verification`` row per (candidate, verifier) with the
 per-criterion booleans and an overall verdict; a failed or unparsable reply is an
 ``ERROR`` row, never a missing one. In short-circuit mode a candidate that already
 failed is not sent to later verifiers; those pairs are recorded as ``SKIPPED``.
+
+A verdict must agree with its reasons. The rubric (``verifier_*.j2``) says PASS only if
+every criterion is true, so a stated PASS with a required criterion false counts as FAIL,
+and a stated FAIL with every criterion true stays FAIL (the verifier may have seen a
+defect the rubric does not name); both are recorded as inconsistent. The row keeps the
+stated verdict beside the effective one, so nothing the verifier said is lost.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from refusalbench.tasks import runfolder
 from refusalbench.tasks.config import RunConfig
 from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway, gateway_for
 from refusalbench.tasks.levers import load_catalogue
+from refusalbench.tasks.prechecks import awaits_verification
 from refusalbench.tasks.prefect_runtime import cache_policy
 from refusalbench.tasks.prompting import render_messages
 from refusalbench.tasks.records import BaseItem, Candidate, Lever, Verification
@@ -45,16 +52,32 @@ def verification_calls(candidates: list[Candidate], items: dict[str, BaseItem], 
     ]
 
 
+def required_criteria(variant: str) -> tuple[str, ...]:
+    """The criteria a PASS needs: all the rubric lists (multi-document adds strategy compliance)."""
+    return (*VERIFIER_CRITERIA, "strategy_compliance") if variant == "multi" else VERIFIER_CRITERIA
+
+
+def effective_verdict(stated: str, flags: dict[str, bool | None], required: tuple[str, ...]) -> tuple[str, bool]:
+    """(the verdict that counts, whether the stated one agrees with the criteria).
+
+    A required criterion left out (``None``) does not support a PASS either.
+    """
+    criteria_met = all(flags.get(name) is True for name in required)
+    if stated == "PASS":
+        return ("PASS", True) if criteria_met else ("FAIL", False)
+    return "FAIL", not criteria_met
+
+
 def verification_from_result(candidate: Candidate, verifier: str, result: CallResult) -> Verification:
     base = dict(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
                 raw=result.text, cached=result.cached)
     output = result.parsed
     if not result.ok or output is None:
         return Verification(verdict="ERROR", error=result.error or "no output", **base)
-    flags = {name: getattr(output, name) for name in VERIFIER_CRITERIA}
-    if candidate.variant == "multi":
-        flags["strategy_compliance"] = output.strategy_compliance
-    return Verification(verdict=output.verdict, **flags, **base)
+    required = required_criteria(candidate.variant)
+    flags = {name: getattr(output, name) for name in required}
+    verdict, consistent = effective_verdict(output.verdict, flags, required)
+    return Verification(verdict=verdict, stated_verdict=output.verdict, consistent=consistent, **flags, **base)
 
 
 def skipped(candidate: Candidate, verifier: str) -> Verification:
@@ -70,9 +93,9 @@ def verify_candidates(
     verifier: str,
     on_result: Callable[[CallResult], None] | None = None,
 ) -> list[Verification]:
-    parsed = [c for c in candidates if c.status == "ok"]
-    results = gateway.complete_many(verification_calls(parsed, items, levers, verifier), on_result=on_result)
-    return [verification_from_result(c, verifier, r) for c, r in zip(parsed, results)]
+    pending = [c for c in candidates if awaits_verification(c)]
+    results = gateway.complete_many(verification_calls(pending, items, levers, verifier), on_result=on_result)
+    return [verification_from_result(c, verifier, r) for c, r in zip(pending, results)]
 
 
 # ---------------------------------------------------------------- Prefect task (thin layer)
@@ -87,5 +110,5 @@ def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_nam
     items = {item.id: item for item in store.load(runfolder.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
-                             on_result=progress_callback(f"verify with {verifier}", sum(c.status == "ok" for c in candidates)))
+                             on_result=progress_callback(f"verify with {verifier}", sum(map(awaits_verification, candidates))))
     return write_output_shard(run_root, "verifications", verifier, candidates_name, rows, Verification)

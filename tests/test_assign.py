@@ -142,3 +142,13 @@ def test_assignment_id_is_stable():
     assert assignment_id("b1", "lever-x") == assignment_id("b1", "lever-x")
     assert assignment_id("b1", "lever-x") != assignment_id("b1", "lever-y")
     assert assignment_id("b1", "lever-x") == "c577c7287d90e60d"  # pinned: ids must not change across releases
+
+
+def test_draw_from_a_smaller_pool_uses_the_same_seed_and_settings():
+    from refusalbench.tasks.stages.assign import draw
+
+    levers, items = make_levers(), make_items(10)
+    kept = [item for item in items if item.id not in {"b2", "b5"}]
+    drawn, assignments = draw(kept, levers, None, 4, 1, seed=9)
+    assert drawn == sample_base_items(kept, 4, seed=9) and {i.id for i in drawn} <= {i.id for i in kept}
+    assert assignments == assign_levers(drawn, levers, seed=9)

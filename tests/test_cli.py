@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [
     [], ["levers"], ["levers", "list"], ["levers", "validate"], ["data", "validate"], ["models"], ["models", "list"],
     ["models", "pull"], ["models", "serve"], ["generate"], ["evaluate"], ["score"], ["report"], ["knowornot"],
-    ["knowornot", "run"], ["run"],
+    ["knowornot", "run"], ["run"], ["data", "import"], ["data", "import", "kilt-nq"], ["data", "import", "garage"],
+    ["pretest"], ["plan"],
 ]
 
 

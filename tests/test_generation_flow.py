@@ -99,7 +99,7 @@ def test_unanimous_counts(tmp_path, fake_llm):
     assert manifest["counts"]["candidates_by_status"] == {"ok": 10, "parse_error": 2, "call_error": 0}
     assert manifest["catalogue_hash"] and "generator_single.j2" in manifest["prompt_hashes"]
     gv = json.loads((out / "gv_analysis.json").read_text())
-    assert gv["funnel"] == {"attempted": 12, "parsed": 10, "verified": 10, "accepted": 7, "sampled": 7}
+    assert gv["funnel"] == {"attempted": 12, "parsed": 10, "prechecked": 10, "verified": 10, "accepted": 7, "sampled": 7}
     # gen-a: 6 parsed candidates; ver-b passes 3 of them (fails the 3 HIGH ones); ver-a passes all.
     assert gv["pass_rate_matrix"]["gen-a"]["ver-b"] == pytest.approx(3 / 6)
     assert gv["pass_rate_matrix"]["gen-a"]["ver-a"] == 1.0
@@ -141,3 +141,21 @@ def test_short_circuit_skips_later_verifiers(tmp_path, fake_llm):
     verifications = pd.read_parquet(out / "verifications.parquet")
     assert (verifications.verdict == "SKIPPED").sum() == 10
     assert len(fake_llm.calls_for("ver-a")) == 0
+
+
+def test_generator_balance_gives_every_generator_the_same_count_per_stratum(tmp_path, fake_llm):
+    scripted(fake_llm)
+    out = tmp_path / "run"
+    extra = "  balance: generator\n  target_size: 12"
+    run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a"], extra=extra), out)
+    bench = pd.read_parquet(out / "benchmark.parquet")
+    # 12 = 2 generators x 6, i.e. 3 per generator per stratum; gen-b garbles the multi item,
+    # so it has only 2 in each stratum, and gen-a gives 2 there as well.
+    counts = bench.groupby(["perturbation_class", "intensity", "generator"]).size()
+    assert len(counts) == 4 and set(counts) == {2}
+    manifest = json.loads((out / "manifest.json").read_text())
+    short = manifest["counts"]["shortfalls"]
+    assert set(short) == {"P-Ambiguity/LOW", "P-MissingInfo/HIGH"}
+    assert all(s == {"wanted": 6, "got": 4, "generators": {"gen-b": {"wanted": 3, "accepted": 2}}}
+               for s in short.values())
+    assert any("per generator" in note for note in manifest["notes"])

@@ -122,3 +122,140 @@ knowornot:
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "agreement-abstention.json").read_text())
     assert set(report["evaluator_vs_human"]) >= {"ann", "bob"}
+
+
+# ---------------------------------------------------------------- the shipped demo, from documents
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+DEMO_CONFIG = ROOT / "configs" / "knowornot-demo.yaml"
+IMAGE = '<img src="data:image/png;base64,'
+
+
+def demo_model(request):
+    """One scripted model plays every role of the demo, decided by the request.
+
+    Facts: the sentence itself (none from a heading); QA: the fact as question and answer;
+    HyDE: the question restated; target: abstains without context, otherwise answers citing
+    a fact; evaluator: abstained when the reply says so, tier by the answer's length, and a
+    citation when the reply names a fact.
+    """
+    text = last_user_text(request)
+    schema = schema_name(request)
+    if schema == "AtomicFacts":
+        (sentence,) = fenced(text, "sentence")
+        return json.dumps({"facts": [sentence] if len(sentence.split()) > 6 else []})
+    if schema == "QAPairOutput":
+        (fact,) = fenced(text, "fact")
+        return json.dumps({"question": f"According to the town handbook, {fact[0].lower()}{fact[1:].rstrip('.')}?",
+                           "answer": fact})
+    if schema == "HydeOutput":
+        (question,) = fenced(text, "question")
+        return json.dumps({"answers": [f"A passage on this: {question}"]})
+    if "<abstained>" in text:
+        (answer,) = fenced(text, "model_answer")
+        return "Reasoning. <abstained>" + ("yes" if "don't know" in answer else "no") + "</abstained>"
+    if "<tier>" in text:
+        return "Compared. <tier>" + ("tier_1" if len(text) % 2 else "tier_3") + "</tier>"
+    system = request["messages"][0]["content"]
+    if "<cited></cited>" in system:
+        return "Checked. <cited>" + ("yes" if "Fact 1" in text else "no") + "</cited>"
+    if "no context was retrieved" in system:
+        return "I don't know. No citation."
+    return "Fact 1 says so: " + text[:60]
+
+
+def demo_config(tmp_path, server) -> str:
+    """The demo's knowornot section as shipped, its models replaced by scripted ones of the same names."""
+    import yaml
+
+    section = yaml.safe_load(DEMO_CONFIG.read_text())["knowornot"]
+    section["documents"] = [str(ROOT / "data" / "knowornot-kb")]
+    names = dict.fromkeys([*section["targets"], section["evaluator"], section["extractor"]])
+    config = {"models": {n: {"model": f"openai/{n}", "api_base": server.url, "max_attempts": 2} for n in names},
+              "cache": {"path": str(tmp_path / "calls.sqlite")}, "knowornot": section}
+    path = tmp_path / "kon-demo.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return str(path)
+
+
+def test_demo_config_loads_and_its_documents_exist():
+    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.knowornot.sentences import read_documents
+    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs, with_resolved_sources
+
+    cfg = load_config(DEMO_CONFIG)
+    check_knowornot_inputs(cfg)
+    kon = with_resolved_sources(cfg).knowornot
+    documents = read_documents(kon.documents)
+    assert len(documents) == 3 and all(len(d.text.split(". ")) >= 10 for d in documents)
+    assert kon.retrieval == ["direct", "long_context", "basic_rag", "hyde_rag"] and not kon.qa_pairs
+    assert all(cfg.models[m].local is not None for m in cfg.used_models())  # local models only: no key, no hub
+    assert [s.name for s in kon.evaluations] == ["cites_context"]
+
+
+def test_knowornot_demo_from_documents(tmp_path, fake_llm):
+    """documents -> sentences -> facts -> QA -> filters -> LOO -> answers -> evaluations (built-in and the
+    config's own spec) -> rates, audit, label sample, report with figures; then labels for the custom spec."""
+    import base64
+    import subprocess
+    import sys
+
+    from refusalbench.flows.launch import run_knowornot
+    from refusalbench.tasks.knowornot.labels import LabelStore, open_label_session, write_agreement
+    from refusalbench.tasks.knowornot.records import HumanLabel
+
+    fake_llm.responder = demo_model
+    out = tmp_path / "run"
+    result = run_knowornot(demo_config(tmp_path, fake_llm), str(out))
+
+    sentences = pd.read_parquet(out / "sentences.parquet")
+    assert len(sentences) == 9 and sentences.doc_id.nunique() == 3  # max_sentences, spread over the documents
+    facts = pd.read_parquet(out / "facts.parquet")
+    assert len(facts) == 6  # the three headings state no fact
+    pairs = pd.read_parquet(out / "qa_pairs.parquet")
+    assert len(pairs) == 3 and set(pairs.source) <= set(facts.fact_id)  # max_questions, traced back to facts
+    inputs = pd.read_parquet(out / "experiment_inputs.parquet")
+    assert result["experiments"] == len(inputs) == 3 * 4 * 1 * 2
+    assert not any(row.question_id in list(row.context_ids) for row in inputs.itertuples())
+
+    results = pd.read_parquet(out / "results.parquet")
+    assert {"abstention", "factuality", "cites_context"} <= set(results.columns)
+    answered = results.abstention == "no"
+    assert (results[results.retrieval == "direct"].abstention == "yes").all() and answered.sum() == 18
+    # The custom spec applies to answered responses only, like factuality.
+    assert results[~answered].cites_context.isna().all() and (results[answered].cites_context == "yes").all()
+    specs = json.loads((out / "eval_specs.json").read_text())
+    assert [s["name"] for s in specs] == ["abstention", "factuality", "cites_context"]
+    rates = pd.read_parquet(out / "spec_rates.parquet")
+    cited = rates[(rates.spec == "cites_context") & (rates.outcome == "yes") & (rates.retrieval != "direct")]
+    assert len(cited) == 6 and (cited.rate == 1.0).all() and (cited.n_judged == 3).all()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {r["spec"] for r in metrics["spec_rates"]} == {"abstention", "factuality", "cites_context"}
+    audit = metrics["overlap_audit"]
+    assert audit["n_questions"] == 3 and len(audit["most_similar"]) == 3 and len(audit["tfidf"]) == 3
+
+    report = (out / "report.html").read_text()
+    images = report.split(IMAGE)[1:]
+    assert len(images) >= 4  # abstention, factuality, the custom spec's outcomes, the overlap histogram
+    for image in images:
+        assert base64.b64decode(image.split('"', 1)[0]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert "not enough data" not in report.lower()
+    assert "Duplicate-overlap audit" in report and "cites_context" in report
+
+    # The label command finds the run's own spec (from eval_specs.json, not the registry).
+    session = open_label_session(str(out), "cites_context")
+    assert session.spec.tag == "cited" and len(session.items) == len(pd.read_parquet(out / "label_sample.parquet"))
+    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out),
+                           "--annotator", "ann", "--spec", "cites_context"],
+                          input="1\n" * len(session.items), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import datetime as dt
+
+    store = LabelStore(session.labels_path)
+    for item in session.items:
+        store.append(HumanLabel(item_id=item.item_id, spec="cites_context", annotator="bob", label="yes",
+                                labelled_at=dt.datetime.now(dt.timezone.utc)))
+    agreement = write_agreement(str(out), "cites_context")
+    assert agreement["annotators"]["pairwise"]["ann|bob"]["n"] == len(session.items)
+    rebuilt = (out / "report.html").read_text()
+    assert "Fleiss" in rebuilt and "ann vs bob" in rebuilt  # the agreement command rebuilt the page

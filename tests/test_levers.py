@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from refusalbench.levers import CATALOGUE_DIR
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.levers import (
+    ALLOWED_TARGETS,
     catalogue_hash,
     catalogue_listing,
     filter_levers,
@@ -24,13 +28,13 @@ from refusalbench.tasks.levers import (
     validate_catalogue,
 )
 from refusalbench.tasks.records import Lever
-from refusalbench.tasks.taxonomy import CANONICAL_CODE, CLASS_SLUG, STRATA, expected_behaviour
+from refusalbench.tasks.taxonomy import CANONICAL_CODE, CLASS_SLUG, PERTURBATION_CLASSES, STRATA, expected_behaviour
 
 # ----------------------------------------------------------------- helpers
 
 
 def make_lever(cls: str, intensity: str, name: str) -> dict[str, Any]:
-    """A lever record that passes every check for its stratum."""
+    """A lever record that passes every check for its stratum (its target the class's first allowed one)."""
     example: dict[str, Any] = {
         "question": f"What about {name}?",
         "context": f"Some context for {name}.",
@@ -43,7 +47,7 @@ def make_lever(cls: str, intensity: str, name: str) -> dict[str, Any]:
         "name": name,
         "perturbation_class": cls,
         "intensity": intensity,
-        "target": "context",
+        "target": ALLOWED_TARGETS[cls][0],
         "instruction": f"Apply {name} to the context.",
         "example": example,
         "multi_document": "Edit the signal passages.",
@@ -287,3 +291,93 @@ def test_listing_carries_expected_behaviour() -> None:
     (row,) = catalogue_listing(levers)
     assert row["expected"] == "REFUSE_INFO_MISSING_IN_CONTEXT"
     assert {"id", "perturbation_class", "intensity", "name", "instruction"} <= set(row)
+
+
+# ----------------------------------------------------------------- class-to-target rule (paper App. I.3)
+
+
+def test_target_rule_is_the_papers() -> None:
+    assert set(ALLOWED_TARGETS) == set(PERTURBATION_CLASSES)
+    assert ALLOWED_TARGETS["P-FalsePremise"] == ("query",)
+    assert ALLOWED_TARGETS["P-Contradiction"] == ALLOWED_TARGETS["P-MissingInfo"] == ("context",)
+    assert {"query", "context"} <= set(ALLOWED_TARGETS["P-Ambiguity"])
+    assert ALLOWED_TARGETS["P-GranularityMismatch"] == ALLOWED_TARGETS["P-EpistemicMismatch"] == ("query-context",)
+
+
+def test_shipped_catalogue_follows_the_target_rule_or_says_why() -> None:
+    levers = load_catalogue()
+    departures = [lv for lv in levers if lv.target not in ALLOWED_TARGETS[lv.perturbation_class]]
+    excused = [lv for lv in levers if lv.target_exception is not None]
+    assert [lv.id for lv in departures] == [lv.id for lv in excused]
+    for lever in excused:
+        # a reason, not a tag
+        assert lever.target_exception is not None and len(lever.target_exception.split()) >= 8, lever.id
+
+
+def copy_catalogue(tmp_path: Path) -> Path:
+    copy = tmp_path / "levers"
+    copy.mkdir()
+    for path in CATALOGUE_DIR.glob("*.yaml"):
+        shutil.copy(path, copy / path.name)
+    return copy
+
+
+def retarget_first(path: Path, old: str, new: str) -> int:
+    """Change the first ``target: old`` line of a lever file; returns its 1-based line."""
+    lines = path.read_text().splitlines(keepends=True)
+    index = next(i for i, text in enumerate(lines) if text.strip() == f"target: {old}")
+    lines[index] = lines[index].replace(old, new)
+    path.write_text("".join(lines))
+    return index + 1
+
+
+def test_false_premise_lever_targeting_context_fails_with_file_and_line(tmp_path: Path) -> None:
+    copy = copy_catalogue(tmp_path)
+    path = copy / "false_premise.yaml"
+    line = retarget_first(path, "query", "context")
+    problems = validate_catalogue(load_catalogue(copy))
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{path}:{line}: levers[0].target: lever 'false-premise-low-")
+    assert "P-FalsePremise levers modify 'query' (paper App. I.3), not 'context'" in problems[0]
+
+
+def test_levers_validate_command_exits_non_zero_on_a_target_violation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from refusalbench.flows.cli import app
+
+    copy = copy_catalogue(tmp_path)
+    path = copy / "contradiction.yaml"
+    line = retarget_first(path, "context", "query")
+    monkeypatch.setattr("refusalbench.tasks.levers.CATALOGUE_DIR", copy)
+    result = CliRunner().invoke(app, ["levers", "validate"])
+    assert result.exit_code != 0
+    assert f"{path}:{line}: levers[0].target: " in result.output
+
+
+def test_exceptions_must_be_needed_and_give_a_reason() -> None:
+    records = synthetic_records()
+    departs = next(r for r in records if r["perturbation_class"] == "P-MissingInfo")
+    departs["target"] = "query-context"
+    blank = next(r for r in records if r["perturbation_class"] == "P-FalsePremise")
+    blank["target"], blank["target_exception"] = "query-context", "   "
+    needless = next(r for r in records if r["perturbation_class"] == "P-Contradiction")
+    needless["target_exception"] = "It edits the context, like every contradiction lever."
+    excused = next(r for r in records if r["perturbation_class"] == "P-GranularityMismatch")
+    excused["target"], excused["target_exception"] = "query", "The mismatch is carried by the question alone here."
+    problems = validate_catalogue(records, {})
+    assert len(problems) == 3
+    assert any(p.startswith(f"lever {departs['id']!r}: target: P-MissingInfo levers modify 'context'") for p in problems)
+    assert any(p.startswith(f"lever {blank['id']!r}: target_exception: is empty") for p in problems)
+    assert any(p.startswith(f"lever {needless['id']!r}: target_exception: ") and "drop the exception" in p
+               for p in problems)
+
+
+def test_levers_list_json_keeps_the_contract_fields() -> None:
+    from refusalbench.flows.cli import app
+
+    result = CliRunner().invoke(app, ["levers", "list", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 176
+    contract = {"id", "perturbation_class", "intensity", "name", "instruction", "expected"}
+    assert all(contract | {"target", "target_exception"} <= set(row) for row in rows)
+    assert all(row["target_exception"] is None or row["target_exception"].strip() for row in rows)

@@ -14,7 +14,9 @@ The pipeline's parts, one module per concern (the flow is ``flows/knowornot.py``
 - ``labelling_ui``  the terminal and web labellers
 - ``llm_stages``    the model-calling steps, pure functions over the gateway
 - ``stages``        the Prefect tasks of the flow (files in the run folder in and out)
-- ``report``        results table, rates, label sample and the HTML report of a run
+- ``overlap``       the duplicate-overlap audit of the kept questions (paper App. D.1)
+- ``report``        results table, rates, audit and label sample of a run
+- ``report_page``   the HTML report, rebuilt from the run folder (``report_figures``: its plots)
 
 Only ``llm_stages`` (through the gateway) and ``stages`` call models; everything else
 takes the model's texts (or their embeddings) as arguments.

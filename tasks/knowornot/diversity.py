@@ -71,6 +71,17 @@ def tfidf_uniqueness(texts: Sequence[str]) -> np.ndarray:
     return np.divide(sums, counts, out=np.zeros_like(sums, dtype=np.float64), where=counts > 0)
 
 
+def tfidf_similarity(texts: Sequence[str]) -> np.ndarray:
+    """Pairwise cosine similarity of the texts' TF-IDF vectors (content words, as the keyword filter sees them)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    prepared = [_content_words(t) for t in texts]
+    if not any(prepared):
+        return np.zeros((len(texts), len(texts)), dtype=np.float64)
+    matrix = TfidfVectorizer(token_pattern=r"\S+", sublinear_tf=True, smooth_idf=True).fit_transform(prepared)
+    return np.asarray((matrix @ matrix.T).todense(), dtype=np.float64)
+
+
 def keyword_filter(questions: Sequence[str], threshold: float = DEFAULT_THRESHOLD) -> list[int]:
     """Positions (in input order) of the questions whose uniqueness is at least min + threshold·range."""
     _check_threshold("keyword threshold", threshold)

@@ -4,12 +4,15 @@ An evaluator LLM reads the fields a spec names, may reason freely, and gives its
 inside ``<tag>...</tag>``. ``extract_tag`` takes the last such tag, so reasoning that
 mentions the tag earlier does not count, and accepts only the spec's outcomes. Specs are
 known by name through ``EVAL_SPECS`` (``register_eval_spec``); the built-ins are
-``abstention`` and ``factuality``.
+``abstention`` and ``factuality``. A run adds the specs of its config
+(``knowornot.evaluations``) after them (``run_specs``).
 
 Metrics per (target, retrieval, prompt):
   abstention_rate  = abstained / responses with an abstention verdict
   factuality_rate  = (tier_1 + tier_2) / non-abstained responses with a factuality verdict
 with seeded percentile-bootstrap 95% intervals; NaN where a denominator is zero.
+``outcome_rates`` gives, for any spec, the share of each outcome among the responses
+it judged, per configuration, with the same intervals.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.knowornot.records import EvalSpec
+from refusalbench.tasks.knowornot.records import EvalSpec, ExperimentInput
 from refusalbench.tasks.knowornot.registry import Registry
 
 ABSTENTION_PROMPT = """\
@@ -82,7 +85,13 @@ FACTUALITY = register_eval_spec(EvalSpec(
     prompt=FACTUALITY_PROMPT,
     prompt_template="kon_eval_factuality.j2",
     input_fields=["question", "expected_answer", "response"],
+    applies_to="answered",
 ))
+
+BUILT_IN_SPECS = (ABSTENTION, FACTUALITY)
+
+# Columns of the results table besides the specs' own: a spec may not take one of these names.
+RESERVED_SPEC_NAMES = frozenset(ExperimentInput.model_fields) | {"response", "error", "context"}
 
 FACTUAL_TIERS = frozenset({"tier_1", "tier_2"})
 
@@ -94,6 +103,12 @@ FIELD_TITLES = {
 }
 
 # ----------------------------------------------------------------- specs
+
+
+def run_specs(custom: Sequence[EvalSpec] = ()) -> list[EvalSpec]:
+    """The specs a run applies, in order: abstention first (``answered`` specs depend on it),
+    factuality, then the config's own (``knowornot.evaluations``)."""
+    return [*BUILT_IN_SPECS, *custom]
 
 
 def load_eval_specs(path: str | Path) -> list[EvalSpec]:
@@ -299,4 +314,40 @@ def knowornot_metrics(
                 "factuality_ci_high": f_high,
             }
         )
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
+OUTCOME_RATE_COLUMNS = ["spec", "outcome", "n_judged", "n_outcome", "rate", "ci_low", "ci_high"]
+
+
+def outcome_rates(
+    df: pd.DataFrame,
+    specs: Sequence[EvalSpec],
+    by: Sequence[str] = METRIC_KEYS,
+    n_boot: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """Share of each outcome of each spec per configuration: one row per (``by``, spec, outcome).
+
+    ``df`` has one column per spec (named after it) holding its outcome, missing where the
+    spec did not judge the row (not applicable, no response, unparsable verdict); those rows
+    are outside the denominator ``n_judged``. Intervals are seeded percentile bootstraps.
+    """
+    columns = [*by, *OUTCOME_RATE_COLUMNS]
+    records: list[dict[str, Any]] = []
+    present = [s for s in specs if s.name in df.columns]
+    if df.empty or not present:
+        return pd.DataFrame(columns=columns)
+    for key, group in df.groupby(list(by), sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for spec in present:
+            verdicts = [_lower_or_none(v) for v in group[spec.name]]
+            judged = [v for v in verdicts if v is not None]
+            for outcome in spec.outcomes:
+                hits = np.array([v == outcome.lower() for v in judged], dtype=float)
+                low, high = _bootstrap_interval(hits, _group_rng(seed, (*key, spec.name, outcome)), n_boot, confidence)
+                records.append({**dict(zip(by, key)), "spec": spec.name, "outcome": outcome, "n_judged": len(judged),
+                                "n_outcome": int(hits.sum()), "rate": float(hits.mean()) if hits.size else float("nan"),
+                                "ci_low": low, "ci_high": high})
     return pd.DataFrame.from_records(records, columns=columns)

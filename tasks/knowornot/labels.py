@@ -6,7 +6,8 @@
 - ``cohen_kappa``, ``fleiss_kappa``, ``agreement``, ``annotator_agreement``,
   ``evaluator_vs_human``: agreement between annotators and between evaluator and humans.
 - ``open_label_session`` and ``write_agreement``: the same over a KnowOrNot run folder
-  (what ``refusalbench knowornot label`` and ``... agreement`` do).
+  (what ``refusalbench knowornot label`` and ``... agreement`` do); a run's own specs are
+  found in its ``eval_specs.json``, and the agreement is shown in the rebuilt report.
 
 The two ways to give labels (terminal prompt, loopback web page) are in ``labelling_ui``.
 """
@@ -29,6 +30,7 @@ from refusalbench.tasks import runfolder
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS
 from refusalbench.tasks.knowornot.records import AgreementReport, EvalSpec, HumanLabel, LabelItem
+from refusalbench.tasks.knowornot.report_page import write_knowornot_report
 from refusalbench.tasks.store import ArtifactStore
 
 # ----------------------------------------------------------------- sampling
@@ -292,26 +294,39 @@ class LabelSession:
     labels_path: Path
 
 
+def run_eval_specs(store: ArtifactStore) -> dict[str, EvalSpec]:
+    """The specs a run can be labelled on: those it applied (``eval_specs.json``, its config's own
+    included), then any other registered spec."""
+    specs = dict(EVAL_SPECS)
+    if store.has(runfolder.RUN_SPECS):
+        specs.update({spec.name: spec for spec in store.load(runfolder.RUN_SPECS).root})
+    return specs
+
+
 def open_label_session(run_dir: str, spec_name: str) -> LabelSession:
     """The run's label sample as items of ``spec_name``, and where their labels are kept."""
     store = ArtifactStore(run_dir)
     if not store.has(runfolder.LABEL_SAMPLE):
         raise InputError(store.uri(runfolder.LABEL_SAMPLE.name), "no label sample in this run folder (run knowornot first)")
-    if spec_name not in EVAL_SPECS:
-        raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(EVAL_SPECS)})", field="--spec")
-    spec = EVAL_SPECS[spec_name]
+    specs = run_eval_specs(store)
+    if spec_name not in specs:
+        raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(specs)})", field="--spec")
+    spec = specs[spec_name]
     labels_path = Path(store.uri(runfolder.labels_file(spec.name).name))
     return LabelSession(store, spec, label_items_from_frame(store.load(runfolder.LABEL_SAMPLE), spec), labels_path)
 
 
 def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
-    """Agreement between the run's annotators and with its evaluator, saved as ``agreement-<spec>.json``."""
+    """Agreement between the run's annotators and with its evaluator, saved as ``agreement-<spec>.json``;
+    the run's ``report.html`` is rebuilt to show it."""
     session = open_label_session(run_dir, spec_name)
     labels = LabelStore(session.labels_path).load()
     results = session.store.load(runfolder.RESULTS)
-    evaluator = {row["experiment_id"]: (row[spec_name] if isinstance(row[spec_name], str) else None)
+    evaluator = {row["experiment_id"]: (row[spec_name] if isinstance(row.get(spec_name), str) else None)
                  for _, row in results.iterrows()}
     report = {"annotators": annotator_agreement(labels, session.spec),
               "evaluator_vs_human": {k: v.model_dump() for k, v in evaluator_vs_human(labels, evaluator, session.spec).items()}}
     session.store.save(runfolder.agreement_file(spec_name), report)
+    if session.store.has(runfolder.KON_METRICS) and session.store.has(runfolder.KON_METRICS_TABLE):
+        write_knowornot_report(session.store)
     return report

@@ -4,8 +4,8 @@
 - qa: one question/answer pair per fact
 - hyde: hypothetical answers per question (HyDE retrieval)
 - answer: the target answers each experiment input under its system prompt and context
-- judge: the evaluator applies evaluation specs (abstention for all; factuality only for
-  responses that did not abstain, as in the paper)
+- judge: the evaluator applies evaluation specs (abstention for all; factuality, and any
+  spec with ``applies_to: answered``, only for responses that did not abstain, as in the paper)
 Every call's failure stays in its row.
 """
 
@@ -129,9 +129,18 @@ def answer_experiments(gateway: Gateway, rows: Sequence[ExperimentInput], pairs:
     return outputs
 
 
+def _context_text(row: ExperimentInput, pairs: dict[str, QAPair] | None) -> str | None:
+    """The context the target saw, as it saw it; a placeholder when it saw none (direct)."""
+    if pairs is None:
+        return None
+    return format_context([pairs[i] for i in row.context_ids]) if row.context_ids else "(no context)"
+
+
 def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec], rows: Sequence[ExperimentInput],
-                     outputs: Sequence[ExperimentOutput], on_result: OnResult = None) -> list[EvalOutcome]:
-    """Apply each spec in order; ``factuality`` only where ``abstention`` said "no"."""
+                     outputs: Sequence[ExperimentOutput], on_result: OnResult = None,
+                     pairs: dict[str, QAPair] | None = None) -> list[EvalOutcome]:
+    """Apply each spec in order; a spec that ``applies_to`` answered responses (factuality) only
+    where ``abstention``, applied before it, said "no". ``pairs`` lets a spec read the context."""
     by_id = {row.experiment_id: row for row in rows}
     outcomes: list[EvalOutcome] = []
     abstained: dict[str, str | None] = {}
@@ -143,9 +152,10 @@ def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec]
                 outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
                                             error=f"no response: {output.error}"))
                 continue
-            if spec.name == "factuality" and abstained.get(output.experiment_id) != "no":
-                continue  # factuality is only defined for answers that were given
-            fields = {"question": row.question, "response": output.response, "expected_answer": row.expected_answer}
+            if spec.applies_to == "answered" and abstained.get(output.experiment_id) != "no":
+                continue  # e.g. factuality is only defined for answers that were given
+            fields = {"question": row.question, "response": output.response, "expected_answer": row.expected_answer,
+                      "context": _context_text(row, pairs) if "context" in spec.input_fields else None}
             messages = render_eval_messages(spec, fields)
             if messages is None:
                 continue  # e.g. synthetic out-of-KB questions have no expected answer to compare with

@@ -16,7 +16,7 @@ import datetime as dt
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from refusalbench.tasks.records import Record
 
@@ -127,20 +127,29 @@ class ExperimentOutput(Record):
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 
+EVAL_INPUT_FIELDS = ("question", "response", "expected_answer", "context")
+
+
 class EvalSpec(Record):
     """A user-definable evaluation: what the evaluator reads, and which tagged verdicts it may give.
 
     ``prompt`` is the instruction text; ``prompt_template`` (optional) names a Jinja2 template
     under prompts/ that replaces it. ``input_fields`` are the experiment fields shown to the
     evaluator; a row lacking any of them (e.g. no expected answer) is not evaluated.
+    ``applies_to`` says which responses are judged: every one, or only those the abstention
+    spec judged as answered (the paper's factuality is defined on those alone).
     """
 
     name: str
     tag: str
-    outcomes: list[str]
+    outcomes: list[str] = Field(validation_alias=AliasChoices("outcomes", "values"),
+                                description="the verdicts allowed inside the tag (config key: outcomes or values)")
     prompt: str
     prompt_template: str | None = None
-    input_fields: list[str] = Field(default_factory=lambda: ["question", "response"])
+    input_fields: list[str] = Field(default_factory=lambda: ["question", "response"],
+                                    description=f"shown to the evaluator, from: {', '.join(EVAL_INPUT_FIELDS)}")
+    applies_to: Literal["all", "answered"] = Field(
+        default="all", description="'all' responses, or only those the abstention spec judged answered")
 
     @field_validator("name", "prompt")
     @classmethod
@@ -176,6 +185,10 @@ class EvalSpec(Record):
     def _fields_present(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("needs at least one input field")
+        unknown = [f for f in value if f not in EVAL_INPUT_FIELDS]
+        if unknown:
+            raise ValueError(f"unknown input field(s) {', '.join(map(repr, unknown))} "
+                             f"(known: {', '.join(EVAL_INPUT_FIELDS)})")
         return value
 
 

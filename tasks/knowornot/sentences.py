@@ -129,6 +129,23 @@ def document_sentences(document: Document, language: str = "english") -> list[Se
     return [Sentence(doc_id=document.doc_id, index=i, text=s) for i, s in enumerate(split_sentences(document.text, language))]
 
 
+def spread_sentences(sentences: Sequence[Sentence], limit: int | None) -> list[Sentence]:
+    """At most ``limit`` sentences, taken in turn from each document (in document order), so every
+    document contributes; all of them when ``limit`` is None. Returned in their original order."""
+    if limit is None or len(sentences) <= limit:
+        return list(sentences)
+    by_document: dict[str, list[int]] = {}
+    for position, sentence in enumerate(sentences):
+        by_document.setdefault(sentence.doc_id, []).append(position)
+    queues = list(by_document.values())
+    chosen: list[int] = []
+    for depth in range(max(map(len, queues))):
+        for queue in queues:
+            if depth < len(queue) and len(chosen) < limit:
+                chosen.append(queue[depth])
+    return [sentences[p] for p in sorted(chosen)]
+
+
 def numbered_sentences(sentences: Sequence[Sentence]) -> str:
     """The sentences as ``[index] text`` lines: what the fact-extraction prompt cites by index."""
     return "\n".join(f"[{s.index}] {s.text}" for s in sentences)

@@ -1,7 +1,8 @@
 """The KnowOrNot stages as Prefect tasks: run-folder files in, run-folder files out.
 
 knowledge base -> diversity filter + FAISS index -> experiment grid -> answers (per
-target x input shard) -> evaluations (per answer shard). Each task reads what the stage
+target x input shard) -> evaluations (per answer shard: the built-in specs, then the
+config's ``evaluations``). Each task reads what the stage
 before it wrote (declared in ``runfolder``) and returns a small summary for the manifest,
 so a stage can be re-run alone and a finished stage is served from Prefect's cache. Tasks
 get the typed run config with the knowledge-base paths resolved (``with_resolved_sources``);
@@ -26,13 +27,13 @@ from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.gateway import gateway_for
 from refusalbench.tasks.knowornot.diversity import diversity_filter
 from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
-from refusalbench.tasks.knowornot.evaluation import ABSTENTION, FACTUALITY
+from refusalbench.tasks.knowornot.evaluation import run_specs
 from refusalbench.tasks.knowornot.llm_stages import (answer_experiments, evaluate_outputs, extract_facts, generate_qa,
                                                      hyde_answers, synthetic_ookb_questions)
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, OOKBQuestion, QAPair
 from refusalbench.tasks.knowornot.retrieval import (build_experiment_inputs, build_index, index_from_bytes, index_to_bytes,
                                                     kb_fingerprint, loo_violations, pair_text, strategies_need)
-from refusalbench.tasks.knowornot.sentences import document_sentences, read_documents
+from refusalbench.tasks.knowornot.sentences import document_sentences, read_documents, spread_sentences
 from refusalbench.tasks.knowornot.sources import load_qa_pairs
 from refusalbench.tasks.prefect_runtime import cache_policy, result_storage
 from refusalbench.tasks.provenance import package_version
@@ -80,7 +81,8 @@ class GridSummary(BaseModel):
 def check_knowornot_inputs(cfg: RunConfig) -> None:
     """Everything a KnowOrNot run needs from its config, checked before anything is written."""
     if cfg.knowornot is None:
-        raise InputError(str(cfg.source), "the config has no knowornot section", field="knowornot")
+        raise InputError(str(cfg.source), "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
+                         field="knowornot")
     kon = with_resolved_sources(cfg).knowornot
     if kon.qa_pairs:
         load_qa_pairs(kon.qa_pairs)
@@ -134,7 +136,7 @@ def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases:
         model = kon.extractor or kon.evaluator
         gateway = gateway_for(cfg, api_bases)
         documents = read_documents(kon.documents or [])
-        sentences = [s for d in documents for s in document_sentences(d)]
+        sentences = spread_sentences([s for d in documents for s in document_sentences(d)], kon.max_sentences)
         store.save(runfolder.SENTENCES, sentences)
         facts, fact_failures = extract_facts(gateway, model, documents, sentences,
                                              on_result=progress_callback("extract facts", len(sentences)))
@@ -241,23 +243,28 @@ def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest
       retry_delay_seconds=2)
 def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_digest: str,
                    api_bases: dict[str, str]) -> str:
-    """The evaluator judges one target's answer shard (abstention, then factuality); returns the outcome shard."""
+    """The evaluator judges one target's answer shard (abstention, factuality, then the config's own specs);
+    returns the outcome shard."""
     store = ArtifactStore(out)
     outputs = store.read_records(answers, ExperimentOutput)
     rows = store.load(runfolder.EXPERIMENT_INPUTS)
-    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), cfg.knowornot.evaluator, [ABSTENTION, FACTUALITY], rows,
-                                outputs, on_result=progress_callback("evaluate answers", 2 * len(outputs)))
+    specs = run_specs(cfg.knowornot.evaluations)
+    pairs = {p.id: p for p in store.load(runfolder.QA_PAIRS)}
+    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), cfg.knowornot.evaluator, specs, rows, outputs,
+                                on_result=progress_callback("evaluate answers", len(specs) * len(outputs)), pairs=pairs)
     return write_output_shard(out, EVALUATION_SHARDS, target, answers, outcomes, EvalOutcome)
 
 
 def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str]) -> dict[str, int]:
     """Every target answers the grid shard by shard; each answer shard is evaluated as soon as it is in.
 
-    Writes ``experiment_outputs.parquet`` and ``evaluations.parquet``; returns the counts
-    for the manifest. Models sharing one local server take turns (see ``Fanout``).
+    Writes ``experiment_outputs.parquet``, ``evaluations.parquet`` and the specs applied
+    (``eval_specs.json``, which the label command reads); returns the counts for the
+    manifest. Models sharing one local server take turns (see ``Fanout``).
     """
     kon = cfg.knowornot
     fanout = Fanout(cfg, out, api_bases)
+    fanout.store.save(runfolder.RUN_SPECS, run_specs(kon.evaluations))
     rows = fanout.store.load(runfolder.EXPERIMENT_INPUTS)
     shards = fanout.write_shards(INPUT_SHARDS, rows, ExperimentInput, kon.shard_size,
                                  lambda chunk: content_digest(digest, [r.model_dump() for r in chunk]))

@@ -61,7 +61,11 @@ def model_status(
     }
     reasons: list[str] = []
     served_here = cfg.local is not None and cfg.api_base is None
-    if served_here:
+    if cfg.rule_based:
+        # Rules run in this process: nothing to probe, no key, no weights.
+        row["runs_on"] = "in process (rule-based, no calls)"
+        row["credentials"] = "not needed"
+    elif served_here:
         row["runs_on"] = "local llama.cpp"
         row["credentials"] = "not needed"
         pulled = is_pulled(name, cfg.local, cache_dir)  # type: ignore[arg-type]

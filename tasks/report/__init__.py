@@ -9,6 +9,9 @@ mathtext.
 - :mod:`.page`: :class:`ReportInputs` (what a report shows) and :func:`build_report`.
 - :mod:`.leaderboard`: the ranking and its markdown / JSON-row forms for Prefect artifacts.
 - :mod:`.figures`: the matplotlib plots.
+- :mod:`.outcomes`: response distribution, standard errors, multi-document judging, FRR-MRR correlation.
+- :mod:`.audit_section`: the human-audit section (``audit.json``, Table 2 form).
+- :mod:`.gv`: the generator × verifier section (funnel, verdict consistency, pre-checks).
 - :mod:`.layout`: HTML building blocks (style sheet, escaping, tables, sections).
 """
 

@@ -43,6 +43,11 @@ def _png(fig: Figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+# Public names for the other reports that draw their own figures (KnowOrNot's).
+plot_text = _plot_text
+png_base64 = _png
+
+
 def _label_positions(points: Sequence[tuple[float, float]], dx: float = 0.02,
                      height: float = 0.045, width: float = 0.3) -> list[tuple[float, float]]:
     """Label anchors right of each point, nudged upwards so that nearby labels do not overlap.

@@ -24,6 +24,18 @@ LEADERBOARD_METRICS: tuple[tuple[str, str], ...] = (
     ("ece", "ECE"),
 )
 RANK_METRIC = "calibrated_refusal_score"
+# Shown beside the others only when some model has them (multi-document runs).
+MULTI_DOCUMENT_LEADERBOARD: tuple[tuple[str, str], ...] = (
+    ("answer_quality_score", "Answer quality"),
+    ("hybrid_score", "Hybrid"),
+)
+
+
+def leaderboard_metrics(metrics: Mapping[str, Mapping[str, float]]) -> tuple[tuple[str, str], ...]:
+    """The leaderboard's columns: :data:`LEADERBOARD_METRICS`, plus GaRAGe's when some model has them."""
+    extra = tuple((name, label) for name, label in MULTI_DOCUMENT_LEADERBOARD
+                  if any(not is_nan(values.get(name)) for values in metrics.values()))
+    return LEADERBOARD_METRICS + extra
 
 
 def is_nan(value: Any) -> bool:
@@ -47,17 +59,23 @@ def _rounded(value: Any, digits: int = 4) -> float | None:
 def leaderboard_rows(
     metrics: Mapping[str, Mapping[str, float]],
     intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+    standard_errors: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One JSON-safe dict per model, ranked (for a Prefect table artifact); NaN -> None."""
+    """One JSON-safe dict per model, ranked (for a Prefect table artifact); NaN -> None.
+
+    With ``standard_errors``, each row also carries the CRS's bootstrap standard error.
+    """
     intervals = intervals or {}
     rows = []
     for rank, model in enumerate(ranked_models(metrics), start=1):
         values = metrics[model]
         row: dict[str, Any] = {"rank": rank, "model": model}
-        for name, _ in LEADERBOARD_METRICS:
+        for name, _ in leaderboard_metrics(metrics):
             row[name] = _rounded(values.get(name))
         low, high = intervals.get(model, {}).get(RANK_METRIC, (None, None))
         row["crs_ci_low"], row["crs_ci_high"] = _rounded(low), _rounded(high)
+        if standard_errors is not None:
+            row["crs_se"] = _rounded(standard_errors.get(model, {}).get(RANK_METRIC))
         row["n"] = int(values.get("n", 0))
         rows.append(row)
     return rows
@@ -90,12 +108,13 @@ def leaderboard_markdown(
 ) -> str:
     """The leaderboard as a markdown table (for a Prefect markdown artifact)."""
     intervals = intervals or {}
-    header = ["#", "Model", *(label for _, label in LEADERBOARD_METRICS), "n"]
+    columns = leaderboard_metrics(metrics)
+    header = ["#", "Model", *(label for _, label in columns), "n"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, model in enumerate(ranked_models(metrics), start=1):
         values = metrics[model]
         cells = [str(rank), _markdown_cell(model)]
-        for name, _ in LEADERBOARD_METRICS:
+        for name, _ in columns:
             cell = format_value(values.get(name), name)
             ci = format_interval(intervals.get(model, {}).get(name), name)
             cells.append(f"{cell} {ci}".strip())

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from refusalbench.tasks.report.audit_section import audit_html
 from refusalbench.tasks.report.figures import (
     class_intensity_heatmap,
     confusion_plot,
@@ -23,8 +24,15 @@ from refusalbench.tasks.report.figures import (
     round_trend_plot,
     scatter_plot,
 )
+from refusalbench.tasks.report.gv import gv_section_html
 from refusalbench.tasks.report.layout import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
-from refusalbench.tasks.report.leaderboard import LEADERBOARD_METRICS, format_interval, format_value, ranked_models
+from refusalbench.tasks.report.leaderboard import format_interval, format_value, leaderboard_metrics, ranked_models
+from refusalbench.tasks.report.outcomes import (
+    correlation_note,
+    distribution_section,
+    multi_document_section,
+    standard_errors_section,
+)
 from refusalbench.tasks.scoring import ScoreResult
 from refusalbench.tasks.taxonomy import INTENSITIES, PERTURBATION_CLASSES
 
@@ -43,13 +51,19 @@ class ReportInputs:
     champions: pd.DataFrame | None = None
     manifest: Mapping[str, Any] | None = None
     gv_analysis: Mapping[str, Any] | None = None
+    generation_counts: Mapping[str, Any] | None = None  # the generate manifest's counts (default: manifest's)
     round_trend: pd.DataFrame | None = None
+    audit: Mapping[str, Any] | None = None  # audit.json (human audit of generated items)
     title: str = "RefusalBench report"
     generated_at: str | None = None
+    standard_errors: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    response_distribution: pd.DataFrame | None = None
+    frr_mrr_correlation: Mapping[str, Any] | None = None
+    multi_document: Mapping[str, Mapping[str, int]] | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
-        """Inputs from a ScoreResult; ``optional`` sets manifest, gv_analysis, round_trend, title."""
+        """Inputs from a ScoreResult; ``optional`` sets manifest, gv_analysis, round_trend, audit, title."""
         return cls(
             metrics=result.metrics,
             intervals=result.intervals,
@@ -60,18 +74,23 @@ class ReportInputs:
             refusal_by_intensity=result.refusal_by_intensity,
             champions=result.champions,
             generated_at=result.generated_at,
+            standard_errors=result.standard_errors,
+            response_distribution=result.response_distribution,
+            frr_mrr_correlation=result.frr_mrr_correlation,
+            multi_document=result.multi_document,
             **optional,
         )
 
 
 def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
+    columns = leaderboard_metrics(inputs.metrics)
     head = "<tr><th>#</th><th class='name'>Model</th>" + "".join(
-        f"<th>{escape(label)}</th>" for _, label in LEADERBOARD_METRICS) + "<th>n</th></tr>"
+        f"<th>{escape(label)}</th>" for _, label in columns) + "<th>n</th></tr>"
     rows = []
     for rank, model in enumerate(order, start=1):
         values = inputs.metrics[model]
         cells = [f"<td>{rank}</td>", f"<td class='name'>{escape(model)}</td>"]
-        for name, _ in LEADERBOARD_METRICS:
+        for name, _ in columns:
             ci = format_interval(inputs.intervals.get(model, {}).get(name), name)
             ci_html = f"<br><span class='ci'>{escape(ci)}</span>" if ci else ""
             cells.append(f"<td>{escape(format_value(values.get(name), name))}{ci_html}</td>")
@@ -110,6 +129,23 @@ def _non_empty(frame: pd.DataFrame | None) -> bool:
     return frame is not None and not frame.empty
 
 
+def _base_set_section(run: ReportInputs) -> str | None:
+    """The base-set funnel (imported -> pretested -> kept -> sampled) and the pre-test per model."""
+    counts = run.generation_counts or (run.manifest or {}).get("counts") or {}
+    funnel = counts.get("base_set_funnel")
+    if not funnel:
+        return None
+    body = ("<p>Base items at each step: imported (the base set), pre-tested (answered unperturbed by every "
+            "pre-test model), kept (all of them answered correctly), sampled (drawn for generation).</p>"
+            + mapping_html(funnel))
+    by_model = counts.get("pretest_by_model")
+    if by_model:
+        frame = pd.DataFrame.from_dict(by_model, orient="index")
+        frame.insert(0, "model", frame.index.astype(str))
+        body += "<h3>Pre-test answers per model</h3>" + frame_table(frame)
+    return section("Base set", body)
+
+
 def build_report(run: ReportInputs) -> str:
     """The whole report as one self-contained HTML string."""
     order = ranked_models(run.metrics)
@@ -118,6 +154,9 @@ def build_report(run: ReportInputs) -> str:
     lead = f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer " \
            "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
     sections.append(section("Leaderboard", lead + _leaderboard_html(run, order)))
+    sections.extend(filter(None, [
+        standard_errors_section(run.standard_errors, order),
+        multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
 
     scatter_a = scatter_plot(run.metrics, "answer_accuracy", "refusal_accuracy", "Answer vs refusal accuracy",
                              "answer accuracy (answerable items)", "refusal accuracy (unanswerable items)")
@@ -128,7 +167,11 @@ def build_report(run: ReportInputs) -> str:
                             + figure_or_note(scatter_b, "detection F1 vs category accuracy scatter") + "</div>"))
 
     bars = refusal_error_bars(run.metrics, order)
-    sections.append(section("False vs missed refusals", figure_or_note(bars, "false and missed refusal rate bars")))
+    sections.append(section("False vs missed refusals", figure_or_note(bars, "false and missed refusal rate bars")
+                            + correlation_note(run.frr_mrr_correlation)))
+    distribution = distribution_section(run.response_distribution, order)
+    if distribution:
+        sections.append(distribution)
 
     if _non_empty(run.class_intensity):
         grid = run.class_intensity
@@ -182,8 +225,15 @@ def build_report(run: ReportInputs) -> str:
         body = (image_tag(trend_plot, "trend across rounds") if trend_plot else "") + frame_table(run.round_trend)
         sections.append(section("Trend across rounds", body))
 
+    base_set = _base_set_section(run)
+    if base_set:
+        sections.append(base_set)
+
     if run.gv_analysis:
-        sections.append(section("Generator × verifier analysis", mapping_html(run.gv_analysis)))
+        sections.append(section("Generator × verifier analysis", gv_section_html(run.gv_analysis)))
+
+    if run.audit:
+        sections.append(section("Human audit of generated items", audit_html(run.audit)))
 
     if run.manifest:
         sections.append(section("Run metadata", mapping_html(run.manifest)))

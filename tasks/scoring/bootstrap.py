@@ -14,6 +14,10 @@ Decisions the contract leaves open:
   nearly all distinct), numeric confidences are grouped on a 1/``FLOAT_GRID`` grid for the
   bootstrap only, each group carrying its exact mean; bins stay exact. The point
   estimates never use this grouping.
+
+Standard errors (paper App. G: "non-parametric bootstrap resampling (n=1,000) to compute the
+standard error (SE) and 95% confidence intervals") are the standard deviation (ddof 1) of
+the same resamples' values, undefined resamples left out; NaN with fewer than two.
 """
 
 from __future__ import annotations
@@ -27,12 +31,22 @@ import pandas as pd
 
 from refusalbench.tasks.scoring.calibration import N_BINS
 from refusalbench.tasks.scoring.inputs import ensure_prepared
-from refusalbench.tasks.scoring.metrics import METRICS, metrics_from_stats, model_codes, row_arrays, sufficient_stats
+from refusalbench.tasks.scoring.metrics import (
+    ALL_METRICS,
+    METRICS,
+    metrics_from_stats,
+    model_codes,
+    row_arrays,
+    sufficient_stats,
+)
 
 MAX_EXACT_TYPES = 4096
 FLOAT_GRID = 1000  # bootstrap grouping of numeric confidences: 0.001
 
-_FLAG_NAMES: tuple[str, ...] = ("answerable", "refused", "answered_correctly", "right_code", "unjudged")
+_FLAG_NAMES: tuple[str, ...] = (
+    "answerable", "refused", "answered_correctly", "right_code", "unjudged", "multi",
+    "eligibility_has", "eligibility", "factuality_has", "factuality", "raf_has", "raf",
+)
 
 
 def _row_types(rows: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -82,6 +96,45 @@ def _model_rng(seed: int, model: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(model.encode("utf-8"))])
 
 
+def bootstrap_summary(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, dict[str, float]]]:
+    """({model: {metric: (low, high)}}, {model: {metric: standard error}}) from one set of resamples.
+
+    Percentile intervals and bootstrap standard deviations, items resampled within each model.
+    """
+    df = ensure_prepared(df)
+    wanted = list(metrics) if metrics is not None else list(METRICS)
+    unknown = [m for m in wanted if m not in ALL_METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics: {unknown}")
+    codes, models = model_codes(df)
+    rows = row_arrays(df)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
+    tail = (1 - level) / 2 * 100
+    intervals: dict[str, dict[str, tuple[float, float]]] = {}
+    errors: dict[str, dict[str, float]] = {}
+    for i, model in enumerate(models):
+        idx = order[bounds[i]:bounds[i + 1]]
+        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, _model_rng(seed, model))
+        intervals[model], errors[model] = {}, {}
+        for name in wanted:
+            values = sample[name]
+            values = values[~np.isnan(values)]
+            if values.size == 0:
+                intervals[model][name] = (math.nan, math.nan)
+            else:
+                low, high = np.percentile(values, [tail, 100 - tail])
+                intervals[model][name] = (float(low), float(high))
+            errors[model][name] = float(np.std(values, ddof=1)) if values.size > 1 else math.nan
+    return intervals, errors
+
+
 def bootstrap_intervals(
     df: pd.DataFrame,
     metrics: Sequence[str] | None = None,
@@ -90,28 +143,14 @@ def bootstrap_intervals(
     level: float = 0.95,
 ) -> dict[str, dict[str, tuple[float, float]]]:
     """{model: {metric: (low, high)}}: percentile intervals, items resampled within each model."""
-    df = ensure_prepared(df)
-    wanted = list(metrics) if metrics is not None else list(METRICS)
-    unknown = [m for m in wanted if m not in METRICS]
-    if unknown:
-        raise ValueError(f"unknown metrics: {unknown}")
-    codes, models = model_codes(df)
-    rows = row_arrays(df)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
-    tail = (1 - level) / 2 * 100
-    result: dict[str, dict[str, tuple[float, float]]] = {}
-    for i, model in enumerate(models):
-        idx = order[bounds[i]:bounds[i + 1]]
-        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, _model_rng(seed, model))
-        intervals: dict[str, tuple[float, float]] = {}
-        for name in wanted:
-            values = sample[name]
-            values = values[~np.isnan(values)]
-            if values.size == 0:
-                intervals[name] = (math.nan, math.nan)
-            else:
-                low, high = np.percentile(values, [tail, 100 - tail])
-                intervals[name] = (float(low), float(high))
-        result[model] = intervals
-    return result
+    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed, level=level)[0]
+
+
+def bootstrap_standard_errors(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """{model: {metric: SE}}: the bootstrap standard deviation of each metric (App. G)."""
+    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed)[1]

@@ -1,8 +1,9 @@
 """Tables beside the overall metrics: breakdowns, confusion, reliability data, champions.
 
 - :func:`breakdown`: every metric per model × value of one dimension (perturbation class,
-  intensity, lever, domain, generator), in the long layout of ``breakdown.parquet``;
-  :func:`overall_rows` puts the overall metrics and their intervals in the same layout.
+  intensity, lever, domain, generator), with an interval per row (:mod:`.intervals`), in
+  the long layout of ``breakdown.parquet``; :func:`overall_rows` puts the overall metrics
+  and their bootstrap intervals in the same layout.
 - :func:`confusion`: counts per model × expected × predicted.
 - :func:`refusal_rate_by_intensity`, :func:`class_intensity_grid`: the data behind the
   intensity curves and the class × intensity heatmaps.
@@ -22,12 +23,14 @@ import pandas as pd
 
 from refusalbench.tasks.scoring.calibration import N_VERBAL_BINS, bin_label
 from refusalbench.tasks.scoring.inputs import ensure_prepared
+from refusalbench.tasks.scoring.intervals import breakdown_intervals
 from refusalbench.tasks.scoring.metrics import (
     METRICS,
     confidence_block,
     metrics_from_stats,
     model_codes,
     row_arrays,
+    run_metrics,
     sufficient_stats,
 )
 from refusalbench.tasks.taxonomy import INTENSITIES
@@ -43,45 +46,53 @@ def empty_breakdown() -> pd.DataFrame:
         BREAKDOWN_COLUMNS, ["str", "str", "str", "str", "float64", "float64", "float64", "int64"])})
 
 
-def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Metrics per model × value of ``by`` (long: model, group, value, metric, estimate, n).
+def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *, n_resamples: int = 1000,
+              seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Metrics per model × value of ``by`` (long: model, group, value, metric, estimate, ci_low, ci_high, n).
 
     Rows whose ``by`` value is missing are left out; an absent or all-missing column gives
     an empty frame. ``group`` is the dimension name; ``n`` the rows in that model × value.
+    ``metrics`` defaults to :func:`~.metrics.run_metrics`. Intervals: Wilson for
+    proportions, ``n_resamples`` bootstrap resamples within the group for the rest
+    (see :mod:`.intervals`).
     """
     df = ensure_prepared(df)
     if by not in df.columns or df[by].isna().all():
         return empty_breakdown()
+    names = list(metrics) if metrics is not None else list(run_metrics(df))
     # Group key = model code × value code: two factorizations, no per-row tuples.
     model_of_row, models = model_codes(df)
     value_codes, values_found = pd.factorize(df[by], sort=True, use_na_sentinel=True)
     present = value_codes >= 0
     n_values = len(values_found)
     rows = {k: v[present] for k, v in row_arrays(df).items()}
-    keys = model_of_row[present] * n_values + value_codes[present]
-    stats = sufficient_stats(keys.astype(np.int64), len(models) * n_values, rows)
+    keys = (model_of_row[present] * n_values + value_codes[present]).astype(np.int64)
+    stats = sufficient_stats(keys, len(models) * n_values, rows)
     used = np.flatnonzero(stats[:, 0] > 0)
     stats = stats[used]
     values = metrics_from_stats(stats)
     sizes = stats[:, 0].astype(np.int64)
     model_of = np.asarray(models, dtype=object)[used // n_values]
     value_of = np.asarray([str(v) for v in values_found], dtype=object)[used % n_values]
+    labels = [f"{by}\0{m}\0{v}" for m, v in zip(model_of, value_of)]
+    bounds = breakdown_intervals(stats, keys, rows, used, labels, names, n_resamples, seed, level)
     frames = [
         pd.DataFrame({
             "model": model_of, "group": by, "value": value_of, "metric": name,
-            "estimate": values[name], "ci_low": np.nan, "ci_high": np.nan, "n": sizes,
+            "estimate": values[name], "ci_low": bounds[name][0], "ci_high": bounds[name][1], "n": sizes,
         })
-        for name in METRICS
+        for name in names
     ]
     return pd.concat(frames, ignore_index=True)
 
 
 def overall_rows(metrics: Mapping[str, Mapping[str, float]],
-                 intervals: Mapping[str, Mapping[str, tuple[float, float]]]) -> pd.DataFrame:
+                 intervals: Mapping[str, Mapping[str, tuple[float, float]]],
+                 names: Sequence[str] = METRICS) -> pd.DataFrame:
     """The overall metrics with their intervals in the breakdown's long layout."""
     records = []
     for model, values in metrics.items():
-        for name in METRICS:
+        for name in names:
             low, high = intervals.get(model, {}).get(name, (math.nan, math.nan))
             records.append({
                 "model": model, "group": "overall", "value": "all", "metric": name,
@@ -177,7 +188,7 @@ def domain_champions(df: pd.DataFrame, metrics: Sequence[str] = CHAMPION_METRICS
     Ties go to the alphabetically first model; a domain where every model's metric is
     NaN has no champion for it. Empty when there is no domain column.
     """
-    table = breakdown(df, "domain")
+    table = breakdown(df, "domain", list(metrics), n_resamples=0)
     columns = ["domain", "metric", "model", "estimate", "n"]
     if table.empty:
         return pd.DataFrame({c: [] for c in columns})

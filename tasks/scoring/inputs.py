@@ -11,6 +11,13 @@ Decisions the contract leaves open:
   items are flagged ``answer_unjudged`` and counted as ``n_unjudged``. The column may be
   absent only when no answerable item got an answer attempt.
 - An empty/absent reply parses as an answer attempt (no code), judged like any other.
+
+Multi-document (GaRAGe) judgments may add ``raf``, ``eligibility``, ``factuality`` (0/1)
+and ``variant`` (single|multi). Where ``raf`` is given and ``answer_correct`` is not, RAF = 1
+is the correct answer; where both are given they must agree. RAF = 1 with eligibility = 0
+is impossible (RAF requires eligibility) and is refused. A row is multi-document by its
+``variant`` (an empty cell: single-document); without a ``variant`` column, every row is
+multi-document when the file carries any RAF score and single-document otherwise.
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ _LABEL_CODE: dict[str, int] = {
     **{label: code for code, label in enumerate(EXPECTED_LABELS)},
     **{label: code for code, label in enumerate(DECISION_LABELS)},
 }
+
+JUDGE_SCORE_COLUMNS: tuple[str, ...] = ("raf", "eligibility", "factuality")
+VARIANTS: tuple[str, ...] = ("single", "multi")
 
 LineOf = Callable[[int], "int | None"]
 
@@ -207,11 +217,25 @@ def prepare(
         answer_judged = _lookup(codes, [m is not None for m in mapped], bool)
         answer_correct = _lookup(codes, [m is True for m in mapped], bool)
     else:
-        # Refusals need no judge; answer attempts do, so the column must exist for them.
-        _fail(source, line_of, answerable & ~refused, "answer_correct",
-              lambda i: "column is missing but this answerable item got an answer attempt")
+        if "raf" not in columns:
+            # Refusals need no judge; answer attempts do, so the column must exist for them.
+            _fail(source, line_of, answerable & ~refused, "answer_correct",
+                  lambda i: "column is missing but this answerable item got an answer attempt")
         answer_judged = np.zeros(n, dtype=bool)
         answer_correct = np.zeros(n, dtype=bool)
+
+    scores = _judge_scores(df, source, line_of)
+    if "raf" in scores:
+        raf_has = ~np.isnan(scores["raf"])
+        raf_correct = scores["raf"] == 1
+        _fail(source, line_of, answer_judged & raf_has & (answer_correct != raf_correct), "answer_correct",
+              lambda i: f"disagrees with raf = {int(scores['raf'][i])} (correct means RAF = 1)")
+        answer_correct = np.where(answer_judged, answer_correct, raf_correct)
+        answer_judged = answer_judged | raf_has
+    if "answer_correct" not in columns and "raf" in scores:
+        # The column may stand absent where RAF judged every answer attempt instead.
+        _fail(source, line_of, answerable & ~refused & ~answer_judged, "answer_correct",
+              lambda i: "column is missing and this answerable item's answer attempt has no raf")
 
     answered_correctly = answerable & ~refused & answer_correct
     right_code = ~answerable & (decision == expected)
@@ -247,6 +271,9 @@ def prepare(
             "confidence_bin": conf_bin,
         }
     )
+    out["multi"] = _multi_rows(df, scores, source, line_of)
+    for name in JUDGE_SCORE_COLUMNS:
+        out[name] = scores.get(name, np.full(n, np.nan))
     duplicated = out.duplicated(["model", "item_id"]).to_numpy()
     _fail(source, line_of, duplicated, "item_id",
           lambda i: f"duplicate (model, item_id) = ({out['model'].iat[i]!r}, {out['item_id'].iat[i]!r})")
@@ -255,6 +282,41 @@ def prepare(
             codes, mapped = _per_unique(df[dim], _group_text)
             out[dim] = _categorical(codes, mapped)
     return out
+
+
+def _judge_scores(df: pd.DataFrame, source: str, line_of: LineOf) -> dict[str, np.ndarray]:
+    """The optional 0/1 judge columns present in ``df`` as floats (NaN = not judged), checked."""
+    scores: dict[str, np.ndarray] = {}
+    for name in JUDGE_SCORE_COLUMNS:
+        if name not in df.columns:
+            continue
+        codes, mapped = _per_unique(df[name], _as_bool)
+        _fail(source, line_of, _lookup(codes, [m == "bad" for m in mapped], bool), name,
+              lambda i, name=name: f"not 0/1: {df[name].iloc[i]!r}")
+        scores[name] = _lookup(codes, [math.nan if m is None else float(m) for m in mapped], np.float64)
+    if "raf" in scores and "eligibility" in scores:
+        _fail(source, line_of, (scores["raf"] == 1) & (scores["eligibility"] == 0), "raf",
+              lambda i: "RAF = 1 with eligibility = 0 is impossible (RAF requires eligibility)")
+    return scores
+
+
+def _variant_text(value: Any) -> str | None:
+    """A variant cell as lower-case text; None when missing (NaN, None, blank)."""
+    if isinstance(value, str):
+        return value.strip().lower() or None
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return repr(value)  # not a variant: reported as such
+
+
+def _multi_rows(df: pd.DataFrame, scores: dict[str, np.ndarray], source: str, line_of: LineOf) -> np.ndarray:
+    """Which rows are multi-document: by ``variant``; without that column, by whether any RAF exists."""
+    if "variant" not in df.columns:
+        return np.full(len(df), bool("raf" in scores and (~np.isnan(scores["raf"])).any()))
+    codes, mapped = _per_unique(df["variant"], _variant_text)
+    _fail(source, line_of, _lookup(codes, [m is not None and m not in VARIANTS for m in mapped], bool), "variant",
+          lambda i: f"not single or multi: {df['variant'].iloc[i]!r}")
+    return _lookup(codes, [m == "multi" for m in mapped], bool)
 
 
 def _group_text(value: Any) -> str | None:

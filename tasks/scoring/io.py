@@ -24,6 +24,7 @@ from refusalbench.tasks.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.scoring.inputs import LineOf, prepare, row_line
 from refusalbench.tasks.scoring.result import ScoreResult
+from refusalbench.tasks.scoring.summary import distribution_by_model
 
 # ----------------------------------------------------------------- reading judged responses
 
@@ -125,7 +126,11 @@ TABLE_FILES: dict[str, str] = {  # ScoreResult attribute -> Parquet file
     "class_intensity": runfolder.CLASS_INTENSITY.name,
     "refusal_by_intensity": runfolder.REFUSAL_BY_INTENSITY.name,
     "champions": runfolder.DOMAIN_CHAMPIONS.name,
+    "response_distribution": runfolder.RESPONSE_DISTRIBUTION.name,
 }
+STANDARD_ERROR_METHOD = "bootstrap standard deviation (ddof 1) of the same resamples (paper App. G)"
+BREAKDOWN_INTERVAL_METHOD = ("Wilson score for proportions; percentile bootstrap within the group for "
+                             "F1, hierarchical score, CRS and ECE")
 
 
 def _json_number(value: Any) -> Any:
@@ -136,15 +141,25 @@ def _json_number(value: Any) -> Any:
 
 def metrics_document(result: ScoreResult) -> dict[str, Any]:
     """The metrics.json object (NaN as null)."""
+    def numbers(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {m: {k: _json_number(v) for k, v in values.items()} for m, values in table.items()}
+
+    correlation = result.frr_mrr_correlation
     return {
-        "models": {m: {k: _json_number(v) for k, v in values.items()} for m, values in result.metrics.items()},
+        "models": numbers(result.metrics),
         "intervals": {
             m: {k: [_json_number(lo), _json_number(hi)] for k, (lo, hi) in values.items()}
             for m, values in result.intervals.items()
         },
+        "standard_errors": numbers(result.standard_errors),
         "counts": result.counts,
+        "response_distribution": numbers(distribution_by_model(result.response_distribution))
+        if not result.response_distribution.empty else {},
+        "frr_mrr_correlation": {k: _json_number(v) for k, v in correlation.items()} if correlation else None,
+        "multi_document": result.multi_document,
         "bootstrap": {"n_resamples": result.n_resamples, "seed": result.seed, "level": 0.95,
-                      "method": "percentile"},
+                      "method": "percentile", "standard_error": STANDARD_ERROR_METHOD,
+                      "breakdown_intervals": BREAKDOWN_INTERVAL_METHOD},
         "undefined_as": "null",
         "generated_at": result.generated_at,
     }
@@ -190,6 +205,12 @@ def read_metrics_json(content: bytes | str) -> dict[str, Any]:
         m: {k: (_nan_number(v[0]), _nan_number(v[1])) for k, v in values.items()}
         for m, values in document.get("intervals", {}).items()
     }
+    for key in ("standard_errors", "response_distribution"):
+        document[key] = {m: {k: _nan_number(v) for k, v in values.items()}
+                         for m, values in (document.get(key) or {}).items()}
+    correlation = document.get("frr_mrr_correlation")
+    if correlation:
+        document["frr_mrr_correlation"] = {k: _nan_number(v) for k, v in correlation.items()}
     return document
 
 
@@ -205,6 +226,9 @@ def load_score_outputs(files: Mapping[str, bytes]) -> ScoreResult:
     return ScoreResult(
         metrics=document["models"],
         intervals=document["intervals"],
+        standard_errors=document["standard_errors"],
+        frr_mrr_correlation=document.get("frr_mrr_correlation") or {},
+        multi_document=document.get("multi_document") or {},
         n_resamples=int(bootstrap.get("n_resamples", 0)),
         seed=int(bootstrap.get("seed", 0)),
         generated_at=str(document.get("generated_at", "")),

@@ -5,14 +5,24 @@ How it stays fast at a million rows: every metric is a ratio of sums of per-row 
 per model × group, or per bootstrap resample) is computed with ``np.bincount``, and
 :func:`metrics_from_stats` turns any stack of such vectors into metrics.
 
+Most metrics are proportions (:data:`PROPORTIONS`: a count over a count), which lets the
+breakdowns give them Wilson intervals; the rest (:data:`COMPOSITES`) are built from them.
+
 Undefined ratios are NaN, never 0. ``detection_f1`` is NaN when precision or recall is NaN
 and 0 when both are defined and 0; ``hierarchical_score`` and ``calibrated_refusal_score``
 are NaN when either factor is.
+
+Multi-document (GaRAGe) metrics, Appendix D: ``answer_quality_score`` = mean RAF over the
+answerable multi-document items, a refusal or an unjudged answer scoring 0;
+``hybrid_score`` = (Σ RAF over answerable + right codes over unanswerable) / all
+multi-document items, i.e. RAF and refusal accuracy weighted by their shares of the items;
+``eligibility_rate``, ``factuality_rate``, ``raf_rate`` = the judge's scores over the answer
+attempts it judged (App. F.9). All five are NaN for single-document rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +48,10 @@ METRICS: tuple[str, ...] = (
     "ece_answer",
     "ece_refusal",
 )
+# GaRAGe's metrics (App. D, F.9): they need a multi-document judge, NaN on single-document rows.
+MULTI_DOCUMENT_METRICS: tuple[str, ...] = (
+    "answer_quality_score", "hybrid_score", "eligibility_rate", "factuality_rate", "raf_rate")
+ALL_METRICS: tuple[str, ...] = METRICS + MULTI_DOCUMENT_METRICS
 COUNTS: tuple[str, ...] = ("n", "n_answerable", "n_unanswerable", "n_confidence", "n_unjudged")
 
 # Sufficient statistics, in this order, then the confidence block
@@ -53,14 +67,61 @@ _BASE_STATS: tuple[str, ...] = (
     "unanswerable_refused",
     "unanswerable_answered",
     "n_unjudged",
+    # multi-document rows (GaRAGe): items, Σ RAF on answerable (refusals 0), right codes
+    "multi_answerable",
+    "multi_unanswerable",
+    "multi_raf",
+    "multi_right_code",
+    # the judge's 0/1 scores over judged answer attempts: how many judged, how many 1
+    "eligibility_n",
+    "eligibility_1",
+    "factuality_n",
+    "factuality_1",
+    "raf_n",
+    "raf_1",
 )
 _N_BASE = len(_BASE_STATS)
+STAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(_BASE_STATS)}
+
+# metric -> (numerator stats, denominator stats), each summed: the metric is their ratio.
+PROPORTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "answer_accuracy": (("answered_correctly",), ("n_answerable",)),
+    "refusal_accuracy": (("right_code",), ("n_unanswerable",)),
+    "false_refusal_rate": (("answerable_refused",), ("n_answerable",)),
+    "missed_refusal_rate": (("unanswerable_answered",), ("n_unanswerable",)),
+    "refusal_rate": (("refused",), ("n",)),
+    "correct_refusal_rate": (("unanswerable_refused",), ("n_unanswerable",)),
+    "detection_precision": (("unanswerable_refused",), ("refused",)),
+    "detection_recall": (("unanswerable_refused",), ("n_unanswerable",)),
+    "category_accuracy": (("right_code",), ("unanswerable_refused",)),
+    "answer_quality_score": (("multi_raf",), ("multi_answerable",)),
+    "hybrid_score": (("multi_raf", "multi_right_code"), ("multi_answerable", "multi_unanswerable")),
+    "eligibility_rate": (("eligibility_1",), ("eligibility_n",)),
+    "factuality_rate": (("factuality_1",), ("factuality_n",)),
+    "raf_rate": (("raf_1",), ("raf_n",)),
+}
+COMPOSITES: tuple[str, ...] = tuple(m for m in ALL_METRICS if m not in PROPORTIONS)
 _N_STATS = _N_BASE + 2 * N_BINS * 3
+
+
+def _score_flags(df: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(judged, score is 1) of an optional 0/1 judge column (NaN = not judged)."""
+    if column not in df:
+        return np.zeros(len(df), dtype=bool), np.zeros(len(df), dtype=bool)
+    values = df[column].to_numpy(dtype=np.float64)
+    return ~np.isnan(values), values == 1
 
 
 def row_arrays(df: pd.DataFrame) -> dict[str, np.ndarray]:
     """The per-row indicators of a prepared frame that the statistics are summed from."""
+    eligibility_has, eligibility = _score_flags(df, "eligibility")
+    factuality_has, factuality = _score_flags(df, "factuality")
+    raf_has, raf = _score_flags(df, "raf")
     return {
+        "multi": df["multi"].to_numpy(dtype=bool) if "multi" in df else np.zeros(len(df), dtype=bool),
+        "eligibility_has": eligibility_has, "eligibility": eligibility,
+        "factuality_has": factuality_has, "factuality": factuality,
+        "raf_has": raf_has, "raf": raf,
         "answerable": df["answerable"].to_numpy(dtype=bool),
         "refused": df["refused"].to_numpy(dtype=bool),
         "answered_correctly": df["answered_correctly"].to_numpy(dtype=bool),
@@ -83,7 +144,12 @@ def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.nd
     answerable, refused = rows["answerable"], rows["refused"]
 
     def total(mask: np.ndarray) -> np.ndarray:
+        if not mask.any():  # the multi-document sums are all zero on single-document runs
+            return np.zeros(n_groups)
         return np.bincount(groups, weights=w * mask, minlength=n_groups)
+
+    multi = rows["multi"]
+    attempt = answerable & ~refused  # answer attempts on answerable items: what the judge scores
 
     base = [
         np.bincount(groups, weights=w, minlength=n_groups),
@@ -96,6 +162,12 @@ def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.nd
         total(~answerable & refused),
         total(~answerable & ~refused),
         total(rows["unjudged"]),
+        total(multi & answerable),
+        total(multi & ~answerable),
+        total(multi & rows["answered_correctly"]),
+        total(multi & rows["right_code"]),
+        *(total(attempt & rows[name + suffix])
+          for name in ("eligibility", "factuality", "raf") for suffix in ("_has", "")),
     ]
     stats = np.zeros((n_groups, _N_STATS))
     stats[:, :_N_BASE] = np.stack(base, axis=1) if n_groups else stats[:, :_N_BASE]
@@ -127,36 +199,34 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
+def _sum(stats: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    return sum(stats[..., STAT_INDEX[name]] for name in names)
+
+
+def proportion_parts(stats: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(numerator, denominator) of a proportion metric from (..., _N_STATS) statistics."""
+    numerator, denominator = PROPORTIONS[metric]
+    return _sum(stats, numerator), _sum(stats, denominator)
+
+
 def metrics_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:
-    """Every metric of DESIGN.md §6 from a stack (..., _N_STATS) of sufficient statistics."""
-    s = {name: stats[..., i] for i, name in enumerate(_BASE_STATS)}
-    ece_block = confidence_block(stats)
-    answer_accuracy = _ratio(s["answered_correctly"], s["n_answerable"])
-    refusal_accuracy = _ratio(s["right_code"], s["n_unanswerable"])
-    precision = _ratio(s["unanswerable_refused"], s["refused"])
-    recall = _ratio(s["unanswerable_refused"], s["n_unanswerable"])
+    """Every metric (:data:`ALL_METRICS`) from a stack (..., _N_STATS) of sufficient statistics."""
+    values = {name: _ratio(*proportion_parts(stats, name)) for name in PROPORTIONS}
+    precision, recall = values["detection_precision"], values["detection_recall"]
     with np.errstate(divide="ignore", invalid="ignore"):
         # Both defined and both 0 -> 0; NaN propagates from an undefined side.
         f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
     f1 = np.where(np.isnan(precision) | np.isnan(recall), np.nan, f1)
-    category_accuracy = _ratio(s["right_code"], s["unanswerable_refused"])
-    return {
-        "answer_accuracy": answer_accuracy,
-        "refusal_accuracy": refusal_accuracy,
-        "false_refusal_rate": _ratio(s["answerable_refused"], s["n_answerable"]),
-        "missed_refusal_rate": _ratio(s["unanswerable_answered"], s["n_unanswerable"]),
-        "refusal_rate": _ratio(s["refused"], s["n"]),
-        "correct_refusal_rate": recall,
-        "detection_precision": precision,
-        "detection_recall": recall,
+    ece_block = confidence_block(stats)
+    values.update({
         "detection_f1": f1,
-        "category_accuracy": category_accuracy,
-        "hierarchical_score": f1 * category_accuracy,
-        "calibrated_refusal_score": (answer_accuracy + refusal_accuracy) / 2,
+        "hierarchical_score": f1 * values["category_accuracy"],
+        "calibrated_refusal_score": (values["answer_accuracy"] + values["refusal_accuracy"]) / 2,
         "ece": ece(ece_block.sum(axis=-3)),
         "ece_answer": ece(ece_block[..., 0, :, :]),
         "ece_refusal": ece(ece_block[..., 1, :, :]),
-    }
+    })
+    return {name: values[name] for name in ALL_METRICS}
 
 
 def _counts_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:
@@ -175,16 +245,27 @@ def model_codes(df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return codes.astype(np.int64), [str(m) for m in models]
 
 
-def compute_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """{model: {metric: value}} with every §6 metric (NaN where undefined) plus counts."""
+def run_metrics(df: pd.DataFrame) -> tuple[str, ...]:
+    """The metrics a prepared frame is scored on: §6's, plus GaRAGe's when it has multi-document rows."""
+    has_multi = "multi" in df and bool(df["multi"].to_numpy(dtype=bool).any())
+    return ALL_METRICS if has_multi else METRICS
+
+
+def compute_metrics(df: pd.DataFrame, names: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """{model: {metric: value}} (NaN where undefined) plus counts.
+
+    ``names`` defaults to :func:`run_metrics`; ask for :data:`ALL_METRICS` to have the
+    multi-document metrics (NaN) on a single-document run too.
+    """
     df = ensure_prepared(df)
+    names = tuple(names) if names is not None else run_metrics(df)
     codes, models = model_codes(df)
     stats = sufficient_stats(codes, len(models), row_arrays(df))
     values = metrics_from_stats(stats)
     counts = _counts_from_stats(stats)
     result: dict[str, dict[str, float]] = {}
     for i, model in enumerate(models):
-        row: dict[str, Any] = {name: float(values[name][i]) for name in METRICS}
+        row: dict[str, Any] = {name: float(values[name][i]) for name in names}
         row.update({name: int(counts[name][i]) for name in COUNTS})
         result[model] = row
     return result

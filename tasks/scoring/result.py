@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.scoring.bootstrap import bootstrap_intervals
+from refusalbench.tasks.scoring.bootstrap import bootstrap_summary
 from refusalbench.tasks.scoring.breakdowns import (
     breakdown,
     calibration_table,
@@ -20,7 +21,8 @@ from refusalbench.tasks.scoring.breakdowns import (
     refusal_rate_by_intensity,
 )
 from refusalbench.tasks.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
-from refusalbench.tasks.scoring.metrics import COUNTS, compute_metrics
+from refusalbench.tasks.scoring.metrics import ALL_METRICS, COUNTS, compute_metrics, run_metrics
+from refusalbench.tasks.scoring.summary import frr_mrr_correlation, multi_document_counts, response_distribution
 
 
 @dataclasses.dataclass
@@ -38,6 +40,10 @@ class ScoreResult:
     n_resamples: int
     seed: int
     generated_at: str
+    standard_errors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    response_distribution: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    frr_mrr_correlation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    multi_document: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, dict[str, int]]:
@@ -50,23 +56,34 @@ class ScoreResult:
 
 def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
                 generated_at: str | None = None) -> ScoreResult:
-    """Metrics, intervals, breakdowns (overall + each present dimension) and tables."""
+    """Metrics, intervals and standard errors, breakdowns (overall + each present dimension) and tables.
+
+    Every model carries the multi-document metrics (NaN on a single-document run); intervals,
+    standard errors and breakdown rows cover them only when the run has multi-document rows.
+    """
     df = ensure_prepared(df)
-    metrics = compute_metrics(df)
-    intervals = bootstrap_intervals(df, n_resamples=n_resamples, seed=seed) if n_resamples > 0 else {}
-    parts = [overall_rows(metrics, intervals)] + [breakdown(df, by) for by in BREAKDOWN_DIMENSIONS]
+    names = run_metrics(df)
+    metrics = compute_metrics(df, ALL_METRICS)
+    intervals, errors = (bootstrap_summary(df, names, n_resamples=n_resamples, seed=seed)
+                         if n_resamples > 0 else ({}, {}))
+    parts = [overall_rows(metrics, intervals, names)] + [
+        breakdown(df, by, names, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS]
     parts = [p for p in parts if not p.empty]
     table = pd.concat(parts, ignore_index=True) if parts else empty_breakdown()
     table["n"] = table["n"].astype(np.int64)
     return ScoreResult(
         metrics=metrics,
         intervals=intervals,
+        standard_errors=errors,
         breakdown=table,
         confusion=confusion(df),
         calibration=calibration_table(df),
         class_intensity=class_intensity_grid(df),
         refusal_by_intensity=refusal_rate_by_intensity(df),
         champions=domain_champions(df),
+        response_distribution=response_distribution(df),
+        frr_mrr_correlation=frr_mrr_correlation(metrics),
+        multi_document=multi_document_counts(df),
         n_resamples=n_resamples,
         seed=seed,
         generated_at=generated_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

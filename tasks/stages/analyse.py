@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from refusalbench.tasks import runfolder
-from refusalbench.tasks.gv_analysis import gv_analysis, matrix_rows, summary_markdown
+from refusalbench.tasks.gv_analysis import consistency_rows, gv_analysis, matrix_rows, summary_markdown
 from refusalbench.tasks.stages import StageRun
 from refusalbench.tasks.stages.select import Selection
 from refusalbench.tasks.ui_artifacts import publish_markdown, publish_table
@@ -21,6 +21,9 @@ def analyse(run: StageRun, selection: Selection, generators: list[str], verifier
         run.store.save(runfolder.GV_ANALYSIS, analysis)
         run.recorder.artifact(runfolder.GV_ANALYSIS)
         publish_table("gv-pass-rate-matrix", matrix_rows(analysis), "Pass rate: generator (rows) x verifier (columns)")
-        publish_table("gv-acceptance-funnel", [analysis["funnel"]], "attempted -> parsed -> verified -> accepted -> sampled")
+        publish_table("gv-acceptance-funnel", [analysis["funnel"]],
+                      "attempted -> parsed -> prechecked -> verified -> accepted -> sampled")
+        publish_table("gv-verdict-consistency", consistency_rows(analysis),
+                      "Verdicts that contradict the verifier's own criteria (a contradicted PASS counts as FAIL)")
         publish_markdown("gv-summary", summary_markdown(analysis), "Generator-verifier analysis")
     return analysis

@@ -1,4 +1,9 @@
-"""Stage: generate. Every generator realises every assigned lever (one task per generator x shard)."""
+"""Stage: generate. Every generator realises every assigned lever (one task per generator x shard).
+
+A rule-based generator (``model: rules/...``) runs as a task like the others but attempts
+only the assignments its rules can realise; how many it left out, and why, goes into the
+manifest (``counts.rule_skips``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from refusalbench.tasks import runfolder
 from refusalbench.tasks.generate import generate_shard
 from refusalbench.tasks.provenance import package_version
 from refusalbench.tasks.records import Assignment, Candidate
+from refusalbench.tasks.rule_generator import rule_skips, ruleset_hash
 from refusalbench.tasks.shards import content_digest
 from refusalbench.tasks.stages import StageRun
 from refusalbench.tasks.stages.assign import GenerationInputs
@@ -15,11 +21,15 @@ STATUSES = ("ok", "parse_error", "call_error")
 
 def generate_candidates(run: StageRun, inputs: GenerationInputs, generators: list[str]) -> list[Candidate]:
     """All candidates, failed attempts included; written to ``candidates.parquet``."""
+    rule_based = [g for g in generators if run.cfg.models[g].rule_based]
+    # The rules' source is part of what a task reads only when a rule generator runs.
+    rules = [{"rules": ruleset_hash()}] if rule_based else []
+
     def digest(chunk: list[Assignment]) -> str:
         # What a generate task reads besides its inputs: the assignments' base items,
-        # the catalogue and the templates.
+        # the catalogue and the templates (and the rules).
         return content_digest([a.model_dump() for a in chunk], [inputs.items_by_id[a.base_id].model_dump() for a in chunk],
-                              inputs.hashes, package_version())
+                              inputs.hashes, package_version(), *rules)
 
     with run.recorder.stage("generate"):
         shards = run.fanout.write_shards("assignments", inputs.assignments, Assignment, run.cfg.generation.shard_size,
@@ -29,4 +39,7 @@ def generate_candidates(run: StageRun, inputs: GenerationInputs, generators: lis
         run.recorder.artifact(runfolder.CANDIDATES)
         run.recorder.count(candidates=len(candidates),
                            candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES})
+        if rule_based:
+            levers = {lever.id: lever for lever in inputs.levers}
+            run.recorder.count(rule_skips=dict(rule_skips(inputs.assignments, inputs.items_by_id, levers)))
     return candidates

@@ -1,0 +1,302 @@
+"""The main job at the paper's shape against the scripted server: each stage beside its latency bound.
+
+The shape: N base items x all 18 strata (one lever each), 4 generators, 4 verifiers
+(unanimous; the scripted verifiers pass everything, so every candidate enters the
+benchmark), T targets and a judge, every model at ``max_concurrency`` C, every reply after
+L seconds. With an empty call cache, the real main job (``flows.launch.run_main``, what
+``refusalbench run`` calls) runs in a child process, as the CLI would (its own ephemeral
+Prefect API); the scripted server runs in this process and logs every request.
+
+Per stage (generate, verify, respond, judge) it prints:
+
+- wall s: the stage's time from the run's manifests (``timings_s``);
+- calls: requests the server saw for the stage (told apart by the JSON schema they ask
+  for), and the most any one model of the stage got;
+- bound s: the latency bound, each model's calls x L / its concurrency; the models of a
+  stage run in parallel, so the stage's bound is the largest; stages run in sequence,
+  except respond and judge, which overlap (their joint bound is the larger of the two);
+- bound/wall: how close the stage came to its bound;
+- peak in flight: the most requests of the stage in flight at once (arrival to arrival + L),
+  against models x C.
+
+Then the fixed cost: the run's wall time minus the time with at least one request in flight
+(start-up, Prefect, Parquet, scoring, report), and the child process's wall time.
+
+    python benchmarks/paper_scale.py --quick                  # N=2, L=0.1 s, 6 targets: a smoke run
+    python benchmarks/paper_scale.py                          # N=10, L=1 s, 30 targets, C=16
+    python benchmarks/paper_scale.py --items 4 --latency 0.5 --py-spy /tmp/run.txt   # profile the run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GENERATORS = [f"gen-{i}" for i in range(1, 5)]
+VERIFIERS = [f"ver-{i}" for i in range(1, 5)]
+JUDGE = "judge"
+STAGES = ("generate", "verify", "respond", "judge")
+
+
+@dataclass(frozen=True)
+class Shape:
+    items: int
+    latency: float
+    concurrency: int
+    targets: int
+    judge_concurrency: int
+    bootstrap: int
+
+    @property
+    def target_names(self) -> list[str]:
+        return [f"target-{i:02d}" for i in range(1, self.targets + 1)]
+
+    def concurrency_of(self, model: str) -> int:
+        return self.judge_concurrency if model == JUDGE else self.concurrency
+
+
+# ----------------------------------------------------------------- inputs
+
+
+def write_base_set(path: Path, n: int) -> Path:
+    """N single-document base items, each with a distinct question, answer and context."""
+    lines = [json.dumps({"id": f"base-{i:04d}", "question": f"In which year did town number {i} open its library?",
+                         "answers": [str(1900 + i)],
+                         "context": f"Town number {i} opened its public library in {1900 + i}, after a long "
+                                    f"campaign by its residents. The building still stands on the main square."})
+             for i in range(n)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_config(folder: Path, url: str, shape: Shape) -> Path:
+    models = "".join(
+        f"  {name}:\n    model: openai/{name}\n    api_base: {url}\n    max_concurrency: {shape.concurrency_of(name)}\n"
+        f"    timeout_s: {max(30.0, 20 * shape.latency)}\n"
+        for name in [*GENERATORS, *VERIFIERS, *shape.target_names, JUDGE])
+    config = folder / "paper-scale.yaml"
+    config.write_text(f"""models:
+{models}cache:
+  path: {folder / 'calls.sqlite'}
+generation:
+  base_set: {write_base_set(folder / 'base.jsonl', shape.items)}
+  generators: [{', '.join(GENERATORS)}]
+  verifiers: [{', '.join(VERIFIERS)}]
+  filter: unanimous
+  seed: 0
+evaluation:
+  targets: [{', '.join(shape.target_names)}]
+  judge: {JUDGE}
+  bootstrap: {shape.bootstrap}
+""", encoding="utf-8")
+    return config
+
+
+# ----------------------------------------------------------------- child: the measured run
+
+
+def child(config: str, out: str) -> None:
+    from refusalbench.tasks.prefect_runtime import configure_prefect_env
+
+    configure_prefect_env()
+    started_at = time.time()
+    started = time.perf_counter()
+    from refusalbench.flows.launch import run_main
+    from refusalbench.tasks import runfolder
+
+    imported = time.perf_counter()
+    run_main(config, out)
+    wall = time.perf_counter() - started
+    timings: dict[str, float] = {}
+    for artifact in (runfolder.GENERATION_MANIFEST, runfolder.MANIFEST):
+        path = Path(out) / artifact.name
+        if path.exists():
+            timings.update(json.loads(path.read_text()).get("timings_s", {}))
+    print(json.dumps({"started_at": started_at, "import_s": imported - started, "wall_s": wall, "timings": timings,
+                      "finished_at": time.time(), "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def run_child(config: Path, out: Path, env: dict[str, str], py_spy: str | None) -> dict[str, Any]:
+    args = [sys.executable, __file__, "--child", "--config", str(config), "--out", str(out)]
+    if py_spy:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        fmt = "speedscope" if py_spy.endswith(".json") else "raw"  # speedscope keeps the samples in order: a timeline
+        args = [spy, "record", "--format", fmt, "--threads", "--idle", "--rate", "50", "--output", py_spy, "--", *args]
+    process_started = time.time()
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=6 * 3600)
+    process_ended = time.time()
+    if done.returncode != 0:
+        raise RuntimeError(f"the run failed:\n{done.stderr[-4000:]}")
+    # The child's figures are its last JSON line (py-spy, when it wraps the child, prints after it).
+    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    result.update(process_started=process_started, process_wall_s=process_ended - process_started)
+    return result
+
+
+# ----------------------------------------------------------------- figures from the server log
+
+
+def stage_of(call: dict[str, Any]) -> str:
+    """The stage a request belongs to, from the JSON schema it asks for (targets ask for none)."""
+    name = ((call.get("response_format") or {}).get("json_schema") or {}).get("name") or ""
+    if name.startswith("Generator"):
+        return "generate"
+    if name.startswith("Verifier"):
+        return "verify"
+    if name.startswith("Judge"):
+        return "judge"
+    return "respond"
+
+
+def peak_in_flight(arrivals: list[float], latency: float) -> int:
+    events = sorted([(t, 1) for t in arrivals] + [(t + latency, -1) for t in arrivals], key=lambda e: (e[0], e[1]))
+    peak = current = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def busy_seconds(arrivals: list[float], latency: float) -> float:
+    """Length of the union of [arrival, arrival + latency]: time with a request in flight."""
+    total, end = 0.0, float("-inf")
+    for start in sorted(arrivals):
+        total += latency if start > end else max(0.0, start + latency - end)
+        end = max(end, start + latency)
+    return total
+
+
+def stage_rows(calls: list[dict[str, Any]], timings: dict[str, float], shape: Shape) -> list[dict[str, Any]]:
+    rows = []
+    for stage in STAGES:
+        mine = [c for c in calls if stage_of(c) == stage]
+        per_model: dict[str, int] = {}
+        for call in mine:
+            per_model[call["model"]] = per_model.get(call["model"], 0) + 1
+        bounds = {m: n * shape.latency / shape.concurrency_of(m) for m, n in per_model.items()}
+        bound = max(bounds.values(), default=0.0)
+        wall = timings.get(stage, float("nan"))
+        times = [c["time"] for c in mine]
+        rows.append({
+            "stage": stage, "wall_s": wall, "calls": len(mine), "models": len(per_model),
+            "max_calls_per_model": max(per_model.values(), default=0),
+            "bound_model": max(bounds, key=bounds.get) if bounds else None,
+            "bound_s": bound, "ratio": bound / wall if wall and wall == wall else float("nan"),
+            "peak_in_flight": peak_in_flight(times, shape.latency),
+            "possible_in_flight": sum(shape.concurrency_of(m) for m in per_model),
+            "first_call": min(times, default=None), "last_call": max(times, default=None),
+        })
+    return rows
+
+
+# ----------------------------------------------------------------- driver
+
+
+def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool) -> dict[str, Any]:
+    from refusalbench.tasks.scripted_server import ScriptedLLMServer, dry_run_responder
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(work / "prefect-home"),
+               REFUSALBENCH_CACHE_DIR=str(work / "cache"))
+    env.pop("PREFECT_API_URL", None)  # the CLI's own ephemeral API, as a user's run would have
+    with ScriptedLLMServer(responder=dry_run_responder, latency_s=shape.latency) as server:
+        config = write_config(work, server.url, shape)
+        first = run_child(config, work / "run1", env, py_spy)
+        calls = list(server.calls)
+        second = None
+        if rerun:
+            second = run_child(config, work / "run2", env, None)
+            second["calls"] = len(server.calls) - len(calls)
+    rows = stage_rows(calls, first["timings"], shape)
+    by = {r["stage"]: r for r in rows}
+    bound = by["generate"]["bound_s"] + by["verify"]["bound_s"] + max(by["respond"]["bound_s"], by["judge"]["bound_s"])
+    busy = busy_seconds([c["time"] for c in calls], shape.latency)
+    run_end = first["started_at"] + first["wall_s"]
+    return {
+        "shape": shape.__dict__, "stages": rows, "calls": len(calls), "bound_s": bound,
+        "run_wall_s": first["wall_s"], "process_wall_s": first["process_wall_s"], "import_s": first["import_s"],
+        "ratio": bound / first["wall_s"], "busy_s": busy, "fixed_s": first["wall_s"] - busy,
+        "before_first_call_s": (min(c["time"] for c in calls) - first["started_at"]) if calls else None,
+        "after_last_call_s": (run_end - max(c["time"] for c in calls) - shape.latency) if calls else None,
+        "manifest_timings": first["timings"], "maxrss_mib": first["maxrss_mib"],
+        "process_exit_s": first["process_wall_s"] - (first["finished_at"] - first["process_started"]),
+        "rerun": second and {"wall_s": second["wall_s"], "process_wall_s": second["process_wall_s"],
+                             "calls": second["calls"]},
+    }
+
+
+def print_report(result: dict[str, Any]) -> None:
+    s = result["shape"]
+    print(f"\n### Main job at the paper's shape: {s['items']} base items x 18 strata, 4 generators + 4 verifiers "
+          f"(unanimous), {s['targets']} targets + judge, max_concurrency {s['concurrency']} "
+          f"(judge {s['judge_concurrency']}), {s['latency']:g} s per reply\n")
+    print("| stage | wall s | calls | models | calls of the busiest model | bound s | bound/wall | peak in flight |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in result["stages"]:
+        print(f"| {r['stage']} | {r['wall_s']:.1f} | {r['calls']:,} | {r['models']} | {r['max_calls_per_model']:,} "
+              f"| {r['bound_s']:.1f} | {100 * r['ratio']:.0f}% | {r['peak_in_flight']} of {r['possible_in_flight']} |")
+    print(f"| **run** (respond and judge overlap) | {result['run_wall_s']:.1f} | {result['calls']:,} | | "
+          f"| {result['bound_s']:.1f} | **{100 * result['ratio']:.0f}%** | |")
+    print(f"\nfixed cost (run wall - time with a request in flight): {result['fixed_s']:.1f} s "
+          f"({result['before_first_call_s']:.1f} s before the first call, {result['after_last_call_s']:.1f} s after the last); "
+          f"imports {result['import_s']:.1f} s; process wall {result['process_wall_s']:.1f} s "
+          f"(exit {result['process_exit_s']:.1f} s); peak RSS {result['maxrss_mib']:.0f} MiB")
+    others = {k: v for k, v in result["manifest_timings"].items() if k not in STAGES}
+    if others:
+        print("other manifest timings (s): " + ", ".join(f"{k} {v:.2f}" for k, v in others.items()))
+    if result["rerun"]:
+        r = result["rerun"]
+        print(f"cached re-run: {r['wall_s']:.1f} s run wall, {r['process_wall_s']:.1f} s process, {r['calls']} calls sent")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=10, help="base items (each gets all 18 strata)")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds before each reply")
+    parser.add_argument("--concurrency", type=int, default=16, help="max_concurrency of every model")
+    parser.add_argument("--judge-concurrency", type=int, help="max_concurrency of the judge (default: --concurrency)")
+    parser.add_argument("--targets", type=int, default=30)
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 items, 0.1 s, 6 targets")
+    parser.add_argument("--rerun", action="store_true", help="also time a second run from the call cache")
+    parser.add_argument("--py-spy", metavar="FILE",
+                        help="profile the run with py-spy, idle samples included: FILE.json speedscope, else collapsed stacks")
+    parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (run folders, config, call cache)")
+    parser.add_argument("--json", help="also write the raw figures to this file")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.config, args.out)
+        return
+    if args.quick:
+        args.items, args.latency, args.targets = 2, 0.1, 6
+    shape = Shape(args.items, args.latency, args.concurrency, args.targets,
+                  args.judge_concurrency or args.concurrency, args.bootstrap)
+    if args.keep:
+        work = Path(args.keep).resolve()
+        work.mkdir(parents=True, exist_ok=False)
+        result = measure(shape, work, args.py_spy, args.rerun)
+    else:
+        with tempfile.TemporaryDirectory(prefix="refusalbench-paper-scale-") as tmp:
+            result = measure(shape, Path(tmp), args.py_spy, args.rerun)
+    print_report(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""The pre-test flow on its own: which base items every pre-test model answers correctly.
+
+The same stage the generation flow runs first when ``generation.pretest`` is set, here with
+nothing after it: ``pretest.parquet`` and the base-set funnel (imported -> pretested -> kept
+-> sampled, where sampled is the draw a generation run of this config would make). The
+answers land in the call cache, so a generation run of the same config afterwards pays for
+none of them again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.config import RunConfig, load_config
+from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.prefect_runtime import run_call_stats
+from refusalbench.tasks.provenance import ManifestRecorder
+from refusalbench.tasks.stages import StageRun
+from refusalbench.tasks.stages.assign import GenerationInputs, base_set_funnel, prepare_inputs, record_funnel
+from refusalbench.tasks.stages.pretest import pretest_base_set
+from refusalbench.tasks.store import ArtifactStore
+
+
+def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:
+    """The base set and the generation settings, checked; a config without a pre-test is bad input."""
+    if cfg.generation is not None and cfg.generation.pretest is None:
+        raise InputError(str(cfg.source), "the config has no generation.pretest section (models and judge)",
+                         field="generation.pretest")
+    return prepare_inputs(cfg, cfg.generation.seed if cfg.generation else 0)
+
+
+def pretest_models(cfg: RunConfig) -> tuple[list[str], str | None]:
+    """(the pre-test models that can run, the judge); ([], None) without a pre-test. Exits 2 when
+    none of the models or not the judge can run (unless skip_unavailable skips some models)."""
+    if cfg.generation is None or cfg.generation.pretest is None:
+        return [], None
+    models = check_or_raise(cfg, cfg.generation.pretest.models)
+    (judge,) = check_or_raise(cfg, [cfg.generation.pretest.judge])
+    return models, judge
+
+
+@flow(name="refusalbench-pretest", log_prints=True)
+def pretest_flow(config_path: str, out: str) -> dict[str, Any]:
+    cfg = load_config(config_path)
+    inputs = check_pretest_inputs(cfg)
+    recorder = ManifestRecorder(ArtifactStore(out), "pretest", config=cfg, seed=inputs.seed)
+    with recorder.run():
+        models, judge = pretest_models(cfg)
+        with model_endpoints(cfg, [*models, judge]) as api_bases:
+            run = StageRun(cfg, out, recorder, api_bases)
+            outcome = pretest_base_set(run, inputs.base_set, models, judge)
+        funnel = base_set_funnel(inputs.drawn_from(outcome.kept), outcome.funnel)
+        record_funnel(recorder, funnel)
+        recorder.calls(run_call_stats(cfg))
+    return {"pretest": run.store.uri(runfolder.PRETEST.name), "kept": [item.id for item in outcome.kept],
+            "funnel": funnel, "run": run.store.uri("")}

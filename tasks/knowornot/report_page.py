@@ -1,0 +1,221 @@
+"""The KnowOrNot report page, built from a run folder: one self-contained ``report.html``.
+
+Sections: what the filters kept; abstention and factuality per retrieval x prompt x
+target as figures with 95% intervals and as a table; the outcomes of every further
+evaluation spec; the label sample and the agreement of its annotators with each other and
+with the evaluator (from ``agreement-<spec>.json``, when the labels are in); the
+duplicate-overlap audit of the question set; the run's counts. ``write_knowornot_report``
+reads everything from the run folder, so the page can be rebuilt at any time (the
+agreement command does, once new agreement is computed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from refusalbench.tasks import runfolder
+from refusalbench.tasks.documents import AgreementDocument, OverlapAudit
+from refusalbench.tasks.knowornot.evaluation import BUILT_IN_SPECS
+from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
+from refusalbench.tasks.knowornot.report_figures import outcome_shares, overlap_histogram, rate_bars
+from refusalbench.tasks.report.layout import CSS, escape, figure_or_note, frame_table, section
+from refusalbench.tasks.store import ArtifactStore
+
+RATE_NOTE = ("abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
+             "responses judged (the paper's definition); 95% seeded percentile-bootstrap intervals.")
+
+
+@dataclasses.dataclass
+class KnowOrNotReportInputs:
+    """What the page shows; everything but ``metrics`` may be missing (its section says so)."""
+
+    metrics: pd.DataFrame
+    filter_report: Mapping[str, Any]
+    counts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    specs: Sequence[EvalSpec] = BUILT_IN_SPECS
+    spec_rates: pd.DataFrame | None = None
+    overlap: OverlapAudit | None = None
+    label_sample_size: int | None = None
+    agreements: Mapping[str, AgreementDocument] = dataclasses.field(default_factory=dict)
+    labels_per_spec: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+
+
+def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | None = None) -> str:
+    """(Re)build ``report.html`` of a finished KnowOrNot run from its folder; returns its URI."""
+    document = store.load(runfolder.KON_METRICS)
+    specs = store.load(runfolder.RUN_SPECS).root if store.has(runfolder.RUN_SPECS) else list(BUILT_IN_SPECS)
+    if counts is None:
+        counts = store.load(runfolder.MANIFEST).counts if store.has(runfolder.MANIFEST) else {}
+    agreements = {s.name: store.load(runfolder.agreement_file(s.name)) for s in specs
+                  if store.has(runfolder.agreement_file(s.name))}
+    labels = {s.name: _labels_per_annotator(store.read_text(runfolder.labels_file(s.name).name)) for s in specs
+              if store.has(runfolder.labels_file(s.name))}
+    inputs = KnowOrNotReportInputs(
+        metrics=store.load(runfolder.KON_METRICS_TABLE),
+        filter_report=document.filter_report,
+        counts=counts,
+        specs=specs,
+        spec_rates=store.load(runfolder.SPEC_RATES) if store.has(runfolder.SPEC_RATES) else None,
+        overlap=document.overlap_audit,
+        label_sample_size=len(store.load(runfolder.LABEL_SAMPLE)) if store.has(runfolder.LABEL_SAMPLE) else None,
+        agreements=agreements,
+        labels_per_spec=labels,
+    )
+    return store.save(runfolder.REPORT, knowornot_report(inputs))
+
+
+def _labels_per_annotator(jsonl: str) -> dict[str, int]:
+    """Items labelled per annotator in a labels file (a line that does not parse is not counted: this only informs)."""
+    items: dict[str, set[str]] = {}
+    for line in jsonl.splitlines():
+        try:
+            label = HumanLabel.model_validate_json(line)
+        except ValidationError:
+            continue
+        items.setdefault(label.annotator, set()).add(label.item_id)
+    return {annotator: len(ids) for annotator, ids in items.items()}
+
+
+def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
+    """The self-contained HTML page (no script, images inline)."""
+    sections = [
+        section("Abstention and factuality per configuration", _rates_html(inputs)),
+        section("Further evaluation specs", _specs_html(inputs)),
+        section("Human labels and agreement", _agreement_html(inputs)),
+        section("Duplicate-overlap audit of the question set", _overlap_html(inputs)),
+        section("Counts", _counts_html(inputs.counts)),
+    ]
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
+            f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
+            f"<p>{escape(_filter_line(inputs.filter_report))}</p>{''.join(sections)}</body></html>")
+
+
+def _filter_line(report: Mapping[str, Any]) -> str:
+    return (f"Leave-one-out over {report.get('n_kept')} QA pairs kept of {report.get('n_input')}: the keyword "
+            f"filter removed {report.get('removed_keyword')}, the semantic filter removed "
+            f"{report.get('removed_semantic')} (method {report.get('method')}).")
+
+
+def _rates_html(inputs: KnowOrNotReportInputs) -> str:
+    metrics = inputs.metrics
+    if metrics.empty:
+        return '<p class="note">The run has no evaluated responses.</p>'
+    figures = [
+        figure_or_note(rate_bars(metrics, "abstention_rate", "abstention_ci_low", "abstention_ci_high",
+                                 "Abstention rate per retrieval strategy and system prompt", "abstention rate"),
+                       "abstention rate per retrieval x prompt x target"),
+        figure_or_note(rate_bars(metrics, "factuality_rate", "factuality_ci_low", "factuality_ci_high",
+                                 "Factuality rate of the answered responses", "factuality rate"),
+                       "factuality rate per retrieval x prompt x target (no answered response was judged)"),
+    ]
+    table = metrics.copy()
+    for name in ("abstention", "factuality"):
+        table[f"{name} (95% CI)"] = [_rate_with_interval(r, lo, hi) for r, lo, hi in
+                                     zip(table[f"{name}_rate"], table[f"{name}_ci_low"], table[f"{name}_ci_high"])]
+    shown = ["target", "retrieval", "prompt", "n", "n_abstention_judged", "abstention (95% CI)", "n_answered",
+             "n_factuality_judged", "factuality (95% CI)"]
+    return (f"<p>{escape(RATE_NOTE)}</p><div class='figs'>{''.join(figures)}</div>"
+            f"{frame_table(table[[c for c in shown if c in table.columns]])}")
+
+
+def _rate_with_interval(rate: Any, low: Any, high: Any) -> str:
+    if rate is None or pd.isna(rate):
+        return "–"
+    if pd.isna(low) or pd.isna(high):
+        return f"{rate:.3f}"
+    return f"{rate:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _specs_html(inputs: KnowOrNotReportInputs) -> str:
+    built_in = {s.name for s in BUILT_IN_SPECS}
+    custom = [s for s in inputs.specs if s.name not in built_in]
+    rates = inputs.spec_rates
+    parts = []
+    if not custom:
+        parts.append("<p>This run applied only the built-in specs (abstention, factuality). Add your own under "
+                     "<code>knowornot.evaluations</code> in the config: name, tag, outcomes, prompt, and optionally "
+                     "input_fields and applies_to (all | answered).</p>")
+    for spec in custom:
+        scope = "every response" if spec.applies_to == "all" else "the responses judged as answered"
+        parts.append(f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} in "
+                     f"&lt;{escape(spec.tag)}&gt;, applied to {scope}.</p>")
+        if rates is not None and not rates.empty:
+            parts.append(figure_or_note(outcome_shares(rates, spec.name, spec.outcomes),
+                                        f"outcomes of {spec.name} (the evaluator judged no response)"))
+    if rates is not None and not rates.empty:
+        table = rates.copy()
+        table["rate (95% CI)"] = [_rate_with_interval(r, lo, hi)
+                                  for r, lo, hi in zip(table["rate"], table["ci_low"], table["ci_high"])]
+        shown = ["target", "retrieval", "prompt", "spec", "outcome", "n_judged", "n_outcome", "rate (95% CI)"]
+        parts.append("<h3>Share of each outcome, every spec</h3>" + frame_table(table[shown], max_rows=400))
+    return "".join(parts)
+
+
+def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
+    size = inputs.label_sample_size
+    parts = [f"<p>Label sample: {size if size is not None else 'none'} responses drawn evenly across the "
+             "configurations (the paper labelled 200, each by two annotators). Label with "
+             "<code>refusalbench knowornot label RUN --annotator NAME [--spec SPEC]</code>; "
+             "<code>refusalbench knowornot agreement RUN [--spec SPEC]</code> computes the agreement and "
+             "rebuilds this page.</p>"]
+    for spec, counts in inputs.labels_per_spec.items():
+        if not counts:
+            continue
+        given = ", ".join(f"{escape(a)}: {n}" for a, n in sorted(counts.items()))
+        parts.append(f"<p>Labels given for <b>{escape(spec)}</b>: {given}.</p>")
+    if not inputs.agreements:
+        parts.append("<p>No agreement computed yet for this run.</p>")
+    for spec, document in inputs.agreements.items():
+        annotators = document.annotators
+        pairs = [{"annotators": pair.replace("|", " vs "), "items": r.get("n"), "agreement": r.get("percent_agreement"),
+                  "Cohen's kappa": r.get("kappa")} for pair, r in (annotators.get("pairwise") or {}).items()]
+        versus = [{"human": who, "items": r.get("n"), "agreement": r.get("percent_agreement"),
+                   "Cohen's kappa": r.get("kappa")} for who, r in document.evaluator_vs_human.items()]
+        parts.append(f"<h3>{escape(spec)}</h3><p>Annotators: {escape(', '.join(annotators.get('annotators', [])))}; "
+                     f"Fleiss' kappa {_number(annotators.get('fleiss_kappa'))} over {annotators.get('fleiss_items', 0)} "
+                     "items labelled by all.</p>")
+        if pairs:
+            parts.append("<p>Between annotators:</p>" + frame_table(pd.DataFrame(pairs)))
+        if versus:
+            parts.append("<p>Evaluator against each annotator and against their consensus:</p>"
+                         + frame_table(pd.DataFrame(versus)))
+    return "".join(parts)
+
+
+def _number(value: Any) -> str:
+    return "–" if value is None or pd.isna(value) else f"{float(value):.3f}"
+
+
+def _overlap_html(inputs: KnowOrNotReportInputs) -> str:
+    audit = inputs.overlap
+    if audit is None:
+        return '<p class="note">This run folder holds no overlap audit (made before the audit existed).</p>'
+    levels = [{"measure": measure, "similarity ≥": level.threshold, "questions overlapping": level.n_overlapping,
+               "overlap rate": level.overlap_rate}
+              for measure, rows in (("TF-IDF cosine", audit.tfidf), (f"embedding cosine ({audit.embedder})", audit.embedding))
+              for level in rows]
+    pairs = pd.DataFrame([p.model_dump() for p in audit.most_similar])
+    figure = overlap_histogram({"TF-IDF": audit.nearest_tfidf, "embedding": audit.nearest_embedding},
+                               {"TF-IDF": [lv.threshold for lv in audit.tfidf],
+                                "embedding": [lv.threshold for lv in audit.embedding]})
+    parts = [f"<p>The paper checked by hand whether any question of its sets overlapped another (App. D.1: 0–1.5%). "
+             f"Here each of the {audit.n_questions} kept questions is compared with every other: it overlaps at a "
+             "threshold when another question is at least that similar. Before the audit the filters removed "
+             f"{audit.removed_keyword} (keyword) and {audit.removed_semantic} (semantic) of {audit.n_input} pairs.</p>",
+             frame_table(pd.DataFrame(levels))]
+    if figure:
+        parts.append(figure_or_note(figure, "nearest-neighbour similarity of the kept questions"))
+    if len(pairs):
+        parts.append("<h3>Most similar pairs (check these by hand)</h3>" + frame_table(pairs))
+    return "".join(parts)
+
+
+def _counts_html(counts: Mapping[str, Any]) -> str:
+    if not counts:
+        return "<p>No counts recorded.</p>"
+    return "<ul>" + "".join(f"<li>{escape(k)}: {escape(v)}</li>" for k, v in counts.items()) + "</ul>"

@@ -1,0 +1,86 @@
+"""The report as a person sees it: a scripted main run, then report.html in headless Chromium.
+
+Checks what only a browser shows: every figure decodes and renders (no broken image), no
+section on a run that has the data says "not enough data", and the page photographs.
+Set ``REFUSALBENCH_SCREENSHOTS=DIR`` to keep the screenshot for a look.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.browser import PAGE_FACTS, Browser
+from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, verifier_reply
+from tests.test_generation_flow import BASE
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+CODES = ["REFUSE_INFO_MISSING", "REFUSE_AMBIGUOUS", "REFUSE_FALSE_PREMISE"]
+LEVELS = ["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN"]
+
+
+def target(kind: str):
+    """Scripted targets that answer some items and refuse others, each with a stated confidence."""
+    def reply(request) -> str:
+        text = json.dumps(request["messages"])
+        draw = int(hashlib.sha256((kind + text).encode()).hexdigest(), 16)
+        level = LEVELS[draw % len(LEVELS)]
+        if kind == "answerer" or draw % 3 == 0:
+            return f"The answer is Perturbed context.\nConfidence: {level}"
+        return f"{CODES[draw % len(CODES)]}\nConfidence: {level}"
+    return reply
+
+
+def scripted_run(tmp_path, fake_llm) -> str:
+    from refusalbench.flows.launch import run_main
+
+    fake_llm.responder = by_model({
+        "gen-a": lambda r: generator_reply(r, "a"), "gen-b": lambda r: generator_reply(r, "b"),
+        "ver-a": lambda r: verifier_reply("PASS"),
+        "ver-b": lambda r: verifier_reply("FAIL" if intensity_of(r) == "HIGH" and "b?" in json.dumps(r) else "PASS"),
+        "answerer": target("answerer"), "mixed": target("mixed"), "cautious": target("cautious"),
+        "judge": judge_by_reference,
+    })
+    (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
+    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
+                       for n in ["gen-a", "gen-b", "ver-a", "ver-b", "answerer", "mixed", "cautious", "judge"])
+    config = tmp_path / "run.yaml"
+    config.write_text(f"""
+models:
+{models}
+cache:
+  path: {tmp_path / 'calls.sqlite'}
+generation:
+  base_set: base.jsonl
+  generators: [gen-a, gen-b]
+  verifiers: [ver-a, ver-b]
+  strata: [P-MissingInfo/LOW, P-MissingInfo/MEDIUM, P-MissingInfo/HIGH, P-Ambiguity/LOW, P-Ambiguity/HIGH,
+           P-FalsePremise/MEDIUM]
+evaluation:
+  targets: [answerer, mixed, cautious]
+  judge: judge
+  confidence: true
+  bootstrap: 100
+""")
+    out = tmp_path / "run"
+    return run_main(str(config), str(out))["report"]
+
+
+def test_report_renders_every_figure_in_a_browser(tmp_path, fake_llm):
+    report = scripted_run(tmp_path, fake_llm)
+    shot = tmp_path / "report.png"
+    with Browser() as browser:
+        facts = browser.look(f"file://{report}", script=PAGE_FACTS, screenshot=shot)
+    assert facts["images"] >= 8, facts["headings"]
+    assert facts["broken"] == 0
+    assert "not enough data" not in facts["text"].lower(), [
+        line for line in facts["text"].splitlines() if "not enough data" in line.lower()]
+    assert shot.stat().st_size > 50_000  # a real full-page photograph, not a blank tab
+    keep = os.environ.get("REFUSALBENCH_SCREENSHOTS")
+    if keep:
+        shutil.copy(shot, os.path.join(keep, "report.png"))
