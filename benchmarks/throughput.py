@@ -15,8 +15,15 @@ at that concurrency) is made in a fresh process, then repeated with the same cal
 The fake server and a temporary Prefect API run in this process; each measured run is a
 child process (its own peak RSS) pointed at that API.
 
+``--gateway`` measures the gateway alone (no Prefect, no flow): calls/s and CPU per call of
+the calling process, through LiteLLM and on the direct path, against the server in another
+process. CPU per call hardly depends on what else the machine runs, so it compares well
+between runs on a busy machine.
+
     python benchmarks/throughput.py                            # 2k and 10k items, concurrency 8/32/64, LOO
     python benchmarks/throughput.py --sizes 2000 --concurrency 64 --no-loo
+    python benchmarks/throughput.py --gateway --concurrency 64 # the gateway alone, both paths
+    python benchmarks/throughput.py --sizes --loo-mode threads  # PolicyBench LOO, all 4 bases in one process
 """
 
 from __future__ import annotations
@@ -135,7 +142,44 @@ def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
                       "timings": manifest.get("timings_s", {}), "calls": manifest.get("calls", {})}))
 
 
-def run_child(kind: str, config: Path, out: Path, benchmark: str | None, env: dict[str, str]) -> dict[str, Any]:
+def child_knowornot_many(configs: list[str], outs: list[str], parallel: bool) -> None:
+    """Several KnowOrNot runs in this one process: one after another, or all at once in threads."""
+    import threading
+
+    from refusalbench.tasks.prefect_runtime import configure_prefect_env
+
+    configure_prefect_env()
+    started_at, started = time.time(), time.perf_counter()
+    from refusalbench.flows.launch import run_knowornot
+
+    runs: list[dict[str, Any]] = [{} for _ in configs]
+    errors: list[BaseException] = []
+
+    def one(index: int) -> None:
+        runs[index]["started_at"] = time.time()
+        try:
+            run_knowornot(configs[index], outs[index])
+        except BaseException as exc:  # reported below, after the other runs
+            errors.append(exc)
+        runs[index]["ended_at"] = time.time()
+        runs[index]["wall_s"] = runs[index]["ended_at"] - runs[index]["started_at"]
+
+    if parallel:
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(configs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        for index in range(len(configs)):
+            one(index)
+    if errors:
+        raise errors[0]
+    print(json.dumps({"started_at": started_at, "wall_s": time.perf_counter() - started, "runs": runs,
+                      "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def run_child(kind: str, config: Path | str, out: Path | str, benchmark: str | None, env: dict[str, str]) -> dict[str, Any]:
     args = [sys.executable, __file__, "--child", kind, "--config", str(config), "--out", str(out)]
     if benchmark:
         args += ["--benchmark", benchmark]
@@ -168,6 +212,86 @@ def warm_rate(arrivals: list[float]) -> float:
     lo, hi = int(0.1 * len(times)), int(0.9 * len(times))
     span = times[hi] - times[lo]
     return (hi - lo) / span if span > 0 else float("nan")
+
+
+# ----------------------------------------------------------------- the gateway alone
+
+
+def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: str | None) -> None:
+    """One measured batch of ``calls`` through a fresh gateway (after one warm-up call)."""
+    from pydantic import BaseModel
+
+    from refusalbench.tasks.callcache import SQLiteCache
+    from refusalbench.tasks.config import ModelConfig
+    from refusalbench.tasks.gateway import CallSpec, Gateway
+
+    class Verdict(BaseModel):
+        verdict: str
+        score: int
+
+    model = ModelConfig(model="openai/bench", api_base=url, max_concurrency=concurrency, timeout_s=60,
+                        params={"temperature": 0.0, "max_tokens": 256})
+    gateway = Gateway({"bench": model}, SQLiteCache(cache) if cache else None, direct_http=direct)
+    context = "Some context about the question, long enough to look like a prompt. " * 12
+
+    def spec(i: int) -> CallSpec:
+        messages = [{"role": "system", "content": "You answer questions about the context."},
+                    {"role": "user", "content": f"<context>{context}</context> Question {i}: what is it?"}]
+        return CallSpec(model="bench", messages=messages, schema=Verdict if i % 2 else None)
+
+    gateway.complete_many([spec(-1)])  # warm-up: imports, first connection
+    cpu, wall = time.process_time(), time.perf_counter()
+    results = gateway.complete_many([spec(i) for i in range(calls)])
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(json.dumps({"path": "direct" if direct else "litellm", "calls": calls, "concurrency": concurrency,
+                      "ok": sum(r.ok for r in results), "wall_s": wall, "calls_per_s": calls / wall,
+                      "cpu_ms_per_call": 1000 * cpu / calls, "cached": bool(cache)}))
+
+
+def measure_gateway(calls: int, concurrency: int, latency: float, work: Path) -> list[dict[str, Any]]:
+    """Both paths against the scripted server in its own process (so it does not share our GIL)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "refusalbench.tasks.scripted_server", "--port", str(port),
+                               "--latency", str(latency), "--responder", "dry-run"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        rows = []
+        for direct in (False, True):
+            cache = work / f"gateway-{direct}.sqlite"
+            args = [sys.executable, __file__, "--child", "gateway", "--url", f"http://127.0.0.1:{port}/v1",
+                    "--direct" if direct else "--no-direct", "--calls", str(calls), "--concurrency", str(concurrency),
+                    "--cache", str(cache)]
+            done = subprocess.run(args, capture_output=True, text=True, timeout=3600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            if done.returncode != 0:
+                raise RuntimeError(f"gateway run failed:\n{done.stderr[-4000:]}")
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            rows[-1]["bound_calls_per_s"] = concurrency / latency
+        return rows
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def print_gateway_table(rows: list[dict[str, Any]], latency: float) -> None:
+    print(f"\n### The gateway alone, scripted server at {latency * 1000:.0f} ms per call (SQLite call cache)\n")
+    print("| path | calls | concurrency | bound calls/s | calls/s | % of bound | CPU ms per call |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['path']} | {r['calls']} | {r['concurrency']} | {r['bound_calls_per_s']:.0f} | {r['calls_per_s']:.0f} "
+              f"| {100 * r['calls_per_s'] / r['bound_calls_per_s']:.0f}% | {r['cpu_ms_per_call']:.2f} |")
 
 
 # ----------------------------------------------------------------- driver
@@ -203,7 +327,9 @@ def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurre
     }
 
 
-def measure_loo(server, env: dict[str, str], work: Path, concurrency: int) -> list[dict[str, Any]]:
+def measure_loo(server, env: dict[str, str], work: Path, concurrency: int, mode: str = "processes") -> list[dict[str, Any]]:
+    if mode != "processes":
+        return measure_loo_one_process(server, env, work, concurrency, parallel=mode == "threads")
     rows = []
     for qa_file in sorted(POLICYBENCH.glob("*.json")):
         folder = work / f"loo-{qa_file.stem}"
@@ -218,6 +344,41 @@ def measure_loo(server, env: dict[str, str], work: Path, concurrency: int) -> li
         rows.append({"kb": qa_file.stem, "questions": questions, "experiments": questions * 4, "calls": calls,
                      "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"],
                      "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle})
+    return rows
+
+
+def measure_loo_one_process(server, env: dict[str, str], work: Path, concurrency: int, *, parallel: bool) -> list[dict[str, Any]]:
+    """All four knowledge bases in one process (one command): one run after another, or in threads.
+
+    Each base is still its own KnowOrNot run (its own config and run folder): the flow takes
+    one knowledge base per run. What one process saves is the per-process fixed cost (imports,
+    Prefect, the embedding model); with ``parallel``, the runs also overlap.
+    """
+    files = sorted(POLICYBENCH.glob("*.json"))
+    configs, outs = [], []
+    for qa_file in files:
+        folder = work / f"loo-{qa_file.stem}"
+        folder.mkdir(parents=True)
+        configs.append(str(write_loo_config(folder, server.url, qa_file, concurrency)))
+        outs.append(str(folder / "run"))
+    kind = "knowornot-threads" if parallel else "knowornot-many"
+    before = len(server.calls)
+    first = run_child(kind, ",".join(configs), ",".join(f"{o}1" for o in outs), None, env)
+    first_calls = server.calls[before:]
+    middle = len(server.calls)
+    second = run_child(kind, ",".join(configs), ",".join(f"{o}2" for o in outs), None, env)
+    rows = []
+    for qa_file, run, again in zip(files, first["runs"], second["runs"]):
+        questions = len(json.loads(qa_file.read_text(encoding="utf-8"))["questions"])
+        # Run by run, a base's calls are those made while it ran (overlapping runs: not told apart).
+        calls = None if parallel else sum(run["started_at"] <= c["time"] <= run["ended_at"] for c in first_calls)
+        rows.append({"kb": qa_file.stem, "questions": questions, "experiments": questions * 4, "calls": calls,
+                     "wall_s": run["wall_s"], "maxrss_mib": first["maxrss_mib"], "cached_wall_s": again["wall_s"],
+                     "cached_calls": None})
+    rows.append({"kb": f"one process ({'in parallel' if parallel else 'one after another'})",
+                 "questions": sum(r["questions"] for r in rows), "experiments": sum(r["experiments"] for r in rows),
+                 "calls": len(first_calls), "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"],
+                 "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle, "process": True})
     return rows
 
 
@@ -244,11 +405,17 @@ def print_loo_table(loo: list[dict[str, Any]]) -> None:
     print("\n### KnowOrNot leave-one-out, PolicyBench (4 retrieval modes x 1 prompt x 1 target), same fake provider\n")
     print("| knowledge base | questions | experiments | calls | wall s | peak RSS MiB | cached re-run s | cached calls |")
     print("|---|---|---|---|---|---|---|---|")
+
+    def cell(value: Any) -> str:
+        return "" if value is None else str(value)
+
     for r in loo:
-        print(f"| {r['kb']} | {r['questions']} | {r['experiments']} | {r['calls']} | {r['wall_s']:.1f} "
-              f"| {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} | {r['cached_calls']} |")
+        print(f"| {r['kb']} | {r['questions']} | {r['experiments']} | {cell(r['calls'])} | {r['wall_s']:.1f} "
+              f"| {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} | {cell(r['cached_calls'])} |")
+    if any(r.get("process") for r in loo):
+        return  # the last row is the one process's total
     total = {k: sum(r[k] for r in loo) for k in ("questions", "experiments", "calls", "wall_s", "cached_wall_s", "cached_calls")}
-    print(f"| **total** | {total['questions']} | {total['experiments']} | {total['calls']} | {total['wall_s']:.1f} | "
+    print(f"| **total (4 processes)** | {total['questions']} | {total['experiments']} | {total['calls']} | {total['wall_s']:.1f} | "
           f"| {total['cached_wall_s']:.1f} | {total['cached_calls']} |")
 
 
@@ -259,14 +426,36 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--loo", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--loo-concurrency", type=int, default=32)
+    parser.add_argument("--loo-mode", choices=["processes", "one-process", "threads"], default="processes",
+                        help="the 4 knowledge bases as 4 processes (today's CLI), or in one process (one command): "
+                             "one after another, or overlapping in threads")
     parser.add_argument("--json", help="also write the raw figures to this file")
-    parser.add_argument("--child", choices=["evaluate", "knowornot"], help=argparse.SUPPRESS)
+    parser.add_argument("--gateway", action="store_true", help="measure the gateway alone, LiteLLM vs direct path")
+    parser.add_argument("--calls", type=int, default=3000, help="calls per path with --gateway")
+    parser.add_argument("--child", choices=["evaluate", "knowornot", "gateway", "knowornot-many", "knowornot-threads"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
+    parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--benchmark", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "gateway":
+        gateway_child(args.url, args.direct, args.calls, args.concurrency[0], args.cache)
+        return
+    if args.child in ("knowornot-many", "knowornot-threads"):
+        child_knowornot_many(args.config.split(","), args.out.split(","), parallel=args.child == "knowornot-threads")
+        return
     if args.child:
         child(args.child, args.config, args.out, args.benchmark)
+        return
+    if args.gateway:
+        with tempfile.TemporaryDirectory(prefix="refusalbench-gateway-") as tmp:
+            rows = [row for c in args.concurrency for row in measure_gateway(args.calls, c, args.latency, Path(tmp))]
+        print_gateway_table(rows, args.latency)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"gateway": rows}, indent=2))
         return
 
     with tempfile.TemporaryDirectory(prefix="refusalbench-throughput-") as tmp:
@@ -294,7 +483,7 @@ def main() -> None:
                 if not (ROOT / "flows" / "knowornot.py").exists() or not POLICYBENCH.is_dir():
                     print("LOO experiment skipped: flows/knowornot.py or the PolicyBench data is missing", file=sys.stderr)
                 else:
-                    loo = measure_loo(server, env, work, args.loo_concurrency)
+                    loo = measure_loo(server, env, work, args.loo_concurrency, args.loo_mode)
                     print(json.dumps(loo), file=sys.stderr, flush=True)
     print_tables(evals, loo, args.latency)
     if args.json:

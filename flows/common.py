@@ -10,12 +10,11 @@ from refusalbench.tasks.config import RunConfig
 from refusalbench.tasks.errors import ModelUnavailable
 from refusalbench.tasks.local_models import check_available, is_pulled, pull_model, start_server
 from refusalbench.tasks.prefect_runtime import result_storage, task_runner
+from refusalbench.tasks.ui_artifacts import story
 
 # The fan-out of a stage over models x shards (Fanout) lives with the tasks it submits, in
 # tasks/shards.py: the stage functions in tasks/stages use it, and tasks/ never imports flows/.
 from refusalbench.tasks.shards import Fanout, Shard, chunks, content_digest, one_model_at_a_time  # noqa: F401
-
-log = logging.getLogger("refusalbench")
 
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
@@ -27,7 +26,7 @@ def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> li
     detail = "; ".join(f"{name}: {why}" for name, why in missing.items())
     if not cfg.skip_unavailable:
         raise ModelUnavailable(f"{cfg.source or 'config'}: models: cannot run {detail} (set skip_unavailable: true to skip them)")
-    log.warning("skipping unavailable models: %s", detail)
+    story("skipping unavailable models: %s", detail, level=logging.WARNING, terminal=True)
     return [n for n in names if n not in missing]
 
 
@@ -51,10 +50,12 @@ def model_endpoints(cfg: RunConfig, names: list[str]) -> Iterator[dict[str, str]
         return
     for name in missing:
         if not is_pulled(name, cfg.models[name].local):
-            log.warning("pulling local model %s (first run only)", name)
+            story("pulling local model %s (first run only)", name, level=logging.WARNING, terminal=True)
             pull_model(name, cfg.models[name].local)
+            story("pulled local model %s", name)
     server = start_server(cfg.models, missing)
     started = dict(server.api_bases)
+    story("llama.cpp serves %s", ", ".join(f"{name} at {base}" for name, base in started.items()))
     _ACTIVE_ENDPOINTS.update(started)
     try:
         yield {**reused, **started}

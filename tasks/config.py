@@ -55,6 +55,13 @@ class ModelConfig(Strict):
     local: LocalModelSpec | None = None
     description: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    # What the model is, for the report's model-comparison figures (scaling, SFT vs DPO,
+    # thinking budget); never used to call it.
+    family: str | None = Field(default=None, description="model family for scaling curves, e.g. 'Qwen 1.5'")
+    parameters_b: float | None = Field(default=None, gt=0, description="parameter count, in billions")
+    training: Literal["sft", "dpo"] | None = Field(default=None, description="post-training variant (SFT or DPO)")
+    thinking_budget: int | None = Field(default=None, ge=0,
+                                        description="extended-thinking token budget (0: the same model, thinking off)")
 
     @field_validator("api_key_env")
     @classmethod

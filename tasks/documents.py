@@ -63,6 +63,13 @@ class VerdictConsistency(Document):
     fail_with_all_criteria_met: int = Field(description="stated FAIL with every criterion true: stays FAIL")
 
 
+class PassCount(Document):
+    """Verdicts of one group of candidates: PASS out of PASS + FAIL (errors and skips excluded)."""
+    passed: int
+    judged: int
+    pass_rate: Rate
+
+
 class GVAnalysis(Document):
     """``gv_analysis.json``: the generator-verifier analysis, computed from the run's tables."""
     pass_rate_matrix: dict[str, dict[str, Rate]]
@@ -79,6 +86,19 @@ class GVAnalysis(Document):
     verdict_counts: dict[str, int]
     filter: str | None = None
     shortfalls: dict[str, Any] | list[Any] = Field(default_factory=dict)
+    # The tables behind the report's generation figures (absent from runs analysed before them).
+    pass_rate_by_generator_class: dict[str, dict[str, PassCount]] = Field(
+        default_factory=dict, description="generator -> perturbation class -> verdicts (paper Fig. 4)")
+    pass_rate_by_generator_intensity: dict[str, dict[str, PassCount]] = Field(
+        default_factory=dict, description="generator -> intensity -> verdicts (paper Fig. 15)")
+    self_evaluation_by_class: dict[str, dict[str, SelfEvaluation]] = Field(
+        default_factory=dict, description="model that generates and verifies -> class -> self vs cross (Fig. 17)")
+    benchmark_composition: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="benchmark items per perturbation class -> intensity (Fig. 2)")
+    accepted_by_generator_class: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="candidates the filter accepted, per generator -> class (Fig. 12)")
+    sampled_by_generator_class: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="benchmark items per generator -> class (Fig. 12)")
 
 
 # ---------------------------------------------------------------- evaluation

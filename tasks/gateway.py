@@ -2,6 +2,8 @@
 
 - LiteLLM ``acompletion`` underneath, so any provider works; the SDK's own retries are
   switched off and this module retries instead, so attempts per call stay bounded.
+  Self-hosted models behind an OpenAI-compatible ``api_base`` take a direct path
+  (``transport``): the same request body, posted without LiteLLM's per-call machinery.
 - Per-model concurrency and requests-per-minute limits, process-wide: all calls run on
   one background event loop, whichever Prefect worker thread asked for them.
 - Exponential backoff with full jitter on 429/5xx/timeouts/garbled replies, honouring
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from refusalbench.tasks.callcache import CallCache, NullCache
 from refusalbench.tasks.config import ModelConfig, RunConfig
+from refusalbench.tasks.transport import CallFailed, DirectClient, Reply, direct_model, litellm_completion
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
@@ -74,13 +77,6 @@ class CallResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-class CallFailed(Exception):
-    def __init__(self, message: str, *, retriable: bool, retry_after: float | None = None):
-        super().__init__(message)
-        self.retriable = retriable
-        self.retry_after = retry_after
 
 
 def schema_name(schema: type[BaseModel]) -> str:
@@ -143,6 +139,7 @@ class _LoopThread:
     """A private event loop on a daemon thread; all gateway coroutines run here."""
 
     def __init__(self) -> None:
+        self.cleanups: list[Callable[[], Any]] = []  # coroutine functions run before the loop stops
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="refusalbench-gateway", daemon=True)
         self.thread.start()
@@ -157,6 +154,8 @@ class _LoopThread:
             return
 
         async def cancel_all() -> None:
+            for cleanup in self.cleanups:
+                await cleanup()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
@@ -170,55 +169,6 @@ class _LoopThread:
         self.thread.join(timeout=5)
 
 
-def _retry_after_seconds(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or getattr(exc, "headers", None) or {}
-    try:
-        value = headers.get("retry-after") or headers.get("Retry-After")
-    except AttributeError:
-        value = None
-    if value is None:
-        extra = getattr(exc, "litellm_response_headers", None)
-        if extra is not None:
-            value = extra.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _quiet_litellm() -> None:
-    import litellm
-
-    litellm.suppress_debug_info = True
-    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
-
-
-def _classify(exc: BaseException) -> CallFailed:
-    """Decide whether an exception from the provider is worth another attempt."""
-    import litellm
-
-    status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
-    message = f"{name}: {str(exc).splitlines()[0][:300] if str(exc) else ''}".strip()
-    if status is not None:
-        message = f"HTTP {status} {message}"
-    retry_after = _retry_after_seconds(exc)
-    not_retriable = (
-        litellm.AuthenticationError,
-        litellm.BadRequestError,
-        litellm.NotFoundError,
-        litellm.PermissionDeniedError,
-        litellm.ContextWindowExceededError,
-    )
-    if isinstance(exc, not_retriable) and not isinstance(exc, litellm.RateLimitError):
-        return CallFailed(message, retriable=False)
-    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 425, 429):
-        return CallFailed(message, retriable=False)
-    # 429, 5xx, timeouts, dropped connections and replies that did not decode: try again.
-    return CallFailed(message, retriable=True, retry_after=retry_after)
-
-
 class Gateway:
     """Process-wide access to the models of one registry."""
 
@@ -230,6 +180,7 @@ class Gateway:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
         api_bases: dict[str, str] | None = None,
+        direct_http: bool = True,
     ):
         self.models = models
         self.cache: CallCache = cache if cache is not None else NullCache()
@@ -237,8 +188,11 @@ class Gateway:
         self.backoff_max_s = backoff_max_s
         # Endpoints discovered at run time (a local llama.cpp server we started).
         self.api_bases: dict[str, str] = dict(api_bases or {})
-        _quiet_litellm()
+        # False: every call through LiteLLM (benchmarks compare the two paths).
+        self.direct_http = direct_http
         self._loop = _LoopThread()
+        self._direct = DirectClient()
+        self._loop.cleanups.append(self._direct.close)
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self._limiters: dict[str, _RateLimiter] = {}
         self._inflight: dict[str, asyncio.Future] = {}
@@ -370,68 +324,57 @@ class Gateway:
         return None, attempt, f"{last_error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
 
     async def _send_once(self, spec: CallSpec, cfg: ModelConfig) -> dict[str, Any]:
-        import litellm
-
         semaphore = self._semaphore(spec.model, cfg)
         async with semaphore:
             await self._limiters[spec.model].wait()
             self._count(spec.model, http_calls=1)
-            kwargs: dict[str, Any] = {**cfg.params, **spec.params}
+            params: dict[str, Any] = {**cfg.params, **spec.params}
             api_base = self.api_bases.get(spec.model) or cfg.api_base
-            if api_base:
-                kwargs["api_base"] = api_base
-            if cfg.api_key_env:
-                key = os.environ.get(cfg.api_key_env)
-                if key:
-                    kwargs["api_key"] = key
-            elif api_base:
+            api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+            if api_key is None and api_base and not cfg.api_key_env:
                 # OpenAI-compatible servers without auth still need a non-empty key in the SDK.
-                kwargs["api_key"] = "no-key"
-            if cfg.extra_headers:
-                kwargs["extra_headers"] = cfg.extra_headers
+                api_key = "no-key"
+            response_format = None
             if spec.schema_ is not None:
-                if cfg.json_schema:
-                    kwargs["response_format"] = {
-                        "type": "json_schema",
-                        "json_schema": {"name": schema_name(spec.schema_), "schema": json_schema(spec.schema_), "strict": False},
-                    }
-                else:
-                    kwargs["response_format"] = {"type": "json_object"}
+                response_format = (
+                    {"type": "json_schema",
+                     "json_schema": {"name": schema_name(spec.schema_), "schema": json_schema(spec.schema_), "strict": False}}
+                    if cfg.json_schema else {"type": "json_object"})
+            direct = direct_model(cfg.model, api_base, params, spec.messages) if self.direct_http and api_key else None
             started = time.perf_counter()
-            try:
-                response = await litellm.acompletion(
-                    model=cfg.model,
-                    messages=spec.messages,
-                    timeout=cfg.timeout_s,
-                    max_retries=0,  # the SDK must not retry behind our back: attempts stay bounded
-                    num_retries=0,
-                    **kwargs,
-                )
-            except Exception as exc:  # provider errors of every kind become a CallFailed
-                raise _classify(exc) from None
+            if direct is not None:
+                body = {"messages": spec.messages, "model": direct, **params}
+                if response_format is not None:
+                    body["response_format"] = response_format
+                headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", **cfg.extra_headers}
+                reply = await self._direct.complete(api_base, body, headers, cfg.timeout_s)
+            else:
+                kwargs = dict(params)
+                if api_base:
+                    kwargs["api_base"] = api_base
+                if api_key:
+                    kwargs["api_key"] = api_key
+                if cfg.extra_headers:
+                    kwargs["extra_headers"] = cfg.extra_headers
+                if response_format is not None:
+                    kwargs["response_format"] = response_format
+                reply = await litellm_completion(cfg.model, spec.messages, cfg.timeout_s, kwargs)
             latency = time.perf_counter() - started
-        try:
-            choice = response.choices[0]
-            text = choice.message.content
-        except (AttributeError, IndexError, TypeError):
-            raise CallFailed("malformed reply: no choices", retriable=True) from None
-        if not text or not str(text).strip():
+        return self._value(spec.model, reply, latency)
+
+    def _value(self, model: str, reply: Reply, latency: float) -> dict[str, Any]:
+        """The cached value of a completed call (the same layout on both paths)."""
+        if not reply.text or not str(reply.text).strip():
             raise CallFailed("empty reply content", retriable=True)
-        usage = getattr(response, "usage", None)
-        prompt_tokens = getattr(usage, "prompt_tokens", None)
-        completion_tokens = getattr(usage, "completion_tokens", None)
-        try:
-            cost = float(litellm.completion_cost(completion_response=response))
-        except Exception:  # unknown price (local models): cost is unknown, not zero
-            cost = None
-        self._count(spec.model, prompt_tokens=prompt_tokens or 0, completion_tokens=completion_tokens or 0, cost_usd=cost or 0.0)
+        self._count(model, prompt_tokens=reply.prompt_tokens or 0, completion_tokens=reply.completion_tokens or 0,
+                    cost_usd=reply.cost_usd or 0.0)
         return {
-            "text": str(text),
+            "text": str(reply.text),
             "latency_s": round(latency, 4),
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "cost_usd": cost,
-            "finish_reason": getattr(choice, "finish_reason", None),
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "cost_usd": reply.cost_usd,
+            "finish_reason": reply.finish_reason,
             "created_at": time.time(),
         }
 

@@ -9,6 +9,9 @@
   own criteria (such a PASS counts as FAIL, see ``tasks.verify``)
 - pass rates by class and by intensity, the pre-check rejections per rule, and the
   acceptance funnel attempted -> parsed -> prechecked -> verified -> accepted -> sampled
+- the tables behind the report's generation figures: pass rate per generator x class and
+  generator x intensity, self-evaluation bias per class, the benchmark's class x intensity
+  counts and each generator's accepted and sampled items per class
 (and a markdown summary of it for the Prefect UI)
 """
 
@@ -50,6 +53,40 @@ def _precheck_failures(parsed: pd.DataFrame) -> pd.Series:
     return parsed["precheck_failures"].map(lambda v: [] if v is None else list(v))
 
 
+def _self_vs_cross(own: pd.DataFrame, model: str) -> dict[str, Any]:
+    """How ``model`` passes its own candidates (``own``: judged rows it generated) against the others."""
+    self_rows = own[own["verifier"] == model]
+    cross_rows = own[own["verifier"] != model]
+    self_rate = _rate(int(self_rows["pass"].sum()), len(self_rows))
+    cross_rate = _rate(int(cross_rows["pass"].sum()), len(cross_rows))
+    return {"self_pass_rate": self_rate, "cross_pass_rate": cross_rate,
+            "self_evaluation_bias": self_rate - cross_rate, "n_self": len(self_rows), "n_cross": len(cross_rows)}
+
+
+def pass_rates_by(judged: pd.DataFrame, dimension: str, generators: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """generator -> value of ``dimension`` -> passed, judged, pass rate (``judged``: PASS/FAIL rows with a
+    ``pass`` flag and the candidate's class and intensity)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for gen in generators:
+        rows = judged[judged["generator"] == gen]
+        out[gen] = {str(value): {"passed": int(group["pass"].sum()), "judged": len(group),
+                                 "pass_rate": _rate(int(group["pass"].sum()), len(group))}
+                    for value, group in rows.groupby(dimension)}
+    return out
+
+
+def self_evaluation_by_class(judged: pd.DataFrame, models: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """model -> perturbation class -> self vs cross pass rate, for models that generate and verify."""
+    return {model: {str(cls): _self_vs_cross(group, model)
+                    for cls, group in judged[judged["generator"] == model].groupby("perturbation_class")}
+            for model in models}
+
+
+def counts_by(rows: pd.DataFrame, outer: str, inner: str) -> dict[str, dict[str, int]]:
+    """Row counts as ``{outer value: {inner value: n}}`` (only combinations that occur)."""
+    return {str(a): {str(b): len(g) for b, g in group.groupby(inner)} for a, group in rows.groupby(outer)}
+
+
 def verifier_consistency(verifications: pd.DataFrame, verifiers: list[str]) -> dict[str, dict[str, Any]]:
     """Per verifier: stated verdicts, how many contradicted the verifier's own criteria, and which way."""
     out: dict[str, dict[str, Any]] = {}
@@ -60,7 +97,7 @@ def verifier_consistency(verifications: pd.DataFrame, verifiers: list[str]) -> d
             stated = rows[rows["stated_verdict"].notna()]
             inconsistent = stated[stated["consistent"].eq(False)]
         else:  # a run from before verdicts were checked against their criteria
-            stated = inconsistent = rows.iloc[0:0]
+            stated = inconsistent = pd.DataFrame(columns=["stated_verdict"])
         out[verifier] = {
             "stated": len(stated),
             "inconsistent": len(inconsistent),
@@ -85,15 +122,8 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
             matrix[gen][ver] = _rate(int(rows["pass"].sum()), len(rows))
             counts[gen][ver] = len(rows)
 
-    bias: dict[str, dict[str, float]] = {}
-    for model in sorted(set(generators) & set(verifiers)):
-        own = judged[judged["generator"] == model]
-        self_rows = own[own["verifier"] == model]
-        cross_rows = own[own["verifier"] != model]
-        self_rate = _rate(int(self_rows["pass"].sum()), len(self_rows))
-        cross_rate = _rate(int(cross_rows["pass"].sum()), len(cross_rows))
-        bias[model] = {"self_pass_rate": self_rate, "cross_pass_rate": cross_rate,
-                       "self_evaluation_bias": self_rate - cross_rate, "n_self": len(self_rows), "n_cross": len(cross_rows)}
+    both = sorted(set(generators) & set(verifiers))
+    bias = {model: _self_vs_cross(judged[judged["generator"] == model], model) for model in both}
 
     kappas = []
     by_verifier = {v: judged[judged["verifier"] == v].set_index("candidate_id")["verdict"] for v in verifiers}
@@ -106,6 +136,8 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
     with_meta = judged.join(meta, on="candidate_id")
     by_class = {k: _rate(int(g["pass"].sum()), len(g)) for k, g in with_meta.groupby("perturbation_class")}
     by_intensity = {k: _rate(int(g["pass"].sum()), len(g)) for k, g in with_meta.groupby("intensity")}
+    sampled = candidates[candidates["candidate_id"].isin(sampled_ids)]
+    accepted = candidates[candidates["candidate_id"].isin(accepted_ids)]
     acceptance_by_stratum = {}
     for (cls, intensity), group in candidates.groupby(["perturbation_class", "intensity"]):
         acceptance_by_stratum[f"{cls}/{intensity}"] = _rate(int(group["candidate_id"].isin(accepted_ids).sum()), len(group))
@@ -136,6 +168,12 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
         "precheck_failures": dict(sorted(rejected_by_rule.items())),
         "status_counts": candidates["status"].value_counts().to_dict(),
         "verdict_counts": verifications["verdict"].value_counts().to_dict() if len(verifications) else {},
+        "pass_rate_by_generator_class": pass_rates_by(with_meta, "perturbation_class", generators),
+        "pass_rate_by_generator_intensity": pass_rates_by(with_meta, "intensity", generators),
+        "self_evaluation_by_class": self_evaluation_by_class(with_meta, both),
+        "benchmark_composition": counts_by(sampled, "perturbation_class", "intensity"),
+        "accepted_by_generator_class": counts_by(accepted, "generator", "perturbation_class"),
+        "sampled_by_generator_class": counts_by(sampled, "generator", "perturbation_class"),
     }
 
 
@@ -147,6 +185,12 @@ def matrix_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
         row.update({f"verified by {ver}": (None if math.isnan(v) else round(v, 3)) for ver, v in per_verifier.items()})
         rows.append(row)
     return rows
+
+
+def self_evaluation_class_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """Self-evaluation bias per model and class as table rows (Prefect table artifact)."""
+    return [{"model": model, "perturbation_class": cls, **row}
+            for model, by_class in analysis.get("self_evaluation_by_class", {}).items() for cls, row in by_class.items()]
 
 
 def consistency_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:

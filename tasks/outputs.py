@@ -15,7 +15,7 @@ import pandas as pd
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.records import BenchmarkItem, Judgment
-from refusalbench.tasks.report import ReportInputs, build_report
+from refusalbench.tasks.report import ReportInputs, build_generation_report, build_report
 from refusalbench.tasks.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
 from refusalbench.tasks.store import ArtifactStore
 
@@ -59,18 +59,25 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     manifest = _optional(store, runfolder.MANIFEST)
     gv = _optional(store, runfolder.GV_ANALYSIS)
     audit = _optional(store, runfolder.AUDIT)
+    generation = _optional(store, runfolder.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
     html = build_report(ReportInputs.from_score(
         result, manifest=manifest.model_dump(mode="json") if manifest else None,
         gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, runfolder.ROUND_TREND),
-        audit=audit.model_dump(mode="json") if audit else None, title=title))
+        audit=audit.model_dump(mode="json") if audit else None,
+        generation_counts=generation.counts if generation else None, title=title))
     return store.save(runfolder.REPORT, html)
 
 
 def write_generation_report(store: ArtifactStore) -> str:
-    """A report with no scores: the generation funnel and verifier analysis (empty benchmark)."""
-    html = build_report(ReportInputs(metrics={}, gv_analysis=store.load(runfolder.GV_ANALYSIS).model_dump(mode="json"),
-                                     manifest=store.load(runfolder.MANIFEST).model_dump(mode="json"),
-                                     title="RefusalBench report (generation only: empty benchmark)"))
+    """A report with no scores (after ``generate``): generation figures, funnel and verifier analysis."""
+    gv = store.load(runfolder.GV_ANALYSIS)
+    manifest = store.load(runfolder.MANIFEST)
+    audit = _optional(store, runfolder.AUDIT)
+    empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
+    html = build_generation_report(ReportInputs(
+        metrics={}, gv_analysis=gv.model_dump(mode="json"), manifest=manifest.model_dump(mode="json"),
+        generation_counts=manifest.counts, audit=audit.model_dump(mode="json") if audit else None,
+        title=f"RefusalBench report (generation only{empty})"))
     return store.save(runfolder.REPORT, html)
 
 

@@ -27,6 +27,9 @@ PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "DO_NOT_TRACK": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # A quiet terminal. Prefect's run loggers take this level too (INFO lines of
+    # get_run_logger never leave the process), so the run's story for the UI's Logs tab
+    # has its own logger straight to the API (ui_artifacts.story), at INFO whatever this is.
     "PREFECT_LOGGING_LEVEL": "WARNING",
     "PREFECT_UI_ENABLED": "false",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",

@@ -1,7 +1,9 @@
-"""What a run shows in the Prefect UI: table, markdown, link and progress artifacts.
+"""What a run shows in the Prefect UI: its story in the Logs tab, and table, markdown, link
+and progress artifacts.
 
-Outside a flow or task run every helper does nothing, so pure stage code can call them
-freely; a failure to publish never breaks the work.
+Outside a flow or task run the artifact helpers do nothing and ``story`` falls back to the
+module logger, so pure stage code can call them freely; a failure to publish never breaks
+the work.
 """
 
 from __future__ import annotations
@@ -13,7 +15,19 @@ from typing import Any
 
 log = logging.getLogger("refusalbench")
 
-def _in_run() -> bool:
+# The run's story for the Logs tab: its own logger, sent to Prefect's API only. Prefect's
+# run loggers (get_run_logger) take PREFECT_LOGGING_LEVEL, which the CLI keeps at WARNING
+# for a quiet terminal, and pass their records on to the terminal's handler: through them
+# these lines would be dropped, or printed. This logger keeps the run's context (flow or
+# task run id and name) and reaches the UI whatever the terminal shows.
+STORY = logging.getLogger("refusalbench.story")
+STORY.propagate = False
+STORY.setLevel(logging.INFO)
+_story_lock = threading.Lock()
+
+
+def in_run() -> bool:
+    """True inside a Prefect flow or task run."""
     try:
         from prefect.context import FlowRunContext, TaskRunContext
 
@@ -22,16 +36,54 @@ def _in_run() -> bool:
         return False
 
 
+def _story_logger() -> logging.LoggerAdapter:
+    from prefect import get_run_logger
+    from prefect.logging.handlers import APILogHandler
+
+    with _story_lock:
+        if not any(isinstance(h, APILogHandler) for h in STORY.handlers):
+            STORY.addHandler(APILogHandler())
+    return logging.LoggerAdapter(STORY, dict(get_run_logger().extra))
+
+
+def story(message: str, *args: Any, level: int = logging.INFO, terminal: bool = False) -> None:
+    """One line of the run's story (a stage's start and end, counts, skipped models, the report).
+
+    In a flow or task run it goes to that run's Logs tab in the Prefect UI; outside a run,
+    to the module logger. ``terminal=True``: a line the terminal showed before goes there
+    too, as before (the module logger), in a run or not.
+    """
+    inside = in_run()
+    if terminal or not inside:
+        log.log(level, message, *args)
+    if inside:
+        try:
+            _story_logger().log(level, message, *args)
+        except Exception:  # the story must never break the work
+            log.debug("could not send to the run's log: " + message, *args)
+
+
+def task_run_name() -> str | None:
+    """The current task run's name (what the UI shows), or None outside a task run."""
+    try:
+        from prefect.context import TaskRunContext
+
+        context = TaskRunContext.get()
+        return context.task_run.name if context is not None else None
+    except Exception:
+        return None
+
+
 def artifact_key(text: str) -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes."""
-    cleaned = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+    cleaned = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower())
     while "--" in cleaned:
         cleaned = cleaned.replace("--", "-")
     return cleaned.strip("-")[:100] or "artifact"
 
 
 def publish_table(key: str, rows: list[dict[str, Any]], description: str = "") -> None:
-    if not _in_run() or not rows:
+    if not in_run() or not rows:
         return
     from prefect.artifacts import create_table_artifact
 
@@ -40,7 +92,7 @@ def publish_table(key: str, rows: list[dict[str, Any]], description: str = "") -
 
 
 def publish_markdown(key: str, markdown: str, description: str = "") -> None:
-    if not _in_run():
+    if not in_run():
         return
     from prefect.artifacts import create_markdown_artifact
 
@@ -48,7 +100,7 @@ def publish_markdown(key: str, markdown: str, description: str = "") -> None:
 
 
 def publish_link(key: str, link: str, text: str, description: str = "") -> None:
-    if not _in_run():
+    if not in_run():
         return
     from prefect.artifacts import create_link_artifact
 
@@ -60,10 +112,14 @@ PROGRESS_ECHO: Any = None
 
 
 class Progress:
-    """Progress of a long stage: a Prefect progress artifact (UI) plus a log line.
+    """Progress of a long stage: a Prefect progress artifact (UI) plus a debug log line.
 
-    Updates are throttled (every ``every_s`` seconds) so thousands of completions do not
-    turn into thousands of API calls. Thread-safe: gateway callbacks may come from anywhere.
+    The artifact's key is the title's (``judge answerer`` -> ``judge-answerer-progress``):
+    one key per stage and model, so the Artifacts page lists it; its description names the
+    task run (``judge | answerer | shard 3/8``). The Logs tab gets a shard's summary at its
+    end instead of a line every few seconds (``tasks.shards``). Updates are throttled
+    (every ``every_s`` seconds) so thousands of completions do not turn into thousands of
+    API calls. Thread-safe: gateway callbacks may come from anywhere.
     """
 
     def __init__(self, title: str, total: int, every_s: float = 2.0, echo: Any = None):
@@ -75,11 +131,12 @@ class Progress:
         self._last = 0.0
         self._lock = threading.Lock()
         self._artifact_id = None
-        if _in_run() and self.total:
+        if in_run() and self.total:
             try:
                 from prefect.artifacts import create_progress_artifact
 
-                self._artifact_id = create_progress_artifact(progress=0.0, description=title)
+                self._artifact_id = create_progress_artifact(progress=0.0, key=artifact_key(f"{title} progress"),
+                                                             description=task_run_name() or title)
             except Exception:  # progress display must never break the work
                 self._artifact_id = None
 
@@ -101,9 +158,4 @@ class Progress:
                 update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
             except Exception:
                 pass
-        try:
-            from prefect import get_run_logger
-
-            get_run_logger().info("%s: %d/%d (%.0f%%)", self.title, done, total, percent)
-        except Exception:
-            log.debug("%s: %d/%d", self.title, done, total)
+        log.debug("%s: %d/%d (%.0f%%)", self.title, done, total, percent)

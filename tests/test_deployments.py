@@ -4,6 +4,7 @@ and a real Prefect server + process worker runs a registered deployment end to e
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -15,6 +16,7 @@ import sys
 import time
 from importlib import import_module
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -79,6 +81,36 @@ def test_serve_builds_the_same_deployments():
     assert parse_args(["--cron", "5 1 * * *", "--limit", "3"]).limit == 3
 
 
+def test_knowornot_deployment_default_config_has_a_knowornot_section():
+    from refusalbench.deployments.serve import DEFAULT_KNOWORNOT_CONFIG, build_deployments, parse_args
+    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+
+    preset = {d["name"]: d for d in load_prefect_yaml()["deployments"]}["knowornot"]["parameters"]["config_path"]
+    assert preset == DEFAULT_KNOWORNOT_CONFIG
+    cfg = load_config(ROOT / preset)  # a worker runs from the project folder: the preset is relative to it
+    assert cfg.knowornot is not None
+    check_knowornot_inputs(cfg)  # its documents are there
+    args = parse_args([])
+    built = {d.name: d for d in build_deployments(cron=None, config_path=args.config, out_root="o",
+                                                  knowornot_config_path=args.knowornot_config)}
+    assert built["knowornot"].parameters["config_path"] == DEFAULT_KNOWORNOT_CONFIG
+    assert built["evaluate"].parameters["config_path"] == args.config
+
+
+def test_knowornot_flow_without_a_knowornot_section_fails_clearly(tmp_path):
+    from refusalbench.flows.knowornot import knowornot_flow
+    from refusalbench.tasks.errors import InputError
+
+    config = tmp_path / "rb.yaml"
+    config.write_text("models:\n  m: {model: openai/m}\nevaluation:\n  targets: [m]\n  judge: m\n")
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="no knowornot section") as info:
+        knowornot_flow.fn(str(config), str(out))  # as a deployment starts it: no CLI check before
+    assert info.value.field == "knowornot" and str(config) in str(info.value)
+    assert not out.exists()  # failed before writing anything
+
+
 # ---------------------------------------------------------------- slow: a real server and worker
 
 def free_port() -> int:
@@ -121,16 +153,24 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(timeout=5)
 
 
-@pytest.fixture
-def prefect_server(tmp_path):
+@contextlib.contextmanager
+def running_prefect_server(tmp_path: Path, *, ui: bool = False,
+                           ready_s: float = 90) -> Iterator[tuple[str, dict[str, str]]]:
+    """A real ``prefect server`` on a free loopback port with its own home and database.
+
+    Yields its API URL and the environment that talks to it once healthy (within ``ready_s``);
+    ``ui=True`` also serves the UI (at the API URL without ``/api``).
+    """
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = prefect_env(tmp_path, api_url)
+    if ui:
+        env.update({"PREFECT_UI_ENABLED": "true", "PREFECT_SERVER_UI_ENABLED": "true"})
     log = (tmp_path / "server.log").open("wb")
     server = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                               env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + ready_s
         while True:
             try:
                 if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
@@ -145,6 +185,12 @@ def prefect_server(tmp_path):
     finally:
         stop(server)
         log.close()
+
+
+@pytest.fixture
+def prefect_server(tmp_path):
+    with running_prefect_server(tmp_path) as (api_url, env):
+        yield api_url, env
 
 
 def prefect_cli(args: list[str], env: dict[str, str], timeout: float = 120) -> str:

@@ -10,29 +10,38 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from refusalbench.tasks.callcache import SQLiteCache
 from refusalbench.tasks.config import ModelConfig
 from refusalbench.tasks.scripted_server import ScriptedLLMServer, last_user_text
 from refusalbench.tasks.gateway import CallSpec, Gateway
+from refusalbench.tasks.transport import direct_model, direct_model_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _gateway(server, cache=None, **cfg) -> Gateway:
+def _gateway(server, cache=None, direct: bool = True, **cfg) -> Gateway:
     settings = {"max_concurrency": 4, "max_attempts": 3, "timeout_s": 5, **cfg}
-    return Gateway({"m": ModelConfig(model="openai/fake", api_base=server.url, **settings)}, cache, backoff_base_s=0.01)
+    return Gateway({"m": ModelConfig(model="openai/fake", api_base=server.url, **settings)}, cache, backoff_base_s=0.01,
+                   direct_http=direct)
+
+
+# The fault tests run on both paths: posted directly (the default for a self-hosted model
+# behind an OpenAI-compatible api_base) and through LiteLLM (every other model).
+both_paths = pytest.mark.parametrize("direct", [True, False], ids=["direct", "litellm"])
 
 
 def _msg(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def test_429_is_retried_after_the_retry_after_delay(fake_llm):
+@both_paths
+def test_429_is_retried_after_the_retry_after_delay(fake_llm, direct):
     fake_llm.fail_next(2, status=429, retry_after=0.3)
     started = time.perf_counter()
-    result = _gateway(fake_llm).complete("m", _msg("hello"))
+    result = _gateway(fake_llm, direct=direct).complete("m", _msg("hello"))
     elapsed = time.perf_counter() - started
     assert result.ok and result.text == "echo: hello"
     assert result.attempts == 3
@@ -40,9 +49,10 @@ def test_429_is_retried_after_the_retry_after_delay(fake_llm):
     assert elapsed >= 0.6  # two waits of Retry-After: 0.3 s
 
 
-def test_server_errors_end_in_a_recorded_error_after_the_last_attempt(fake_llm):
+@both_paths
+def test_server_errors_end_in_a_recorded_error_after_the_last_attempt(fake_llm, direct):
     fake_llm.fail_next(10, status=500)
-    result = _gateway(fake_llm, max_attempts=3).complete("m", _msg("x"))
+    result = _gateway(fake_llm, direct=direct, max_attempts=3).complete("m", _msg("x"))
     assert not result.ok
     assert result.error_kind == "call_error"
     assert "500" in result.error and "after 3 attempts" in result.error
@@ -50,24 +60,27 @@ def test_server_errors_end_in_a_recorded_error_after_the_last_attempt(fake_llm):
     assert len(fake_llm.calls) == 3  # the SDK's own retries are off: attempts stay bounded
 
 
-def test_client_errors_are_not_retried(fake_llm):
+@both_paths
+def test_client_errors_are_not_retried(fake_llm, direct):
     fake_llm.fail_next(1, status=400)
-    result = _gateway(fake_llm).complete("m", _msg("x"))
+    result = _gateway(fake_llm, direct=direct).complete("m", _msg("x"))
     assert not result.ok and result.attempts == 1 and len(fake_llm.calls) == 1
 
 
-def test_garbled_and_empty_replies_are_retried(fake_llm):
+@both_paths
+def test_garbled_and_empty_replies_are_retried(fake_llm, direct):
     fake_llm.fail_next(1, kind="not_json")
     fake_llm.fail_next(1, kind="empty")
-    result = _gateway(fake_llm).complete("m", _msg("y"))
+    result = _gateway(fake_llm, direct=direct).complete("m", _msg("y"))
     assert result.ok and result.attempts == 3
 
 
-def test_hung_request_times_out_and_is_retried(fake_llm):
+@both_paths
+def test_hung_request_times_out_and_is_retried(fake_llm, direct):
     fake_llm.hang_s = 10
     fake_llm.fail_next(1, kind="hang")
     started = time.perf_counter()
-    result = _gateway(fake_llm, timeout_s=1).complete("m", _msg("z"))
+    result = _gateway(fake_llm, direct=direct, timeout_s=1).complete("m", _msg("z"))
     assert result.ok and result.attempts == 2
     assert time.perf_counter() - started < 5
 
@@ -170,3 +183,50 @@ def test_cache_survives_a_killed_process(tmp_path):
         assert all(r.ok for r in results)
         assert len(server.calls) - sent_before == 20 - cached  # no completed call is sent again
         assert sum(r.cached for r in results) == cached
+
+
+def test_direct_path_sends_what_litellm_sends_and_shares_its_cache_keys(fake_llm, tmp_path):
+    fake_llm.responder = lambda req: '{"verdict": "PASS", "score": 4}'
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "judge this"}]
+    for model in ("openai/fake", "hosted_vllm/org/open-model-7b"):
+        for settings in ({"params": {"temperature": 0.0, "max_tokens": 64, "seed": 1, "stop": ["END"]}},
+                         {"json_schema": False}):
+            results = []
+            for direct in (False, True):
+                before = len(fake_llm.calls)
+                gateway = Gateway({"m": ModelConfig(model=model, api_base=fake_llm.url, **settings)},
+                                  SQLiteCache(tmp_path / f"{direct}.sqlite"), direct_http=direct)
+                results.append(gateway.complete("m", messages, schema=Verdict, top_p=0.5))
+                assert len(fake_llm.calls) == before + 1
+            via_litellm, posted = results
+            sent_litellm, sent_direct = fake_llm.calls[-2], fake_llm.calls[-1]
+            for field in ("model", "messages", "response_format", "authorization"):
+                assert sent_direct[field] == sent_litellm[field], field
+            assert posted.key == via_litellm.key  # a cached reply stays valid whichever path made it
+            for field in ("text", "parsed", "prompt_tokens", "completion_tokens", "cost_usd", "attempts", "error"):
+                assert getattr(posted, field) == getattr(via_litellm, field), field
+
+
+def test_only_unpriced_self_hosted_models_with_plain_parameters_skip_litellm():
+    plain = [{"role": "user", "content": "hi"}]
+    assert direct_model_name("openai/qwen2.5-coder-1.5b-instruct") == "qwen2.5-coder-1.5b-instruct"
+    assert direct_model_name("hosted_vllm/meta-llama/Meta-Llama-3.1-8B-Instruct") == "meta-llama/Meta-Llama-3.1-8B-Instruct"
+    # OpenAI's own families (LiteLLM rewrites their parameters), priced models, other providers: LiteLLM.
+    for model in ("openai/gpt-4o-2024-08-06", "openai/o4-mini-2025-04-16", "openai/gpt-5-custom", "openai/deepseek-chat",
+                  "anthropic/claude-sonnet-4-20250514", "bedrock/amazon.nova-pro-v1:0"):
+        assert direct_model_name(model) is None, model
+    assert direct_model("openai/fake", "http://127.0.0.1:1/v1", {"temperature": 0}, plain) == "fake"
+    assert direct_model("openai/fake", None, {}, plain) is None  # no endpoint
+    assert direct_model("openai/fake", "http://127.0.0.1:1/v1", {"thinking": {"type": "enabled"}}, plain) is None
+    assert direct_model("openai/fake", "http://127.0.0.1:1/v1", {}, [{"role": "user", "content": [{"type": "text"}]}]) is None
+
+
+def test_a_refused_connection_is_retried_then_recorded():
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on once the socket is closed
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    gateway = Gateway({"m": ModelConfig(model="openai/fake", api_base=url, max_attempts=2, timeout_s=2)}, backoff_base_s=0.01)
+    result = gateway.complete("m", _msg("anyone?"))
+    assert not result.ok and result.attempts == 2 and "after 2 attempts" in result.error

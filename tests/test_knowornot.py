@@ -648,3 +648,103 @@ def test_policybench_btt_filters_and_loo_with_minilm():
     rows = retrieval.build_experiment_inputs(kept, kept_question_vecs, index, ["m"], ["long_context", "basic_rag"], ["basic"], k=5)
     assert retrieval.loo_violations(rows) == []
     assert all(len(r.context_ids) == 5 for r in rows if r.retrieval == "basic_rag")
+
+
+# ----------------------------------------------------------------- the run's own specs, rates, audit
+
+
+class _ScriptedGateway:
+    """In-process stand-in for the gateway: ``reply(spec)`` decides each call's text."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.calls = []
+
+    def complete_many(self, specs, on_result=None):
+        from refusalbench.tasks.gateway import CallResult
+
+        self.calls.extend(specs)
+        return [CallResult(model=s.model, key=str(i), tag=s.tag, text=self.reply(s)) for i, s in enumerate(specs)]
+
+
+def test_custom_specs_apply_to_all_or_answered_and_can_read_the_context():
+    from refusalbench.tasks.knowornot.llm_stages import evaluate_outputs
+    from refusalbench.tasks.knowornot.records import ExperimentOutput
+
+    pairs = {"p1": QAPair(id="p1", question="When is the fair?", answer="In May.")}
+    rows = [ExperimentInput(experiment_id=e, question_id="q", target="t", retrieval="basic_rag", prompt="basic",
+                            context_ids=["p1"], question="Q?", expected_answer="A.", ookb=False) for e in ("e1", "e2")]
+    outputs = [ExperimentOutput(experiment_id="e1", question_id="q", target="t", retrieval="basic_rag", prompt="basic",
+                                ookb=False, response="I don't know."),
+               ExperimentOutput(experiment_id="e2", question_id="q", target="t", retrieval="basic_rag", prompt="basic",
+                                ookb=False, response="It is A.")]
+    tone = EvalSpec(name="tone", tag="tone", outcomes=["polite", "rude"], prompt="Judge the tone.")
+    grounded = EvalSpec(name="grounded", tag="g", outcomes=["yes", "no"], prompt="Grounded in the context?",
+                        input_fields=["context", "response"], applies_to="answered")
+
+    def reply(call):
+        text = call.messages[-1]["content"]
+        if call.tag.startswith("abstention|"):
+            return "<abstained>" + ("yes" if "don't know" in text else "no") + "</abstained>"
+        if call.tag.startswith("factuality|"):
+            return "<tier>tier_1</tier>"
+        if call.tag.startswith("tone|"):
+            return "<tone>polite</tone>"
+        assert "When is the fair?" in text and "In May." in text  # the context the target saw
+        return "<g>no</g>"
+
+    gateway = _ScriptedGateway(reply)
+    outcomes = evaluate_outputs(gateway, "ev", evaluation.run_specs([tone, grounded]), rows, outputs, pairs=pairs)
+    got = {(o.spec, o.experiment_id): o.outcome for o in outcomes}
+    assert got == {("abstention", "e1"): "yes", ("abstention", "e2"): "no", ("factuality", "e2"): "tier_1",
+                   ("tone", "e1"): "polite", ("tone", "e2"): "polite", ("grounded", "e2"): "no"}
+    assert evaluation.FACTUALITY.applies_to == "answered" and evaluation.ABSTENTION.applies_to == "all"
+    with pytest.raises(ValueError, match="unknown input field"):
+        EvalSpec(name="x", tag="x", outcomes=["a"], prompt="p", input_fields=["answer_key"])
+    assert EvalSpec.model_validate({"name": "x", "tag": "x", "values": ["a", "b"], "prompt": "p"}).outcomes == ["a", "b"]
+
+
+def test_outcome_rates_hand_computed():
+    tone = EvalSpec(name="tone", tag="tone", outcomes=["Polite", "rude"], prompt="p")
+    df = pd.DataFrame(
+        [("m", "direct", "basic", "Polite"), ("m", "direct", "basic", "rude"), ("m", "direct", "basic", "Polite"),
+         ("m", "direct", "basic", None), ("m", "hyde_rag", "basic", None)],
+        columns=["target", "retrieval", "prompt", "tone"],
+    )
+    rates = evaluation.outcome_rates(df, [tone], n_boot=200, seed=3).set_index(["retrieval", "outcome"])
+    polite = rates.loc[("direct", "Polite")]
+    assert (polite.n_judged, polite.n_outcome, polite.rate) == (3, 2, pytest.approx(2 / 3))
+    assert 0 <= polite.ci_low <= polite.rate <= polite.ci_high <= 1
+    assert rates.loc[("direct", "rude")].rate == pytest.approx(1 / 3)
+    assert rates.loc[("hyde_rag", "Polite")].n_judged == 0 and np.isnan(rates.loc[("hyde_rag", "Polite")].rate)
+    again = evaluation.outcome_rates(df, [tone], n_boot=200, seed=3).set_index(["retrieval", "outcome"])
+    assert again.loc[("direct", "Polite")].ci_low == polite.ci_low  # seeded
+
+
+def test_overlap_audit_finds_near_duplicates():
+    from refusalbench.tasks.knowornot.overlap import overlap_audit
+
+    pairs = [QAPair(id=f"p{i}", question=q, answer="a") for i, q in enumerate([
+        "How long is the warranty on new laptops?", "How long is the warranty on new laptops sold online?",
+        "Who approves travel claims for staff?", "When are salaries paid each month?"])]
+    audit = overlap_audit(pairs, HashingEmbedder())
+    tfidf = {level.threshold: level.n_overlapping for level in audit.tfidf}
+    assert tfidf[0.5] == 2 and tfidf[0.9] == 0  # the two warranty questions overlap each other only
+    assert {audit.most_similar[0].id_a, audit.most_similar[0].id_b} == {"p0", "p1"}
+    assert len(audit.most_similar) == 6 and len(audit.nearest_tfidf) == 4
+    assert audit.tfidf[0].overlap_rate == pytest.approx(0.5)
+    assert overlap_audit(pairs[:1], HashingEmbedder()).most_similar == []
+
+
+def test_spread_sentences_takes_from_every_document_in_turn():
+    from refusalbench.tasks.knowornot.records import Sentence
+
+    many = [Sentence(doc_id=d, index=i, text=f"{d}{i}") for d, n in (("a", 5), ("b", 1), ("c", 3)) for i in range(n)]
+    assert [s.text for s in sentences.spread_sentences(many, 5)] == ["a0", "a1", "b0", "c0", "c1"]
+    assert sentences.spread_sentences(many, None) == many and sentences.spread_sentences(many, 99) == many
+
+
+def test_label_sample_default_is_the_papers_200():
+    from refusalbench.tasks.config import KnowOrNotConfig
+
+    assert KnowOrNotConfig(qa_pairs="qa.jsonl", targets=["m"], evaluator="m").label_sample == 200

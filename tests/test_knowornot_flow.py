@@ -134,7 +134,7 @@ IMAGE = '<img src="data:image/png;base64,'
 def demo_model(request):
     """One scripted model plays every role of the demo, decided by the request.
 
-    Facts: the sentence itself (none from a heading); QA: the fact as question and answer;
+    Facts: the sentence itself (none from a short heading-like line); QA: the fact as question and answer;
     HyDE: the question restated; target: abstains without context, otherwise answers citing
     a fact; evaluator: abstained when the reply says so, tier by the answer's length, and a
     citation when the reply names a fact.
@@ -178,6 +178,25 @@ def demo_config(tmp_path, server) -> str:
     return str(path)
 
 
+def look_at_report_in_a_browser(report, shot, images: int) -> None:
+    """Headless Chromium opens the page as a person would: every figure rendered, no section short of data."""
+    import os
+    import shutil
+
+    from tests.browser import PAGE_FACTS, Browser
+
+    with Browser() as browser:
+        facts = browser.look(f"file://{report}", script=PAGE_FACTS, screenshot=shot)
+    assert facts["images"] == images and facts["broken"] == 0, facts["headings"]
+    assert "not enough data" not in facts["text"].lower()
+    assert {"Abstention and factuality per configuration", "Duplicate-overlap audit of the question set"} <= set(
+        facts["headings"])
+    assert shot.stat().st_size > 50_000  # a real full-page photograph, not a blank tab
+    keep = os.environ.get("REFUSALBENCH_SCREENSHOTS")
+    if keep:
+        shutil.copy(shot, os.path.join(keep, "knowornot-report.png"))
+
+
 def test_demo_config_loads_and_its_documents_exist():
     from refusalbench.tasks.config import load_config
     from refusalbench.tasks.knowornot.sentences import read_documents
@@ -209,9 +228,9 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     result = run_knowornot(demo_config(tmp_path, fake_llm), str(out))
 
     sentences = pd.read_parquet(out / "sentences.parquet")
-    assert len(sentences) == 9 and sentences.doc_id.nunique() == 3  # max_sentences, spread over the documents
+    assert len(sentences) == 6 and sentences.doc_id.nunique() == 3  # max_sentences, spread over the documents
     facts = pd.read_parquet(out / "facts.parquet")
-    assert len(facts) == 6  # the three headings state no fact
+    assert len(facts) == 6 and set(facts.doc_id) == set(sentences.doc_id)
     pairs = pd.read_parquet(out / "qa_pairs.parquet")
     assert len(pairs) == 3 and set(pairs.source) <= set(facts.fact_id)  # max_questions, traced back to facts
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
@@ -241,6 +260,7 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
         assert base64.b64decode(image.split('"', 1)[0]).startswith(b"\x89PNG\r\n\x1a\n")
     assert "not enough data" not in report.lower()
     assert "Duplicate-overlap audit" in report and "cites_context" in report
+    look_at_report_in_a_browser(out / "report.html", tmp_path / "kon-report.png", len(images))
 
     # The label command finds the run's own spec (from eval_specs.json, not the registry).
     session = open_label_session(str(out), "cites_context")

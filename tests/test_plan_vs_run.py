@@ -5,7 +5,8 @@ Generation is exact; verification, responses and judging depend on earlier outco
 gives ceilings there, and the script makes those outcomes bite (a generator that garbles multi-
 document items, a verifier that fails every HIGH perturbation, a target that always refuses) so
 that the ceilings are tested as ceilings. Given the benchmark the run produced, ``plan
---benchmark`` sizes the responses exactly.
+--benchmark`` sizes the responses exactly. The standalone ``refusalbench pretest`` is checked the
+same way against the plan's pre-test stage.
 
 Models share roles as in the paper's configs (a generator is also a verifier, a target and the
 judge), so calls are attributed to stages by the JSON schema each request asks for, not by model.

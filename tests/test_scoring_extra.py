@@ -389,3 +389,21 @@ def test_leaderboard_forms_add_garage_scores_and_the_crs_standard_error():
     plain = leaderboard_rows(compute_metrics(frame(M1), ALL_METRICS))
     assert "answer_quality_score" not in plain[0] and "crs_se" not in plain[0]
     assert not np.isnan(by_model["g"]["hybrid_score"])
+
+
+def test_group_bootstrap_matches_row_resampling_within_the_group():
+    df = prepare(synthetic(n_per_model=1200, models=("alpha",)))
+    table = breakdown(df, "domain", n_resamples=1000, seed=3).set_index(["value", "metric"])
+    group = df[df["domain"] == "health"].reset_index(drop=True)      # unanswerable items only
+    rng = np.random.default_rng(11)
+    drawn = {"detection_f1": [], "ece_refusal": []}
+    for _ in range(1000):
+        sample = group.iloc[rng.integers(0, len(group), len(group))].copy()
+        sample["item_id"] = np.arange(len(group)).astype(str)
+        metrics = compute_metrics(sample)["alpha"]
+        for name in drawn:
+            drawn[name].append(metrics[name])
+    for name, values in drawn.items():
+        low, high = np.percentile(values, [2.5, 97.5])
+        assert table.loc[("health", name), "ci_low"] == pytest.approx(low, abs=0.02), name
+        assert table.loc[("health", name), "ci_high"] == pytest.approx(high, abs=0.02), name

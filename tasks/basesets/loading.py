@@ -80,6 +80,9 @@ def write_base_set(items: Iterable[BaseItem], path: str | os.PathLike[str]) -> P
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             for item in items:
                 out.write(json.dumps(item.model_dump(exclude_none=True), ensure_ascii=False) + "\n")
+        umask = os.umask(0)  # mkstemp makes the file private (0600); give it the mode a plain open() would
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

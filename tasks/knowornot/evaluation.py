@@ -164,6 +164,8 @@ def render_eval_messages(spec: EvalSpec, fields: Mapping[str, Any]) -> list[dict
         f"{FIELD_TITLES.get(n, n.replace('_', ' ').capitalize())}:\n{fence(values[n], n, neutralise_also=[spec.tag])}"
         for n in spec.input_fields
     )
+    # The verdicts once more, one per line as the built-in templates end (dry runs pick one from these).
+    user += "\n\nEnd with exactly one of:\n" + "\n".join(f"<{spec.tag}>{o}</{spec.tag}>" for o in spec.outcomes)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

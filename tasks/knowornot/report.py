@@ -25,7 +25,7 @@ from refusalbench.tasks.knowornot.overlap import overlap_audit
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
 from refusalbench.tasks.knowornot.report_page import write_knowornot_report
 from refusalbench.tasks.store import ArtifactStore
-from refusalbench.tasks.ui_artifacts import publish_link, publish_table
+from refusalbench.tasks.ui_artifacts import publish_link, publish_table, story
 
 
 def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], outcomes: list[EvalOutcome],
@@ -70,7 +70,9 @@ def publish_report(store: ArtifactStore, metrics: pd.DataFrame, counts: dict[str
     """Write ``report.html``, show the rates and a link to it in the Prefect UI; returns its URI."""
     uri = write_knowornot_report(store, counts)
     publish_table("knowornot-rates", _records(metrics), "Abstention and factuality per configuration")
-    publish_link("knowornot-report", uri if "://" in uri else f"file://{uri}", runfolder.REPORT.name)
+    link = uri if "://" in uri else f"file://{uri}"
+    publish_link("knowornot-report", link, runfolder.REPORT.name)
+    story("report: %s", link)
     return uri
 
 

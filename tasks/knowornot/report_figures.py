@@ -50,16 +50,20 @@ def rate_bars(metrics: pd.DataFrame, rate: str, low: str, high: str, title: str,
             ax.bar(positions[defined], values[defined], width=width * 0.95, color=_COLOURS[p % len(_COLOURS)],
                    label=plot_text(prompt), yerr=[np.nan_to_num(below[defined]), np.nan_to_num(above[defined])],
                    capsize=3, error_kw={"elinewidth": 1, "ecolor": "#333"})
+            tops = values + np.nan_to_num(above)
+            for x, value, top in zip(positions[defined], values[defined], tops[defined]):
+                ax.text(x, min(top + 0.02, 1.08), f"{100 * value:.0f}%", ha="center", va="bottom", fontsize=7)
             for x in positions[~defined]:
                 ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="#777")
         ax.set_xticks(range(len(strategies)), [plot_text(s) for s in strategies], rotation=20, ha="right")
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.15)
+        ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
         ax.set_ylabel(ylabel)
         ax.set_title(plot_text(target), fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         if index == 0:
             ax.legend(title="system prompt", fontsize=8, title_fontsize=8, loc="upper left")
-    fig.suptitle(f"{title} (bars: 95% bootstrap intervals)")
+    fig.suptitle(f"{title} (whiskers: 95% bootstrap intervals; n/a: nothing to rate)")
     fig.tight_layout()
     return png_base64(fig)
 
@@ -110,6 +114,7 @@ def overlap_histogram(similarities: dict[str, Sequence[float]], thresholds: dict
             ax.axvline(threshold, color="#d55e00", ls="--", lw=1)
         ax.set_xlabel(f"highest {plot_text(measure)} cosine to another question")
         ax.set_ylabel("questions")
+        ax.yaxis.get_major_locator().set_params(integer=True)
     fig.suptitle("Nearest-neighbour similarity of the kept questions (dashed: audit thresholds)")
     fig.tight_layout()
     return png_base64(fig)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.documents import AgreementDocument, OverlapAudit
-from refusalbench.tasks.knowornot.evaluation import BUILT_IN_SPECS
+from refusalbench.tasks.knowornot.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
 from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
 from refusalbench.tasks.knowornot.report_figures import outcome_shares, overlap_histogram, rate_bars
 from refusalbench.tasks.report.layout import CSS, escape, figure_or_note, frame_table, section
@@ -85,20 +85,22 @@ def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
     """The self-contained HTML page (no script, images inline)."""
     sections = [
         section("Abstention and factuality per configuration", _rates_html(inputs)),
-        section("Further evaluation specs", _specs_html(inputs)),
+        section("Factuality tiers and the run's own evaluation specs", _specs_html(inputs)),
         section("Human labels and agreement", _agreement_html(inputs)),
         section("Duplicate-overlap audit of the question set", _overlap_html(inputs)),
         section("Counts", _counts_html(inputs.counts)),
     ]
     return ("<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
             f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
-            f"<p>{escape(_filter_line(inputs.filter_report))}</p>{''.join(sections)}</body></html>")
+            f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts))}</p>{''.join(sections)}</body></html>")
 
 
-def _filter_line(report: Mapping[str, Any]) -> str:
-    return (f"Leave-one-out over {report.get('n_kept')} QA pairs kept of {report.get('n_input')}: the keyword "
-            f"filter removed {report.get('removed_keyword')}, the semantic filter removed "
-            f"{report.get('removed_semantic')} (method {report.get('method')}).")
+def _filter_line(report: Mapping[str, Any], counts: Mapping[str, Any]) -> str:
+    used = counts.get("qa_pairs", report.get("n_kept"))
+    cut = f", of which the first {used} were used (max_questions)" if used != report.get("n_kept") else ""
+    return (f"Leave-one-out over a knowledge base of {used} QA pairs: the diversity filters kept {report.get('n_kept')} "
+            f"of {report.get('n_input')}{cut}; the keyword filter removed {report.get('removed_keyword')}, the "
+            f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}).")
 
 
 def _rates_html(inputs: KnowOrNotReportInputs) -> str:
@@ -111,7 +113,7 @@ def _rates_html(inputs: KnowOrNotReportInputs) -> str:
                        "abstention rate per retrieval x prompt x target"),
         figure_or_note(rate_bars(metrics, "factuality_rate", "factuality_ci_low", "factuality_ci_high",
                                  "Factuality rate of the answered responses", "factuality rate"),
-                       "factuality rate per retrieval x prompt x target (no answered response was judged)"),
+                       "factuality rate per retrieval x prompt x target"),
     ]
     table = metrics.copy()
     for name in ("abstention", "factuality"):
@@ -132,28 +134,38 @@ def _rate_with_interval(rate: Any, low: Any, high: Any) -> str:
 
 
 def _specs_html(inputs: KnowOrNotReportInputs) -> str:
-    built_in = {s.name for s in BUILT_IN_SPECS}
-    custom = [s for s in inputs.specs if s.name not in built_in]
-    rates = inputs.spec_rates
+    """Factuality's tiers, then each spec of the run's own: its outcome shares drawn and tabulated."""
+    rates = inputs.spec_rates if inputs.spec_rates is not None else pd.DataFrame()
     parts = []
-    if not custom:
-        parts.append("<p>This run applied only the built-in specs (abstention, factuality). Add your own under "
-                     "<code>knowornot.evaluations</code> in the config: name, tag, outcomes, prompt, and optionally "
-                     "input_fields and applies_to (all | answered).</p>")
-    for spec in custom:
+    for spec in inputs.specs:
+        if spec.name == ABSTENTION.name:
+            continue  # its two outcomes are the abstention rate above
         scope = "every response" if spec.applies_to == "all" else "the responses judged as answered"
-        parts.append(f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} in "
-                     f"&lt;{escape(spec.tag)}&gt;, applied to {scope}.</p>")
-        if rates is not None and not rates.empty:
-            parts.append(figure_or_note(outcome_shares(rates, spec.name, spec.outcomes),
-                                        f"outcomes of {spec.name} (the evaluator judged no response)"))
-    if rates is not None and not rates.empty:
-        table = rates.copy()
-        table["rate (95% CI)"] = [_rate_with_interval(r, lo, hi)
-                                  for r, lo, hi in zip(table["rate"], table["ci_low"], table["ci_high"])]
-        shown = ["target", "retrieval", "prompt", "spec", "outcome", "n_judged", "n_outcome", "rate (95% CI)"]
-        parts.append("<h3>Share of each outcome, every spec</h3>" + frame_table(table[shown], max_rows=400))
+        parts.append(f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} given in "
+                     f"&lt;{escape(spec.tag)}&gt; tags, for {scope}; share of the responses judged.</p>")
+        if spec.name != FACTUALITY.name and not rates.empty:
+            parts.append(figure_or_note(outcome_shares(rates, spec.name, spec.outcomes), f"outcomes of {spec.name}"))
+        parts.append(_outcome_table(rates, spec))
+    if all(s.name in (ABSTENTION.name, FACTUALITY.name) for s in inputs.specs):
+        parts.append("<p>This run applied only the built-in specs. Add your own under <code>knowornot.evaluations"
+                     "</code> in the config: name, tag, outcomes, prompt, and optionally input_fields and "
+                     "applies_to (all | answered).</p>")
     return "".join(parts)
+
+
+def _outcome_table(rates: pd.DataFrame, spec: EvalSpec) -> str:
+    """One row per configuration, one column per outcome: its share with the 95% interval."""
+    part = rates[rates["spec"] == spec.name] if not rates.empty else rates
+    if part.empty:
+        return "<p>No outcomes recorded for this spec.</p>"
+    keys = ["target", "retrieval", "prompt"]
+    rows = []
+    for key, group in part.groupby(keys, sort=True):
+        row = dict(zip(keys, key)) | {"n judged": int(group["n_judged"].iloc[0])}
+        for record in group.itertuples(index=False):
+            row[record.outcome] = _rate_with_interval(record.rate, record.ci_low, record.ci_high)
+        rows.append(row)
+    return frame_table(pd.DataFrame(rows, columns=[*keys, "n judged", *spec.outcomes]))
 
 
 def _agreement_html(inputs: KnowOrNotReportInputs) -> str:

@@ -12,6 +12,8 @@ mathtext.
 - :mod:`.outcomes`: response distribution, standard errors, multi-document judging, FRR-MRR correlation.
 - :mod:`.audit_section`: the human-audit section (``audit.json``, Table 2 form).
 - :mod:`.gv`: the generator × verifier section (funnel, verdict consistency, pre-checks).
+- :mod:`.generation_figures`: composition, contributions, pass rates, self-evaluation bias, verifier kappa.
+- :mod:`.comparison_figures`: scaling, SFT vs DPO, thinking budget, domain difficulty (from the registry).
 - :mod:`.layout`: HTML building blocks (style sheet, escaping, tables, sections).
 """
 
@@ -21,11 +23,12 @@ from refusalbench.tasks.report.leaderboard import (
     leaderboard_rows,
     ranked_models,
 )
-from refusalbench.tasks.report.page import ReportInputs, build_report
+from refusalbench.tasks.report.page import ReportInputs, build_generation_report, build_report
 
 __all__ = [
     "LEADERBOARD_METRICS",
     "ReportInputs",
+    "build_generation_report",
     "build_report",
     "leaderboard_markdown",
     "leaderboard_rows",

@@ -23,7 +23,12 @@ from matplotlib.figure import Figure
 
 from refusalbench.tasks.report.figures import _plot_text, _png
 from refusalbench.tasks.report.layout import escape, image_tag, section
-from refusalbench.tasks.report.leaderboard import LEADERBOARD_METRICS, format_value, is_nan
+from refusalbench.tasks.report.leaderboard import (
+    LEADERBOARD_METRICS,
+    MULTI_DOCUMENT_LEADERBOARD,
+    format_value,
+    is_nan,
+)
 
 # Outcome -> (label, colour): answers in greens/reds, refusals in blues/oranges.
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {
@@ -107,7 +112,8 @@ def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] |
     """Bootstrap standard errors of the leaderboard metrics, one row per model."""
     if not standard_errors:
         return None
-    names = [(n, label) for n, label in LEADERBOARD_METRICS if any(n in v for v in standard_errors.values())]
+    names = [(n, label) for n, label in LEADERBOARD_METRICS + MULTI_DOCUMENT_LEADERBOARD
+             if any(not is_nan(v.get(n)) for v in standard_errors.values())]
     if not names:
         return None
     head = "<tr><th class='name'>Model</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in names) + "</tr>"

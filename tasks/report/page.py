@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from refusalbench.tasks.report.audit_section import audit_html
+from refusalbench.tasks.report.comparison_figures import comparison_figures_html
 from refusalbench.tasks.report.figures import (
     class_intensity_heatmap,
     confusion_plot,
@@ -24,6 +25,7 @@ from refusalbench.tasks.report.figures import (
     round_trend_plot,
     scatter_plot,
 )
+from refusalbench.tasks.report.generation_figures import FIGURE_KEYS, generation_figures_html
 from refusalbench.tasks.report.gv import gv_section_html
 from refusalbench.tasks.report.layout import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
 from refusalbench.tasks.report.leaderboard import format_interval, format_value, leaderboard_metrics, ranked_models
@@ -60,6 +62,9 @@ class ReportInputs:
     response_distribution: pd.DataFrame | None = None
     frr_mrr_correlation: Mapping[str, Any] | None = None
     multi_document: Mapping[str, Mapping[str, int]] | None = None
+    # Registry entries per model (family, parameters_b, training, thinking_budget); default:
+    # the manifest's ``config.models``.
+    model_info: Mapping[str, Mapping[str, Any]] | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
@@ -146,6 +151,42 @@ def _base_set_section(run: ReportInputs) -> str | None:
     return section("Base set", body)
 
 
+def _generation_sections(run: ReportInputs) -> list[str]:
+    """Base set, generation figures, the G-V analysis and the human audit: what generation left."""
+    sections = [s for s in [_base_set_section(run)] if s]
+    if run.gv_analysis:
+        sections.append(section("Benchmark generation", generation_figures_html(run.gv_analysis)))
+        tables = {k: v for k, v in run.gv_analysis.items() if k not in FIGURE_KEYS}  # those are drawn above
+        sections.append(section("Generator × verifier analysis", gv_section_html(tables)))
+    if run.audit:
+        sections.append(section("Human audit of generated items", audit_html(run.audit)))
+    return sections
+
+
+def _comparison_section(run: ReportInputs) -> str:
+    registry = run.model_info if run.model_info is not None else ((run.manifest or {}).get("config") or {}).get("models")
+    return section("Model comparison", comparison_figures_html(run.metrics, run.breakdown, registry))
+
+
+def _page(run: ReportInputs, sections: Sequence[str]) -> str:
+    stamp = f"<p class='note'>Generated {escape(run.generated_at)}</p>" if run.generated_at else ""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(run.title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}"
+        + "".join(sections)
+        + "</body></html>\n"
+    )
+
+
+def build_generation_report(run: ReportInputs) -> str:
+    """The report of a run with no scores (after ``generate``): what generation made, and its metadata."""
+    sections = _generation_sections(run)
+    if run.manifest:
+        sections.append(section("Run metadata", mapping_html(run.manifest)))
+    return _page(run, sections)
+
+
 def build_report(run: ReportInputs) -> str:
     """The whole report as one self-contained HTML string."""
     order = ranked_models(run.metrics)
@@ -219,30 +260,16 @@ def build_report(run: ReportInputs) -> str:
 
     if _non_empty(run.champions):
         sections.append(section("Domain champions", frame_table(run.champions)))
+    sections.append(_comparison_section(run))
 
     if run.round_trend is not None and not run.round_trend.empty:
         trend_plot = round_trend_plot(run.round_trend)
         body = (image_tag(trend_plot, "trend across rounds") if trend_plot else "") + frame_table(run.round_trend)
         sections.append(section("Trend across rounds", body))
 
-    base_set = _base_set_section(run)
-    if base_set:
-        sections.append(base_set)
-
-    if run.gv_analysis:
-        sections.append(section("Generator × verifier analysis", gv_section_html(run.gv_analysis)))
-
-    if run.audit:
-        sections.append(section("Human audit of generated items", audit_html(run.audit)))
+    sections.extend(_generation_sections(run))
 
     if run.manifest:
         sections.append(section("Run metadata", mapping_html(run.manifest)))
 
-    stamp = f"<p class='note'>Generated {escape(run.generated_at)}</p>" if run.generated_at else ""
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(run.title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}"
-        + "".join(sections)
-        + "</body></html>\n"
-    )
+    return _page(run, sections)

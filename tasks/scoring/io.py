@@ -87,7 +87,9 @@ def _read_jsonl(path: Path) -> tuple[pd.DataFrame, list[int]]:
 def read_judged(path: str | Path) -> pd.DataFrame:
     """Read judged responses (Parquet, JSONL or CSV) and return them :func:`prepare`-d.
 
-    Errors are InputError with the file line of the first bad record (Parquet: row number).
+    Multi-document columns (``raf``, ``eligibility``, ``factuality``, ``variant``) are
+    optional. Errors are InputError with the file line of the first bad record (Parquet:
+    row number).
     """
     path = Path(path)
     if not path.is_file():

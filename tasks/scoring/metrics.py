@@ -251,16 +251,23 @@ def run_metrics(df: pd.DataFrame) -> tuple[str, ...]:
     return ALL_METRICS if has_multi else METRICS
 
 
-def compute_metrics(df: pd.DataFrame, names: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+def model_stats(df: pd.DataFrame) -> tuple[list[str], np.ndarray]:
+    """(models sorted, their sufficient statistics (models × _N_STATS)) of a prepared frame."""
+    codes, models = model_codes(df)
+    return models, sufficient_stats(codes, len(models), row_arrays(df))
+
+
+def compute_metrics(df: pd.DataFrame, names: Sequence[str] | None = None,
+                    per_model: tuple[list[str], np.ndarray] | None = None) -> dict[str, dict[str, float]]:
     """{model: {metric: value}} (NaN where undefined) plus counts.
 
     ``names`` defaults to :func:`run_metrics`; ask for :data:`ALL_METRICS` to have the
-    multi-document metrics (NaN) on a single-document run too.
+    multi-document metrics (NaN) on a single-document run too. ``per_model``: the
+    :func:`model_stats` of ``df`` when the caller has them already.
     """
     df = ensure_prepared(df)
     names = tuple(names) if names is not None else run_metrics(df)
-    codes, models = model_codes(df)
-    stats = sufficient_stats(codes, len(models), row_arrays(df))
+    models, stats = per_model if per_model is not None else model_stats(df)
     values = metrics_from_stats(stats)
     counts = _counts_from_stats(stats)
     result: dict[str, dict[str, float]] = {}

@@ -21,7 +21,7 @@ from refusalbench.tasks.scoring.breakdowns import (
     refusal_rate_by_intensity,
 )
 from refusalbench.tasks.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
-from refusalbench.tasks.scoring.metrics import ALL_METRICS, COUNTS, compute_metrics, run_metrics
+from refusalbench.tasks.scoring.metrics import ALL_METRICS, COUNTS, compute_metrics, model_stats, run_metrics
 from refusalbench.tasks.scoring.summary import frr_mrr_correlation, multi_document_counts, response_distribution
 
 
@@ -63,7 +63,8 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
     """
     df = ensure_prepared(df)
     names = run_metrics(df)
-    metrics = compute_metrics(df, ALL_METRICS)
+    per_model = model_stats(df)
+    metrics = compute_metrics(df, ALL_METRICS, per_model)
     intervals, errors = (bootstrap_summary(df, names, n_resamples=n_resamples, seed=seed)
                          if n_resamples > 0 else ({}, {}))
     parts = [overall_rows(metrics, intervals, names)] + [
@@ -81,9 +82,9 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
         class_intensity=class_intensity_grid(df),
         refusal_by_intensity=refusal_rate_by_intensity(df),
         champions=domain_champions(df),
-        response_distribution=response_distribution(df),
+        response_distribution=response_distribution(df, per_model=per_model),
         frr_mrr_correlation=frr_mrr_correlation(metrics),
-        multi_document=multi_document_counts(df),
+        multi_document=multi_document_counts(df, per_model),
         n_resamples=n_resamples,
         seed=seed,
         generated_at=generated_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

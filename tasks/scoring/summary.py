@@ -27,7 +27,7 @@ import pandas as pd
 
 from refusalbench.tasks.scoring.inputs import ensure_prepared
 from refusalbench.tasks.scoring.intervals import wilson
-from refusalbench.tasks.scoring.metrics import STAT_INDEX, model_codes, row_arrays, sufficient_stats
+from refusalbench.tasks.scoring.metrics import STAT_INDEX, model_stats
 
 # outcome -> (stats added, stats subtracted): its count from the sufficient statistics.
 OUTCOMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -53,13 +53,15 @@ def outcome_counts(stats: np.ndarray) -> dict[str, np.ndarray]:
             for outcome, (added, subtracted) in OUTCOMES.items()}
 
 
-def response_distribution(df: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
-    """One row per model × outcome: count, fraction of the model's scorable rows, Wilson interval, n."""
-    df = ensure_prepared(df)
-    codes, models = model_codes(df)
+def response_distribution(df: pd.DataFrame, level: float = 0.95,
+                          per_model: tuple[list[str], np.ndarray] | None = None) -> pd.DataFrame:
+    """One row per model × outcome: count, fraction of the model's scorable rows, Wilson interval, n.
+
+    ``per_model``: the :func:`~.metrics.model_stats` of ``df`` when the caller has them already.
+    """
+    models, stats = per_model if per_model is not None else model_stats(ensure_prepared(df))
     if not models:
         return pd.DataFrame({c: [] for c in DISTRIBUTION_COLUMNS})
-    stats = sufficient_stats(codes, len(models), row_arrays(df))
     n = stats[:, STAT_INDEX["n"]]
     frames = []
     for outcome, count in outcome_counts(stats).items():
@@ -112,11 +114,10 @@ def frr_mrr_correlation(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     return correlation(metrics, *CORRELATED)
 
 
-def multi_document_counts(df: pd.DataFrame) -> dict[str, dict[str, int]]:
+def multi_document_counts(df: pd.DataFrame,
+                          per_model: tuple[list[str], np.ndarray] | None = None) -> dict[str, dict[str, int]]:
     """Per model with multi-document rows: items, answerable items and judged answer attempts."""
-    df = ensure_prepared(df)
-    codes, models = model_codes(df)
-    stats = sufficient_stats(codes, len(models), row_arrays(df))
+    models, stats = per_model if per_model is not None else model_stats(ensure_prepared(df))
 
     def count(i: int, name: str) -> int:
         return int(stats[i, STAT_INDEX[name]])

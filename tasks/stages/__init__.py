@@ -7,7 +7,7 @@ itself stays in the per-stage modules beside this package (``tasks.generate``,
 ``tasks.verify``, ``tasks.respond``, ``tasks.judge``: pure functions + one ``@task`` each),
 so a flow body is just these calls in order:
 
-    generation:  assign.record_inputs -> generate.generate_candidates -> verify.verify_candidates
+    generation:  pretest.pretested_inputs -> assign.record_inputs -> generate.generate_candidates -> verify.verify_candidates
                  -> select.select_benchmark -> analyse.analyse
     evaluation:  respond.respond_and_judge -> score.score_judgments -> report.report_results
 """

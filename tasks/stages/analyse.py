@@ -1,11 +1,19 @@
-"""Stage: analyse. The generator-verifier analysis of the run: ``gv_analysis.json`` and UI tables."""
+"""Stage: analyse. The generator-verifier analysis of the run: ``gv_analysis.json``, UI tables and a
+generation-only ``report.html`` (an evaluation in the same folder replaces it with the full report)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from refusalbench.tasks import runfolder
-from refusalbench.tasks.gv_analysis import consistency_rows, gv_analysis, matrix_rows, summary_markdown
+from refusalbench.tasks.gv_analysis import (
+    consistency_rows,
+    gv_analysis,
+    matrix_rows,
+    self_evaluation_class_rows,
+    summary_markdown,
+)
+from refusalbench.tasks.outputs import write_generation_report
 from refusalbench.tasks.stages import StageRun
 from refusalbench.tasks.stages.select import Selection
 from refusalbench.tasks.ui_artifacts import publish_markdown, publish_table
@@ -25,5 +33,10 @@ def analyse(run: StageRun, selection: Selection, generators: list[str], verifier
                       "attempted -> parsed -> prechecked -> verified -> accepted -> sampled")
         publish_table("gv-verdict-consistency", consistency_rows(analysis),
                       "Verdicts that contradict the verifier's own criteria (a contradicted PASS counts as FAIL)")
+        publish_table("gv-self-evaluation-by-class", self_evaluation_class_rows(analysis),
+                      "Self pass rate minus cross pass rate, per model that generates and verifies, by class")
         publish_markdown("gv-summary", summary_markdown(analysis), "Generator-verifier analysis")
+    with run.recorder.stage("report"):  # after the manifest is saved: the report shows it
+        write_generation_report(run.store)
+        run.recorder.artifact(runfolder.REPORT)
     return analysis

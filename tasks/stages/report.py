@@ -9,7 +9,7 @@ from refusalbench.tasks.outputs import write_report
 from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows
 from refusalbench.tasks.scoring import ScoreResult
 from refusalbench.tasks.stages import StageRun
-from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publish_table
+from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publish_table, story
 
 
 def report_results(run: StageRun, result: ScoreResult) -> str:
@@ -18,10 +18,11 @@ def report_results(run: StageRun, result: ScoreResult) -> str:
     with run.recorder.stage("report"):
         report_uri = write_report(run.store, result)
         run.recorder.artifact(runfolder.REPORT)
-    publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals),
+    publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals, result.standard_errors),
                   "Models ranked by calibrated refusal score")
     publish_markdown("leaderboard-md", leaderboard_markdown(result.metrics, result.intervals), "Leaderboard")
     publish_link("report", _link(report_uri), runfolder.REPORT.name, "Self-contained HTML report")
+    story("report: %s", _link(report_uri))
     return report_uri
 
 

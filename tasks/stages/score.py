@@ -14,7 +14,7 @@ def score_judgments(run: StageRun, items: list[BenchmarkItem], targets: list[str
     """Metrics of every target; rows whose call or judging failed are counted, not scored."""
     ev = run.cfg.evaluation
     with run.recorder.stage("score"):
-        frame, excluded = judged_frame(judgments)
+        frame, excluded = judged_frame(judgments, items)
         run.store.save(runfolder.JUDGED, frame)
         result = write_scores(run.store, frame, bootstrap=ev.bootstrap, seed=ev.seed)
         run.recorder.artifact(runfolder.JUDGED, runfolder.METRICS, runfolder.BREAKDOWN, runfolder.CONFUSION)

@@ -1,0 +1,258 @@
+"""One attempt of a chat completion, as the gateway makes it: through LiteLLM, or posted directly.
+
+LiteLLM reaches any provider, but spends milliseconds of CPU per call (parameter mapping,
+the OpenAI SDK's request building and response models, logging and cost hooks) on the
+gateway's single event-loop thread; with hundreds of calls in flight that thread, not the
+provider, sets the pace. For the calls where LiteLLM would send the request body unchanged
+anyway — an unpriced, self-hosted model behind an OpenAI-compatible ``api_base`` (llama.cpp,
+vLLM, the scripted server) with plain sampling parameters — the gateway posts that same body
+itself over one shared aiohttp session (:class:`DirectClient`). Everything else (hosted
+providers, priced models, OpenAI's own model families, which LiteLLM rewrites, any other
+parameter) goes through LiteLLM.
+
+Both paths fail the same way: a :class:`CallFailed` that says whether another attempt is
+worth it. 429/5xx/408/409/425, timeouts, dropped connections and replies that are not JSON
+are; other 4xx are not. ``Retry-After`` travels with the failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any, NamedTuple
+
+# Providers whose requests LiteLLM passes through unchanged for plain string messages and the
+# parameters below (its plain OpenAI and hosted-vLLM chat configs).
+DIRECT_PROVIDERS = ("openai/", "hosted_vllm/")
+PASS_THROUGH_PARAMS = frozenset({
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n",
+    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+})
+# OpenAI's own model names: LiteLLM rewrites their parameters (o-series, GPT-5) even behind an api_base.
+_OPENAI_FAMILIES = re.compile(r"^(o\d|gpt-|chatgpt|ft:|text-|davinci|babbage|codex|computer-use)")
+# The exception names LiteLLM gives these statuses, so error messages read the same on both paths.
+_STATUS_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+                 404: "NotFoundError", 408: "Timeout", 422: "UnprocessableEntityError", 429: "RateLimitError",
+                 500: "InternalServerError", 503: "ServiceUnavailableError"}
+_RETRIED_4XX = (408, 409, 425, 429)
+
+
+class CallFailed(Exception):
+    """A failed attempt: whether another attempt is worth it, and how long the provider asked us to wait."""
+
+    def __init__(self, message: str, *, retriable: bool, retry_after: float | None = None):
+        super().__init__(message)
+        self.retriable = retriable
+        self.retry_after = retry_after
+
+
+class Reply(NamedTuple):
+    """What an attempt brought back, the same on both paths."""
+
+    text: Any
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cost_usd: float | None
+    finish_reason: str | None
+
+
+# ---------------------------------------------------------------- through LiteLLM
+
+
+@functools.lru_cache(maxsize=1)
+def litellm_module() -> Any:
+    """LiteLLM, imported (seconds) and quietened on first use: a process whose calls all take
+    the direct path never imports it."""
+    import litellm
+
+    litellm.suppress_debug_info = True
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    return litellm
+
+
+async def litellm_completion(model: str, messages: list[dict[str, str]], timeout_s: float, kwargs: dict[str, Any]) -> Reply:
+    litellm = litellm_module()
+    try:
+        response = await litellm.acompletion(
+            model=model,
+            messages=messages,
+            timeout=timeout_s,
+            max_retries=0,  # the SDK must not retry behind our back: attempts stay bounded
+            num_retries=0,
+            **kwargs,
+        )
+    except Exception as exc:  # provider errors of every kind become a CallFailed
+        raise classify(exc) from None
+    try:
+        choice = response.choices[0]
+        text = choice.message.content
+    except (AttributeError, IndexError, TypeError):
+        raise CallFailed("malformed reply: no choices", retriable=True) from None
+    usage = getattr(response, "usage", None)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response))
+    except Exception:  # unknown price (local models): cost is unknown, not zero
+        cost = None
+    return Reply(text, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None), cost,
+                 getattr(choice, "finish_reason", None))
+
+
+def _retry_after_seconds(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or getattr(exc, "headers", None) or {}
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except AttributeError:
+        value = None
+    if value is None:
+        extra = getattr(exc, "litellm_response_headers", None)
+        if extra is not None:
+            value = extra.get("retry-after")
+    return _seconds(value)
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def classify(exc: BaseException) -> CallFailed:
+    """Decide whether an exception from LiteLLM is worth another attempt."""
+    litellm = litellm_module()
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    message = f"{name}: {str(exc).splitlines()[0][:300] if str(exc) else ''}".strip()
+    if status is not None:
+        message = f"HTTP {status} {message}"
+    retry_after = _retry_after_seconds(exc)
+    not_retriable = (
+        litellm.AuthenticationError,
+        litellm.BadRequestError,
+        litellm.NotFoundError,
+        litellm.PermissionDeniedError,
+        litellm.ContextWindowExceededError,
+    )
+    if isinstance(exc, not_retriable) and not isinstance(exc, litellm.RateLimitError):
+        return CallFailed(message, retriable=False)
+    if isinstance(status, int) and 400 <= status < 500 and status not in _RETRIED_4XX:
+        return CallFailed(message, retriable=False)
+    # 429, 5xx, timeouts, dropped connections and replies that did not decode: try again.
+    return CallFailed(message, retriable=True, retry_after=retry_after)
+
+
+# ---------------------------------------------------------------- direct
+
+
+@functools.lru_cache(maxsize=1)
+def _priced_models() -> frozenset[str]:
+    """Model names LiteLLM's offline cost map prices (read from its JSON, without importing LiteLLM)."""
+    spec = importlib.util.find_spec("litellm")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "model_prices_and_context_window_backup.json"
+        if path.exists():
+            return frozenset(json.loads(path.read_text(encoding="utf-8")))
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def direct_model_name(model: str) -> str | None:
+    """The model name to post when calls to ``model`` (a LiteLLM model string) may skip LiteLLM.
+
+    Only unpriced models outside OpenAI's own families: for those LiteLLM neither rewrites
+    the request nor finds a price, so the direct path sends the same body and records the
+    same unknown cost (None).
+    """
+    provider = next((p for p in DIRECT_PROVIDERS if model.startswith(p)), None)
+    if provider is None:
+        return None
+    name = model[len(provider):]
+    if not name or _OPENAI_FAMILIES.match(name):
+        return None
+    priced = _priced_models()
+    if name in priced or model in priced or f"openai/{name}" in priced:
+        return None
+    return name
+
+
+def direct_model(model: str, api_base: str | None, params: dict[str, Any], messages: list[dict[str, Any]]) -> str | None:
+    """The model name to post if this call can take the direct path, else None (LiteLLM then)."""
+    if not api_base or not params.keys() <= PASS_THROUGH_PARAMS:
+        return None
+    if not all(isinstance(m.get("content"), str) and m.keys() <= {"role", "content"} for m in messages):
+        return None
+    return direct_model_name(model)
+
+
+class DirectClient:
+    """Posts chat completions over one aiohttp session, created on first use inside the gateway's loop."""
+
+    def __init__(self) -> None:
+        self._session: Any = None
+
+    def _client(self) -> Any:
+        if self._session is None:
+            import aiohttp
+
+            # No connection cap here: the gateway's per-model semaphores bound what is in flight.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def complete(self, api_base: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float) -> Reply:
+        """POST ``body`` to ``api_base``/chat/completions; the reply, or a :class:`CallFailed`."""
+        import aiohttp
+
+        # Per phase, like the OpenAI SDK's timeout: no single connect or read may take longer.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        url = api_base.rstrip("/") + "/chat/completions"
+        try:
+            async with self._client().post(url, data=json.dumps(body), headers=headers, timeout=timeout) as answer:
+                raw = await answer.read()
+                status, retry_after = answer.status, answer.headers.get("retry-after")
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
+        except aiohttp.ClientError as exc:  # refused, reset, dropped mid-reply: try again
+            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+        if status >= 400:
+            raise status_failure(status, raw, retry_after)
+        try:
+            reply = json.loads(raw)
+            choice = reply["choices"][0]
+            text = choice["message"]["content"]
+        except ValueError:
+            raise CallFailed(f"APIError: the reply is not JSON: {_first_line(raw.decode('utf-8', 'replace'))}",
+                             retriable=True) from None
+        except (KeyError, IndexError, TypeError):
+            raise CallFailed("malformed reply: no choices", retriable=True) from None
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        # Direct calls go only to models LiteLLM has no price for: cost unknown, as it would say.
+        return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"))
+
+
+def status_failure(status: int, raw: bytes, retry_after: str | None) -> CallFailed:
+    """An HTTP error status as a CallFailed, retried as the LiteLLM path retries it."""
+    detail = raw.decode("utf-8", "replace")
+    try:
+        error = json.loads(detail).get("error")
+        detail = (error.get("message") if isinstance(error, dict) else error) or detail
+    except (ValueError, AttributeError):
+        pass
+    name = _STATUS_NAMES.get(status, "ServiceUnavailableError" if status >= 500 else "APIError")
+    message = f"HTTP {status} {name}: {_first_line(str(detail))}"
+    if 400 <= status < 500 and status not in _RETRIED_4XX:
+        return CallFailed(message, retriable=False)
+    return CallFailed(message, retriable=True, retry_after=_seconds(retry_after))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else ""
