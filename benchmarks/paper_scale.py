@@ -234,6 +234,9 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool) -> dict[s
         "process_exit_s": first["process_wall_s"] - (first["finished_at"] - first["process_started"]),
         "rerun": second and {"wall_s": second["wall_s"], "process_wall_s": second["process_wall_s"],
                              "calls": second["calls"]},
+        "run_started_at": first["started_at"],
+        # Every request as (seconds since the run started, model, stage): enough to replay what was in flight.
+        "requests": [(round(c["time"] - first["started_at"], 4), c["model"], stage_of(c)) for c in calls],
     }
 
 
@@ -274,7 +277,7 @@ def main() -> None:
     parser.add_argument("--py-spy", metavar="FILE",
                         help="profile the run with py-spy, idle samples included: FILE.json speedscope, else collapsed stacks")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (run folders, config, call cache)")
-    parser.add_argument("--json", help="also write the raw figures to this file")
+    parser.add_argument("--json", help="also write the raw figures (and every request's time, model, stage) to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -295,7 +298,7 @@ def main() -> None:
             result = measure(shape, Path(tmp), args.py_spy, args.rerun)
     print_report(result)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

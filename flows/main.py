@@ -18,6 +18,7 @@ from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.outputs import write_generation_report
 from refusalbench.tasks.stages.assign import prepare_inputs
 from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.ui_artifacts import story
 
 
 @flow(name="refusalbench-run", log_prints=True)
@@ -25,8 +26,8 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
     cfg = load_config(config_path)
     with model_endpoints(cfg, cfg.used_models()):
         generated = configured(generation_flow, cfg, out)(config_path, out, seed)
-        print(f"benchmark: {generated['sampled']} items ({generated['accepted']} accepted of "
-              f"{generated['candidates']} candidates)")
+        story("benchmark: %d items (%d accepted of %d candidates)", generated["sampled"], generated["accepted"],
+              generated["candidates"])
         if generated["sampled"] == 0:
             # Nothing to evaluate. Still leave a report of the generation funnel and the
             # verifier analysis, which say why, then fail the run.
@@ -34,6 +35,7 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
             raise RuntimeError(f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
                                f"see the generator-verifier analysis in {report}")
         evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out)
+        story("report: %s", evaluated["report"])
     return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
             "generation": generated}
 

@@ -1,6 +1,7 @@
 """The Prefect UI as a person sees it: a real ``prefect server``, a scripted main run from the
 command line, then the flow-run pages, their Logs and Task Runs tabs and the artifacts in
-headless Chromium.
+headless Chromium (slow). A quick test checks the mechanism on Prefect's test harness: the
+run's story reaches the API at INFO while Prefect logs at WARNING, and not the terminal.
 
 The flow runs through the CLI with Prefect's API pointed at the server (server mode) and the
 CLI's own logging defaults, as a user runs it. The API finds the run and artifact ids; what
@@ -122,7 +123,7 @@ def test_the_story_reaches_the_runs_log_at_info_and_not_the_terminal(capfd):
         return FlowRunContext.get().flow_run.id
 
     run_id = told()
-    APILogHandler.flush()
+    APILogHandler().flush()
     with get_client(sync_client=True) as client:
         logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
     assert [log.message for log in logs if log.name == "refusalbench.story"] == ["stage score: done in 0.1 s"]
