@@ -133,8 +133,12 @@ def run_child(config: Path, out: Path, env: dict[str, str], py_spy: str | None) 
     args = [sys.executable, __file__, "--child", "--config", str(config), "--out", str(out)]
     if py_spy:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        fmt = "speedscope" if py_spy.endswith(".json") else "raw"  # speedscope keeps the samples in order: a timeline
-        args = [spy, "record", "--format", fmt, "--threads", "--idle", "--rate", "50", "--output", py_spy, "--", *args]
+        # Speedscope keeps the samples in order, idle ones included: a timeline of each thread.
+        # Raw (collapsed stacks) keeps the busy ones: where the CPU went. Sampling without
+        # stopping the process keeps the profile from slowing a run of a hundred threads.
+        timeline = py_spy.endswith(".json")
+        args = [spy, "record", "--format", "speedscope" if timeline else "raw", "--threads", "--nonblocking",
+                *(["--idle"] if timeline else []), "--rate", "50", "--output", py_spy, "--", *args]
     process_started = time.time()
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=6 * 3600)
     process_ended = time.time()

@@ -73,13 +73,17 @@ def check_or_raise(cfg: RunConfig, names: list[str]) -> list[str]:
 
 
 def runner_slots(cfg: RunConfig) -> int:
-    """Task-runner slots for a run: two shard tasks in flight per model the config uses.
+    """Task-runner slots for a run: four shard tasks in flight per model the config uses.
 
     A shard task mostly waits on the gateway's event loop, so a slot costs a thread, not a
     core. With fewer slots than models, the slots fill with a few models' shards while the
     other models sit idle (30 targets on 8 slots kept ~40 calls in flight instead of 30 x 16).
+    Two per model are not enough either: a judge task holds its slot while it waits for its
+    respond task, and the runner's queue is first come, first served, so with every respond
+    task queued first the judge got its first slots only as the respond stage ended (30
+    targets: the judge, the run's bottleneck, idled for the first ~25 s of the stage).
     """
-    return max(8, min(256, 2 * len(cfg.used_models())))
+    return max(8, min(256, 4 * len(cfg.used_models())))
 
 
 def configured(flow_fn, cfg: RunConfig, out: str):
