@@ -134,7 +134,8 @@ IMAGE = '<img src="data:image/png;base64,'
 def demo_model(request):
     """One scripted model plays every role of the demo, decided by the request.
 
-    Facts: the sentence itself (none from a short heading-like line); QA: the fact as question and answer;
+    Facts: the sentence, and a restatement of it (a near-duplicate the filters should drop); QA: the fact as
+    question and answer;
     HyDE: the question restated; target: abstains without context, otherwise answers citing
     a fact; evaluator: abstained when the reply says so, tier by the answer's length, and a
     citation when the reply names a fact.
@@ -143,7 +144,7 @@ def demo_model(request):
     schema = schema_name(request)
     if schema == "AtomicFacts":
         (sentence,) = fenced(text, "sentence")
-        return json.dumps({"facts": [sentence] if len(sentence.split()) > 6 else []})
+        return json.dumps({"facts": [sentence, f"The town handbook states that {sentence[0].lower()}{sentence[1:]}"]})
     if schema == "QAPairOutput":
         (fact,) = fenced(text, "fact")
         return json.dumps({"question": f"According to the town handbook, {fact[0].lower()}{fact[1:].rstrip('.')}?",
@@ -228,30 +229,32 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     result = run_knowornot(demo_config(tmp_path, fake_llm), str(out))
 
     sentences = pd.read_parquet(out / "sentences.parquet")
-    assert len(sentences) == 6 and sentences.doc_id.nunique() == 3  # max_sentences, spread over the documents
+    assert len(sentences) == 3 and sentences.doc_id.nunique() == 3  # max_sentences, spread over the documents
     facts = pd.read_parquet(out / "facts.parquet")
     assert len(facts) == 6 and set(facts.doc_id) == set(sentences.doc_id)
+    filtered = json.loads((out / "filter_report.json").read_text())
+    assert filtered["n_input"] == 6 and filtered["n_kept"] < 6  # the restatements do not all survive
     pairs = pd.read_parquet(out / "qa_pairs.parquet")
-    assert len(pairs) == 3 and set(pairs.source) <= set(facts.fact_id)  # max_questions, traced back to facts
+    assert len(pairs) == 2 and set(pairs.source) <= set(facts.fact_id)  # max_questions, traced back to facts
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
-    assert result["experiments"] == len(inputs) == 3 * 4 * 1 * 2
+    assert result["experiments"] == len(inputs) == 2 * 4 * 1 * 2
     assert not any(row.question_id in list(row.context_ids) for row in inputs.itertuples())
 
     results = pd.read_parquet(out / "results.parquet")
     assert {"abstention", "factuality", "cites_context"} <= set(results.columns)
     answered = results.abstention == "no"
-    assert (results[results.retrieval == "direct"].abstention == "yes").all() and answered.sum() == 18
+    assert (results[results.retrieval == "direct"].abstention == "yes").all() and answered.sum() == 2 * 3 * 2
     # The custom spec applies to answered responses only, like factuality.
     assert results[~answered].cites_context.isna().all() and (results[answered].cites_context == "yes").all()
     specs = json.loads((out / "eval_specs.json").read_text())
     assert [s["name"] for s in specs] == ["abstention", "factuality", "cites_context"]
     rates = pd.read_parquet(out / "spec_rates.parquet")
     cited = rates[(rates.spec == "cites_context") & (rates.outcome == "yes") & (rates.retrieval != "direct")]
-    assert len(cited) == 6 and (cited.rate == 1.0).all() and (cited.n_judged == 3).all()
+    assert len(cited) == 6 and (cited.rate == 1.0).all() and (cited.n_judged == 2).all()
     metrics = json.loads((out / "metrics.json").read_text())
     assert {r["spec"] for r in metrics["spec_rates"]} == {"abstention", "factuality", "cites_context"}
     audit = metrics["overlap_audit"]
-    assert audit["n_questions"] == 3 and len(audit["most_similar"]) == 3 and len(audit["tfidf"]) == 3
+    assert audit["n_questions"] == 2 and len(audit["most_similar"]) == 1 and len(audit["tfidf"]) == 3
 
     report = (out / "report.html").read_text()
     images = report.split(IMAGE)[1:]

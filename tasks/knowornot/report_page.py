@@ -23,7 +23,7 @@ from refusalbench.tasks.documents import AgreementDocument, OverlapAudit
 from refusalbench.tasks.knowornot.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
 from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
 from refusalbench.tasks.knowornot.report_figures import outcome_shares, overlap_histogram, rate_bars
-from refusalbench.tasks.report.layout import CSS, escape, figure_or_note, frame_table, section
+from refusalbench.tasks.report.layout import CSS, escape, frame_table, image_tag, section
 from refusalbench.tasks.store import ArtifactStore
 
 RATE_NOTE = ("abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
@@ -107,13 +107,19 @@ def _rates_html(inputs: KnowOrNotReportInputs) -> str:
     metrics = inputs.metrics
     if metrics.empty:
         return '<p class="note">The run has no evaluated responses.</p>'
+    answered = int(metrics["n_answered"].sum())
     figures = [
-        figure_or_note(rate_bars(metrics, "abstention_rate", "abstention_ci_low", "abstention_ci_high",
-                                 "Abstention rate per retrieval strategy and system prompt", "abstention rate"),
-                       "abstention rate per retrieval x prompt x target"),
-        figure_or_note(rate_bars(metrics, "factuality_rate", "factuality_ci_low", "factuality_ci_high",
-                                 "Factuality rate of the answered responses", "factuality rate"),
-                       "factuality rate per retrieval x prompt x target"),
+        _figure_or_reason(rate_bars(metrics, "abstention_rate", "abstention_ci_low", "abstention_ci_high",
+                                    "Abstention rate per retrieval strategy and system prompt", "abstention rate"),
+                          "abstention rate per retrieval x prompt x target",
+                          f"No abstention figure: none of the {int(metrics['n'].sum())} responses got a readable "
+                          "abstention verdict (see the error column of evaluations.parquet)."),
+        _figure_or_reason(rate_bars(metrics, "factuality_rate", "factuality_ci_low", "factuality_ci_high",
+                                    "Factuality rate of the answered responses", "factuality rate"),
+                          "factuality rate per retrieval x prompt x target",
+                          "No factuality figure: no response was judged as answered." if not answered else
+                          f"No factuality figure: the evaluator gave no readable tier for any of the {answered} answered "
+                          "responses (see the error column of evaluations.parquet)."),
     ]
     table = metrics.copy()
     for name in ("abstention", "factuality"):
@@ -123,6 +129,11 @@ def _rates_html(inputs: KnowOrNotReportInputs) -> str:
              "n_factuality_judged", "factuality (95% CI)"]
     return (f"<p>{escape(RATE_NOTE)}</p><div class='figs'>{''.join(figures)}</div>"
             f"{frame_table(table[[c for c in shown if c in table.columns]])}")
+
+
+def _figure_or_reason(encoded: str | None, alt: str, reason: str) -> str:
+    """The figure, or one line saying why it could not be drawn."""
+    return image_tag(encoded, alt) if encoded else f'<p class="note">{escape(reason)}</p>'
 
 
 def _rate_with_interval(rate: Any, low: Any, high: Any) -> str:
@@ -144,7 +155,8 @@ def _specs_html(inputs: KnowOrNotReportInputs) -> str:
         parts.append(f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} given in "
                      f"&lt;{escape(spec.tag)}&gt; tags, for {scope}; share of the responses judged.</p>")
         if spec.name != FACTUALITY.name and not rates.empty:
-            parts.append(figure_or_note(outcome_shares(rates, spec.name, spec.outcomes), f"outcomes of {spec.name}"))
+            parts.append(_figure_or_reason(outcome_shares(rates, spec.name, spec.outcomes), f"outcomes of {spec.name}",
+                                           f"No figure: no response got a readable <{spec.tag}> verdict."))
         parts.append(_outcome_table(rates, spec))
     if all(s.name in (ABSTENTION.name, FACTUALITY.name) for s in inputs.specs):
         parts.append("<p>This run applied only the built-in specs. Add your own under <code>knowornot.evaluations"
@@ -221,7 +233,7 @@ def _overlap_html(inputs: KnowOrNotReportInputs) -> str:
              f"{audit.removed_keyword} (keyword) and {audit.removed_semantic} (semantic) of {audit.n_input} pairs.</p>",
              frame_table(pd.DataFrame(levels))]
     if figure:
-        parts.append(figure_or_note(figure, "nearest-neighbour similarity of the kept questions"))
+        parts.append(image_tag(figure, "nearest-neighbour similarity of the kept questions"))
     if len(pairs):
         parts.append("<h3>Most similar pairs (check these by hand)</h3>" + frame_table(pairs))
     return "".join(parts)
