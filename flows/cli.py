@@ -60,13 +60,14 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show trac
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _config_path(config: Optional[Path]) -> Path:
+def _config_path(config: Optional[Path], default: str = "demo.yaml") -> Path:
+    """The config given, else the shipped default: ./configs/NAME in a checkout, else the packaged copy."""
     if config is not None:
         return config
     from refusalbench.tasks.config import packaged_config
 
-    local = Path(DEFAULT_CONFIG)
-    return local if local.exists() else packaged_config("demo.yaml")
+    local = Path(DEFAULT_CONFIG).with_name(default)
+    return local if local.exists() else packaged_config(default)
 
 
 # ---------------------------------------------------------------- levers
@@ -218,13 +219,13 @@ def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
 
 @knowornot_app.command("run")
 def knowornot_run(
-    config: Optional[Path] = typer.Option(None, "--config"),
-    out_dir: str = typer.Option(..., "--out"),
+    config: Optional[Path] = typer.Option(None, "--config", help="default: the sample knowledge base on local models"),
+    out_dir: str = typer.Option("runs/knowornot-demo", "--out"),
 ) -> None:
     """The KnowOrNot pipeline end to end."""
     from refusalbench.flows.launch import run_knowornot
 
-    result = run_knowornot(str(_config_path(config)), out_dir)
+    result = run_knowornot(str(_config_path(config, "knowornot-demo.yaml")), out_dir)
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
 
 
@@ -271,11 +272,12 @@ def knowornot_agreement(
 def run(
     config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
     out_dir: str = typer.Option("runs/demo", "--out"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="override generation.seed (another sample and lever draw)"),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
     from refusalbench.flows.launch import run_main
 
-    result = run_main(str(_config_path(config)), out_dir)
+    result = run_main(str(_config_path(config)), out_dir, seed)
     out.print(f"report: {result['report']}")
 
 

@@ -7,9 +7,9 @@ and the verifiers' rubric. The verdict is PASS or FAIL; a FAIL may name the crit
 do not hold, and any label may carry a note. Every label is saved (``AuditLabelStore``:
 appended and fsync'ed) before the next case is shown, so a restart resumes where it stopped.
 
-The web page follows ``knowornot.labelling_ui`` and reuses its page frame, loopback check
-and running-server handle: standard library only, every text HTML-escaped, loopback only
-unless told otherwise, and forms accepted only with the server's random token.
+The web page is a ``label_server.LabelForm``, like KnowOrNot's labelling page; that module
+holds the server and its safeguards (loopback only unless told otherwise, every text
+HTML-escaped, forms accepted only with the server's random token).
 """
 
 from __future__ import annotations
@@ -18,19 +18,13 @@ import datetime as dt
 import difflib
 import html
 import re
-import secrets
-import socket
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs
 
 from refusalbench.tasks.audit import AuditCase, AuditLabelStore
 from refusalbench.tasks.documents import AuditLabel
-from refusalbench.tasks.knowornot.labelling_ui import _MAX_FORM_BYTES, _PAGE, LabellingServer, _is_loopback
+from refusalbench.tasks.label_server import LabellingServer, check_serve_args, serve_form
 from refusalbench.tasks.records import BenchmarkItem, Passage
 
 WHERE = {"query": "the question only", "context": "the context only",
@@ -271,86 +265,38 @@ def serve_audit(
 
     GET / shows the next case this annotator has not audited; POST /label saves the label
     (fsync'ed) and redirects back. Binds to loopback unless ``allow_remote``; ``port=0``
-    picks a free port; POSTs must echo the page's per-server token.
+    picks a free port; POSTs must echo the page's per-server token (see ``label_server``).
     """
-    if not annotator.strip():
-        raise ValueError("annotator must not be blank")
-    if not _is_loopback(host) and not allow_remote:
-        raise ValueError(f"refusing to serve on {host!r}: not a loopback address (pass allow_remote=True to expose it)")
+    check_serve_args(annotator, host, allow_remote)  # before the store touches any file
     store = AuditLabelStore(store_path)
-    by_id = {case.item_id: case for case in cases}
-    token = secrets.token_urlsafe(16)
-    saved: list[AuditLabel] = []
-    post_lock = threading.Lock()
+    return serve_form(_AuditForm(cases, store, annotator), store=store, annotator=annotator,
+                      done_text="All items audited. Thank you!", name="audit",
+                      host=host, port=port, allow_remote=allow_remote)
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "RefusalBenchAudit/1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep the terminal quiet
-            return
+@dataclass
+class _AuditForm:
+    """The audit screen for ``serve_form``: PASS/FAIL, failed criteria and a note per case."""
 
-        def _send(self, status: HTTPStatus, body: str) -> None:
-            pending = store.pending(cases, annotator)  # type: ignore[arg-type]
-            data = _PAGE.format(annotator=html.escape(annotator), done=len(cases) - len(pending), total=len(cases),
-                                body=body).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(data)
+    cases: Sequence[AuditCase]
+    store: AuditLabelStore
+    annotator: str
 
-        def _refuse(self, status: HTTPStatus, why: str) -> None:
-            self._send(status, f"<p>{html.escape(why)}</p><p><a href='/'>Back to the item</a></p>")
+    def __post_init__(self) -> None:
+        self.by_id = {case.item_id: case for case in self.cases}
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server naming
-            if self.path.split("?")[0] != "/":
-                self._refuse(HTTPStatus.NOT_FOUND, "Not found.")
-                return
-            pending = store.pending(cases, annotator)  # type: ignore[arg-type]
-            self._send(HTTPStatus.OK, case_html(pending[0], token) if pending else "<h1>All items audited. Thank you!</h1>")
+    def progress(self) -> tuple[int, int]:
+        return len(self.cases) - len(self.store.pending(self.cases, self.annotator)), len(self.cases)
 
-        def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/label":
-                self._refuse(HTTPStatus.NOT_FOUND, "Not found.")
-                return
-            try:
-                length = int(self.headers.get("Content-Length", "0"))
-            except ValueError:
-                length = -1
-            if not 0 <= length <= _MAX_FORM_BYTES:
-                self._refuse(HTTPStatus.BAD_REQUEST, "Bad request size.")
-                return
-            form = parse_qs(self.rfile.read(length).decode("utf-8", "replace"), keep_blank_values=True)
-            if not secrets.compare_digest(form.get("token", [""])[0], token):
-                self._refuse(HTTPStatus.FORBIDDEN, "Stale or foreign form: reload the page.")
-                return
-            label = label_from_form(form, by_id, annotator)
-            if isinstance(label, str):
-                self._refuse(HTTPStatus.BAD_REQUEST, label)
-                return
-            with post_lock:  # one label per (annotator, item), even on a double click
-                if label.item_id not in store.labelled_ids(annotator):
-                    store.append(label)
-                    saved.append(label)
-            self.send_response(HTTPStatus.SEE_OTHER)
-            self.send_header("Location", "/")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def next_page(self, token: str) -> str | None:
+        pending = self.store.pending(self.cases, self.annotator)
+        return case_html(pending[0], token) if pending else None
 
-    server_class = ThreadingHTTPServer
-    if ":" in host:
-        class _V6Server(ThreadingHTTPServer):
-            address_family = socket.AF_INET6
+    def accept(self, form: Mapping[str, list[str]]) -> AuditLabel | str:
+        return label_from_form(form, self.by_id, self.annotator)
 
-        server_class = _V6Server
-    httpd = server_class((host, port), Handler)
-    httpd.daemon_threads = True
-    bound_host, bound_port = httpd.server_address[0], httpd.server_address[1]
-    shown_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-    thread = threading.Thread(target=httpd.serve_forever, name="audit-server", daemon=True)
-    thread.start()
-    return LabellingServer(url=f"http://{shown_host}:{bound_port}/", httpd=httpd, thread=thread, store=store,
-                           annotator=annotator, saved=saved)  # type: ignore[arg-type]
+    def save(self, label: AuditLabel) -> bool:
+        if label.item_id in self.store.labelled_ids(self.annotator):
+            return False
+        self.store.append(label)
+        return True

@@ -67,6 +67,11 @@ def lever_id(perturbation_class: str, intensity: str, name: str) -> str:
 
 # ----------------------------------------------------------------- loading
 
+# libyaml's parser when PyYAML was built with it: the catalogue parses several times faster.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Every stage task loads the catalogue; parse each version of the files once per process.
+_parsed_catalogues: dict[tuple[Any, ...], list[Lever]] = {}
+
 def _compose(path: Path) -> tuple[yaml.Node | None, Any]:
     """Parse one YAML file into (node tree, python data); YAML errors become InputError."""
     file = str(path)
@@ -74,7 +79,7 @@ def _compose(path: Path) -> tuple[yaml.Node | None, Any]:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(file, f"not UTF-8 text (byte {exc.start})") from None
-    loader = yaml.SafeLoader(text)
+    loader = _SafeLoader(text)
     try:
         node = loader.get_single_node()
         _reject_duplicate_keys(node, file)
@@ -196,9 +201,17 @@ def load_catalogue(directory: Path | None = None) -> list[Lever]:
     root = Path(directory) if directory is not None else CATALOGUE_DIR
     if not root.is_dir():
         raise InputError(str(root), "lever catalogue directory not found")
+    files = lever_files(root)
+    version = (str(root.resolve()), *((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files))
+    if version not in _parsed_catalogues:
+        _parsed_catalogues[version] = _parse_catalogue(files)
+    return [lever.model_copy(deep=True) for lever in _parsed_catalogues[version]]
+
+
+def _parse_catalogue(files: list[Path]) -> list[Lever]:
     levers: list[Lever] = []
     errors: list[InputError] = []
-    for path in lever_files(root):
+    for path in files:
         try:
             levers.extend(load_lever_file(path))
         except InputErrors as exc:
