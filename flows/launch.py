@@ -4,6 +4,9 @@ Each ``run_*`` reads and checks everything it can without a model call — the c
 base set or benchmark, the catalogue, whether the models can run — and reports a problem
 as one line (exit 2) before a flow run, and so before its run folder, starts. Only then
 is the flow started with the config's task runner and result storage in the run folder.
+
+Each function imports its own flow: a process pays only for the stages it runs (the
+KnowOrNot flow alone brings NLTK, ~2 s of start-up a RefusalBench run does not need).
 """
 
 from __future__ import annotations
@@ -11,20 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 from refusalbench.flows.common import check_or_raise, configured
-from refusalbench.flows.evaluation import evaluation_flow
-from refusalbench.flows.generation import generation_flow
-from refusalbench.flows.knowornot import knowornot_flow
-from refusalbench.flows.main import check_main_inputs, main_flow
-from refusalbench.flows.pretest import check_pretest_inputs, pretest_flow, pretest_models
-from refusalbench.flows.refresh import refresh_flow
 from refusalbench.tasks.benchmark_file import read_benchmark
 from refusalbench.tasks.config import load_config
 from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
-from refusalbench.tasks.stages.assign import prepare_inputs
 
 
 def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+    from refusalbench.flows.generation import generation_flow
+    from refusalbench.flows.pretest import pretest_models
+    from refusalbench.tasks.stages.assign import prepare_inputs
+
     cfg = load_config(config_path)
     prepare_inputs(cfg, cfg.generation.seed if seed is None and cfg.generation else (seed or 0))
     check_or_raise(cfg, cfg.generation.generators)
@@ -34,6 +33,8 @@ def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[
 
 
 def run_pretest(config_path: str, out: str) -> dict[str, Any]:
+    from refusalbench.flows.pretest import check_pretest_inputs, pretest_flow, pretest_models
+
     cfg = load_config(config_path)
     check_pretest_inputs(cfg)
     pretest_models(cfg)
@@ -41,6 +42,8 @@ def run_pretest(config_path: str, out: str) -> dict[str, Any]:
 
 
 def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
+    from refusalbench.flows.evaluation import evaluation_flow
+
     cfg = load_config(config_path)
     if cfg.evaluation is None:
         raise InputError(str(config_path), "the config has no evaluation section", field="evaluation")
@@ -51,17 +54,25 @@ def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]
 
 
 def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+    from refusalbench.flows.main import check_main_inputs, main_flow
+
     cfg = check_main_inputs(config_path, seed)
     return configured(main_flow, cfg, out)(config_path, out, seed)
 
 
 def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
+    from refusalbench.flows.main import check_main_inputs
+    from refusalbench.flows.refresh import refresh_flow
+
     # Each round's main job configures its own runner and storage (round folder known only then).
     check_main_inputs(config_path)
     return refresh_flow(config_path, out_root, rounds_to_compare, seed)
 
 
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
+    from refusalbench.flows.knowornot import knowornot_flow
+    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)
     return configured(knowornot_flow, cfg, out)(config_path, out)

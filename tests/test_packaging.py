@@ -105,3 +105,12 @@ def test_production_modules_stay_small():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
              for folder in ("flows", "tasks", "deployments") for p in (ROOT / folder).rglob("*.py")}
     assert not {name: n for name, n in sizes.items() if n > 500}
+
+
+def test_a_refusalbench_run_does_not_load_what_only_knowornot_needs():
+    """Start-up is paid on every scheduled run: the main job's modules must not drag in NLTK or FAISS."""
+    probe = ("import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.main; "
+             "print(sorted(m for m in ('nltk', 'faiss', 'sentence_transformers', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
