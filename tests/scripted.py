@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Callable
 
 from refusalbench.tasks.scripted_server import dry_run_responder, fenced, last_user_text, schema_name
 
 __all__ = [
     "by_model", "dry_run_responder", "fenced", "generator_reply", "intensity_of",
-    "judge_by_reference", "last_user_text", "schema_name", "verifier_reply",
+    "judge_by_reference", "last_user_text", "run_config", "schema_name", "verifier_reply",
 ]
+
+
+def run_config(tmp_path: Path, url: str, models: Iterable[str], sections: str, **model_fields: Any) -> Path:
+    """Write ``tmp_path/run.yaml``: each named model served by the scripted server at ``url``
+    (plus ``model_fields``), the call cache inside ``tmp_path``, then ``sections`` (YAML)."""
+    entries = "".join(f"  {name}: {json.dumps({'model': f'openai/{name}', 'api_base': url, **model_fields})}\n"
+                      for name in models)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"models:\n{entries}cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n"
+                      + textwrap.dedent(sections))
+    return config
 
 
 def generator_reply(request: dict[str, Any], tweak: str = "") -> str:

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.scripted import by_model, generator_reply, intensity_of, verifier_reply
+from tests.scripted import by_model, generator_reply, intensity_of, run_config, verifier_reply
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -22,16 +22,7 @@ BASE = [
 def write_config(tmp_path, url, *, verifiers, filter_rule="unanimous", extra=""):
     base = tmp_path / "base.jsonl"
     base.write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = "\n".join(
-        f"  {name}:\n    model: openai/{name}\n    api_base: {url}\n    max_concurrency: 4\n    max_attempts: 2"
-        for name in ["gen-a", "gen-b", "ver-a", "ver-b", "ver-c"]
-    )
-    config = tmp_path / "run.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    return run_config(tmp_path, url, ["gen-a", "gen-b", "ver-a", "ver-b", "ver-c"], f"""
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -41,8 +32,7 @@ generation:
   strata: [P-Ambiguity/LOW, P-MissingInfo/HIGH]
   shard_size: 4
 {extra}
-""")
-    return config
+""", max_concurrency=4, max_attempts=2)
 
 
 def scripted(fake_llm, *, ver_b_fails_high_of_gen_a=True, ver_b_always_fails=False):

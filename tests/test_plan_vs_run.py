@@ -25,7 +25,7 @@ import pytest
 
 from refusalbench.tasks.scripted_server import request_fingerprint
 from tests.scripted import (fenced, generator_reply, intensity_of, judge_by_reference, last_user_text, schema_name,
-                            verifier_reply)
+                            run_config, verifier_reply)
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -48,14 +48,7 @@ STAGE_OF_SCHEMA = {"GeneratorSingleOutput": "generate", "GeneratorMultiOutput": 
 
 def write_config(tmp_path: Path, url: str, extra: str = "") -> Path:
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(row) + "\n" for row in BASE))
-    models = "".join(f"  {name}: {{model: openai/{name}, api_base: '{url}', max_concurrency: 4, max_attempts: 1, "
-                     f"params: {{max_tokens: 256}}}}\n" for name in ("alpha", "beta", "gamma", "delta"))
-    config = tmp_path / "run.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    return run_config(tmp_path, url, ("alpha", "beta", "gamma", "delta"), f"""
 generation:
   base_set: base.jsonl
   generators: [alpha, beta]
@@ -71,8 +64,7 @@ generation:
   confidence: true
   bootstrap: 50
   shard_size: 4
-""")
-    return config
+""", max_concurrency=4, max_attempts=1, params={"max_tokens": 256})
 
 
 def responder(request: dict) -> str:

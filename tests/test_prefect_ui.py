@@ -26,7 +26,7 @@ import pytest
 from refusalbench.tasks.shards import shard_run_name
 from refusalbench.tasks.ui_artifacts import story
 from tests.browser import Browser
-from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, verifier_reply
+from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, run_config, verifier_reply
 from tests.test_deployments import running_prefect_server
 from tests.test_generation_flow import BASE
 
@@ -57,13 +57,7 @@ def open_tab(name: str, showing: str) -> str:
 
 def write_config(tmp_path: Path, url: str) -> Path:
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 3" for n in MODELS)
-    config = tmp_path / "run.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    return run_config(tmp_path, url, MODELS, f"""
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -76,8 +70,7 @@ evaluation:
   judge: judge
   bootstrap: 50
   shard_size: 5
-""")
-    return config
+""", max_attempts=3)
 
 
 def script(fake_llm) -> None:

@@ -16,7 +16,7 @@ import pytest
 from refusalbench.tasks.pretest import kept_items, summary_by_model, unperturbed_item
 from refusalbench.tasks.records import BaseItem, Candidate, PretestRow
 from refusalbench.tasks.select import stratified_sample
-from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, verifier_reply
+from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, run_config, verifier_reply
 
 BASE = [
     {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
@@ -31,14 +31,7 @@ MODELS = ["pre-a", "pre-b", "judge", "gen-a", "gen-b", "ver-a"]
 
 def write_config(tmp_path, url, *, pretest="{models: [pre-a, pre-b], judge: judge}", extra=""):
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in BASE))
-    models = "".join(f"  {name}:\n    model: openai/{name}\n    api_base: {url}\n    max_attempts: 2\n"
-                     for name in MODELS)
-    config = tmp_path / "run.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    return run_config(tmp_path, url, MODELS, f"""
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -48,8 +41,7 @@ generation:
   shard_size: 3
   pretest: {pretest}
 {extra}
-""")
-    return config
+""", max_attempts=2)
 
 
 def target(*, wrong=(), refuse=(), broken=()):

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from tests.browser import PAGE_FACTS, Browser
-from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, verifier_reply
+from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, run_config, verifier_reply
 from tests.test_generation_flow import BASE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
@@ -47,14 +47,8 @@ def scripted_run(tmp_path, fake_llm) -> str:
         "judge": judge_by_reference,
     })
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-                       for n in ["gen-a", "gen-b", "ver-a", "ver-b", "answerer", "mixed", "cautious", "judge"])
-    config = tmp_path / "run.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    models = ["gen-a", "gen-b", "ver-a", "ver-b", "answerer", "mixed", "cautious", "judge"]
+    config = run_config(tmp_path, fake_llm.url, models, """
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -66,7 +60,7 @@ evaluation:
   judge: judge
   confidence: true
   bootstrap: 100
-""")
+""", max_attempts=2)
     out = tmp_path / "run"
     return run_main(str(config), str(out))["report"]
 
