@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -122,8 +121,9 @@ def _exit_when_orphaned(parent_pid: int) -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent_pid:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
+                # Not SIGTERM: uvicorn would wait for the reply being decoded (a minute on
+                # a busy CPU), and nobody is left to read it.
+                os._exit(1)
 
     threading.Thread(target=_watch, name="parent-watch", daemon=True).start()
 
