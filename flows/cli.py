@@ -197,15 +197,36 @@ def evaluate(
 
 @app.command()
 def score(
-    file: Path = typer.Argument(..., help="judged responses (Parquet, JSONL or CSV)"),
+    files: list[Path] = typer.Argument(..., metavar="FILE", help="judged responses (Parquet, JSONL or CSV), or "
+                                       "inspect_ai eval logs (.eval/.json files or a log folder; several: one per model)"),
     out_dir: Path = typer.Option(..., "--out"),
     bootstrap: int = typer.Option(1000, help="bootstrap resamples for 95% intervals"),
     seed: int = typer.Option(0),
 ) -> None:
-    """Compute metrics from judged responses (no model calls): DIR/metrics.json."""
+    """Compute metrics from judged responses or inspect_ai eval logs (no model calls): DIR/metrics.json.
+
+    From inspect logs (the refusalbench task's), DIR also gets judged.parquet and report.html.
+    """
+    from refusalbench.tasks.inspect_logs import is_inspect_log
+
+    logs = [is_inspect_log(f) for f in files]
+    if any(logs):
+        if not all(logs):
+            bad = files[logs.index(False)]
+            raise InputError(str(bad), "not an inspect eval log: give one judged-responses file, or inspect logs only")
+        from refusalbench.tasks.outputs import score_inspect_logs
+
+        path, report_uri, excluded = score_inspect_logs(files, str(out_dir), bootstrap=bootstrap, seed=seed)
+        for model, count in sorted(excluded.items()):
+            err.print(f"note: {model}: {count} sample(s) left out of the metrics (the target or judge call failed)",
+                      markup=False, highlight=False)
+        out.print(f"metrics: {path}\nreport: {report_uri}")
+        return
+    if len(files) > 1:
+        raise InputError(str(files[1]), "one judged-responses file at a time (several files: inspect eval logs only)")
     from refusalbench.tasks.outputs import score_to_folder
 
-    path = score_to_folder(file, str(out_dir), bootstrap=bootstrap, seed=seed)
+    path = score_to_folder(files[0], str(out_dir), bootstrap=bootstrap, seed=seed)
     out.print(f"metrics: {path}")
 
 
@@ -215,6 +236,26 @@ def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
     from refusalbench.tasks.outputs import build_report_for
 
     out.print(f"report: {build_report_for(run_dir)}")
+
+
+@app.command()
+def export(
+    run_dir: str = typer.Argument(..., help="run folder holding benchmark.parquet"),
+    format: str = typer.Option("hf", "--format", help="hf: a Hugging Face datasets folder (Parquet + dataset card)"),
+    out_dir: Path = typer.Option(..., "--out", help="export folder (local; must be new or empty unless --force)"),
+    force: bool = typer.Option(False, "--force", help="replace README.md and data/ of a non-empty --out"),
+    name: Optional[str] = typer.Option(None, "--name", help="the card's pretty_name (default: from the run id)"),
+    language: list[str] = typer.Option(["en"], "--language", help="language code of the items (repeatable)"),
+) -> None:
+    """Write the run's benchmark as a dataset: Parquet splits + README.md card written from the run."""
+    from refusalbench.tasks.export import export_run
+
+    result = export_run(run_dir, out_dir, fmt=format, force=force, pretty_name=name, languages=language)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
+    configs = ", ".join(f"{c.name} ({c.rows})" for c in result.configs)
+    out.print(f"exported {result.rows} items to {result.out}  (configs: {configs}; fill in the card's license)",
+              highlight=False)
 
 
 @knowornot_app.command("run")

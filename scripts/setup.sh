@@ -2,7 +2,7 @@
 # One-step set-up on a fresh machine: a project virtualenv in .venv with everything
 # the project needs, installed from the project's own files (pyproject.toml + constraints.txt).
 #
-#   bash scripts/setup.sh           # the package + test tools
+#   bash scripts/setup.sh           # the package + test tools + inspect_ai (refusalbench[inspect])
 #   bash scripts/setup.sh --local   # ... plus llama.cpp (refusalbench[local]) for local models
 #
 # The llama.cpp build takes ~11 minutes on 2 cores; the built wheel is kept in
@@ -27,7 +27,8 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade "pip>=24" "setuptools>=69" wheel
 # CPU torch first: a plain 'torch' requirement would pull a multi-GB CUDA build.
 "${PIP[@]}" install "torch==2.13.0"
-"${PIP[@]}" install -c constraints.txt -e ".[test]"
+# The inspect extra is installed too: tests/test_inspect.py runs an inspect_ai eval.
+"${PIP[@]}" install -c constraints.txt -e ".[test,inspect]"
 
 if [ "$LOCAL" = 1 ]; then
   WHEELHOUSE=${REFUSALBENCH_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/refusalbench/wheelhouse}
@@ -39,6 +40,6 @@ if [ "$LOCAL" = 1 ]; then
     CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
       "${PIP[@]}" wheel --no-deps -w "$WHEELHOUSE" "llama-cpp-python==$LLAMA_VERSION"
   fi
-  "${PIP[@]}" install -c constraints.txt --find-links "$WHEELHOUSE" -e ".[test,local]"
+  "${PIP[@]}" install -c constraints.txt --find-links "$WHEELHOUSE" -e ".[test,inspect,local]"
 fi
 echo "set-up done: .venv"

@@ -89,6 +89,25 @@ def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: 
     return store.uri(runfolder.METRICS.name)
 
 
+def score_inspect_logs(files: Iterable[Path | str], out: str, *, bootstrap: int = 1000,
+                       seed: int = 0) -> tuple[str, str, dict[str, int]]:
+    """``refusalbench score LOG...``: an inspect_ai run's logs -> judged.parquet, metrics and report.html.
+
+    Returns (metrics uri, report uri, per-model counts of samples left out: failed calls or judgments).
+    """
+    from refusalbench.tasks.inspect_logs import read_inspect_logs
+
+    files = list(files)
+    frame, excluded, items = read_inspect_logs(files)  # bad input exits before the run folder is created
+    if frame.empty:
+        raise InputError(str(files[0]), "no sample could be scored (every target or judge call failed)")
+    store = ArtifactStore(out)
+    store.save(runfolder.JUDGED, frame)
+    result = write_scores(store, frame, bootstrap=bootstrap, seed=seed)
+    report = write_report(store, result, title="RefusalBench report (inspect_ai run)")
+    return store.uri(runfolder.METRICS.name), report, excluded
+
+
 def build_report_for(run_dir: str) -> str:
     """``refusalbench report``: rebuild report.html from a run folder's judged responses."""
     store = ArtifactStore(run_dir)
