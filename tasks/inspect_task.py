@@ -1,7 +1,7 @@
 """RefusalBench as an inspect_ai task (``pip install 'refusalbench[inspect]'``).
 
     inspect eval refusalbench/refusalbench -T benchmark=runs/demo/benchmark.parquet \\
-        -T judge=anthropic/claude-sonnet-4-5 --model openai/gpt-4o-mini
+        -T judge=anthropic/claude-sonnet-4-5 --model anthropic/claude-haiku-4-5
     refusalbench score logs/ --out runs/inspect      # metrics.json + report.html from the logs
 
 (``inspect eval tasks/inspect_task.py@refusalbench ...`` in a checkout is the same task.)
