@@ -23,7 +23,7 @@ between runs on a busy machine.
     python benchmarks/throughput.py                            # 2k and 10k items, concurrency 8/32/64, LOO
     python benchmarks/throughput.py --sizes 2000 --concurrency 64 --no-loo
     python benchmarks/throughput.py --gateway --concurrency 64 # the gateway alone, both paths
-    python benchmarks/throughput.py --sizes --loo-mode threads  # PolicyBench LOO, all 4 bases in one process
+    python benchmarks/throughput.py --sizes                     # PolicyBench LOO only: all 4 bases in one run
 """
 
 from __future__ import annotations
@@ -101,13 +101,15 @@ evaluation:
     return config
 
 
-def write_loo_config(folder: Path, url: str, qa_file: Path, concurrency: int) -> Path:
+def write_loo_config(folder: Path, url: str, qa_files: list[Path], concurrency: int) -> Path:
+    """One knowledge base: qa_pairs; several: knowledge_bases, one per file."""
     config = folder / "loo.yaml"
+    source = f"  qa_pairs: {qa_files[0]}\n" if len(qa_files) == 1 else "  knowledge_bases:\n" + "".join(
+        f"    - {{name: {f.stem}, qa_pairs: {f}}}\n" for f in qa_files)
     config.write_text(models_yaml(url, ["target", "hyde", "eval"], concurrency) + f"""cache:
   path: {folder / 'calls.sqlite'}
 knowornot:
-  qa_pairs: {qa_file}
-  retrieval: [direct, long_context, basic_rag, hyde_rag]
+{source}  retrieval: [direct, long_context, basic_rag, hyde_rag]
   prompts: [basic]
   targets: [target]
   evaluator: eval
@@ -140,43 +142,6 @@ def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
     manifest = json.loads((Path(out) / "manifest.json").read_text())
     print(json.dumps({"started_at": started_at, "wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "timings": manifest.get("timings_s", {}), "calls": manifest.get("calls", {})}))
-
-
-def child_knowornot_many(configs: list[str], outs: list[str], parallel: bool) -> None:
-    """Several KnowOrNot runs in this one process: one after another, or all at once in threads."""
-    import threading
-
-    from refusalbench.tasks.prefect_runtime import configure_prefect_env
-
-    configure_prefect_env()
-    started_at, started = time.time(), time.perf_counter()
-    from refusalbench.flows.launch import run_knowornot
-
-    runs: list[dict[str, Any]] = [{} for _ in configs]
-    errors: list[BaseException] = []
-
-    def one(index: int) -> None:
-        runs[index]["started_at"] = time.time()
-        try:
-            run_knowornot(configs[index], outs[index])
-        except BaseException as exc:  # reported below, after the other runs
-            errors.append(exc)
-        runs[index]["ended_at"] = time.time()
-        runs[index]["wall_s"] = runs[index]["ended_at"] - runs[index]["started_at"]
-
-    if parallel:
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(configs))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    else:
-        for index in range(len(configs)):
-            one(index)
-    if errors:
-        raise errors[0]
-    print(json.dumps({"started_at": started_at, "wall_s": time.perf_counter() - started, "runs": runs,
-                      "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 def run_child(kind: str, config: Path | str, out: Path | str, benchmark: str | None, env: dict[str, str]) -> dict[str, Any]:
@@ -327,15 +292,15 @@ def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurre
     }
 
 
-def measure_loo(server, env: dict[str, str], work: Path, concurrency: int, mode: str = "processes") -> list[dict[str, Any]]:
-    if mode != "processes":
-        return measure_loo_one_process(server, env, work, concurrency, parallel=mode == "threads")
+def measure_loo(server, env: dict[str, str], work: Path, concurrency: int, mode: str = "one-run") -> list[dict[str, Any]]:
+    if mode == "one-run":
+        return measure_loo_one_run(server, env, work, concurrency)
     rows = []
     for qa_file in sorted(POLICYBENCH.glob("*.json")):
         folder = work / f"loo-{qa_file.stem}"
         folder.mkdir(parents=True)
         questions = len(json.loads(qa_file.read_text(encoding="utf-8"))["questions"])
-        config = write_loo_config(folder, server.url, qa_file, concurrency)
+        config = write_loo_config(folder, server.url, [qa_file], concurrency)
         before = len(server.calls)
         first = run_child("knowornot", config, folder / "run1", None, env)
         calls = len(server.calls) - before
@@ -347,39 +312,24 @@ def measure_loo(server, env: dict[str, str], work: Path, concurrency: int, mode:
     return rows
 
 
-def measure_loo_one_process(server, env: dict[str, str], work: Path, concurrency: int, *, parallel: bool) -> list[dict[str, Any]]:
-    """All four knowledge bases in one process (one command): one run after another, or in threads.
-
-    Each base is still its own KnowOrNot run (its own config and run folder): the flow takes
-    one knowledge base per run. What one process saves is the per-process fixed cost (imports,
-    Prefect, the embedding model); with ``parallel``, the runs also overlap.
-    """
+def measure_loo_one_run(server, env: dict[str, str], work: Path, concurrency: int) -> list[dict[str, Any]]:
+    """All four knowledge bases in one KnowOrNot run (``knowornot.knowledge_bases``): one command,
+    one process, each base leave-one-out within itself, every call sharing the target's concurrency."""
     files = sorted(POLICYBENCH.glob("*.json"))
-    configs, outs = [], []
-    for qa_file in files:
-        folder = work / f"loo-{qa_file.stem}"
-        folder.mkdir(parents=True)
-        configs.append(str(write_loo_config(folder, server.url, qa_file, concurrency)))
-        outs.append(str(folder / "run"))
-    kind = "knowornot-threads" if parallel else "knowornot-many"
+    folder = work / "loo-all"
+    folder.mkdir(parents=True)
+    config = write_loo_config(folder, server.url, files, concurrency)
     before = len(server.calls)
-    first = run_child(kind, ",".join(configs), ",".join(f"{o}1" for o in outs), None, env)
-    first_calls = server.calls[before:]
+    first = run_child("knowornot", config, folder / "run1", None, env)
+    calls = len(server.calls) - before
     middle = len(server.calls)
-    second = run_child(kind, ",".join(configs), ",".join(f"{o}2" for o in outs), None, env)
-    rows = []
-    for qa_file, run, again in zip(files, first["runs"], second["runs"]):
-        questions = len(json.loads(qa_file.read_text(encoding="utf-8"))["questions"])
-        # Run by run, a base's calls are those made while it ran (overlapping runs: not told apart).
-        calls = None if parallel else sum(run["started_at"] <= c["time"] <= run["ended_at"] for c in first_calls)
-        rows.append({"kb": qa_file.stem, "questions": questions, "experiments": questions * 4, "calls": calls,
-                     "wall_s": run["wall_s"], "maxrss_mib": first["maxrss_mib"], "cached_wall_s": again["wall_s"],
-                     "cached_calls": None})
-    rows.append({"kb": f"one process ({'in parallel' if parallel else 'one after another'})",
-                 "questions": sum(r["questions"] for r in rows), "experiments": sum(r["experiments"] for r in rows),
-                 "calls": len(first_calls), "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"],
-                 "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle, "process": True})
-    return rows
+    second = run_child("knowornot", config, folder / "run2", None, env)
+    questions = sum(len(json.loads(f.read_text(encoding="utf-8"))["questions"]) for f in files)
+    for run in ("run1", "run2"):  # where the time went, stage by stage (stderr: not part of the table)
+        print(run, json.loads((folder / run / "manifest.json").read_text())["timings_s"], file=sys.stderr, flush=True)
+    return [{"kb": f"{len(files)} bases, one run", "questions": questions, "experiments": questions * 4, "calls": calls,
+             "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"], "cached_wall_s": second["wall_s"],
+             "cached_calls": len(server.calls) - middle, "process": True}]
 
 
 def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, latency: float) -> None:
@@ -426,13 +376,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--loo", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--loo-concurrency", type=int, default=32)
-    parser.add_argument("--loo-mode", choices=["processes", "one-process", "threads"], default="processes",
-                        help="the 4 knowledge bases as 4 processes (today's CLI), or in one process (one command): "
-                             "one after another, or overlapping in threads")
+    parser.add_argument("--loo-mode", choices=["one-run", "processes"], default="one-run",
+                        help="the 4 knowledge bases in one run (knowornot.knowledge_bases: one command), or one "
+                             "process per base")
     parser.add_argument("--json", help="also write the raw figures to this file")
     parser.add_argument("--gateway", action="store_true", help="measure the gateway alone, LiteLLM vs direct path")
     parser.add_argument("--calls", type=int, default=3000, help="calls per path with --gateway")
-    parser.add_argument("--child", choices=["evaluate", "knowornot", "gateway", "knowornot-many", "knowornot-threads"],
+    parser.add_argument("--child", choices=["evaluate", "knowornot", "gateway"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
@@ -443,9 +393,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.child == "gateway":
         gateway_child(args.url, args.direct, args.calls, args.concurrency[0], args.cache)
-        return
-    if args.child in ("knowornot-many", "knowornot-threads"):
-        child_knowornot_many(args.config.split(","), args.out.split(","), parallel=args.child == "knowornot-threads")
         return
     if args.child:
         child(args.child, args.config, args.out, args.benchmark)

@@ -9,6 +9,7 @@ from typing import Iterator
 from refusalbench.tasks.config import RunConfig
 from refusalbench.tasks.errors import ModelUnavailable
 from refusalbench.tasks.local_models import check_available, is_pulled, pull_model, start_server
+from refusalbench.tasks.prefect_api import wait_until_ready
 from refusalbench.tasks.prefect_runtime import result_storage, task_runner
 from refusalbench.tasks.ui_artifacts import story
 
@@ -87,7 +88,9 @@ def runner_slots(cfg: RunConfig) -> int:
 
 
 def configured(flow_fn, cfg: RunConfig, out: str):
-    """The flow with the config's task runner and task results persisted in the run folder."""
+    """The flow with the config's task runner and task results persisted in the run folder
+    (saved through the API: it waits here for an API server ``launch`` started to answer)."""
+    wait_until_ready()
     return flow_fn.with_options(task_runner=task_runner(cfg.runner, max_workers=runner_slots(cfg)),
                                 result_storage=result_storage(out))
 

@@ -20,6 +20,8 @@ from prefect import flow
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.config import load_config
+from refusalbench.tasks.gateway import gateway_for
+from refusalbench.tasks.knowornot.knowledge_bases import each_base, failures_of, knowledge_bases, merge_bases, summed
 from refusalbench.tasks.knowornot.report import publish_report, write_results
 from refusalbench.tasks.knowornot.stages import (answer_and_evaluate, check_knowornot_inputs, input_digest,
                                                  knowornot_models, save_stage_failures, stage_tasks,
@@ -39,22 +41,26 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
     recorder.hashes(prompts=all_template_hashes())
     run_cfg = with_resolved_sources(cfg)  # what the tasks get: KB paths resolved against the config's folder
     digest = input_digest(run_cfg.knowornot, recorder.manifest.prompt_hashes)
+    bases = knowledge_bases(run_cfg, out, lambda kon: input_digest(kon, recorder.manifest.prompt_hashes))
     stage = stage_tasks(out)
     with recorder.run():
         check_or_raise(cfg, knowornot_models(cfg.knowornot))
         with model_endpoints(cfg, knowornot_models(cfg.knowornot)) as api_bases:
             with recorder.stage("knowledge base"):
-                kb = stage.knowledge_base(run_cfg, out, digest, api_bases)
-                recorder.count(qa_pairs_all=kb.pairs)
+                kbs = each_base(stage.knowledge_base, bases, api_bases)
+                recorder.count(qa_pairs_all=sum(kb.pairs for kb in kbs))
             with recorder.stage("diversity filter + index"):
-                recorder.count(**stage.filter_and_index(run_cfg, out, digest).counts())
+                recorder.count(**summed([f.counts() for f in each_base(stage.filter_and_index, bases)]))
             with recorder.stage("experiments"):
-                grid = stage.experiments(run_cfg, out, digest, api_bases)
-                recorder.count(experiments=grid.experiments,
-                               stage_failures=save_stage_failures(store, kb.failures + grid.failures))
+                grids = each_base(stage.experiments, bases, api_bases)
+                merge_bases(store, bases)
+                recorder.count(experiments=sum(g.experiments for g in grids), stage_failures=save_stage_failures(
+                    store, failures_of(bases, kbs) + failures_of(bases, grids)))
             with recorder.stage("answer + evaluate"):
                 recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases))
         with recorder.stage("metrics"):
-            report = publish_report(store, write_results(store, run_cfg.knowornot), recorder.manifest.counts)
+            report = publish_report(store, write_results(store, run_cfg.knowornot, gateway_for(cfg).cache),
+                                    recorder.manifest.counts)
         recorder.calls(run_call_stats(cfg))
-    return {"metrics": store.uri(runfolder.KON_METRICS.name), "report": report, "experiments": grid.experiments}
+    return {"metrics": store.uri(runfolder.KON_METRICS.name), "report": report,
+            "experiments": sum(g.experiments for g in grids)}

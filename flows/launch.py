@@ -6,7 +6,9 @@ as one line (exit 2) before a flow run, and so before its run folder, starts. On
 is the flow started with the config's task runner and result storage in the run folder.
 
 Each function imports its own flow: a process pays only for the stages it runs (the
-KnowOrNot flow alone brings NLTK, ~2 s of start-up a RefusalBench run does not need).
+KnowOrNot flow alone brings NLTK, ~2 s of start-up a RefusalBench run does not need). In
+embedded mode each first launches Prefect's API server (``tasks.prefect_api``), so it boots
+while the flow's modules are imported and the inputs checked.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from refusalbench.flows.common import check_or_raise, configured
 from refusalbench.tasks.benchmark_file import read_benchmark
 from refusalbench.tasks.config import load_config
 from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.prefect_api import embedded_api, wait_until_ready
 
 
+@embedded_api
 def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
     from refusalbench.flows.generation import generation_flow
     from refusalbench.flows.pretest import pretest_models
@@ -32,6 +36,7 @@ def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[
     return configured(generation_flow, cfg, out)(config_path, out, seed)
 
 
+@embedded_api
 def run_pretest(config_path: str, out: str) -> dict[str, Any]:
     from refusalbench.flows.pretest import check_pretest_inputs, pretest_flow, pretest_models
 
@@ -41,6 +46,7 @@ def run_pretest(config_path: str, out: str) -> dict[str, Any]:
     return configured(pretest_flow, cfg, out)(config_path, out)
 
 
+@embedded_api
 def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
     from refusalbench.flows.evaluation import evaluation_flow
 
@@ -53,6 +59,7 @@ def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]
     return configured(evaluation_flow, cfg, out)(config_path, benchmark, out)
 
 
+@embedded_api
 def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
     from refusalbench.flows.main import check_main_inputs, main_flow
 
@@ -60,15 +67,18 @@ def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, A
     return configured(main_flow, cfg, out)(config_path, out, seed)
 
 
+@embedded_api
 def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
     from refusalbench.flows.main import check_main_inputs
     from refusalbench.flows.refresh import refresh_flow
 
     # Each round's main job configures its own runner and storage (round folder known only then).
     check_main_inputs(config_path)
+    wait_until_ready()
     return refresh_flow(config_path, out_root, rounds_to_compare, seed)
 
 
+@embedded_api
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     from refusalbench.flows.knowornot import knowornot_flow
     from refusalbench.tasks.knowornot.stages import check_knowornot_inputs

@@ -105,7 +105,7 @@ def rubric(item: BenchmarkItem, lever: Lever) -> list[tuple[str, str]]:
     """
     messages = render_messages(template_for(item.variant), lever=lever, expected=item.expected, question="",
                                answers=[], perturbed_question="", context="", perturbed_context="",
-                               passages=[], perturbed_passages=[])
+                               passages=[], perturbed_passages=[], changes="")
     text = messages[-1]["content"]
     section = text[text.rindex("# Criteria"):].split("\n# ", 1)[0]
     found = {m["name"]: m["text"].strip() for m in map(_CRITERION_LINE.match, section.splitlines()) if m}

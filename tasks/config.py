@@ -137,9 +137,27 @@ class EvaluationConfig(Strict):
 SystemPromptName = Literal["basic", "conservative", "opinion"]
 
 
+class KnowledgeBaseSource(Strict):
+    """One knowledge base of a multi-base KnowOrNot run: its documents or its QA file."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="a simple name: the base's sub-folder (kb/<name>/) and its question ids' prefix")
+    documents: list[str] | None = None
+    qa_pairs: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "KnowledgeBaseSource":
+        if bool(self.documents) == bool(self.qa_pairs):
+            raise ValueError(f"knowledge base {self.name!r}: give either documents or qa_pairs")
+        return self
+
+
 class KnowOrNotConfig(Strict):
     documents: list[str] | None = None
     qa_pairs: str | None = None
+    knowledge_bases: list[KnowledgeBaseSource] | None = Field(
+        default=None, min_length=1,
+        description="several knowledge bases in one run, each leave-one-out within itself (instead of documents/qa_pairs)")
     retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
                                  description="registered retrieval strategies (tasks/knowornot/retrieval.py)")
     prompts: list[SystemPromptName] = Field(default_factory=lambda: ["basic", "conservative", "opinion"])
@@ -213,8 +231,14 @@ class KnowOrNotConfig(Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> "KnowOrNotConfig":
-        if not self.documents and not self.qa_pairs:
-            raise ValueError("give either documents or qa_pairs")
+        if self.knowledge_bases:
+            if self.documents or self.qa_pairs:
+                raise ValueError("give knowledge_bases or documents/qa_pairs, not both")
+            names = [kb.name for kb in self.knowledge_bases]
+            if len(set(names)) != len(names):
+                raise ValueError(f"knowledge base names must differ: {', '.join(names)}")
+        elif not self.documents and not self.qa_pairs:
+            raise ValueError("give either documents or qa_pairs (or knowledge_bases)")
         return self
 
 

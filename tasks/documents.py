@@ -262,6 +262,8 @@ class KnowOrNotMetricsDocument(Document):
     spec_rates: list[dict[str, Any]] = Field(default_factory=list,
                                              description="share of each outcome of each spec per configuration")
     overlap_audit: OverlapAudit | None = None
+    configurations_by_knowledge_base: list[dict[str, Any]] = Field(
+        default_factory=list, description="the same rates per knowledge base (multi-base runs; configurations pools them)")
 
 
 class EvalSpecsDocument(RootModel[list[EvalSpec]]):

@@ -87,9 +87,18 @@ def result_storage(run_root: str) -> Any:
     else:
         basepath = str(Path(run_root.removeprefix("file://")).resolve() / "_prefect")
         block = LocalFileSystem(basepath=basepath)
-    name = "refusalbench-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:16]
-    block.save(name, overwrite=True)
-    return block
+    from prefect.settings import PREFECT_API_URL
+
+    # Saved once per folder and API in a process: each save is three API round trips.
+    key = (basepath, str(PREFECT_API_URL.value()))
+    if key not in _SAVED_STORAGE:
+        name = "refusalbench-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:16]
+        block.save(name, overwrite=True)
+        _SAVED_STORAGE[key] = block
+    return _SAVED_STORAGE[key]
+
+
+_SAVED_STORAGE: dict[tuple[str, str], Any] = {}
 
 
 # ---------------------------------------------------------------- call accounting

@@ -23,7 +23,7 @@ from refusalbench.tasks import documents as doc
 from refusalbench.tasks import records as rec
 from refusalbench.tasks.knowornot import records as kon
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 Format = Literal["parquet", "json", "html", "bytes", "jsonl"]
 
@@ -185,5 +185,8 @@ def runfolder_markdown() -> str:
     lines.append("| `labels/<spec>.jsonl` | knowornot | jsonl | HumanLabel | human labels, appended one per line |")
     lines.append("| `agreement-<spec>.json` | knowornot | json | AgreementDocument | agreement between annotators and "
                  "with the evaluator |")
+    lines.append("| `kb/<name>/...` | knowornot | (as above) | - | a multi-base run (`knowornot.knowledge_bases`): each "
+                 "base's own sentences, facts, QA pairs, filter report and FAISS index; the run folder's files merge "
+                 "them, ids prefixed `<name>/` |")
     lines.append(f"| `{WORK}/...` | both | parquet | (records) | stage-task shards; safe to delete after a run |")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from typing import Callable
 from prefect import task
 
 from refusalbench.tasks import runfolder
+from refusalbench.tasks.change_summary import change_summary
 from refusalbench.tasks.config import RunConfig
 from refusalbench.tasks.gateway import CallResult, CallSpec, Gateway, gateway_for
 from refusalbench.tasks.levers import load_catalogue
@@ -37,7 +38,7 @@ def template_for(variant: str) -> str:
 
 def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
     common = dict(lever=lever, expected=candidate.expected, question=item.question, answers=item.answers,
-                  perturbed_question=candidate.question)
+                  perturbed_question=candidate.question, changes=change_summary(item, candidate))
     if candidate.variant == "multi":
         return render_messages("verifier_multi.j2", passages=item.passages, perturbed_passages=candidate.passages,
                                context=None, **common)

@@ -748,3 +748,38 @@ def test_label_sample_default_is_the_papers_200():
     from refusalbench.tasks.config import KnowOrNotConfig
 
     assert KnowOrNotConfig(qa_pairs="qa.jsonl", targets=["m"], evaluator="m").label_sample == 200
+
+
+# ---------------------------------------------------------------- embeddings kept in the call cache
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self):
+        super().__init__(dimension=32)
+        self.embedded: list[str] = []
+
+    def embed(self, texts):
+        self.embedded += list(texts)
+        return super().embed(texts)
+
+
+def test_cached_embedder_computes_each_text_once_across_processes_worth_of_caches(tmp_path):
+    from refusalbench.tasks.callcache import open_cache
+    from refusalbench.tasks.knowornot.embeddings import CachedEmbedder
+
+    inner = CountingEmbedder()
+    first = CachedEmbedder(inner, open_cache("sqlite", path=str(tmp_path / "calls.sqlite")))
+    vectors = first.embed(["a cat", "a dog", "a cat"])
+    assert inner.embedded == ["a cat", "a dog"]  # a repeated text is embedded once
+    assert np.array_equal(vectors, HashingEmbedder(dimension=32).embed(["a cat", "a dog", "a cat"]))
+    # A new cache object on the same file (a re-run): nothing is embedded, the vectors are bit for bit the same.
+    again = CountingEmbedder()
+    second = CachedEmbedder(again, open_cache("sqlite", path=str(tmp_path / "calls.sqlite")))
+    assert np.array_equal(second.embed(["a dog", "a cat"]), vectors[[1, 0]])
+    assert again.embedded == []
+    second.embed(["a dog", "a bird"])
+    assert again.embedded == ["a bird"]
+    assert second.embed([]).shape == (0, 32)
+    # The key names the embedder: another model's vectors are never served for the same text.
+    other = HashingEmbedder(dimension=32)
+    other.name = "another-model"
+    assert CachedEmbedder(other, second.cache).key("a cat") != second.key("a cat")

@@ -282,3 +282,92 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     assert agreement["annotators"]["pairwise"]["ann|bob"]["n"] == len(session.items)
     rebuilt = (out / "report.html").read_text()
     assert "Fleiss" in rebuilt and "ann vs bob" in rebuilt  # the agreement command rebuilt the page
+
+
+# ---------------------------------------------------------------- several knowledge bases in one run
+
+OTHER_PAIRS = [
+    {"id": f"p{i}", "question": q, "answer": a}  # the same ids as PAIRS: the run must keep the bases apart
+    for i, (q, a) in enumerate([
+        ("What time does the library open?", "At eight in the morning."),
+        ("How many books may a member borrow?", "Up to ten books."),
+        ("What is the fine for a late book?", "Ten cents a day."),
+    ])
+]
+
+
+def test_knowornot_runs_several_knowledge_bases_each_leave_one_out_within_itself(tmp_path, fake_llm):
+    from refusalbench.flows.launch import run_knowornot
+
+    (tmp_path / "hr.jsonl").write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
+    (tmp_path / "library.jsonl").write_text("\n".join(json.dumps(p) for p in OTHER_PAIRS) + "\n")
+    fake_llm.responder = by_model({"tgt": target, "hyde": lambda r: json.dumps({"answers": ["A guess."]}),
+                                   "eval": evaluator})
+    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
+                       for n in ["tgt", "hyde", "eval"])
+    config = tmp_path / "kon.yaml"
+    config.write_text(f"""
+models:
+{models}
+cache:
+  path: {tmp_path / 'calls.sqlite'}
+knowornot:
+  knowledge_bases:
+    - {{name: hr, qa_pairs: hr.jsonl}}
+    - {{name: library, qa_pairs: library.jsonl}}
+  targets: [tgt]
+  evaluator: eval
+  extractor: hyde
+  retrieval: [long_context, basic_rag, hyde_rag]
+  prompts: [basic]
+  k: 2
+  filters: []
+  embedder: hashing
+  label_sample: 4
+""")
+    out = tmp_path / "run"
+    result = run_knowornot(str(config), str(out))
+    inputs = pd.read_parquet(out / "experiment_inputs.parquet")
+    assert len(inputs) == (6 + 3) * 3 == result["experiments"]
+    assert inputs.groupby("knowledge_base").size().to_dict() == {"hr": 18, "library": 9}
+    # Ids carry their base; a question's context comes from its own base only, never its own pair.
+    for row in inputs.itertuples():
+        assert row.question_id.startswith(f"{row.knowledge_base}/")
+        assert all(i.startswith(f"{row.knowledge_base}/") for i in row.context_ids)
+        assert row.question_id not in list(row.context_ids)
+    long = inputs[inputs.retrieval == "long_context"]
+    assert set(long[long.knowledge_base == "hr"].context_ids.map(len)) == {5}
+    assert set(long[long.knowledge_base == "library"].context_ids.map(len)) == {2}
+    # Each base has its own index in its own folder.
+    assert (out / "kb" / "hr" / "kb.faiss").exists() and (out / "kb" / "library" / "kb.faiss").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["configurations"]) == 3  # pooled over the bases
+    per_base = pd.DataFrame(metrics["configurations_by_knowledge_base"])
+    assert len(per_base) == 6 and set(per_base.knowledge_base) == {"hr", "library"}
+    hr = per_base[(per_base.knowledge_base == "hr") & (per_base.retrieval == "long_context")].iloc[0]
+    assert hr["abstention_rate"] == pytest.approx(1 / 6)  # the salaries question
+    assert metrics["filter_report"]["n_input"] == 9
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["qa_pairs_all"] == 9 and manifest["counts"]["qa_pairs"] == 9
+    report = (out / "report.html").read_text()
+    assert "Per knowledge base" in report and "2 knowledge bases" in report
+    # Re-run: every call comes from the cache.
+    sent = len(fake_llm.calls)
+    run_knowornot(str(config), str(tmp_path / "run2"))
+    assert len(fake_llm.calls) == sent
+
+
+def test_knowledge_bases_exclude_documents_and_need_distinct_names():
+    from pydantic import ValidationError
+
+    from refusalbench.tasks.config import KnowOrNotConfig
+
+    base = {"targets": ["t"], "evaluator": "e"}
+    with pytest.raises(ValidationError, match="not both"):
+        KnowOrNotConfig(**base, qa_pairs="a.jsonl", knowledge_bases=[{"name": "a", "qa_pairs": "a.jsonl"}])
+    with pytest.raises(ValidationError, match="must differ"):
+        KnowOrNotConfig(**base, knowledge_bases=[{"name": "a", "qa_pairs": "a.jsonl"}, {"name": "a", "qa_pairs": "b.jsonl"}])
+    with pytest.raises(ValidationError, match="either documents or qa_pairs"):
+        KnowOrNotConfig(**base, knowledge_bases=[{"name": "a"}])
+    with pytest.raises(ValidationError):
+        KnowOrNotConfig(**base, knowledge_bases=[{"name": "../up", "qa_pairs": "a.jsonl"}])

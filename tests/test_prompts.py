@@ -91,9 +91,11 @@ def variables_for(name: str, text: str = "plain text", big: str | None = None) -
         "generator_multi.j2": {**item, "passages": passages, "strategy": lever.multi_document},
         "verifier_single.j2": {
             **verifier_item, "context": context, "perturbed_question": text, "perturbed_context": context,
+            "changes": "- Question: unchanged.",
         },
         "verifier_multi.j2": {
             **verifier_item, "passages": passages, "perturbed_question": text, "perturbed_passages": passages,
+            "changes": "- Question: unchanged.",
         },
         "target_single.j2": {"question": text, "context": context, "confidence": False},
         "target_multi.j2": {"question": text, "passages": passages, "confidence": True},

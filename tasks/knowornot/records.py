@@ -102,6 +102,8 @@ class ExperimentInput(Record):
         description="True for a synthetic out-of-KB question (context drawn from the whole KB); "
         "False for a leave-one-out question (its own pair withheld)"
     )
+    knowledge_base: str | None = Field(
+        default=None, description="the base the question belongs to in a multi-base run (ids carry it as a prefix)")
 
 
 class ExperimentOutput(Record):

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks import runfolder
+from refusalbench.tasks.callcache import CallCache
 from refusalbench.tasks.config import KnowOrNotConfig
 from refusalbench.tasks.knowornot.embeddings import make_embedder
-from refusalbench.tasks.knowornot.evaluation import BUILT_IN_SPECS, knowornot_metrics, outcome_rates, run_specs
+from refusalbench.tasks.knowornot.evaluation import BUILT_IN_SPECS, METRIC_KEYS, knowornot_metrics, outcome_rates, run_specs
 from refusalbench.tasks.knowornot.labels import stratified_label_sample
 from refusalbench.tasks.knowornot.overlap import overlap_audit
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
@@ -44,7 +45,7 @@ def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], 
     return frame
 
 
-def write_results(store: ArtifactStore, kon: KnowOrNotConfig) -> pd.DataFrame:
+def write_results(store: ArtifactStore, kon: KnowOrNotConfig, cache: CallCache | None = None) -> pd.DataFrame:
     """Results, rates (Parquet and JSON), the overlap audit and the label sample from the stage outputs; returns the rates."""
     specs = run_specs(kon.evaluations)
     pairs = store.load(runfolder.QA_PAIRS)
@@ -56,11 +57,15 @@ def write_results(store: ArtifactStore, kon: KnowOrNotConfig) -> pd.DataFrame:
     rates = outcome_rates(frame, specs, seed=kon.seed)
     store.save(runfolder.SPEC_RATES, rates)
     filter_report = store.load(runfolder.FILTER_REPORT)
-    audit = overlap_audit(pairs, make_embedder(kon.embedder), filter_report)
+    audit = overlap_audit(pairs, make_embedder(kon.embedder, cache=cache), filter_report)
+    # Several bases: the configurations pool them (the figures' view); each base's own rates come beside.
+    by_base = knowornot_metrics(frame, by=("knowledge_base", *METRIC_KEYS), seed=kon.seed) if kon.knowledge_bases else None
     store.save(runfolder.KON_METRICS, {"configurations": metrics.to_dict(orient="records"),
                                        "filter_report": filter_report.model_dump(mode="json"),
                                        "spec_rates": rates.to_dict(orient="records"),
-                                       "overlap_audit": audit.model_dump(mode="json")})
+                                       "overlap_audit": audit.model_dump(mode="json"),
+                                       "configurations_by_knowledge_base":
+                                           [] if by_base is None else by_base.to_dict(orient="records")})
     store.save(runfolder.LABEL_SAMPLE,
                stratified_label_sample(frame[frame["response"].notna()], kon.label_sample, seed=kon.seed))
     return metrics

@@ -36,6 +36,7 @@ class KnowOrNotReportInputs:
 
     metrics: pd.DataFrame
     filter_report: Mapping[str, Any]
+    metrics_by_base: pd.DataFrame | None = None  # multi-base runs: the same rates per knowledge base
     counts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     specs: Sequence[EvalSpec] = BUILT_IN_SPECS
     spec_rates: pd.DataFrame | None = None
@@ -58,6 +59,8 @@ def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | Non
     inputs = KnowOrNotReportInputs(
         metrics=store.load(runfolder.KON_METRICS_TABLE),
         filter_report=document.filter_report,
+        metrics_by_base=pd.DataFrame(document.configurations_by_knowledge_base)
+        if document.configurations_by_knowledge_base else None,
         counts=counts,
         specs=specs,
         spec_rates=store.load(runfolder.SPEC_RATES) if store.has(runfolder.SPEC_RATES) else None,
@@ -92,13 +95,19 @@ def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
     ]
     return ("<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
             f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
-            f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts))}</p>{''.join(sections)}</body></html>")
+            f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts, _bases(inputs)))}</p>{''.join(sections)}</body></html>")
 
 
-def _filter_line(report: Mapping[str, Any], counts: Mapping[str, Any]) -> str:
+def _bases(inputs: KnowOrNotReportInputs) -> int:
+    frame = inputs.metrics_by_base
+    return 1 if frame is None or frame.empty else int(frame["knowledge_base"].nunique())
+
+
+def _filter_line(report: Mapping[str, Any], counts: Mapping[str, Any], bases: int = 1) -> str:
     used = counts.get("qa_pairs", report.get("n_kept"))
     cut = f", of which the first {used} were used (max_questions)" if used != report.get("n_kept") else ""
-    return (f"Leave-one-out over a knowledge base of {used} QA pairs: the diversity filters kept {report.get('n_kept')} "
+    where = "a knowledge base" if bases == 1 else f"{bases} knowledge bases (each within itself)"
+    return (f"Leave-one-out over {where} of {used} QA pairs: the diversity filters kept {report.get('n_kept')} "
             f"of {report.get('n_input')}{cut}; the keyword filter removed {report.get('removed_keyword')}, the "
             f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}).")
 
@@ -121,14 +130,21 @@ def _rates_html(inputs: KnowOrNotReportInputs) -> str:
                           f"No factuality figure: the evaluator gave no readable tier for any of the {answered} answered "
                           "responses (see the error column of evaluations.parquet)."),
     ]
+    per_base = "" if inputs.metrics_by_base is None else (
+        "<h3>Per knowledge base</h3><p>Each base is its own leave-one-out (its own index); the figures and the "
+        f"table above pool the bases.</p>{_rates_table(inputs.metrics_by_base)}")
+    return (f"<p>{escape(RATE_NOTE)}</p><div class='figs'>{''.join(figures)}</div>"
+            f"{_rates_table(metrics)}{per_base}")
+
+
+def _rates_table(metrics: pd.DataFrame) -> str:
     table = metrics.copy()
     for name in ("abstention", "factuality"):
         table[f"{name} (95% CI)"] = [_rate_with_interval(r, lo, hi) for r, lo, hi in
                                      zip(table[f"{name}_rate"], table[f"{name}_ci_low"], table[f"{name}_ci_high"])]
-    shown = ["target", "retrieval", "prompt", "n", "n_abstention_judged", "abstention (95% CI)", "n_answered",
-             "n_factuality_judged", "factuality (95% CI)"]
-    return (f"<p>{escape(RATE_NOTE)}</p><div class='figs'>{''.join(figures)}</div>"
-            f"{frame_table(table[[c for c in shown if c in table.columns]])}")
+    shown = ["knowledge_base", "target", "retrieval", "prompt", "n", "n_abstention_judged", "abstention (95% CI)",
+             "n_answered", "n_factuality_judged", "factuality (95% CI)"]
+    return frame_table(table[[c for c in shown if c in table.columns]])
 
 
 def _figure_or_reason(encoded: str | None, alt: str, reason: str) -> str:

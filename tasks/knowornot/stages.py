@@ -84,20 +84,25 @@ def check_knowornot_inputs(cfg: RunConfig) -> None:
         raise InputError(str(cfg.source), "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
                          field="knowornot")
     kon = with_resolved_sources(cfg).knowornot
-    if kon.qa_pairs:
-        load_qa_pairs(kon.qa_pairs)
-    else:
-        read_documents(kon.documents or [])
+    for source in kon.knowledge_bases or [kon]:
+        if source.qa_pairs:
+            load_qa_pairs(source.qa_pairs)
+        else:
+            read_documents(source.documents or [])
 
 
 def with_resolved_sources(cfg: RunConfig) -> RunConfig:
     """The config with its QA file and documents resolved against the config's folder (tasks may run elsewhere)."""
-    kon = cfg.knowornot
-    resolved = kon.model_copy(update={
-        "documents": [cfg.resolve_path(d) for d in kon.documents or []] or None,
-        "qa_pairs": cfg.resolve_path(kon.qa_pairs) if kon.qa_pairs else None,
-    })
-    return cfg.model_copy(update={"knowornot": resolved})
+    def resolved(source: Any) -> Any:
+        return source.model_copy(update={
+            "documents": [cfg.resolve_path(d) for d in source.documents or []] or None,
+            "qa_pairs": cfg.resolve_path(source.qa_pairs) if source.qa_pairs else None,
+        })
+
+    kon = resolved(cfg.knowornot)
+    if kon.knowledge_bases:
+        kon = kon.model_copy(update={"knowledge_bases": [resolved(kb) for kb in kon.knowledge_bases]})
+    return cfg.model_copy(update={"knowornot": kon})
 
 
 def knowornot_models(kon: KnowOrNotConfig) -> list[str]:
@@ -113,7 +118,8 @@ def input_digest(kon: KnowOrNotConfig, templates: dict[str, str]) -> str:
 def source_digest(kon: KnowOrNotConfig) -> str:
     """Content hash of the knowledge-base files (Prefect's cache cannot see file contents)."""
     digest = hashlib.sha256()
-    for path in ([kon.qa_pairs] if kon.qa_pairs else []) + list(kon.documents or []):
+    sources = kon.knowledge_bases or [kon]
+    for path in [p for s in sources for p in ([s.qa_pairs] if s.qa_pairs else []) + list(s.documents or [])]:
         p = Path(path)
         for file in sorted(p.rglob("*")) if p.is_dir() else [p]:
             if file.is_file():
@@ -154,7 +160,7 @@ def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSumma
     kon = cfg.knowornot
     store = ArtifactStore(out)
     pairs = store.load(runfolder.QA_PAIRS_ALL)
-    embedder = make_embedder(kon.embedder)
+    embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
     method = "both" if len(kon.filters) == 2 else (kon.filters[0] if kon.filters else "none")
     question_vectors = embedder.embed([p.question for p in pairs]) if method in ("both", "semantic") else None
     kept, report = diversity_filter(pairs, question_vectors, method=method, keyword_threshold=kon.keyword_threshold,
@@ -186,7 +192,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
     kon = cfg.knowornot
     store = ArtifactStore(out)
     pairs = store.load(runfolder.QA_PAIRS)
-    embedder = make_embedder(kon.embedder)
+    embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
     model = kon.extractor or kon.evaluator
     hyde: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = []
