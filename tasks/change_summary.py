@@ -21,7 +21,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def sentences(text: str | None) -> list[str]:
-    return [s for s in (" ".join(part.split()) for part in _SENTENCE_END.split(text or "")) if s]
+    return [s for s in map(_flat, _SENTENCE_END.split(text or "")) if s]
 
 
 def _quote(parts: list[str]) -> str:
@@ -64,10 +64,16 @@ def _passage_sections(original: list[Passage], perturbed: list[Passage]) -> list
     return lines
 
 
+def _flat(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
 def change_summary(item: BaseItem, candidate: Candidate) -> str:
     """Markdown bullet lines: the question's edit, then the context's (or each passage's)."""
-    question = ["- Question: unchanged."] if " ".join(item.question.split()) == " ".join((candidate.question or "").split()) \
-        else [f'- Question: rewritten: "{" ".join(item.question.split())}" -> "{" ".join((candidate.question or "").split())}"']
+    before, after = _flat(item.question), _flat(candidate.question)
+    lines = ["- Question: unchanged."] if before == after else [f'- Question: rewritten: "{before}" -> "{after}"']
     if candidate.variant == "multi":
-        return "\n".join(question + _passage_sections(item.passages or [], candidate.passages or []))
-    return "\n".join(question + _section("Context", len(sentences(item.context)), text_changes(item.context, candidate.context)))
+        lines += _passage_sections(item.passages or [], candidate.passages or [])
+    else:
+        lines += _section("Context", len(sentences(item.context)), text_changes(item.context, candidate.context))
+    return "\n".join(lines)

@@ -21,6 +21,7 @@ import atexit
 import ctypes
 import functools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,14 +30,15 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, TypeVar
+from pathlib import Path
+from typing import IO, Any, Callable, TypeVar
 
 Launch = TypeVar("Launch", bound=Callable[..., Any])
 
 _process: subprocess.Popen[bytes] | None = None
 _url: str | None = None
 _used = False  # a flow has been started against it (its logs and events are flushed at exit)
-_log: tempfile._TemporaryFileWrapper[bytes] | None = None  # the server's stderr (for a start-up failure's message)
+_log: IO[bytes] | None = None  # the server's stderr (for a start-up failure's message)
 
 
 def _free_port() -> int:
@@ -46,7 +48,8 @@ def _free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG; Linux only)."""
+    """In the child, before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG; Linux only).
+    Strictly, when the thread that started it ends: the CLI starts it from the main thread."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
     except (OSError, AttributeError):
@@ -54,13 +57,34 @@ def _die_with_parent() -> None:
 
 
 def _api_configured() -> bool:
-    """An API URL in the environment, or in Prefect's settings once Prefect is loaded (a test harness sets it there)."""
+    """An API URL in the environment, or in Prefect's settings (a test harness sets it there; a
+    profile or settings file may too: then Prefect is asked, at the price of importing it first)."""
     if os.environ.get("PREFECT_API_URL"):
         return True
-    if "prefect.settings" in sys.modules:
+    if "prefect.settings" in sys.modules or settings_files_mention_api():
         from prefect.settings import PREFECT_API_URL
 
         return bool(PREFECT_API_URL.value())
+    return False
+
+
+_API_TABLE = re.compile(r"^\s*\[(tool\.prefect\.)?api\]", re.MULTILINE)
+
+
+def settings_files_mention_api(cwd: Path | None = None) -> bool:
+    """Whether a file Prefect reads its settings from (the active profiles file, ./prefect.toml,
+    ./.env, ./pyproject.toml) may set the API URL."""
+    cwd = cwd or Path.cwd()
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    files = [Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser(),
+             cwd / "prefect.toml", cwd / ".env", cwd / "pyproject.toml"]
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "PREFECT_API_URL" in text or _API_TABLE.search(text):
+            return True
     return False
 
 

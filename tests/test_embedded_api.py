@@ -77,3 +77,22 @@ def test_bad_input_in_process_stops_the_server_it_started(tmp_path, monkeypatch,
     assert prefect_api._process is None and "PREFECT_API_URL" not in os.environ
     assert api_servers() - before == set()
     assert not (tmp_path / "run").exists()
+
+
+def test_settings_files_that_may_set_the_api_are_noticed(tmp_path, monkeypatch):
+    from refusalbench.tasks.prefect_api import settings_files_mention_api
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    monkeypatch.delenv("PREFECT_PROFILES_PATH", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    assert not settings_files_mention_api(work)
+    (work / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert not settings_files_mention_api(work)
+    (work / "pyproject.toml").write_text("[tool.prefect.api]\nurl = 'http://server:4200/api'\n")
+    assert settings_files_mention_api(work)
+    (work / "pyproject.toml").unlink()
+    (home / "profiles.toml").write_text("active = 'prod'\n[profiles.prod]\nPREFECT_API_URL = 'http://server:4200/api'\n")
+    assert settings_files_mention_api(work)

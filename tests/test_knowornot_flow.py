@@ -350,7 +350,7 @@ knowornot:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["qa_pairs_all"] == 9 and manifest["counts"]["qa_pairs"] == 9
     report = (out / "report.html").read_text()
-    assert "Per knowledge base" in report and "2 knowledge bases" in report
+    assert "Per knowledge base" in report and "within each of 2 knowledge bases" in report
     # Re-run: every call comes from the cache.
     sent = len(fake_llm.calls)
     run_knowornot(str(config), str(tmp_path / "run2"))

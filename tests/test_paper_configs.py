@@ -93,3 +93,27 @@ def test_paper_config_can_be_planned(tmp_path, name, stand_in):
     # the open-weight models have no price: the total says unknown, not zero
     assert plan.total.cost_usd is None and plan.total.priced_cost_usd > 0
     assert "qwen1.5-7b-chat" in plan.total.unpriced_models
+
+
+def test_policybench_config_is_the_papers_knowornot_run_over_four_bases(tmp_path):
+    cfg = load_config(packaged_config("paper-policybench.yaml"))
+    kon = cfg.knowornot
+    assert [kb.name for kb in kon.knowledge_bases] == ["btt", "cpf", "ica", "medishield"]
+    assert kon.retrieval == ["long_context", "hyde_rag"] and kon.evaluator == "gpt-4.1" and kon.label_sample == 200
+    assert all(m in cfg.models for m in kon.targets + [kon.evaluator]) and cfg.skip_unavailable
+    # Where the released files are beside the checkout, the run's input check accepts all four bases.
+    policybench = ROOT.parent / "shared" / "reference" / "policybench"
+    if not policybench.is_dir():
+        pytest.skip("PolicyBench is not beside the checkout (../shared/reference/policybench)")
+    import os
+    import shutil
+
+    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+
+    shutil.copytree(policybench, tmp_path / "data" / "policybench")
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        check_knowornot_inputs(cfg)
+    finally:
+        os.chdir(here)

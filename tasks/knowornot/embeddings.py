@@ -83,12 +83,13 @@ class CachedEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        distinct = list(dict.fromkeys(texts))
         vectors: dict[str, np.ndarray] = {}
-        for text in dict.fromkeys(texts):
+        for text in distinct:
             hit = self.cache.get(self.key(text))
             if hit is not None:
                 vectors[text] = np.frombuffer(base64.b64decode(hit["vector"]), dtype=np.float32)
-        missing = [t for t in dict.fromkeys(texts) if t not in vectors]
+        missing = [t for t in distinct if t not in vectors]
         if missing:
             for text, row in zip(missing, self.inner.embed(missing)):
                 row = np.ascontiguousarray(row, dtype=np.float32)

@@ -14,12 +14,12 @@ answering and evaluation run over the merged grid as over any other. A run with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from prefect import Task
 
 from refusalbench.tasks import runfolder
-from refusalbench.tasks.config import RunConfig
+from refusalbench.tasks.config import KnowOrNotConfig, RunConfig
 from refusalbench.tasks.knowornot.records import ExperimentInput, FilterReport, QAPair
 from refusalbench.tasks.store import ArtifactStore
 
@@ -35,7 +35,7 @@ class KnowledgeBase:
     digest: str
 
 
-def knowledge_bases(cfg: RunConfig, out: str, digest_of: Any) -> list[KnowledgeBase]:
+def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConfig], str]) -> list[KnowledgeBase]:
     """The run's bases; ``digest_of(kon)`` gives a narrowed knowornot section's input digest."""
     kon = cfg.knowornot
     if not kon.knowledge_bases:

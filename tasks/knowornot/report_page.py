@@ -106,8 +106,9 @@ def _bases(inputs: KnowOrNotReportInputs) -> int:
 def _filter_line(report: Mapping[str, Any], counts: Mapping[str, Any], bases: int = 1) -> str:
     used = counts.get("qa_pairs", report.get("n_kept"))
     cut = f", of which the first {used} were used (max_questions)" if used != report.get("n_kept") else ""
-    where = "a knowledge base" if bases == 1 else f"{bases} knowledge bases (each within itself)"
-    return (f"Leave-one-out over {where} of {used} QA pairs: the diversity filters kept {report.get('n_kept')} "
+    where = (f"over a knowledge base of {used} QA pairs" if bases == 1
+             else f"within each of {bases} knowledge bases, {used} QA pairs in all")
+    return (f"Leave-one-out {where}: the diversity filters kept {report.get('n_kept')} "
             f"of {report.get('n_input')}{cut}; the keyword filter removed {report.get('removed_keyword')}, the "
             f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}).")
 

@@ -30,7 +30,8 @@ from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
 from refusalbench.tasks.knowornot.evaluation import run_specs
 from refusalbench.tasks.knowornot.llm_stages import (answer_experiments, evaluate_outputs, extract_facts, generate_qa,
                                                      hyde_answers, synthetic_ookb_questions)
-from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, OOKBQuestion, QAPair
+from refusalbench.tasks.knowornot.records import (EvalOutcome, ExperimentInput, ExperimentOutput, HypotheticalAnswers,
+                                                  OOKBQuestion, QAPair)
 from refusalbench.tasks.knowornot.retrieval import (build_experiment_inputs, build_index, index_from_bytes, index_to_bytes,
                                                     kb_fingerprint, loo_violations, pair_text, strategies_need)
 from refusalbench.tasks.knowornot.sentences import document_sentences, read_documents, spread_sentences
@@ -200,7 +201,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
         answers, failures = hyde_answers(gateway_for(cfg, api_bases), model, pairs, kon.hyde_answers,
                                          on_result=progress_callback("HyDE answers", len(pairs)))
         store.save(runfolder.HYDE_ANSWERS, answers)
-        hyde = {a.question_id: embedder.embed(a.answers) for a in answers}
+        hyde = _embedded_answers(embedder, answers)
     ookb: list[OOKBQuestion] = []
     if kon.synthetic_ookb:
         ookb, ookb_failures = synthetic_ookb_questions(gateway_for(cfg, api_bases), model, pairs, kon.synthetic_ookb,
@@ -212,7 +213,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
             ookb_pairs = [QAPair(id=q.id, question=q.question, answer="") for q in ookb]
             extra, extra_failures = hyde_answers(gateway_for(cfg, api_bases), model, ookb_pairs, kon.hyde_answers)
             failures += extra_failures
-            hyde.update({a.question_id: embedder.embed(a.answers) for a in extra})
+            hyde.update(_embedded_answers(embedder, extra))
     rows = build_experiment_inputs(pairs, embedder.embed([p.question for p in pairs]),
                                    index_from_bytes(store.load(runfolder.KB_INDEX)), kon.targets, kon.retrieval,
                                    kon.prompts, k=kon.k, hyde_embeddings=hyde, ookb_questions=ookb,
@@ -222,6 +223,16 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
         raise RuntimeError(f"leave-one-out violated: {violations[0]}")
     store.save(runfolder.EXPERIMENT_INPUTS, rows)
     return GridSummary(experiments=len(rows), failures=failures)
+
+
+def _embedded_answers(embedder: Embedder, answers: list[HypotheticalAnswers]) -> dict[str, Any]:
+    """Question id -> its hypothetical answers' vectors, all answers encoded in one batch."""
+    vectors = embedder.embed([text for a in answers for text in a.answers])
+    out, start = {}, 0
+    for a in answers:
+        out[a.question_id] = vectors[start:start + len(a.answers)]
+        start += len(a.answers)
+    return out
 
 
 def save_stage_failures(store: ArtifactStore, failures: list[dict[str, Any]]) -> int:
