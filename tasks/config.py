@@ -87,7 +87,7 @@ class ModelConfig(Strict):
         return self
 
 
-FilterRule = Literal["unanimous", "majority"]
+FilterRule = Literal["unanimous", "majority", "none"]
 
 
 class PretestConfig(Strict):

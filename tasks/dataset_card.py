@@ -287,9 +287,13 @@ def methods(facts: RunFacts) -> list[str]:
                          f"{verdicts.get('FAIL', 0)} FAIL"
                          + (f", {other} without a verdict (errors, skipped)." if other else "."))
     if rule and funnel:
-        what = ("every verifier passed" if rule == "unanimous" else "more than half of the verifiers that answered "
-                "passed")
-        sentences.append(f"The {rule} filter kept the candidates {what}: {funnel['accepted']} accepted.")
+        if rule == "none":
+            sentences.append(f"No verification filter was applied (`filter: none`): every pre-checked candidate was "
+                             f"kept whatever the verdicts, {funnel['accepted']} accepted. These items are not verified.")
+        else:
+            what = ("every verifier passed" if rule == "unanimous" else "more than half of the verifiers that answered "
+                    "passed")
+            sentences.append(f"The {rule} filter kept the candidates {what}: {funnel['accepted']} accepted.")
     if funnel:
         target = gen.get("target_size")
         balance = gen.get("balance", "natural")
@@ -447,9 +451,12 @@ def notes_section(facts: RunFacts) -> list[str]:
 
 def limitations(facts: RunFacts) -> list[str]:
     rule = _generation_config(facts).get("filter") or (facts.gv.filter if facts.gv else None) or "model"
-    return ["## Limitations", "",
-            f"- The items were written and checked by language models. The {rule} verification filter removes many "
-            "bad items but not all; see the human audit above, where one exists.",
+    checked = ("- The items were written by language models and kept without a verification filter (`filter: none`): "
+               "the verifiers' verdicts were recorded but did not decide. Audit them before relying on them."
+               if rule == "none" else
+               f"- The items were written and checked by language models. The {rule} verification filter removes many "
+               "bad items but not all; see the human audit above, where one exists.")
+    return ["## Limitations", "", checked,
             "- `expected` is the label the lever calls for; it is not a human annotation of every item.",
             "- The answers and contexts come from the base set: its biases, errors and licence carry over.", ""]
 

@@ -4,6 +4,10 @@
   a verifier ERROR (no verdict) is not a PASS, so such a candidate is not accepted.
 - ``majority``: among the verifiers that answered, more PASS than half of them; a
   candidate no verifier answered is not accepted.
+- ``none``: every candidate the pre-checks let through is accepted; the verdicts are
+  recorded and analysed but decide nothing. For models too small to verify (the local demo,
+  whose 0.5B and 1.5B verifiers pass nothing): the benchmark is then not a verified one, and
+  the report, manifest and dataset card say so.
 
 Sampling balances the 18 class x intensity strata and, inside each stratum, the
 generators (round robin over each generator's seeded shuffle), deterministic by seed.
@@ -49,6 +53,9 @@ def decide(candidate: Candidate, verdicts: list[str], verifiers: list[str], rule
         answered = passes + fails
         accepted = answered > 0 and passes * 2 > answered
         reason = f"{passes}/{answered} answered verifiers passed" if answered else "no verifier answered"
+    elif rule == "none":
+        accepted = True
+        reason = f"no filter (verdicts recorded only: {passes} PASS, {fails} FAIL)"
     else:
         raise ValueError(f"unknown filter rule {rule!r}")
     return FilterDecision(candidate_id=candidate.candidate_id, accepted=accepted, passes=passes, fails=fails,

@@ -124,6 +124,20 @@ def test_verifier_that_always_fails_gives_an_empty_benchmark(tmp_path, fake_llm)
     assert set(manifest["counts"]["shortfalls"]) == {"P-Ambiguity/LOW", "P-MissingInfo/HIGH"}
 
 
+def test_filter_none_keeps_every_prechecked_candidate_and_says_so(tmp_path, fake_llm):
+    scripted(fake_llm, ver_b_always_fails=True)
+    out = tmp_path / "run"
+    result = run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b"], filter_rule="none"), out)
+    # Every parsed candidate is kept (gen-b's garbled multi-document replies are not), though ver-b failed them all.
+    candidates = pd.read_parquet(out / "candidates.parquet")
+    assert result["accepted"] == (candidates.status == "ok").sum() == 10
+    assert (pd.read_parquet(out / "verifications.parquet").query("verifier == 'ver-b'").verdict == "FAIL").all()
+    decisions = json.loads((out / "filter_decisions.json").read_text())
+    reasons = {d["reason"] for d in (decisions["decisions"] if isinstance(decisions, dict) else decisions) if d["accepted"]}
+    assert reasons == {"no filter (verdicts recorded only: 1 PASS, 1 FAIL)"}
+    assert "No verification filter" in (out / "report.html").read_text()
+
+
 def test_short_circuit_skips_later_verifiers(tmp_path, fake_llm):
     scripted(fake_llm, ver_b_always_fails=True)
     out = tmp_path / "run"

@@ -262,6 +262,8 @@ def test_demo_lists_the_rule_generator_beside_the_llm_generators() -> None:
     assert "rules" in gen.generators and cfg.models["rules"].rule_based
     assert sum(not cfg.models[g].rule_based for g in gen.generators) == 2
     assert "rules" not in gen.verifiers and "rules" not in cfg.evaluation.targets
+    # Its two local verifiers still judge every candidate, but are too small to decide (demo.yaml says why).
+    assert len(gen.verifiers) == 2 and gen.filter == "none"
     # The claim in demo.yaml: over seeds 0-9 the draw gives the rules a MEDIUM/HIGH item on most seeds.
     base = load_base_set(cfg.resolve_path(gen.base_set))
     covered = 0

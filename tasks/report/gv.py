@@ -54,6 +54,10 @@ def _precheck_html(rejected: Mapping[str, int]) -> str:
 def gv_section_html(analysis: Mapping[str, Any]) -> str:
     """The body of the report's G-V section (HTML, every data value escaped)."""
     parts = []
+    if analysis.get("filter") == "none":
+        parts.append("<p class='note'><b>No verification filter</b> (<code>filter: none</code>): every candidate that "
+                     "passed the pre-checks was accepted whatever the verifiers said. The verdicts below are recorded "
+                     "and analysed, but this benchmark is not a verified one.</p>")
     if analysis.get("funnel"):
         parts.append(_funnel_html(analysis["funnel"]))
     if analysis.get("verifier_consistency"):
