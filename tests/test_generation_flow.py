@@ -135,7 +135,7 @@ def test_filter_none_keeps_every_prechecked_candidate_and_says_so(tmp_path, fake
     decisions = json.loads((out / "filter_decisions.json").read_text())
     reasons = {d["reason"] for d in (decisions["decisions"] if isinstance(decisions, dict) else decisions) if d["accepted"]}
     assert reasons == {"no filter (verdicts recorded only: 1 PASS, 1 FAIL)"}
-    assert "No verification filter" in (out / "report.html").read_text()
+    assert "Not a verified benchmark" in (out / "report.html").read_text()
 
 
 def test_short_circuit_skips_later_verifiers(tmp_path, fake_llm):

@@ -51,13 +51,18 @@ def _precheck_html(rejected: Mapping[str, int]) -> str:
     return f"<h3>Pre-check rejections</h3><table><tr><th class='name'>rule</th><th>candidates</th></tr>{rows}</table>"
 
 
+def unverified_note(analysis: Mapping[str, Any] | None) -> str:
+    """A warning when the run kept candidates without a verification filter (``filter: none``); else ''."""
+    if not analysis or analysis.get("filter") != "none":
+        return ""
+    return ("<p class='note'><b>Not a verified benchmark</b> (<code>filter: none</code>): every candidate that passed "
+            "the pre-checks was kept whatever the verifiers said; their verdicts are recorded and analysed in the "
+            "generator × verifier section.</p>")
+
+
 def gv_section_html(analysis: Mapping[str, Any]) -> str:
     """The body of the report's G-V section (HTML, every data value escaped)."""
-    parts = []
-    if analysis.get("filter") == "none":
-        parts.append("<p class='note'><b>No verification filter</b> (<code>filter: none</code>): every candidate that "
-                     "passed the pre-checks was accepted whatever the verifiers said. The verdicts below are recorded "
-                     "and analysed, but this benchmark is not a verified one.</p>")
+    parts = [unverified_note(analysis)]
     if analysis.get("funnel"):
         parts.append(_funnel_html(analysis["funnel"]))
     if analysis.get("verifier_consistency"):

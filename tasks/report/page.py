@@ -26,7 +26,7 @@ from refusalbench.tasks.report.figures import (
     scatter_plot,
 )
 from refusalbench.tasks.report.generation_figures import FIGURE_KEYS, generation_figures_html
-from refusalbench.tasks.report.gv import gv_section_html
+from refusalbench.tasks.report.gv import gv_section_html, unverified_note
 from refusalbench.tasks.report.layout import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
 from refusalbench.tasks.report.leaderboard import format_interval, format_value, leaderboard_metrics, ranked_models
 from refusalbench.tasks.report.outcomes import (
@@ -194,7 +194,7 @@ def build_report(run: ReportInputs) -> str:
 
     lead = f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer " \
            "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
-    sections.append(section("Leaderboard", lead + _leaderboard_html(run, order)))
+    sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + _leaderboard_html(run, order)))
     sections.extend(filter(None, [
         standard_errors_section(run.standard_errors, order),
         multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
