@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from refusalbench.tasks.prechecks import normalise
 from refusalbench.tasks.records import BaseItem, Candidate, Passage
 
 # A sentence ends at ., ! or ? followed by whitespace; good enough for a diff the reader can check
@@ -21,7 +22,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def sentences(text: str | None) -> list[str]:
-    return [s for s in map(_flat, _SENTENCE_END.split(text or "")) if s]
+    return [s for s in map(normalise, _SENTENCE_END.split(text or "")) if s]
 
 
 def _quote(parts: list[str]) -> str:
@@ -64,13 +65,9 @@ def _passage_sections(original: list[Passage], perturbed: list[Passage]) -> list
     return lines
 
 
-def _flat(text: str | None) -> str:
-    return " ".join((text or "").split())
-
-
 def change_summary(item: BaseItem, candidate: Candidate) -> str:
     """Markdown bullet lines: the question's edit, then the context's (or each passage's)."""
-    before, after = _flat(item.question), _flat(candidate.question)
+    before, after = normalise(item.question), normalise(candidate.question)
     lines = ["- Question: unchanged."] if before == after else [f'- Question: rewritten: "{before}" -> "{after}"']
     if candidate.variant == "multi":
         lines += _passage_sections(item.passages or [], candidate.passages or [])

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.scripted import by_model
+from tests.scripted import by_model, run_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_APP = b"prefect.server.api.server:create_app"
@@ -33,11 +33,17 @@ def test_a_cli_run_in_embedded_mode_uses_its_own_api_and_stops_it(tmp_path, fake
     (tmp_path / "qa.jsonl").write_text("\n".join(json.dumps(p) for p in pairs) + "\n")
     fake_llm.responder = by_model({"tgt": lambda r: "It is a thing.",
                                    "eval": lambda r: "Fine. <abstained>no</abstained> <tier>tier_1</tier>"})
-    models = "".join(f"  {n}: {{model: openai/{n}, api_base: {fake_llm.url}}}\n" for n in ("tgt", "eval"))
-    config = tmp_path / "kon.yaml"
-    config.write_text(f"models:\n{models}cache:\n  path: {tmp_path / 'calls.sqlite'}\nknowornot:\n  qa_pairs: qa.jsonl\n"
-                      "  targets: [tgt]\n  evaluator: eval\n  retrieval: [direct, long_context]\n  prompts: [basic]\n"
-                      "  filters: []\n  embedder: hashing\n  label_sample: 0\n")
+    config = run_config(tmp_path, fake_llm.url, ["tgt", "eval"], """
+        knowornot:
+          qa_pairs: qa.jsonl
+          targets: [tgt]
+          evaluator: eval
+          retrieval: [direct, long_context]
+          prompts: [basic]
+          filters: []
+          embedder: hashing
+          label_sample: 0
+        """)
     home = tmp_path / "prefect-home"
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(home))
     env.pop("PREFECT_API_URL", None)

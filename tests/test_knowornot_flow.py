@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.scripted import by_model, fenced, last_user_text, schema_name
+from tests.scripted import by_model, fenced, last_user_text, run_config, schema_name
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -51,13 +51,7 @@ def test_knowornot_flow(tmp_path, fake_llm):
         return json.dumps({"answers": ["A warranty lasts years."]})
 
     fake_llm.responder = by_model({"tgt": target, "hyde": helper_model, "eval": evaluator})
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2" for n in ["tgt", "hyde", "eval"])
-    config = tmp_path / "kon.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    config = run_config(tmp_path, fake_llm.url, ["tgt", "hyde", "eval"], """
 knowornot:
   qa_pairs: qa.jsonl
   targets: [tgt]
@@ -71,7 +65,7 @@ knowornot:
   embedder: hashing
   label_sample: 4
   synthetic_ookb: 2
-""")
+""", max_attempts=2)
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
@@ -303,18 +297,11 @@ def test_knowornot_runs_several_knowledge_bases_each_leave_one_out_within_itself
     (tmp_path / "library.jsonl").write_text("\n".join(json.dumps(p) for p in OTHER_PAIRS) + "\n")
     fake_llm.responder = by_model({"tgt": target, "hyde": lambda r: json.dumps({"answers": ["A guess."]}),
                                    "eval": evaluator})
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-                       for n in ["tgt", "hyde", "eval"])
-    config = tmp_path / "kon.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    config = run_config(tmp_path, fake_llm.url, ["tgt", "hyde", "eval"], """
 knowornot:
   knowledge_bases:
-    - {{name: hr, qa_pairs: hr.jsonl}}
-    - {{name: library, qa_pairs: library.jsonl}}
+    - {name: hr, qa_pairs: hr.jsonl}
+    - {name: library, qa_pairs: library.jsonl}
   targets: [tgt]
   evaluator: eval
   extractor: hyde
@@ -324,7 +311,7 @@ knowornot:
   filters: []
   embedder: hashing
   label_sample: 4
-""")
+""", max_attempts=2)
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")

@@ -16,7 +16,7 @@ from refusalbench.tasks.knowornot.embeddings import EMBEDDERS, HashingEmbedder, 
 from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, register_eval_spec
 from refusalbench.tasks.knowornot.records import EvalSpec
 from refusalbench.tasks.knowornot.retrieval import RETRIEVERS, register_retriever
-from tests.scripted import by_model, fenced, last_user_text
+from tests.scripted import by_model, fenced, last_user_text, run_config
 
 PAIRS = [
     {"id": f"p{i}", "question": q, "answer": a}
@@ -54,14 +54,8 @@ def restore_registries():
 
 def write_config(tmp_path, server, **knowornot) -> str:
     (tmp_path / "qa.jsonl").write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {server.url}\n    max_attempts: 2" for n in ["tgt", "eval"])
     section = "\n".join(f"  {key}: {json.dumps(value)}" for key, value in knowornot.items())
-    config = tmp_path / "kon.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:
-  path: {tmp_path / 'calls.sqlite'}
+    return str(run_config(tmp_path, server.url, ["tgt", "eval"], f"""
 knowornot:
   qa_pairs: qa.jsonl
   targets: [tgt]
@@ -70,8 +64,7 @@ knowornot:
   k: 2
   label_sample: 2
 {section}
-""")
-    return str(config)
+""", max_attempts=2))
 
 
 @pytest.mark.usefixtures("prefect_harness", "restore_registries")

@@ -89,7 +89,7 @@ def merged_filter_report(reports: list[tuple[str, FilterReport]]) -> FilterRepor
 
 def merge_bases(store: ArtifactStore, bases: list[KnowledgeBase]) -> None:
     """Write the run folder's pairs, filter report and grid from the bases' own (multi-base runs only)."""
-    if len(bases) == 1 and bases[0].name is None:
+    if bases[0].name is None:
         return  # the only base's stages wrote the run folder's files themselves
     pairs_all: list[QAPair] = []
     pairs: list[QAPair] = []
