@@ -32,11 +32,13 @@ app = typer.Typer(
 levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
 models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
 knowornot_app = typer.Typer(help="KnowOrNot: out-of-knowledge-base robustness.", no_args_is_help=True)
+api_app = typer.Typer(help="The local Prefect API server that embedded-mode commands share.", no_args_is_help=True)
 app.add_typer(levers_app, name="levers")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 app.add_typer(knowornot_app, name="knowornot")
 app.add_typer(audit_app, name="audit")
+app.add_typer(api_app, name="api")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -166,6 +168,31 @@ def models_serve(
     cfg = load_config(_config_path(config))
     chosen = names or [n for n, m in cfg.models.items() if m.local is not None]
     raise typer.Exit(serve_forever(cfg.models, chosen, host=host, port=port))
+
+
+# ---------------------------------------------------------------- local Prefect API
+
+@api_app.command("status")
+def api_status() -> None:
+    """Where this PREFECT_HOME's shared Prefect API server runs, if it does (started by the first command)."""
+    from refusalbench.tasks.prefect_api import api_folder, idle_seconds, read_entry, server_alive
+
+    entry = read_entry(api_folder())
+    if entry is None or not server_alive(entry):
+        out.print(f"no local Prefect API server for {api_folder().parent}")
+        return
+    out.print(f"{entry['url']}  (pid {entry['pid']}; stops {entry.get('idle_s', idle_seconds()):g} s after the last "
+              f"command using it ends; log {entry.get('log')})", highlight=False)
+
+
+@api_app.command("stop")
+def api_stop() -> None:
+    """Stop the shared server now (a command still using it fails; the next command starts a new one)."""
+    from refusalbench.tasks.prefect_api import stop_shared_server
+
+    entry = stop_shared_server()
+    out.print(f"stopped {entry['url']} (pid {entry['pid']})" if entry else "no local Prefect API server was recorded",
+              highlight=False)
 
 
 # ---------------------------------------------------------------- flows
@@ -431,5 +458,17 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(1) from None
 
 
+def command() -> None:
+    """The ``refusalbench`` process: ``main`` with the garbage collector tuned for a short-lived
+    process (``tasks.gc_tuning``); in-process callers use ``main`` and keep theirs as it was."""
+    from refusalbench.tasks import gc_tuning
+
+    gc_tuning.start_up()
+    try:
+        main()
+    finally:
+        gc_tuning.at_exit()
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    command()

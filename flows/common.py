@@ -6,6 +6,7 @@ import contextlib
 import logging
 from typing import Iterator
 
+from refusalbench.tasks import gc_tuning
 from refusalbench.tasks.config import RunConfig
 from refusalbench.tasks.errors import ModelUnavailable
 from refusalbench.tasks.local_models import check_available, is_pulled, pull_model, start_server
@@ -91,6 +92,7 @@ def configured(flow_fn, cfg: RunConfig, out: str):
     """The flow with the config's task runner and task results persisted in the run folder
     (saved through the API: it waits here for an API server ``launch`` started to answer)."""
     wait_until_ready()
+    gc_tuning.flow_starts()
     return flow_fn.with_options(task_runner=task_runner(cfg.runner, max_workers=runner_slots(cfg)),
                                 result_storage=result_storage(out))
 

@@ -1,44 +1,77 @@
-"""Prefect's ephemeral API, started as the command starts instead of when the flow needs it.
+"""Prefect's API in embedded mode: one local server per ``PREFECT_HOME``, shared by the commands run there.
 
-In embedded mode (no ``PREFECT_API_URL``) Prefect starts its API server in a subprocess the
-first time a client needs one. Measured on 2 cores for a cached 200-item evaluate (11.3 s in
-all), that cost ~6 s: the CLI process first imported Prefect's whole server package (~3 s)
-only to launch the subprocess, then waited, doing nothing, for it to boot (~3 s). Here the
-same server (uvicorn serving ``prefect.server.api.server:create_app``, as Prefect launches
-it) is started before the flow's modules are imported, so its boot overlaps the imports and
-the input checks, and ``PREFECT_API_URL`` points Prefect at it. The flow waits for it to
-answer (``wait_until_ready``) just before it starts.
+With no ``PREFECT_API_URL``, Prefect itself would boot an API server in a subprocess for
+every process that runs a flow, and stop it at exit. That boot costs ~3.5 s of CPU on 2
+cores: more than a cached re-run of a 200-item evaluation needs for everything else. So
+the first command starts one server (``tasks.api_server``: Prefect's API app, as Prefect
+serves it) and records it in ``PREFECT_HOME/refusalbench-api/server.json``; later commands
+find it there and use it at once. Prefect sees it through ``PREFECT_API_URL``.
 
-The server belongs to the command: it stops when the process exits (Prefect's own exit
-handlers, registered later, run first and flush logs and events to it), and dies with the
-process if that is killed (Linux). A user who set ``PREFECT_API_URL`` (a server, Prefect
-Cloud, a test harness) keeps it: nothing is started then.
+- The server is started as the command starts, so a first command's server boots while
+  the flow's modules import and the inputs are checked; the flow waits for it
+  (``wait_until_ready``) just before it starts.
+- A command holds a shared lock on ``users.lock`` while its process lives, and the server
+  keeps running while anyone holds it, then ``REFUSALBENCH_PREFECT_API_IDLE_S`` seconds
+  more (default 600; 0 stops it as soon as the last command ends) before it exits.
+- A command that fails its input checks before any flow used a server it started stops
+  that server again at once (unless another command has begun to use it).
+- A server started under other server settings (database URL, profile, Prefect version,
+  Python) is not reused: the command starts a new one, which becomes the recorded one.
+- A user who set ``PREFECT_API_URL`` (a server, Prefect Cloud, a test harness) keeps it:
+  nothing is started then.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
+import contextlib
+import fcntl
 import functools
+import hashlib
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
+from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, Callable, TypeVar
+from typing import IO, Any, Callable, Iterator, TypeVar
+
+from refusalbench.tasks.api_server import USERS_LOCK, forget_entry, log_path, read_entry, write_entry
 
 Launch = TypeVar("Launch", bound=Callable[..., Any])
 
-_process: subprocess.Popen[bytes] | None = None
-_url: str | None = None
-_used = False  # a flow has been started against it (its logs and events are flushed at exit)
-_log: IO[bytes] | None = None  # the server's stderr (for a start-up failure's message)
+IDLE_ENV = "REFUSALBENCH_PREFECT_API_IDLE_S"
+DEFAULT_IDLE_S = 600.0
+SERVER_MODULE = "refusalbench.tasks.api_server"
+# Settings that shape what the server is (which database, which Prefect): a server started
+# under others is not reused.
+_SERVER_SETTINGS = ("PREFECT_SERVER_", "PREFECT_API_DATABASE_", "PREFECT_PROFILE", "PREFECT_HOME")
+
+_users: IO[str] | None = None  # this process's shared lock on users.lock: held while it uses the server
+_entry: dict[str, Any] | None = None  # the server this process uses
+_spawned: subprocess.Popen[bytes] | None = None  # set when this process started that server
+_used = False  # a flow has been started against it
+
+
+def api_folder() -> Path:
+    return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser() / "refusalbench-api"
+
+
+def idle_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE_S)))
+    except ValueError:
+        return DEFAULT_IDLE_S
+
+
+def server_fingerprint() -> str:
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith(_SERVER_SETTINGS))
+    return hashlib.sha256(repr((sys.executable, metadata.version("prefect"), settings)).encode()).hexdigest()[:16]
 
 
 def _free_port() -> int:
@@ -47,13 +80,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG; Linux only).
-    Strictly, when the thread that started it ends: the CLI starts it from the main thread."""
+def server_alive(entry: dict[str, Any]) -> bool:
+    """The entry's process still runs and is a server of ours (not a process that reused its pid)."""
+    pid = int(entry.get("pid") or 0)
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError, ValueError, OverflowError):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    return not cmdline.exists() or SERVER_MODULE.encode() in cmdline.read_bytes()
 
 
 def _api_configured() -> bool:
@@ -88,85 +123,147 @@ def settings_files_mention_api(cwd: Path | None = None) -> bool:
     return False
 
 
-def start_embedded_api() -> bool:
-    """Launch the ephemeral API server unless an API is configured or one was started already;
-    True if this call started it."""
-    global _process, _log, _url, _used
-    if _process is not None or _api_configured():
-        return False
+def _spawn_server(folder: Path, fingerprint: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     port = _free_port()
+    log = log_path(folder, port)
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-    _log = tempfile.TemporaryFile()
-    _process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=_log,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-    )
-    _url = os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
-    _used = False
-    atexit.register(stop_embedded_api)
+    with open(log, "wb") as output:
+        # Its own session: a Ctrl-C in the terminal stops the command, not the server other commands use.
+        process = subprocess.Popen(
+            [sys.executable, "-m", SERVER_MODULE, "--port", str(port), "--folder", str(folder), "--idle-s", str(idle_seconds())],
+            env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True)
+    entry = {"pid": process.pid, "url": f"http://127.0.0.1:{port}/api", "fingerprint": fingerprint,
+             "idle_s": idle_seconds(), "log": str(log), "started_at": time.time()}
+    write_entry(folder, entry)
+    return process, entry
+
+
+def start_embedded_api() -> bool:
+    """Use this PREFECT_HOME's shared server, starting one if there is none (or none that fits);
+    True if this call pointed PREFECT_API_URL at it, False if an API was configured already."""
+    global _users, _entry, _spawned, _used
+    if _entry is not None or _api_configured():
+        return False
+    folder = api_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    fingerprint = server_fingerprint()
+    with open(folder / "start.lock", "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)  # one command at a time finds or starts the server
+        users = open(folder / USERS_LOCK, "a+")
+        fcntl.flock(users, fcntl.LOCK_SH)  # from here on the server cannot retire under this process
+        entry = read_entry(folder)
+        spawned = None
+        if entry is None or entry.get("fingerprint") != fingerprint or not server_alive(entry):
+            spawned, entry = _spawn_server(folder, fingerprint)
+    _users, _entry, _spawned, _used = users, entry, spawned, False
+    os.environ["PREFECT_API_URL"] = entry["url"]
+    atexit.register(release_embedded_api)
     return True
 
 
 def embedded_api(launch: Launch) -> Launch:
-    """Decorator for the CLI's ``run_*``: the server starts as the call starts. A call that fails
-    before its flow used the server (bad input: exit 2) stops it again at once, so an in-process
-    caller is left as it was; otherwise the server lives until the process exits."""
+    """Decorator for the CLI's ``run_*``: the server is found or started as the call starts. A
+    call that fails before its flow used the server (bad input: exit 2) stops using it at once,
+    and stops it if this call started it and no other command has begun to use it."""
     @functools.wraps(launch)
     def call(*args: Any, **kwargs: Any) -> Any:
         started = start_embedded_api()
         try:
-            return launch(*args, **kwargs)
+            with local_server_settings() if _entry is not None else contextlib.nullcontext():
+                return launch(*args, **kwargs)
         except BaseException:
             if started and not _used:
-                stop_embedded_api()
+                release_embedded_api(stop_unused=True)
             raise
 
     return call  # type: ignore[return-value]
 
 
+@contextlib.contextmanager
+def local_server_settings() -> Iterator[None]:
+    """Prefect settings for flows run against the local server: no flow-run heartbeats. They
+    are there for a server's services to mark crashed runs, and the local server runs none
+    (Prefect's ephemeral mode), yet every flow run's end waits up to a second for its
+    heartbeat thread, which sleeps in one-second steps."""
+    from prefect.settings import temporary_settings
+
+    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+        yield
+
+
 def wait_until_ready(timeout_s: float | None = None) -> None:
-    """Return once the started server answers its health check (at once if none was started here)."""
+    """Return once the server this process uses answers its health check (at once if it uses none)."""
     global _used
-    if _process is None:
+    if _entry is None:
         return
     _used = True
     limit = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"))
-    url = os.environ["PREFECT_API_URL"] + "/health"
+    url = _entry["url"] + "/health"
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if _process.poll() is not None:
-            raise RuntimeError(f"Prefect's API server exited with code {_process.returncode} while starting: {_stderr_tail()}")
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
                 if reply.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
+        running = _spawned.poll() is None if _spawned is not None else server_alive(_entry)
+        if not running:
+            raise RuntimeError(f"Prefect's API server (pid {_entry['pid']}) exited while starting: {_log_tail(_entry)}")
         time.sleep(0.05)
-    raise RuntimeError(f"Prefect's API server did not answer within {limit:.0f} s: {_stderr_tail()}")
+    raise RuntimeError(f"Prefect's API server did not answer within {limit:.0f} s: {_log_tail(_entry)}")
 
 
-def _stderr_tail() -> str:
-    if _log is None:
-        return ""
-    _log.seek(0)
-    return _log.read().decode("utf-8", "replace")[-1500:].strip() or "(nothing on stderr)"
+def _log_tail(entry: dict[str, Any]) -> str:
+    try:
+        text = Path(entry["log"]).read_text(encoding="utf-8", errors="replace")
+    except (OSError, KeyError):
+        text = ""
+    return text[-1500:].strip() or "(nothing in its log)"
 
 
-def stop_embedded_api() -> None:
-    """Stop the server this process started (idempotent)."""
-    global _process, _url
-    process, _process = _process, None
-    if _url is not None and os.environ.get("PREFECT_API_URL") == _url:
-        del os.environ["PREFECT_API_URL"]  # a later flow in this process must not look for the stopped server
-    _url = None
-    if process is None or process.poll() is not None:
+def release_embedded_api(stop_unused: bool = False) -> None:
+    """Stop using the server (idempotent): PREFECT_API_URL is unset and this process's lock dropped.
+    With ``stop_unused``, a server this process started is stopped if no other command uses it."""
+    global _users, _entry, _spawned
+    users, entry, spawned = _users, _entry, _spawned
+    _users = _entry = _spawned = None
+    if entry is not None and os.environ.get("PREFECT_API_URL") == entry["url"]:
+        del os.environ["PREFECT_API_URL"]  # a later flow in this process must not look for a stopped server
+    if users is None:
         return
+    with users:
+        if not (stop_unused and spawned is not None):
+            return
+        try:
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another command found it meanwhile: it stays
+        forget_entry(api_folder(), spawned.pid)
+        _terminate(spawned)
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def stop_shared_server(timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """Stop this PREFECT_HOME's shared server now (``refusalbench api stop``); its entry, or None."""
+    folder = api_folder()
+    entry = read_entry(folder)
+    if entry is None:
+        return None
+    if server_alive(entry):
+        os.kill(int(entry["pid"]), signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while server_alive(entry) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if server_alive(entry):
+            os.kill(int(entry["pid"]), signal.SIGKILL)
+    forget_entry(folder, int(entry["pid"]))
+    return entry

@@ -72,28 +72,26 @@ def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
 def result_storage(run_root: str) -> Any:
     """Task results are persisted inside the run folder (local or object storage).
 
-    Prefect 3 wants result storage saved server-side, so a block named after the run
-    folder is saved (idempotently) first; workers on other machines can then load it.
+    A local folder is given to Prefect as a path: Prefect keeps an unsaved local file system
+    for it and records each result under its absolute path, which any process on the machine
+    reads back. Object storage needs a block saved server-side (workers on other machines
+    load it by id): one named after the run folder is saved, once per folder and API in a
+    process, since a save costs three API round trips and ~0.1 s of block-schema work.
     """
+    if "://" not in run_root or run_root.startswith("file://"):
+        return Path(run_root.removeprefix("file://")).resolve() / "_prefect"
     import hashlib
 
-    from prefect.filesystems import LocalFileSystem, RemoteFileSystem
-
-    if "://" in run_root and not run_root.startswith("file://"):
-        from refusalbench.tasks.store import storage_options
-
-        basepath = f"{run_root.rstrip('/')}/_prefect"
-        block: Any = RemoteFileSystem(basepath=basepath, settings=storage_options(run_root))
-    else:
-        basepath = str(Path(run_root.removeprefix("file://")).resolve() / "_prefect")
-        block = LocalFileSystem(basepath=basepath)
+    from prefect.filesystems import RemoteFileSystem
     from prefect.settings import PREFECT_API_URL
 
-    # Saved once per folder and API in a process: each save is three API round trips.
+    from refusalbench.tasks.store import storage_options
+
+    basepath = f"{run_root.rstrip('/')}/_prefect"
     key = (basepath, str(PREFECT_API_URL.value()))
     if key not in _SAVED_STORAGE:
-        name = "refusalbench-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:16]
-        block.save(name, overwrite=True)
+        block = RemoteFileSystem(basepath=basepath, settings=storage_options(run_root))
+        block.save("refusalbench-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:16], overwrite=True)
         _SAVED_STORAGE[key] = block
     return _SAVED_STORAGE[key]
 

@@ -17,6 +17,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.pop("PREFECT_API_URL", None)
+# A command a test runs in embedded mode leaves no local API server behind once it has ended.
+os.environ.setdefault("REFUSALBENCH_PREFECT_API_IDLE_S", "0")
 
 
 @pytest.fixture(scope="session")
