@@ -3,9 +3,11 @@
 Every measured run is a whole ``refusalbench evaluate`` process, started the way a user
 types it: no ``PREFECT_API_URL`` (Prefect's API is the shared local server of
 ``tasks.prefect_api``), its own ``PREFECT_HOME``, a new run folder. For each size N a
-benchmark of N items and a config (a target and a judge on the scripted server) are
-written, and one run fills the call cache. Then cached re-runs (no call may reach the
-server):
+benchmark of N items and a config (a target and a judge on the scripted server, replying
+after ``--latency``) are written. First runs, each with an empty call cache (``--first``
+per size, the first of which fills the cache the re-runs use): a run's wall time less its
+call phase (some request in flight at the server) is the time it spends outside its calls.
+Then cached re-runs (no call may reach the server):
 
 - warm: the local API server already runs (every command after the first), ``--repeat``
   times per size, sizes interleaved so that machine noise spreads over all of them;
@@ -16,7 +18,7 @@ stages (interpreter, imports, input checks, Prefect flow run), the stages, and t
 after them (flow-run end, exit). The fixed cost is the intercept of a least-squares line
 through the warm medians against N: what a process costs before its first item.
 
-    python benchmarks/fixed_cost.py                        # sizes 1, 200, 2000; 7 warm runs each
+    python benchmarks/fixed_cost.py                        # sizes 20, 200, 2000: 3 first runs, 7 warm re-runs each
     python benchmarks/fixed_cost.py --sizes 200 --repeat 11 --cold 5
 """
 
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import models_yaml, reply, write_benchmark  # noqa: E402  (the same items and replies)
+from throughput import busy_seconds, models_yaml, reply, write_benchmark  # noqa: E402  (the same items and replies)
 
 
 def command() -> list[str]:
@@ -46,10 +48,10 @@ def command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "refusalbench.flows.cli"]
 
 
-def write_config(folder: Path, url: str) -> Path:
-    config = folder / "eval.yaml"
+def write_config(folder: Path, url: str, cache: str = "calls.sqlite") -> Path:
+    config = folder / f"eval-{Path(cache).stem}.yaml"
     config.write_text(models_yaml(url, ["target", "judge"], 16) + f"""cache:
-  path: {folder / 'calls.sqlite'}
+  path: {folder / cache}
 evaluation:
   targets: [target]
   judge: judge
@@ -107,7 +109,23 @@ def server_rss_mib(home: Path) -> float | None:
     return None
 
 
+def print_first_runs(runs: dict[int, list[dict[str, Any]]], latency: float) -> None:
+    print(f"First runs (an empty call cache each, the server warm, {1000 * latency:.0f} ms per call, concurrency 16):\n")
+    print("| items | runs | calls | wall s (median) | call phase s | outside the call phase s (median) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n, rows in runs.items():
+        outside = statistics.median(r["wall_s"] - r["busy_s"] for r in rows)
+        print(f"| {n:,} | {len(rows)} | {rows[0]['calls']:,} | {statistics.median(r['wall_s'] for r in rows):.2f} | "
+              f"{statistics.median(r['busy_s'] for r in rows):.2f} | {outside:.2f} |")
+    if len(runs) > 1:
+        intercept, _ = intercept_and_slope([(n, statistics.median(r["wall_s"] - r["busy_s"] for r in rows))
+                                            for n, rows in runs.items()])
+        print(f"\ntime outside the call phase at 0 items (intercept): {intercept:.2f} s")
+    print()
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
+    print("Cached re-runs (every call served by the call cache):\n")
     print("| items | server | runs | wall s (median) | fastest s | before the stages s | stages s | after s | calls sent |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
@@ -117,16 +135,18 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 200, 2000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[20, 200, 2000])
     parser.add_argument("--repeat", type=int, default=7, help="warm re-runs per size")
+    parser.add_argument("--first", type=int, default=3, help="first runs (each with an empty call cache) per size")
     parser.add_argument("--cold", type=int, default=3, help="cold re-runs (server stopped first) of the size nearest 200")
+    parser.add_argument("--latency", type=float, default=0.1, help="seconds the scripted server takes per reply")
     parser.add_argument("--json", help="also write the raw figures to this file")
     args = parser.parse_args()
 
     from refusalbench.tasks.scripted_server import ScriptedLLMServer
 
     with tempfile.TemporaryDirectory(prefix="refusalbench-fixed-cost-") as tmp, \
-            ScriptedLLMServer(responder=reply, latency_s=0.01) as server:
+            ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
         work = Path(tmp)
         home = work / "prefect-home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
@@ -134,13 +154,26 @@ def main() -> None:
         os.environ["PREFECT_HOME"] = str(home)  # for stop_shared_server below
         from refusalbench.tasks.prefect_api import stop_shared_server
 
-        inputs = {}
+        # A first command creates Prefect's database and starts the server, so the first runs
+        # below are measured as every later command meets them.
+        prime = work / "prime"
+        prime.mkdir()
+        run_once(write_config(prime, server.url), write_benchmark(prime / "bench", 1), prime / "run", env)
+        inputs: dict[int, tuple[Path, str, Path]] = {}
+        first: dict[int, list[dict[str, Any]]] = {n: [] for n in args.sizes}
         for n in args.sizes:
             folder = work / f"items-{n}"
             folder.mkdir()
             inputs[n] = (write_config(folder, server.url), write_benchmark(folder / "bench", n), folder)
-            run_once(inputs[n][0], inputs[n][1], folder / "fill", env)  # fills the call cache
-        print(f"call cache filled: {len(server.calls)} calls", file=sys.stderr)
+        for index in range(args.first):
+            for n in args.sizes:
+                config, benchmark, folder = inputs[n]
+                if index:  # the first of them fills the cache the re-runs use; the others start empty too
+                    config = write_config(folder, server.url, cache=f"calls-{index}.sqlite")
+                sent = len(server.calls)
+                filled = run_once(config, benchmark, folder / f"first-{index}", env)
+                arrivals = [c["time"] for c in server.calls[sent:]]
+                first[n].append({**filled, "calls": len(arrivals), "busy_s": busy_seconds(arrivals, args.latency)})
 
         counter = iter(range(10**9))
         warm: dict[int, list[dict[str, Any]]] = {n: [] for n in args.sizes}
@@ -161,6 +194,7 @@ def main() -> None:
         cold_calls = len(server.calls) - before_calls - warm_calls
         stop_shared_server()
 
+    print_first_runs(first, args.latency)
     rows = [summary(n, "warm", warm[n], warm_calls) for n in args.sizes]
     if cold:
         rows.append(summary(cold_size, "cold", cold, cold_calls))
@@ -171,7 +205,7 @@ def main() -> None:
     if rss is not None:
         print(f"the shared API server's resident memory after the warm runs: {rss:.0f} MiB")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "warm": warm, "cold": cold}, indent=2))
+        Path(args.json).write_text(json.dumps({"first": first, "rows": rows, "warm": warm, "cold": cold}, indent=2))
 
 
 if __name__ == "__main__":

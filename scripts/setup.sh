@@ -42,4 +42,9 @@ if [ "$LOCAL" = 1 ]; then
   fi
   "${PIP[@]}" install -c constraints.txt --find-links "$WHEELHOUSE" -e ".[test,inspect,local]"
 fi
+# An editable install is not byte-compiled, and where PYTHONDONTWRITEBYTECODE is set (as on
+# this project's machines) every command would compile the project's modules anew (~0.3 s
+# of each command's start-up on 2 cores): compile them once here, as pip does for an
+# ordinary install. A module edited later is recompiled in memory, never run stale.
+.venv/bin/python -m compileall -q flows tasks deployments levers prompts >/dev/null
 echo "set-up done: .venv"

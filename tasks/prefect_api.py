@@ -50,7 +50,7 @@ DEFAULT_IDLE_S = 600.0
 SERVER_MODULE = "refusalbench.tasks.api_server"
 # Settings that shape what the server is (which database, which Prefect): a server started
 # under others is not reused.
-_SERVER_SETTINGS = ("PREFECT_SERVER_", "PREFECT_API_DATABASE_", "PREFECT_PROFILE", "PREFECT_HOME")
+_SERVER_SETTINGS = ("PREFECT_SERVER_", "PREFECT_API_DATABASE_", "PREFECT_PROFILE")
 
 _users: IO[str] | None = None  # this process's shared lock on users.lock: held while it uses the server
 _entry: dict[str, Any] | None = None  # the server this process uses

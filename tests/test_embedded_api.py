@@ -202,11 +202,29 @@ def test_flows_on_the_local_server_send_no_heartbeats(tmp_path, monkeypatch):
 def test_in_process_main_leaves_the_garbage_collector_as_it_was(tmp_path, capsys):
     from refusalbench.flows.cli import main
 
-    frozen = gc.get_freeze_count()
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
     with pytest.raises(SystemExit):
         main(["data", "validate", str(tmp_path / "missing.jsonl")])
     capsys.readouterr()
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled() and gc.get_threshold() == thresholds and gc.get_freeze_count() == frozen
+
+
+def test_the_command_puts_off_full_collections_until_its_flow_starts(monkeypatch):
+    from refusalbench.tasks import gc_tuning
+
+    usual, frozen = gc.get_threshold(), gc.get_freeze_count()
+    monkeypatch.setattr(gc_tuning, "_usual", None)
+    try:
+        gc_tuning.flow_starts()
+        gc_tuning.at_exit()
+        assert gc.get_threshold() == usual and gc.get_freeze_count() == frozen  # not the command: nothing changes
+        gc_tuning.start_up()
+        assert gc.get_threshold()[:2] == usual[:2] and gc.get_threshold()[2] > usual[2]
+        gc_tuning.flow_starts()
+        assert gc.get_threshold() == usual and gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*usual)
 
 
 def test_settings_files_that_may_set_the_api_are_noticed(tmp_path, monkeypatch):
