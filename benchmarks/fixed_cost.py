@@ -97,6 +97,14 @@ def intercept_and_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
+def cpu_check_s() -> float:
+    """Seconds for a fixed pure-Python loop: how fast this machine runs Python just now (on a
+    shared virtual machine it varies by a third from hour to hour; compare runs by it)."""
+    started = time.perf_counter()
+    sum(i * i for i in range(5_000_000))
+    return time.perf_counter() - started
+
+
 def server_rss_mib(home: Path) -> float | None:
     entry_file = home / "refusalbench-api" / "server.json"
     try:
@@ -145,6 +153,7 @@ def main() -> None:
 
     from refusalbench.tasks.scripted_server import ScriptedLLMServer
 
+    checks = [cpu_check_s()]
     with tempfile.TemporaryDirectory(prefix="refusalbench-fixed-cost-") as tmp, \
             ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
         work = Path(tmp)
@@ -193,6 +202,7 @@ def main() -> None:
             cold.append(run_once(config, benchmark, folder / f"run-{next(counter)}", env))
         cold_calls = len(server.calls) - before_calls - warm_calls
         stop_shared_server()
+    checks.append(cpu_check_s())
 
     print_first_runs(first, args.latency)
     rows = [summary(n, "warm", warm[n], warm_calls) for n in args.sizes]
@@ -204,8 +214,10 @@ def main() -> None:
         print(f"\nfixed cost (intercept of the warm medians): {intercept:.2f} s; each 1,000 cached items add {1000 * slope:.2f} s")
     if rss is not None:
         print(f"the shared API server's resident memory after the warm runs: {rss:.0f} MiB")
+    print(f"CPU check (a fixed Python loop) before and after: {checks[0]:.2f} s, {checks[1]:.2f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"first": first, "rows": rows, "warm": warm, "cold": cold}, indent=2))
+        Path(args.json).write_text(json.dumps({"first": first, "rows": rows, "warm": warm, "cold": cold,
+                                               "cpu_check_s": checks}, indent=2))
 
 
 if __name__ == "__main__":

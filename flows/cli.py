@@ -20,6 +20,7 @@ from rich.table import Table
 
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
+from refusalbench.tasks import gc_tuning
 from refusalbench.tasks.errors import InputError, InputErrors, ModelUnavailable
 from refusalbench.tasks.prefect_runtime import configure_prefect_env
 
@@ -56,10 +57,23 @@ class OutputFormat(str, Enum):
 DEFAULT_CONFIG = "configs/demo.yaml"
 
 
+# The commands that start a flow; the others get the garbage collector back at once (tasks.gc_tuning).
+FLOW_COMMANDS = {"run", "generate", "evaluate", "pretest", "refresh", "knowornot"}
+
+
 @app.callback()
-def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs.")) -> None:
+def _root(ctx: typer.Context,
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs.")) -> None:
     State.verbose = verbose
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand not in FLOW_COMMANDS:
+        gc_tuning.no_flow_ahead()
+
+
+@knowornot_app.callback()
+def _knowornot(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand != "run":
+        gc_tuning.no_flow_ahead()
 
 
 def _config_path(config: Optional[Path], default: str = "demo.yaml") -> Path:
@@ -461,8 +475,6 @@ def main(argv: list[str] | None = None) -> None:
 def command() -> None:
     """The ``refusalbench`` process: ``main`` with the garbage collector tuned for a short-lived
     process (``tasks.gc_tuning``); in-process callers use ``main`` and keep theirs as it was."""
-    from refusalbench.tasks import gc_tuning
-
     gc_tuning.start_up()
     try:
         main()

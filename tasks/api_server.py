@@ -2,15 +2,21 @@
 
 ``python -m refusalbench.tasks.api_server --port P --folder DIR --idle-s S`` serves Prefect's
 API app on loopback the way Prefect's own ephemeral server does (SQLite in ``PREFECT_HOME``,
-no UI, no background services). Booting it costs ~3.5 s of CPU on 2 cores, more than a
+no UI, no background services). Booting it takes about 3 s on 2 cores, more than a
 cached re-run of a 200-item evaluation needs for everything else; one server per
 ``PREFECT_HOME`` shared by the commands run there pays that once, not once per command.
 
-Every command that uses the server holds a shared ``flock`` on ``DIR/users.lock`` for as long
-as its process lives (the kernel drops it when the process ends, however it ends). The
-server polls for an exclusive lock: while it cannot get one, a command is using it. Once it
-has gone ``S`` seconds without a user it removes its entry (``DIR/server.json``, if that
-still names it) while holding the lock, so no command can find it any more, and exits.
+Two locks (``flock``) in DIR keep finding and retiring apart:
+
+- ``start.lock``: a command holds it while it reads ``server.json`` (the current server's
+  entry) and takes its place among the server's users, or starts a new server;
+- ``users-P.lock``: every command using the server on port P holds a shared lock on it for
+  as long as its process lives (the kernel drops it when the process ends, however it ends).
+
+Every half second the server tries both without waiting. While a command is choosing, or
+one holds a shared lock, it is in use. Once it has been unused for ``S`` seconds, or at
+once if a newer server has replaced its entry, it removes its entry while it still holds
+both locks, so no command can find it any more, and exits.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ from typing import Any
 
 POLL_S = 0.5
 ENTRY = "server.json"
-USERS_LOCK = "users.lock"
+START_LOCK = "start.lock"
 
 
 def log_path(folder: Path, port: int) -> Path:
     return folder / f"server-{port}.log"
+
+
+def users_lock_path(folder: Path, port: int) -> Path:
+    return folder / f"users-{port}.lock"
 
 
 def read_entry(folder: Path) -> dict[str, Any] | None:
@@ -55,25 +65,37 @@ def forget_entry(folder: Path, pid: int) -> None:
         (folder / ENTRY).unlink(missing_ok=True)
 
 
-def retire_when_unused(server: Any, folder: Path, idle_s: float) -> None:
-    """Watcher thread: stop ``server`` (a uvicorn.Server) once no command has used it for ``idle_s``."""
-    with open(folder / USERS_LOCK, "a+") as users:
+def _try_lock(file: Any) -> bool:
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def retire_when_unused(server: Any, folder: Path, port: int, idle_s: float) -> None:
+    """Watcher thread: stop ``server`` (a uvicorn.Server) once no command has used it for
+    ``idle_s`` seconds, or as soon as it is unused if a newer server has taken its entry."""
+    me = os.getpid()
+    with open(folder / START_LOCK, "a+") as start, open(users_lock_path(folder, port), "a+") as users:
         unused_since: float | None = None
         while not server.should_exit:
             time.sleep(POLL_S)
+            if not _try_lock(start):
+                continue  # a command is choosing a server: ask again next time
             try:
-                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # a command holds its shared lock: in use
-                unused_since = None
-                continue
-            try:
+                if not _try_lock(users):
+                    unused_since = None  # a command holds its shared lock: in use
+                    continue
                 unused_since = time.monotonic() if unused_since is None else unused_since
-                if time.monotonic() - unused_since >= idle_s:
-                    # Still holding the lock: no command can find the entry before it is gone.
-                    forget_entry(folder, os.getpid())
+                entry = read_entry(folder)
+                replaced = entry is None or entry.get("pid") != me
+                if replaced or time.monotonic() - unused_since >= idle_s:
+                    forget_entry(folder, me)
                     server.should_exit = True
-            finally:
                 fcntl.flock(users, fcntl.LOCK_UN)
+            finally:
+                fcntl.flock(start, fcntl.LOCK_UN)
 
 
 def freeze_after_start(server: Any) -> None:
@@ -89,7 +111,7 @@ def freeze_after_start(server: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--folder", required=True, help="where the entry and the users lock live")
+    parser.add_argument("--folder", required=True, help="where the entry and the locks live")
     parser.add_argument("--idle-s", type=float, required=True, help="seconds without a user before it exits")
     args = parser.parse_args(argv)
     gc.disable()
@@ -99,12 +121,13 @@ def main(argv: list[str] | None = None) -> None:
                             log_level="error", lifespan="on")
     server = uvicorn.Server(config)
     folder = Path(args.folder)
-    threading.Thread(target=retire_when_unused, args=(server, folder, args.idle_s), daemon=True).start()
+    threading.Thread(target=retire_when_unused, args=(server, folder, args.port, args.idle_s), daemon=True).start()
     threading.Thread(target=freeze_after_start, args=(server,), daemon=True).start()
     try:
         server.run()
     finally:
         forget_entry(folder, os.getpid())
+        users_lock_path(folder, args.port).unlink(missing_ok=True)
     # A clean stop: nothing in the log is worth keeping (after a crash it stays, for the next command's error).
     log_path(folder, args.port).unlink(missing_ok=True)
 

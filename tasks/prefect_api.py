@@ -1,7 +1,7 @@
 """Prefect's API in embedded mode: one local server per ``PREFECT_HOME``, shared by the commands run there.
 
 With no ``PREFECT_API_URL``, Prefect itself would boot an API server in a subprocess for
-every process that runs a flow, and stop it at exit. That boot costs ~3.5 s of CPU on 2
+every process that runs a flow, and stop it at exit. That boot takes about 3 s on 2
 cores: more than a cached re-run of a 200-item evaluation needs for everything else. So
 the first command starts one server (``tasks.api_server``: Prefect's API app, as Prefect
 serves it) and records it in ``PREFECT_HOME/refusalbench-api/server.json``; later commands
@@ -10,13 +10,15 @@ find it there and use it at once. Prefect sees it through ``PREFECT_API_URL``.
 - The server is started as the command starts, so a first command's server boots while
   the flow's modules import and the inputs are checked; the flow waits for it
   (``wait_until_ready``) just before it starts.
-- A command holds a shared lock on ``users.lock`` while its process lives, and the server
-  keeps running while anyone holds it, then ``REFUSALBENCH_PREFECT_API_IDLE_S`` seconds
-  more (default 600; 0 stops it as soon as the last command ends) before it exits.
+- A command holds a shared lock on the server's ``users-PORT.lock`` while its process
+  lives, and the server keeps running while anyone holds it, then
+  ``REFUSALBENCH_PREFECT_API_IDLE_S`` seconds more (default 600; 0 stops it as soon as the
+  last command ends) before it exits (``tasks.api_server`` has the locking in full).
 - A command that fails its input checks before any flow used a server it started stops
   that server again at once (unless another command has begun to use it).
 - A server started under other server settings (database URL, profile, Prefect version,
-  Python) is not reused: the command starts a new one, which becomes the recorded one.
+  Python) is not reused: the command starts a new one, which becomes the recorded one; the
+  old one exits once its last command has ended.
 - A user who set ``PREFECT_API_URL`` (a server, Prefect Cloud, a test harness) keeps it:
   nothing is started then.
 """
@@ -41,7 +43,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, TypeVar
 
-from refusalbench.tasks.api_server import USERS_LOCK, forget_entry, log_path, read_entry, write_entry
+from refusalbench.tasks.api_server import (START_LOCK, forget_entry, log_path, read_entry, users_lock_path,
+                                             write_entry)
 
 Launch = TypeVar("Launch", bound=Callable[..., Any])
 
@@ -52,7 +55,7 @@ SERVER_MODULE = "refusalbench.tasks.api_server"
 # under others is not reused.
 _SERVER_SETTINGS = ("PREFECT_SERVER_", "PREFECT_API_DATABASE_", "PREFECT_PROFILE")
 
-_users: IO[str] | None = None  # this process's shared lock on users.lock: held while it uses the server
+_users: IO[str] | None = None  # this process's shared lock on the server's users lock: held while it uses it
 _entry: dict[str, Any] | None = None  # the server this process uses
 _spawned: subprocess.Popen[bytes] | None = None  # set when this process started that server
 _used = False  # a flow has been started against it
@@ -132,7 +135,7 @@ def _spawn_server(folder: Path, fingerprint: str) -> tuple[subprocess.Popen[byte
         process = subprocess.Popen(
             [sys.executable, "-m", SERVER_MODULE, "--port", str(port), "--folder", str(folder), "--idle-s", str(idle_seconds())],
             env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True)
-    entry = {"pid": process.pid, "url": f"http://127.0.0.1:{port}/api", "fingerprint": fingerprint,
+    entry = {"pid": process.pid, "port": port, "url": f"http://127.0.0.1:{port}/api", "fingerprint": fingerprint,
              "idle_s": idle_seconds(), "log": str(log), "started_at": time.time()}
     write_entry(folder, entry)
     return process, entry
@@ -147,14 +150,14 @@ def start_embedded_api() -> bool:
     folder = api_folder()
     folder.mkdir(parents=True, exist_ok=True)
     fingerprint = server_fingerprint()
-    with open(folder / "start.lock", "a+") as start:
+    with open(folder / START_LOCK, "a+") as start:
         fcntl.flock(start, fcntl.LOCK_EX)  # one command at a time finds or starts the server
-        users = open(folder / USERS_LOCK, "a+")
-        fcntl.flock(users, fcntl.LOCK_SH)  # from here on the server cannot retire under this process
         entry = read_entry(folder)
         spawned = None
-        if entry is None or entry.get("fingerprint") != fingerprint or not server_alive(entry):
+        if not (entry and entry.get("fingerprint") == fingerprint and "port" in entry and server_alive(entry)):
             spawned, entry = _spawn_server(folder, fingerprint)
+        users = open(users_lock_path(folder, entry["port"]), "a+")
+        fcntl.flock(users, fcntl.LOCK_SH)  # from here on the server cannot retire under this process
     _users, _entry, _spawned, _used = users, entry, spawned, False
     os.environ["PREFECT_API_URL"] = entry["url"]
     atexit.register(release_embedded_api)
@@ -233,14 +236,23 @@ def release_embedded_api(stop_unused: bool = False) -> None:
     if users is None:
         return
     with users:
-        if not (stop_unused and spawned is not None):
-            return
+        if stop_unused and spawned is not None:
+            _stop_if_unused(spawned, users)
+
+
+def _stop_if_unused(process: subprocess.Popen[bytes], users: IO[str]) -> None:
+    """Stop the server this process started, unless another command has begun to use it.
+    Under the start lock no command can be finding it meanwhile; this process's own shared
+    lock becomes exclusive only if no one else holds one."""
+    folder = api_folder()
+    with open(folder / START_LOCK, "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)
         try:
             fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return  # another command found it meanwhile: it stays
-        forget_entry(api_folder(), spawned.pid)
-        _terminate(spawned)
+            return  # another command uses it: it stays
+        forget_entry(folder, process.pid)
+        _terminate(process)
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:
@@ -253,11 +265,16 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
 
 
 def stop_shared_server(timeout_s: float = 10.0) -> dict[str, Any] | None:
-    """Stop this PREFECT_HOME's shared server now (``refusalbench api stop``); its entry, or None."""
+    """Stop this PREFECT_HOME's shared server now (``refusalbench api stop``); its entry, or None.
+    The entry goes first, under the start lock, so no command finds the server as it stops."""
     folder = api_folder()
-    entry = read_entry(folder)
-    if entry is None:
-        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / START_LOCK, "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)
+        entry = read_entry(folder)
+        if entry is None:
+            return None
+        forget_entry(folder, int(entry["pid"]))
     if server_alive(entry):
         os.kill(int(entry["pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -265,5 +282,4 @@ def stop_shared_server(timeout_s: float = 10.0) -> dict[str, Any] | None:
             time.sleep(0.1)
         if server_alive(entry):
             os.kill(int(entry["pid"]), signal.SIGKILL)
-    forget_entry(folder, int(entry["pid"]))
     return entry

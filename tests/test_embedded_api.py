@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def test_commands_share_one_server_which_retires_once_unused(tmp_path, fake_llm)
     knowornot("run1")
     first = entry_of(home)
     assert first is not None and first["pid"] in api_servers() - before  # still up after the command ended
+    assert first["url"].startswith("http://127.0.0.1:")
     knowornot("run2")
     assert entry_of(home) == first  # the second command found it: no second server
     assert api_servers() - before == {first["pid"]}
@@ -144,17 +146,20 @@ def test_a_server_of_other_settings_is_not_reused_and_api_stop_stops_the_current
     home = tmp_path / "prefect-home"
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(home))
-    monkeypatch.setenv("REFUSALBENCH_PREFECT_API_IDLE_S", "0")
+    monkeypatch.setenv("REFUSALBENCH_PREFECT_API_IDLE_S", "600")
     monkeypatch.setattr(prefect_api, "_api_configured", lambda: False)
     before = api_servers()
     try:
         assert prefect_api.start_embedded_api()
         first = entry_of(home)
-        prefect_api.release_embedded_api()  # the server stays for whoever comes next (until idle)
+        prefect_api.release_embedded_api()  # it stays for whoever comes next (600 s)
         monkeypatch.setenv("PREFECT_SERVER_API_KEEPALIVE_TIMEOUT", "9")  # a server setting: another server
         assert prefect_api.start_embedded_api()
         second = entry_of(home)
         assert second["pid"] != first["pid"] and second["fingerprint"] != first["fingerprint"]
+        # Replaced and unused, the first one does not wait out its idle time.
+        assert wait_for(lambda: first["pid"] not in api_servers())
+        assert not (home / "refusalbench-api" / f"users-{first['port']}.lock").exists()
         prefect_api.wait_until_ready()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         status = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "api", "status"], env=env,
@@ -167,8 +172,7 @@ def test_a_server_of_other_settings_is_not_reused_and_api_stop_stops_the_current
     finally:
         prefect_api.release_embedded_api()
         prefect_api.stop_shared_server()
-    # The first one had no user and idle 0: it retired by itself.
-    assert wait_for(lambda: api_servers() - before == set())
+    assert api_servers() - before == set()
 
 
 def test_flows_on_the_local_server_send_no_heartbeats(tmp_path, monkeypatch):
@@ -209,22 +213,46 @@ def test_in_process_main_leaves_the_garbage_collector_as_it_was(tmp_path, capsys
     assert gc.isenabled() and gc.get_threshold() == thresholds and gc.get_freeze_count() == frozen
 
 
-def test_the_command_puts_off_full_collections_until_its_flow_starts(monkeypatch):
+def test_the_command_collects_again_once_its_flow_starts_or_no_flow_is_ahead(monkeypatch):
     from refusalbench.tasks import gc_tuning
 
-    usual, frozen = gc.get_threshold(), gc.get_freeze_count()
-    monkeypatch.setattr(gc_tuning, "_usual", None)
+    frozen = gc.get_freeze_count()
+    monkeypatch.setattr(gc_tuning, "_tuned", False)
     try:
-        gc_tuning.flow_starts()
-        gc_tuning.at_exit()
-        assert gc.get_threshold() == usual and gc.get_freeze_count() == frozen  # not the command: nothing changes
+        for step in (gc_tuning.no_flow_ahead, gc_tuning.flow_starts, gc_tuning.at_exit):
+            step()
+            assert gc.isenabled() and gc.get_freeze_count() == frozen  # not the command line: nothing changes
         gc_tuning.start_up()
-        assert gc.get_threshold()[:2] == usual[:2] and gc.get_threshold()[2] > usual[2]
+        assert not gc.isenabled()
         gc_tuning.flow_starts()
-        assert gc.get_threshold() == usual and gc.get_freeze_count() > frozen
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
+        gc.unfreeze()
+        gc_tuning.start_up()
+        gc_tuning.no_flow_ahead()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
-        gc.set_threshold(*usual)
+        gc.enable()
+
+
+def test_commands_that_start_no_flow_collect_from_the_start():
+    """A long non-flow command (here `levers list`) must not run with the collector off."""
+    script = textwrap.dedent("""
+        import gc, sys
+        import refusalbench.tasks.levers as levers
+        from refusalbench.flows import cli
+
+        seen, load = [], levers.load_catalogue
+        levers.load_catalogue = lambda *a, **k: (seen.append(gc.isenabled()), load(*a, **k))[1]
+        sys.argv = ["refusalbench", "levers", "list", "--format", "json"]
+        try:
+            cli.command()
+        finally:
+            print("collector on:", seen, file=sys.stderr)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0 and "collector on: [True]" in done.stderr, done.stderr[-2000:]
 
 
 def test_settings_files_that_may_set_the_api_are_noticed(tmp_path, monkeypatch):
