@@ -152,6 +152,9 @@ def test_a_server_of_other_settings_is_not_reused_and_api_stop_stops_the_current
     try:
         assert prefect_api.start_embedded_api()
         first = entry_of(home)
+        # Ready before the next one boots: two servers creating one new database at once
+        # collide in Prefect's migrations.
+        prefect_api.wait_until_ready()
         prefect_api.release_embedded_api()  # it stays for whoever comes next (600 s)
         monkeypatch.setenv("PREFECT_SERVER_API_KEEPALIVE_TIMEOUT", "9")  # a server setting: another server
         assert prefect_api.start_embedded_api()
