@@ -15,7 +15,6 @@ import pandas as pd
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.errors import InputError
 from refusalbench.tasks.records import BenchmarkItem, Judgment
-from refusalbench.tasks.report import ReportInputs, build_generation_report, build_report
 from refusalbench.tasks.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
 from refusalbench.tasks.store import ArtifactStore
 
@@ -60,6 +59,8 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     gv = _optional(store, runfolder.GV_ANALYSIS)
     audit = _optional(store, runfolder.AUDIT)
     generation = _optional(store, runfolder.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
+    from refusalbench.tasks.report import ReportInputs, build_report  # matplotlib: loaded only for a report
+
     html = build_report(ReportInputs.from_score(
         result, manifest=manifest.model_dump(mode="json") if manifest else None,
         gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, runfolder.ROUND_TREND),
@@ -74,6 +75,8 @@ def write_generation_report(store: ArtifactStore) -> str:
     manifest = store.load(runfolder.MANIFEST)
     audit = _optional(store, runfolder.AUDIT)
     empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
+    from refusalbench.tasks.report import ReportInputs, build_generation_report
+
     html = build_generation_report(ReportInputs(
         metrics={}, gv_analysis=gv.model_dump(mode="json"), manifest=manifest.model_dump(mode="json"),
         generation_counts=manifest.counts, audit=audit.model_dump(mode="json") if audit else None,

@@ -45,6 +45,7 @@ from typing import IO, Any, Callable, Iterator, TypeVar
 
 from refusalbench.tasks.api_server import (START_LOCK, forget_entry, log_path, read_entry, users_lock_path,
                                              write_entry)
+from refusalbench.tasks.preload import preload
 
 Launch = TypeVar("Launch", bound=Callable[..., Any])
 
@@ -203,6 +204,7 @@ def wait_until_ready(timeout_s: float | None = None) -> None:
     limit = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"))
     url = _entry["url"] + "/health"
     deadline = time.monotonic() + limit
+    waiting = False
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
@@ -210,6 +212,9 @@ def wait_until_ready(timeout_s: float | None = None) -> None:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
+        if not waiting:  # the server is still booting: load what the flow needs later meanwhile
+            waiting = True
+            preload()
         running = _spawned.poll() is None if _spawned is not None else server_alive(_entry)
         if not running:
             raise RuntimeError(f"Prefect's API server (pid {_entry['pid']}) exited while starting: {_log_tail(_entry)}")

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from refusalbench.tasks import runfolder
 from refusalbench.tasks.outputs import write_report
-from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows
 from refusalbench.tasks.scoring import ScoreResult
 from refusalbench.tasks.stages import StageRun
 from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publish_table, story
@@ -14,6 +13,8 @@ from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publ
 
 def report_results(run: StageRun, result: ScoreResult) -> str:
     """Write the report (after the manifest is saved: the report shows it); returns its URI."""
+    from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows  # loading since the flow began
+
     run.recorder.save()
     with run.recorder.stage("report"):
         report_uri = write_report(run.store, result)
