@@ -75,7 +75,7 @@ def knowornot_config(tmp_path: Path, fake_llm) -> Path:
 def test_commands_share_one_server_which_retires_once_unused(tmp_path, fake_llm):
     config = knowornot_config(tmp_path, fake_llm)
     home = tmp_path / "prefect-home"
-    env = embedded_env(home, idle_s="3")
+    env = embedded_env(home, idle_s="8")  # longer than the gap between the two commands, even on a slow machine
     before = api_servers()
 
     def knowornot(out: str) -> None:
