@@ -13,7 +13,7 @@ from refusalbench.tasks.ui_artifacts import publish_link, publish_markdown, publ
 
 def report_results(run: StageRun, result: ScoreResult) -> str:
     """Write the report (after the manifest is saved: the report shows it); returns its URI."""
-    from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows  # loading since the flow began
+    from refusalbench.tasks.report import leaderboard_markdown, leaderboard_rows  # matplotlib: only for a report
 
     run.recorder.save()
     with run.recorder.stage("report"):
