@@ -202,14 +202,13 @@ def api_status() -> None:
 @api_app.command("stop")
 def api_stop() -> None:
     """Stop the shared server now (a command still using it fails; the next command starts a new one)."""
-    from refusalbench.tasks.prefect_api import api_folder, read_entry, server_alive, stop_shared_server
+    from refusalbench.tasks.prefect_api import stop_shared_server
 
-    recorded = read_entry(api_folder())
-    running = recorded is not None and server_alive(recorded)
-    entry = stop_shared_server()
-    if entry is None:
+    stopped = stop_shared_server()
+    if stopped is None:
         out.print("no local Prefect API server was recorded")
     else:
+        entry, running = stopped
         out.print(f"stopped {entry['url']} (pid {entry['pid']})" if running
                   else f"the recorded server (pid {entry['pid']}) had already exited; its entry is removed", highlight=False)
 

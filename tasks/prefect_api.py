@@ -62,8 +62,12 @@ _spawned: subprocess.Popen[bytes] | None = None  # set when this process started
 _used = False  # a flow has been started against it
 
 
+def prefect_home() -> Path:
+    return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+
+
 def api_folder() -> Path:
-    return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser() / "refusalbench-api"
+    return prefect_home() / "refusalbench-api"
 
 
 def idle_seconds() -> float:
@@ -114,7 +118,7 @@ def settings_files_mention_api(cwd: Path | None = None) -> bool:
     """Whether a file Prefect reads its settings from (the active profiles file, ./prefect.toml,
     ./.env, ./pyproject.toml) may set the API URL."""
     cwd = cwd or Path.cwd()
-    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    home = prefect_home()
     files = [Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser(),
              cwd / "prefect.toml", cwd / ".env", cwd / "pyproject.toml"]
     for file in files:
@@ -269,9 +273,10 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def stop_shared_server(timeout_s: float = 10.0) -> dict[str, Any] | None:
-    """Stop this PREFECT_HOME's shared server now (``refusalbench api stop``); its entry, or None.
-    The entry goes first, under the start lock, so no command finds the server as it stops."""
+def stop_shared_server(timeout_s: float = 10.0) -> tuple[dict[str, Any], bool] | None:
+    """Stop this PREFECT_HOME's shared server now (``refusalbench api stop``): its entry and
+    whether it was still running, or None if none was recorded. The entry goes first, under
+    the start lock, so no command finds the server as it stops."""
     folder = api_folder()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / START_LOCK, "a+") as start:
@@ -280,11 +285,12 @@ def stop_shared_server(timeout_s: float = 10.0) -> dict[str, Any] | None:
         if entry is None:
             return None
         forget_entry(folder, int(entry["pid"]))
-    if server_alive(entry):
+    running = server_alive(entry)
+    if running:
         os.kill(int(entry["pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while server_alive(entry) and time.monotonic() < deadline:
             time.sleep(0.1)
         if server_alive(entry):
             os.kill(int(entry["pid"]), signal.SIGKILL)
-    return entry
+    return entry, running
