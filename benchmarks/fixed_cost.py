@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw figures to this file")
     args = parser.parse_args()
 
-    from refusalbench.tasks.scripted_server import ScriptedLLMServer
+    from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 
     checks = [cpu_check_s()]
     with tempfile.TemporaryDirectory(prefix="refusalbench-fixed-cost-") as tmp, \
@@ -161,7 +161,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
         env.update(PREFECT_HOME=str(home), PYTHONPATH=str(ROOT))
         os.environ["PREFECT_HOME"] = str(home)  # for stop_shared_server below
-        from refusalbench.tasks.prefect_api import stop_shared_server
+        from refusalbench.tasks.pipeline.local_api import stop_shared_server
 
         # A first command creates Prefect's database and starts the server, so the first runs
         # below are measured as every later command meets them.

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from refusalbench.tasks.config import ModelConfig, load_config, packaged_config  # noqa: E402
-from refusalbench.tasks.local_models import is_pulled, local_names, start_server, weights_path  # noqa: E402
+from refusalbench.tasks.core.config import ModelConfig, load_config, packaged_config  # noqa: E402
+from refusalbench.tasks.llm.local_models import is_pulled, local_names, start_server, weights_path  # noqa: E402
 
 PASSAGE = (
     "The Kettering Canal was opened in 1794 to carry coal from the northern pits to the river port. "

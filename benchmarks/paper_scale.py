@@ -109,13 +109,13 @@ evaluation:
 
 
 def child(config: str, out: str) -> None:
-    from refusalbench.tasks.prefect_runtime import configure_prefect_env
+    from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
     configure_prefect_env()
     started_at = time.time()
     started = time.perf_counter()
     from refusalbench.flows.launch import run_main
-    from refusalbench.tasks import runfolder
+    from refusalbench.tasks.core import runfolder
 
     imported = time.perf_counter()
     run_main(config, out)
@@ -210,7 +210,7 @@ def stage_rows(calls: list[dict[str, Any]], timings: dict[str, float], shape: Sh
 
 
 def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool) -> dict[str, Any]:
-    from refusalbench.tasks.scripted_server import ScriptedLLMServer, dry_run_responder
+    from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, dry_run_responder
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(work / "prefect-home"),
                REFUSALBENCH_CACHE_DIR=str(work / "cache"))

@@ -28,8 +28,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from refusalbench.tasks.scoring import read_judged, render_score_outputs, score_frame  # noqa: E402
-from refusalbench.tasks.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour  # noqa: E402
+from refusalbench.tasks.refusalbench.scoring import read_judged, render_score_outputs, score_frame  # noqa: E402
+from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour  # noqa: E402
 
 SIZES = (10_000, 100_000, 1_000_000)
 MODELS = ("model-a", "model-b", "model-c", "model-d")

@@ -69,8 +69,8 @@ def reply(request: dict[str, Any]) -> str:
 
 
 def write_benchmark(path: Path, n: int) -> str:
-    from refusalbench.tasks.records import BenchmarkItem
-    from refusalbench.tasks.store import ArtifactStore
+    from refusalbench.tasks.core.records import BenchmarkItem
+    from refusalbench.tasks.core.store import ArtifactStore
 
     items = [
         BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
@@ -125,7 +125,7 @@ knowornot:
 
 
 def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
-    from refusalbench.tasks.prefect_runtime import configure_prefect_env
+    from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
     configure_prefect_env()
     started_at = time.time()
@@ -186,9 +186,9 @@ def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: s
     """One measured batch of ``calls`` through a fresh gateway (after one warm-up call)."""
     from pydantic import BaseModel
 
-    from refusalbench.tasks.callcache import SQLiteCache
-    from refusalbench.tasks.config import ModelConfig
-    from refusalbench.tasks.gateway import CallSpec, Gateway
+    from refusalbench.tasks.llm.callcache import SQLiteCache
+    from refusalbench.tasks.core.config import ModelConfig
+    from refusalbench.tasks.llm.gateway import CallSpec, Gateway
 
     class Verdict(BaseModel):
         verdict: str
@@ -221,7 +221,7 @@ def measure_gateway(calls: int, concurrency: int, latency: float, work: Path) ->
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "refusalbench.tasks.scripted_server", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "refusalbench.tasks.llm.scripted_server", "--port", str(port),
                                "--latency", str(latency), "--responder", "dry-run"], stdout=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
@@ -408,13 +408,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="refusalbench-throughput-") as tmp:
         work = Path(tmp)
         os.environ["PREFECT_HOME"] = str(work / "prefect-home")
-        from refusalbench.tasks.prefect_runtime import configure_prefect_env
+        from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
         configure_prefect_env()
         import prefect.settings
         from prefect.testing.utilities import prefect_test_harness
 
-        from refusalbench.tasks.scripted_server import ScriptedLLMServer
+        from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 
         with prefect_test_harness(server_startup_timeout=180), ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
             env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),

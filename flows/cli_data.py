@@ -1,7 +1,7 @@
 """``refusalbench data``: check a base set, or build one from the public sources (DESIGN.md §4).
 
 ``data import kilt-nq`` and ``data import garage`` run the importers of
-``refusalbench.tasks.basesets`` (the paper's App. C.1 curation) with a progress bar on stderr,
+``refusalbench.tasks.refusalbench.basesets`` (the paper's App. C.1 curation) with a progress bar on stderr,
 print one summary line of what was kept and why the rest was not, and write the output only
 once everything was read: a malformed source line (exit 2, ``FILE:LINE: field: problem``) or an
 interruption leaves no output file behind.
@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.core.errors import InputError
 
 data_app = typer.Typer(help="Base sets: check one, or build one from the public sources.", no_args_is_help=True)
 import_app = typer.Typer(help="Build a base set from a public source (the paper's App. C.1 curation).",
@@ -33,7 +33,7 @@ err = Console(stderr=True, soft_wrap=True)
 @data_app.command("validate")
 def data_validate(file: Path = typer.Argument(..., help="base set (JSONL, Parquet or CSV)")) -> None:
     """Validate a base set; prints FILE:LINE: field: problem for every problem (exit 2)."""
-    from refusalbench.tasks.basesets import validate_base_set
+    from refusalbench.tasks.refusalbench.basesets import validate_base_set
 
     problems = validate_base_set(file)
     if problems:
@@ -58,7 +58,7 @@ def _byte_bar(title: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def _check_out(out_file: Path, *sources: Path) -> None:
-    from refusalbench.tasks.basesets import JSONL_SUFFIXES
+    from refusalbench.tasks.refusalbench.basesets import JSONL_SUFFIXES
 
     if out_file.suffix.lower() not in JSONL_SUFFIXES:
         raise InputError(str(out_file), f"the base set is written as JSON lines: name it *{JSONL_SUFFIXES[0]}",
@@ -77,7 +77,7 @@ def _summary(counts: Counter[str], order: list[tuple[str, str]]) -> str:
 
 
 def _write(items: list, out_file: Path, source: Path, counts: Counter[str], order: list[tuple[str, str]]) -> None:
-    from refusalbench.tasks.basesets import write_base_set
+    from refusalbench.tasks.refusalbench.basesets import write_base_set
 
     if not items:
         raise InputError(str(source), f"no item passed the curation ({_summary(counts, order) or 'no records'})")
@@ -101,7 +101,7 @@ def import_kilt_nq(
     seed: int = typer.Option(0, "--seed", help="seed of the draw"),
 ) -> None:
     """NaturalQuestions via KILT: single-document items whose cited passage holds a short answer."""
-    from refusalbench.tasks.basesets import import_kilt_nq as run_import
+    from refusalbench.tasks.refusalbench.basesets import import_kilt_nq as run_import
 
     _check_out(out_file, questions, knowledge)
     counts: Counter[str] = Counter()
@@ -119,7 +119,7 @@ def import_garage(
     seed: int = typer.Option(0, "--seed", help="seed of the draw"),
 ) -> None:
     """GaRAGe: multi-document items (10 passages each) from the paper's five domains."""
-    from refusalbench.tasks.basesets import import_garage as run_import
+    from refusalbench.tasks.refusalbench.basesets import import_garage as run_import
 
     _check_out(out_file, source)
     counts: Counter[str] = Counter()

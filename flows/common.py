@@ -6,17 +6,17 @@ import contextlib
 import logging
 from typing import Iterator
 
-from refusalbench.tasks import gc_tuning
-from refusalbench.tasks.config import RunConfig
-from refusalbench.tasks.errors import ModelUnavailable
-from refusalbench.tasks.local_models import check_available, is_pulled, pull_model, start_server
-from refusalbench.tasks.prefect_api import wait_until_ready
-from refusalbench.tasks.prefect_runtime import result_storage, task_runner
-from refusalbench.tasks.ui_artifacts import story
+from refusalbench.tasks.pipeline import gc_tuning
+from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.core.errors import ModelUnavailable
+from refusalbench.tasks.llm.local_models import check_available, is_pulled, pull_model, start_server
+from refusalbench.tasks.pipeline.local_api import wait_until_ready
+from refusalbench.tasks.pipeline.runtime import result_storage, task_runner
+from refusalbench.tasks.pipeline.ui import story
 
 # The fan-out of a stage over models x shards (Fanout) lives with the tasks it submits, in
-# tasks/shards.py: the stage functions in tasks/stages use it, and tasks/ never imports flows/.
-from refusalbench.tasks.shards import Fanout, Shard, chunks, content_digest, one_model_at_a_time  # noqa: F401
+# tasks/pipeline/fanout.py: the stage functions in tasks/pipeline/stage_run use it, and tasks/ never imports flows/.
+from refusalbench.tasks.pipeline.fanout import Fanout, Shard, chunks, content_digest, one_model_at_a_time  # noqa: F401
 
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:

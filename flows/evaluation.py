@@ -13,17 +13,17 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.prefect_runtime import run_call_stats
-from refusalbench.tasks.prompting import all_template_hashes
-from refusalbench.tasks.provenance import ManifestRecorder
-from refusalbench.tasks.stages import StageRun
-from refusalbench.tasks.stages.report import report_results
-from refusalbench.tasks.stages.respond import respond_and_judge
-from refusalbench.tasks.stages.score import score_judgments
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.pipeline.report_step import report_results
+from refusalbench.tasks.pipeline.respond_step import respond_and_judge
+from refusalbench.tasks.pipeline.score_step import score_judgments
+from refusalbench.tasks.core.store import ArtifactStore
 
 
 @flow(name="refusalbench-evaluate", log_prints=True)

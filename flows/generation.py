@@ -17,18 +17,18 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.pretest import pretest_models
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.prefect_runtime import run_call_stats
-from refusalbench.tasks.provenance import ManifestRecorder
-from refusalbench.tasks.stages import StageRun
-from refusalbench.tasks.stages.analyse import analyse
-from refusalbench.tasks.stages.assign import prepare_inputs, record_inputs
-from refusalbench.tasks.stages.generate import generate_candidates
-from refusalbench.tasks.stages.pretest import pretested_inputs
-from refusalbench.tasks.stages.select import select_benchmark
-from refusalbench.tasks.stages.verify import verify_candidates
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.pipeline.analyse_step import analyse
+from refusalbench.tasks.pipeline.assign_step import prepare_inputs, record_inputs
+from refusalbench.tasks.pipeline.generate_step import generate_candidates
+from refusalbench.tasks.pipeline.pretest_step import pretested_inputs
+from refusalbench.tasks.pipeline.select_step import select_benchmark
+from refusalbench.tasks.pipeline.verify_step import verify_candidates
+from refusalbench.tasks.core.store import ArtifactStore
 
 
 @flow(name="refusalbench-generate", log_prints=True)

@@ -6,7 +6,7 @@ documents -> sentences (NLTK, offline) -> atomic facts (LLM) -> QA pairs (LLM)
   question's own pair never in its context) -> target answers -> evaluator (abstention,
   then factuality for answers) -> rates with bootstrap intervals -> a sample to label.
 
-The stages are Prefect tasks in ``tasks/knowornot/stages.py`` (files in, files out, so a
+The stages are Prefect tasks in ``tasks/pipeline/knowornot_steps.py`` (files in, files out, so a
 stage can be re-run alone and finished stages are served from cache); results, rates and
 the report are built by ``tasks/knowornot/report.py``.
 """
@@ -18,18 +18,18 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.gateway import gateway_for
-from refusalbench.tasks.knowornot.knowledge_bases import each_base, failures_of, knowledge_bases, merge_bases, summed
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.llm.gateway import gateway_for
+from refusalbench.tasks.pipeline.knowornot_bases import each_base, failures_of, knowledge_bases, merge_bases, summed
 from refusalbench.tasks.knowornot.report import publish_report, write_results
-from refusalbench.tasks.knowornot.stages import (answer_and_evaluate, check_knowornot_inputs, input_digest,
+from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, check_knowornot_inputs, input_digest,
                                                  knowornot_models, save_stage_failures, stage_tasks,
                                                  with_resolved_sources)
-from refusalbench.tasks.prefect_runtime import run_call_stats
-from refusalbench.tasks.prompting import all_template_hashes
-from refusalbench.tasks.provenance import ManifestRecorder
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.core.store import ArtifactStore
 
 
 @flow(name="refusalbench-knowornot", log_prints=True)

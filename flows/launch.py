@@ -16,17 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 from refusalbench.flows.common import check_or_raise, configured
-from refusalbench.tasks.benchmark_file import read_benchmark
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.prefect_api import embedded_api, wait_until_ready
+from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.pipeline.local_api import embedded_api, wait_until_ready
 
 
 @embedded_api
 def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
     from refusalbench.flows.generation import generation_flow
     from refusalbench.flows.pretest import pretest_models
-    from refusalbench.tasks.stages.assign import prepare_inputs
+    from refusalbench.tasks.pipeline.assign_step import prepare_inputs
 
     cfg = load_config(config_path)
     prepare_inputs(cfg, cfg.generation.seed if seed is None and cfg.generation else (seed or 0))
@@ -81,7 +81,7 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, see
 @embedded_api
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs
 
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)

@@ -13,12 +13,12 @@ from prefect import flow
 from refusalbench.flows.common import configured, model_endpoints
 from refusalbench.flows.evaluation import evaluation_flow
 from refusalbench.flows.generation import generation_flow
-from refusalbench.tasks.config import RunConfig, load_config
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.outputs import write_generation_report
-from refusalbench.tasks.stages.assign import prepare_inputs
-from refusalbench.tasks.store import ArtifactStore
-from refusalbench.tasks.ui_artifacts import story
+from refusalbench.tasks.core.config import RunConfig, load_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.outputs import write_generation_report
+from refusalbench.tasks.pipeline.assign_step import prepare_inputs
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.ui import story
 
 
 @flow(name="refusalbench-run", log_prints=True)

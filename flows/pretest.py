@@ -14,15 +14,15 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.config import RunConfig, load_config
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.prefect_runtime import run_call_stats
-from refusalbench.tasks.provenance import ManifestRecorder
-from refusalbench.tasks.stages import StageRun
-from refusalbench.tasks.stages.assign import GenerationInputs, base_set_funnel, prepare_inputs, record_funnel
-from refusalbench.tasks.stages.pretest import pretest_base_set
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.config import RunConfig, load_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.pipeline.assign_step import GenerationInputs, base_set_funnel, prepare_inputs, record_funnel
+from refusalbench.tasks.pipeline.pretest_step import pretest_base_set
+from refusalbench.tasks.core.store import ArtifactStore
 
 
 def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:

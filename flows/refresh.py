@@ -17,10 +17,10 @@ from prefect import flow
 
 from refusalbench.flows.common import configured
 from refusalbench.flows.main import check_main_inputs, main_flow
-from refusalbench.tasks.outputs import build_report_for
-from refusalbench.tasks.store import ArtifactStore
-from refusalbench.tasks.trend import collect_trend, flag_moves, flags_markdown, round_name, rounds_in, save_trend
-from refusalbench.tasks.ui_artifacts import publish_markdown, publish_table
+from refusalbench.tasks.refusalbench.outputs import build_report_for
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.trend import collect_trend, flag_moves, flags_markdown, round_name, rounds_in, save_trend
+from refusalbench.tasks.pipeline.ui import publish_markdown, publish_table
 
 
 @flow(name="refusalbench-refresh", log_prints=True)

@@ -33,7 +33,7 @@ def prefect_harness():
 @pytest.fixture
 def fake_llm():
     """A fake OpenAI-compatible server on loopback; tests set ``.responder`` and faults."""
-    from refusalbench.tasks.scripted_server import ScriptedLLMServer
+    from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 
     with ScriptedLLMServer() as server:
         yield server

@@ -3,7 +3,7 @@
 The scripted server receives the LiteLLM model string without its provider prefix
 (``openai/gen-a`` arrives as ``gen-a``) and the JSON-schema name of the expected output.
 The request helpers and the role-aware ``dry_run_responder`` live with the server in the
-product (``refusalbench.tasks.scripted_server``); this module adds the tests' own scripts.
+product (``refusalbench.tasks.llm.scripted_server``); this module adds the tests' own scripts.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
-from refusalbench.tasks.scripted_server import dry_run_responder, fenced, last_user_text, schema_name
+from refusalbench.tasks.llm.scripted_server import dry_run_responder, fenced, last_user_text, schema_name
 
 __all__ = [
     "by_model", "dry_run_responder", "fenced", "generator_reply", "intensity_of",

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from refusalbench.tasks.assign import assign_levers, assignment_id, parse_strata, sample_base_items
-from refusalbench.tasks.records import BaseItem, Lever, LeverExample, Passage
-from refusalbench.tasks.taxonomy import STRATA, expected_behaviour
+from refusalbench.tasks.refusalbench.assign import assign_levers, assignment_id, parse_strata, sample_base_items
+from refusalbench.tasks.core.records import BaseItem, Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.taxonomy import STRATA, expected_behaviour
 
 
 def make_levers(per_stratum: dict[tuple[str, str], int] | None = None, default: int = 3) -> list[Lever]:
@@ -145,7 +145,7 @@ def test_assignment_id_is_stable():
 
 
 def test_draw_from_a_smaller_pool_uses_the_same_seed_and_settings():
-    from refusalbench.tasks.stages.assign import draw
+    from refusalbench.tasks.pipeline.assign_step import draw
 
     levers, items = make_levers(), make_items(10)
     kept = [item for item in items if item.id not in {"b2", "b5"}]

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from refusalbench.flows.cli_audit import audit_app
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.audit import (
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench.audit import (
     AuditLabelStore,
     audit_document,
     draw_sample,
@@ -24,16 +24,16 @@ from refusalbench.tasks.audit import (
     sample_run,
     wilson_interval,
 )
-from refusalbench.tasks.audit_ui import serve_audit, word_diff_html
-from refusalbench.tasks.documents import AuditDocument, AuditLabel
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.labelling.audit_screens import serve_audit, word_diff_html
+from refusalbench.tasks.core.documents import AuditDocument, AuditLabel
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.labels import fleiss_kappa
-from refusalbench.tasks.levers import load_catalogue
-from refusalbench.tasks.records import BenchmarkItem, Passage, RunManifest, Verification
-from refusalbench.tasks.report import ReportInputs, build_report
-from refusalbench.tasks.store import ArtifactStore
-from refusalbench.tasks.taxonomy import expected_behaviour
-from refusalbench.tasks.verify import required_criteria
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.core.records import BenchmarkItem, Passage, RunManifest, Verification
+from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.taxonomy import expected_behaviour
+from refusalbench.tasks.refusalbench.verify import required_criteria
 
 EVIL = "<script>alert(1)</script>"
 STRATA = {("P-MissingInfo", "LOW"): 4, ("P-Contradiction", "HIGH"): 4, ("P-FalsePremise", "MEDIUM"): 2}

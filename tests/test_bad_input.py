@@ -40,7 +40,7 @@ def _base_row(item_id: str = "a", **changes) -> dict:
 
 
 def _bench_table(rows_changed: Callable[[list[dict]], None] | None = None, drop: str | None = None) -> pa.Table:
-    from refusalbench.tasks.records import BenchmarkItem, to_table
+    from refusalbench.tasks.core.records import BenchmarkItem, to_table
 
     items = [
         BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
@@ -146,7 +146,7 @@ GOOD_GENERATION = """generation:
 
 
 def unreachable_config(folder: Path) -> Path:
-    from refusalbench.tasks.local_models import free_port
+    from refusalbench.tasks.llm.local_models import free_port
 
     (folder / "base.jsonl").write_text(_jsonl([_base_row()]))
     path = folder / "run.yaml"

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.basesets import (
+from refusalbench.tasks.refusalbench.basesets import (
     MAX_PROBLEMS,
     PAPER_GARAGE_DOMAINS,
     import_garage,
@@ -21,8 +21,8 @@ from refusalbench.tasks.basesets import (
     validate_base_set,
     write_base_set,
 )
-from refusalbench.tasks.errors import InputErrors
-from refusalbench.tasks.records import BaseItem, Passage, to_table
+from refusalbench.tasks.core.errors import InputErrors
+from refusalbench.tasks.core.records import BaseItem, Passage, to_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

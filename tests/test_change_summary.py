@@ -1,11 +1,11 @@
-"""The verifier prompt states exactly what a perturbation changed (tasks/change_summary.py)."""
+"""The verifier prompt states exactly what a perturbation changed (tasks/refusalbench/change_summary.py)."""
 
 from __future__ import annotations
 
-from refusalbench.tasks.change_summary import change_summary, sentences, text_changes
-from refusalbench.tasks.levers import load_catalogue
-from refusalbench.tasks.records import BaseItem, Candidate, Passage
-from refusalbench.tasks.verify import verification_messages
+from refusalbench.tasks.refusalbench.change_summary import change_summary, sentences, text_changes
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.core.records import BaseItem, Candidate, Passage
+from refusalbench.tasks.refusalbench.verify import verification_messages
 
 CONTEXT = "The bridge opened in 1932. It is 503 metres long. Tolls were removed in 1970."
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.basesets import import_garage, import_kilt_nq, load_base_set
-from refusalbench.tasks.config import packaged_config
+from refusalbench.tasks.refusalbench.basesets import import_garage, import_kilt_nq, load_base_set
+from refusalbench.tasks.core.config import packaged_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -136,7 +136,7 @@ def test_dockerfile_installs_cpu_torch_first():
 
 
 def test_cluster_config_points_at_compose_services(compose):
-    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.core.config import load_config
 
     cfg = load_config(ROOT / "deployments" / "cluster.yaml")
     assert cfg.cache.backend == "redis" and cfg.cache.url.startswith("redis://redis:")

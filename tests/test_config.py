@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.core.errors import InputError
 
 
 def _write(path, text):

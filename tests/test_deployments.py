@@ -22,8 +22,8 @@ import httpx
 import pytest
 import yaml
 
-from refusalbench.tasks.records import BenchmarkItem
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core.records import BenchmarkItem
+from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
 from tests.test_evaluation_flow import ITEMS, oracle
 
@@ -83,8 +83,8 @@ def test_serve_builds_the_same_deployments():
 
 def test_knowornot_deployment_default_config_has_a_knowornot_section():
     from refusalbench.deployments.serve import DEFAULT_KNOWORNOT_CONFIG, build_deployments, parse_args
-    from refusalbench.tasks.config import load_config
-    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs
 
     preset = {d["name"]: d for d in load_prefect_yaml()["deployments"]}["knowornot"]["parameters"]["config_path"]
     assert preset == DEFAULT_KNOWORNOT_CONFIG
@@ -100,7 +100,7 @@ def test_knowornot_deployment_default_config_has_a_knowornot_section():
 
 def test_knowornot_flow_without_a_knowornot_section_fails_clearly(tmp_path):
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.tasks.errors import InputError
+    from refusalbench.tasks.core.errors import InputError
 
     config = tmp_path / "rb.yaml"
     config.write_text("models:\n  m: {model: openai/m}\nevaluation:\n  targets: [m]\n  judge: m\n")

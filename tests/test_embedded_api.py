@@ -1,5 +1,5 @@
 """Embedded mode: commands share one local Prefect API server per PREFECT_HOME, started by the
-first of them, which retires once unused (tasks/prefect_api.py, tasks/api_server.py)."""
+first of them, which retires once unused (tasks/pipeline/local_api.py, tasks/pipeline/local_api_server.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from tests.scripted import by_model, run_config
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_MODULE = b"refusalbench.tasks.api_server"
+SERVER_MODULE = b"refusalbench.tasks.pipeline.local_api_server"
 
 
 def api_servers() -> set[int]:
@@ -102,7 +102,7 @@ def test_commands_share_one_server_which_retires_once_unused(tmp_path, fake_llm)
 
 def test_commands_started_together_start_one_server(tmp_path):
     home = tmp_path / "prefect-home"
-    script = ("import os\nfrom refusalbench.tasks.prefect_api import start_embedded_api, wait_until_ready\n"
+    script = ("import os\nfrom refusalbench.tasks.pipeline.local_api import start_embedded_api, wait_until_ready\n"
               "start_embedded_api(); wait_until_ready(); print(os.environ['PREFECT_API_URL'])")
     before = api_servers()
     procs = [subprocess.Popen([sys.executable, "-c", script], env=embedded_env(home, idle_s="0"), stdout=subprocess.PIPE,
@@ -118,7 +118,7 @@ def test_commands_started_together_start_one_server(tmp_path):
 
 def test_bad_input_in_process_stops_the_server_it_started(tmp_path, monkeypatch, capsys):
     from refusalbench.flows.cli import main
-    from refusalbench.tasks import prefect_api
+    from refusalbench.tasks.pipeline import local_api as prefect_api
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
@@ -141,7 +141,7 @@ def test_bad_input_in_process_stops_the_server_it_started(tmp_path, monkeypatch,
 
 
 def test_a_server_of_other_settings_is_not_reused_and_api_stop_stops_the_current_one(tmp_path, monkeypatch):
-    from refusalbench.tasks import prefect_api
+    from refusalbench.tasks.pipeline import local_api as prefect_api
 
     home = tmp_path / "prefect-home"
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
@@ -181,7 +181,7 @@ def test_a_server_of_other_settings_is_not_reused_and_api_stop_stops_the_current
 def test_flows_on_the_local_server_send_no_heartbeats(tmp_path, monkeypatch):
     from prefect.settings import get_current_settings
 
-    from refusalbench.tasks import prefect_api
+    from refusalbench.tasks.pipeline import local_api as prefect_api
 
     seen = []
 
@@ -217,7 +217,7 @@ def test_in_process_main_leaves_the_garbage_collector_as_it_was(tmp_path, capsys
 
 
 def test_the_command_collects_again_once_its_flow_starts_or_no_flow_is_ahead(monkeypatch):
-    from refusalbench.tasks import gc_tuning
+    from refusalbench.tasks.pipeline import gc_tuning
 
     frozen = gc.get_freeze_count()
     monkeypatch.setattr(gc_tuning, "_tuned", False)
@@ -242,7 +242,7 @@ def test_commands_that_start_no_flow_collect_from_the_start():
     """A long non-flow command (here `levers list`) must not run with the collector off."""
     script = textwrap.dedent("""
         import gc, sys
-        import refusalbench.tasks.levers as levers
+        import refusalbench.tasks.refusalbench.levers as levers
         from refusalbench.flows import cli
 
         seen, load = [], levers.load_catalogue
@@ -259,7 +259,7 @@ def test_commands_that_start_no_flow_collect_from_the_start():
 
 
 def test_settings_files_that_may_set_the_api_are_noticed(tmp_path, monkeypatch):
-    from refusalbench.tasks.prefect_api import settings_files_mention_api
+    from refusalbench.tasks.pipeline.local_api import settings_files_mention_api
 
     home = tmp_path / "home"
     home.mkdir()

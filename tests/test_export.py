@@ -54,7 +54,7 @@ def _scripted(server) -> None:
 def generated(tmp_path_factory, prefect_harness) -> Path:
     """A generation run folder (benchmark.parquet, gv_analysis.json, manifest.json, ...)."""
     from refusalbench.flows.launch import run_generation
-    from refusalbench.tasks.scripted_server import ScriptedLLMServer
+    from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 
     folder = tmp_path_factory.mktemp("export-run")
     (folder / "base.jsonl").write_text("".join(json.dumps(row) + "\n" for row in BASE))
@@ -172,7 +172,7 @@ def test_export_reads_back_as_the_benchmark(run_dir, tmp_path, capsys):
 
 
 def test_card_figures_are_the_runs(run_dir, tmp_path):
-    from refusalbench.tasks.export import export_run
+    from refusalbench.tasks.refusalbench.export import export_run
 
     export_run(str(run_dir), tmp_path / "hf")
     meta, body = card_parts(tmp_path / "hf")
@@ -218,11 +218,11 @@ def test_card_figures_are_the_runs(run_dir, tmp_path):
 def test_card_carries_the_audit_when_there_is_one(run_dir, tmp_path):
     import datetime as dt
 
-    from refusalbench.tasks import runfolder
-    from refusalbench.tasks.audit import AuditLabelStore, sample_run, write_audit
-    from refusalbench.tasks.documents import AuditLabel
-    from refusalbench.tasks.export import export_run
-    from refusalbench.tasks.store import ArtifactStore
+    from refusalbench.tasks.core import runfolder
+    from refusalbench.tasks.refusalbench.audit import AuditLabelStore, sample_run, write_audit
+    from refusalbench.tasks.core.documents import AuditLabel
+    from refusalbench.tasks.refusalbench.export import export_run
+    from refusalbench.tasks.core.store import ArtifactStore
 
     sample_run(str(run_dir), per_stratum=3, seed=1)
     sample = ArtifactStore(run_dir).load(runfolder.AUDIT_SAMPLE)
@@ -248,7 +248,7 @@ def test_card_carries_the_audit_when_there_is_one(run_dir, tmp_path):
 
 
 def test_card_of_an_evaluated_folder_and_of_a_bare_benchmark(run_dir, tmp_path):
-    from refusalbench.tasks.export import export_run
+    from refusalbench.tasks.refusalbench.export import export_run
 
     # After `run`, manifest.json is the evaluation's; the generation's is generation_manifest.json.
     generation = json.loads((run_dir / "manifest.json").read_text())
@@ -272,7 +272,7 @@ def test_card_of_an_evaluated_folder_and_of_a_bare_benchmark(run_dir, tmp_path):
 
 
 def test_large_variants_are_cut_into_numbered_shards(run_dir, tmp_path):
-    from refusalbench.tasks.export import export_run
+    from refusalbench.tasks.refusalbench.export import export_run
 
     result = export_run(str(run_dir), tmp_path / "hf", max_rows=4)
     assert [f for f in result.files if "single" in f] == ["data/single/test-00000-of-00002.parquet",
@@ -288,7 +288,7 @@ def test_datasets_library_loads_the_export_offline(run_dir, tmp_path, monkeypatc
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     datasets = pytest.importorskip("datasets")
-    from refusalbench.tasks.export import export_run
+    from refusalbench.tasks.refusalbench.export import export_run
 
     out = tmp_path / "hf"
     export_run(str(run_dir), out)
@@ -328,7 +328,7 @@ def test_force_replaces_only_the_card_and_the_data(run_dir, tmp_path, capsys):
 
 
 def test_a_failed_export_leaves_nothing(run_dir, tmp_path, monkeypatch):
-    import refusalbench.tasks.export as export_module
+    import refusalbench.tasks.refusalbench.export as export_module
 
     written = []
 
@@ -345,8 +345,8 @@ def test_a_failed_export_leaves_nothing(run_dir, tmp_path, monkeypatch):
 
 
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_dir, tmp_path, capsys):
-    from refusalbench.tasks import runfolder
-    from refusalbench.tasks.store import ArtifactStore
+    from refusalbench.tasks.core import runfolder
+    from refusalbench.tasks.core.store import ArtifactStore
 
     out = tmp_path / "hf"
     missing = tmp_path / "typo"

@@ -25,9 +25,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.scripted_server import ScriptedLLMServer, FaultRates
-from refusalbench.tasks.records import BenchmarkItem, Passage
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, FaultRates
+from refusalbench.tasks.core.records import BenchmarkItem, Passage
+from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, verifier_reply
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -252,7 +252,7 @@ def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
 
 def test_a_failing_model_gets_exactly_max_attempts_per_call(tmp_path, fake_llm):
     from refusalbench.flows.launch import run_evaluation
-    from refusalbench.tasks.respond import respond_shard
+    from refusalbench.tasks.pipeline.shard_tasks import respond_shard
 
     def down(request):
         raise RuntimeError("outage")  # the fake server answers HTTP 500 to every attempt
@@ -302,9 +302,9 @@ def _logged(log_path: Path) -> list[dict]:
 
 def _request_key(entry: dict) -> str:
     """The gateway's call-cache key of a request the server logged."""
-    from refusalbench.tasks import structured_outputs as llm_outputs
-    from refusalbench.tasks.config import ModelConfig
-    from refusalbench.tasks.gateway import request_key
+    from refusalbench.tasks.llm import structured_outputs as llm_outputs
+    from refusalbench.tasks.core.config import ModelConfig
+    from refusalbench.tasks.llm.gateway import request_key
 
     name = ((entry.get("response_format") or {}).get("json_schema") or {}).get("name")
     schema = getattr(llm_outputs, name) if name else None

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from refusalbench.tasks.callcache import SQLiteCache
-from refusalbench.tasks.config import ModelConfig
-from refusalbench.tasks.scripted_server import ScriptedLLMServer, last_user_text
-from refusalbench.tasks.gateway import CallSpec, Gateway
-from refusalbench.tasks.transport import direct_model, direct_model_name
+from refusalbench.tasks.llm.callcache import SQLiteCache
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, last_user_text
+from refusalbench.tasks.llm.gateway import CallSpec, Gateway
+from refusalbench.tasks.llm.transport import direct_model, direct_model_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,9 +154,9 @@ def test_token_and_latency_accounting(fake_llm):
 CHILD = textwrap.dedent(
     """
     import sys
-    from refusalbench.tasks.callcache import SQLiteCache
-    from refusalbench.tasks.config import ModelConfig
-    from refusalbench.tasks.gateway import CallSpec, Gateway
+    from refusalbench.tasks.llm.callcache import SQLiteCache
+    from refusalbench.tasks.core.config import ModelConfig
+    from refusalbench.tasks.llm.gateway import CallSpec, Gateway
     url, cache = sys.argv[1], sys.argv[2]
     gw = Gateway({"m": ModelConfig(model="openai/fake", api_base=url, max_concurrency=1)}, SQLiteCache(cache))
     gw.complete_many([CallSpec(model="m", messages=[{"role": "user", "content": f"k{i}"}]) for i in range(20)])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.basesets import (
+from refusalbench.tasks.refusalbench.basesets import (
     PAPER_GARAGE_DOMAINS,
     import_garage,
     import_kilt_nq,
@@ -22,7 +22,7 @@ from refusalbench.tasks.basesets import (
     validate_base_set,
     write_base_set,
 )
-from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.core.errors import InputError, InputErrors
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NQ = FIXTURES / "kilt" / "nq-sample-kilt.jsonl"

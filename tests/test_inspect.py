@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.records import BenchmarkItem
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core.records import BenchmarkItem
+from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference, last_user_text
 from tests.test_evaluation_flow import ITEMS, oracle
 
@@ -105,7 +105,7 @@ def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect
                     "(the refusalbench/openai/ provider stands in)")
     from inspect_ai import eval as inspect_eval
 
-    from refusalbench.tasks.inspect_task import refusalbench
+    from refusalbench.tasks.integrations.inspect.task import refusalbench
 
     fake_llm.responder = by_model(RESPONDERS)
     evaluated = run_evaluate(tmp_path, fake_llm.url, benchmark)
@@ -207,8 +207,8 @@ def test_bad_logs_are_one_line_exit_2(tmp_path, capsys):
 
 def test_core_import_path_does_not_load_inspect():
     """Scoring, the CLI and reading logs (until a log is read) work without inspect_ai."""
-    code = ("import sys; import refusalbench.tasks.scoring, refusalbench.tasks.outputs, refusalbench.flows.cli, "
-            "refusalbench.tasks.inspect_logs, refusalbench.tasks.inspect_bridge; "
+    code = ("import sys; import refusalbench.tasks.refusalbench.scoring, refusalbench.tasks.refusalbench.outputs, refusalbench.flows.cli, "
+            "refusalbench.tasks.integrations.inspect.logs, refusalbench.tasks.integrations.inspect.bridge; "
             "assert 'inspect_ai' not in sys.modules, 'inspect_ai imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr

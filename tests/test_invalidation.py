@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from refusalbench.tasks.assign import assign_levers
-from refusalbench.tasks.callcache import SQLiteCache
-from refusalbench.tasks.config import ModelConfig
-from refusalbench.tasks.gateway import Gateway
-from refusalbench.tasks.generate import generate_candidates
-from refusalbench.tasks.levers import load_catalogue
-from refusalbench.tasks.records import BaseItem
+from refusalbench.tasks.refusalbench.assign import assign_levers
+from refusalbench.tasks.llm.callcache import SQLiteCache
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.gateway import Gateway
+from refusalbench.tasks.refusalbench.generate import generate_candidates
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.core.records import BaseItem
 from tests.scripted import generator_reply
 
 
@@ -39,7 +39,7 @@ def test_changed_lever_invalidates_only_its_calls(fake_llm, tmp_path):
 
 
 def test_changed_template_invalidates_the_calls_rendered_with_it(fake_llm, tmp_path, monkeypatch):
-    import refusalbench.tasks.generate as generate
+    import refusalbench.tasks.refusalbench.generate as generate
 
     gateway, items, levers, assignments = _setup(fake_llm, tmp_path)
     by_id = {lv.id: lv for lv in levers}
@@ -63,8 +63,8 @@ def test_stage_task_cache_key_follows_the_typed_config():
     setting gets a new one, and the run-time endpoints (api_bases) never count."""
     from prefect.cache_policies import Inputs
 
-    from refusalbench.tasks.config import RunConfig
-    from refusalbench.tasks.respond import respond_shard
+    from refusalbench.tasks.core.config import RunConfig
+    from refusalbench.tasks.pipeline.shard_tasks import respond_shard
 
     (inputs_policy,) = [p for p in respond_shard.cache_policy.policies if isinstance(p, Inputs)]
 

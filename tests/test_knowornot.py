@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.knowornot import diversity, evaluation, labelling_ui, labels, retrieval, sentences
 from refusalbench.tasks.knowornot.embeddings import HashingEmbedder, normalise_rows
 from refusalbench.tasks.knowornot.records import EvalSpec, ExperimentInput, HumanLabel, LabelItem, OOKBQuestion, QAPair
@@ -25,7 +25,7 @@ from refusalbench.tasks.knowornot.sources import (
     make_atomic_facts,
     qa_pair_from_fact,
 )
-from refusalbench.tasks.records import from_table, to_table
+from refusalbench.tasks.core.records import from_table, to_table
 
 POLICYBENCH = Path(__file__).resolve().parents[2] / "shared" / "reference" / "policybench"
 
@@ -183,7 +183,7 @@ def test_every_record_round_trips_through_parquet(tmp_path):
     import datetime as dt
 
     from refusalbench.tasks.knowornot import records as kr
-    from refusalbench.tasks.records import Record
+    from refusalbench.tasks.core.records import Record
 
     t = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
     examples = [
@@ -661,14 +661,14 @@ class _ScriptedGateway:
         self.calls = []
 
     def complete_many(self, specs, on_result=None):
-        from refusalbench.tasks.gateway import CallResult
+        from refusalbench.tasks.llm.gateway import CallResult
 
         self.calls.extend(specs)
         return [CallResult(model=s.model, key=str(i), tag=s.tag, text=self.reply(s)) for i, s in enumerate(specs)]
 
 
 def test_custom_specs_apply_to_all_or_answered_and_can_read_the_context():
-    from refusalbench.tasks.knowornot.llm_stages import evaluate_outputs
+    from refusalbench.tasks.knowornot.model_steps import evaluate_outputs
     from refusalbench.tasks.knowornot.records import ExperimentOutput
 
     pairs = {"p1": QAPair(id="p1", question="When is the fair?", answer="In May.")}
@@ -745,7 +745,7 @@ def test_spread_sentences_takes_from_every_document_in_turn():
 
 
 def test_label_sample_default_is_the_papers_200():
-    from refusalbench.tasks.config import KnowOrNotConfig
+    from refusalbench.tasks.core.config import KnowOrNotConfig
 
     assert KnowOrNotConfig(qa_pairs="qa.jsonl", targets=["m"], evaluator="m").label_sample == 200
 
@@ -763,7 +763,7 @@ class CountingEmbedder(HashingEmbedder):
 
 
 def test_cached_embedder_computes_each_text_once_across_processes_worth_of_caches(tmp_path):
-    from refusalbench.tasks.callcache import open_cache
+    from refusalbench.tasks.llm.callcache import open_cache
     from refusalbench.tasks.knowornot.embeddings import CachedEmbedder
 
     inner = CountingEmbedder()

@@ -193,9 +193,9 @@ def look_at_report_in_a_browser(report, shot, images: int) -> None:
 
 
 def test_demo_config_loads_and_its_documents_exist():
-    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.core.config import load_config
     from refusalbench.tasks.knowornot.sentences import read_documents
-    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs, with_resolved_sources
+    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs, with_resolved_sources
 
     cfg = load_config(DEMO_CONFIG)
     check_knowornot_inputs(cfg)
@@ -347,7 +347,7 @@ knowornot:
 def test_knowledge_bases_exclude_documents_and_need_distinct_names():
     from pydantic import ValidationError
 
-    from refusalbench.tasks.config import KnowOrNotConfig
+    from refusalbench.tasks.core.config import KnowOrNotConfig
 
     base = {"targets": ["t"], "evaluator": "e"}
     with pytest.raises(ValidationError, match="not both"):

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.embeddings import EMBEDDERS, HashingEmbedder, register_embedder
 from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, register_eval_spec
 from refusalbench.tasks.knowornot.records import EvalSpec
@@ -125,7 +125,7 @@ def test_a_registered_embedder_builds_the_index(tmp_path, fake_llm):
 
 @pytest.mark.usefixtures("restore_registries")
 def test_config_accepts_only_registered_names(tmp_path):
-    from refusalbench.tasks.config import load_config
+    from refusalbench.tasks.core.config import load_config
 
     def config_with(**knowornot):
         path = tmp_path / "kon.yaml"
@@ -152,9 +152,9 @@ def test_config_accepts_only_registered_names(tmp_path):
 
 @pytest.mark.usefixtures("restore_registries")
 def test_label_session_finds_a_registered_spec(tmp_path):
-    from refusalbench.tasks import runfolder
+    from refusalbench.tasks.core import runfolder
     from refusalbench.tasks.knowornot.labels import open_label_session
-    from refusalbench.tasks.store import ArtifactStore
+    from refusalbench.tasks.core.store import ArtifactStore
 
     sample = pd.DataFrame([{"experiment_id": "e1", "question": "Q?", "response": "R.", "expected_answer": "A."}])
     ArtifactStore(tmp_path).save(runfolder.LABEL_SAMPLE, sample)

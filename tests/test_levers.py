@@ -1,4 +1,4 @@
-"""The lever catalogue: loading, validation, hashing and slicing (tasks/levers.py)."""
+"""The lever catalogue: loading, validation, hashing and slicing (tasks/refusalbench/levers.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from refusalbench.levers import CATALOGUE_DIR
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.levers import (
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.levers import (
     ALLOWED_TARGETS,
     catalogue_hash,
     catalogue_listing,
@@ -27,8 +27,8 @@ from refusalbench.tasks.levers import (
     name_slug,
     validate_catalogue,
 )
-from refusalbench.tasks.records import Lever
-from refusalbench.tasks.taxonomy import CANONICAL_CODE, CLASS_SLUG, PERTURBATION_CLASSES, STRATA, expected_behaviour
+from refusalbench.tasks.core.records import Lever
+from refusalbench.tasks.refusalbench.taxonomy import CANONICAL_CODE, CLASS_SLUG, PERTURBATION_CLASSES, STRATA, expected_behaviour
 
 # ----------------------------------------------------------------- helpers
 
@@ -347,7 +347,7 @@ def test_levers_validate_command_exits_non_zero_on_a_target_violation(tmp_path: 
     copy = copy_catalogue(tmp_path)
     path = copy / "contradiction.yaml"
     line = retarget_first(path, "context", "query")
-    monkeypatch.setattr("refusalbench.tasks.levers.CATALOGUE_DIR", copy)
+    monkeypatch.setattr("refusalbench.tasks.refusalbench.levers.CATALOGUE_DIR", copy)
     result = CliRunner().invoke(app, ["levers", "validate"])
     assert result.exit_code != 0
     assert f"{path}:{line}: levers[0].target: " in result.output

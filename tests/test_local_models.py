@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.config import LocalModelSpec, ModelConfig, load_config, packaged_config
-from refusalbench.tasks.local_models import (
+from refusalbench.tasks.core.config import LocalModelSpec, ModelConfig, load_config, packaged_config
+from refusalbench.tasks.llm.local_models import (
     ChecksumMismatch,
     PullError,
     build_server_config,
@@ -221,7 +221,7 @@ def test_server_config_for_pulled_models(tmp_path: Path, wheels: Path) -> None:
 
 
 def test_server_config_refuses_models_not_pulled(tmp_path: Path) -> None:
-    from refusalbench.tasks.errors import ModelUnavailable
+    from refusalbench.tasks.core.errors import ModelUnavailable
 
     models = {"fake": ModelConfig(model="openai/fake", local=spec_for())}
     with pytest.raises(ModelUnavailable, match="models pull fake"):
@@ -262,7 +262,7 @@ def test_status_of_local_model_and_unreachable_endpoint(tmp_path: Path) -> None:
     assert "models pull fake" in row["reason"]
 
     # Nothing listens on a port we just bound and released.
-    from refusalbench.tasks.local_models import free_port
+    from refusalbench.tasks.llm.local_models import free_port
 
     endpoint = ModelConfig(model="hosted_vllm/x", api_base=f"http://127.0.0.1:{free_port()}/v1")
     assert model_status("x", endpoint)["endpoint"] == "not checked"
@@ -312,9 +312,9 @@ def test_smollm2_pull_serve_and_chat(tmp_path) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'refusalbench[local]')")
     from pydantic import BaseModel
 
-    from refusalbench.tasks.callcache import SQLiteCache
-    from refusalbench.tasks.gateway import Gateway
-    from refusalbench.tasks.local_models import start_server
+    from refusalbench.tasks.llm.callcache import SQLiteCache
+    from refusalbench.tasks.llm.gateway import Gateway
+    from refusalbench.tasks.llm.local_models import start_server
 
     class Capital(BaseModel):
         answer: str
@@ -338,7 +338,7 @@ def test_smollm2_pull_serve_and_chat(tmp_path) -> None:
 
 
 def test_plain_prompt_for_base_models() -> None:
-    from refusalbench.tasks.local_models import plain_prompt
+    from refusalbench.tasks.llm.local_models import plain_prompt
 
     prompt = plain_prompt(
         [
@@ -352,7 +352,7 @@ def test_plain_prompt_for_base_models() -> None:
 
 
 def test_local_endpoints_starts_nothing_for_remote_models() -> None:
-    from refusalbench.tasks.local_models import local_endpoints, local_names
+    from refusalbench.tasks.llm.local_models import local_endpoints, local_names
 
     models = {
         "remote": ModelConfig(model="openai/gpt-4o", api_key_env="OPENAI_API_KEY"),

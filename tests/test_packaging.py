@@ -61,12 +61,12 @@ sys.path_hooks[:] = [h for h in sys.path_hooks if "editable" not in repr(h).lowe
 sys.path_importer_cache.clear()
 import tasks
 assert tasks.UNRELATED
-import refusalbench.tasks.gateway, refusalbench.flows.cli, refusalbench.levers, refusalbench.prompts
-from refusalbench.tasks.levers import load_catalogue
-from refusalbench.tasks.config import packaged_config
+import refusalbench.tasks.llm.gateway, refusalbench.flows.cli, refusalbench.levers, refusalbench.prompts
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.core.config import packaged_config
 assert len(load_catalogue()) == 176
 assert packaged_config("demo.yaml").is_file()
-print(refusalbench.tasks.gateway.__file__)
+print(refusalbench.tasks.llm.gateway.__file__)
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(other)])}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env,
@@ -76,7 +76,7 @@ print(refusalbench.tasks.gateway.__file__)
 
 
 def test_readme_documents_the_run_folder_as_declared():
-    from refusalbench.tasks.runfolder import runfolder_markdown
+    from refusalbench.tasks.core.runfolder import runfolder_markdown
 
     readme = (ROOT / "README.md").read_text()
     begin, end = readme.index("<!-- runfolder:begin"), readme.index("<!-- runfolder:end -->")
@@ -87,7 +87,7 @@ def test_readme_documents_the_run_folder_as_declared():
 def test_no_artifact_file_name_is_spelled_out_outside_the_run_folder_module():
     import re
 
-    from refusalbench.tasks.runfolder import ARTIFACTS
+    from refusalbench.tasks.core.runfolder import ARTIFACTS
 
     names = {artifact.name for artifact in ARTIFACTS}
     offenders = []

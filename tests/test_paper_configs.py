@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.basesets import load_base_set
-from refusalbench.tasks.config import GenerationConfig, load_config, packaged_config
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.plan import plan_run
+from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.core.config import GenerationConfig, load_config, packaged_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_MODELS = ["claude-4-sonnet", "deepseek-r1", "gpt-4o", "nova-pro"]  # generators = verifiers (§3.4, App. E)
@@ -108,7 +108,7 @@ def test_policybench_config_is_the_papers_knowornot_run_over_four_bases(tmp_path
     import os
     import shutil
 
-    from refusalbench.tasks.knowornot.stages import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs
 
     shutil.copytree(policybench, tmp_path / "data" / "policybench")
     here = os.getcwd()

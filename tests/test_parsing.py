@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refusalbench.tasks.decisions import (
+from refusalbench.tasks.refusalbench.decisions import (
     ANSWER,
     CONFIDENCE_LEVELS,
     confidence_value,

@@ -7,14 +7,14 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.assign import assign_levers, parse_strata, sample_base_items
-from refusalbench.tasks.basesets import load_base_set
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.levers import load_catalogue
-from refusalbench.tasks.plan import CHARS_PER_TOKEN, plan_run, plan_table, time_bound
-from refusalbench.tasks.records import BenchmarkItem, to_table
-from refusalbench.tasks.stages.assign import prepare_inputs
+from refusalbench.tasks.refusalbench.assign import assign_levers, parse_strata, sample_base_items
+from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.refusalbench.plan import CHARS_PER_TOKEN, plan_run, plan_table, time_bound
+from refusalbench.tasks.core.records import BenchmarkItem, to_table
+from refusalbench.tasks.pipeline.assign_step import prepare_inputs
 
 BASE = [
     {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
@@ -135,7 +135,7 @@ def test_time_bound_follows_the_formula(tmp_path):
 
 
 def test_input_tokens_are_characters_over_four_of_the_rendered_prompts(tmp_path):
-    from refusalbench.tasks.generate import generation_messages
+    from refusalbench.tasks.refusalbench.generate import generation_messages
 
     cfg = write_config(tmp_path)
     cfg.models["gen-b"].json_schema = False  # no schema in the request: only the messages count

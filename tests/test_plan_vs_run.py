@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.scripted_server import request_fingerprint
+from refusalbench.tasks.llm.scripted_server import request_fingerprint
 from tests.scripted import (fenced, generator_reply, intensity_of, judge_by_reference, last_user_text, schema_name,
                             run_config, verifier_reply)
 

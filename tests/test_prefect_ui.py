@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from refusalbench.tasks.shards import shard_run_name
-from refusalbench.tasks.ui_artifacts import story
+from refusalbench.tasks.pipeline.fanout import shard_run_name
+from refusalbench.tasks.pipeline.ui import story
 from tests.browser import Browser
 from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, run_config, verifier_reply
 from tests.test_deployments import running_prefect_server

@@ -13,9 +13,9 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.pretest import kept_items, summary_by_model, unperturbed_item
-from refusalbench.tasks.records import BaseItem, Candidate, PretestRow
-from refusalbench.tasks.select import stratified_sample
+from refusalbench.tasks.refusalbench.pretest import kept_items, summary_by_model, unperturbed_item
+from refusalbench.tasks.core.records import BaseItem, Candidate, PretestRow
+from refusalbench.tasks.refusalbench.select import stratified_sample
 from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, run_config, verifier_reply
 
 BASE = [
@@ -187,7 +187,7 @@ def test_standalone_pretest_then_generation_pays_nothing_twice(tmp_path, fake_ll
 
 def test_standalone_pretest_needs_a_pretest_section(tmp_path):
     from refusalbench.flows.launch import run_pretest
-    from refusalbench.tasks.errors import InputError
+    from refusalbench.tasks.core.errors import InputError
 
     config = write_config(tmp_path, "http://127.0.0.1:9/v1", pretest="null")
     with pytest.raises(InputError, match="generation.pretest"):
@@ -257,7 +257,7 @@ def test_generator_balance_without_a_target_takes_the_poorest_generators_count()
 
 
 def test_report_shows_the_base_set_funnel_and_the_pretest_per_model():
-    from refusalbench.tasks.report import ReportInputs, build_report
+    from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
 
     counts = {"base_set_funnel": {"imported": 4, "pretested": 4, "kept": 2, "sampled": 2},
               "pretest_by_model": {"pre-<b>": {"correct": 3, "wrong": 1, "failed": 0}}}

@@ -11,7 +11,7 @@ import jinja2
 import pytest
 
 from refusalbench.prompts import TEMPLATE_DIR
-from refusalbench.tasks.structured_outputs import (
+from refusalbench.tasks.llm.structured_outputs import (
     AtomicFacts,
     GeneratorMultiOutput,
     GeneratorSingleOutput,
@@ -25,7 +25,7 @@ from refusalbench.tasks.structured_outputs import (
     parse_tagged_outcome,
     response_format_for,
 )
-from refusalbench.tasks.prompting import (
+from refusalbench.tasks.llm.prompting import (
     ABSTENTION_OUTCOMES,
     ABSTENTION_TAG,
     CONFIDENCE_LEVELS,
@@ -39,8 +39,8 @@ from refusalbench.tasks.prompting import (
     render_messages,
     template_hash,
 )
-from refusalbench.tasks.records import Lever, LeverExample, Passage
-from refusalbench.tasks.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES
+from refusalbench.tasks.core.records import Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES
 
 # Untrusted text that tries every trick: Jinja syntax, fake roles, our own delimiters, chat tokens.
 MARKER = "PWNED-MARKER"

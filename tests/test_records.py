@@ -8,7 +8,7 @@ import io
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks import records as r
+from refusalbench.tasks.core import records as r
 
 
 SAMPLES = [

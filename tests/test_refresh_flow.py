@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.trend import flag_moves
+from refusalbench.tasks.refusalbench.trend import flag_moves
 from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 from tests.test_generation_flow import BASE
 

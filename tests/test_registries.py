@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from refusalbench.tasks.callcache import CallCache, cache_backends, open_cache, register_cache_backend
-from refusalbench.tasks.config import load_config
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.gateway import gateway_for
+from refusalbench.tasks.llm.callcache import CallCache, cache_backends, open_cache, register_cache_backend
+from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.llm.gateway import gateway_for
 
 
 class MemoryCache:

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows, ranked_models
-from refusalbench.tasks.scoring import load_score_outputs, render_score_outputs, score_frame
-from refusalbench.tasks.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
+from refusalbench.tasks.refusalbench.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows, ranked_models
+from refusalbench.tasks.refusalbench.scoring import load_score_outputs, render_score_outputs, score_frame
+from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
 
 EVIL = "<script>alert(1)</script>"
 IMG = '<img src="data:image/png;base64,'

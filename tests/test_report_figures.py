@@ -20,10 +20,10 @@ import math
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.documents import GVAnalysis
-from refusalbench.tasks.gv_analysis import gv_analysis
-from refusalbench.tasks.report import ReportInputs, build_generation_report, build_report
-from refusalbench.tasks.report.comparison_figures import (
+from refusalbench.tasks.core.documents import GVAnalysis
+from refusalbench.tasks.refusalbench.gv_analysis import gv_analysis
+from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report, build_report
+from refusalbench.tasks.refusalbench.report.comparison_figures import (
     alignment_table,
     comparison_figures_html,
     domain_difficulty,
@@ -31,7 +31,7 @@ from refusalbench.tasks.report.comparison_figures import (
     scaling_table,
     thinking_table,
 )
-from refusalbench.tasks.report.generation_figures import (
+from refusalbench.tasks.refusalbench.report.generation_figures import (
     composition_table,
     contribution_table,
     generation_figures_html,

@@ -10,17 +10,17 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from refusalbench.tasks.assign import assign_levers, parse_strata, sample_base_items
-from refusalbench.tasks.basesets import load_base_set
-from refusalbench.tasks.config import ModelConfig, load_config, packaged_config
-from refusalbench.tasks.gateway import Gateway
-from refusalbench.tasks.generate import candidate_id, rule_candidates
-from refusalbench.tasks.levers import load_catalogue
-from refusalbench.tasks.local_models import check_available, model_status
-from refusalbench.tasks.records import BaseItem, Passage
-from refusalbench.tasks.rule_generator import (RULES, NotApplicable, apply_rule, register_rule, rule_skips,
+from refusalbench.tasks.refusalbench.assign import assign_levers, parse_strata, sample_base_items
+from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.core.config import ModelConfig, load_config, packaged_config
+from refusalbench.tasks.llm.gateway import Gateway
+from refusalbench.tasks.refusalbench.generate import candidate_id, rule_candidates
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.llm.local_models import check_available, model_status
+from refusalbench.tasks.core.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.rule_generator import (RULES, NotApplicable, apply_rule, register_rule, rule_skips,
                                                ruleset_hash)
-from refusalbench.tasks.rule_generator.text import answer_pattern, content_words, sentences
+from refusalbench.tasks.refusalbench.rule_generator.text import answer_pattern, content_words, sentences
 from tests.conftest import ROOT
 from tests.scripted import verifier_reply
 

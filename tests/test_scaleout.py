@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.records import BenchmarkItem
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core.records import BenchmarkItem
+from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
 from tests.test_evaluation_flow import ITEMS, oracle
 
@@ -193,9 +193,9 @@ def test_redis_cache(tmp_path, fake_llm, benchmark, redis_url):
 
 GATEWAY_SCRIPT = """
 import json, sys
-from refusalbench.tasks.callcache import open_cache
-from refusalbench.tasks.config import ModelConfig
-from refusalbench.tasks.gateway import CallSpec, Gateway
+from refusalbench.tasks.llm.callcache import open_cache
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.gateway import CallSpec, Gateway
 
 url, api_base = sys.argv[1], sys.argv[2]
 models = {name: ModelConfig(model="openai/" + name, api_base=api_base, max_attempts=2) for name in ("refuser", "oracle")}

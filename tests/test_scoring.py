@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusalbench.tasks import scoring
-from refusalbench.tasks.decisions import parse_decision
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.scoring import (
+from refusalbench.tasks.refusalbench import scoring
+from refusalbench.tasks.refusalbench.decisions import parse_decision
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.scoring import (
     METRICS,
     bootstrap_intervals,
     breakdown,

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.errors import InputError
-from refusalbench.tasks.gateway import CallResult
-from refusalbench.tasks.judge import judgment_from_result
-from refusalbench.tasks.outputs import judged_frame
-from refusalbench.tasks.records import BenchmarkItem, Judgment, Passage, Response
-from refusalbench.tasks.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows
-from refusalbench.tasks.scoring import (
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.llm.gateway import CallResult
+from refusalbench.tasks.refusalbench.judge import judgment_from_result
+from refusalbench.tasks.refusalbench.outputs import judged_frame
+from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Passage, Response
+from refusalbench.tasks.refusalbench.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows
+from refusalbench.tasks.refusalbench.scoring import (
     ALL_METRICS,
     COMPOSITES,
     METRICS,
@@ -35,7 +35,7 @@ from refusalbench.tasks.scoring import (
     response_distribution,
     score_frame,
 )
-from refusalbench.tasks.structured_outputs import JudgeMultiOutput, parse_output
+from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, parse_output
 from tests.test_scoring import M1, A, assert_metrics, frame, synthetic
 
 NAN = math.nan

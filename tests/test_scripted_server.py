@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from refusalbench.tasks import structured_outputs
-from refusalbench.tasks.scripted_server import dry_run_responder, schema_name
-from refusalbench.tasks.structured_outputs import LLMOutput, parse_output, parse_tagged_outcome, response_format_for
+from refusalbench.tasks.llm import structured_outputs
+from refusalbench.tasks.llm.scripted_server import dry_run_responder, schema_name
+from refusalbench.tasks.llm.structured_outputs import LLMOutput, parse_output, parse_tagged_outcome, response_format_for
 
 SCHEMAS = [cls for cls in vars(structured_outputs).values()
            if isinstance(cls, type) and issubclass(cls, LLMOutput) and cls is not LLMOutput]

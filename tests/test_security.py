@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.scripted_server import ScriptedLLMServer
+from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 from tests.scripted import by_model, fenced, judge_by_reference, verifier_reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,8 +205,8 @@ def _default(function, name: str):
 
 
 def test_llama_server_binds_loopback_by_default(tmp_path):
-    from refusalbench.tasks.config import LocalModelSpec, ModelConfig
-    from refusalbench.tasks.local_models import build_server_config, serve_forever, start_server, weights_path
+    from refusalbench.tasks.core.config import LocalModelSpec, ModelConfig
+    from refusalbench.tasks.llm.local_models import build_server_config, serve_forever, start_server, weights_path
 
     spec = LocalModelSpec(packages=["weights==1.0"], files=["model.gguf"], sha256="ab" * 32)
     weights = weights_path("tiny", spec, tmp_path)
@@ -227,7 +227,7 @@ def test_cli_model_server_binds_loopback_by_default():
 
 
 def test_labelling_page_binds_loopback_and_refuses_remote(tmp_path):
-    from refusalbench.tasks.knowornot.labelling_ui import serve_labelling
+    from refusalbench.tasks.labelling.knowornot_screens import serve_labelling
 
     server = serve_labelling([], tmp_path / "labels.jsonl", "ann")
     try:

@@ -7,8 +7,8 @@ import os
 import pyarrow as pa
 import pytest
 
-from refusalbench.tasks.records import BenchmarkItem, Passage
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core.records import BenchmarkItem, Passage
+from refusalbench.tasks.core.store import ArtifactStore
 
 
 def _items(n: int) -> list[BenchmarkItem]:

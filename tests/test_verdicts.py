@@ -13,13 +13,13 @@ import re
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.gateway import CallResult
-from refusalbench.tasks.gv_analysis import gv_analysis, summary_markdown
-from refusalbench.tasks.prechecks import apply_prechecks, awaits_verification, precheck_names, run_prechecks
-from refusalbench.tasks.records import BaseItem, Candidate, Lever, LeverExample, Passage
-from refusalbench.tasks.report.gv import gv_section_html
-from refusalbench.tasks.structured_outputs import VERIFIER_CRITERIA, VerifierOutput, parse_output
-from refusalbench.tasks.verify import effective_verdict, required_criteria, verification_from_result
+from refusalbench.tasks.llm.gateway import CallResult
+from refusalbench.tasks.refusalbench.gv_analysis import gv_analysis, summary_markdown
+from refusalbench.tasks.refusalbench.prechecks import apply_prechecks, awaits_verification, precheck_names, run_prechecks
+from refusalbench.tasks.core.records import BaseItem, Candidate, Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.report.gv import gv_section_html
+from refusalbench.tasks.llm.structured_outputs import VERIFIER_CRITERIA, VerifierOutput, parse_output
+from refusalbench.tasks.refusalbench.verify import effective_verdict, required_criteria, verification_from_result
 from tests.scripted import by_model, fenced, generator_reply, last_user_text, schema_name, verifier_reply
 from tests.test_generation_flow import run, write_config
 

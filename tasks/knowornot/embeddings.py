@@ -22,8 +22,8 @@ from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from refusalbench.tasks.callcache import CallCache
-from refusalbench.tasks.errors import ModelUnavailable
+from refusalbench.tasks.llm.callcache import CallCache
+from refusalbench.tasks.core.errors import ModelUnavailable
 from refusalbench.tasks.knowornot.registry import Registry
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.records import EvalSpec, ExperimentInput
 from refusalbench.tasks.knowornot.registry import Registry
 
@@ -149,7 +149,7 @@ def render_eval_messages(spec: EvalSpec, fields: Mapping[str, Any]) -> list[dict
     values = {name: fields.get(name) for name in spec.input_fields}
     if any(v is None or (isinstance(v, str) and not v.strip()) for v in values.values()):
         return None
-    from refusalbench.tasks.prompting import fence, render_messages
+    from refusalbench.tasks.llm.prompting import fence, render_messages
 
     if spec.prompt_template:
         # Built-in specs render through the shared, sandboxed prompt templates (fenced input).

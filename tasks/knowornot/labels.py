@@ -26,12 +26,12 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS
 from refusalbench.tasks.knowornot.records import AgreementReport, EvalSpec, HumanLabel, LabelItem
 from refusalbench.tasks.knowornot.report_page import write_knowornot_report
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.core.store import ArtifactStore
 
 # ----------------------------------------------------------------- sampling
 

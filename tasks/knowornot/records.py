@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from refusalbench.tasks.records import Record
+from refusalbench.tasks.core.records import Record
 
 # ----------------------------------------------------------------- knowledge base
 

@@ -16,17 +16,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.callcache import CallCache
-from refusalbench.tasks.config import KnowOrNotConfig
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.llm.callcache import CallCache
+from refusalbench.tasks.core.config import KnowOrNotConfig
 from refusalbench.tasks.knowornot.embeddings import make_embedder
 from refusalbench.tasks.knowornot.evaluation import BUILT_IN_SPECS, METRIC_KEYS, knowornot_metrics, outcome_rates, run_specs
 from refusalbench.tasks.knowornot.labels import stratified_label_sample
 from refusalbench.tasks.knowornot.overlap import overlap_audit
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
 from refusalbench.tasks.knowornot.report_page import write_knowornot_report
-from refusalbench.tasks.store import ArtifactStore
-from refusalbench.tasks.ui_artifacts import publish_link, publish_table, story
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.ui import publish_link, publish_table, story
 
 
 def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], outcomes: list[EvalOutcome],

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from refusalbench.tasks.report.figures import ordered, plot_text, png_base64
+from refusalbench.tasks.refusalbench.report.figures import ordered, plot_text, png_base64
 
 RETRIEVAL_ORDER = ("direct", "long_context", "basic_rag", "hyde_rag")
 PROMPT_ORDER = ("basic", "conservative", "opinion")

@@ -18,13 +18,13 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from refusalbench.tasks import runfolder
-from refusalbench.tasks.documents import AgreementDocument, OverlapAudit
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.documents import AgreementDocument, OverlapAudit
 from refusalbench.tasks.knowornot.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
 from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
 from refusalbench.tasks.knowornot.report_figures import outcome_shares, overlap_histogram, rate_bars
-from refusalbench.tasks.report.layout import CSS, escape, frame_table, image_tag, section
-from refusalbench.tasks.store import ArtifactStore
+from refusalbench.tasks.refusalbench.report.layout import CSS, escape, frame_table, image_tag, section
+from refusalbench.tasks.core.store import ArtifactStore
 
 RATE_NOTE = ("abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
              "responses judged (the paper's definition); 95% seeded percentile-bootstrap intervals.")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
-from refusalbench.tasks.errors import InputError
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.records import Document, Sentence
 
 DOCUMENT_SUFFIXES = (".txt", ".md", ".markdown")

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from refusalbench.tasks.errors import InputError, InputErrors
+from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.knowornot.records import AtomicFact, QAPair
 
 # ----------------------------------------------------------------- QA files

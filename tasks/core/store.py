@@ -1,0 +1,249 @@
+"""The artifact store: one run folder per run, on any fsspec filesystem.
+
+``ArtifactStore("runs/demo")``, ``ArtifactStore("file:///data/runs/demo")`` and
+``ArtifactStore("s3://bucket/prefix")`` behave the same. Writes are atomic: a file is
+written under a temporary local name and only then moved (local) or uploaded in one PUT
+(object storage), so no half-written artifact is ever visible under its final name.
+Parquet is written and read in row batches so large tables never need one big buffer.
+S3 endpoint and credentials come from the environment (``AWS_ENDPOINT_URL`` or
+``REFUSALBENCH_S3_ENDPOINT``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from refusalbench.tasks.core.records import from_table, to_table
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.core.runfolder import Artifact
+
+ROW_BATCH = 50_000
+
+
+def storage_options(uri: str) -> dict[str, Any]:
+    if uri.startswith(("s3://", "s3a://")):
+        endpoint = os.environ.get("REFUSALBENCH_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+        options: dict[str, Any] = {}
+        if endpoint:
+            options["client_kwargs"] = {"endpoint_url": endpoint}
+            options["endpoint_url"] = endpoint
+        return options
+    return {}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _nan_to_none(value: Any) -> Any:
+    """JSON has no NaN: undefined metrics are written as null (readers map null back to NaN)."""
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+class ArtifactStore:
+    def __init__(self, root: str | Path):
+        root = str(root)
+        self.root = root.rstrip("/") if root not in ("/",) else root
+        self.fs, self.base = fsspec.core.url_to_fs(self.root, **storage_options(self.root))
+        self.is_local = self.fs.protocol in ("file", ("file", "local")) or "file" in (
+            self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        )
+        if self.is_local:
+            Path(self.base).mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ paths
+
+    def path(self, name: str) -> str:
+        return f"{self.base.rstrip('/')}/{name}"
+
+    def uri(self, name: str) -> str:
+        if self.is_local:
+            return str(Path(self.base) / name)
+        return f"{self.root}/{name}"
+
+    def child(self, name: str) -> "ArtifactStore":
+        return ArtifactStore(self.uri(name))
+
+    def exists(self, name: str) -> bool:
+        return self.fs.exists(self.path(name))
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.base.rstrip("/")
+        try:
+            found = self.fs.find(self.path(prefix) if prefix else base)
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(base) + 1 :] if p.startswith(base) else p for p in found)
+
+    def delete(self, name: str) -> None:
+        if self.exists(name):
+            self.fs.rm(self.path(name))
+
+    # ------------------------------------------------------------ atomic writes
+
+    def _publish(self, local_tmp: str, name: str) -> str:
+        target = self.path(name)
+        if self.is_local:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(local_tmp, target)  # atomic rename within one filesystem
+        else:
+            try:
+                self.fs.put_file(local_tmp, target)  # a single PUT: the object appears whole or not at all
+            finally:
+                os.unlink(local_tmp)
+        return self.uri(name)
+
+    def _tmp_file(self, name: str) -> str:
+        # For local stores the temp file sits beside the target (same filesystem => atomic rename).
+        if self.is_local:
+            folder = Path(self.path(name)).parent
+            folder.mkdir(parents=True, exist_ok=True)
+            return str(folder / f".{Path(name).name}.{uuid.uuid4().hex}.tmp")
+        fd, path = tempfile.mkstemp(suffix=".tmp")
+        os.close(fd)
+        return path
+
+    def write_bytes(self, name: str, data: bytes) -> str:
+        tmp = self._tmp_file(name)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return self._publish(tmp, name)
+
+    def write_text(self, name: str, text: str) -> str:
+        return self.write_bytes(name, text.encode("utf-8"))
+
+    def write_json(self, name: str, obj: Any) -> str:
+        text = json.dumps(_nan_to_none(json.loads(json.dumps(obj, default=_json_default))), indent=2, sort_keys=False)
+        return self.write_text(name, text + "\n")
+
+    def write_batches(self, name: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> str:
+        """Stream row batches into one Parquet file; it appears only once complete."""
+        tmp = self._tmp_file(name)
+        try:
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return self._publish(tmp, name)
+
+    def write_table(self, name: str, table: pa.Table, *, row_batch: int = ROW_BATCH) -> str:
+        return self.write_batches(name, table.schema, table.to_batches(max_chunksize=row_batch))
+
+    def write_records(self, name: str, records: list[BaseModel], record_type: type[BaseModel]) -> str:
+        return self.write_table(name, to_table(records, record_type))
+
+    def write_frame(self, name: str, frame: "Any") -> str:
+        return self.write_table(name, pa.Table.from_pandas(frame, preserve_index=False))
+
+    # ------------------------------------------------------------ reads
+
+    def read_bytes(self, name: str) -> bytes:
+        with self.fs.open(self.path(name), "rb") as fh:
+            return fh.read()
+
+    def read_text(self, name: str) -> str:
+        return self.read_bytes(name).decode("utf-8")
+
+    def read_json(self, name: str) -> Any:
+        return json.loads(self.read_text(name))
+
+    def read_table(self, name: str) -> pa.Table:
+        # Local files go to pyarrow by path: reading through a Python file object made
+        # pyarrow's reader threads outlive the interpreter now and then ("terminate called
+        # without an active exception" at exit, seen with several CLI processes at once).
+        if self.is_local:
+            return pq.read_table(self.path(name))
+        with self.fs.open(self.path(name), "rb") as fh:
+            return pq.read_table(fh)
+
+    def iter_batches(self, name: str, batch_size: int = ROW_BATCH) -> Iterator[pa.RecordBatch]:
+        if self.is_local:
+            yield from pq.ParquetFile(self.path(name)).iter_batches(batch_size=batch_size)
+            return
+        with self.fs.open(self.path(name), "rb") as fh:
+            yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size)
+
+    def read_records(self, name: str, record_type: type[BaseModel]) -> list[Any]:
+        return from_table(self.read_table(name), record_type)
+
+    def read_frame(self, name: str) -> "Any":
+        return self.read_table(name).to_pandas()
+
+    # ------------------------------------------------------------ declared artifacts (runfolder.py)
+
+    def save(self, artifact: "Artifact", value: Any) -> str:
+        """Write a declared artifact: records or a DataFrame (Parquet), a document (JSON), text, bytes.
+
+        A JSON document is validated against its model first, so a run folder never holds
+        a file that breaks its declared shape.
+        """
+        if artifact.format == "parquet":
+            if artifact.schema is not None:
+                return self.write_records(artifact.name, value, artifact.schema)
+            return self.write_frame(artifact.name, value)
+        if artifact.format == "json":
+            if artifact.schema is not None and not isinstance(value, artifact.schema):
+                value = artifact.schema.model_validate(value)
+            if isinstance(value, BaseModel):
+                value = value.model_dump(mode="json")
+            return self.write_json(artifact.name, value)
+        if artifact.format == "bytes":
+            return self.write_bytes(artifact.name, value)
+        return self.write_text(artifact.name, value)
+
+    def load(self, artifact: "Artifact") -> Any:
+        """Read a declared artifact back as records, a DataFrame, a document model, text or bytes."""
+        if artifact.format == "parquet":
+            if artifact.schema is not None:
+                return self.read_records(artifact.name, artifact.schema)
+            return self.read_frame(artifact.name)
+        if artifact.format == "json":
+            data = self.read_json(artifact.name)
+            return artifact.schema.model_validate(data) if artifact.schema is not None else data
+        if artifact.format == "bytes":
+            return self.read_bytes(artifact.name)
+        return self.read_text(artifact.name)
+
+    def has(self, artifact: "Artifact") -> bool:
+        return self.exists(artifact.name)
+
+
+def split_uri(uri: str) -> tuple[ArtifactStore, str]:
+    """'runs/x/items.parquet' -> (store at runs/x, 'items.parquet')."""
+    uri = str(uri)
+    head, _, tail = uri.rstrip("/").rpartition("/")
+    return ArtifactStore(head or "."), tail

@@ -1,0 +1,145 @@
+"""The inspect_ai integration's pure half: no ``inspect_ai`` import at module level.
+
+``tasks/integrations/inspect/task.py`` (the inspect glue: task, scorer, model provider) builds on these
+helpers, which reuse the evaluate path's own pieces, so a RefusalBench run inside inspect
+asks, parses and judges exactly as ``refusalbench evaluate`` does:
+
+- prompts: ``respond.target_messages`` (target templates) and ``judge.judge_messages``;
+- reply -> decision/confidence: ``respond.response_from_result`` (``decisions.py``);
+- judge reply -> verdict: ``structured_outputs.parse_output`` and
+  ``judge.judgment_from_result`` / ``judgment_without_model``.
+
+Each inspect Score carries the whole :class:`Judgment` (and the item's variant) in its
+metadata under ``inspect_logs.SCORE_KEY``; ``inspect_logs.read_inspect_logs`` turns eval logs
+back into the judged-responses frame that ``refusalbench score`` scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from refusalbench.tasks.llm.gateway import CallResult
+from refusalbench.tasks.integrations.inspect.logs import ITEM_KEY, SCORE_KEY
+from refusalbench.tasks.refusalbench.judge import judge_messages, judgment_from_result, judgment_without_model, needs_judge
+from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.respond import response_from_result, target_messages
+from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, JudgeSingleOutput, json_schema_for, parse_output
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
+
+EMPTY_REPLY = "empty reply content"  # the gateway's words for a reply with no text
+
+
+# ----------------------------------------------------------------- the task's side
+
+
+def sample_fields(item: BenchmarkItem, confidence: bool) -> dict[str, Any]:
+    """An inspect Sample's fields for one benchmark item (messages as role/content dicts)."""
+    return {"id": item.item_id, "messages": target_messages(item, confidence), "target": list(item.answers),
+            "metadata": {ITEM_KEY: item.model_dump(mode="json"), "confidence": confidence}}
+
+
+def response_of(item: BenchmarkItem, model: str, text: str | None, confidence: bool,
+                error: str | None = None) -> Response:
+    """The target's reply read as ``respond`` reads it; an empty reply is a failed call, as in the gateway."""
+    if error is None and (not text or not text.strip()):
+        error = EMPTY_REPLY
+    return response_from_result(item, model, CallResult(model=model, key="", text=text, error=error), confidence)
+
+
+def judge_schema(item: BenchmarkItem) -> type[BaseModel]:
+    return JudgeMultiOutput if item.variant == "multi" else JudgeSingleOutput
+
+
+def judge_request(item: BenchmarkItem, response: Response) -> tuple[list[dict[str, str]], str, dict[str, Any]] | None:
+    """(messages, schema name, JSON schema) when the judge model must decide, else None (no call)."""
+    if not needs_judge(item, response):
+        return None
+    schema = judge_schema(item)
+    return judge_messages(item, response), schema.__name__, json_schema_for(schema)
+
+
+def judgment_of(item: BenchmarkItem, response: Response, judge: str | None = None, text: str | None = None,
+                error: str | None = None) -> Judgment:
+    """The judgment of one response: without a call where none is needed, else from the judge's reply."""
+    if not needs_judge(item, response):
+        return judgment_without_model(item, response)
+    parsed = None
+    if error is None:
+        parsed, problem = parse_output(judge_schema(item), text)
+        if parsed is None:
+            error = f"parse error: {problem}"
+    result = CallResult(model=judge or "", key="", text=text, parsed=parsed, error=error)
+    return judgment_from_result(item, response, judge or "", result)
+
+
+def is_correct(judgment: Judgment) -> bool | None:
+    """Right answer to an answerable item or right code for an unanswerable one; None when left out."""
+    if judgment.error is not None:
+        return None
+    if judgment.expected == ANSWER_CORRECTLY:
+        return judgment.decision == "ANSWER" and bool(judgment.answer_correct)
+    return bool(judgment.refusal_correct)
+
+
+def score_fields(item: BenchmarkItem, response: Response, judgment: Judgment) -> dict[str, Any]:
+    """An inspect Score's fields: C/I (N when left out of the metrics) and everything the metrics need."""
+    correct = is_correct(judgment)
+    value = "N" if correct is None else ("C" if correct else "I")
+    verdict = judgment.error or (f"judge quality {judgment.quality}" if judgment.quality is not None else
+                                 f"judge RAF {judgment.raf}" if judgment.raf is not None else "no judge call")
+    return {
+        "value": value,
+        "answer": response.decision,
+        "explanation": f"expected {item.expected}, decision {response.decision}; {verdict}",
+        "metadata": {SCORE_KEY: {"judgment": judgment.model_dump(mode="json"), "variant": item.variant,
+                                 "response_error": response.error}},
+    }
+
+
+def rates(payloads: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Refusal rate, false refusal rate and missed refusal rate of scored samples (errors left out)."""
+    judged = [Judgment.model_validate(p["judgment"]) for p in payloads if p]
+    judged = [j for j in judged if j.error is None]
+    answerable = [j for j in judged if j.expected == ANSWER_CORRECTLY]
+    unanswerable = [j for j in judged if j.expected != ANSWER_CORRECTLY]
+
+    def share(rows: list[Judgment], refused: bool) -> float:
+        return sum((j.decision != "ANSWER") == refused for j in rows) / len(rows) if rows else float("nan")
+
+    return {"refusal_rate": share(judged, True), "false_refusal_rate": share(answerable, True),
+            "missed_refusal_rate": share(unanswerable, False)}
+
+
+# ----------------------------------------------------------------- the model provider's side
+
+# inspect GenerateConfig field -> LiteLLM keyword, for the settings passed through as they are.
+_PASSED = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "seed": "seed",
+           "stop_seqs": "stop", "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+           "logit_bias": "logit_bias", "extra_headers": "extra_headers", "extra_body": "extra_body"}
+_STOP_REASONS = {"stop": "stop", "length": "max_tokens", "content_filter": "content_filter",
+                 "tool_calls": "tool_calls", "function_call": "tool_calls"}
+
+
+def litellm_kwargs(settings: dict[str, Any], base_url: str | None, api_key: str | None) -> dict[str, Any]:
+    """LiteLLM keywords for one call from inspect's generate settings (``GenerateConfig`` as a dict).
+
+    A response schema becomes the same ``response_format`` the gateway sends; an OpenAI-compatible
+    server without auth gets the gateway's placeholder key.
+    """
+    kwargs = {key: settings[name] for name, key in _PASSED.items() if settings.get(name) is not None}
+    schema = settings.get("response_schema")
+    if schema:
+        kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": schema["name"], "schema": schema["json_schema"], "strict": bool(schema.get("strict"))}}
+    if base_url:
+        kwargs["api_base"] = base_url
+    if api_key or base_url:
+        kwargs["api_key"] = api_key or "no-key"
+    return kwargs
+
+
+def stop_reason(finish_reason: str | None) -> str:
+    return _STOP_REASONS.get(finish_reason or "", "unknown")

@@ -1,0 +1,1 @@
+"""Human labels shared by both methods: the label store, the loopback labelling form, the screens. Imports core."""

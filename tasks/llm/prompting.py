@@ -1,0 +1,256 @@
+"""Render the Jinja2 prompt templates under ``prompts/`` into chat messages.
+
+Every template ``<role>.j2`` defines two blocks, ``system`` and ``user``; ``render_messages``
+turns them into OpenAI-style messages. Untrusted text (contexts, passages, questions, model
+replies) only ever enters a template as a *value*: it is never compiled as template source, so
+Jinja syntax inside it stays literal. The ``fence`` filter wraps such text in XML-like tags and
+defuses anything inside it that could close the tag early or pose as a chat-template token, and
+every system prompt tells the model that tagged text is data, not instructions.
+
+``template_hash`` / ``all_template_hashes`` give the provenance hashes recorded in manifests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import FileSystemLoader, StrictUndefined
+from jinja2.sandbox import SandboxedEnvironment
+
+from refusalbench.prompts import TEMPLATE_DIR
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSE_OTHER
+
+TEMPLATES: tuple[str, ...] = (
+    "generator_single.j2",
+    "generator_multi.j2",
+    "verifier_single.j2",
+    "verifier_multi.j2",
+    "target_single.j2",
+    "target_multi.j2",
+    "judge_single.j2",
+    "judge_multi.j2",
+    "kon_fact_extraction.j2",
+    "kon_qa_generation.j2",
+    "kon_hyde.j2",
+    "kon_ookb_questions.j2",
+    "kon_eval_abstention.j2",
+    "kon_eval_factuality.j2",
+    "kon_system_basic.j2",
+    "kon_system_conservative.j2",
+    "kon_system_opinion.j2",
+)
+
+# (code, what it means, a tiny illustration) -- shown to target models so they can pick a code.
+REFUSAL_CODE_HELP: tuple[tuple[str, str, str], ...] = (
+    (
+        CANONICAL_CODE["P-Ambiguity"],
+        "the question or the context can be read in more than one way and the readings lead to different answers",
+        'asked "What colour is the bank?" when the text describes both a river bank and a bank building',
+    ),
+    (
+        CANONICAL_CODE["P-Contradiction"],
+        "the context states incompatible facts about exactly what is asked",
+        "one sentence dates the treaty to 1918 and another, equally credible, to 1921",
+    ),
+    (
+        CANONICAL_CODE["P-MissingInfo"],
+        "the context is on topic but the fact needed for the answer is absent",
+        'asked who bought the firm when the text only says "a rival bought it"',
+    ),
+    (
+        CANONICAL_CODE["P-FalsePremise"],
+        "the question assumes something that the context shows to be false",
+        "asked why a project was cancelled when the text says it was completed",
+    ),
+    (
+        CANONICAL_CODE["P-GranularityMismatch"],
+        "the question asks for a broader or finer level of detail than the context provides",
+        "asked for a national average when the text gives figures for two towns",
+    ),
+    (
+        CANONICAL_CODE["P-EpistemicMismatch"],
+        "the question asks for an opinion, a value judgement or a prediction that facts cannot settle",
+        "asked which of two paintings is more beautiful when the text lists only their sizes",
+    ),
+    (
+        REFUSE_OTHER,
+        "the question cannot be answered reliably for a reason not covered above",
+        "the context is unreadable or garbled",
+    ),
+)
+
+CONFIDENCE_LEVELS: tuple[str, ...] = (
+    "VERY_CONFIDENT",
+    "CONFIDENT",
+    "SOMEWHAT_CONFIDENT",
+    "UNCERTAIN",
+    "VERY_UNCERTAIN",
+)
+
+# KnowOrNot evaluators: the tag the verdict goes in, and the allowed labels with their meaning.
+ABSTENTION_TAG = "abstention"
+ABSTENTION_OUTCOMES: tuple[tuple[str, str], ...] = (
+    ("yes", "the model abstained (it declined, said it does not know, or said the information is not available)"),
+    ("no", "the model attempted an answer of any kind"),
+)
+FACTUALITY_TAG = "factuality"
+FACTUALITY_OUTCOMES: tuple[tuple[str, str], ...] = (
+    ("tier_1", "equivalent to the expected answer"),
+    ("tier_2", "substitutable, with only non-essential differences"),
+    ("tier_3", "unacceptable, with a wrong claim or a missing essential element"),
+)
+
+# Tag names the templates use as fences. Inside any fenced value, every tag-like occurrence of
+# these names is defused, so text in one fence cannot open or close another one either.
+FENCE_TAGS: tuple[str, ...] = (
+    "context",
+    "passage",
+    "question",
+    "reference_answer",
+    "response",
+    "model_answer",
+    "expected_answer",
+    "sentence",
+    "document",
+    "fact",
+    "abstention",
+    "factuality",
+)
+
+# Chat-template control tokens (ChatML, Llama 3, Gemma): local servers may tokenise these as real
+# special tokens, so a passage containing "<|im_start|>system" could open a genuine system turn.
+_CONTROL_TOKEN = re.compile(r"<(\|)|(\|)>|<(/?)(start_of_turn|end_of_turn)>", re.IGNORECASE)
+
+_TAG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def _tag_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    # Longest names first, so a name that prefixes another ("fact", "factuality") cannot shadow it.
+    alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
+    # "<", optional spaces, optional "/", optional spaces, then the name as a whole word.
+    return re.compile(rf"<(\s*/?\s*)(?=(?:{alternatives})\b)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=64)
+def _tag_pattern_cached(names: tuple[str, ...]) -> re.Pattern[str]:
+    return _tag_pattern(names)
+
+
+def neutralise(text: Any, tags: Iterable[str] = FENCE_TAGS) -> str:
+    """Defuse tag-like text for ``tags`` and chat control tokens; everything else is unchanged.
+
+    ``<context`` becomes ``<\\context`` and ``</context`` becomes ``<\\/context``: still readable
+    to a model, but no longer the delimiter. Control tokens get a space inside (``< |im_start| >``).
+    """
+    text = str(text)  # a StrictUndefined value raises here, as it should
+    pattern = _tag_pattern_cached(tuple(sorted(set(tags))))
+    text = pattern.sub(lambda m: "<\\" + m.group(1), text)
+
+    def _split_token(m: re.Match[str]) -> str:
+        if m.group(1):
+            return "< |"
+        if m.group(2):
+            return "| >"
+        return f"< {m.group(3)}{m.group(4)} >"
+
+    return _CONTROL_TOKEN.sub(_split_token, text)
+
+
+def _attribute_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    # Attribute values come from code (ids, flags), but quote-proof them anyway.
+    return str(value).replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def fence(value: Any, name: str, neutralise_also: Iterable[str] = (), **attributes: Any) -> str:
+    """Wrap untrusted ``value`` as ``<name attr="...">\\n...\\n</name>`` with delimiters defused inside.
+
+    ``neutralise_also`` adds tag names (e.g. an evaluator's answer tag) to defuse in the value.
+    """
+    if not _TAG_NAME.match(name):
+        raise ValueError(f"invalid fence name {name!r}")
+    text = "" if value is None else str(value)
+    inner = neutralise(text, (*FENCE_TAGS, name, *neutralise_also))
+    attrs = "".join(f' {key}="{_attribute_value(val)}"' for key, val in attributes.items())
+    return f"<{name}{attrs}>\n{inner}\n</{name}>"
+
+
+def answer_constraint_text(expected: str) -> str:
+    """The constraint a generator must respect, worded from the item's ground truth."""
+    if expected == ANSWER_CORRECTLY:
+        return (
+            "LOW intensity: the perturbed question must STILL be answerable from the perturbed context, "
+            "and the reference answer(s) must remain correct. The change should look like a small trap, "
+            "but a careful reader can still resolve it."
+        )
+    return (
+        f"MEDIUM/HIGH intensity: after the change it must be IMPOSSIBLE to give the reference answer "
+        f"(or any single correct answer) from the perturbed context. A careful reader should respond "
+        f"with {expected}, and with no other refusal code."
+    )
+
+
+def _build_environment() -> SandboxedEnvironment:
+    env = SandboxedEnvironment(
+        loader=FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fence"] = fence
+    env.filters["neutralise"] = neutralise
+    env.globals["REFUSAL_CODE_HELP"] = REFUSAL_CODE_HELP
+    env.globals["CONFIDENCE_LEVELS"] = CONFIDENCE_LEVELS
+    env.globals["ANSWER_CORRECTLY"] = ANSWER_CORRECTLY
+    env.globals["answer_constraint_text"] = answer_constraint_text
+    return env
+
+
+ENV: SandboxedEnvironment = _build_environment()
+
+
+def _render_block(template: Any, block: str, variables: dict[str, Any]) -> str:
+    render = template.blocks.get(block)
+    if render is None:
+        return ""
+    context = template.new_context(dict(variables), shared=False)
+    return "".join(render(context)).strip()
+
+
+def render_messages(template_name: str, **variables: Any) -> list[dict[str, str]]:
+    """Render ``template_name``'s system and user blocks into chat messages.
+
+    A missing variable raises ``jinja2.UndefinedError`` (StrictUndefined); the system message is
+    omitted when its block renders empty.
+    """
+    template = ENV.get_template(template_name)
+    system = _render_block(template, "system", variables)
+    user = _render_block(template, "user", variables)
+    if not user:
+        raise ValueError(f"template {template_name} rendered an empty user message")
+    messages: list[dict[str, str]] = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": user})
+    return messages
+
+
+def template_source(name: str) -> str:
+    source, _, _ = ENV.loader.get_source(ENV, name)  # type: ignore[union-attr]
+    return source
+
+
+def template_hash(name: str) -> str:
+    """First 12 hex digits of the SHA-256 of the template's source text."""
+    return hashlib.sha256(template_source(name).encode("utf-8")).hexdigest()[:12]
+
+
+def all_template_hashes() -> dict[str, str]:
+    return {name: template_hash(name) for name in TEMPLATES}

@@ -1,0 +1,122 @@
+"""Several knowledge bases in one KnowOrNot run (``knowornot.knowledge_bases``).
+
+The paper's PolicyBench has four bases; a team evaluating its models on all of them wants
+one run, one report and one process, with every target's calls for all bases sharing its
+concurrency. Each base still goes through the knowledge-base, filter + index and
+experiment stages on its own, in the run folder's ``kb/<name>/``: its own pairs, diversity
+filter and FAISS index, so leave-one-out and retrieval stay within the base. A stage runs
+for all bases at once (one Prefect task per base); the bases' grids are then merged into
+the run folder's files with every id prefixed by the base's name (``<name>/<id>``), and
+answering and evaluation run over the merged grid as over any other. A run with one base
+(``documents`` or ``qa_pairs``) works in the run folder itself, exactly as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from prefect import Task
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
+from refusalbench.tasks.knowornot.records import ExperimentInput, FilterReport, QAPair
+from refusalbench.tasks.core.store import ArtifactStore
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    """One base of a run: the config narrowed to its sources, the folder its stage files go to,
+    and the digest of what its stages read (the stage tasks' cache key)."""
+
+    name: str | None  # None: the run's only base, worked on in the run folder itself
+    cfg: RunConfig
+    out: str
+    digest: str
+
+
+def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConfig], str]) -> list[KnowledgeBase]:
+    """The run's bases; ``digest_of(kon)`` gives a narrowed knowornot section's input digest."""
+    kon = cfg.knowornot
+    if not kon.knowledge_bases:
+        return [KnowledgeBase(None, cfg, out, digest_of(kon))]
+    bases = []
+    for source in kon.knowledge_bases:
+        narrowed = kon.model_copy(update={"documents": source.documents, "qa_pairs": source.qa_pairs,
+                                          "knowledge_bases": None})
+        bases.append(KnowledgeBase(source.name, cfg.model_copy(update={"knowornot": narrowed}),
+                                   ArtifactStore(out).uri(f"kb/{source.name}"), digest_of(narrowed)))
+    return bases
+
+
+def each_base(stage: Task, bases: list[KnowledgeBase], *args: Any) -> list[Any]:
+    """One stage for every base, all at once; the results in the bases' order."""
+    if len(bases) == 1:
+        only = bases[0]
+        return [stage(only.cfg, only.out, only.digest, *args)]
+    futures = [stage.submit(base.cfg, base.out, base.digest, *args) for base in bases]
+    return [future.result() for future in futures]
+
+
+def prefixed(name: str, identifier: str) -> str:
+    return f"{name}/{identifier}"
+
+
+def _pairs(name: str, pairs: list[QAPair]) -> list[QAPair]:
+    return [p.model_copy(update={"id": prefixed(name, p.id)}) for p in pairs]
+
+
+def _inputs(name: str, rows: list[ExperimentInput]) -> list[ExperimentInput]:
+    return [r.model_copy(update={"experiment_id": prefixed(name, r.experiment_id),
+                                 "question_id": prefixed(name, r.question_id),
+                                 "context_ids": [prefixed(name, i) for i in r.context_ids],
+                                 "knowledge_base": name}) for r in rows]
+
+
+def merged_filter_report(reports: list[tuple[str, FilterReport]]) -> FilterReport:
+    """The bases' filter reports as one: counts summed, ids prefixed (method and thresholds are the run's)."""
+    first = reports[0][1]
+    return FilterReport(
+        method=first.method, keyword_threshold=first.keyword_threshold, semantic_threshold=first.semantic_threshold,
+        n_input=sum(r.n_input for _, r in reports), n_kept=sum(r.n_kept for _, r in reports),
+        removed_keyword=sum(r.removed_keyword for _, r in reports),
+        removed_semantic=sum(r.removed_semantic for _, r in reports),
+        kept_ids=[prefixed(n, i) for n, r in reports for i in r.kept_ids],
+        removed_keyword_ids=[prefixed(n, i) for n, r in reports for i in r.removed_keyword_ids],
+        removed_semantic_ids=[prefixed(n, i) for n, r in reports for i in r.removed_semantic_ids],
+    )
+
+
+def merge_bases(store: ArtifactStore, bases: list[KnowledgeBase]) -> None:
+    """Write the run folder's pairs, filter report and grid from the bases' own (multi-base runs only)."""
+    if bases[0].name is None:
+        return  # the only base's stages wrote the run folder's files themselves
+    pairs_all: list[QAPair] = []
+    pairs: list[QAPair] = []
+    rows: list[ExperimentInput] = []
+    reports: list[tuple[str, FilterReport]] = []
+    for base in bases:
+        part, name = ArtifactStore(base.out), str(base.name)
+        pairs_all += _pairs(name, part.load(runfolder.QA_PAIRS_ALL))
+        pairs += _pairs(name, part.load(runfolder.QA_PAIRS))
+        rows += _inputs(name, part.load(runfolder.EXPERIMENT_INPUTS))
+        reports.append((name, part.load(runfolder.FILTER_REPORT)))
+    store.save(runfolder.QA_PAIRS_ALL, pairs_all)
+    store.save(runfolder.QA_PAIRS, pairs)
+    store.save(runfolder.FILTER_REPORT, merged_filter_report(reports))
+    store.save(runfolder.EXPERIMENT_INPUTS, rows)
+
+
+def summed(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Per-base counts added up, key by key (for the manifest)."""
+    total: dict[str, int] = {}
+    for part in counts:
+        for key, value in part.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def failures_of(bases: list[KnowledgeBase], summaries: list[Any]) -> list[dict[str, Any]]:
+    """The stage failures the bases' summaries carry, each naming its base in a multi-base run."""
+    return [{**failure, "knowledge_base": base.name} if base.name else failure
+            for base, summary in zip(bases, summaries) for failure in summary.failures]

@@ -1,0 +1,316 @@
+"""The KnowOrNot stages as Prefect tasks: run-folder files in, run-folder files out.
+
+knowledge base -> diversity filter + FAISS index -> experiment grid -> answers (per
+target x input shard) -> evaluations (per answer shard: the built-in specs, then the
+config's ``evaluations``). Each task reads what the stage
+before it wrote (declared in ``runfolder``) and returns a small summary for the manifest,
+so a stage can be re-run alone and a finished stage is served from Prefect's cache. Tasks
+get the typed run config with the knowledge-base paths resolved (``with_resolved_sources``);
+what their cache key cannot see (file contents, prompt templates, package version) comes
+in as ``input_digest``. The run-time endpoints (``api_bases``) are left out of the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import Task, task
+from pydantic import BaseModel
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
+from refusalbench.tasks.core.documents import IndexMeta
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.llm.gateway import gateway_for
+from refusalbench.tasks.knowornot.diversity import diversity_filter
+from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
+from refusalbench.tasks.knowornot.evaluation import run_specs
+from refusalbench.tasks.knowornot.model_steps import (answer_experiments, evaluate_outputs, extract_facts, generate_qa,
+                                                     hyde_answers, synthetic_ookb_questions)
+from refusalbench.tasks.knowornot.records import (EvalOutcome, ExperimentInput, ExperimentOutput, HypotheticalAnswers,
+                                                  OOKBQuestion, QAPair)
+from refusalbench.tasks.knowornot.retrieval import (build_experiment_inputs, build_index, index_from_bytes, index_to_bytes,
+                                                    kb_fingerprint, loo_violations, pair_text, strategies_need)
+from refusalbench.tasks.knowornot.sentences import document_sentences, read_documents, spread_sentences
+from refusalbench.tasks.knowornot.sources import load_qa_pairs
+from refusalbench.tasks.pipeline.runtime import cache_policy, result_storage
+from refusalbench.tasks.core.provenance import package_version
+from refusalbench.tasks.pipeline.fanout import Fanout, Shard, content_digest, progress_callback, write_output_shard
+from refusalbench.tasks.core.store import ArtifactStore
+
+# Shard kinds under the run folder's _work/ (runfolder.input_shard / output_shard).
+INPUT_SHARDS = "kon-inputs"
+ANSWER_SHARDS = "kon-answers"
+EVALUATION_SHARDS = "kon-evaluations"
+
+# Inputs + task source; the endpoints of local servers change from run to run.
+STAGE_CACHE = cache_policy() - "api_bases"
+
+
+class KnowledgeBaseSummary(BaseModel):
+    """What the knowledge-base stage made: how many QA pairs, and the items its LLM calls failed on."""
+
+    pairs: int
+    failures: list[dict[str, Any]]
+
+
+class FilterSummary(BaseModel):
+    """What the diversity filters kept and removed, and whether the FAISS index was rebuilt."""
+
+    kept: int
+    removed_keyword: int
+    removed_semantic: int
+    index_rebuilt: bool
+
+    def counts(self) -> dict[str, int]:
+        return {"qa_pairs": self.kept, "removed_by_keyword_filter": self.removed_keyword,
+                "removed_by_semantic_filter": self.removed_semantic}
+
+
+class GridSummary(BaseModel):
+    """How many experiments the grid holds, and the items its LLM calls (HyDE, synthetic questions) failed on."""
+
+    experiments: int
+    failures: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------- before a run
+
+def check_knowornot_inputs(cfg: RunConfig) -> None:
+    """Everything a KnowOrNot run needs from its config, checked before anything is written."""
+    if cfg.knowornot is None:
+        raise InputError(str(cfg.source), "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
+                         field="knowornot")
+    kon = with_resolved_sources(cfg).knowornot
+    for source in kon.knowledge_bases or [kon]:
+        if source.qa_pairs:
+            load_qa_pairs(source.qa_pairs)
+        else:
+            read_documents(source.documents or [])
+
+
+def with_resolved_sources(cfg: RunConfig) -> RunConfig:
+    """The config with its QA file and documents resolved against the config's folder (tasks may run elsewhere)."""
+    def resolved(source: Any) -> Any:
+        return source.model_copy(update={
+            "documents": [cfg.resolve_path(d) for d in source.documents or []] or None,
+            "qa_pairs": cfg.resolve_path(source.qa_pairs) if source.qa_pairs else None,
+        })
+
+    kon = resolved(cfg.knowornot)
+    if kon.knowledge_bases:
+        kon = kon.model_copy(update={"knowledge_bases": [resolved(kb) for kb in kon.knowledge_bases]})
+    return cfg.model_copy(update={"knowornot": kon})
+
+
+def knowornot_models(kon: KnowOrNotConfig) -> list[str]:
+    """The models a run calls: targets, evaluator and extractor, each once."""
+    return list(dict.fromkeys(kon.targets + [kon.evaluator] + ([kon.extractor] if kon.extractor else [])))
+
+
+def input_digest(kon: KnowOrNotConfig, templates: dict[str, str]) -> str:
+    """What the stages read that their cache key cannot see: KB file contents, templates, package version."""
+    return content_digest(kon.model_dump(mode="json"), source_digest(kon), templates, package_version())
+
+
+def source_digest(kon: KnowOrNotConfig) -> str:
+    """Content hash of the knowledge-base files (Prefect's cache cannot see file contents)."""
+    digest = hashlib.sha256()
+    sources = kon.knowledge_bases or [kon]
+    for path in [p for s in sources for p in ([s.qa_pairs] if s.qa_pairs else []) + list(s.documents or [])]:
+        p = Path(path)
+        for file in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if file.is_file():
+                digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- knowledge base, filters, grid
+
+@task(name="kon-knowledge-base", task_run_name="kon-knowledge-base", cache_policy=STAGE_CACHE, retries=1,
+      retry_delay_seconds=2)
+def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> KnowledgeBaseSummary:
+    """QA pairs from a QA file, or from documents via sentences -> facts -> QA (LLM)."""
+    kon = cfg.knowornot
+    store = ArtifactStore(out)
+    failures: list[dict[str, Any]] = []
+    if kon.qa_pairs:
+        pairs = load_qa_pairs(kon.qa_pairs)
+    else:
+        model = kon.extractor or kon.evaluator
+        gateway = gateway_for(cfg, api_bases)
+        documents = read_documents(kon.documents or [])
+        sentences = spread_sentences([s for d in documents for s in document_sentences(d)], kon.max_sentences)
+        store.save(runfolder.SENTENCES, sentences)
+        facts, fact_failures = extract_facts(gateway, model, documents, sentences,
+                                             on_result=progress_callback("extract facts", len(sentences)))
+        store.save(runfolder.FACTS, facts)
+        pairs, qa_failures = generate_qa(gateway, model, facts, on_result=progress_callback("write QA pairs", len(facts)))
+        failures = fact_failures + qa_failures
+    store.save(runfolder.QA_PAIRS_ALL, pairs)
+    return KnowledgeBaseSummary(pairs=len(pairs), failures=failures)
+
+
+@task(name="kon-filter-index", task_run_name="kon-filter-index", cache_policy=STAGE_CACHE, retries=1,
+      retry_delay_seconds=2)
+def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSummary:
+    """Diversity filters, then the FAISS index over the kept pairs (reused when the KB is unchanged)."""
+    kon = cfg.knowornot
+    store = ArtifactStore(out)
+    pairs = store.load(runfolder.QA_PAIRS_ALL)
+    embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
+    method = "both" if len(kon.filters) == 2 else (kon.filters[0] if kon.filters else "none")
+    question_vectors = embedder.embed([p.question for p in pairs]) if method in ("both", "semantic") else None
+    kept, report = diversity_filter(pairs, question_vectors, method=method, keyword_threshold=kon.keyword_threshold,
+                                    semantic_threshold=kon.semantic_threshold)
+    if kon.max_questions:
+        kept = kept[: kon.max_questions]
+    store.save(runfolder.QA_PAIRS, kept)
+    store.save(runfolder.FILTER_REPORT, report)
+    return FilterSummary(kept=len(kept), removed_keyword=report.removed_keyword, removed_semantic=report.removed_semantic,
+                         index_rebuilt=_ensure_index(store, kept, embedder))
+
+
+def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder) -> bool:
+    """Build the FAISS index unless the run folder holds one of the same pairs and embedder; True if built."""
+    fingerprint = kb_fingerprint(pairs, embedder.name)
+    if (store.has(runfolder.KB_INDEX) and store.has(runfolder.KB_INDEX_META)
+            and store.load(runfolder.KB_INDEX_META).fingerprint == fingerprint):
+        return False
+    vectors = embedder.embed([pair_text(p) for p in pairs])
+    store.save(runfolder.KB_INDEX, index_to_bytes(build_index(vectors)))
+    store.save(runfolder.KB_INDEX_META, IndexMeta(fingerprint=fingerprint, embedder=embedder.name, size=len(pairs)))
+    return True
+
+
+@task(name="kon-experiments", task_run_name="kon-experiments", cache_policy=STAGE_CACHE, retries=1,
+      retry_delay_seconds=2)
+def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> GridSummary:
+    """HyDE answers and synthetic questions (if asked for), then the grid with leave-one-out contexts."""
+    kon = cfg.knowornot
+    store = ArtifactStore(out)
+    pairs = store.load(runfolder.QA_PAIRS)
+    embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
+    model = kon.extractor or kon.evaluator
+    hyde: dict[str, Any] | None = None
+    failures: list[dict[str, Any]] = []
+    if strategies_need(kon.retrieval, "hyde_embeddings"):
+        answers, failures = hyde_answers(gateway_for(cfg, api_bases), model, pairs, kon.hyde_answers,
+                                         on_result=progress_callback("HyDE answers", len(pairs)))
+        store.save(runfolder.HYDE_ANSWERS, answers)
+        hyde = _embedded_answers(embedder, answers)
+    ookb: list[OOKBQuestion] = []
+    if kon.synthetic_ookb:
+        ookb, ookb_failures = synthetic_ookb_questions(gateway_for(cfg, api_bases), model, pairs, kon.synthetic_ookb,
+                                                       seed=kon.seed, on_result=progress_callback("out-of-KB questions", 1))
+        failures += ookb_failures
+        store.save(runfolder.OOKB_QUESTIONS, ookb)
+        if hyde is not None:
+            # Synthetic questions need hypothetical answers too, or HyDE would have no query for them.
+            ookb_pairs = [QAPair(id=q.id, question=q.question, answer="") for q in ookb]
+            extra, extra_failures = hyde_answers(gateway_for(cfg, api_bases), model, ookb_pairs, kon.hyde_answers)
+            failures += extra_failures
+            hyde.update(_embedded_answers(embedder, extra))
+    rows = build_experiment_inputs(pairs, embedder.embed([p.question for p in pairs]),
+                                   index_from_bytes(store.load(runfolder.KB_INDEX)), kon.targets, kon.retrieval,
+                                   kon.prompts, k=kon.k, hyde_embeddings=hyde, ookb_questions=ookb,
+                                   ookb_embeddings=embedder.embed([q.question for q in ookb]) if ookb else None)
+    violations = loo_violations(rows)
+    if violations:  # never send a leaked context to a target
+        raise RuntimeError(f"leave-one-out violated: {violations[0]}")
+    store.save(runfolder.EXPERIMENT_INPUTS, rows)
+    return GridSummary(experiments=len(rows), failures=failures)
+
+
+def _embedded_answers(embedder: Embedder, answers: list[HypotheticalAnswers]) -> dict[str, Any]:
+    """Question id -> its hypothetical answers' vectors, all answers encoded in one batch."""
+    vectors = embedder.embed([text for a in answers for text in a.answers])
+    out, start = {}, 0
+    for a in answers:
+        out[a.question_id] = vectors[start:start + len(a.answers)]
+        start += len(a.answers)
+    return out
+
+
+def save_stage_failures(store: ArtifactStore, failures: list[dict[str, Any]]) -> int:
+    """Items an LLM stage could not process go to ``stage_failures.json`` (never dropped silently)."""
+    if failures:
+        store.save(runfolder.STAGE_FAILURES, failures)
+    return len(failures)
+
+
+# ---------------------------------------------------------------- answers and evaluations
+
+@task(name="kon-answer-shard", task_run_name="kon-answer {target} {shard}", cache_policy=STAGE_CACHE, retries=1,
+      retry_delay_seconds=2)
+def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]) -> str:
+    """One target answers its rows of one input shard; returns the answer shard's name."""
+    store = ArtifactStore(out)
+    rows = [r for r in store.read_records(shard, ExperimentInput) if r.target == target]
+    pairs = {p.id: p for p in store.load(runfolder.QA_PAIRS)}
+    outputs = answer_experiments(gateway_for(cfg, api_bases), rows, pairs,
+                                 on_result=progress_callback(f"{target} answers", len(rows)))
+    return write_output_shard(out, ANSWER_SHARDS, target, shard, outputs, ExperimentOutput)
+
+
+@task(name="kon-evaluate-shard", task_run_name="kon-evaluate {target} {answers}", cache_policy=STAGE_CACHE, retries=1,
+      retry_delay_seconds=2)
+def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_digest: str,
+                   api_bases: dict[str, str]) -> str:
+    """The evaluator judges one target's answer shard (abstention, factuality, then the config's own specs);
+    returns the outcome shard."""
+    store = ArtifactStore(out)
+    outputs = store.read_records(answers, ExperimentOutput)
+    rows = store.load(runfolder.EXPERIMENT_INPUTS)
+    specs = run_specs(cfg.knowornot.evaluations)
+    pairs = {p.id: p for p in store.load(runfolder.QA_PAIRS)}
+    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), cfg.knowornot.evaluator, specs, rows, outputs,
+                                on_result=progress_callback("evaluate answers", len(specs) * len(outputs)), pairs=pairs)
+    return write_output_shard(out, EVALUATION_SHARDS, target, answers, outcomes, EvalOutcome)
+
+
+def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str]) -> dict[str, int]:
+    """Every target answers the grid shard by shard; each answer shard is evaluated as soon as it is in.
+
+    Writes ``experiment_outputs.parquet``, ``evaluations.parquet`` and the specs applied
+    (``eval_specs.json``, which the label command reads); returns the counts for the
+    manifest. Models sharing one local server take turns (see ``Fanout``).
+    """
+    kon = cfg.knowornot
+    fanout = Fanout(cfg, out, api_bases)
+    fanout.store.save(runfolder.RUN_SPECS, run_specs(kon.evaluations))
+    rows = fanout.store.load(runfolder.EXPERIMENT_INPUTS)
+    shards = fanout.write_shards(INPUT_SHARDS, rows, ExperimentInput, kon.shard_size,
+                                 lambda chunk: content_digest(digest, [r.model_dump() for r in chunk]))
+    sharing = knowornot_models(kon)
+    answered = fanout.submit(answer_shard, kon.targets, shards, sharing=sharing)
+    evaluated = fanout.submit(evaluate_shard, kon.targets, lambda target: [
+        Shard(future, content_digest(shard.digest, "evaluate")) for future, shard in zip(answered[target], shards)],
+                              sharing=sharing)
+    outputs: list[ExperimentOutput] = fanout.gather(answered, ExperimentOutput)
+    outcomes: list[EvalOutcome] = fanout.gather(evaluated, EvalOutcome)
+    fanout.store.save(runfolder.EXPERIMENT_OUTPUTS, outputs)
+    fanout.store.save(runfolder.EVALUATIONS, outcomes)
+    return {"responses": len(outputs), "response_errors": sum(o.error is not None for o in outputs),
+            "evaluations": len(outcomes), "evaluation_errors": sum(o.error is not None for o in outcomes)}
+
+
+# ---------------------------------------------------------------- the tasks of one run
+
+@dataclass(frozen=True)
+class StageTasks:
+    """The single-run stage tasks with their results persisted in this run's folder."""
+
+    knowledge_base: Task
+    filter_and_index: Task
+    experiments: Task
+
+
+def stage_tasks(out: str) -> StageTasks:
+    """The stage tasks for the run folder ``out``, so their results persist there however the flow started."""
+    storage = result_storage(out)
+    return StageTasks(*(t.with_options(result_storage=storage)
+                        for t in (build_knowledge_base, filter_and_index, build_experiments)))

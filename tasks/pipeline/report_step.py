@@ -1,0 +1,31 @@
+"""Stage: report. ``report.html`` in the run folder, and the leaderboard in the Prefect UI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench.outputs import write_report
+from refusalbench.tasks.refusalbench.scoring import ScoreResult
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.pipeline.ui import publish_link, publish_markdown, publish_table, story
+
+
+def report_results(run: StageRun, result: ScoreResult) -> str:
+    """Write the report (after the manifest is saved: the report shows it); returns its URI."""
+    from refusalbench.tasks.refusalbench.report import leaderboard_markdown, leaderboard_rows  # matplotlib: only for a report
+
+    run.recorder.save()
+    with run.recorder.stage("report"):
+        report_uri = write_report(run.store, result)
+        run.recorder.artifact(runfolder.REPORT)
+    publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals, result.standard_errors),
+                  "Models ranked by calibrated refusal score")
+    publish_markdown("leaderboard-md", leaderboard_markdown(result.metrics, result.intervals), "Leaderboard")
+    publish_link("report", _link(report_uri), runfolder.REPORT.name, "Self-contained HTML report")
+    story("report: %s", _link(report_uri))
+    return report_uri
+
+
+def _link(uri: str) -> str:
+    return uri if "://" in uri else Path(uri).resolve().as_uri()

@@ -1,0 +1,149 @@
+"""How the project runs on Prefect: environment, task runner, caching, results, call accounting.
+
+- Embedded mode: Prefect's ephemeral API on SQLite, a project-local PREFECT_HOME,
+  telemetry off, a generous server start-up timeout (2-core machines are slow to boot it).
+- A bounded task runner (threads by default; Dask for task-level distribution).
+- The cache policy: task inputs + task source. TASK_SOURCE only sees the task's own code,
+  so the content hashes it misses (prompt templates, lever catalogue, input files) are
+  passed to tasks as explicit inputs.
+- Task results persist beside the run's artifacts (``<run>/_prefect``).
+- Call accounting of a flow run, across processes when tasks ran on Dask workers.
+(What a run shows in the Prefect UI lives in ``ui_artifacts``.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.core.config import RunConfig
+
+log = logging.getLogger("refusalbench")
+
+PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # A quiet terminal. Prefect's run loggers take this level too (INFO lines of
+    # get_run_logger never leave the process), so the run's story for the UI's Logs tab
+    # has its own logger straight to the API (ui_artifacts.story), at INFO whatever this is.
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_UI_ENABLED": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+}
+
+
+def configure_prefect_env(home: str | Path | None = None) -> None:
+    """Set the embedded-mode environment. Call before Prefect is imported.
+
+    Values already in the environment win, so a user pointing PREFECT_API_URL at a
+    server (server mode) or choosing another PREFECT_HOME keeps that choice.
+    """
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    if home is not None:
+        os.environ.setdefault("PREFECT_HOME", str(Path(home).resolve()))
+    elif "PREFECT_HOME" not in os.environ and "PREFECT_API_URL" not in os.environ:
+        os.environ["PREFECT_HOME"] = str(Path(".prefect").resolve())
+
+
+def cache_policy() -> Any:
+    from prefect.cache_policies import INPUTS, TASK_SOURCE
+
+    return INPUTS + TASK_SOURCE
+
+
+def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
+    """Threads by default (stages are I/O bound; LLM concurrency lives in the gateway)."""
+    if kind == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        workers = int(os.environ.get("REFUSALBENCH_DASK_WORKERS", "2"))
+        threads = max(2, -(-(max_workers or 0) // workers))  # the run's slots spread over the workers
+        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": threads, "processes": True})
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=max_workers or 8)
+
+
+def result_storage(run_root: str) -> Any:
+    """Task results are persisted inside the run folder (local or object storage).
+
+    A local folder is given to Prefect as a path: Prefect keeps an unsaved local file system
+    for it and records each result under its absolute path, which any process on the machine
+    reads back. Object storage needs a block saved server-side (workers on other machines
+    load it by id): one named after the run folder is saved, once per folder and API in a
+    process, since a save costs three API round trips and ~0.1 s of block-schema work.
+    """
+    if "://" not in run_root or run_root.startswith("file://"):
+        return Path(run_root.removeprefix("file://")).resolve() / "_prefect"
+    import hashlib
+
+    from prefect.filesystems import RemoteFileSystem
+    from prefect.settings import PREFECT_API_URL
+
+    from refusalbench.tasks.core.store import storage_options
+
+    basepath = f"{run_root.rstrip('/')}/_prefect"
+    key = (basepath, str(PREFECT_API_URL.value()))
+    if key not in _SAVED_STORAGE:
+        block = RemoteFileSystem(basepath=basepath, settings=storage_options(run_root))
+        block.save("refusalbench-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:16], overwrite=True)
+        _SAVED_STORAGE[key] = block
+    return _SAVED_STORAGE[key]
+
+
+_SAVED_STORAGE: dict[tuple[str, str], Any] = {}
+
+
+# ---------------------------------------------------------------- call accounting
+
+def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Sum per-model gateway counters (http_calls, tokens, cache_hits ...) of several processes."""
+    merged: dict[str, dict[str, float]] = {}
+    for snapshot in snapshots:
+        for model, counters in snapshot.items():
+            target = merged.setdefault(model, {})
+            for name, amount in counters.items():
+                target[name] = target.get(name, 0) + amount
+    return merged
+
+
+def _gateway_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
+    from refusalbench.tasks.llm.gateway import gateway_for
+
+    return gateway_for(config).stats_snapshot()
+
+
+def _current_dask_client() -> Any:
+    """The Dask client of the running flow's DaskTaskRunner, if it has one."""
+    try:
+        from prefect.context import FlowRunContext
+
+        context = FlowRunContext.get()
+    except Exception:
+        return None
+    runner = getattr(context, "task_runner", None)
+    if runner is None or type(runner).__name__ != "DaskTaskRunner":
+        return None
+    return getattr(runner, "_client", None)
+
+
+def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
+    """Call accounting of a flow run.
+
+    Gateways are per process: with the thread runner every call went through the flow
+    process's gateway; with the Dask runner the calls were made in the worker processes,
+    so their gateways' counters are collected too (``Client.run`` on every worker).
+    """
+    snapshots = [_gateway_stats(config)]
+    client = _current_dask_client()
+    if client is not None:
+        try:
+            snapshots.extend(client.run(_gateway_stats, config).values())
+        except Exception as exc:  # accounting must never fail a finished run
+            log.warning("could not collect call statistics from Dask workers: %s", exc)
+    return merge_call_stats(snapshots)

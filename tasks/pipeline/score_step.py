@@ -1,0 +1,29 @@
+"""Stage: score. Judgments -> the scorable rows (``judged.parquet``) -> metrics and breakdowns."""
+
+from __future__ import annotations
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench.outputs import judged_frame, write_scores
+from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.scoring import ScoreResult
+from refusalbench.tasks.pipeline.stage_run import StageRun
+
+
+def score_judgments(run: StageRun, items: list[BenchmarkItem], targets: list[str], responses: list[Response],
+                    judgments: list[Judgment]) -> ScoreResult:
+    """Metrics of every target; rows whose call or judging failed are counted, not scored."""
+    ev = run.cfg.evaluation
+    with run.recorder.stage("score"):
+        frame, excluded = judged_frame(judgments, items)
+        run.store.save(runfolder.JUDGED, frame)
+        result = write_scores(run.store, frame, bootstrap=ev.bootstrap, seed=ev.seed)
+        run.recorder.artifact(runfolder.JUDGED, runfolder.METRICS, runfolder.BREAKDOWN, runfolder.CONFUSION)
+        run.recorder.count(
+            items=len(items), targets=len(targets), responses=len(responses),
+            response_errors={t: sum(r.model == t and r.error is not None for r in responses) for t in targets},
+            judgments=len(judgments), excluded_from_metrics=excluded,
+            judged_by_model={t: sum(j.model == t and j.judge is not None for j in judgments) for t in targets})
+        if excluded:
+            run.recorder.note("rows whose call or judging failed are left out of the metrics: "
+                              "see counts.excluded_from_metrics")
+    return result

@@ -1,0 +1,141 @@
+"""Stage: generation. Each generator realises each assigned lever on its base item.
+
+Pure functions build the calls and turn replies into ``Candidate`` rows; every attempt
+becomes a row (ok / parse_error / call_error) with the raw text, so nothing is dropped.
+A rule-based generator (``model: rules/...``, ``tasks.rule_generator``) makes no call: it
+attempts the assignments its rules can realise honestly, and each becomes an ``ok`` row
+built the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.llm.prompting import answer_constraint_text, render_messages, template_hash
+from refusalbench.tasks.core.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.refusalbench.rule_generator import NotApplicable, RuleOutput, apply_rule, ruleset_hash
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
+
+
+def template_for(variant: str) -> str:
+    return "generator_multi.j2" if variant == "multi" else "generator_single.j2"
+
+
+def candidate_id(assignment_id: str, generator: str) -> str:
+    return hashlib.sha256(f"{assignment_id}|{generator}".encode()).hexdigest()[:16]
+
+
+def generation_messages(item: BaseItem, lever: Lever) -> list[dict[str, str]]:
+    expected = lever.expected
+    common = dict(
+        lever=lever,
+        question=item.question,
+        answers=item.answers,
+        expected=expected,
+        answer_constraint=answer_constraint_text(expected),
+    )
+    if item.variant == "multi":
+        return render_messages("generator_multi.j2", passages=item.passages, strategy=lever.multi_document, context=None, **common)
+    return render_messages("generator_single.j2", context=item.context, **common)
+
+
+def generation_calls(
+    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever], generator: str
+) -> list[CallSpec]:
+    specs = []
+    for assignment in assignments:
+        item, lever = items[assignment.base_id], levers[assignment.lever_id]
+        schema = GeneratorMultiOutput if item.variant == "multi" else GeneratorSingleOutput
+        specs.append(CallSpec(model=generator, messages=generation_messages(item, lever), schema=schema, tag=assignment.assignment_id))
+    return specs
+
+
+def _passages_from(output: GeneratorMultiOutput) -> list[Passage]:
+    ordered = sorted(output.passages, key=lambda edit: edit.index)
+    return [Passage(text=edit.text, relevant=edit.relevant) for edit in ordered]
+
+
+def _identity(assignment: Assignment, lever: Lever, generator: str) -> dict[str, Any]:
+    """The fields every candidate of this assignment and generator carries, whatever made it."""
+    return dict(
+        candidate_id=candidate_id(assignment.assignment_id, generator),
+        assignment_id=assignment.assignment_id,
+        base_id=assignment.base_id,
+        lever_id=assignment.lever_id,
+        perturbation_class=assignment.perturbation_class,
+        intensity=assignment.intensity,
+        variant=assignment.variant,
+        generator=generator,
+        expected=lever.expected,
+    )
+
+
+def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult) -> Candidate:
+    base: dict[str, Any] = dict(
+        **_identity(assignment, lever, generator),
+        raw=result.text,
+        prompt_hash=template_hash(template_for(assignment.variant)),
+        cached=result.cached,
+        latency_s=result.latency_s,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        cost_usd=result.cost_usd,
+    )
+    if result.error_kind == "call_error":
+        return Candidate(status="call_error", error=result.error, **base)
+    output = result.parsed
+    if result.error_kind == "parse_error" or output is None:
+        return Candidate(status="parse_error", error=result.error or "no output", **base)
+    if not output.perturbed_question.strip():
+        return Candidate(status="parse_error", error="empty perturbed_question", **base)
+    if isinstance(output, GeneratorMultiOutput):
+        passages = _passages_from(output)
+        if not any(p.text.strip() for p in passages):
+            return Candidate(status="parse_error", error="no passage text", **base)
+        return Candidate(status="ok", question=output.perturbed_question, passages=passages, rationale=output.rationale,
+                         answer_constraint_holds=output.answer_constraint_holds, **base)
+    if not output.perturbed_context.strip():
+        return Candidate(status="parse_error", error="empty perturbed_context", **base)
+    return Candidate(status="ok", question=output.perturbed_question, context=output.perturbed_context,
+                     rationale=output.rationale, answer_constraint_holds=output.answer_constraint_holds, **base)
+
+
+def generate_candidates(
+    gateway: Gateway,
+    assignments: list[Assignment],
+    items: dict[str, BaseItem],
+    levers: dict[str, Lever],
+    generator: str,
+    on_result: Callable[[CallResult], None] | None = None,
+) -> list[Candidate]:
+    """One candidate per assignment for this generator (failures included)."""
+    results = gateway.complete_many(generation_calls(assignments, items, levers, generator), on_result=on_result)
+    return [candidate_from_result(a, levers[a.lever_id], generator, r) for a, r in zip(assignments, results)]
+
+
+def candidate_from_rule(assignment: Assignment, lever: Lever, generator: str, output: RuleOutput) -> Candidate:
+    """A rule's output as a parsed candidate; the prompt hash is the rule set's (what produced it)."""
+    return Candidate(status="ok", question=output.question, context=output.context, passages=output.passages,
+                     rationale=output.rationale, answer_constraint_holds=True, prompt_hash=ruleset_hash(),
+                     latency_s=0.0, cost_usd=0.0, **_identity(assignment, lever, generator))
+
+
+def rule_candidates(assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever],
+                    generator: str) -> list[Candidate]:
+    """The rule-based generator's candidates: one per assignment its rules can realise, none for the rest
+    (it does not attempt those; ``rule_generator.rule_skips`` counts why)."""
+    out = []
+    for assignment in assignments:
+        lever = levers[assignment.lever_id]
+        try:
+            output = apply_rule(items[assignment.base_id], lever, assignment.assignment_id)
+        except NotApplicable:
+            continue
+        out.append(candidate_from_rule(assignment, lever, generator, output))
+    return out

@@ -1,0 +1,122 @@
+"""What an evaluation leaves in its run folder after the model calls: scores and the report.
+
+Also the two commands that work on files alone, with no model call:
+``refusalbench score`` (:func:`score_to_folder`) and ``refusalbench report``
+(:func:`build_report_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.records import BenchmarkItem, Judgment
+from refusalbench.tasks.refusalbench.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
+from refusalbench.tasks.core.store import ArtifactStore
+
+JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
+                  "perturbation_class", "intensity", "lever_id", "domain", "generator"]
+# The multi-document judge's scores and the item's variant (single|multi): optional for scoring.
+MULTI_DOCUMENT_COLUMNS = ["raf", "eligibility", "factuality", "variant"]
+
+
+def judged_frame(judgments: list[Judgment],
+                 items: Iterable[BenchmarkItem] | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Judgments that can be scored, and per-model counts of the ones left out (errors).
+
+    With ``items``, each row carries its item's ``variant``, which tells the multi-document
+    metrics which rows are theirs; the judge's ``raf``, ``eligibility`` and ``factuality``
+    come along whenever some row has one.
+    """
+    frame = pd.DataFrame([j.model_dump() for j in judgments], columns=list(Judgment.model_fields))
+    variants = {item.item_id: item.variant for item in items or ()}
+    frame["variant"] = frame["item_id"].map(variants) if variants else None
+    errors = frame["error"].notna()
+    excluded = frame[errors].groupby("model").size().to_dict() if errors.any() else {}
+    optional = [c for c in MULTI_DOCUMENT_COLUMNS if frame[c].notna().any()]
+    return frame.loc[~errors, JUDGED_COLUMNS + optional].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
+
+
+def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int) -> ScoreResult:
+    """Score ``frame``; metrics.json and the breakdown tables go into the run folder."""
+    result = score_frame(frame, n_resamples=bootstrap, seed=seed)
+    for name, blob in render_score_outputs(result).items():
+        store.write_bytes(name, blob)
+    return result
+
+
+def _optional(store: ArtifactStore, artifact: runfolder.Artifact):
+    return store.load(artifact) if store.has(artifact) else None
+
+
+def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "RefusalBench report") -> str:
+    """``report.html`` from scores plus what else the folder holds (manifest, G-V analysis, trend)."""
+    manifest = _optional(store, runfolder.MANIFEST)
+    gv = _optional(store, runfolder.GV_ANALYSIS)
+    audit = _optional(store, runfolder.AUDIT)
+    generation = _optional(store, runfolder.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
+    from refusalbench.tasks.refusalbench.report import ReportInputs, build_report  # matplotlib: loaded only for a report
+
+    html = build_report(ReportInputs.from_score(
+        result, manifest=manifest.model_dump(mode="json") if manifest else None,
+        gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, runfolder.ROUND_TREND),
+        audit=audit.model_dump(mode="json") if audit else None,
+        generation_counts=generation.counts if generation else None, title=title))
+    return store.save(runfolder.REPORT, html)
+
+
+def write_generation_report(store: ArtifactStore) -> str:
+    """A report with no scores (after ``generate``): generation figures, funnel and verifier analysis."""
+    gv = store.load(runfolder.GV_ANALYSIS)
+    manifest = store.load(runfolder.MANIFEST)
+    audit = _optional(store, runfolder.AUDIT)
+    empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
+    from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report
+
+    html = build_generation_report(ReportInputs(
+        metrics={}, gv_analysis=gv.model_dump(mode="json"), manifest=manifest.model_dump(mode="json"),
+        generation_counts=manifest.counts, audit=audit.model_dump(mode="json") if audit else None,
+        title=f"RefusalBench report (generation only{empty})"))
+    return store.save(runfolder.REPORT, html)
+
+
+def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:
+    """``refusalbench score``: metrics from judged responses, no model calls."""
+    frame = read_judged(file)  # bad input exits before the run folder is created
+    store = ArtifactStore(out)
+    write_scores(store, frame, bootstrap=bootstrap, seed=seed)
+    return store.uri(runfolder.METRICS.name)
+
+
+def score_inspect_logs(files: Iterable[Path | str], out: str, *, bootstrap: int = 1000,
+                       seed: int = 0) -> tuple[str, str, dict[str, int]]:
+    """``refusalbench score LOG...``: an inspect_ai run's logs -> judged.parquet, metrics and report.html.
+
+    Returns (metrics uri, report uri, per-model counts of samples left out: failed calls or judgments).
+    """
+    from refusalbench.tasks.integrations.inspect.logs import read_inspect_logs
+
+    files = list(files)
+    frame, excluded, items = read_inspect_logs(files)  # bad input exits before the run folder is created
+    if frame.empty:
+        raise InputError(str(files[0]), "no sample could be scored (every target or judge call failed)")
+    store = ArtifactStore(out)
+    store.save(runfolder.JUDGED, frame)
+    result = write_scores(store, frame, bootstrap=bootstrap, seed=seed)
+    report = write_report(store, result, title="RefusalBench report (inspect_ai run)")
+    return store.uri(runfolder.METRICS.name), report, excluded
+
+
+def build_report_for(run_dir: str) -> str:
+    """``refusalbench report``: rebuild report.html from a run folder's judged responses."""
+    store = ArtifactStore(run_dir)
+    if not store.has(runfolder.JUDGED):
+        raise InputError(store.uri(runfolder.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
+    manifest = _optional(store, runfolder.MANIFEST)
+    ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
+    result = score_frame(store.load(runfolder.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0))
+    return write_report(store, result)

@@ -1,0 +1,291 @@
+"""The report's model-comparison figures (seed paper Figs. 9, 10, 31, 32).
+
+- scaling curves: answer accuracy, refusal accuracy and CRS against parameter count, one line
+  per model family (and training variant) with at least two sizes (Fig. 9)
+- SFT vs DPO: the two variants of one family at the same size, side by side (Fig. 10)
+- thinking budget: the variants of one model by extended-thinking token budget (Fig. 32)
+- domain difficulty: 1 - mean accuracy across models per domain, for answering, refusing and
+  both (Fig. 31)
+
+What a model is (family, ``parameters_b``, ``training``, ``thinking_budget``) comes from the
+model registry (``configs/models.yaml``) as the run's manifest recorded it. A figure the run's
+models cannot support is replaced by one line naming what it lacks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from refusalbench.tasks.refusalbench.report.figures import plot_text, png_base64
+from refusalbench.tasks.refusalbench.report.layout import escape, frame_table, image_tag
+from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
+
+METRICS = (("answer_accuracy", "answer accuracy"), ("refusal_accuracy", "refusal accuracy"),
+           ("calibrated_refusal_score", "CRS"))
+_LISTED = 6  # models named in a one-line reason before "…"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the registry says a model is (None: not stated)."""
+    name: str
+    family: str | None = None
+    parameters_b: float | None = None
+    training: str | None = None
+    thinking_budget: int | None = None
+    model_id: str | None = None
+
+    @property
+    def line(self) -> str | None:
+        """The scaling line the model belongs to: its family, split by training variant."""
+        if not self.family:
+            return None
+        return f"{self.family} ({self.training.upper()})" if self.training else self.family
+
+    @property
+    def variant_of(self) -> str:
+        """What the thinking-budget variants of one model share: family and size, else the model id."""
+        if self.family:
+            size = f" {_size(self.parameters_b)}" if self.parameters_b else ""
+            return f"{self.family}{size}" + (f" ({self.training.upper()})" if self.training else "")
+        return self.model_id or self.name
+
+
+def model_facts(models: Sequence[str], registry: Mapping[str, Mapping[str, Any]] | None) -> dict[str, ModelFacts]:
+    """Facts for each scored model from the registry entries (a run config's ``models`` section)."""
+    registry = registry or {}
+    out = {}
+    for name in models:
+        entry = registry.get(name) or {}
+        out[name] = ModelFacts(name, entry.get("family"), entry.get("parameters_b"), entry.get("training"),
+                               entry.get("thinking_budget"), entry.get("model"))
+    return out
+
+
+def _size(parameters_b: float | None) -> str:
+    return "?" if parameters_b is None else f"{parameters_b:g}B"
+
+
+def _value(metrics: Mapping[str, Mapping[str, float]], model: str, metric: str) -> float:
+    value = metrics.get(model, {}).get(metric)
+    return math.nan if is_nan(value) else float(value)
+
+
+def _listed(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:_LISTED])
+    return shown + (f", … ({len(items)} in all)" if len(items) > _LISTED else "") if items else "none"
+
+
+# ---------------------------------------------------------------- tables
+
+def scaling_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
+    """One row per model on a scaling line with at least two sizes (thinking variants left out)."""
+    rows = [{"line": f.line, "model": m, "parameters_b": float(f.parameters_b),
+             **{k: _value(metrics, m, k) for k, _ in METRICS}}
+            for m, f in facts.items() if f.line and f.parameters_b and not f.thinking_budget]
+    frame = pd.DataFrame(rows, columns=["line", "model", "parameters_b", *(k for k, _ in METRICS)])
+    sizes = frame.groupby("line")["parameters_b"].transform("nunique")
+    return frame[sizes >= 2].sort_values(["line", "parameters_b", "model"]).reset_index(drop=True)
+
+
+def alignment_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
+    """One row per family and size that has both an SFT and a DPO model: their metrics side by side."""
+    by_key: dict[tuple[str, float], dict[str, str]] = {}
+    for model, f in facts.items():
+        if f.family and f.parameters_b and f.training in ("sft", "dpo") and not f.thinking_budget:
+            by_key.setdefault((f.family, float(f.parameters_b)), {}).setdefault(f.training, model)
+    rows = []
+    for (family, size), pair in sorted(by_key.items()):
+        if {"sft", "dpo"} <= set(pair):
+            row: dict[str, Any] = {"family": family, "parameters_b": size, "sft_model": pair["sft"],
+                                   "dpo_model": pair["dpo"]}
+            for key, _ in METRICS[:2]:
+                row[f"{key}_sft"] = _value(metrics, pair["sft"], key)
+                row[f"{key}_dpo"] = _value(metrics, pair["dpo"], key)
+            rows.append(row)
+    columns = ["family", "parameters_b", "sft_model", "dpo_model"] + [
+        f"{k}_{t}" for k, _ in METRICS[:2] for t in ("sft", "dpo")]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def thinking_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
+    """One row per model with a thinking budget, in groups (one model) of at least two budgets."""
+    rows = [{"group": f.variant_of, "model": m, "thinking_budget": int(f.thinking_budget),
+             **{k: _value(metrics, m, k) for k, _ in METRICS}}
+            for m, f in facts.items() if f.thinking_budget is not None]
+    frame = pd.DataFrame(rows, columns=["group", "model", "thinking_budget", *(k for k, _ in METRICS)])
+    budgets = frame.groupby("group")["thinking_budget"].transform("nunique")
+    frame = frame[budgets >= 2].sort_values(["group", "thinking_budget", "model"])
+    # Each group is named after its variant with the smallest budget (the model without thinking).
+    frame["group"] = frame["group"].map(frame.groupby("group")["model"].first())
+    return frame.reset_index(drop=True)
+
+
+def domain_difficulty(breakdown: pd.DataFrame | None) -> pd.DataFrame:
+    """Per domain: mean answer and refusal accuracy across models, and difficulty = 1 - mean.
+
+    ``difficulty`` averages the answer and refusal difficulties (the paper's overall score);
+    rows run from the hardest domain to the easiest.
+    """
+    columns = ["domain", "models", "answer_accuracy", "refusal_accuracy", "answer_difficulty",
+               "refusal_difficulty", "difficulty"]
+    if breakdown is None or breakdown.empty:
+        return pd.DataFrame(columns=columns)
+    part = breakdown[(breakdown["group"] == "domain")
+                     & breakdown["metric"].isin(["answer_accuracy", "refusal_accuracy"])].copy()
+    part["estimate"] = pd.to_numeric(part["estimate"], errors="coerce")
+    if part.empty:
+        return pd.DataFrame(columns=columns)
+    means = part.pivot_table(index="value", columns="metric", values="estimate", aggfunc="mean")
+    means = means.reindex(columns=["answer_accuracy", "refusal_accuracy"])
+    table = pd.DataFrame({
+        "domain": means.index.astype(str),
+        "models": part.groupby("value")["model"].nunique().reindex(means.index).to_numpy(),
+        "answer_accuracy": means["answer_accuracy"].to_numpy(),
+        "refusal_accuracy": means["refusal_accuracy"].to_numpy(),
+    })
+    table["answer_difficulty"] = 1 - table["answer_accuracy"]
+    table["refusal_difficulty"] = 1 - table["refusal_accuracy"]
+    table["difficulty"] = table[["answer_difficulty", "refusal_difficulty"]].mean(axis=1, skipna=True)
+    return table.sort_values(["difficulty", "domain"], ascending=[False, True]).reset_index(drop=True)[columns]
+
+
+# ---------------------------------------------------------------- drawing
+
+def _panels(count: int) -> tuple[Figure, list[Any]]:
+    fig = Figure(figsize=(4.6 * count, 4.2))
+    return fig, [fig.add_subplot(1, count, i + 1) for i in range(count)]
+
+
+def scaling_plot(table: pd.DataFrame) -> str:
+    fig, axes = _panels(len(METRICS))
+    for ax, (key, label) in zip(axes, METRICS):
+        for line, part in table.groupby("line", sort=True):
+            ax.plot(part["parameters_b"], part[key], marker="o", label=plot_text(line))
+        ax.set_xscale("log")
+        sizes = sorted(table["parameters_b"].unique())
+        ax.set_xticks(sizes, [_size(s) for s in sizes], rotation=45)
+        ax.minorticks_off()
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("parameters (log scale)")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("score")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Scaling by model family")
+    fig.tight_layout()
+    return png_base64(fig)
+
+
+def alignment_plot(table: pd.DataFrame) -> str:
+    fig, axes = _panels(2)
+    labels = [f"{plot_text(f)} {_size(s)}" for f, s in zip(table["family"], table["parameters_b"])]
+    positions = np.arange(len(table))
+    for ax, (key, label) in zip(axes, METRICS[:2]):
+        for offset, variant, colour in ((-0.2, "sft", "#999999"), (0.2, "dpo", "#0072b2")):
+            values = table[f"{key}_{variant}"].to_numpy(dtype=float)
+            ax.bar(positions + offset, np.nan_to_num(values), width=0.4, label=variant.upper(), color=colour)
+        ax.set_xticks(positions, labels, rotation=30, ha="right")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(label)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("score (undefined drawn as 0)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("SFT vs DPO at each size")
+    fig.tight_layout()
+    return png_base64(fig)
+
+
+def thinking_plot(table: pd.DataFrame) -> str:
+    fig, axes = _panels(len(METRICS))
+    for ax, (key, label) in zip(axes, METRICS):
+        for group, part in table.groupby("group", sort=True):
+            ax.plot(part["thinking_budget"].astype(str), part[key], marker="o", label=plot_text(group))
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("thinking budget (tokens)")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("score")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Effect of the thinking budget")
+    fig.tight_layout()
+    return png_base64(fig)
+
+
+def difficulty_plot(table: pd.DataFrame) -> str:
+    fig = Figure(figsize=(7.0, 0.5 * len(table) + 2.2))
+    ax = fig.add_subplot()
+    positions = np.arange(len(table))
+    for offset, key, label in ((-0.27, "answer_difficulty", "answering"), (0.0, "refusal_difficulty", "refusing"),
+                               (0.27, "difficulty", "overall")):
+        ax.barh(positions + offset, np.nan_to_num(table[key].to_numpy(dtype=float)), height=0.27, label=label)
+    ax.set_yticks(positions, [plot_text(d) for d in table["domain"]])
+    ax.invert_yaxis()  # hardest domain on top
+    ax.set_xlim(0, 1.05)
+    ax.set_xlabel("difficulty = 1 - mean accuracy across models")
+    ax.set_title("Domain difficulty")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    return png_base64(fig)
+
+
+# ---------------------------------------------------------------- the section
+
+def _reason(title: str, why: str) -> str:
+    return f"<p class='note'>{escape(title)}: {escape(why)}.</p>"
+
+
+def comparison_figures_html(metrics: Mapping[str, Mapping[str, float]], breakdown: pd.DataFrame | None,
+                            registry: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """Each model-comparison figure the run supports, each else one line naming what it lacks."""
+    models = sorted(metrics)
+    facts = model_facts(models, registry)
+    parts: list[str] = []
+
+    scaling = scaling_table(metrics, facts)
+    if not scaling.empty:
+        parts.append(image_tag(scaling_plot(scaling), "scaling curves by model family"))
+    else:
+        sized = [f"{m} ({f.family}, {_size(f.parameters_b)})" for m, f in facts.items() if f.family and f.parameters_b]
+        bare = sum(1 for f in facts.values() if not (f.family and f.parameters_b))
+        parts.append(_reason("Scaling curves", "needs at least two sizes of one model family (this run: "
+                             f"{_listed(sized)}; {bare} model(s) without family and parameters_b in the registry)"))
+
+    alignment = alignment_table(metrics, facts)
+    if not alignment.empty:
+        parts.append(image_tag(alignment_plot(alignment), "SFT vs DPO bars"))
+    else:
+        marked = [f"{m} ({f.training.upper()}, {f.family or 'no family'}, {_size(f.parameters_b)})"
+                  for m, f in facts.items() if f.training]
+        parts.append(_reason("SFT vs DPO", "needs an SFT and a DPO model of one family at the same size "
+                             f"(this run, models marked sft/dpo: {_listed(marked)})"))
+
+    thinking = thinking_table(metrics, facts)
+    if not thinking.empty:
+        parts.append(image_tag(thinking_plot(thinking), "metrics by thinking budget"))
+    else:
+        budgets = [f"{m} ({f.thinking_budget})" for m, f in facts.items() if f.thinking_budget is not None]
+        parts.append(_reason("Thinking budget", "needs at least two thinking budgets of one model "
+                             f"(this run, models with thinking_budget: {_listed(budgets)})"))
+
+    difficulty = domain_difficulty(breakdown)
+    if len(difficulty) >= 2:
+        parts.append(image_tag(difficulty_plot(difficulty), "domain difficulty bars"))
+    else:
+        domains = difficulty["domain"].tolist()
+        parts.append(_reason("Domain difficulty", "needs items from at least two domains "
+                             f"(this run's domains: {_listed(domains)})"))
+
+    images = "".join(p for p in parts if p.startswith("<img"))
+    notes = "".join(p for p in parts if not p.startswith("<img"))
+    tables = "".join(f"<h3>{escape(title)}</h3>" + frame_table(table) for title, table in (
+        ("Scaling", scaling), ("SFT vs DPO", alignment), ("Thinking budget", thinking),
+        ("Domain difficulty", difficulty if len(difficulty) >= 2 else difficulty.iloc[0:0])) if not table.empty)
+    return (f"<div class='figs'>{images}</div>" if images else "") + notes + tables

@@ -1,0 +1,244 @@
+"""The report's plots, drawn with matplotlib's Agg canvas and returned as base64 PNGs.
+
+No pyplot global state, no network. Text from data goes through :func:`_plot_text`: ``$`` is
+escaped so a model name cannot switch matplotlib into mathtext, and long names are cut.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from refusalbench.tasks.refusalbench.decisions import ANSWER
+from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
+
+_PLOT_TEXT_LIMIT = 40
+
+
+def _plot_text(text: Any) -> str:
+    """Data text safe for matplotlib: no mathtext, bounded length."""
+    value = str(text)
+    if len(value) > _PLOT_TEXT_LIMIT:
+        value = value[: _PLOT_TEXT_LIMIT - 1] + "…"
+    return value.replace("$", r"\$")
+
+
+def _short_code(code: str) -> str:
+    return code.removeprefix("REFUSE_") if code.startswith("REFUSE_") else code
+
+
+def _png(fig: Figure) -> str:
+    canvas = FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    # The same crop as bbox_inches="tight" (0.1 in of padding), measured once here: "tight"
+    # draws the whole figure a first time only to measure it.
+    bbox = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches=bbox)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# Public names for the other reports that draw their own figures (KnowOrNot's).
+plot_text = _plot_text
+png_base64 = _png
+
+
+def _label_positions(points: Sequence[tuple[float, float]], dx: float = 0.02,
+                     height: float = 0.045, width: float = 0.3) -> list[tuple[float, float]]:
+    """Label anchors right of each point, nudged upwards so that nearby labels do not overlap.
+
+    Greedy, in data units on the [0, 1] axes: labels are placed bottom-up and a label that
+    would sit within ``height`` (and ``width`` horizontally) of one already placed moves up.
+    """
+    placed: list[tuple[float, float]] = []
+    result: list[tuple[float, float]] = [(0.0, 0.0)] * len(points)
+    for index in sorted(range(len(points)), key=lambda i: (points[i][1], points[i][0])):
+        x, y = points[index][0] + dx, points[index][1]
+        while any(abs(y - py) < height and abs(x - px) < width for px, py in placed):
+            y += height / 2
+        placed.append((x, y))
+        result[index] = (x, y)
+    return result
+
+
+def scatter_plot(metrics: Mapping[str, Mapping[str, float]], x: str, y: str,
+                 title: str, xlabel: str, ylabel: str) -> str | None:
+    """Metric ``y`` against metric ``x``, one labelled point per model; None if no model has both."""
+    points = [(m, v.get(x), v.get(y)) for m, v in metrics.items()]
+    points = [(m, a, b) for m, a, b in points if not is_nan(a) and not is_nan(b)]
+    if not points:
+        return None
+    fig = Figure(figsize=(6.5, 5))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], ls=":", color="#999", lw=1)
+    for (model, a, b), (lx, ly) in zip(points, _label_positions([(a, b) for _, a, b in points])):
+        ax.scatter([a], [b], s=60, zorder=3)
+        moved = abs(ly - b) > 0.03
+        ax.annotate(_plot_text(model), (a, b), xytext=(lx, ly), textcoords="data", fontsize=9,
+                    va="center", arrowprops={"arrowstyle": "-", "color": "#888", "lw": 0.7} if moved else None)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
+    """The distinct ``values``: those in ``preferred`` first, in its order, then the rest sorted."""
+    present = list(dict.fromkeys(values))
+    return [v for v in preferred if v in present] + sorted(v for v in present if v not in preferred)
+
+
+def class_intensity_heatmap(grid: pd.DataFrame, model: str) -> str:
+    """Share of correct responses per perturbation class × intensity for one model."""
+    rows = ordered(grid["perturbation_class"].astype(str).tolist(), PERTURBATION_CLASSES)
+    cols = ordered(grid["intensity"].astype(str).tolist(), INTENSITIES)
+    table = grid.pivot_table(index="perturbation_class", columns="intensity", values="correct_rate",
+                             aggfunc="mean").reindex(index=rows, columns=cols)
+    counts = grid.pivot_table(index="perturbation_class", columns="intensity", values="n",
+                              aggfunc="sum").reindex(index=rows, columns=cols)
+    fig = Figure(figsize=(1.6 * len(cols) + 3.2, 0.55 * len(rows) + 1.6))
+    ax = fig.add_subplot()
+    data = np.ma.masked_invalid(table.to_numpy(dtype=float))
+    image = ax.imshow(data, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            value = table.iat[i, j]
+            if not is_nan(value):
+                ax.text(j, i, f"{100 * value:.0f}%\n(n={int(counts.iat[i, j])})", ha="center",
+                        va="center", fontsize=8)
+    ax.set_xticks(range(len(cols)), [_plot_text(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [_plot_text(r) for r in rows])
+    ax.set_xlabel("intensity")
+    ax.set_ylabel("perturbation class")
+    ax.set_title(f"Correct responses — {_plot_text(model)}")
+    fig.colorbar(image, ax=ax, label="share correct")
+    return _png(fig)
+
+
+def confusion_plot(table: pd.DataFrame, model: str) -> str:
+    """Expected × predicted counts for one model, coloured by share of the row."""
+    expected = ordered(table["expected"].tolist(), [ANSWER_CORRECTLY, *REFUSAL_CODES])
+    predicted = ordered(table["predicted"].tolist(), [ANSWER, *REFUSAL_CODES])
+    counts = table.pivot_table(index="expected", columns="predicted", values="count",
+                               aggfunc="sum", fill_value=0).reindex(index=expected, columns=predicted,
+                                                                   fill_value=0)
+    matrix = counts.to_numpy(dtype=float)
+    totals = matrix.sum(axis=1, keepdims=True)
+    shares = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
+    fig = Figure(figsize=(0.9 * len(predicted) + 3, 0.6 * len(expected) + 2))
+    ax = fig.add_subplot()
+    image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues", aspect="auto")
+    for i in range(len(expected)):
+        for j in range(len(predicted)):
+            if matrix[i, j]:
+                ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=8,
+                        color="white" if shares[i, j] > 0.6 else "black")
+    ax.set_xticks(range(len(predicted)), [_plot_text(_short_code(p)) for p in predicted],
+                  rotation=40, ha="right")
+    ax.set_yticks(range(len(expected)), [_plot_text(_short_code(e)) for e in expected])
+    ax.set_xlabel("predicted (REFUSE_ prefix dropped)")
+    ax.set_ylabel("expected")
+    ax.set_title(f"Confusion matrix — {_plot_text(model)}\n(colour = row share, text = count)")
+    fig.colorbar(image, ax=ax, label="share of row")
+    return _png(fig)
+
+
+def intensity_curves(table: pd.DataFrame) -> str:
+    """Refusal rate per intensity, one line per model."""
+    order = ordered(table["intensity"].astype(str).tolist(), INTENSITIES)
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.add_subplot()
+    for model, part in table.groupby("model", sort=True):
+        series = part.set_index("intensity")["refusal_rate"].reindex(order)
+        ax.plot(range(len(order)), series.to_numpy(dtype=float), marker="o", label=_plot_text(model))
+    ax.set_xticks(range(len(order)), [_plot_text(o) for o in order])
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("perturbation intensity")
+    ax.set_ylabel("refusal rate")
+    ax.set_title("Refusal rate by intensity")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mapping[str, float]]) -> str:
+    """Accuracy against stated confidence per bin, one panel per model, ECE in the title."""
+    table = calibration[calibration["scope"] == "all"]
+    models = sorted(table["model"].unique())
+    columns = min(3, len(models))
+    rows = math.ceil(len(models) / columns)
+    fig = Figure(figsize=(4.2 * columns, 4 * rows))
+    for index, model in enumerate(models):
+        ax = fig.add_subplot(rows, columns, index + 1)
+        part = table[table["model"] == model]
+        ax.plot([0, 1], [0, 1], ls=":", color="#999", lw=1)
+        sizes = 20 + 200 * part["n"].to_numpy() / max(1, part["n"].max())
+        for kind, marker in (("verbal", "o"), ("float", "s")):
+            sub = part[part["kind"] == kind]
+            if not sub.empty:
+                ax.scatter(sub["mean_confidence"], sub["accuracy"], s=sizes[part["kind"].to_numpy() == kind],
+                           marker=marker, alpha=0.7, label=f"{kind} bins")
+        ece = metrics.get(model, {}).get("ece", math.nan)
+        ax.set_title(f"{_plot_text(model)}\nECE = {'—' if is_nan(ece) else f'{ece:.3f}'}", fontsize=10)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("stated confidence")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Reliability diagrams (marker size = responses in bin)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def refusal_error_bars(metrics: Mapping[str, Mapping[str, float]], order: Sequence[str]) -> str | None:
+    """False and missed refusal rates side by side per model; None if both are undefined for all."""
+    models = [m for m in order if not (is_nan(metrics[m].get("false_refusal_rate"))
+                                       and is_nan(metrics[m].get("missed_refusal_rate")))]
+    if not models:
+        return None
+    frr = [np.nan_to_num(float(metrics[m].get("false_refusal_rate", math.nan))) for m in models]
+    mrr = [np.nan_to_num(float(metrics[m].get("missed_refusal_rate", math.nan))) for m in models]
+    positions = np.arange(len(models))
+    fig = Figure(figsize=(max(6.0, 0.9 * len(models) + 3), 4.5))
+    ax = fig.add_subplot()
+    ax.bar(positions - 0.2, frr, width=0.4, label="false refusal rate (refused answerable)", color="#e69f00")
+    ax.bar(positions + 0.2, mrr, width=0.4, label="missed refusal rate (answered unanswerable)", color="#0072b2")
+    ax.set_xticks(positions, [_plot_text(m) for m in models], rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("rate")
+    ax.set_title("False vs missed refusals (undefined rates drawn as 0)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def round_trend_plot(trend: pd.DataFrame) -> str | None:
+    """The headline metric per round and model; None if the trend lacks the columns."""
+    metric = next((m for m in ("calibrated_refusal_score", "refusal_accuracy", "answer_accuracy")
+                   if m in trend.columns), None)
+    if metric is None or "round" not in trend.columns or "model" not in trend.columns:
+        return None
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.add_subplot()
+    for model, part in trend.groupby("model", sort=True):
+        part = part.sort_values("round")
+        ax.plot(part["round"].astype(str), part[metric].astype(float), marker="o", label=_plot_text(model))
+    ax.set_xlabel("round")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_title(f"{metric.replace('_', ' ').capitalize()} by round")
+    ax.tick_params(axis="x", rotation=30)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)

@@ -1,0 +1,175 @@
+"""Report sections for the response distribution, standard errors and multi-document judging.
+
+- :func:`distribution_section`: the six outcomes per model (paper App. F.8, Fig. 26) as a
+  table and a stacked bar chart.
+- :func:`standard_errors_section`: the bootstrap standard error of the leaderboard metrics
+  (App. G).
+- :func:`multi_document_section`: GaRAGe's Answer Quality and Hybrid scores and the judge's
+  eligibility, factuality and RAF rates over answer attempts (App. D, F.9).
+- :func:`correlation_note`: the false- vs missed-refusal correlation across models (§4.2).
+
+Each returns None when the run has nothing for it, so the page leaves the section out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from refusalbench.tasks.refusalbench.report.figures import _plot_text, _png
+from refusalbench.tasks.refusalbench.report.layout import escape, image_tag, section
+from refusalbench.tasks.refusalbench.report.leaderboard import (
+    LEADERBOARD_METRICS,
+    MULTI_DOCUMENT_LEADERBOARD,
+    format_value,
+    is_nan,
+)
+
+# Outcome -> (label, colour): answers in greens/reds, refusals in blues/oranges.
+OUTCOME_STYLE: dict[str, tuple[str, str]] = {
+    "correct_answer": ("Correct answer", "#2e7d32"),
+    "wrong_answer": ("Wrong answer", "#c62828"),
+    "correct_refusal": ("Correct refusal", "#1565c0"),
+    "wrong_category_refusal": ("Wrong-category refusal", "#90caf9"),
+    "false_refusal": ("False refusal", "#ef6c00"),
+    "missed_refusal": ("Missed refusal", "#8e24aa"),
+}
+MULTI_DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("answer_quality_score", "Answer quality (mean RAF)"),
+    ("hybrid_score", "Hybrid score"),
+    ("eligibility_rate", "Eligibility"),
+    ("factuality_rate", "Factuality"),
+    ("raf_rate", "RAF (answers)"),
+)
+
+
+def _percent(value: Any) -> str:
+    return "—" if is_nan(value) else f"{100 * float(value):.1f}%"
+
+
+def distribution_bars(table: pd.DataFrame, order: Sequence[str]) -> str | None:
+    """Stacked horizontal bars: each model's responses split into the six outcomes."""
+    if table is None or table.empty:
+        return None
+    shares = table.pivot_table(index="model", columns="outcome", values="fraction", aggfunc="first")
+    models = [m for m in order if m in shares.index] + sorted(set(shares.index) - set(order))
+    if not models:
+        return None
+    fig = Figure(figsize=(8, 0.45 * len(models) + 1.8))
+    ax = fig.add_subplot()
+    left = np.zeros(len(models))
+    for outcome, (label, colour) in OUTCOME_STYLE.items():
+        width = np.nan_to_num(np.array([shares.at[m, outcome] if outcome in shares.columns else 0.0
+                                        for m in models], dtype=float))
+        ax.barh(range(len(models)), width, left=left, color=colour, label=label, edgecolor="white", lw=0.5)
+        left += width
+    ax.set_yticks(range(len(models)), [_plot_text(m) for m in models])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of scorable responses")
+    ax.set_title("Response distribution")
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    return _png(fig)
+
+
+def distribution_section(table: pd.DataFrame | None, order: Sequence[str]) -> str | None:
+    """Six-way outcome shares per model: table (with Wilson intervals) and stacked bars."""
+    if table is None or table.empty:
+        return None
+    head = "<tr><th class='name'>Model</th>" + "".join(
+        f"<th>{escape(label)}</th>" for label, _ in OUTCOME_STYLE.values()) + "<th>n</th></tr>"
+    models = [m for m in order if m in set(table["model"])] + sorted(set(table["model"]) - set(order))
+    rows = []
+    for model in models:
+        part = table[table["model"] == model].set_index("outcome")
+        cells = [f"<td class='name'>{escape(model)}</td>"]
+        for outcome in OUTCOME_STYLE:
+            if outcome not in part.index:
+                cells.append("<td>—</td>")
+                continue
+            row = part.loc[outcome]
+            ci = ("" if is_nan(row["ci_low"]) else
+                  f"<br><span class='ci'>[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]</span>")
+            cells.append(f"<td>{_percent(row['fraction'])}{ci}</td>")
+        cells.append(f"<td>{int(part['n'].iloc[0])}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    lead = ("<p>Every scorable response falls in one outcome: answers to answerable items (correct or "
+            "wrong), refusals of unanswerable items (right or wrong category), false refusals (an "
+            "answerable item refused) and missed refusals (an unanswerable item answered). Brackets: "
+            "Wilson 95% intervals.</p>")
+    bars = distribution_bars(table, models)
+    body = lead + f"<table>{head}{''.join(rows)}</table>" + (image_tag(bars, "response distribution bars") if bars else "")
+    return section("Response distribution", body)
+
+
+def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] | None,
+                            order: Sequence[str]) -> str | None:
+    """Bootstrap standard errors of the leaderboard metrics, one row per model."""
+    if not standard_errors:
+        return None
+    names = [(n, label) for n, label in LEADERBOARD_METRICS + MULTI_DOCUMENT_LEADERBOARD
+             if any(not is_nan(v.get(n)) for v in standard_errors.values())]
+    if not names:
+        return None
+    head = "<tr><th class='name'>Model</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in names) + "</tr>"
+    rows = []
+    for model in [m for m in order if m in standard_errors] + sorted(set(standard_errors) - set(order)):
+        cells = [f"<td class='name'>{escape(model)}</td>"]
+        for name, _ in names:
+            value = standard_errors[model].get(name)
+            text = "—" if is_nan(value) else (f"{float(value):.3f}" if name.startswith("ece")
+                                               else f"{100 * float(value):.1f} pp")
+            cells.append(f"<td>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    lead = ("<p>Standard error of each metric: the standard deviation of its bootstrap resamples "
+            "(items resampled within each model), as in the paper's Appendix G.</p>")
+    return section("Standard errors", lead + f"<table>{head}{''.join(rows)}</table>")
+
+
+def multi_document_section(metrics: Mapping[str, Mapping[str, Any]],
+                           intervals: Mapping[str, Mapping[str, tuple[float, float]]],
+                           counts: Mapping[str, Mapping[str, int]] | None,
+                           order: Sequence[str]) -> str | None:
+    """GaRAGe's scores per model with a multi-document item; None on a single-document run."""
+    models = [m for m in order if any(not is_nan(metrics[m].get(n)) for n, _ in MULTI_DOCUMENT_COLUMNS)]
+    if not models:
+        return None
+    counts = counts or {}
+    head = "<tr><th class='name'>Model</th>" + "".join(
+        f"<th>{escape(label)}</th>" for _, label in MULTI_DOCUMENT_COLUMNS) + "<th>judged answers</th><th>items</th></tr>"
+    rows = []
+    for model in models:
+        cells = [f"<td class='name'>{escape(model)}</td>"]
+        for name, _ in MULTI_DOCUMENT_COLUMNS:
+            low, high = intervals.get(model, {}).get(name, (math.nan, math.nan))
+            ci = "" if is_nan(low) or is_nan(high) else f"<br><span class='ci'>[{100 * low:.1f}, {100 * high:.1f}]</span>"
+            cells.append(f"<td>{escape(format_value(metrics[model].get(name), name))}{ci}</td>")
+        own = counts.get(model, {})
+        cells.append(f"<td>{int(own.get('n_answer_attempts_judged', 0))}</td><td>{int(own.get('n_items', 0))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    lead = ("<p>Multi-document items (GaRAGe scoring). Answer quality = mean RAF over answerable items, "
+            "a refusal scoring 0; hybrid = RAF and refusal accuracy weighted by their shares of the items; "
+            "eligibility, factuality and RAF are the judge's rates over the answers it judged.</p>")
+    return section("Multi-document answer quality", lead + f"<table>{head}{''.join(rows)}</table>")
+
+
+def correlation_note(correlation: Mapping[str, Any] | None) -> str:
+    """One paragraph: the FRR-MRR correlation across models, or why there is none."""
+    if not correlation:
+        return ""
+    n = int(correlation.get("n") or 0)
+    pearson, spearman = correlation.get("pearson"), correlation.get("spearman")
+    if is_nan(pearson) and is_nan(spearman):
+        return (f"<p class='note'>False vs missed refusal rate correlation across models: undefined "
+                f"({n} model(s) with both rates; at least 3 that differ are needed).</p>")
+
+    def fmt(value: Any) -> str:
+        return "—" if is_nan(value) else f"{float(value):+.2f}"
+
+    return (f"<p>Correlation of false and missed refusal rates across {n} models: Pearson r = "
+            f"{fmt(pearson)}, Spearman ρ = {fmt(spearman)}.</p>")

@@ -1,0 +1,275 @@
+"""The report page: what it shows (:class:`ReportInputs`) and how it is put together.
+
+:func:`build_report` returns one self-contained HTML string: CSS inline, plots as base64
+PNGs, no JavaScript. A section whose table is absent is left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from refusalbench.tasks.refusalbench.report.audit_section import audit_html
+from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
+from refusalbench.tasks.refusalbench.report.figures import (
+    class_intensity_heatmap,
+    confusion_plot,
+    intensity_curves,
+    ordered,
+    refusal_error_bars,
+    reliability_diagrams,
+    round_trend_plot,
+    scatter_plot,
+)
+from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
+from refusalbench.tasks.refusalbench.report.gv import gv_section_html, unverified_note
+from refusalbench.tasks.refusalbench.report.layout import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
+from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value, leaderboard_metrics, ranked_models
+from refusalbench.tasks.refusalbench.report.outcomes import (
+    correlation_note,
+    distribution_section,
+    multi_document_section,
+    standard_errors_section,
+)
+from refusalbench.tasks.refusalbench.scoring import ScoreResult
+from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
+
+
+@dataclasses.dataclass
+class ReportInputs:
+    """What a report shows. Only ``metrics`` is required; absent tables skip their section."""
+
+    metrics: Mapping[str, Mapping[str, float]]
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    breakdown: pd.DataFrame | None = None
+    confusion: pd.DataFrame | None = None
+    calibration: pd.DataFrame | None = None
+    class_intensity: pd.DataFrame | None = None
+    refusal_by_intensity: pd.DataFrame | None = None
+    champions: pd.DataFrame | None = None
+    manifest: Mapping[str, Any] | None = None
+    gv_analysis: Mapping[str, Any] | None = None
+    generation_counts: Mapping[str, Any] | None = None  # the generate manifest's counts (default: manifest's)
+    round_trend: pd.DataFrame | None = None
+    audit: Mapping[str, Any] | None = None  # audit.json (human audit of generated items)
+    title: str = "RefusalBench report"
+    generated_at: str | None = None
+    standard_errors: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    response_distribution: pd.DataFrame | None = None
+    frr_mrr_correlation: Mapping[str, Any] | None = None
+    multi_document: Mapping[str, Mapping[str, int]] | None = None
+    # Registry entries per model (family, parameters_b, training, thinking_budget); default:
+    # the manifest's ``config.models``.
+    model_info: Mapping[str, Mapping[str, Any]] | None = None
+
+    @classmethod
+    def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
+        """Inputs from a ScoreResult; ``optional`` sets manifest, gv_analysis, round_trend, audit, title."""
+        return cls(
+            metrics=result.metrics,
+            intervals=result.intervals,
+            breakdown=result.breakdown,
+            confusion=result.confusion,
+            calibration=result.calibration,
+            class_intensity=result.class_intensity,
+            refusal_by_intensity=result.refusal_by_intensity,
+            champions=result.champions,
+            generated_at=result.generated_at,
+            standard_errors=result.standard_errors,
+            response_distribution=result.response_distribution,
+            frr_mrr_correlation=result.frr_mrr_correlation,
+            multi_document=result.multi_document,
+            **optional,
+        )
+
+
+def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
+    columns = leaderboard_metrics(inputs.metrics)
+    head = "<tr><th>#</th><th class='name'>Model</th>" + "".join(
+        f"<th>{escape(label)}</th>" for _, label in columns) + "<th>n</th></tr>"
+    rows = []
+    for rank, model in enumerate(order, start=1):
+        values = inputs.metrics[model]
+        cells = [f"<td>{rank}</td>", f"<td class='name'>{escape(model)}</td>"]
+        for name, _ in columns:
+            ci = format_interval(inputs.intervals.get(model, {}).get(name), name)
+            ci_html = f"<br><span class='ci'>{escape(ci)}</span>" if ci else ""
+            cells.append(f"<td>{escape(format_value(values.get(name), name))}{ci_html}</td>")
+        cells.append(f"<td>{int(values.get('n', 0))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _breakdown_tables(breakdown: pd.DataFrame) -> str:
+    parts = []
+    for dimension in ("perturbation_class", "intensity", "lever_id", "domain", "generator"):
+        part = breakdown[breakdown["group"] == dimension]
+        if part.empty:
+            continue
+        wide = part[part["metric"].isin(["answer_accuracy", "refusal_accuracy"])].pivot_table(
+            index="value", columns=["model", "metric"], values="estimate", aggfunc="first", dropna=False)
+        models = sorted(part["model"].unique())
+        values = ordered(part["value"].tolist(), [*PERTURBATION_CLASSES, *INTENSITIES])
+        head = "<tr><th class='name'>" + escape(dimension) + "</th>" + "".join(
+            f"<th>{escape(m)}<br><span class='ci'>answer / refusal acc.</span></th>" for m in models) + "</tr>"
+        rows = []
+        for value in values:
+            cells = [f"<td class='name'>{escape(value)}</td>"]
+            for model in models:
+                def pick(metric: str) -> Any:
+                    key = (model, metric)
+                    return wide.at[value, key] if key in wide.columns and value in wide.index else math.nan
+                cells.append(f"<td>{format_value(pick('answer_accuracy'), 'answer_accuracy')} / "
+                             f"{format_value(pick('refusal_accuracy'), 'refusal_accuracy')}</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append(f"<h3>By {escape(dimension.replace('_', ' '))}</h3><table>{head}{''.join(rows)}</table>")
+    return "".join(parts)
+
+
+def _non_empty(frame: pd.DataFrame | None) -> bool:
+    return frame is not None and not frame.empty
+
+
+def _base_set_section(run: ReportInputs) -> str | None:
+    """The base-set funnel (imported -> pretested -> kept -> sampled) and the pre-test per model."""
+    counts = run.generation_counts or (run.manifest or {}).get("counts") or {}
+    funnel = counts.get("base_set_funnel")
+    if not funnel:
+        return None
+    body = ("<p>Base items at each step: imported (the base set), pre-tested (answered unperturbed by every "
+            "pre-test model), kept (all of them answered correctly), sampled (drawn for generation).</p>"
+            + mapping_html(funnel))
+    by_model = counts.get("pretest_by_model")
+    if by_model:
+        frame = pd.DataFrame.from_dict(by_model, orient="index")
+        frame.insert(0, "model", frame.index.astype(str))
+        body += "<h3>Pre-test answers per model</h3>" + frame_table(frame)
+    return section("Base set", body)
+
+
+def _generation_sections(run: ReportInputs) -> list[str]:
+    """Base set, generation figures, the G-V analysis and the human audit: what generation left."""
+    sections = [s for s in [_base_set_section(run)] if s]
+    if run.gv_analysis:
+        sections.append(section("Benchmark generation", generation_figures_html(run.gv_analysis)))
+        tables = {k: v for k, v in run.gv_analysis.items() if k not in FIGURE_KEYS}  # those are drawn above
+        sections.append(section("Generator × verifier analysis", gv_section_html(tables)))
+    if run.audit:
+        sections.append(section("Human audit of generated items", audit_html(run.audit)))
+    return sections
+
+
+def _comparison_section(run: ReportInputs) -> str:
+    registry = run.model_info if run.model_info is not None else ((run.manifest or {}).get("config") or {}).get("models")
+    return section("Model comparison", comparison_figures_html(run.metrics, run.breakdown, registry))
+
+
+def _page(run: ReportInputs, sections: Sequence[str]) -> str:
+    stamp = f"<p class='note'>Generated {escape(run.generated_at)}</p>" if run.generated_at else ""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(run.title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}"
+        + "".join(sections)
+        + "</body></html>\n"
+    )
+
+
+def build_generation_report(run: ReportInputs) -> str:
+    """The report of a run with no scores (after ``generate``): what generation made, and its metadata."""
+    sections = _generation_sections(run)
+    if run.manifest:
+        sections.append(section("Run metadata", mapping_html(run.manifest)))
+    return _page(run, sections)
+
+
+def build_report(run: ReportInputs) -> str:
+    """The whole report as one self-contained HTML string."""
+    order = ranked_models(run.metrics)
+    sections: list[str] = []
+
+    lead = f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer " \
+           "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
+    sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + _leaderboard_html(run, order)))
+    sections.extend(filter(None, [
+        standard_errors_section(run.standard_errors, order),
+        multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
+
+    scatter_a = scatter_plot(run.metrics, "answer_accuracy", "refusal_accuracy", "Answer vs refusal accuracy",
+                             "answer accuracy (answerable items)", "refusal accuracy (unanswerable items)")
+    scatter_b = scatter_plot(run.metrics, "detection_f1", "category_accuracy", "Refusal detection vs categorisation",
+                             "detection F1 (whether to refuse)", "category accuracy (why, given a correct refusal)")
+    sections.append(section("Answering vs refusing", "<div class='figs'>"
+                            + figure_or_note(scatter_a, "answer vs refusal accuracy scatter")
+                            + figure_or_note(scatter_b, "detection F1 vs category accuracy scatter") + "</div>"))
+
+    bars = refusal_error_bars(run.metrics, order)
+    sections.append(section("False vs missed refusals", figure_or_note(bars, "false and missed refusal rate bars")
+                            + correlation_note(run.frr_mrr_correlation)))
+    distribution = distribution_section(run.response_distribution, order)
+    if distribution:
+        sections.append(distribution)
+
+    if _non_empty(run.class_intensity):
+        grid = run.class_intensity
+        figures = [image_tag(class_intensity_heatmap(grid[grid["model"] == m], m),
+                             f"class by intensity heatmap for {m}")
+                   for m in sorted(grid["model"].unique())]
+        body = "<p>Share of correct responses per class and intensity (LOW items are answerable).</p>"
+        sections.append(section("Perturbation class × intensity", body + "<div class='figs'>"
+                                + "".join(figures) + "</div>"))
+
+    intensity = run.refusal_by_intensity
+    if not _non_empty(intensity) and _non_empty(run.breakdown):
+        part = run.breakdown[(run.breakdown["group"] == "intensity") & (run.breakdown["metric"] == "refusal_rate")]
+        intensity = part.rename(columns={"value": "intensity", "estimate": "refusal_rate"})
+    if _non_empty(intensity):
+        sections.append(section("Refusal rate by intensity",
+                                image_tag(intensity_curves(intensity), "refusal rate by intensity curves")))
+
+    if _non_empty(run.confusion):
+        figures = [image_tag(confusion_plot(run.confusion[run.confusion["model"] == m], m),
+                             f"confusion matrix for {m}")
+                   for m in sorted(run.confusion["model"].unique())]
+        sections.append(section("Confusion matrices (expected × predicted)",
+                                "<div class='figs'>" + "".join(figures) + "</div>"))
+
+    if _non_empty(run.calibration):
+        ece_rows = "".join(
+            f"<tr><td class='name'>{escape(m)}</td>"
+            + "".join(f"<td>{format_value(run.metrics[m].get(k), k)}</td>"
+                      for k in ("ece", "ece_answer", "ece_refusal"))
+            + f"<td>{int(run.metrics[m].get('n_confidence', 0))}</td></tr>"
+            for m in order)
+        table = ("<table><tr><th class='name'>Model</th><th>ECE</th><th>ECE (answers)</th>"
+                 f"<th>ECE (refusals)</th><th>n with confidence</th></tr>{ece_rows}</table>")
+        diagrams = image_tag(reliability_diagrams(run.calibration, run.metrics), "reliability diagrams")
+        sections.append(section("Calibration", table + diagrams))
+    else:
+        sections.append(section("Calibration", "<p class='note'>No confidences were elicited in this run, "
+                                "so there is no reliability diagram and ECE is undefined.</p>"))
+
+    if _non_empty(run.breakdown):
+        tables = _breakdown_tables(run.breakdown)
+        if tables:
+            sections.append(section("Breakdowns", tables))
+
+    if _non_empty(run.champions):
+        sections.append(section("Domain champions", frame_table(run.champions)))
+    sections.append(_comparison_section(run))
+
+    if run.round_trend is not None and not run.round_trend.empty:
+        trend_plot = round_trend_plot(run.round_trend)
+        body = (image_tag(trend_plot, "trend across rounds") if trend_plot else "") + frame_table(run.round_trend)
+        sections.append(section("Trend across rounds", body))
+
+    sections.extend(_generation_sections(run))
+
+    if run.manifest:
+        sections.append(section("Run metadata", mapping_html(run.manifest)))
+
+    return _page(run, sections)

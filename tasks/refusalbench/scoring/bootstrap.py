@@ -1,0 +1,156 @@
+"""Bootstrap 95% intervals of every metric, items resampled within each model.
+
+The bootstrap draws, per model, multinomial counts over the model's distinct row *types*
+(a type = the indicator flags + confidence bin + confidence value) — the same
+distribution as resampling rows with replacement — and multiplies them with the per-type
+sufficient statistics: 1,000 resamples cost one small matrix product, not 1,000 group-bys.
+
+Decisions the contract leaves open:
+- Percentile intervals; resamples where a metric is undefined (e.g. no refusal drawn) are
+  ignored for that metric; the interval is NaN if all are.
+- Each model uses its own generator seeded by (seed, crc32(model)), so adding a model
+  leaves the others' intervals unchanged.
+- When a model has more than ``MAX_EXACT_TYPES`` distinct types (float confidences are
+  nearly all distinct), numeric confidences are grouped on a 1/``FLOAT_GRID`` grid for the
+  bootstrap only, each group carrying its exact mean; bins stay exact. The point
+  estimates never use this grouping.
+
+Standard errors (paper App. G: "non-parametric bootstrap resampling (n=1,000) to compute the
+standard error (SE) and 95% confidence intervals") are the standard deviation (ddof 1) of
+the same resamples' values, undefined resamples left out; NaN with fewer than two.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
+from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
+from refusalbench.tasks.refusalbench.scoring.metrics import (
+    ALL_METRICS,
+    METRICS,
+    metrics_from_stats,
+    model_codes,
+    row_arrays,
+    sufficient_stats,
+)
+
+MAX_EXACT_TYPES = 4096
+FLOAT_GRID = 1000  # bootstrap grouping of numeric confidences: 0.001
+
+_FLAG_NAMES: tuple[str, ...] = (
+    "answerable", "refused", "answered_correctly", "right_code", "unjudged", "multi",
+    "eligibility_has", "eligibility", "factuality_has", "factuality", "raf_has", "raf",
+)
+
+
+def _row_types(rows: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Collapse rows into distinct types: (count per type, one representative row per type).
+
+    A type is (indicator flags, confidence bin, confidence). With more than
+    MAX_EXACT_TYPES types, numeric confidences are grouped on a 1/FLOAT_GRID grid and a
+    type's confidence is the exact mean of its rows (bins stay exact).
+    """
+    flags = sum(rows[name].astype(np.int64) << bit for bit, name in enumerate(_FLAG_NAMES))
+    key = flags * (N_BINS + 1) + (rows["conf_bin"].astype(np.int64) + 1)
+    conf = np.where(rows["conf_bin"] >= 0, rows["conf_value"], -1.0)
+    table = pd.DataFrame({"key": key, "grid": conf, "conf": conf})
+    if len(table.drop_duplicates(["key", "grid"])) > MAX_EXACT_TYPES:
+        table["grid"] = np.where(conf >= 0, np.round(conf * FLOAT_GRID), -1.0)
+    types = table.groupby(["key", "grid"], sort=True).agg(count=("conf", "size"), conf=("conf", "mean"))
+    type_key = types.index.get_level_values("key").to_numpy()
+    type_flags, type_bin = type_key // (N_BINS + 1), type_key % (N_BINS + 1) - 1
+    representative = {name: (type_flags >> bit & 1).astype(bool) for bit, name in enumerate(_FLAG_NAMES)}
+    representative["correct"] = representative["answered_correctly"] | representative["right_code"]
+    representative["conf_value"] = np.where(type_bin >= 0, types["conf"].to_numpy(), np.nan)
+    representative["conf_bin"] = type_bin
+    return types["count"].to_numpy(), representative
+
+
+def _bootstrap_one(rows: Mapping[str, np.ndarray], n_resamples: int,
+                   rng: np.random.Generator, chunk: int = 250) -> dict[str, np.ndarray]:
+    """Metric values of ``n_resamples`` resamples (with replacement) of one model's rows.
+
+    Drawing n rows with replacement = drawing multinomial counts over the row types with
+    probabilities count/n; the resample's statistics are then counts @ per-type statistics.
+    """
+    n = len(rows["answerable"])
+    type_counts, representative = _row_types(rows)
+    n_types = len(type_counts)
+    per_type = sufficient_stats(np.arange(n_types), n_types, representative)  # (T × K)
+    probabilities = type_counts / n
+    pieces = []
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        drawn = rng.multinomial(n, probabilities, size=size).astype(np.float64)  # (size × T)
+        pieces.append(drawn @ per_type)
+    return metrics_from_stats(np.concatenate(pieces, axis=0))
+
+
+def _model_rng(seed: int, model: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(model.encode("utf-8"))])
+
+
+def bootstrap_summary(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, dict[str, float]]]:
+    """({model: {metric: (low, high)}}, {model: {metric: standard error}}) from one set of resamples.
+
+    Percentile intervals and bootstrap standard deviations, items resampled within each model.
+    """
+    df = ensure_prepared(df)
+    wanted = list(metrics) if metrics is not None else list(METRICS)
+    unknown = [m for m in wanted if m not in ALL_METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics: {unknown}")
+    codes, models = model_codes(df)
+    rows = row_arrays(df)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
+    tail = (1 - level) / 2 * 100
+    intervals: dict[str, dict[str, tuple[float, float]]] = {}
+    errors: dict[str, dict[str, float]] = {}
+    for i, model in enumerate(models):
+        idx = order[bounds[i]:bounds[i + 1]]
+        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, _model_rng(seed, model))
+        intervals[model], errors[model] = {}, {}
+        for name in wanted:
+            values = sample[name]
+            values = values[~np.isnan(values)]
+            if values.size == 0:
+                intervals[model][name] = (math.nan, math.nan)
+            else:
+                low, high = np.percentile(values, [tail, 100 - tail])
+                intervals[model][name] = (float(low), float(high))
+            errors[model][name] = float(np.std(values, ddof=1)) if values.size > 1 else math.nan
+    return intervals, errors
+
+
+def bootstrap_intervals(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """{model: {metric: (low, high)}}: percentile intervals, items resampled within each model."""
+    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed, level=level)[0]
+
+
+def bootstrap_standard_errors(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """{model: {metric: SE}}: the bootstrap standard deviation of each metric (App. G)."""
+    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed)[1]

@@ -1,0 +1,190 @@
+"""Intervals for breakdown rows (model × class, intensity, lever, domain or generator).
+
+A breakdown group is often small (a lever may hold a dozen items), where a percentile
+bootstrap of a proportion collapses to [1, 1] or [0, 0]. So:
+
+- a proportion metric (:data:`~.metrics.PROPORTIONS`: a count over a count) gets its
+  Wilson score interval, exact in closed form and sensible at any size;
+- a composite metric (:data:`~.metrics.COMPOSITES`: F1, hierarchical score, CRS, ECE) gets
+  a percentile bootstrap of the group's own rows, drawn as multinomial counts over the
+  group's row types like the per-model bootstrap (:mod:`.bootstrap`).
+
+Decisions the contract leaves open:
+- A group's row type is (answerable, refused, answered correctly, right code, confidence
+  bin); each type carries its rows' mean confidence, so within a bin the resampled
+  confidence sum uses that mean (ECE's bins themselves stay exact). Types that do not enter
+  the composites (judge scores, unjudged flags) are left out, which keeps a group's types
+  at a few dozen whatever its size.
+- Each group draws from its own generator seeded by (seed, crc32 of its dimension, model
+  and value), so a group's interval does not depend on the other groups.
+- No resamples (``n_resamples`` 0): composite intervals are NaN; Wilson intervals remain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
+from refusalbench.tasks.refusalbench.scoring.metrics import COMPOSITES, PROPORTIONS, metrics_from_stats, proportion_parts, sufficient_stats
+
+_TYPE_FLAGS: tuple[str, ...] = ("answerable", "refused", "answered_correctly", "right_code")
+_N_FLAG_VALUES = 1 << len(_TYPE_FLAGS)
+_BATCH_ROWS = 200_000  # resampled statistics computed into metrics at a time
+
+
+def z_value(level: float) -> float:
+    """The two-sided normal quantile of a confidence level (1.96 for 0.95)."""
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def wilson(successes: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score intervals of proportions successes/n, elementwise; NaN where n = 0."""
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    z = z_value(level)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = k / n
+        denominator = 1 + z * z / n
+        centre = (p + z * z / (2 * n)) / denominator
+        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    # At 0 or n successes the bound is exactly 0 or 1 (rounding would leave 1e-17 off).
+    low = np.where(k == 0, 0.0, centre - half)
+    high = np.where(k == n, 1.0, centre + half)
+    empty = n <= 0
+    return np.where(empty, np.nan, low), np.where(empty, np.nan, high)
+
+
+def row_percentiles(values: np.ndarray, quantiles: Sequence[float]) -> list[np.ndarray]:
+    """Percentiles (numpy's linear rule) of each row of ``values``, NaNs left out; NaN for an all-NaN row.
+
+    One sort of the whole block instead of ``np.nanpercentile``'s row-by-row loop.
+    """
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    valid = (~np.isnan(values)).sum(axis=1)
+    rows = np.arange(len(values))
+    out = []
+    for q in quantiles:
+        position = np.maximum(valid - 1, 0) * (q / 100)
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, np.maximum(valid - 1, 0))
+        low, high = ordered[rows, below], ordered[rows, above]
+        value = low + (high - low) * (position - below)
+        out.append(np.where(valid > 0, value, np.nan))
+    return out
+
+
+def _group_types(groups: np.ndarray, rows: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row types of every group at once: (group of each type, count, per-type statistics).
+
+    Types come out sorted by group, so one group's types are a contiguous slice.
+    """
+    flags = sum(rows[name].astype(np.int64) << bit for bit, name in enumerate(_TYPE_FLAGS))
+    key = (groups.astype(np.int64) * _N_FLAG_VALUES + flags) * (N_BINS + 1) + (rows["conf_bin"] + 1)
+    codes, uniques = pd.factorize(key, sort=True)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.float64)
+    has_conf = rows["conf_bin"] >= 0
+    conf_sum = np.bincount(codes, weights=np.where(has_conf, rows["conf_value"], 0.0), minlength=len(uniques))
+    type_bin = uniques % (N_BINS + 1) - 1
+    type_flags = uniques // (N_BINS + 1) % _N_FLAG_VALUES
+    representative = {name: (type_flags >> bit & 1).astype(bool) for bit, name in enumerate(_TYPE_FLAGS)}
+    representative["correct"] = representative["answered_correctly"] | representative["right_code"]
+    representative["conf_value"] = np.where(type_bin >= 0, conf_sum / counts, np.nan)
+    representative["conf_bin"] = type_bin
+    false = np.zeros(len(uniques), dtype=bool)
+    for name in ("unjudged", "multi", "eligibility_has", "eligibility", "factuality_has", "factuality",
+                 "raf_has", "raf"):
+        representative[name] = false
+    per_type = sufficient_stats(np.arange(len(uniques)), len(uniques), representative)
+    return uniques // (_N_FLAG_VALUES * (N_BINS + 1)), counts, per_type
+
+
+def _one_blas_thread() -> contextlib.AbstractContextManager:
+    """BLAS on one thread: each group's product is small, and BLAS threads spun up for it
+    cost far more than the product itself (25x on a busy 2-core machine)."""
+    try:
+        from threadpoolctl import threadpool_limits  # installed with scikit-learn
+    except ImportError:  # pragma: no cover - only slower without it
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def group_bootstrap(
+    groups: np.ndarray,
+    rows: Mapping[str, np.ndarray],
+    wanted_groups: np.ndarray,
+    labels: Sequence[str],
+    metrics: Sequence[str],
+    n_resamples: int,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Percentile intervals of ``metrics`` per group in ``wanted_groups``, rows resampled within it.
+
+    ``groups`` maps each row to its group; ``labels[i]`` names ``wanted_groups[i]`` (it seeds
+    that group's generator). Returns {metric: (low, high)}, arrays aligned with ``wanted_groups``.
+    """
+    size = len(wanted_groups)
+    out = {name: (np.full(size, np.nan), np.full(size, np.nan)) for name in metrics}
+    if n_resamples <= 0 or size == 0 or not metrics:
+        return out
+    type_group, counts, per_type = _group_types(groups, rows)
+    starts = np.searchsorted(type_group, wanted_groups, side="left")
+    ends = np.searchsorted(type_group, wanted_groups, side="right")
+    tail = (1 - level) / 2 * 100
+    pending: list[tuple[int, np.ndarray]] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        values = metrics_from_stats(np.concatenate([stats for _, stats in pending], axis=0))
+        positions = [position for position, _ in pending]
+        for name in metrics:
+            low, high = row_percentiles(values[name].reshape(len(pending), n_resamples), [tail, 100 - tail])
+            out[name][0][positions], out[name][1][positions] = low, high
+        pending.clear()
+
+    with _one_blas_thread():
+        for position in range(size):
+            start, end = starts[position], ends[position]
+            if end <= start:
+                continue
+            type_counts = counts[start:end]
+            n = int(type_counts.sum())
+            rng = np.random.default_rng([seed, zlib.crc32(labels[position].encode("utf-8"))])
+            drawn = rng.multinomial(n, type_counts / n, size=n_resamples).astype(np.float64)
+            pending.append((position, drawn @ per_type[start:end]))
+            if len(pending) * n_resamples >= _BATCH_ROWS:
+                flush()
+        flush()
+    return out
+
+
+def breakdown_intervals(
+    stats: np.ndarray,
+    groups: np.ndarray,
+    rows: Mapping[str, np.ndarray],
+    wanted_groups: np.ndarray,
+    labels: Sequence[str],
+    metrics: Sequence[str],
+    n_resamples: int,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{metric: (low, high)} per wanted group: Wilson for proportions, group bootstrap for composites.
+
+    ``stats`` holds the sufficient statistics of the wanted groups, in their order.
+    """
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name in metrics:
+        if name in PROPORTIONS:
+            out[name] = wilson(*proportion_parts(stats, name), level=level)
+    composites = [name for name in metrics if name in COMPOSITES]
+    out.update(group_bootstrap(groups, rows, wanted_groups, labels, composites, n_resamples, seed, level))
+    return out
+

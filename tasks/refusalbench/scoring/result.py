@@ -1,0 +1,91 @@
+"""The whole score of a run: :class:`ScoreResult` and :func:`score_frame`, which builds it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from refusalbench.tasks.refusalbench.scoring.bootstrap import bootstrap_summary
+from refusalbench.tasks.refusalbench.scoring.breakdowns import (
+    breakdown,
+    calibration_table,
+    class_intensity_grid,
+    confusion,
+    domain_champions,
+    empty_breakdown,
+    overall_rows,
+    refusal_rate_by_intensity,
+)
+from refusalbench.tasks.refusalbench.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
+from refusalbench.tasks.refusalbench.scoring.metrics import ALL_METRICS, COUNTS, compute_metrics, model_stats, run_metrics
+from refusalbench.tasks.refusalbench.scoring.summary import frr_mrr_correlation, multi_document_counts, response_distribution
+
+
+@dataclasses.dataclass
+class ScoreResult:
+    """Everything ``score`` produces; :func:`render_score_outputs` turns it into files."""
+
+    metrics: dict[str, dict[str, float]]
+    intervals: dict[str, dict[str, tuple[float, float]]]
+    breakdown: pd.DataFrame
+    confusion: pd.DataFrame
+    calibration: pd.DataFrame
+    class_intensity: pd.DataFrame
+    refusal_by_intensity: pd.DataFrame
+    champions: pd.DataFrame
+    n_resamples: int
+    seed: int
+    generated_at: str
+    standard_errors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    response_distribution: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    frr_mrr_correlation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    multi_document: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {m: {c: int(v[c]) for c in COUNTS} for m, v in self.metrics.items()}
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.metrics)
+
+
+def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
+                generated_at: str | None = None) -> ScoreResult:
+    """Metrics, intervals and standard errors, breakdowns (overall + each present dimension) and tables.
+
+    Every model carries the multi-document metrics (NaN on a single-document run); intervals,
+    standard errors and breakdown rows cover them only when the run has multi-document rows.
+    """
+    df = ensure_prepared(df)
+    names = run_metrics(df)
+    per_model = model_stats(df)
+    metrics = compute_metrics(df, ALL_METRICS, per_model)
+    intervals, errors = (bootstrap_summary(df, names, n_resamples=n_resamples, seed=seed)
+                         if n_resamples > 0 else ({}, {}))
+    parts = [overall_rows(metrics, intervals, names)] + [
+        breakdown(df, by, names, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS]
+    parts = [p for p in parts if not p.empty]
+    table = pd.concat(parts, ignore_index=True) if parts else empty_breakdown()
+    table["n"] = table["n"].astype(np.int64)
+    return ScoreResult(
+        metrics=metrics,
+        intervals=intervals,
+        standard_errors=errors,
+        breakdown=table,
+        confusion=confusion(df),
+        calibration=calibration_table(df),
+        class_intensity=class_intensity_grid(df),
+        refusal_by_intensity=refusal_rate_by_intensity(df),
+        champions=domain_champions(df),
+        response_distribution=response_distribution(df, per_model=per_model),
+        frr_mrr_correlation=frr_mrr_correlation(metrics),
+        multi_document=multi_document_counts(df, per_model),
+        n_resamples=n_resamples,
+        seed=seed,
+        generated_at=generated_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )
