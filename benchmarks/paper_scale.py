@@ -116,12 +116,13 @@ def child(config: str, out: str) -> None:
     started = time.perf_counter()
     from refusalbench.flows.launch import run_main
     from refusalbench.tasks.core import runfolder
+    from refusalbench.tasks.refusalbench import artifacts as rb_files
 
     imported = time.perf_counter()
     run_main(config, out)
     wall = time.perf_counter() - started
     timings: dict[str, float] = {}
-    for artifact in (runfolder.GENERATION_MANIFEST, runfolder.MANIFEST):
+    for artifact in (rb_files.GENERATION_MANIFEST, runfolder.MANIFEST):
         path = Path(out) / artifact.name
         if path.exists():
             timings.update(json.loads(path.read_text()).get("timings_s", {}))

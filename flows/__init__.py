@@ -1,0 +1,9 @@
+"""The Prefect flows and the command line.
+
+Importing the packages that own registries registers their config checks, so every command
+and deployment that reads a config checks its registered names (cache backend, retrieval
+strategies, embedder, evaluation specs) before anything is written.
+"""
+
+import refusalbench.tasks.knowornot  # noqa: F401
+import refusalbench.tasks.llm  # noqa: F401

@@ -252,15 +252,13 @@ def score(
 
     From inspect logs (the refusalbench task's), DIR also gets judged.parquet and report.html.
     """
-    from refusalbench.tasks.integrations.inspect.logs import is_inspect_log
+    from refusalbench.tasks.integrations.inspect.logs import is_inspect_log, score_inspect_logs
 
     logs = [is_inspect_log(f) for f in files]
     if any(logs):
         if not all(logs):
             bad = files[logs.index(False)]
             raise InputError(str(bad), "not an inspect eval log: give one judged-responses file, or inspect logs only")
-        from refusalbench.tasks.refusalbench.outputs import score_inspect_logs
-
         path, report_uri, excluded = score_inspect_logs(files, str(out_dir), bootstrap=bootstrap, seed=seed)
         for model, count in sorted(excluded.items()):
             err.print(f"note: {model}: {count} sample(s) left out of the metrics (the target or judge call failed)",
@@ -326,7 +324,7 @@ def knowornot_label(
     """Label the stratified sample; every label is saved at once, a restart resumes."""
     import time
 
-    from refusalbench.tasks.labelling.knowornot_screens import label_in_terminal, serve_labelling
+    from refusalbench.tasks.knowornot.label_screens import label_in_terminal, serve_labelling
     from refusalbench.tasks.knowornot.labels import open_label_session
 
     session = open_label_session(run_dir, spec)

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 
 audit_app = typer.Typer(help="Human audit of generated items (the paper's App. C.2).", no_args_is_help=True)
 
@@ -45,7 +45,7 @@ def audit_sample(
         short = " (short)" if count["sampled"] < per_stratum else ""
         table.add_row(stratum, str(count["available"]), f"{count['sampled']}{short}")
     out.print(table)
-    out.print(f"saved to {runfolder.AUDIT_SAMPLE.name} in {run_dir}", highlight=False)
+    out.print(f"saved to {rb_files.AUDIT_SAMPLE.name} in {run_dir}", highlight=False)
 
 
 @audit_app.command("label")
@@ -57,7 +57,7 @@ def audit_label(
 ) -> None:
     """Audit the sample: PASS or FAIL per item against the verifier rubric; saved at once, resumable."""
     from refusalbench.tasks.refusalbench.audit import open_audit_session
-    from refusalbench.tasks.labelling.audit_screens import label_in_terminal, serve_audit
+    from refusalbench.tasks.refusalbench.audit_screens import audit_in_terminal, serve_audit
 
     session = open_audit_session(run_dir)
     if web:
@@ -68,7 +68,7 @@ def audit_label(
                 time.sleep(3600)
         finally:
             server.shutdown()
-    new = label_in_terminal(session.cases, session.labels_path, annotator)
+    new = audit_in_terminal(session.cases, session.labels_path, annotator)
     out.print(f"{len(new)} new labels saved to {session.labels_path}", highlight=False)
 
 
@@ -95,6 +95,6 @@ def audit_report(run_dir: str = typer.Argument(..., help="run folder with audit 
     if consensus:
         out.print(f"humans vs verifier consensus: {format_value(consensus['percent_agreement'], 'agreement')} agreement"
                   f" over {consensus['n']} items, kappa {_kappa(consensus['kappa'])}", highlight=False)
-    out.print(f"audit: {runfolder.AUDIT.name} in {run_dir}", highlight=False)
+    out.print(f"audit: {rb_files.AUDIT.name} in {run_dir}", highlight=False)
     out.print(f"report: {report}" if report else "report: not rebuilt (no judged responses yet); the evaluation's "
               "report will include the audit", highlight=False)

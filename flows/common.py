@@ -14,10 +14,6 @@ from refusalbench.tasks.pipeline.local_api import wait_until_ready
 from refusalbench.tasks.pipeline.runtime import result_storage, task_runner
 from refusalbench.tasks.pipeline.ui import story
 
-# The fan-out of a stage over models x shards (Fanout) lives with the tasks it submits, in
-# tasks/pipeline/fanout.py: the stage functions in tasks/pipeline/stage_run use it, and tasks/ never imports flows/.
-from refusalbench.tasks.pipeline.fanout import Fanout, Shard, chunks, content_digest, one_model_at_a_time  # noqa: F401
-
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
     """Models of ``names`` that can run now. Fails fast (exit 2) unless skip_unavailable."""
@@ -97,5 +93,4 @@ def configured(flow_fn, cfg: RunConfig, out: str):
                                 result_storage=result_storage(out))
 
 
-__all__ = ["Fanout", "Shard", "content_digest", "chunks", "usable_models", "model_endpoints", "check_or_raise",
-           "configured", "one_model_at_a_time", "ModelUnavailable"]
+__all__ = ["usable_models", "model_endpoints", "check_or_raise", "configured"]

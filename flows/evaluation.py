@@ -2,8 +2,8 @@
 
 One task per (target, shard); the calls inside run concurrently within each model's
 limits. Per-target shard files mean a re-run that adds a target only computes the new
-target (the others come from Prefect's cache and the call cache). The stages themselves
-live in ``tasks.stages``.
+target (the others come from Prefect's cache and the call cache). The steps live
+in ``tasks/pipeline/<stage>_step.py``, the pure stage logic in ``tasks/refusalbench/``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
-from refusalbench.tasks.core.config import load_config
-from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.refusalbench.records import BenchmarkItem
+from refusalbench.tasks.core.config import RunConfig, load_config
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
@@ -26,10 +28,18 @@ from refusalbench.tasks.pipeline.score_step import score_judgments
 from refusalbench.tasks.core.store import ArtifactStore
 
 
+def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkItem]:
+    """The evaluation section and the benchmark, checked before anything is written."""
+    if cfg.evaluation is None:
+        raise InputError(str(cfg.source), "the config has no evaluation section", field="evaluation")
+    return read_benchmark(benchmark)
+
+
 @flow(name="refusalbench-evaluate", log_prints=True)
 def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
     cfg = load_config(config_path)
-    items = read_benchmark(benchmark)
+    counter = CallCounter(cfg)  # this run's calls only: in ``run`` the generation's came before
+    items = check_evaluation_inputs(cfg, benchmark)  # a deployment starts here, without the CLI's check
     store = ArtifactStore(out)
     keep_generation_manifest(store)
     recorder = ManifestRecorder(store, "evaluate", config=cfg, seed=cfg.evaluation.seed)
@@ -42,7 +52,7 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
             run = StageRun(cfg, out, recorder, api_bases)
             responses, judgments = respond_and_judge(run, items, targets, judge)
         result = score_judgments(run, items, targets, responses, judgments)
-        recorder.calls(run_call_stats(cfg))
+        recorder.calls(counter.since_start())
         report_uri = report_results(run, result)
-    return {"metrics": store.uri(runfolder.METRICS.name), "report": report_uri, "responses": len(responses),
+    return {"metrics": store.uri(rb_files.METRICS.name), "report": report_uri, "responses": len(responses),
             "models": result.metrics}

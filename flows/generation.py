@@ -6,7 +6,7 @@ drawn from the items every pre-test model answered correctly (see ``flows.pretes
 
 Tasks exchange file names inside the run folder, never DataFrames. One task per
 (model, shard); inside a task the calls run concurrently through the gateway. The
-stages themselves live in ``tasks.stages``.
+steps live in ``tasks/pipeline/<stage>_step.py``, the pure stage logic in ``tasks/refusalbench/``.
 """
 
 from __future__ import annotations
@@ -17,24 +17,32 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.pretest import pretest_models
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.config import load_config
-from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.core.config import RunConfig, load_config
+from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.analyse_step import analyse
-from refusalbench.tasks.pipeline.assign_step import prepare_inputs, record_inputs
-from refusalbench.tasks.pipeline.generate_step import generate_candidates
+from refusalbench.tasks.pipeline.assign_step import GenerationInputs, prepare_inputs, record_inputs
+from refusalbench.tasks.pipeline.generate_step import generate_stage
 from refusalbench.tasks.pipeline.pretest_step import pretested_inputs
 from refusalbench.tasks.pipeline.select_step import select_benchmark
-from refusalbench.tasks.pipeline.verify_step import verify_candidates
+from refusalbench.tasks.pipeline.verify_step import verify_stage
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+
+
+def check_generation_inputs(cfg: RunConfig, seed: int | None = None) -> GenerationInputs:
+    """The base set, levers and settings, checked before anything is written (``seed``: instead of
+    generation.seed). A config without a generation section fails in one line (``prepare_inputs``)."""
+    default = cfg.generation.seed if cfg.generation is not None else 0
+    return prepare_inputs(cfg, default if seed is None else seed)
 
 
 @flow(name="refusalbench-generate", log_prints=True)
 def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
     cfg = load_config(config_path)
-    inputs = prepare_inputs(cfg, cfg.generation.seed if seed is None else seed)
+    counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
+    inputs = check_generation_inputs(cfg, seed)  # a deployment starts here, without the CLI's check
     recorder = ManifestRecorder(ArtifactStore(out), "generate", config=cfg, seed=inputs.seed)
     with recorder.run():
         generators = check_or_raise(cfg, cfg.generation.generators)
@@ -45,11 +53,11 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
             run = StageRun(cfg, out, recorder, api_bases)
             inputs, funnel = pretested_inputs(run, inputs, pretesters, pretest_judge)
             record_inputs(recorder, inputs, funnel)
-            candidates = generate_candidates(run, inputs, generators)
-            verifications = verify_candidates(run, inputs, candidates, verifiers)
+            candidates = generate_stage(run, inputs, generators)
+            verifications = verify_stage(run, inputs, candidates, verifiers)
         selection = select_benchmark(run, inputs, candidates, verifications, verifiers, generators)
+        recorder.calls(counter.since_start())  # before analyse: its report shows the manifest
         analyse(run, selection, generators, verifiers)
-        recorder.calls(run_call_stats(cfg))
-    return {"benchmark": run.store.uri(runfolder.BENCHMARK.name), "accepted": len(selection.accepted_ids),
+    return {"benchmark": run.store.uri(rb_files.BENCHMARK.name), "accepted": len(selection.accepted_ids),
             "sampled": len(selection.benchmark), "candidates": len(candidates), "verifications": len(verifications),
             "run": run.store.uri("")}

@@ -18,15 +18,15 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.llm.gateway import gateway_for
 from refusalbench.tasks.pipeline.knowornot_bases import each_base, failures_of, knowledge_bases, merge_bases, summed
 from refusalbench.tasks.knowornot.report import publish_report, write_results
 from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, check_knowornot_inputs, input_digest,
                                                  knowornot_models, save_stage_failures, stage_tasks,
                                                  with_resolved_sources)
-from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
@@ -35,6 +35,7 @@ from refusalbench.tasks.core.store import ArtifactStore
 @flow(name="refusalbench-knowornot", log_prints=True)
 def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
     cfg = load_config(config_path)
+    counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     check_knowornot_inputs(cfg)  # a deployment starts here, not through the CLI's check: fail clearly, write nothing
     store = ArtifactStore(out)
     recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=cfg.knowornot.seed)
@@ -61,6 +62,6 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
         with recorder.stage("metrics"):
             report = publish_report(store, write_results(store, run_cfg.knowornot, gateway_for(cfg).cache),
                                     recorder.manifest.counts)
-        recorder.calls(run_call_stats(cfg))
-    return {"metrics": store.uri(runfolder.KON_METRICS.name), "report": report,
+        recorder.calls(counter.since_start())
+    return {"metrics": store.uri(kon_files.KON_METRICS.name), "report": report,
             "experiments": sum(g.experiments for g in grids)}

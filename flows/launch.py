@@ -16,20 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 from refusalbench.flows.common import check_or_raise, configured
-from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
 from refusalbench.tasks.core.config import load_config
-from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.pipeline.local_api import embedded_api, wait_until_ready
 
 
 @embedded_api
 def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
-    from refusalbench.flows.generation import generation_flow
+    from refusalbench.flows.generation import check_generation_inputs, generation_flow
     from refusalbench.flows.pretest import pretest_models
-    from refusalbench.tasks.pipeline.assign_step import prepare_inputs
 
     cfg = load_config(config_path)
-    prepare_inputs(cfg, cfg.generation.seed if seed is None and cfg.generation else (seed or 0))
+    check_generation_inputs(cfg, seed)
     check_or_raise(cfg, cfg.generation.generators)
     check_or_raise(cfg, cfg.generation.verifiers)
     pretest_models(cfg)
@@ -48,12 +45,10 @@ def run_pretest(config_path: str, out: str) -> dict[str, Any]:
 
 @embedded_api
 def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
-    from refusalbench.flows.evaluation import evaluation_flow
+    from refusalbench.flows.evaluation import check_evaluation_inputs, evaluation_flow
 
     cfg = load_config(config_path)
-    if cfg.evaluation is None:
-        raise InputError(str(config_path), "the config has no evaluation section", field="evaluation")
-    read_benchmark(benchmark)
+    check_evaluation_inputs(cfg, benchmark)
     check_or_raise(cfg, cfg.evaluation.targets)
     check_or_raise(cfg, [cfg.evaluation.judge])
     return configured(evaluation_flow, cfg, out)(config_path, benchmark, out)

@@ -10,13 +10,13 @@ from typing import Any
 
 from prefect import flow
 
-from refusalbench.flows.common import configured, model_endpoints
+from refusalbench.flows.common import check_or_raise, configured, model_endpoints
 from refusalbench.flows.evaluation import evaluation_flow
-from refusalbench.flows.generation import generation_flow
+from refusalbench.flows.generation import check_generation_inputs, generation_flow
+from refusalbench.flows.pretest import pretest_models
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.outputs import write_generation_report
-from refusalbench.tasks.pipeline.assign_step import prepare_inputs
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.ui import story
 
@@ -41,9 +41,15 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
 
 
 def check_main_inputs(config_path: str, seed: int | None = None) -> RunConfig:
-    """All input of the main job checked (exit 2 on a problem) before anything runs."""
+    """All input of the main job checked (exit 2 on a problem) before anything runs, every model
+    of both stages included: a judge that cannot run is found before the generation budget is spent."""
     cfg = load_config(config_path)
     if cfg.generation is None or cfg.evaluation is None:
         raise InputError(str(config_path), "the main job needs both a generation and an evaluation section")
-    prepare_inputs(cfg, cfg.generation.seed if seed is None else seed)
+    check_generation_inputs(cfg, seed)
+    check_or_raise(cfg, cfg.generation.generators)
+    check_or_raise(cfg, cfg.generation.verifiers)
+    pretest_models(cfg)
+    check_or_raise(cfg, cfg.evaluation.targets)
+    check_or_raise(cfg, [cfg.evaluation.judge])
     return cfg

@@ -14,15 +14,15 @@ from typing import Any
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.pipeline.runtime import run_call_stats
+from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.assign_step import GenerationInputs, base_set_funnel, prepare_inputs, record_funnel
 from refusalbench.tasks.pipeline.pretest_step import pretest_base_set
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 
 
 def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:
@@ -46,6 +46,7 @@ def pretest_models(cfg: RunConfig) -> tuple[list[str], str | None]:
 @flow(name="refusalbench-pretest", log_prints=True)
 def pretest_flow(config_path: str, out: str) -> dict[str, Any]:
     cfg = load_config(config_path)
+    counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     inputs = check_pretest_inputs(cfg)
     recorder = ManifestRecorder(ArtifactStore(out), "pretest", config=cfg, seed=inputs.seed)
     with recorder.run():
@@ -55,6 +56,6 @@ def pretest_flow(config_path: str, out: str) -> dict[str, Any]:
             outcome = pretest_base_set(run, inputs.base_set, models, judge)
         funnel = base_set_funnel(inputs.drawn_from(outcome.kept), outcome.funnel)
         record_funnel(recorder, funnel)
-        recorder.calls(run_call_stats(cfg))
-    return {"pretest": run.store.uri(runfolder.PRETEST.name), "kept": [item.id for item in outcome.kept],
+        recorder.calls(counter.since_start())
+    return {"pretest": run.store.uri(rb_files.PRETEST.name), "kept": [item.id for item in outcome.kept],
             "funnel": funnel, "run": run.store.uri("")}

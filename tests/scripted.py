@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
-from refusalbench.tasks.llm.scripted_server import dry_run_responder, fenced, last_user_text, schema_name
+from refusalbench.tasks.llm.scripted_server import dry_run_responder, fenced, last_user_text, requested_schema
 
 __all__ = [
     "by_model", "dry_run_responder", "fenced", "generator_reply", "intensity_of",
-    "judge_by_reference", "last_user_text", "run_config", "schema_name", "verifier_reply",
+    "judge_by_reference", "last_user_text", "requested_schema", "run_config", "verifier_reply",
 ]
 
 
@@ -35,7 +35,7 @@ def run_config(tmp_path: Path, url: str, models: Iterable[str], sections: str, *
 
 
 def generator_reply(request: dict[str, Any], tweak: str = "") -> str:
-    if schema_name(request) == "GeneratorMultiOutput":
+    if requested_schema(request) == "GeneratorMultiOutput":
         return json.dumps({"perturbed_question": f"Perturbed multi question {tweak}?", "passages": [
             {"index": 1, "text": "Edited passage one.", "relevant": True},
             {"index": 2, "text": "Noise passage.", "relevant": False}],
@@ -70,6 +70,6 @@ def judge_by_reference(request: dict[str, Any]) -> str:
     references = fenced(text, "reference_answer")
     (response,) = fenced(text, "response")
     hit = any(ref.lower() in response.lower() for ref in references)
-    if schema_name(request) == "JudgeMultiOutput":
+    if requested_schema(request) == "JudgeMultiOutput":
         return json.dumps({"eligibility": int(hit), "factuality": int(hit), "raf": int(hit), "rationale": ""})
     return json.dumps({"quality": 5 if hit else 1, "rationale": ""})

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from refusalbench.tasks.refusalbench.assign import assign_levers, assignment_id, parse_strata, sample_base_items
-from refusalbench.tasks.core.records import BaseItem, Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.assign import assign_levers, assignment_id, draw_assignments, parse_strata, sample_base_items
+from refusalbench.tasks.refusalbench.records import BaseItem, Lever, LeverExample, Passage
 from refusalbench.tasks.refusalbench.taxonomy import STRATA, expected_behaviour
 
 
@@ -145,10 +145,8 @@ def test_assignment_id_is_stable():
 
 
 def test_draw_from_a_smaller_pool_uses_the_same_seed_and_settings():
-    from refusalbench.tasks.pipeline.assign_step import draw
-
     levers, items = make_levers(), make_items(10)
     kept = [item for item in items if item.id not in {"b2", "b5"}]
-    drawn, assignments = draw(kept, levers, None, 4, 1, seed=9)
+    drawn, assignments = draw_assignments(kept, levers, None, 4, 1, seed=9)
     assert drawn == sample_base_items(kept, 4, seed=9) and {i.id for i in drawn} <= {i.id for i in kept}
     assert assignments == assign_levers(drawn, levers, seed=9)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.audit import (
     AuditLabelStore,
     audit_document,
@@ -22,14 +23,14 @@ from refusalbench.tasks.refusalbench.audit import (
     open_audit_session,
     rubric,
     sample_run,
-    wilson_interval,
 )
-from refusalbench.tasks.labelling.audit_screens import serve_audit, word_diff_html
-from refusalbench.tasks.core.documents import AuditDocument, AuditLabel
+from refusalbench.tasks.refusalbench.audit_screens import serve_audit, word_diff_html
+from refusalbench.tasks.refusalbench.documents import AuditDocument, AuditLabel
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.knowornot.labels import fleiss_kappa
+from refusalbench.tasks.core.stats import fleiss_kappa, wilson_interval
 from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.core.records import BenchmarkItem, Passage, RunManifest, Verification
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Passage, Verification
+from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.taxonomy import expected_behaviour
@@ -84,8 +85,8 @@ def make_verifications(items) -> list[Verification]:
 def run(tmp_path, levers):
     store = ArtifactStore(tmp_path / "run")
     items = make_items(levers)
-    store.save(runfolder.BENCHMARK, items)
-    store.save(runfolder.VERIFICATIONS, make_verifications(items))
+    store.save(rb_files.BENCHMARK, items)
+    store.save(rb_files.VERIFICATIONS, make_verifications(items))
     return store
 
 
@@ -101,25 +102,25 @@ def test_sample_is_stratified_reproducible_and_guarded(run):
     assert first == {"P-MissingInfo/LOW": {"available": 4, "sampled": 3},
                      "P-Contradiction/HIGH": {"available": 4, "sampled": 3},
                      "P-FalsePremise/MEDIUM": {"available": 2, "sampled": 2}}
-    drawn = [i.item_id for i in run.load(runfolder.AUDIT_SAMPLE)]
+    drawn = [i.item_id for i in run.load(rb_files.AUDIT_SAMPLE)]
     assert len(drawn) == len(set(drawn)) == 8
     sample_run(run.root, per_stratum=3, seed=5)
-    assert [i.item_id for i in run.load(runfolder.AUDIT_SAMPLE)] == drawn
+    assert [i.item_id for i in run.load(rb_files.AUDIT_SAMPLE)] == drawn
 
-    items = run.load(runfolder.BENCHMARK)
+    items = run.load(rb_files.BENCHMARK)
     assert [i.item_id for i in draw_sample(list(reversed(items)), 3, seed=5)] == drawn  # input order does not matter
     others = {tuple(i.item_id for i in draw_sample(items, 3, seed=s)) for s in range(6)}
     assert len(others) > 1
 
     # Once labelled, a different sample needs --force; the same one may be drawn again.
-    AuditLabelStore(run.uri(runfolder.AUDIT_LABELS.name)).append(
+    AuditLabelStore(run.uri(rb_files.AUDIT_LABELS.name)).append(
         AuditLabel(item_id=drawn[0], annotator="ann", label="PASS", labelled_at=now()))
     other_seed = next(s for s in range(6, 40) if [i.item_id for i in draw_sample(items, 3, s)] != drawn)
     with pytest.raises(InputError, match="--force"):
         sample_run(run.root, per_stratum=3, seed=other_seed)
     sample_run(run.root, per_stratum=3, seed=5)
     sample_run(run.root, per_stratum=3, seed=other_seed, force=True)
-    assert [i.item_id for i in run.load(runfolder.AUDIT_SAMPLE)] != drawn
+    assert [i.item_id for i in run.load(rb_files.AUDIT_SAMPLE)] != drawn
 
 
 def test_sample_rejects_bad_input(tmp_path, run):
@@ -261,8 +262,8 @@ BOB = ["PASS", "PASS", "PASS", "FAIL", "PASS", "FAIL", "PASS", "PASS"]
 
 
 def _label_all(run, names_and_verdicts):
-    sample = sorted(run.load(runfolder.AUDIT_SAMPLE), key=lambda i: i.item_id)
-    store = AuditLabelStore(run.uri(runfolder.AUDIT_LABELS.name))
+    sample = sorted(run.load(rb_files.AUDIT_SAMPLE), key=lambda i: i.item_id)
+    store = AuditLabelStore(run.uri(rb_files.AUDIT_LABELS.name))
     for annotator, verdicts in names_and_verdicts:
         for item, verdict in zip(sample, verdicts):
             store.append(AuditLabel(item_id=item.item_id, annotator=annotator, label=verdict, labelled_at=now(),
@@ -278,7 +279,7 @@ def test_report_end_to_end_with_two_annotators(run):
     assert "Cohen's kappa between annotators: 0.333 over 8 items" in result.output
     assert "report: not rebuilt" in result.output
 
-    audit = AuditDocument.model_validate(json.loads(run.read_text(runfolder.AUDIT.name)))
+    audit = AuditDocument.model_validate(json.loads(run.read_text(rb_files.AUDIT.name)))
     # By hand: p_o = 6/8, both annotators PASS 6/8, p_e = .75^2 + .25^2 = .625, kappa = (.75-.625)/.375.
     assert audit.annotator_agreement["kappa_kind"] == "cohen"
     assert audit.annotator_agreement["kappa"] == pytest.approx(1 / 3)
@@ -297,7 +298,7 @@ def test_report_end_to_end_with_two_annotators(run):
     assert {r.value: r.passed for r in audit.by_annotator} == {"ann": 6, EVIL: 6}
 
     # Humans vs the verifier consensus (benchmark positions 1: tie -> FAIL, 2: one verdict -> PASS).
-    items = run.load(runfolder.BENCHMARK)
+    items = run.load(rb_files.BENCHMARK)
     consensus = {item.item_id: "FAIL" if index == 1 else "PASS" for index, item in enumerate(items)}
     agreed = [i.item_id for i, a, b in zip(sample, ANN, BOB) if a == b]
     hits = sum(verdict[i] == consensus[i] for i in agreed)
@@ -330,7 +331,7 @@ def test_report_section_and_rebuilt_report(run):
                             "answer_correct": True, "confidence": None, "perturbation_class": i.perturbation_class,
                             "intensity": i.intensity, "lever_id": i.lever_id, "domain": i.domain,
                             "generator": i.generator} for i in sample])
-    run.save(runfolder.JUDGED, judged)
+    run.save(rb_files.JUDGED, judged)
     result = runner.invoke(audit_app, ["report", run.root])
     assert result.exit_code == 0, result.output
     page = run.read_text(runfolder.REPORT.name)
@@ -338,7 +339,7 @@ def test_report_section_and_rebuilt_report(run):
     assert "P-Contradiction" in page and "Cohen&#x27;s kappa" in page
     assert EVIL not in page and "&lt;script&gt;" in page
 
-    audit = json.loads(run.read_text(runfolder.AUDIT.name))
+    audit = json.loads(run.read_text(rb_files.AUDIT.name))
     alone = build_report(ReportInputs(metrics={}, audit=audit))
     assert "Human audit of generated items" in alone and "95% Wilson score interval" in alone
     assert "Human audit" not in build_report(ReportInputs(metrics={}))

@@ -40,7 +40,8 @@ def _base_row(item_id: str = "a", **changes) -> dict:
 
 
 def _bench_table(rows_changed: Callable[[list[dict]], None] | None = None, drop: str | None = None) -> pa.Table:
-    from refusalbench.tasks.core.records import BenchmarkItem, to_table
+    from refusalbench.tasks.refusalbench.records import BenchmarkItem
+    from refusalbench.tasks.core.tables import to_table
 
     items = [
         BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
@@ -53,7 +54,10 @@ def _bench_table(rows_changed: Callable[[list[dict]], None] | None = None, drop:
     if rows_changed is not None:
         rows = table.to_pylist()
         rows_changed(rows)
-        table = pa.Table.from_pylist(rows, schema=table.schema)
+        # As another tool would write it: any column may hold nulls (the records' schema allows
+        # them only where the record does, and pyarrow would drop a null list to []).
+        nullable = pa.schema([field.with_nullable(True) for field in table.schema])
+        table = pa.Table.from_pylist(rows, schema=nullable)
     if drop is not None:
         table = table.drop([drop])
     return table
@@ -192,7 +196,7 @@ CASES: list[Case] = [
     Case("base-truncated", "data", "JSONL cut off inside the second record", text_file("base.jsonl", TRUNCATED_BASE),
          2, "-", "not valid JSON"),
     Case("base-not-utf8", "data", "Latin-1 byte in line 2", bytes_file("base.jsonl", lambda: NOT_UTF8_BASE),
-         2, "-", "not valid UTF-8"),
+         2, "-", "not UTF-8 (byte 0xe9 at column 29)"),
     Case("base-wrong-type", "data", '`answers` is a string, not a list',
          text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", answers="1932")])), 2, "answers",
          "must be a list of strings"),
@@ -212,7 +216,7 @@ CASES: list[Case] = [
     # ---- base sets given to generate (stops before any model call; one line)
     Case("gen-base-empty", "generate-base", "empty base set", text_file("base.jsonl", ""), None, "-", "empty file: no records"),
     Case("gen-base-not-utf8", "generate-base", "Latin-1 byte in line 2", bytes_file("base.jsonl", lambda: NOT_UTF8_BASE),
-         2, "-", "not valid UTF-8"),
+         2, "-", "not UTF-8 (byte 0xe9 at column 29)"),
     Case("gen-base-duplicate-id", "generate-base", "id `a` on lines 1 and 2",
          text_file("base.jsonl", _jsonl([_base_row("a"), _base_row("a")])), 2, "id", "duplicate id 'a'"),
     Case("gen-base-enormous-line", "generate-base", "line 2 is longer than 10 MiB", bytes_file("base.jsonl", BASE_ENORMOUS),
@@ -223,7 +227,7 @@ CASES: list[Case] = [
          text_file("run.yaml", config_text("generation:\n  base_set: base.jsonl\n  generators: [gen, ")), 10, "-",
          "invalid YAML"),
     Case("cfg-not-utf8", "generate-config", "Latin-1 byte in line 3",
-         bytes_file("run.yaml", lambda: b"models:\n  gen:\n    model: openai/caf\xe9\n"), 3, "-", "not UTF-8 text"),
+         bytes_file("run.yaml", lambda: b"models:\n  gen:\n    model: openai/caf\xe9\n"), 3, "-", "not UTF-8 (byte 0xe9 at column 22)"),
     Case("cfg-wrong-type", "generate-config", "`max_concurrency: lots`",
          text_file("run.yaml", config_text(GOOD_GENERATION).replace("    model: openai/gen\n",
                                                                     "    model: openai/gen\n    max_concurrency: lots\n")),
@@ -279,7 +283,7 @@ CASES: list[Case] = [
          text_file("judged.jsonl", _jsonl([_judged_row()]) + '{"model": "m", "item_'), 2, "-", "invalid JSON"),
     Case("score-not-utf8", "score", "Latin-1 byte in line 2",
          bytes_file("judged.jsonl", lambda: _jsonl([_judged_row()]).encode() + b'{"model": "caf\xe9"}\n'), 2, "-",
-         "not valid UTF-8"),
+         "not UTF-8 (byte 0xe9 at column 15)"),
     Case("score-wrong-type", "score", '`answer_correct: "maybe"`',
          text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row("i2", answer_correct="maybe")])), 2,
          "answer_correct", "not a boolean"),
@@ -298,7 +302,7 @@ CASES: list[Case] = [
          text_file("qa.jsonl", _jsonl([_qa_row()]) + '{"id": "q2", "quest'), 2, "-", "invalid JSON"),
     Case("qa-not-utf8", "knowornot-qa", "Latin-1 byte in line 2",
          bytes_file("qa.jsonl", lambda: _jsonl([_qa_row()]).encode() + b'{"id": "q2", "question": "caf\xe9", "answer": "a"}\n'),
-         2, "-", "not valid UTF-8"),
+         2, "-", "not UTF-8 (byte 0xe9 at column 30)"),
     Case("qa-wrong-type", "knowornot-qa", "`answer: 30` (a number)",
          text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row("q2", answer=30)])), 2, "answer", "must be a string"),
     Case("qa-missing-field", "knowornot-qa", "pair without `question`",

@@ -22,7 +22,8 @@ from refusalbench.tasks.refusalbench.basesets import (
     write_base_set,
 )
 from refusalbench.tasks.core.errors import InputErrors
-from refusalbench.tasks.core.records import BaseItem, Passage, to_table
+from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.core.tables import to_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -85,7 +86,7 @@ BAD_INPUT_CASES: list[tuple[str, str, bytes, list[str]]] = [
     ("duplicate id", ".jsonl", jl(single("a"), single("b"), single("a")),
      [":3: id: duplicate id 'a' (first used on line 1)"]),
     ("non-utf8", ".jsonl", jl(single("a")) + b'{"id": "b", "question": "caf\xe9?", "answers": ["x"], "context": "c"}\n',
-     [":2: -: not valid UTF-8 (byte 0xe9 at column 29)"]),
+     [":2: -: not UTF-8 (byte 0xe9 at column 29)"]),
     ("context and passages", ".jsonl", jl(single("a", passages=[{"text": "t", "relevant": True}])),
      [":1: context: has both context and passages: give one (context = single-document, passages = multi-document)"]),
     ("neither context nor passages", ".jsonl", jl(single("a", context=_DROP)),
@@ -146,7 +147,7 @@ BAD_INPUT_CASES: list[tuple[str, str, bytes, list[str]]] = [
     ("csv neither context nor passages", ".csv", b"id,question,answers,context,passages\na,q,x,,\n",
      [":2: context: missing field: give context (single-document) or passages (multi-document)"]),
     ("csv non-utf8", ".csv", b"id,question,answers,context\na,q,x,c\nb,caf\xe9,x,c\n",
-     [":3: -: not valid UTF-8 (byte 0xe9 at column 6)"]),
+     [":3: -: not UTF-8 (byte 0xe9 at column 6)"]),
     ("csv unterminated quote", ".csv", b'id,question,answers,context\na,q,x,"c\n',
      [":2: -: malformed CSV: unexpected end of data"]),
     # ---- Parquet: LINE is the 1-based row number

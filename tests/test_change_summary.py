@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from refusalbench.tasks.refusalbench.change_summary import change_summary, sentences, text_changes
+from refusalbench.tasks.refusalbench.change_summary import change_summary, diff_sentences, text_changes
 from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.core.records import BaseItem, Candidate, Passage
+from refusalbench.tasks.refusalbench.records import BaseItem, Candidate, Passage
 from refusalbench.tasks.refusalbench.verify import verification_messages
 
 CONTEXT = "The bridge opened in 1932. It is 503 metres long. Tolls were removed in 1970."
@@ -18,8 +18,8 @@ def candidate(item: BaseItem, **fields) -> Candidate:
 
 
 def test_sentences_split_on_end_punctuation_and_collapse_whitespace():
-    assert sentences("One.  Two!\nThree?  Four") == ["One.", "Two!", "Three?", "Four"]
-    assert sentences(None) == [] and sentences("   ") == []
+    assert diff_sentences("One.  Two!\nThree?  Four") == ["One.", "Two!", "Three?", "Four"]
+    assert diff_sentences(None) == [] and diff_sentences("   ") == []
 
 
 def test_a_deleted_sentence_is_named_and_nothing_else():

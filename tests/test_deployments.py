@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from refusalbench.tasks.core.records import BenchmarkItem
+from refusalbench.tasks.refusalbench.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
 from tests.test_evaluation_flow import ITEMS, oracle
@@ -109,6 +109,39 @@ def test_knowornot_flow_without_a_knowornot_section_fails_clearly(tmp_path):
         knowornot_flow.fn(str(config), str(out))  # as a deployment starts it: no CLI check before
     assert info.value.field == "knowornot" and str(config) in str(info.value)
     assert not out.exists()  # failed before writing anything
+
+
+def test_generation_flow_without_a_generation_section_fails_clearly(tmp_path):
+    from refusalbench.flows.generation import generation_flow
+    from refusalbench.tasks.core.errors import InputError
+
+    config = tmp_path / "rb.yaml"
+    config.write_text("models:\n  m: {model: openai/m}\nevaluation:\n  targets: [m]\n  judge: m\n")
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="the config has no generation section") as info:
+        generation_flow.fn(str(config), str(out))  # as a deployment starts it: no CLI check before
+    assert info.value.field == "generation" and str(config) in str(info.value)
+    assert not out.exists()
+
+
+def test_evaluation_flow_without_an_evaluation_section_fails_clearly(tmp_path):
+    from refusalbench.flows.evaluation import evaluation_flow
+    from refusalbench.tasks.core.errors import InputError
+    from refusalbench.tasks.refusalbench.records import BenchmarkItem
+    from refusalbench.tasks.core.store import ArtifactStore
+
+    config = tmp_path / "rb.yaml"
+    config.write_text("models:\n  m: {model: openai/m}\ngeneration:\n  base_set: base.jsonl\n  generators: [m]\n"
+                      "  verifiers: [m]\n")
+    benchmark = ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", [BenchmarkItem(
+        item_id="i1", base_id="b1", variant="single", perturbation_class="P-MissingInfo", intensity="LOW",
+        lever_id="l1", generator="m", question="q?", context="c", original_question="q?", answers=["a"],
+        expected="ANSWER_CORRECTLY")], BenchmarkItem)
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="the config has no evaluation section") as info:
+        evaluation_flow.fn(str(config), benchmark, str(out))  # as a deployment starts it: no CLI check before
+    assert info.value.field == "evaluation" and str(config) in str(info.value)
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- slow: a real server and worker

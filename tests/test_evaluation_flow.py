@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.core.records import BenchmarkItem, Passage
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Passage
 from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, fenced, judge_by_reference, last_user_text
 

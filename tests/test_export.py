@@ -218,15 +218,15 @@ def test_card_figures_are_the_runs(run_dir, tmp_path):
 def test_card_carries_the_audit_when_there_is_one(run_dir, tmp_path):
     import datetime as dt
 
-    from refusalbench.tasks.core import runfolder
+    from refusalbench.tasks.refusalbench import artifacts as rb_files
     from refusalbench.tasks.refusalbench.audit import AuditLabelStore, sample_run, write_audit
-    from refusalbench.tasks.core.documents import AuditLabel
+    from refusalbench.tasks.refusalbench.documents import AuditLabel
     from refusalbench.tasks.refusalbench.export import export_run
     from refusalbench.tasks.core.store import ArtifactStore
 
     sample_run(str(run_dir), per_stratum=3, seed=1)
-    sample = ArtifactStore(run_dir).load(runfolder.AUDIT_SAMPLE)
-    labels = AuditLabelStore(run_dir / runfolder.AUDIT_LABELS.name)
+    sample = ArtifactStore(run_dir).load(rb_files.AUDIT_SAMPLE)
+    labels = AuditLabelStore(run_dir / rb_files.AUDIT_LABELS.name)
     when = dt.datetime.now(dt.timezone.utc)
     for annotator, fail_every in (("ann", 2), ("bob", 3)):
         for index, item in enumerate(sample):
@@ -345,15 +345,15 @@ def test_a_failed_export_leaves_nothing(run_dir, tmp_path, monkeypatch):
 
 
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_dir, tmp_path, capsys):
-    from refusalbench.tasks.core import runfolder
     from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.refusalbench import artifacts as rb_files
 
     out = tmp_path / "hf"
     missing = tmp_path / "typo"
     empty_folder = tmp_path / "no-benchmark"
     empty_folder.mkdir()
     empty_bench = tmp_path / "empty-bench"
-    ArtifactStore(empty_bench).save(runfolder.BENCHMARK, [])
+    ArtifactStore(empty_bench).save(rb_files.BENCHMARK, [])
     project = tmp_path / "project"
     (project / "data").mkdir(parents=True)
     (project / "data" / "base.jsonl").write_text("{}\n")

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, FaultRates
-from refusalbench.tasks.core.records import BenchmarkItem, Passage
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Passage
 from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, verifier_reply
 

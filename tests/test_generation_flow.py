@@ -163,3 +163,16 @@ def test_generator_balance_gives_every_generator_the_same_count_per_stratum(tmp_
     assert all(s == {"wanted": 6, "got": 4, "generators": {"gen-b": {"wanted": 3, "accepted": 2}}}
                for s in short.values())
     assert any("per generator" in note for note in manifest["notes"])
+
+
+def test_the_generation_report_shows_the_runs_calls(tmp_path, fake_llm):
+    """The generation-only report is written after the manifest has the run's call counts."""
+    scripted(fake_llm)
+    out = tmp_path / "run"
+    run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a"]), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {model: stats["http_calls"] for model, stats in manifest["calls"].items()} == {
+        model: len(fake_llm.calls_for(model)) for model in ("gen-a", "gen-b", "ver-a")}
+    report = (out / "report.html").read_text()
+    metadata = report[report.index("<h3>calls</h3>"):]
+    assert "http_calls" in metadata.split("<h3>")[1], "the report's run metadata has no call counts"

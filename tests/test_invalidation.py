@@ -10,7 +10,7 @@ from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm.gateway import Gateway
 from refusalbench.tasks.refusalbench.generate import generate_candidates
 from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.core.records import BaseItem
+from refusalbench.tasks.refusalbench.records import BaseItem
 from tests.scripted import generator_reply
 
 

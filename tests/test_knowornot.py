@@ -15,9 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from refusalbench.tasks.core.errors import InputError, InputErrors
-from refusalbench.tasks.knowornot import diversity, evaluation, labelling_ui, labels, retrieval, sentences
+from refusalbench.tasks.core import stats
+from refusalbench.tasks.knowornot import diversity, evaluation, label_screens, labels, retrieval, sentences
+from refusalbench.tasks.labelling import agreement
+from refusalbench.tasks.labelling.label_store import LabelStore
 from refusalbench.tasks.knowornot.embeddings import HashingEmbedder, normalise_rows
-from refusalbench.tasks.knowornot.records import EvalSpec, ExperimentInput, HumanLabel, LabelItem, OOKBQuestion, QAPair
+from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.knowornot.records import ExperimentInput, OOKBQuestion, QAPair
+from refusalbench.tasks.core.human_labels import HumanLabel, LabelItem
 from refusalbench.tasks.knowornot.sources import (
     load_policybench,
     load_qa_jsonl,
@@ -25,7 +30,7 @@ from refusalbench.tasks.knowornot.sources import (
     make_atomic_facts,
     qa_pair_from_fact,
 )
-from refusalbench.tasks.core.records import from_table, to_table
+from refusalbench.tasks.core.tables import from_table, to_table
 
 POLICYBENCH = Path(__file__).resolve().parents[2] / "shared" / "reference" / "policybench"
 
@@ -118,7 +123,7 @@ def test_read_documents_errors(tmp_path):
     bad.write_bytes("first line\ncaf\xe9 second".encode("latin-1"))
     with pytest.raises(InputError) as info:
         sentences.read_documents([bad])
-    assert str(info.value).startswith(f"{bad}:2: -: not valid UTF-8")
+    assert str(info.value) == f"{bad}:2: -: not UTF-8 (byte 0xe9 at column 4)"
     pdf = tmp_path / "x.pdf"
     pdf.write_bytes(b"%PDF")
     with pytest.raises(InputError, match="unsupported document type"):
@@ -182,12 +187,13 @@ def test_load_real_policybench():
 def test_every_record_round_trips_through_parquet(tmp_path):
     import datetime as dt
 
+    from refusalbench.tasks.core import human_labels
+    from refusalbench.tasks.core.tables import Record
     from refusalbench.tasks.knowornot import records as kr
-    from refusalbench.tasks.core.records import Record
 
     t = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
     examples = [
-        kr.Document(doc_id="d", path="d.md", text="T."),
+        kr.SourceDocument(doc_id="d", path="d.md", text="T."),
         kr.Sentence(doc_id="d", index=0, text="T."),
         kr.AtomicFact(fact_id="d-s0-f0", doc_id="d", sentence_index=0, text="F."),
         kr.QAPair(id="q", question="Q?", answer="A.", source="d-s0-f0", doc_id="d", sentence_index=0),
@@ -200,9 +206,9 @@ def test_every_record_round_trips_through_parquet(tmp_path):
                             ookb=True, response="I don't know."),
         evaluation.ABSTENTION,
         kr.EvalOutcome(experiment_id="e", spec="abstention", evaluator="j", outcome="yes", raw="<abstained>yes</abstained>"),
-        kr.LabelItem(item_id="e", spec="abstention", outcomes=["yes", "no"], question="Q?", response="R"),
-        kr.HumanLabel(item_id="e", spec="abstention", annotator="ann", label="yes", labelled_at=t),
-        kr.AgreementReport(n=2, percent_agreement=0.5, kappa=0.0, labels=["yes", "no"], confusion=[[1, 0], [1, 0]]),
+        human_labels.LabelItem(item_id="e", spec="abstention", outcomes=["yes", "no"], question="Q?", response="R"),
+        human_labels.HumanLabel(item_id="e", spec="abstention", annotator="ann", label="yes", labelled_at=t),
+        human_labels.AgreementReport(n=2, percent_agreement=0.5, kappa=0.0, labels=["yes", "no"], confusion=[[1, 0], [1, 0]]),
     ]
     covered = {type(r) for r in examples}
     defined = {v for v in vars(kr).values() if isinstance(v, type) and issubclass(v, Record) and v.__module__ == kr.__name__}
@@ -342,7 +348,7 @@ def test_hyde_drops_own_pair_and_still_returns_k():
     e = _basis(n)
     index = retrieval.build_index(e)
     query = retrieval.RetrievalQuery("q2", 2, None, np.stack([e[2] + 0.2 * e[4], e[2] + 0.1 * e[0]]))
-    kb = retrieval.KnowledgeBase(pairs, index)
+    kb = retrieval.IndexedKnowledgeBase(pairs, index)
     got = retrieval.RETRIEVERS["hyde_rag"].select_context(query, kb, 2)
     assert got == ["q4", "q0"]  # q2 (the best match) withheld
 
@@ -480,12 +486,12 @@ def test_cohen_kappa_hand_computed():
     # Agreement on 7 of 10 items: p_o = 0.7.
     # a says yes 6/10, b says yes 5/10: p_e = 0.6*0.5 + 0.4*0.5 = 0.5.
     # kappa = (0.7 - 0.5) / (1 - 0.5) = 0.4
-    assert labels.cohen_kappa(a, b) == pytest.approx(0.4)
-    assert labels.cohen_kappa(a, a) == pytest.approx(1.0)
+    assert stats.cohens_kappa(a, b) == pytest.approx(0.4)
+    assert stats.cohens_kappa(a, a) == pytest.approx(1.0)
     # Both raters always say "yes": p_e = 1, kappa undefined.
-    assert np.isnan(labels.cohen_kappa(["yes"] * 3, ["yes"] * 3))
+    assert np.isnan(stats.cohens_kappa(["yes"] * 3, ["yes"] * 3))
     # Systematic disagreement: p_o = 0, p_e = 0.5*0.5 + 0.5*0.5 = 0.5, kappa = -1.
-    assert labels.cohen_kappa(["yes", "no"], ["no", "yes"]) == pytest.approx(-1.0)
+    assert stats.cohens_kappa(["yes", "no"], ["no", "yes"]) == pytest.approx(-1.0)
 
 
 def test_fleiss_kappa_hand_computed():
@@ -493,11 +499,11 @@ def test_fleiss_kappa_hand_computed():
     # P_i = (Σ n_ij² − 3) / (3·2): item1 (9−3)/6 = 1, item2 (4+1−3)/6 = 1/3, item3 = 1; P̄ = 7/9.
     # p_yes = 5/9, p_no = 4/9: P_e = 25/81 + 16/81 = 41/81.
     # kappa = (63/81 − 41/81) / (40/81) = 22/40 = 0.55
-    assert labels.fleiss_kappa([[3, 0], [2, 1], [0, 3]]) == pytest.approx(0.55)
-    matrix = labels.fleiss_matrix([["yes", "yes", "yes"], ["yes", "yes", "no"], ["no", "no", "no"]], ["yes", "no"])
+    assert stats.fleiss_kappa([[3, 0], [2, 1], [0, 3]]) == pytest.approx(0.55)
+    matrix = stats.fleiss_matrix([["yes", "yes", "yes"], ["yes", "yes", "no"], ["no", "no", "no"]], ["yes", "no"])
     assert matrix.tolist() == [[3, 0], [2, 1], [0, 3]]
     with pytest.raises(ValueError):
-        labels.fleiss_kappa([[2, 0], [1, 0]])
+        stats.fleiss_kappa([[2, 0], [1, 0]])
 
 
 def test_evaluator_vs_human_confusion_and_annotator_agreement():
@@ -509,13 +515,13 @@ def test_evaluator_vs_human_confusion_and_annotator_agreement():
         for i, lab in zip(["a", "b", "c", "d"], row)
     ]
     evaluator = {"a": "yes", "b": "no", "c": "no", "d": "yes"}
-    reports = labels.evaluator_vs_human(human, evaluator, spec)
+    reports = agreement.evaluator_vs_human(human, evaluator, spec)
     ann = reports["ann"]
     # rows = human, columns = evaluator, order [yes, no]: (yes,yes)=1 (yes,no)=1 (no,no)=1 (no,yes)=1
     assert ann.confusion == [[1, 1], [1, 1]] and ann.percent_agreement == 0.5 and ann.kappa == pytest.approx(0.0)
     assert reports["bob"].percent_agreement == 0.75
     assert reports["consensus"].n == 3  # humans disagree on item b
-    result = labels.annotator_agreement(human, spec)
+    result = agreement.annotator_agreement(human, spec)
     # ann vs bob agree on 3/4; p_e = 0.5*0.25 + 0.5*0.75 = 0.5 -> kappa 0.5
     assert result["pairwise"]["ann|bob"]["kappa"] == pytest.approx(0.5)
     assert result["fleiss_items"] == 4
@@ -547,7 +553,7 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     store = tmp_path / "labels.jsonl"
     answers = iter(["maybe", "1", "s", "q"])
     shown: list[str] = []
-    first = labelling_ui.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append)
+    first = label_screens.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append)
     assert [(l.item_id, l.label) for l in first] == [("e0", "yes")]
     assert any("Not an option: 'maybe'" in line for line in shown)
     assert len(store.read_text().splitlines()) == 1
@@ -555,21 +561,21 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     with open(store, "a") as handle:
         handle.write('{"item_id": "e1", "spec": "absten')
     answers = iter(["no", "YES"])
-    second = labelling_ui.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None)
+    second = label_screens.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None)
     assert [(l.item_id, l.label) for l in second] == [("e1", "no"), ("e2", "yes")]
-    stored = labels.LabelStore(store).load()
+    stored = LabelStore(store).load()
     assert [(l.item_id, l.label) for l in stored] == [("e0", "yes"), ("e1", "no"), ("e2", "yes")]
     # Another annotator starts from scratch; end of input stops cleanly.
     def eof(_: str) -> str:
         raise EOFError
-    assert labelling_ui.label_in_terminal(_items(), store, "bob", input_fn=eof, output_fn=lambda _: None) == []
+    assert label_screens.label_in_terminal(_items(), store, "bob", input_fn=eof, output_fn=lambda _: None) == []
 
 
 def test_label_store_rejects_corrupt_middle_line(tmp_path):
     store = tmp_path / "labels.jsonl"
     store.write_text("garbage\n{}\n", encoding="utf-8")
     with pytest.raises(InputError, match=":1: -: not a label record"):
-        labels.LabelStore(store).load()
+        LabelStore(store).load()
 
 
 def _no_proxy_opener() -> urllib.request.OpenerDirector:
@@ -584,7 +590,7 @@ def test_web_labeller_escapes_and_saves(tmp_path):
     ]
     store = tmp_path / "web.jsonl"
     opener = _no_proxy_opener()
-    with labelling_ui.serve_labelling(items, store, "ann") as server:
+    with label_screens.serve_labelling(items, store, "ann") as server:
         assert server.url.startswith("http://127.0.0.1:")
         page = opener.open(server.url, timeout=10).read().decode()
         assert "&lt;script&gt;alert(1)&lt;/script&gt;?" in page and "<script>" not in page
@@ -607,7 +613,7 @@ def test_web_labeller_escapes_and_saves(tmp_path):
 
 def test_web_labeller_refuses_non_loopback(tmp_path):
     with pytest.raises(ValueError, match="not a loopback"):
-        labelling_ui.serve_labelling(_items(), tmp_path / "x.jsonl", "ann", host="0.0.0.0")
+        label_screens.serve_labelling(_items(), tmp_path / "x.jsonl", "ann", host="0.0.0.0")
 
 
 # ----------------------------------------------------------------- the real embedding model

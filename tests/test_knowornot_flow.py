@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.scripted import by_model, fenced, last_user_text, run_config, schema_name
+from tests.scripted import by_model, fenced, last_user_text, run_config, requested_schema
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -45,7 +45,7 @@ def test_knowornot_flow(tmp_path, fake_llm):
     qa = tmp_path / "qa.jsonl"
     qa.write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
     def helper_model(request):
-        if schema_name(request) == "OOKBQuestionsOutput":
+        if requested_schema(request) == "OOKBQuestionsOutput":
             return json.dumps({"questions": ["What is the dress code on Fridays?", "Who runs the canteen?",
                                              "When are salaries paid?"]})  # the last repeats a known question
         return json.dumps({"answers": ["A warranty lasts years."]})
@@ -135,7 +135,7 @@ def demo_model(request):
     citation when the reply names a fact.
     """
     text = last_user_text(request)
-    schema = schema_name(request)
+    schema = requested_schema(request)
     if schema == "AtomicFacts":
         (sentence,) = fenced(text, "sentence")
         return json.dumps({"facts": [sentence, f"The town handbook states that {sentence[0].lower()}{sentence[1:]}"]})
@@ -215,8 +215,9 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     import sys
 
     from refusalbench.flows.launch import run_knowornot
-    from refusalbench.tasks.knowornot.labels import LabelStore, open_label_session, write_agreement
-    from refusalbench.tasks.knowornot.records import HumanLabel
+    from refusalbench.tasks.knowornot.labels import open_label_session, write_agreement
+    from refusalbench.tasks.labelling.label_store import LabelStore
+    from refusalbench.tasks.core.human_labels import HumanLabel
 
     fake_llm.responder = demo_model
     out = tmp_path / "run"

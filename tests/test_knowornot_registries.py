@@ -14,7 +14,7 @@ import pytest
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.embeddings import EMBEDDERS, HashingEmbedder, register_embedder
 from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, register_eval_spec
-from refusalbench.tasks.knowornot.records import EvalSpec
+from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.knowornot.retrieval import RETRIEVERS, register_retriever
 from tests.scripted import by_model, fenced, last_user_text, run_config
 
@@ -152,12 +152,12 @@ def test_config_accepts_only_registered_names(tmp_path):
 
 @pytest.mark.usefixtures("restore_registries")
 def test_label_session_finds_a_registered_spec(tmp_path):
-    from refusalbench.tasks.core import runfolder
+    from refusalbench.tasks.knowornot import artifacts as kon_files
     from refusalbench.tasks.knowornot.labels import open_label_session
     from refusalbench.tasks.core.store import ArtifactStore
 
     sample = pd.DataFrame([{"experiment_id": "e1", "question": "Q?", "response": "R.", "expected_answer": "A."}])
-    ArtifactStore(tmp_path).save(runfolder.LABEL_SAMPLE, sample)
+    ArtifactStore(tmp_path).save(kon_files.LABEL_SAMPLE, sample)
     with pytest.raises(InputError, match="unknown evaluation spec"):
         open_label_session(str(tmp_path), "politeness")
     register_eval_spec(EvalSpec(name="politeness", tag="polite", outcomes=["polite", "rude"], prompt="Is it polite?"))

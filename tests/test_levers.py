@@ -27,7 +27,7 @@ from refusalbench.tasks.refusalbench.levers import (
     name_slug,
     validate_catalogue,
 )
-from refusalbench.tasks.core.records import Lever
+from refusalbench.tasks.refusalbench.records import Lever
 from refusalbench.tasks.refusalbench.taxonomy import CANONICAL_CODE, CLASS_SLUG, PERTURBATION_CLASSES, STRATA, expected_behaviour
 
 # ----------------------------------------------------------------- helpers

@@ -13,7 +13,8 @@ from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.plan import CHARS_PER_TOKEN, plan_run, plan_table, time_bound
-from refusalbench.tasks.core.records import BenchmarkItem, to_table
+from refusalbench.tasks.refusalbench.records import BenchmarkItem
+from refusalbench.tasks.core.tables import to_table
 from refusalbench.tasks.pipeline.assign_step import prepare_inputs
 
 BASE = [

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from refusalbench.tasks.llm.scripted_server import request_fingerprint
-from tests.scripted import (fenced, generator_reply, intensity_of, judge_by_reference, last_user_text, schema_name,
+from tests.scripted import (fenced, generator_reply, intensity_of, judge_by_reference, last_user_text, requested_schema,
                             run_config, verifier_reply)
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -69,7 +69,7 @@ generation:
 
 def responder(request: dict) -> str:
     """Replies by role (the schema asked for), with the outcome-dependent twists of the module doc."""
-    model, schema = request["model"], schema_name(request)
+    model, schema = request["model"], requested_schema(request)
     fingerprint = request_fingerprint(request)
     if schema in ("GeneratorSingleOutput", "GeneratorMultiOutput"):
         if model == "beta" and schema == "GeneratorMultiOutput":
@@ -143,7 +143,7 @@ def test_plan_predicts_the_calls_of_the_run(tmp_path, fake_llm):
 
 def pretest_responder(request: dict) -> str:
     """Pre-test models give the reference answer (delta refuses one item); gamma judges."""
-    if schema_name(request) in ("JudgeSingleOutput", "JudgeMultiOutput"):
+    if requested_schema(request) in ("JudgeSingleOutput", "JudgeMultiOutput"):
         return judge_by_reference(request)
     (question,) = fenced(last_user_text(request), "question")
     if request["model"] == "delta" and "mill" in question:

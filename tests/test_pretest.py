@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.refusalbench.pretest import kept_items, summary_by_model, unperturbed_item
-from refusalbench.tasks.core.records import BaseItem, Candidate, PretestRow
+from refusalbench.tasks.refusalbench.records import BaseItem, Candidate, PretestRow
 from refusalbench.tasks.refusalbench.select import stratified_sample
 from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, run_config, verifier_reply
 

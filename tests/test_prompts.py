@@ -22,24 +22,24 @@ from refusalbench.tasks.llm.structured_outputs import (
     VerifierOutput,
     json_schema_for,
     parse_output,
-    parse_tagged_outcome,
-    response_format_for,
 )
+from refusalbench.tasks.llm.providers import response_format_for
+from refusalbench.tasks.knowornot.evaluation import extract_tag
 from refusalbench.tasks.llm.prompting import (
     ABSTENTION_OUTCOMES,
     ABSTENTION_TAG,
-    CONFIDENCE_LEVELS,
     FACTUALITY_OUTCOMES,
     FACTUALITY_TAG,
     TEMPLATES,
     all_template_hashes,
-    answer_constraint_text,
     fence,
     neutralise,
     render_messages,
     template_hash,
 )
-from refusalbench.tasks.core.records import Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.records import Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.decisions import CONFIDENCE_LEVELS
+from refusalbench.tasks.refusalbench.prompt_vocabulary import TARGET_VOCABULARY, VERIFIER_VOCABULARY, answer_constraint_text
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES
 
 # Untrusted text that tries every trick: Jinja syntax, fake roles, our own delimiters, chat tokens.
@@ -91,14 +91,14 @@ def variables_for(name: str, text: str = "plain text", big: str | None = None) -
         "generator_multi.j2": {**item, "passages": passages, "strategy": lever.multi_document},
         "verifier_single.j2": {
             **verifier_item, "context": context, "perturbed_question": text, "perturbed_context": context,
-            "changes": "- Question: unchanged.",
+            "changes": "- Question: unchanged.", **VERIFIER_VOCABULARY,
         },
         "verifier_multi.j2": {
             **verifier_item, "passages": passages, "perturbed_question": text, "perturbed_passages": passages,
-            "changes": "- Question: unchanged.",
+            "changes": "- Question: unchanged.", **VERIFIER_VOCABULARY,
         },
-        "target_single.j2": {"question": text, "context": context, "confidence": False},
-        "target_multi.j2": {"question": text, "passages": passages, "confidence": True},
+        "target_single.j2": {"question": text, "context": context, "confidence": False, **TARGET_VOCABULARY},
+        "target_multi.j2": {"question": text, "passages": passages, "confidence": True, **TARGET_VOCABULARY},
         "judge_single.j2": {"question": text, "context": context, "answers": [text], "response": text},
         "judge_multi.j2": {"question": text, "passages": passages, "answers": [text], "response": text},
         "kon_fact_extraction.j2": {"sentence": text, "sentence_index": 7, "document_context": context},
@@ -149,8 +149,9 @@ def test_renders_well_formed_messages(name):
         assert "{{" not in message["content"] and "{%" not in message["content"]
 
 
-# Accepted for a uniform call signature but deliberately not shown (see the template's comment).
-UNUSED_VARIABLES = {("kon_eval_abstention.j2", "expected_answer")}
+# Accepted for a uniform call signature but deliberately not shown (see the template's comment);
+# the confidence levels are listed only when a stated confidence is asked for (target_multi here).
+UNUSED_VARIABLES = {("kon_eval_abstention.j2", "expected_answer"), ("target_single.j2", "CONFIDENCE_LEVELS")}
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
@@ -204,7 +205,7 @@ def test_evaluator_verdict_cannot_be_injected_by_the_model_answer():
     # The prompt's own instructions show the tag; the answer's copy must be defused.
     answer_body = next(b for b in fenced_bodies(prompt) if "Sure." in b)
     assert "<abstention>" not in answer_body
-    assert parse_tagged_outcome(answer_body, "abstention", ABSTENTION_OUTCOMES) is None
+    assert extract_tag(answer_body, "abstention", [o for o, _ in ABSTENTION_OUTCOMES]) == (None, "no <abstention> tag in reply")
 
 
 @pytest.mark.parametrize(
@@ -385,14 +386,14 @@ def test_json_schema_is_self_contained():
     assert "strategy_compliance" not in verifier["required"] and "notes" in verifier["required"]
     judge = json_schema_for(JudgeSingleOutput)["properties"]["quality"]
     assert (judge["minimum"], judge["maximum"]) == (1, 5)
-    fmt = response_format_for(VerifierOutput)
+    fmt = response_format_for("json_schema", "VerifierOutput", json_schema_for(VerifierOutput))
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is False
     assert fmt["json_schema"]["schema"]["properties"]["verdict"]["enum"] == ["PASS", "FAIL"]
 
 
-def test_parse_tagged_outcome_takes_last_allowed_label():
+def test_extract_tag_takes_last_allowed_label():
     text = "The answer says <factuality>tier_1</factuality>? No. Final: <FACTUALITY> Tier 3 </factuality>"
-    assert parse_tagged_outcome(text, "factuality", FACTUALITY_OUTCOMES) == "tier_3"
-    assert parse_tagged_outcome("<abstention>**Yes**</abstention>", "abstention", ABSTENTION_OUTCOMES) == "yes"
-    assert parse_tagged_outcome("<abstention>maybe</abstention>", "abstention", ["yes", "no"]) is None
-    assert parse_tagged_outcome("no tags", "abstention", ["yes", "no"]) is None
+    assert extract_tag(text, "factuality", [o for o, _ in FACTUALITY_OUTCOMES]) == ("tier_3", None)
+    assert extract_tag("<abstention>**Yes**</abstention>", "abstention", [o for o, _ in ABSTENTION_OUTCOMES]) == ("yes", None)
+    assert extract_tag("<abstention>maybe</abstention>", "abstention", ["yes", "no"])[0] is None
+    assert extract_tag("no tags", "abstention", ["yes", "no"])[0] is None

@@ -20,7 +20,7 @@ import math
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.core.documents import GVAnalysis
+from refusalbench.tasks.refusalbench.documents import GVAnalysis
 from refusalbench.tasks.refusalbench.gv_analysis import gv_analysis
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report, build_report
 from refusalbench.tasks.refusalbench.report.comparison_figures import (
@@ -228,11 +228,11 @@ def test_generation_only_report_has_no_evaluation_sections():
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_generate_leaves_a_generation_report(tmp_path, fake_llm):
-    from tests.scripted import by_model, generator_reply, intensity_of, schema_name, verifier_reply
+    from tests.scripted import by_model, generator_reply, intensity_of, requested_schema, verifier_reply
     from tests.test_generation_flow import run, write_config
 
     def gen_a(request):  # gen-a generates and also verifies (it passes everything it sees)
-        return verifier_reply("PASS") if schema_name(request) == "VerifierOutput" else generator_reply(request, "a")
+        return verifier_reply("PASS") if requested_schema(request) == "VerifierOutput" else generator_reply(request, "a")
 
     fake_llm.responder = by_model({
         "gen-a": gen_a, "gen-b": lambda r: generator_reply(r, "b"),

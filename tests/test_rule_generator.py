@@ -17,7 +17,7 @@ from refusalbench.tasks.llm.gateway import Gateway
 from refusalbench.tasks.refusalbench.generate import candidate_id, rule_candidates
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.llm.local_models import check_available, model_status
-from refusalbench.tasks.core.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.records import BaseItem, Passage
 from refusalbench.tasks.refusalbench.rule_generator import (RULES, NotApplicable, apply_rule, register_rule, rule_skips,
                                                ruleset_hash)
 from refusalbench.tasks.refusalbench.rule_generator.text import answer_pattern, content_words, sentences
@@ -57,7 +57,7 @@ def test_every_rule_realises_a_catalogue_lever_of_its_class() -> None:
 
 
 def test_a_lever_has_one_rule_and_an_unruled_lever_is_not_applicable() -> None:
-    with pytest.raises(ValueError, match="already has a rule"):
+    with pytest.raises(ValueError, match="rule for lever 'missing-info-medium-answer-clause-excised' is already registered"):
         register_rule("missing-info-medium-answer-clause-excised")(lambda item, key: None)
     unruled = next(lever for lever in LEVERS.values() if lever.id not in RULES)
     with pytest.raises(NotApplicable, match="no rule"):

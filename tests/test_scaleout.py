@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.core.records import BenchmarkItem
+from refusalbench.tasks.refusalbench.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
 from tests.test_evaluation_flow import ITEMS, oracle

@@ -13,7 +13,6 @@ from refusalbench.tasks.refusalbench import scoring
 from refusalbench.tasks.refusalbench.decisions import parse_decision
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.scoring import (
-    METRICS,
     bootstrap_intervals,
     breakdown,
     class_intensity_grid,
@@ -27,6 +26,7 @@ from refusalbench.tasks.refusalbench.scoring import (
     refusal_rate_by_intensity,
     render_score_outputs,
     score_frame,
+    single_document_metrics,
     write_score,
     read_score,
 )
@@ -103,7 +103,7 @@ def assert_metrics(actual, expected):
 
 def test_every_metric_on_a_hand_computed_table():
     metrics = compute_metrics(frame(M1))
-    assert set(metrics["m1"]) == set(METRICS) | set(scoring.COUNTS)
+    assert set(metrics["m1"]) == set(single_document_metrics()) | set(scoring.COUNTS)
     assert_metrics(metrics["m1"], M1_EXPECTED)
 
 
@@ -246,7 +246,7 @@ def test_bootstrap_is_deterministic_by_seed_and_contains_the_estimate():
     assert first != other
     metrics = compute_metrics(df)
     for model, intervals in first.items():
-        assert set(intervals) == set(METRICS)
+        assert set(intervals) == set(single_document_metrics())
         for name, (low, high) in intervals.items():
             assert low <= metrics[model][name] <= high, (model, name)
             assert low < high, (model, name)
@@ -303,7 +303,7 @@ def test_breakdown_by_intensity_long_format():
     table = breakdown(frame(M1), "intensity")
     assert list(table.columns) == ["model", "group", "value", "metric", "estimate", "ci_low", "ci_high", "n"]
     assert set(table["group"]) == {"intensity"}
-    assert len(table) == 3 * len(METRICS)            # LOW, MEDIUM, HIGH
+    assert len(table) == 3 * len(single_document_metrics())  # LOW, MEDIUM, HIGH
     row = table.set_index(["value", "metric"])
     # LOW = a1..a4: answerable only
     assert row.loc[("LOW", "answer_accuracy"), "estimate"] == 0.5
@@ -383,7 +383,7 @@ def test_score_frame_and_outputs_round_trip(tmp_path):
     result = score_frame(df, n_resamples=50, seed=1, generated_at="2025-01-01T00:00:00+00:00")
     assert result.models == ["alpha", "beta", "gamma"]
     overall = result.breakdown[result.breakdown["group"] == "overall"]
-    assert len(overall) == 3 * len(METRICS)
+    assert len(overall) == 3 * len(single_document_metrics())
     assert {"intensity", "domain"} <= set(result.breakdown["group"])
     files = render_score_outputs(result)
     assert {"metrics.json", "breakdown.parquet", "confusion.parquet"} <= set(files)

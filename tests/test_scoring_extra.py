@@ -10,30 +10,30 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.gateway import CallResult
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.judge import judgment_from_result
 from refusalbench.tasks.refusalbench.outputs import judged_frame
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Passage, Response
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Passage, Response
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows
 from refusalbench.tasks.refusalbench.scoring import (
-    ALL_METRICS,
-    COMPOSITES,
-    METRICS,
-    MULTI_DOCUMENT_METRICS,
+    all_metrics,
     bootstrap_intervals,
     bootstrap_summary,
     breakdown,
     compute_metrics,
     frr_mrr_correlation,
     load_score_outputs,
+    metric_spec,
+    multi_document_metrics,
     prepare,
     read_judged,
     read_metrics_json,
     render_score_outputs,
     response_distribution,
     score_frame,
+    single_document_metrics,
 )
 from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, parse_output
 from tests.test_scoring import M1, A, assert_metrics, frame, synthetic
@@ -83,7 +83,7 @@ GARAGE_EXPECTED = {
 
 def test_answer_quality_and_hybrid_scores_by_hand():
     metrics = compute_metrics(frame(garage_rows()))["g"]
-    assert set(metrics) >= set(ALL_METRICS)
+    assert set(metrics) >= set(all_metrics())
     assert_metrics(metrics, GARAGE_EXPECTED)
 
 
@@ -96,12 +96,12 @@ def test_multi_document_metrics_are_nan_on_single_document_rows():
     single = [dict(r, model="s", variant="single", raf=None, eligibility=None, factuality=None) for r in garage_rows()]
     metrics = compute_metrics(frame(garage_rows(), single))
     assert_metrics(metrics["g"], GARAGE_EXPECTED)
-    assert_metrics(metrics["s"], {name: NAN for name in MULTI_DOCUMENT_METRICS})
+    assert_metrics(metrics["s"], {name: NAN for name in multi_document_metrics()})
     # A single-document run: §6's metrics only by default, NaN (never 0) when asked for all.
     alone = frame(M1)
-    assert set(compute_metrics(alone)["m1"]) == set(METRICS) | {"n", "n_answerable", "n_unanswerable",
+    assert set(compute_metrics(alone)["m1"]) == set(single_document_metrics()) | {"n", "n_answerable", "n_unanswerable",
                                                                 "n_confidence", "n_unjudged"}
-    assert_metrics(compute_metrics(alone, ALL_METRICS)["m1"], {name: NAN for name in MULTI_DOCUMENT_METRICS})
+    assert_metrics(compute_metrics(alone, all_metrics())["m1"], {name: NAN for name in multi_document_metrics()})
 
 
 def test_only_multi_document_rows_enter_the_garage_scores():
@@ -113,7 +113,7 @@ def test_only_multi_document_rows_enter_the_garage_scores():
          "answer_correct": None, "raf": None, "eligibility": None, "factuality": None, "variant": "single"},
     ]
     metrics = compute_metrics(frame(garage_rows(), extra))["g"]
-    assert_metrics(metrics, {**{k: GARAGE_EXPECTED[k] for k in MULTI_DOCUMENT_METRICS},
+    assert_metrics(metrics, {**{k: GARAGE_EXPECTED[k] for k in multi_document_metrics()},
                              "answer_accuracy": 4 / 7, "refusal_accuracy": 4 / 5})
 
 
@@ -165,7 +165,7 @@ def test_standard_errors_are_the_bootstrap_spread():
     for name, n in (("answer_accuracy", metrics["n_answerable"]), ("refusal_rate", metrics["n"])):
         p = metrics[name]
         assert errors["alpha"][name] == pytest.approx(math.sqrt(p * (1 - p) / n), rel=0.1), name
-    assert all(errors["alpha"][name] > 0 for name in METRICS if not name.startswith("ece"))
+    assert all(errors["alpha"][name] > 0 for name in single_document_metrics() if not name.startswith("ece"))
 
 
 def test_standard_error_is_nan_where_the_metric_is_undefined():
@@ -215,7 +215,8 @@ def test_every_defined_breakdown_row_has_an_interval():
     assert table.loc[~defined, ["ci_low", "ci_high"]].isna().all().all()
     assert (table.loc[defined, "ci_low"] <= table.loc[defined, "ci_high"] + 1e-12).all()
     # composite metrics (bootstrap within the group) bracket their estimate in these large groups
-    composite = table[defined & table["metric"].isin(COMPOSITES) & (table["group"] != "overall")]
+    formulas = [m for m in all_metrics() if not metric_spec(m).is_ratio]
+    composite = table[defined & table["metric"].isin(formulas) & (table["group"] != "overall")]
     assert not composite.empty
     inside = (composite["ci_low"] <= composite["estimate"] + 1e-9) & (composite["estimate"] <= composite["ci_high"] + 1e-9)
     assert inside.mean() > 0.95
@@ -260,8 +261,8 @@ def test_distribution_sums_to_one_per_model_and_reaches_the_files():
     sums = result.response_distribution.groupby("model")["fraction"].sum()
     assert sums.to_numpy() == pytest.approx([1.0, 1.0])
     files = render_score_outputs(result)
-    assert runfolder.RESPONSE_DISTRIBUTION.name in files
-    document = json.loads(files[runfolder.METRICS.name])
+    assert rb_files.RESPONSE_DISTRIBUTION.name in files
+    document = json.loads(files[rb_files.METRICS.name])
     assert sum(document["response_distribution"]["alpha"].values()) == pytest.approx(1.0)
     loaded = load_score_outputs(files)
     pd.testing.assert_frame_equal(loaded.response_distribution, result.response_distribution, check_dtype=False)
@@ -299,8 +300,8 @@ def test_metrics_json_carries_the_new_keys_and_validates():
     result = score_frame(pd.concat([synthetic(n_per_model=60), frame(garage_rows(), multi)], ignore_index=True),
                          n_resamples=50, seed=1)
     files = render_score_outputs(result)
-    document = json.loads(files[runfolder.METRICS.name])
-    runfolder.METRICS.schema.model_validate(document)           # the declared shape
+    document = json.loads(files[rb_files.METRICS.name])
+    rb_files.METRICS.schema.model_validate(document)           # the declared shape
     assert document["models"]["alpha"]["answer_quality_score"] is None      # single-document: null
     assert document["models"]["g"]["answer_quality_score"] == pytest.approx(0.5)
     assert document["standard_errors"]["alpha"]["answer_accuracy"] > 0
@@ -308,10 +309,10 @@ def test_metrics_json_carries_the_new_keys_and_validates():
     assert document["frr_mrr_correlation"]["n"] == 4
     assert document["multi_document"] == {m: {"n_items": 10, "n_answerable": 6, "n_answer_attempts_judged": 5,
                                               "n_eligibility": 5, "n_factuality": 5} for m in ("g", "h")}
-    back = read_metrics_json(files[runfolder.METRICS.name])
+    back = read_metrics_json(files[rb_files.METRICS.name])
     assert math.isnan(back["standard_errors"]["alpha"]["answer_quality_score"])   # null -> NaN
     assert back["frr_mrr_correlation"]["pearson"] == pytest.approx(result.frr_mrr_correlation["pearson"])
-    single = json.loads(render_score_outputs(score_frame(frame(M1), n_resamples=10))[runfolder.METRICS.name])
+    single = json.loads(render_score_outputs(score_frame(frame(M1), n_resamples=10))[rb_files.METRICS.name])
     assert single["frr_mrr_correlation"]["pearson"] is None and single["frr_mrr_correlation"]["n"] == 1
     assert single["multi_document"] == {}
 
@@ -386,7 +387,7 @@ def test_leaderboard_forms_add_garage_scores_and_the_crs_standard_error():
     assert by_model["g"]["answer_quality_score"] == 0.5 and by_model["m1"]["answer_quality_score"] is None
     assert by_model["g"]["crs_se"] > 0
     assert "Answer quality" in leaderboard_markdown(result.metrics, result.intervals)
-    plain = leaderboard_rows(compute_metrics(frame(M1), ALL_METRICS))
+    plain = leaderboard_rows(compute_metrics(frame(M1), all_metrics()))
     assert "answer_quality_score" not in plain[0] and "crs_se" not in plain[0]
     assert not np.isnan(by_model["g"]["hybrid_score"])
 

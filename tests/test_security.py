@@ -227,7 +227,7 @@ def test_cli_model_server_binds_loopback_by_default():
 
 
 def test_labelling_page_binds_loopback_and_refuses_remote(tmp_path):
-    from refusalbench.tasks.labelling.knowornot_screens import serve_labelling
+    from refusalbench.tasks.knowornot.label_screens import serve_labelling
 
     server = serve_labelling([], tmp_path / "labels.jsonl", "ann")
     try:

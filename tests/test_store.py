@@ -7,7 +7,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from refusalbench.tasks.core.records import BenchmarkItem, Passage
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Passage
 from refusalbench.tasks.core.store import ArtifactStore
 
 

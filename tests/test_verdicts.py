@@ -16,11 +16,11 @@ import pytest
 from refusalbench.tasks.llm.gateway import CallResult
 from refusalbench.tasks.refusalbench.gv_analysis import gv_analysis, summary_markdown
 from refusalbench.tasks.refusalbench.prechecks import apply_prechecks, awaits_verification, precheck_names, run_prechecks
-from refusalbench.tasks.core.records import BaseItem, Candidate, Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.records import BaseItem, Candidate, Lever, LeverExample, Passage
 from refusalbench.tasks.refusalbench.report.gv import gv_section_html
 from refusalbench.tasks.llm.structured_outputs import VERIFIER_CRITERIA, VerifierOutput, parse_output
 from refusalbench.tasks.refusalbench.verify import effective_verdict, required_criteria, verification_from_result
-from tests.scripted import by_model, fenced, generator_reply, last_user_text, schema_name, verifier_reply
+from tests.scripted import by_model, fenced, generator_reply, last_user_text, requested_schema, verifier_reply
 from tests.test_generation_flow import run, write_config
 
 # ----------------------------------------------------------------- scripted models
@@ -47,7 +47,7 @@ def echo_generator(request) -> str:
     (question,) = fenced(text, "question")
     common = {"perturbed_question": question, "lever_applied": "x", "rationale": "r",
               "answer_constraint_holds": True, "expected_behaviour": "x"}
-    if schema_name(request) == "GeneratorMultiOutput":
+    if requested_schema(request) == "GeneratorMultiOutput":
         passages = [{"index": int(i), "text": body, "relevant": flag == "true"} for i, flag, body in _PASSAGE.findall(text)]
         return json.dumps({**common, "passages": passages})
     (context,) = fenced(text, "context")

@@ -4,6 +4,12 @@ Unknown keys are errors that name the key, the file and the line where it was wr
 so a typo in an included model registry points at the registry, not at the run config.
 API keys are never part of the config: a model names the environment variable that
 holds its key (``api_key_env``).
+
+Names that refer to registered things (a cache backend, a retrieval strategy, an embedder,
+an evaluation spec) are checked by the package that owns the registry: it adds a function to
+``CONFIG_CHECKS`` when it is imported, and ``load_config`` runs every registered check after
+the schema, reporting the first problem at the line of the key it names. ``flows`` imports
+those packages, so every command that reads a config checks the names before it writes.
 """
 
 from __future__ import annotations
@@ -11,15 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from refusalbench.tasks.llm.callcache import cache_backends
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.knowornot.records import EvalSpec
+from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.core.textinput import read_text
+from refusalbench.tasks.core.eval_spec import EvalSpec
 
 
 class Strict(BaseModel):
@@ -51,7 +59,8 @@ class ModelConfig(Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
-    json_schema: bool = Field(default=True, description="provider honours JSON-schema response_format")
+    json_schema: bool = Field(default=True, description="false: ask for plain JSON (response_format json_object) where "
+                                                         "the provider's profile would send the JSON schema")
     local: LocalModelSpec | None = None
     description: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
@@ -159,7 +168,8 @@ class KnowOrNotConfig(Strict):
         default=None, min_length=1,
         description="several knowledge bases in one run, each leave-one-out within itself (instead of documents/qa_pairs)")
     retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
-                                 description="registered retrieval strategies (tasks/knowornot/retrieval.py)")
+                                 description="registered retrieval strategies (tasks/knowornot/retrieval.py; "
+                                             "checked by tasks/knowornot/config_checks.py)")
     prompts: list[SystemPromptName] = Field(default_factory=lambda: ["basic", "conservative", "opinion"])
     targets: list[str] = Field(min_length=1)
     evaluator: str
@@ -187,48 +197,6 @@ class KnowOrNotConfig(Strict):
     seed: int = 0
     shard_size: int = Field(default=128, ge=1)
 
-    # The registries live beside their strategies, which import numpy: they are imported
-    # when a knowornot section is checked, so reading any other config stays light.
-
-    @field_validator("retrieval")
-    @classmethod
-    def _registered_strategies(cls, value: list[str]) -> list[str]:
-        from refusalbench.tasks.knowornot.retrieval import RETRIEVERS
-
-        unknown = RETRIEVERS.unknown(value)
-        if unknown:
-            raise ValueError(RETRIEVERS.unknown_message(unknown))
-        return value
-
-    @field_validator("embedder")
-    @classmethod
-    def _registered_embedder(cls, value: str) -> str:
-        from refusalbench.tasks.knowornot.embeddings import EMBEDDERS
-
-        if value not in EMBEDDERS:
-            raise ValueError(EMBEDDERS.unknown_message([value]))
-        return value
-
-    @field_validator("evaluations")
-    @classmethod
-    def _specs_are_new_names(cls, value: list[EvalSpec]) -> list[EvalSpec]:
-        # A spec's name becomes a results column and a file name (labels/<name>.jsonl).
-        from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, RESERVED_SPEC_NAMES
-
-        seen: set[str] = set()
-        for spec in value:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", spec.name):
-                raise ValueError(f"spec name {spec.name!r} must be a simple name (letters, digits, _ or -)")
-            if spec.name in EVAL_SPECS:
-                raise ValueError(f"spec name {spec.name!r} is already a registered evaluation spec "
-                                 f"({', '.join(EVAL_SPECS)}): choose another")
-            if spec.name in RESERVED_SPEC_NAMES:
-                raise ValueError(f"spec name {spec.name!r} is a column of the results table: choose another")
-            if spec.name in seen:
-                raise ValueError(f"spec name {spec.name!r} is given twice")
-            seen.add(spec.name)
-        return value
-
     @model_validator(mode="after")
     def _one_source(self) -> "KnowOrNotConfig":
         if self.knowledge_bases:
@@ -243,19 +211,10 @@ class KnowOrNotConfig(Strict):
 
 
 class CacheConfig(Strict):
-    backend: str = Field(default="sqlite", description="a registered cache backend: sqlite, redis, none, ...")
+    backend: str = Field(default="sqlite", description="a registered cache backend: sqlite, redis, none, ... "
+                                                       "(checked by tasks/llm/callcache.py)")
     path: str | None = Field(default=None, description="sqlite file; default <cache dir>/calls.sqlite")
     url: str | None = Field(default=None, description="redis://host:port/db for the shared cache")
-
-    @field_validator("backend")
-    @classmethod
-    def _registered_backend(cls, name: str) -> str:
-        # Checked against the registry, not a fixed list: a backend added with
-        # @register_cache_backend is accepted without touching this file.
-        known = cache_backends()
-        if name not in known:
-            raise ValueError(f"unknown cache backend {name!r} (registered: {', '.join(known)})")
-        return name
 
 
 class RunConfig(Strict):
@@ -320,6 +279,24 @@ class RunConfig(Strict):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# ---------------------------------------------------------------- checks owned by other packages
+
+ConfigCheck = Callable[[RunConfig], "tuple[str, str] | None"]
+"""A check of a validated config: None, or (key path such as ``cache.backend``, problem)."""
+
+CONFIG_CHECKS: Registry[ConfigCheck] = Registry("config check")
+
+
+def _run_config_checks(config: RunConfig, located: "_Located") -> None:
+    """The first problem any registered check finds, as an InputError at the line of its key."""
+    for check in CONFIG_CHECKS.values():
+        found = check(config)
+        if found is not None:
+            field, problem = found
+            file, line = located.find(tuple(field.split(".")))
+            raise InputError(file, problem, line=line, field=field)
+
+
 # ---------------------------------------------------------------- YAML with positions
 
 class _Located:
@@ -363,18 +340,11 @@ def _read_yaml(path: Path, located: _Located) -> dict[str, Any]:
     file = str(path)
     try:
         size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise InputError(file, f"too large for a config ({size} bytes; the limit is {MAX_CONFIG_BYTES // 1024} KiB)")
-        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(file, "file not found") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        undecoded = exc.object  # offsets count from after a BOM, if there was one
-        line = undecoded[: exc.start].count(b"\n") + 1
-        column = exc.start - (undecoded.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise InputError(file, f"not UTF-8 text (byte 0x{undecoded[exc.start]:02x} at column {column})", line=line) from None
+    if size > MAX_CONFIG_BYTES:
+        raise InputError(file, f"too large for a config ({size} bytes; the limit is {MAX_CONFIG_BYTES // 1024} KiB)")
+    text = read_text(path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -455,6 +425,7 @@ def load_config(path: str | Path) -> RunConfig:
     except ValidationError as exc:
         raise _describe_validation_error(exc, located) from None
     config.source = str(path)
+    _run_config_checks(config, located)
     return config
 
 

@@ -5,9 +5,10 @@ lever catalogue hashes, package version, seed), how long each stage took, how ma
 items went in and out of each stage, and the model-call accounting. The manifest is
 rewritten after every stage, so an interrupted run still says how far it got.
 
-The recorder also tells the run's story in the Prefect UI's Logs tab (``ui_artifacts.story``):
-each stage's start, and its end with its time and the counts recorded during it; notes
-as warnings; the model calls and the outcome at the end. The terminal shows none of it.
+The recorder also tells the run's story (``core.narration.story``: in a pipeline run, the
+Prefect UI's Logs tab): each stage's start, and its end with its time and the counts
+recorded during it; notes as warnings; the model calls and the outcome at the end. The
+terminal shows none of it.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.records import RunManifest
+from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.pipeline.ui import story
+from refusalbench.tasks.core.narration import story
 
 
 def package_version() -> str:

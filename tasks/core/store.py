@@ -17,17 +17,17 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from refusalbench.tasks.core.records import from_table, to_table
-
-if TYPE_CHECKING:
-    from refusalbench.tasks.core.runfolder import Artifact
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.runfolder import Artifact
+from refusalbench.tasks.core.tables import from_table, to_table
 
 ROW_BATCH = 50_000
 
@@ -71,6 +71,7 @@ class ArtifactStore:
         root = str(root)
         self.root = root.rstrip("/") if root not in ("/",) else root
         self.fs, self.base = fsspec.core.url_to_fs(self.root, **storage_options(self.root))
+        self._contract_checked = False  # whether ``load`` has checked the folder's schema_version
         self.is_local = self.fs.protocol in ("file", ("file", "local")) or "file" in (
             self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         )
@@ -226,20 +227,50 @@ class ArtifactStore:
         return self.write_text(artifact.name, value)
 
     def load(self, artifact: "Artifact") -> Any:
-        """Read a declared artifact back as records, a DataFrame, a document model, text or bytes."""
+        """Read a declared artifact back as records, a DataFrame, a document model, text or bytes.
+
+        The first declared artifact read from a run folder checks its ``schema_version``
+        first (``check_schema_version``): a folder a newer refusalbench wrote is refused
+        with one InputError instead of being misread. A document is validated knowing its
+        file (``context["file"]``), so its checks can name it.
+        """
+        if not self._contract_checked:
+            self.check_schema_version()
+            self._contract_checked = True
         if artifact.format == "parquet":
             if artifact.schema is not None:
                 return self.read_records(artifact.name, artifact.schema)
             return self.read_frame(artifact.name)
         if artifact.format == "json":
             data = self.read_json(artifact.name)
-            return artifact.schema.model_validate(data) if artifact.schema is not None else data
+            if artifact.schema is None:
+                return data
+            return artifact.schema.model_validate(data, context={"file": self.uri(artifact.name)})
         if artifact.format == "bytes":
             return self.read_bytes(artifact.name)
         return self.read_text(artifact.name)
 
     def has(self, artifact: "Artifact") -> bool:
         return self.exists(artifact.name)
+
+    def check_schema_version(self) -> None:
+        """Refuse a run folder whose manifest names a contract this code cannot read.
+
+        One InputError naming ``manifest.json`` (exit 2 through the CLI), before any other
+        file of the folder is read. A folder without a manifest (a bare benchmark's, a
+        knowledge base's sub-folder) or with one that is not a JSON object passes: there is
+        no version to check, and whoever reads that manifest reports what is wrong with it.
+        """
+        if not self.exists(runfolder.MANIFEST.name):
+            return
+        try:
+            data = self.read_json(runfolder.MANIFEST.name)
+        except ValueError:
+            return
+        if isinstance(data, dict):
+            problem = runfolder.schema_version_problem(str(data.get("schema_version") or runfolder.UNVERSIONED))
+            if problem is not None:
+                raise InputError(self.uri(runfolder.MANIFEST.name), problem, field="schema_version")
 
 
 def split_uri(uri: str) -> tuple[ArtifactStore, str]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from refusalbench.tasks.llm.callcache import CallCache
 from refusalbench.tasks.core.errors import ModelUnavailable
-from refusalbench.tasks.knowornot.registry import Registry
+from refusalbench.tasks.core.registry import Registry
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384
@@ -46,14 +46,9 @@ F = TypeVar("F", bound=Callable[[], Any])
 EMBEDDERS: Registry[EmbedderFactory] = Registry("embedder")
 
 
-def register_embedder(name: str) -> Callable[[F], F]:
+def register_embedder(name: str, *, replace: bool = False) -> Callable[[F], F]:
     """Decorator: register a class or function that makes the embedder, called without arguments."""
-
-    def register(factory: F) -> F:
-        EMBEDDERS.add(name, factory)
-        return factory
-
-    return register
+    return EMBEDDERS.register(name, replace=replace)
 
 
 def make_embedder(name: str, cache: CallCache | None = None) -> Embedder:

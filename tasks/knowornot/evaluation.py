@@ -18,7 +18,6 @@ it judged, per configuration, with the same intervals.
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,11 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.knowornot.records import EvalSpec, ExperimentInput
-from refusalbench.tasks.knowornot.registry import Registry
+from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.knowornot.records import ExperimentInput
+from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.core.textinput import read_text
+from refusalbench.tasks.core.stats import bootstrap_means, percentile_interval, seeded_rng
 
 ABSTENTION_PROMPT = """\
 You label how an assistant handled a question. Decide whether the assistant abstained.
@@ -64,9 +66,9 @@ between tier_2 and tier_3, ask whether the difference would change what the user
 EVAL_SPECS: Registry[EvalSpec] = Registry("evaluation spec")
 
 
-def register_eval_spec(spec: EvalSpec) -> EvalSpec:
+def register_eval_spec(spec: EvalSpec, *, replace: bool = False) -> EvalSpec:
     """Make ``spec`` known by its name (the label and agreement commands look specs up here)."""
-    return EVAL_SPECS.add(spec.name, spec)
+    return EVAL_SPECS.add(spec.name, spec, replace=replace)
 
 
 ABSTENTION = register_eval_spec(EvalSpec(
@@ -118,9 +120,7 @@ def load_eval_specs(path: str | Path) -> list[EvalSpec]:
 
     file = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(file, "file not found") from None
+        data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(file, f"invalid YAML: {getattr(exc, 'problem', exc)}", line=mark.line + 1 if mark else None) from None
@@ -229,18 +229,15 @@ METRIC_KEYS = ("target", "retrieval", "prompt")
 
 
 def _bootstrap_interval(values: np.ndarray, rng: np.random.Generator, n_boot: int, confidence: float) -> tuple[float, float]:
+    """Percentile interval of the rate (mean of 0/1 values); NaN with no values."""
     if values.size == 0:
         return float("nan"), float("nan")
-    draws = rng.integers(0, values.size, size=(n_boot, values.size))
-    means = values[draws].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
+    return percentile_interval(bootstrap_means(values, rng, n_boot), confidence)
 
 
 def _group_rng(seed: int, key: tuple[Any, ...]) -> np.random.Generator:
     # Seeded per group from its key, so adding a configuration never shifts another's interval.
-    return np.random.default_rng([seed, zlib.crc32(repr(key).encode("utf-8"))])
+    return seeded_rng(seed, repr(key))
 
 
 def _lower_or_none(value: Any) -> str | None:

@@ -1,35 +1,32 @@
 """Human labels: what to label, where labels are kept, and agreement.
 
 - ``stratified_label_sample``: an even share of responses from every configuration.
-- ``LabelStore``: JSONL, one label per line, appended and fsync'ed after every label, so
-  a crash loses at most the label being typed; labelling resumes where it stopped.
-- ``cohen_kappa``, ``fleiss_kappa``, ``agreement``, ``annotator_agreement``,
-  ``evaluator_vs_human``: agreement between annotators and between evaluator and humans.
-- ``open_label_session`` and ``write_agreement``: the same over a KnowOrNot run folder
-  (what ``refusalbench knowornot label`` and ``... agreement`` do); a run's own specs are
-  found in its ``eval_specs.json``, and the agreement is shown in the rebuilt report.
+- ``open_label_session`` and ``write_agreement``: a KnowOrNot run folder's label sample and
+  agreement (what ``refusalbench knowornot label`` and ``... agreement`` do); a run's own
+  specs are found in its ``eval_specs.json``, and the agreement is shown in the rebuilt report.
 
-The two ways to give labels (terminal prompt, loopback web page) are in ``labelling_ui``.
+Where labels are kept (``labelling.label_store``) and how agreement is measured
+(``labelling.agreement``) are shared with RefusalBench's audit. The two ways to give labels
+(terminal prompt, loopback web page) are in ``label_screens``.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS
-from refusalbench.tasks.knowornot.records import AgreementReport, EvalSpec, HumanLabel, LabelItem
+from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.core.human_labels import LabelItem
+from refusalbench.tasks.labelling.agreement import annotator_agreement, evaluator_vs_human
+from refusalbench.tasks.labelling.label_store import LabelStore
 from refusalbench.tasks.knowornot.report_page import write_knowornot_report
 from refusalbench.tasks.core.store import ArtifactStore
 
@@ -104,183 +101,6 @@ def label_items_from_frame(df: pd.DataFrame, spec: EvalSpec) -> list[LabelItem]:
     return items
 
 
-# ----------------------------------------------------------------- storage
-
-
-class LabelStore:
-    """Labels as JSONL at ``path``: appended one per line and fsync'ed before returning."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self._lock = threading.Lock()
-
-    def load(self) -> list[HumanLabel]:
-        """All labels. A torn last line (crash mid-write) is ignored; a bad line elsewhere is an InputError."""
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        labels: list[HumanLabel] = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                labels.append(HumanLabel.model_validate_json(line))
-            except ValidationError as exc:
-                if number == len(lines):
-                    break  # unterminated last line: a write torn by a crash
-                raise InputError(str(self.path), f"not a label record: {exc.errors()[0]['msg']}", line=number) from None
-        return labels
-
-    def labelled_ids(self, annotator: str, spec: str | None = None) -> set[str]:
-        return {l.item_id for l in self.load() if l.annotator == annotator and (spec is None or l.spec == spec)}
-
-    def append(self, label: HumanLabel) -> None:
-        line = label.model_dump_json() + "\n"
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a+b") as handle:
-                size = handle.seek(0, os.SEEK_END)
-                if size > 0:
-                    handle.seek(-1, os.SEEK_END)
-                    if handle.read(1) != b"\n":
-                        # A torn last line was never acknowledged as saved: cut it off
-                        # so it cannot become a corrupt line in the middle of the file.
-                        handle.seek(0)
-                        content = handle.read()
-                        handle.truncate(content.rfind(b"\n") + 1)
-                handle.write(line.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-
-    def pending(self, items: Sequence[LabelItem], annotator: str) -> list[LabelItem]:
-        """The items ``annotator`` has not labelled yet, in their order."""
-        done = {(l.spec, l.item_id) for l in self.load() if l.annotator == annotator}
-        return [item for item in items if (item.spec, item.item_id) not in done]
-
-
-# ----------------------------------------------------------------- agreement
-
-
-def cohen_kappa(a: Sequence[str], b: Sequence[str], labels: Sequence[str] | None = None) -> float:
-    """Cohen's kappa of two raters over the same items: (p_o - p_e) / (1 - p_e).
-
-    NaN when undefined (no items, or chance agreement is 1 because both raters used one
-    and the same label throughout).
-    """
-    if len(a) != len(b):
-        raise ValueError("both raters must label the same items")
-    if not a:
-        return float("nan")
-    categories = list(labels) if labels is not None else sorted(set(a) | set(b))
-    n = len(a)
-    p_o = sum(x == y for x, y in zip(a, b)) / n
-    p_e = sum((list(a).count(c) / n) * (list(b).count(c) / n) for c in categories)
-    if np.isclose(p_e, 1.0):
-        return float("nan")
-    return float((p_o - p_e) / (1.0 - p_e))
-
-
-def fleiss_kappa(matrix: np.ndarray | Sequence[Sequence[int]]) -> float:
-    """Fleiss' kappa from an items × categories matrix of rater counts (same raters per item, ≥ 2).
-
-    P_i = (Σ_j n_ij² − n) / (n(n−1)); P̄ = mean P_i; p_j = Σ_i n_ij / (N n); P_e = Σ_j p_j²;
-    kappa = (P̄ − P_e) / (1 − P_e), NaN when P_e = 1 (every rating in one category).
-    """
-    counts = np.asarray(matrix, dtype=float)
-    if counts.ndim != 2 or counts.shape[0] == 0:
-        raise ValueError("need a non-empty items × categories matrix")
-    raters = counts.sum(axis=1)
-    if not np.allclose(raters, raters[0]) or raters[0] < 2:
-        raise ValueError("every item needs the same number of ratings, at least 2")
-    n = raters[0]
-    p_items = ((counts**2).sum(axis=1) - n) / (n * (n - 1))
-    p_bar = p_items.mean()
-    p_categories = counts.sum(axis=0) / (counts.shape[0] * n)
-    p_e = float((p_categories**2).sum())
-    if np.isclose(p_e, 1.0):
-        return float("nan")
-    return float((p_bar - p_e) / (1.0 - p_e))
-
-
-def fleiss_matrix(ratings: Sequence[Sequence[str]], categories: Sequence[str]) -> np.ndarray:
-    """Items × categories counts from one list of ratings per item."""
-    index = {c: j for j, c in enumerate(categories)}
-    matrix = np.zeros((len(ratings), len(categories)), dtype=int)
-    for i, item in enumerate(ratings):
-        for rating in item:
-            matrix[i, index[rating]] += 1
-    return matrix
-
-
-def agreement(a: Sequence[str], b: Sequence[str], labels: Sequence[str] | None = None) -> AgreementReport:
-    """Percent agreement, Cohen's kappa and confusion matrix (rows = ``a``, columns = ``b``)."""
-    if len(a) != len(b):
-        raise ValueError("both raters must label the same items")
-    categories = list(labels) if labels is not None else sorted(set(a) | set(b))
-    position = {c: i for i, c in enumerate(categories)}
-    confusion = [[0] * len(categories) for _ in categories]
-    for x, y in zip(a, b):
-        confusion[position[x]][position[y]] += 1
-    n = len(a)
-    return AgreementReport(
-        n=n,
-        percent_agreement=(sum(x == y for x, y in zip(a, b)) / n) if n else float("nan"),
-        kappa=cohen_kappa(a, b, categories),
-        labels=categories,
-        confusion=confusion,
-    )
-
-
-def _labels_by_annotator(labels: Iterable[HumanLabel], spec: str) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for label in labels:
-        if label.spec == spec:
-            out.setdefault(label.annotator, {})[label.item_id] = label.label  # the latest label wins
-    return out
-
-
-def annotator_agreement(labels: Iterable[HumanLabel], spec: EvalSpec) -> dict[str, Any]:
-    """Pairwise Cohen's kappa on shared items, and Fleiss' kappa over items every annotator labelled."""
-    by_annotator = _labels_by_annotator(labels, spec.name)
-    annotators = sorted(by_annotator)
-    pairwise = {}
-    for x, y in itertools.combinations(annotators, 2):
-        shared = sorted(set(by_annotator[x]) & set(by_annotator[y]))
-        pairwise[f"{x}|{y}"] = agreement(
-            [by_annotator[x][i] for i in shared], [by_annotator[y][i] for i in shared], spec.outcomes
-        ).model_dump()
-    common = sorted(set.intersection(*(set(v) for v in by_annotator.values()))) if len(annotators) >= 2 else []
-    fleiss = (
-        fleiss_kappa(fleiss_matrix([[by_annotator[a][i] for a in annotators] for i in common], spec.outcomes))
-        if common
-        else float("nan")
-    )
-    return {"annotators": annotators, "pairwise": pairwise, "fleiss_kappa": fleiss, "fleiss_items": len(common)}
-
-
-def evaluator_vs_human(
-    labels: Iterable[HumanLabel], evaluator_outcomes: Mapping[str, str | None], spec: EvalSpec
-) -> dict[str, AgreementReport]:
-    """Agreement of the evaluator with each annotator and with the human consensus.
-
-    ``evaluator_outcomes`` maps item id -> the evaluator's outcome (None = unparsable; such
-    items are skipped). Rows of each confusion matrix are the humans, columns the evaluator.
-    "consensus" uses the items on which every annotator who labelled them agrees.
-    """
-    by_annotator = _labels_by_annotator(labels, spec.name)
-    reports: dict[str, AgreementReport] = {}
-    for annotator, given in sorted(by_annotator.items()):
-        items = sorted(i for i in given if evaluator_outcomes.get(i) is not None)
-        reports[annotator] = agreement([given[i] for i in items], [evaluator_outcomes[i] for i in items], spec.outcomes)  # type: ignore[misc]
-    votes: dict[str, set[str]] = {}
-    for given in by_annotator.values():
-        for item_id, label in given.items():
-            votes.setdefault(item_id, set()).add(label)
-    agreed = sorted(i for i, v in votes.items() if len(v) == 1 and evaluator_outcomes.get(i) is not None)
-    reports["consensus"] = agreement([next(iter(votes[i])) for i in agreed], [evaluator_outcomes[i] for i in agreed], spec.outcomes)  # type: ignore[misc]
-    return reports
-
-
 # ----------------------------------------------------------------- a run folder's labels
 
 
@@ -298,22 +118,22 @@ def run_eval_specs(store: ArtifactStore) -> dict[str, EvalSpec]:
     """The specs a run can be labelled on: those it applied (``eval_specs.json``, its config's own
     included), then any other registered spec."""
     specs = dict(EVAL_SPECS)
-    if store.has(runfolder.RUN_SPECS):
-        specs.update({spec.name: spec for spec in store.load(runfolder.RUN_SPECS).root})
+    if store.has(kon_files.RUN_SPECS):
+        specs.update({spec.name: spec for spec in store.load(kon_files.RUN_SPECS).root})
     return specs
 
 
 def open_label_session(run_dir: str, spec_name: str) -> LabelSession:
     """The run's label sample as items of ``spec_name``, and where their labels are kept."""
     store = ArtifactStore(run_dir)
-    if not store.has(runfolder.LABEL_SAMPLE):
-        raise InputError(store.uri(runfolder.LABEL_SAMPLE.name), "no label sample in this run folder (run knowornot first)")
+    if not store.has(kon_files.LABEL_SAMPLE):
+        raise InputError(store.uri(kon_files.LABEL_SAMPLE.name), "no label sample in this run folder (run knowornot first)")
     specs = run_eval_specs(store)
     if spec_name not in specs:
         raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(specs)})", field="--spec")
     spec = specs[spec_name]
-    labels_path = Path(store.uri(runfolder.labels_file(spec.name).name))
-    return LabelSession(store, spec, label_items_from_frame(store.load(runfolder.LABEL_SAMPLE), spec), labels_path)
+    labels_path = Path(store.uri(kon_files.labels_file(spec.name).name))
+    return LabelSession(store, spec, label_items_from_frame(store.load(kon_files.LABEL_SAMPLE), spec), labels_path)
 
 
 def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
@@ -321,12 +141,12 @@ def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
     the run's ``report.html`` is rebuilt to show it."""
     session = open_label_session(run_dir, spec_name)
     labels = LabelStore(session.labels_path).load()
-    results = session.store.load(runfolder.RESULTS)
+    results = session.store.load(kon_files.RESULTS)
     evaluator = {row["experiment_id"]: (row[spec_name] if isinstance(row.get(spec_name), str) else None)
                  for _, row in results.iterrows()}
     report = {"annotators": annotator_agreement(labels, session.spec),
               "evaluator_vs_human": {k: v.model_dump() for k, v in evaluator_vs_human(labels, evaluator, session.spec).items()}}
-    session.store.save(runfolder.agreement_file(spec_name), report)
-    if session.store.has(runfolder.KON_METRICS) and session.store.has(runfolder.KON_METRICS_TABLE):
+    session.store.save(kon_files.agreement_file(spec_name), report)
+    if session.store.has(kon_files.KON_METRICS) and session.store.has(kon_files.KON_METRICS_TABLE):
         write_knowornot_report(session.store)
     return report

@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.knowornot.evaluation import EvalSpec, parse_eval_reply, render_eval_messages
-from refusalbench.tasks.knowornot.records import (AtomicFact, Document, EvalOutcome, ExperimentInput, ExperimentOutput,
-                                     HypotheticalAnswers, OOKBQuestion, QAPair, Sentence)
+from refusalbench.tasks.knowornot.records import (AtomicFact, EvalOutcome, ExperimentInput, ExperimentOutput,
+                                                  HypotheticalAnswers, OOKBQuestion, QAPair, Sentence, SourceDocument)
 from refusalbench.tasks.knowornot.retrieval import format_context
 from refusalbench.tasks.llm.structured_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
 from refusalbench.tasks.llm.prompting import render_messages
@@ -29,7 +29,7 @@ def _short_hash(*parts: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
-def extract_facts(gateway: Gateway, model: str, documents: Sequence[Document], sentences: Sequence[Sentence],
+def extract_facts(gateway: Gateway, model: str, documents: Sequence[SourceDocument], sentences: Sequence[Sentence],
                   on_result: OnResult = None) -> tuple[list[AtomicFact], list[dict]]:
     texts = {d.doc_id: d.text for d in documents}
     specs = [CallSpec(model=model, schema=AtomicFacts, tag=f"{s.doc_id}:{s.index}",

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from refusalbench.tasks.core.documents import OverlapAudit, OverlapLevel, SimilarPair
+from refusalbench.tasks.knowornot.documents import OverlapAudit, OverlapLevel, SimilarPair
 from refusalbench.tasks.knowornot.diversity import tfidf_similarity
 from refusalbench.tasks.knowornot.embeddings import Embedder
 from refusalbench.tasks.knowornot.records import FilterReport, QAPair

@@ -1,29 +1,31 @@
 """Records of the KnowOrNot pipeline: one typed row per artifact table.
 
 Every artifact table of the pipeline is a list of one of these records; they share
-``tasks.records.Record`` (unknown fields are an error) so ``tasks.records.arrow_schema``
+``tasks.core.tables.Record`` (unknown fields are an error) so ``tasks.core.tables.arrow_schema``
 and ``to_table`` / ``from_table`` map them to Parquet without a second schema.
 
-Chain of provenance: Document -> Sentence -> AtomicFact -> QAPair -> ExperimentInput
+Chain of provenance: SourceDocument -> Sentence -> AtomicFact -> QAPair -> ExperimentInput
 -> ExperimentOutput -> EvalOutcome / HumanLabel. Each step keeps the id of the one
 before it, so any evaluation can be traced back to the sentence it came from.
-QA files are read into these records by ``sources``.
+QA files are read into these records by ``sources``; the evaluation spec itself is
+``tasks.core.eval_spec.EvalSpec`` (shared with the RefusalBench audit and the config),
+the human labels are ``tasks.core.human_labels`` (shared with the RefusalBench audit).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import Field
 
-from refusalbench.tasks.core.records import Record
+from refusalbench.tasks.core.tables import Record
 
 # ----------------------------------------------------------------- knowledge base
 
 
-class Document(Record):
+class SourceDocument(Record):
+    """One file of the knowledge base, as plain text."""
+
     doc_id: str
     path: str
     text: str = Field(description="plain text after markup removal; blocks separated by blank lines")
@@ -126,74 +128,6 @@ class ExperimentOutput(Record):
 
 # ----------------------------------------------------------------- evaluation
 
-_TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
-
-
-EVAL_INPUT_FIELDS = ("question", "response", "expected_answer", "context")
-
-
-class EvalSpec(Record):
-    """A user-definable evaluation: what the evaluator reads, and which tagged verdicts it may give.
-
-    ``prompt`` is the instruction text; ``prompt_template`` (optional) names a Jinja2 template
-    under prompts/ that replaces it. ``input_fields`` are the experiment fields shown to the
-    evaluator; a row lacking any of them (e.g. no expected answer) is not evaluated.
-    ``applies_to`` says which responses are judged: every one, or only those the abstention
-    spec judged as answered (the paper's factuality is defined on those alone).
-    """
-
-    name: str
-    tag: str
-    outcomes: list[str] = Field(validation_alias=AliasChoices("outcomes", "values"),
-                                description="the verdicts allowed inside the tag (config key: outcomes or values)")
-    prompt: str
-    prompt_template: str | None = None
-    input_fields: list[str] = Field(default_factory=lambda: ["question", "response"],
-                                    description=f"shown to the evaluator, from: {', '.join(EVAL_INPUT_FIELDS)}")
-    applies_to: Literal["all", "answered"] = Field(
-        default="all", description="'all' responses, or only those the abstention spec judged answered")
-
-    @field_validator("name", "prompt")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        return value
-
-    @field_validator("tag")
-    @classmethod
-    def _tag_is_a_name(cls, value: str) -> str:
-        if not _TAG_NAME.fullmatch(value):
-            raise ValueError(f"tag {value!r} must be a simple name (letters, digits, _ or -)")
-        return value
-
-    @field_validator("outcomes")
-    @classmethod
-    def _outcomes_distinct(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("needs at least one outcome")
-        seen: set[str] = set()
-        for outcome in value:
-            key = outcome.strip().lower()
-            if not key:
-                raise ValueError("outcomes must not be blank")
-            if key in seen:
-                raise ValueError(f"outcome {outcome!r} is listed twice (outcomes are case-insensitive)")
-            seen.add(key)
-        return value
-
-    @field_validator("input_fields")
-    @classmethod
-    def _fields_present(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("needs at least one input field")
-        unknown = [f for f in value if f not in EVAL_INPUT_FIELDS]
-        if unknown:
-            raise ValueError(f"unknown input field(s) {', '.join(map(repr, unknown))} "
-                             f"(known: {', '.join(EVAL_INPUT_FIELDS)})")
-        return value
-
-
 class EvalOutcome(Record):
     experiment_id: str
     spec: str
@@ -202,43 +136,3 @@ class EvalOutcome(Record):
     error: str | None = None
     raw: str | None = None
     cached: bool = False
-
-
-# ----------------------------------------------------------------- human labels
-
-
-class LabelItem(Record):
-    """What an annotator sees for one response."""
-
-    item_id: str = Field(description="the experiment_id of the labelled response")
-    spec: str
-    outcomes: list[str]
-    question: str
-    response: str
-    expected_answer: str | None = None
-    context: str | None = None
-
-
-class HumanLabel(Record):
-    item_id: str
-    spec: str
-    annotator: str
-    label: str
-    labelled_at: dt.datetime
-    note: str | None = None
-
-
-class AgreementReport(Record):
-    """Agreement between two label sequences over the same items (rows of ``confusion`` = first rater)."""
-
-    n: int
-    percent_agreement: float
-    kappa: float
-    labels: list[str]
-    confusion: list[list[int]]
-
-    @model_validator(mode="after")
-    def _square(self) -> AgreementReport:
-        if len(self.confusion) != len(self.labels) or any(len(r) != len(self.labels) for r in self.confusion):
-            raise ValueError("confusion matrix must be len(labels) x len(labels)")
-        return self

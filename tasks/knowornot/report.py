@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.llm.callcache import CallCache
 from refusalbench.tasks.core.config import KnowOrNotConfig
 from refusalbench.tasks.knowornot.embeddings import make_embedder
@@ -26,7 +27,7 @@ from refusalbench.tasks.knowornot.overlap import overlap_audit
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
 from refusalbench.tasks.knowornot.report_page import write_knowornot_report
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.pipeline.ui import publish_link, publish_table, story
+from refusalbench.tasks.core.narration import publish_link, publish_table, story
 
 
 def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], outcomes: list[EvalOutcome],
@@ -48,25 +49,25 @@ def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], 
 def write_results(store: ArtifactStore, kon: KnowOrNotConfig, cache: CallCache | None = None) -> pd.DataFrame:
     """Results, rates (Parquet and JSON), the overlap audit and the label sample from the stage outputs; returns the rates."""
     specs = run_specs(kon.evaluations)
-    pairs = store.load(runfolder.QA_PAIRS)
-    frame = results_frame(store.load(runfolder.EXPERIMENT_INPUTS), store.load(runfolder.EXPERIMENT_OUTPUTS),
-                          store.load(runfolder.EVALUATIONS), pairs, [s.name for s in specs])
-    store.save(runfolder.RESULTS, frame)
+    pairs = store.load(kon_files.QA_PAIRS)
+    frame = results_frame(store.load(kon_files.EXPERIMENT_INPUTS), store.load(kon_files.EXPERIMENT_OUTPUTS),
+                          store.load(kon_files.EVALUATIONS), pairs, [s.name for s in specs])
+    store.save(kon_files.RESULTS, frame)
     metrics = knowornot_metrics(frame, seed=kon.seed)
-    store.save(runfolder.KON_METRICS_TABLE, metrics)
+    store.save(kon_files.KON_METRICS_TABLE, metrics)
     rates = outcome_rates(frame, specs, seed=kon.seed)
-    store.save(runfolder.SPEC_RATES, rates)
-    filter_report = store.load(runfolder.FILTER_REPORT)
+    store.save(kon_files.SPEC_RATES, rates)
+    filter_report = store.load(kon_files.FILTER_REPORT)
     audit = overlap_audit(pairs, make_embedder(kon.embedder, cache=cache), filter_report)
     # Several bases: the configurations pool them (the figures' view); each base's own rates come beside.
     by_base = knowornot_metrics(frame, by=("knowledge_base", *METRIC_KEYS), seed=kon.seed) if kon.knowledge_bases else None
-    store.save(runfolder.KON_METRICS, {"configurations": metrics.to_dict(orient="records"),
+    store.save(kon_files.KON_METRICS, {"configurations": metrics.to_dict(orient="records"),
                                        "filter_report": filter_report.model_dump(mode="json"),
                                        "spec_rates": rates.to_dict(orient="records"),
                                        "overlap_audit": audit.model_dump(mode="json"),
                                        "configurations_by_knowledge_base":
                                            [] if by_base is None else by_base.to_dict(orient="records")})
-    store.save(runfolder.LABEL_SAMPLE,
+    store.save(kon_files.LABEL_SAMPLE,
                stratified_label_sample(frame[frame["response"].notna()], kon.label_sample, seed=kon.seed))
     return metrics
 

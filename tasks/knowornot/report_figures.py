@@ -1,7 +1,7 @@
 """The KnowOrNot report's plots: rates per retrieval x prompt x target with 95% intervals.
 
-Drawn like the RefusalBench report's (Agg canvas, base64 PNG, data text made safe by
-``tasks.report.figures.plot_text``). The paper reports abstention and factuality per
+Drawn like the RefusalBench report's (``core.plotting``: Agg canvas, base64 PNG, data
+text made safe by ``plot_text``). The paper reports abstention and factuality per
 target under each retrieval strategy (its Tables 5-6); here each target is a panel,
 retrieval strategies run along the axis and each system prompt is a bar with its interval.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from refusalbench.tasks.refusalbench.report.figures import ordered, plot_text, png_base64
+from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 
 RETRIEVAL_ORDER = ("direct", "long_context", "basic_rag", "hyde_rag")
 PROMPT_ORDER = ("basic", "conservative", "opinion")

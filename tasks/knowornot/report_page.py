@@ -19,11 +19,13 @@ import pandas as pd
 from pydantic import ValidationError
 
 from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.documents import AgreementDocument, OverlapAudit
+from refusalbench.tasks.knowornot import artifacts as kon_files
+from refusalbench.tasks.knowornot.documents import AgreementDocument, OverlapAudit
+from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section
 from refusalbench.tasks.knowornot.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
-from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
+from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.core.human_labels import HumanLabel
 from refusalbench.tasks.knowornot.report_figures import outcome_shares, overlap_histogram, rate_bars
-from refusalbench.tasks.refusalbench.report.layout import CSS, escape, frame_table, image_tag, section
 from refusalbench.tasks.core.store import ArtifactStore
 
 RATE_NOTE = ("abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
@@ -48,24 +50,24 @@ class KnowOrNotReportInputs:
 
 def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | None = None) -> str:
     """(Re)build ``report.html`` of a finished KnowOrNot run from its folder; returns its URI."""
-    document = store.load(runfolder.KON_METRICS)
-    specs = store.load(runfolder.RUN_SPECS).root if store.has(runfolder.RUN_SPECS) else list(BUILT_IN_SPECS)
+    document = store.load(kon_files.KON_METRICS)
+    specs = store.load(kon_files.RUN_SPECS).root if store.has(kon_files.RUN_SPECS) else list(BUILT_IN_SPECS)
     if counts is None:
         counts = store.load(runfolder.MANIFEST).counts if store.has(runfolder.MANIFEST) else {}
-    agreements = {s.name: store.load(runfolder.agreement_file(s.name)) for s in specs
-                  if store.has(runfolder.agreement_file(s.name))}
-    labels = {s.name: _labels_per_annotator(store.read_text(runfolder.labels_file(s.name).name)) for s in specs
-              if store.has(runfolder.labels_file(s.name))}
+    agreements = {s.name: store.load(kon_files.agreement_file(s.name)) for s in specs
+                  if store.has(kon_files.agreement_file(s.name))}
+    labels = {s.name: _labels_per_annotator(store.read_text(kon_files.labels_file(s.name).name)) for s in specs
+              if store.has(kon_files.labels_file(s.name))}
     inputs = KnowOrNotReportInputs(
-        metrics=store.load(runfolder.KON_METRICS_TABLE),
+        metrics=store.load(kon_files.KON_METRICS_TABLE),
         filter_report=document.filter_report,
         metrics_by_base=pd.DataFrame(document.configurations_by_knowledge_base)
         if document.configurations_by_knowledge_base else None,
         counts=counts,
         specs=specs,
-        spec_rates=store.load(runfolder.SPEC_RATES) if store.has(runfolder.SPEC_RATES) else None,
+        spec_rates=store.load(kon_files.SPEC_RATES) if store.has(kon_files.SPEC_RATES) else None,
         overlap=document.overlap_audit,
-        label_sample_size=len(store.load(runfolder.LABEL_SAMPLE)) if store.has(runfolder.LABEL_SAMPLE) else None,
+        label_sample_size=len(store.load(kon_files.LABEL_SAMPLE)) if store.has(kon_files.LABEL_SAMPLE) else None,
         agreements=agreements,
         labels_per_spec=labels,
     )

@@ -29,7 +29,7 @@ import numpy as np
 
 from refusalbench.tasks.knowornot.embeddings import normalise_rows
 from refusalbench.tasks.knowornot.records import ExperimentInput, OOKBQuestion, QAPair
-from refusalbench.tasks.knowornot.registry import Registry
+from refusalbench.tasks.core.registry import Registry
 
 if TYPE_CHECKING:
     import faiss
@@ -98,7 +98,7 @@ def pair_text(pair: QAPair) -> str:
 
 
 @dataclass(frozen=True)
-class KnowledgeBase:
+class IndexedKnowledgeBase:
     """The curated pairs and the FAISS index built on them (row i of the index = pairs[i])."""
 
     pairs: Sequence[QAPair]
@@ -127,7 +127,7 @@ class RetrievalQuery:
 class Retriever(Protocol):
     """What a strategy class implements (a plain function with the same signature also works)."""
 
-    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+    def select_context(self, query: RetrievalQuery, kb: IndexedKnowledgeBase, k: int) -> list[str]:
         """Ids of the pairs to show, best first; never the query's own pair."""
         ...
 
@@ -142,16 +142,17 @@ class RetrievalStrategy:
     name: str
     uses_k: bool  # rows record k only for strategies that retrieve k neighbours
     needs: frozenset[str]  # the RetrievalQuery fields it reads (the flow computes only what is needed)
-    select: Callable[[RetrievalQuery, KnowledgeBase, int], Sequence[str]]
+    select: Callable[[RetrievalQuery, IndexedKnowledgeBase, int], Sequence[str]]
 
-    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+    def select_context(self, query: RetrievalQuery, kb: IndexedKnowledgeBase, k: int) -> list[str]:
         return list(self.select(query, kb, k))
 
 
 RETRIEVERS: Registry[RetrievalStrategy] = Registry("retrieval strategy")
 
 
-def register_retriever(name: str, *, uses_k: bool = False, needs: Iterable[QueryField] = ()) -> Callable[[S], S]:
+def register_retriever(name: str, *, uses_k: bool = False, needs: Iterable[QueryField] = (),
+                       replace: bool = False) -> Callable[[S], S]:
     """Decorator: register a strategy class (instantiated once, without arguments) or function.
 
     ``uses_k``: it retrieves k neighbours (recorded on its rows); ``needs``: the query
@@ -160,7 +161,7 @@ def register_retriever(name: str, *, uses_k: bool = False, needs: Iterable[Query
 
     def register(strategy: S) -> S:
         select = strategy().select_context if isinstance(strategy, type) else strategy
-        RETRIEVERS.add(name, RetrievalStrategy(name, uses_k, frozenset(needs), select))
+        RETRIEVERS.add(name, RetrievalStrategy(name, uses_k, frozenset(needs), select), replace=replace)
         return strategy
 
     return register
@@ -203,7 +204,7 @@ def hyde_query_vector(hyde_embeddings: np.ndarray) -> np.ndarray:
 class DirectRetriever:
     """No context: the target answers from what it knows."""
 
-    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+    def select_context(self, query: RetrievalQuery, kb: IndexedKnowledgeBase, k: int) -> list[str]:
         return []
 
 
@@ -211,7 +212,7 @@ class DirectRetriever:
 class LongContextRetriever:
     """Every other pair of the knowledge base, in KB order."""
 
-    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+    def select_context(self, query: RetrievalQuery, kb: IndexedKnowledgeBase, k: int) -> list[str]:
         return [p.id for i, p in enumerate(kb.pairs) if i != query.own_position]
 
 
@@ -219,7 +220,7 @@ class LongContextRetriever:
 class BasicRAGRetriever:
     """The k pairs nearest the question's embedding."""
 
-    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+    def select_context(self, query: RetrievalQuery, kb: IndexedKnowledgeBase, k: int) -> list[str]:
         if query.question_embedding is None:
             raise ValueError(f"basic_rag needs the embedding of question {query.question_id}")
         positions = search_excluding(kb.index, query.question_embedding, k, query.own_position)
@@ -230,7 +231,7 @@ class BasicRAGRetriever:
 class HydeRAGRetriever:
     """The k pairs nearest the mean embedding of hypothetical answers (HyDE)."""
 
-    def select_context(self, query: RetrievalQuery, kb: KnowledgeBase, k: int) -> list[str]:
+    def select_context(self, query: RetrievalQuery, kb: IndexedKnowledgeBase, k: int) -> list[str]:
         if query.hyde_embeddings is None:
             raise ValueError(f"hyde_rag needs hypothetical-answer embeddings for question {query.question_id}")
         vector = hyde_query_vector(query.hyde_embeddings)
@@ -295,7 +296,7 @@ def build_experiment_inputs(
         if ookb_embeddings is None or np.asarray(ookb_embeddings).shape[0] != len(ookb_questions):
             needing = [r for r in retrievals if "question_embedding" in RETRIEVERS[r].needs]
             raise ValueError(f"{', '.join(needing)} over synthetic questions needs one ookb_embeddings row per question")
-    kb = KnowledgeBase(pairs=pairs, index=index)
+    kb = IndexedKnowledgeBase(pairs=pairs, index=index)
     hyde = hyde_embeddings or {}
 
     queries: list[tuple[RetrievalQuery, str, str | None, bool]] = []

@@ -23,7 +23,8 @@ from pathlib import Path
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.knowornot.records import Document, Sentence
+from refusalbench.tasks.core.textinput import read_text
+from refusalbench.tasks.knowornot.records import Sentence, SourceDocument
 
 DOCUMENT_SUFFIXES = (".txt", ".md", ".markdown")
 NLTK_DATA_ENV = "REFUSALBENCH_NLTK_DATA"
@@ -125,7 +126,7 @@ def split_sentences(text: str, language: str = "english") -> list[str]:
     return sentences
 
 
-def document_sentences(document: Document, language: str = "english") -> list[Sentence]:
+def document_sentences(document: SourceDocument, language: str = "english") -> list[Sentence]:
     return [Sentence(doc_id=document.doc_id, index=i, text=s) for i, s in enumerate(split_sentences(document.text, language))]
 
 
@@ -276,35 +277,23 @@ def _doc_id(path: Path, taken: set[str]) -> str:
     return doc_id
 
 
-def read_document(path: str | Path, doc_id: str | None = None) -> Document:
-    """One .txt or .md file as a Document; InputError for a missing, unreadable, non-UTF-8 or empty file."""
+def read_document(path: str | Path, doc_id: str | None = None) -> SourceDocument:
+    """One .txt or .md file as a SourceDocument; InputError for a missing, unreadable, non-UTF-8 or empty file."""
     path = Path(path)
     file = str(path)
     suffix = path.suffix.lower()
     if suffix not in DOCUMENT_SUFFIXES:
         raise InputError(file, f"unsupported document type {suffix or '(none)'!r} (expected .txt or .md)")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(file, "file not found") from None
-    except IsADirectoryError:
-        raise InputError(file, "is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(file, f"cannot read file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(file, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})", line=line) from None
+    text = read_text(path)
     if not text.strip():
         raise InputError(file, "document is empty")
     cleaned = markdown_to_text(text) if suffix != ".txt" else plain_text_blocks(text)
     if not cleaned:
         raise InputError(file, "document has no text once markup is removed")
-    return Document(doc_id=doc_id or _doc_id(path, set()), path=file, text=cleaned)
+    return SourceDocument(doc_id=doc_id or _doc_id(path, set()), path=file, text=cleaned)
 
 
-def read_documents(paths: Iterable[str | Path]) -> list[Document]:
+def read_documents(paths: Iterable[str | Path]) -> list[SourceDocument]:
     """Documents from files or folders (a folder contributes its .txt/.md files, sorted).
 
     Doc ids are the file stems, made unique with a ``-2``, ``-3`` suffix when stems repeat.

@@ -7,11 +7,12 @@ File loaders check every line and report all problems of a file at once
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from refusalbench.tasks.core.errors import InputError, InputErrors
+from refusalbench.tasks.core.textinput import human_bytes, read_text
 from refusalbench.tasks.knowornot.records import AtomicFact, QAPair
 
 # ----------------------------------------------------------------- QA files
@@ -42,17 +43,7 @@ def load_qa_jsonl(path: str | Path) -> list[QAPair]:
     unknown field, a duplicate id, or no pairs at all.
     """
     file = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError(file, "file not found") from None
-    except OSError as exc:
-        raise InputError(file, f"cannot read file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(file, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=line) from None
+    text = read_text(path)
 
     errors: list[InputError] = []
     pairs: list[QAPair] = []
@@ -63,7 +54,7 @@ def load_qa_jsonl(path: str | Path) -> list[QAPair]:
         if not line.strip():
             continue
         if len(line) > MAX_QA_LINE_BYTES // 4 and len(line.encode("utf-8")) > MAX_QA_LINE_BYTES:
-            errors.append(InputError(file, f"line is longer than {MAX_QA_LINE_BYTES // (1024 * 1024)} MiB; refusing to parse it",
+            errors.append(InputError(file, f"line is longer than {human_bytes(MAX_QA_LINE_BYTES)}; refusing to read it",
                                      line=line_no))
             continue
         try:
@@ -108,11 +99,7 @@ def load_policybench(path: str | Path) -> list[QAPair]:
     """
     file = str(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise InputError(file, "file not found") from None
-    except UnicodeDecodeError:
-        raise InputError(file, "not valid UTF-8") from None
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise InputError(file, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
@@ -155,16 +142,6 @@ def load_qa_pairs(path: str | Path) -> list[QAPair]:
     if suffix == ".json":
         return load_policybench(path)
     raise InputError(str(path), f"unsupported QA file type {suffix or '(none)'!r} (expected .jsonl or .json)")
-
-
-def pairs_by_id(pairs: Iterable[QAPair]) -> dict[str, QAPair]:
-    """Index pairs by id; a repeated id is a programming error upstream, so it raises."""
-    out: dict[str, QAPair] = {}
-    for pair in pairs:
-        if pair.id in out:
-            raise ValueError(f"duplicate QA pair id {pair.id!r}")
-        out[pair.id] = pair
-    return out
 
 
 # ----------------------------------------------------------------- pairs from facts

@@ -1,12 +1,12 @@
 """A one-page labelling form served on loopback: what the audit and KnowOrNot screens share.
 
-Both labelling screens (``audit_ui`` for benchmark audits, ``knowornot.labelling_ui`` for
-evaluator labels) show one pending item at a time and save each label before the next page.
-What differs is the item's HTML and how a submitted form becomes a label; that is the
-``LabelForm`` a screen hands to ``serve_form``. Everything a person's browser touches is
-handled here once: standard library only, loopback only unless told otherwise, a strict
-content-security policy, bounded form size, and a random per-server token that every POST
-must echo (so another page open in the same browser cannot submit labels).
+Both labelling screens (``refusalbench.audit_screens`` for benchmark audits,
+``knowornot.label_screens`` for evaluator labels) show one pending item at a time and save
+each label before the next page. What differs is the item's HTML and how a submitted form
+becomes a label; that is the ``LabelForm`` a screen hands to ``serve_form``. Everything a
+person's browser touches is handled here once: standard library only, loopback only unless
+told otherwise, a strict content-security policy, bounded form size, and a random per-server
+token that every POST must echo (so another page open in the same browser cannot submit labels).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ A backend is a factory registered under the name a config's ``cache.backend`` gi
         return MyCache()
 
 The factory receives the ``cache:`` section's options (``path``, ``url``) as keywords and uses
-the ones it needs. The config is validated against the registry, so the module that registers a
-backend must be imported before the config is loaded.
+the ones it needs. ``cache.backend`` is checked against the registry when a config is loaded
+(the check is registered below), so the module that registers a backend must be imported
+before the config is loaded. A name already taken is an error unless ``replace=True``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import platformdirs
 
+from refusalbench.tasks.core.config import CONFIG_CHECKS, RunConfig
+from refusalbench.tasks.core.registry import Registry
+
 
 @runtime_checkable
 class CallCache(Protocol):
@@ -43,39 +47,35 @@ class CacheBackend(Protocol):
     def __call__(self, *, path: str | None = None, url: str | None = None) -> CallCache: ...
 
 
-_BACKENDS: dict[str, CacheBackend] = {}
+CACHE_BACKENDS: Registry[CacheBackend] = Registry("cache backend")
 Factory = TypeVar("Factory", bound=CacheBackend)
 
 
-def register_cache_backend(name: str) -> Callable[[Factory], Factory]:
+def register_cache_backend(name: str, *, replace: bool = False) -> Callable[[Factory], Factory]:
     """Decorator: make ``factory`` the cache backend a config selects with ``cache.backend: <name>``."""
-
-    def register(factory: Factory) -> Factory:
-        existing = _BACKENDS.get(name)
-        # The same definition seen again (a module imported twice) is fine; a second backend is not.
-        if existing is not None and _qualified_name(existing) != _qualified_name(factory):
-            raise ValueError(f"cache backend {name!r} is already registered by {_qualified_name(existing)}")
-        _BACKENDS[name] = factory
-        return factory
-
-    return register
-
-
-def _qualified_name(factory: object) -> str:
-    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+    return CACHE_BACKENDS.register(name, replace=replace)
 
 
 def cache_backends() -> list[str]:
     """Names of the registered cache backends, sorted."""
-    return sorted(_BACKENDS)
+    return sorted(CACHE_BACKENDS)
+
+
+def _unknown_backend(backend: str) -> str:
+    return CACHE_BACKENDS.unknown_message([backend], known=cache_backends())
+
+
+@CONFIG_CHECKS.register("cache.backend")
+def check_cache_backend(config: RunConfig) -> tuple[str, str] | None:
+    """``cache.backend`` names a registered backend (not a fixed list: a new one needs no edit here)."""
+    return None if config.cache.backend in CACHE_BACKENDS else ("cache.backend", _unknown_backend(config.cache.backend))
 
 
 def open_cache(backend: str = "sqlite", **options: Any) -> CallCache:
     """The cache the backend registered as ``backend`` opens with ``options`` (``path``, ``url``)."""
-    factory = _BACKENDS.get(backend)
-    if factory is None:
-        raise ValueError(f"unknown cache backend {backend!r} (registered: {', '.join(cache_backends())})")
-    return factory(**options)
+    if backend not in CACHE_BACKENDS:
+        raise ValueError(_unknown_backend(backend))
+    return CACHE_BACKENDS[backend](**options)
 
 
 class NullCache:

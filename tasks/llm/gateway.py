@@ -10,8 +10,10 @@
   ``Retry-After``.
 - A persistent call cache keyed by (model, messages, parameters, response schema),
   written as each call completes; identical requests in flight are sent once.
-- Structured output: a pydantic schema becomes a JSON-schema ``response_format`` and
-  the reply is validated; a reply that does not parse is a recorded parse error.
+- Provider quirks (structured-output mode, credentials, parameter rewrites, retriable
+  statuses, the direct path) come from the model's provider profile (``providers``).
+- Structured output: a pydantic schema becomes the ``response_format`` the profile's mode asks
+  for and the reply is validated; a reply that does not parse is a recorded parse error.
 - A failed call returns a ``CallResult`` with ``error`` set; it never raises into the batch.
 """
 
@@ -36,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from refusalbench.tasks.llm.callcache import CallCache, NullCache
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
+from refusalbench.tasks.llm.providers import profile_for, response_format_for, structured_mode
 from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, direct_model, litellm_completion
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -328,18 +331,14 @@ class Gateway:
         async with semaphore:
             await self._limiters[spec.model].wait()
             self._count(spec.model, http_calls=1)
-            params: dict[str, Any] = {**cfg.params, **spec.params}
             api_base = self.api_bases.get(spec.model) or cfg.api_base
-            api_key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-            if api_key is None and api_base and not cfg.api_key_env:
-                # OpenAI-compatible servers without auth still need a non-empty key in the SDK.
-                api_key = "no-key"
+            profile = profile_for(cfg.model, api_base)
+            params = profile.rewrite_params({**cfg.params, **spec.params})
+            api_key = profile.api_key(cfg, api_base)
             response_format = None
             if spec.schema_ is not None:
-                response_format = (
-                    {"type": "json_schema",
-                     "json_schema": {"name": schema_name(spec.schema_), "schema": json_schema(spec.schema_), "strict": False}}
-                    if cfg.json_schema else {"type": "json_object"})
+                response_format = response_format_for(structured_mode(cfg, profile), schema_name(spec.schema_),
+                                                      json_schema(spec.schema_))
             direct = direct_model(cfg.model, api_base, params, spec.messages) if self.direct_http and api_key else None
             started = time.perf_counter()
             if direct is not None:
@@ -347,7 +346,7 @@ class Gateway:
                 if response_format is not None:
                     body["response_format"] = response_format
                 headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", **cfg.extra_headers}
-                reply = await self._direct.complete(api_base, body, headers, cfg.timeout_s)
+                reply = await self._direct.complete(api_base, body, headers, cfg.timeout_s, profile)
             else:
                 kwargs = dict(params)
                 if api_base:
@@ -358,7 +357,7 @@ class Gateway:
                     kwargs["extra_headers"] = cfg.extra_headers
                 if response_format is not None:
                     kwargs["response_format"] = response_format
-                reply = await litellm_completion(cfg.model, spec.messages, cfg.timeout_s, kwargs)
+                reply = await litellm_completion(cfg.model, spec.messages, cfg.timeout_s, kwargs, profile)
             latency = time.perf_counter() - started
         return self._value(spec.model, reply, latency)
 

@@ -8,6 +8,9 @@ defuses anything inside it that could close the tag early or pose as a chat-temp
 every system prompt tells the model that tagged text is data, not instructions.
 
 ``template_hash`` / ``all_template_hashes`` give the provenance hashes recorded in manifests.
+A method's own words (RefusalBench's refusal codes, their help, the confidence levels) are
+template variables its callers pass (``refusalbench/prompt_vocabulary.py``): prompting knows
+no method.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from refusalbench.prompts import TEMPLATE_DIR
-from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSE_OTHER
 
 TEMPLATES: tuple[str, ...] = (
     "generator_single.j2",
@@ -42,53 +44,6 @@ TEMPLATES: tuple[str, ...] = (
     "kon_system_basic.j2",
     "kon_system_conservative.j2",
     "kon_system_opinion.j2",
-)
-
-# (code, what it means, a tiny illustration) -- shown to target models so they can pick a code.
-REFUSAL_CODE_HELP: tuple[tuple[str, str, str], ...] = (
-    (
-        CANONICAL_CODE["P-Ambiguity"],
-        "the question or the context can be read in more than one way and the readings lead to different answers",
-        'asked "What colour is the bank?" when the text describes both a river bank and a bank building',
-    ),
-    (
-        CANONICAL_CODE["P-Contradiction"],
-        "the context states incompatible facts about exactly what is asked",
-        "one sentence dates the treaty to 1918 and another, equally credible, to 1921",
-    ),
-    (
-        CANONICAL_CODE["P-MissingInfo"],
-        "the context is on topic but the fact needed for the answer is absent",
-        'asked who bought the firm when the text only says "a rival bought it"',
-    ),
-    (
-        CANONICAL_CODE["P-FalsePremise"],
-        "the question assumes something that the context shows to be false",
-        "asked why a project was cancelled when the text says it was completed",
-    ),
-    (
-        CANONICAL_CODE["P-GranularityMismatch"],
-        "the question asks for a broader or finer level of detail than the context provides",
-        "asked for a national average when the text gives figures for two towns",
-    ),
-    (
-        CANONICAL_CODE["P-EpistemicMismatch"],
-        "the question asks for an opinion, a value judgement or a prediction that facts cannot settle",
-        "asked which of two paintings is more beautiful when the text lists only their sizes",
-    ),
-    (
-        REFUSE_OTHER,
-        "the question cannot be answered reliably for a reason not covered above",
-        "the context is unreadable or garbled",
-    ),
-)
-
-CONFIDENCE_LEVELS: tuple[str, ...] = (
-    "VERY_CONFIDENT",
-    "CONFIDENT",
-    "SOMEWHAT_CONFIDENT",
-    "UNCERTAIN",
-    "VERY_UNCERTAIN",
 )
 
 # KnowOrNot evaluators: the tag the verdict goes in, and the allowed labels with their meaning.
@@ -180,21 +135,6 @@ def fence(value: Any, name: str, neutralise_also: Iterable[str] = (), **attribut
     return f"<{name}{attrs}>\n{inner}\n</{name}>"
 
 
-def answer_constraint_text(expected: str) -> str:
-    """The constraint a generator must respect, worded from the item's ground truth."""
-    if expected == ANSWER_CORRECTLY:
-        return (
-            "LOW intensity: the perturbed question must STILL be answerable from the perturbed context, "
-            "and the reference answer(s) must remain correct. The change should look like a small trap, "
-            "but a careful reader can still resolve it."
-        )
-    return (
-        f"MEDIUM/HIGH intensity: after the change it must be IMPOSSIBLE to give the reference answer "
-        f"(or any single correct answer) from the perturbed context. A careful reader should respond "
-        f"with {expected}, and with no other refusal code."
-    )
-
-
 def _build_environment() -> SandboxedEnvironment:
     env = SandboxedEnvironment(
         loader=FileSystemLoader(str(TEMPLATE_DIR)),
@@ -206,10 +146,6 @@ def _build_environment() -> SandboxedEnvironment:
     )
     env.filters["fence"] = fence
     env.filters["neutralise"] = neutralise
-    env.globals["REFUSAL_CODE_HELP"] = REFUSAL_CODE_HELP
-    env.globals["CONFIDENCE_LEVELS"] = CONFIDENCE_LEVELS
-    env.globals["ANSWER_CORRECTLY"] = ANSWER_CORRECTLY
-    env.globals["answer_constraint_text"] = answer_constraint_text
     return env
 
 

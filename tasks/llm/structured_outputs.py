@@ -4,17 +4,16 @@ Each model below mirrors the JSON fields one template describes. They ignore ext
 coerce loose values (``"true"``, ``"4"``, ``"pass"``) because small local models drift from the
 requested shape; a reply that still does not fit is reported as an error, never raised.
 
-``json_schema_for`` / ``response_format_for`` give the schema for constrained decoding
-(OpenAI ``response_format``; llama.cpp's server honours it). ``parse_output`` extracts one JSON
-object from a reply that may be wrapped in markdown fences or prose. ``parse_tagged_outcome``
-reads the ``<tag>label</tag>`` verdict of the KnowOrNot evaluators.
+``json_schema_for`` gives the schema for constrained decoding (sent as the ``response_format``
+that ``providers.response_format_for`` builds; llama.cpp's server honours it). ``parse_output`` extracts one JSON
+object from a reply that may be wrapped in markdown fences or prose.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal, TypeVar, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -203,14 +202,6 @@ def json_schema_for(model: type[BaseModel]) -> dict[str, Any]:
     return _require_non_nullable(_drop_titles(inlined))
 
 
-def response_format_for(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAI-style ``response_format`` asking for ``model``'s schema (non-strict: llama.cpp honours it)."""
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": model.__name__, "schema": json_schema_for(model), "strict": False},
-    }
-
-
 # ----------------------------------------------------------------- tolerant parsing
 
 _FENCED_BLOCK = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
@@ -325,27 +316,3 @@ def parse_output(model_cls: type[M], text: str | None) -> tuple[M | None, str | 
         return None, "invalid JSON: no parseable JSON object in reply"
     return None, "no JSON object in reply"
 
-
-def parse_tagged_outcome(text: str | None, tag: str, outcomes: Iterable[str | tuple[str, str]]) -> str | None:
-    """The label inside the last ``<tag>...</tag>`` of ``text``, matched case-insensitively to ``outcomes``.
-
-    The last occurrence counts because an evaluator reasons first and gives its verdict at the end.
-    Returns the outcome as spelled in ``outcomes``, or None when absent or not an allowed label.
-    """
-    if not text:
-        return None
-    labels = [o if isinstance(o, str) else o[0] for o in outcomes]
-    pattern = re.compile(rf"<\s*{re.escape(tag)}\s*>(.*?)<\s*/\s*{re.escape(tag)}\s*>", re.IGNORECASE | re.DOTALL)
-    found = pattern.findall(text)
-    if not found:
-        return None
-    value = found[-1].strip().strip("*_`'\".").strip().lower()
-    for label in labels:
-        if value == label.lower():
-            return label
-    # Tolerate spelling variants such as "Tier 2" or "tier-2" for "tier_2".
-    squashed = re.sub(r"[\s_-]+", "", value)
-    for label in labels:
-        if squashed == re.sub(r"[\s_-]+", "", label.lower()):
-            return label
-    return None

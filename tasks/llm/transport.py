@@ -5,14 +5,15 @@ the OpenAI SDK's request building and response models, logging and cost hooks) o
 gateway's single event-loop thread; with hundreds of calls in flight that thread, not the
 provider, sets the pace. For the calls where LiteLLM would send the request body unchanged
 anyway — an unpriced, self-hosted model behind an OpenAI-compatible ``api_base`` (llama.cpp,
-vLLM, the scripted server) with plain sampling parameters — the gateway posts that same body
-itself over one shared aiohttp session (:class:`DirectClient`). Everything else (hosted
-providers, priced models, OpenAI's own model families, which LiteLLM rewrites, any other
-parameter) goes through LiteLLM.
+vLLM, the scripted server; its provider profile says ``direct_http``) with plain sampling
+parameters — the gateway posts that same body itself over one shared aiohttp session
+(:class:`DirectClient`). Everything else (hosted providers, priced models, OpenAI's own model
+families, which LiteLLM rewrites, any other parameter) goes through LiteLLM.
 
 Both paths fail the same way: a :class:`CallFailed` that says whether another attempt is
-worth it. 429/5xx/408/409/425, timeouts, dropped connections and replies that are not JSON
-are; other 4xx are not. ``Retry-After`` travels with the failure.
+worth it. Timeouts, dropped connections, replies that are not JSON and every 5xx are; a 4xx is
+when the model's provider profile lists it (by default 408/409/425/429). ``Retry-After``
+travels with the failure.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-# Providers whose requests LiteLLM passes through unchanged for plain string messages and the
-# parameters below (its plain OpenAI and hosted-vLLM chat configs).
-DIRECT_PROVIDERS = ("openai/", "hosted_vllm/")
+from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
+
+# The parameters LiteLLM passes through unchanged, with plain string messages, to a provider whose
+# profile says ``direct_http`` (its plain OpenAI and hosted-vLLM chat configs).
 PASS_THROUGH_PARAMS = frozenset({
     "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n",
     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
@@ -38,7 +40,6 @@ _OPENAI_FAMILIES = re.compile(r"^(o\d|gpt-|chatgpt|ft:|text-|davinci|babbage|cod
 _STATUS_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                  404: "NotFoundError", 408: "Timeout", 422: "UnprocessableEntityError", 429: "RateLimitError",
                  500: "InternalServerError", 503: "ServiceUnavailableError"}
-_RETRIED_4XX = (408, 409, 425, 429)
 
 
 class CallFailed(Exception):
@@ -74,7 +75,10 @@ def litellm_module() -> Any:
     return litellm
 
 
-async def litellm_completion(model: str, messages: list[dict[str, str]], timeout_s: float, kwargs: dict[str, Any]) -> Reply:
+async def litellm_completion(model: str, messages: list[dict[str, str]], timeout_s: float, kwargs: dict[str, Any],
+                             profile: ProviderProfile | None = None) -> Reply:
+    """One attempt through LiteLLM; ``profile`` (default: the model's, at ``kwargs['api_base']``)
+    says which failures are worth another."""
     litellm = litellm_module()
     try:
         response = await litellm.acompletion(
@@ -86,7 +90,7 @@ async def litellm_completion(model: str, messages: list[dict[str, str]], timeout
             **kwargs,
         )
     except Exception as exc:  # provider errors of every kind become a CallFailed
-        raise classify(exc) from None
+        raise classify(exc, profile or profile_for(model, kwargs.get("api_base"))) from None
     try:
         choice = response.choices[0]
         text = choice.message.content
@@ -122,8 +126,8 @@ def _seconds(value: Any) -> float | None:
         return None
 
 
-def classify(exc: BaseException) -> CallFailed:
-    """Decide whether an exception from LiteLLM is worth another attempt."""
+def classify(exc: BaseException, profile: ProviderProfile) -> CallFailed:
+    """Decide whether an exception from LiteLLM is worth another attempt (statuses: as ``profile`` says)."""
     litellm = litellm_module()
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
@@ -138,9 +142,11 @@ def classify(exc: BaseException) -> CallFailed:
         litellm.PermissionDeniedError,
         litellm.ContextWindowExceededError,
     )
-    if isinstance(exc, not_retriable) and not isinstance(exc, litellm.RateLimitError):
-        return CallFailed(message, retriable=False)
-    if isinstance(status, int) and 400 <= status < 500 and status not in _RETRIED_4XX:
+    # An HTTP status is the provider profile's to judge; without one, the exception's kind decides.
+    if isinstance(status, int):
+        if not profile.retriable_status(status):
+            return CallFailed(message, retriable=False)
+    elif isinstance(exc, not_retriable) and not isinstance(exc, litellm.RateLimitError):
         return CallFailed(message, retriable=False)
     # 429, 5xx, timeouts, dropped connections and replies that did not decode: try again.
     return CallFailed(message, retriable=True, retry_after=retry_after)
@@ -160,18 +166,23 @@ def _priced_models() -> frozenset[str]:
     return frozenset()
 
 
-@functools.lru_cache(maxsize=None)
-def direct_model_name(model: str) -> str | None:
+def direct_model_name(model: str, api_base: str | None = None) -> str | None:
     """The model name to post when calls to ``model`` (a LiteLLM model string) may skip LiteLLM.
 
-    Only unpriced models outside OpenAI's own families: for those LiteLLM neither rewrites
-    the request nor finds a price, so the direct path sends the same body and records the
-    same unknown cost (None).
+    Only models whose provider profile speaks OpenAI's format (``direct_http``), unpriced and
+    outside OpenAI's own families: for those LiteLLM neither rewrites the request nor finds a
+    price, so the direct path sends the same body and records the same unknown cost (None).
     """
-    provider = next((p for p in DIRECT_PROVIDERS if model.startswith(p)), None)
-    if provider is None:
+    prefix = provider_prefix(model)
+    if prefix is None or not profile_for(model, api_base).direct_http:
         return None
-    name = model[len(provider):]
+    return _unpriced_name(model, prefix)
+
+
+@functools.lru_cache(maxsize=None)
+def _unpriced_name(model: str, prefix: str) -> str | None:
+    """``model`` without its prefix, unless LiteLLM prices it or rewrites its family's parameters."""
+    name = model[len(prefix) + 1:]
     if not name or _OPENAI_FAMILIES.match(name):
         return None
     priced = _priced_models()
@@ -186,7 +197,7 @@ def direct_model(model: str, api_base: str | None, params: dict[str, Any], messa
         return None
     if not all(isinstance(m.get("content"), str) and m.keys() <= {"role", "content"} for m in messages):
         return None
-    return direct_model_name(model)
+    return direct_model_name(model, api_base)
 
 
 class DirectClient:
@@ -208,8 +219,10 @@ class DirectClient:
             await self._session.close()
             self._session = None
 
-    async def complete(self, api_base: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float) -> Reply:
-        """POST ``body`` to ``api_base``/chat/completions; the reply, or a :class:`CallFailed`."""
+    async def complete(self, api_base: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float,
+                       profile: ProviderProfile) -> Reply:
+        """POST ``body`` to ``api_base``/chat/completions; the reply, or a :class:`CallFailed`
+        (retried as ``profile`` says)."""
         import aiohttp
 
         # Per phase, like the OpenAI SDK's timeout: no single connect or read may take longer.
@@ -224,7 +237,7 @@ class DirectClient:
         except aiohttp.ClientError as exc:  # refused, reset, dropped mid-reply: try again
             raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
         if status >= 400:
-            raise status_failure(status, raw, retry_after)
+            raise status_failure(status, raw, retry_after, profile)
         try:
             reply = json.loads(raw)
             choice = reply["choices"][0]
@@ -239,7 +252,7 @@ class DirectClient:
         return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"))
 
 
-def status_failure(status: int, raw: bytes, retry_after: str | None) -> CallFailed:
+def status_failure(status: int, raw: bytes, retry_after: str | None, profile: ProviderProfile) -> CallFailed:
     """An HTTP error status as a CallFailed, retried as the LiteLLM path retries it."""
     detail = raw.decode("utf-8", "replace")
     try:
@@ -249,7 +262,7 @@ def status_failure(status: int, raw: bytes, retry_after: str | None) -> CallFail
         pass
     name = _STATUS_NAMES.get(status, "ServiceUnavailableError" if status >= 500 else "APIError")
     message = f"HTTP {status} {name}: {_first_line(str(detail))}"
-    if 400 <= status < 500 and status not in _RETRIED_4XX:
+    if not profile.retriable_status(status):
         return CallFailed(message, retriable=False)
     return CallFailed(message, retriable=True, retry_after=_seconds(retry_after))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.gv_analysis import (
     consistency_rows,
     gv_analysis,
@@ -21,13 +22,13 @@ from refusalbench.tasks.pipeline.ui import publish_markdown, publish_table
 
 def analyse(run: StageRun, selection: Selection, generators: list[str], verifiers: list[str]) -> dict[str, Any]:
     with run.recorder.stage("analyse"):
-        analysis = gv_analysis(run.store.read_frame(runfolder.CANDIDATES.name),
-                               run.store.read_frame(runfolder.VERIFICATIONS.name), selection.accepted_ids,
+        analysis = gv_analysis(run.store.read_frame(rb_files.CANDIDATES.name),
+                               run.store.read_frame(rb_files.VERIFICATIONS.name), selection.accepted_ids,
                                {b.item_id for b in selection.benchmark}, generators, verifiers)
         analysis["filter"] = run.cfg.generation.filter
         analysis["shortfalls"] = selection.shortfalls
-        run.store.save(runfolder.GV_ANALYSIS, analysis)
-        run.recorder.artifact(runfolder.GV_ANALYSIS)
+        run.store.save(rb_files.GV_ANALYSIS, analysis)
+        run.recorder.artifact(rb_files.GV_ANALYSIS)
         publish_table("gv-pass-rate-matrix", matrix_rows(analysis), "Pass rate: generator (rows) x verifier (columns)")
         publish_table("gv-acceptance-funnel", [analysis["funnel"]],
                       "attempted -> parsed -> prechecked -> verified -> accepted -> sampled")

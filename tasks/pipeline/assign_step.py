@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.refusalbench.assign import Stratum, assign_levers, parse_strata, sample_base_items
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.assign import configured_strata, draw_assignments
 from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue
+from refusalbench.tasks.refusalbench.levers import Stratum, catalogue_hash, load_catalogue
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
-from refusalbench.tasks.core.records import Assignment, BaseItem, Lever
+from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Lever
 from refusalbench.tasks.pipeline.ui import publish_table
 
 
@@ -50,15 +50,9 @@ class GenerationInputs:
 
     def drawn_from(self, pool: list[BaseItem]) -> "GenerationInputs":
         """The same inputs with the items drawn from ``pool`` (e.g. what the pre-test kept) instead."""
-        items, assignments = draw(pool, self.levers, self.strata, self.base_sample, self.levers_per_stratum, self.seed)
+        items, assignments = draw_assignments(pool, self.levers, self.strata, self.base_sample, self.levers_per_stratum,
+                                              self.seed)
         return replace(self, items=items, assignments=assignments)
-
-
-def draw(pool: list[BaseItem], levers: list[Lever], strata: list[Stratum] | None, base_sample: int | None,
-         levers_per_stratum: int, seed: int) -> tuple[list[BaseItem], list[Assignment]]:
-    """``base_sample`` items of ``pool`` by seed, and their lever assignment."""
-    items = sample_base_items(pool, base_sample, seed)
-    return items, assign_levers(items, levers, seed=seed, levers_per_stratum=levers_per_stratum, strata=strata)
 
 
 def prepare_inputs(cfg: RunConfig, seed: int) -> GenerationInputs:
@@ -70,13 +64,10 @@ def prepare_inputs(cfg: RunConfig, seed: int) -> GenerationInputs:
         raise InputError(str(cfg.source), "verification: short_circuit needs filter: unanimous", field="generation.verification")
     base_set = load_base_set(cfg.resolve_path(gen.base_set))
     levers = load_catalogue()
-    try:
-        strata = parse_strata(gen.strata) if gen.strata else None
-    except ValueError as exc:
-        raise InputError(str(cfg.source), str(exc), field="generation.strata") from None
+    strata = configured_strata(cfg)
     # Drawn from the whole base set now, so every check runs before a call; a pre-test redraws
     # from what it kept (drawn_from), with the same seed and settings.
-    items, assignments = draw(base_set, levers, strata, gen.base_sample, gen.levers_per_stratum, seed)
+    items, assignments = draw_assignments(base_set, levers, strata, gen.base_sample, gen.levers_per_stratum, seed)
     return GenerationInputs(seed, items, levers, assignments, strata, base_set, gen.base_sample, gen.levers_per_stratum)
 
 
@@ -97,7 +88,7 @@ def record_inputs(recorder: ManifestRecorder, inputs: GenerationInputs, pretest:
     """
     recorder.hashes(catalogue=inputs.hashes["catalogue"], prompts=inputs.hashes["prompts"])
     with recorder.stage("assign"):
-        recorder.store.save(runfolder.BASE_ITEMS, inputs.items)
-        recorder.store.save(runfolder.ASSIGNMENTS, inputs.assignments)
+        recorder.store.save(rb_files.BASE_ITEMS, inputs.items)
+        recorder.store.save(rb_files.ASSIGNMENTS, inputs.assignments)
         recorder.count(base_items=len(inputs.items), assignments=len(inputs.assignments))
         record_funnel(recorder, base_set_funnel(inputs, pretest))

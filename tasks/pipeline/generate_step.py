@@ -7,10 +7,10 @@ manifest (``counts.rule_skips``).
 
 from __future__ import annotations
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.pipeline.shard_tasks import generate_shard
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.core.records import Assignment, Candidate
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.records import Assignment, Candidate
 from refusalbench.tasks.refusalbench.rule_generator import rule_skips, ruleset_hash
 from refusalbench.tasks.pipeline.fanout import content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
@@ -19,7 +19,7 @@ from refusalbench.tasks.pipeline.assign_step import GenerationInputs
 STATUSES = ("ok", "parse_error", "call_error")
 
 
-def generate_candidates(run: StageRun, inputs: GenerationInputs, generators: list[str]) -> list[Candidate]:
+def generate_stage(run: StageRun, inputs: GenerationInputs, generators: list[str]) -> list[Candidate]:
     """All candidates, failed attempts included; written to ``candidates.parquet``."""
     rule_based = [g for g in generators if run.cfg.models[g].rule_based]
     # The rules' source is part of what a task reads only when a rule generator runs.
@@ -35,8 +35,8 @@ def generate_candidates(run: StageRun, inputs: GenerationInputs, generators: lis
         shards = run.fanout.write_shards("assignments", inputs.assignments, Assignment, run.cfg.generation.shard_size,
                                          digest)
         candidates: list[Candidate] = run.fanout.gather(run.fanout.submit(generate_shard, generators, shards), Candidate)
-        run.store.save(runfolder.CANDIDATES, candidates)
-        run.recorder.artifact(runfolder.CANDIDATES)
+        run.store.save(rb_files.CANDIDATES, candidates)
+        run.recorder.artifact(rb_files.CANDIDATES)
         run.recorder.count(candidates=len(candidates),
                            candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES})
         if rule_based:

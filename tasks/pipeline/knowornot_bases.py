@@ -18,14 +18,14 @@ from typing import Any, Callable
 
 from prefect import Task
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
+from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.records import ExperimentInput, FilterReport, QAPair
 from refusalbench.tasks.core.store import ArtifactStore
 
 
 @dataclass(frozen=True)
-class KnowledgeBase:
+class KnowledgeBaseSlice:
     """One base of a run: the config narrowed to its sources, the folder its stage files go to,
     and the digest of what its stages read (the stage tasks' cache key)."""
 
@@ -35,21 +35,21 @@ class KnowledgeBase:
     digest: str
 
 
-def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConfig], str]) -> list[KnowledgeBase]:
+def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConfig], str]) -> list[KnowledgeBaseSlice]:
     """The run's bases; ``digest_of(kon)`` gives a narrowed knowornot section's input digest."""
     kon = cfg.knowornot
     if not kon.knowledge_bases:
-        return [KnowledgeBase(None, cfg, out, digest_of(kon))]
+        return [KnowledgeBaseSlice(None, cfg, out, digest_of(kon))]
     bases = []
     for source in kon.knowledge_bases:
         narrowed = kon.model_copy(update={"documents": source.documents, "qa_pairs": source.qa_pairs,
                                           "knowledge_bases": None})
-        bases.append(KnowledgeBase(source.name, cfg.model_copy(update={"knowornot": narrowed}),
+        bases.append(KnowledgeBaseSlice(source.name, cfg.model_copy(update={"knowornot": narrowed}),
                                    ArtifactStore(out).uri(f"kb/{source.name}"), digest_of(narrowed)))
     return bases
 
 
-def each_base(stage: Task, bases: list[KnowledgeBase], *args: Any) -> list[Any]:
+def each_base(stage: Task, bases: list[KnowledgeBaseSlice], *args: Any) -> list[Any]:
     """One stage for every base, all at once; the results in the bases' order."""
     if len(bases) == 1:
         only = bases[0]
@@ -87,7 +87,7 @@ def merged_filter_report(reports: list[tuple[str, FilterReport]]) -> FilterRepor
     )
 
 
-def merge_bases(store: ArtifactStore, bases: list[KnowledgeBase]) -> None:
+def merge_bases(store: ArtifactStore, bases: list[KnowledgeBaseSlice]) -> None:
     """Write the run folder's pairs, filter report and grid from the bases' own (multi-base runs only)."""
     if bases[0].name is None:
         return  # the only base's stages wrote the run folder's files themselves
@@ -97,14 +97,14 @@ def merge_bases(store: ArtifactStore, bases: list[KnowledgeBase]) -> None:
     reports: list[tuple[str, FilterReport]] = []
     for base in bases:
         part, name = ArtifactStore(base.out), str(base.name)
-        pairs_all += _pairs(name, part.load(runfolder.QA_PAIRS_ALL))
-        pairs += _pairs(name, part.load(runfolder.QA_PAIRS))
-        rows += _inputs(name, part.load(runfolder.EXPERIMENT_INPUTS))
-        reports.append((name, part.load(runfolder.FILTER_REPORT)))
-    store.save(runfolder.QA_PAIRS_ALL, pairs_all)
-    store.save(runfolder.QA_PAIRS, pairs)
-    store.save(runfolder.FILTER_REPORT, merged_filter_report(reports))
-    store.save(runfolder.EXPERIMENT_INPUTS, rows)
+        pairs_all += _pairs(name, part.load(kon_files.QA_PAIRS_ALL))
+        pairs += _pairs(name, part.load(kon_files.QA_PAIRS))
+        rows += _inputs(name, part.load(kon_files.EXPERIMENT_INPUTS))
+        reports.append((name, part.load(kon_files.FILTER_REPORT)))
+    store.save(kon_files.QA_PAIRS_ALL, pairs_all)
+    store.save(kon_files.QA_PAIRS, pairs)
+    store.save(kon_files.FILTER_REPORT, merged_filter_report(reports))
+    store.save(kon_files.EXPERIMENT_INPUTS, rows)
 
 
 def summed(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -116,7 +116,7 @@ def summed(counts: list[dict[str, int]]) -> dict[str, int]:
     return total
 
 
-def failures_of(bases: list[KnowledgeBase], summaries: list[Any]) -> list[dict[str, Any]]:
+def failures_of(bases: list[KnowledgeBaseSlice], summaries: list[Any]) -> list[dict[str, Any]]:
     """The stage failures the bases' summaries carry, each naming its base in a multi-base run."""
     return [{**failure, "knowledge_base": base.name} if base.name else failure
             for base, summary in zip(bases, summaries) for failure in summary.failures]

@@ -20,9 +20,9 @@ from typing import Any
 from prefect import Task, task
 from pydantic import BaseModel
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
-from refusalbench.tasks.core.documents import IndexMeta
+from refusalbench.tasks.knowornot import artifacts as kon_files
+from refusalbench.tasks.knowornot.documents import IndexMeta
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.gateway import gateway_for
 from refusalbench.tasks.knowornot.diversity import diversity_filter
@@ -144,13 +144,13 @@ def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases:
         gateway = gateway_for(cfg, api_bases)
         documents = read_documents(kon.documents or [])
         sentences = spread_sentences([s for d in documents for s in document_sentences(d)], kon.max_sentences)
-        store.save(runfolder.SENTENCES, sentences)
+        store.save(kon_files.SENTENCES, sentences)
         facts, fact_failures = extract_facts(gateway, model, documents, sentences,
                                              on_result=progress_callback("extract facts", len(sentences)))
-        store.save(runfolder.FACTS, facts)
+        store.save(kon_files.FACTS, facts)
         pairs, qa_failures = generate_qa(gateway, model, facts, on_result=progress_callback("write QA pairs", len(facts)))
         failures = fact_failures + qa_failures
-    store.save(runfolder.QA_PAIRS_ALL, pairs)
+    store.save(kon_files.QA_PAIRS_ALL, pairs)
     return KnowledgeBaseSummary(pairs=len(pairs), failures=failures)
 
 
@@ -160,7 +160,7 @@ def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSumma
     """Diversity filters, then the FAISS index over the kept pairs (reused when the KB is unchanged)."""
     kon = cfg.knowornot
     store = ArtifactStore(out)
-    pairs = store.load(runfolder.QA_PAIRS_ALL)
+    pairs = store.load(kon_files.QA_PAIRS_ALL)
     embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
     method = "both" if len(kon.filters) == 2 else (kon.filters[0] if kon.filters else "none")
     question_vectors = embedder.embed([p.question for p in pairs]) if method in ("both", "semantic") else None
@@ -168,8 +168,8 @@ def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSumma
                                     semantic_threshold=kon.semantic_threshold)
     if kon.max_questions:
         kept = kept[: kon.max_questions]
-    store.save(runfolder.QA_PAIRS, kept)
-    store.save(runfolder.FILTER_REPORT, report)
+    store.save(kon_files.QA_PAIRS, kept)
+    store.save(kon_files.FILTER_REPORT, report)
     return FilterSummary(kept=len(kept), removed_keyword=report.removed_keyword, removed_semantic=report.removed_semantic,
                          index_rebuilt=_ensure_index(store, kept, embedder))
 
@@ -177,12 +177,12 @@ def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSumma
 def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder) -> bool:
     """Build the FAISS index unless the run folder holds one of the same pairs and embedder; True if built."""
     fingerprint = kb_fingerprint(pairs, embedder.name)
-    if (store.has(runfolder.KB_INDEX) and store.has(runfolder.KB_INDEX_META)
-            and store.load(runfolder.KB_INDEX_META).fingerprint == fingerprint):
+    if (store.has(kon_files.KB_INDEX) and store.has(kon_files.KB_INDEX_META)
+            and store.load(kon_files.KB_INDEX_META).fingerprint == fingerprint):
         return False
     vectors = embedder.embed([pair_text(p) for p in pairs])
-    store.save(runfolder.KB_INDEX, index_to_bytes(build_index(vectors)))
-    store.save(runfolder.KB_INDEX_META, IndexMeta(fingerprint=fingerprint, embedder=embedder.name, size=len(pairs)))
+    store.save(kon_files.KB_INDEX, index_to_bytes(build_index(vectors)))
+    store.save(kon_files.KB_INDEX_META, IndexMeta(fingerprint=fingerprint, embedder=embedder.name, size=len(pairs)))
     return True
 
 
@@ -192,7 +192,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
     """HyDE answers and synthetic questions (if asked for), then the grid with leave-one-out contexts."""
     kon = cfg.knowornot
     store = ArtifactStore(out)
-    pairs = store.load(runfolder.QA_PAIRS)
+    pairs = store.load(kon_files.QA_PAIRS)
     embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
     model = kon.extractor or kon.evaluator
     hyde: dict[str, Any] | None = None
@@ -200,14 +200,14 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
     if strategies_need(kon.retrieval, "hyde_embeddings"):
         answers, failures = hyde_answers(gateway_for(cfg, api_bases), model, pairs, kon.hyde_answers,
                                          on_result=progress_callback("HyDE answers", len(pairs)))
-        store.save(runfolder.HYDE_ANSWERS, answers)
+        store.save(kon_files.HYDE_ANSWERS, answers)
         hyde = _embedded_answers(embedder, answers)
     ookb: list[OOKBQuestion] = []
     if kon.synthetic_ookb:
         ookb, ookb_failures = synthetic_ookb_questions(gateway_for(cfg, api_bases), model, pairs, kon.synthetic_ookb,
                                                        seed=kon.seed, on_result=progress_callback("out-of-KB questions", 1))
         failures += ookb_failures
-        store.save(runfolder.OOKB_QUESTIONS, ookb)
+        store.save(kon_files.OOKB_QUESTIONS, ookb)
         if hyde is not None:
             # Synthetic questions need hypothetical answers too, or HyDE would have no query for them.
             ookb_pairs = [QAPair(id=q.id, question=q.question, answer="") for q in ookb]
@@ -215,13 +215,13 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
             failures += extra_failures
             hyde.update(_embedded_answers(embedder, extra))
     rows = build_experiment_inputs(pairs, embedder.embed([p.question for p in pairs]),
-                                   index_from_bytes(store.load(runfolder.KB_INDEX)), kon.targets, kon.retrieval,
+                                   index_from_bytes(store.load(kon_files.KB_INDEX)), kon.targets, kon.retrieval,
                                    kon.prompts, k=kon.k, hyde_embeddings=hyde, ookb_questions=ookb,
                                    ookb_embeddings=embedder.embed([q.question for q in ookb]) if ookb else None)
     violations = loo_violations(rows)
     if violations:  # never send a leaked context to a target
         raise RuntimeError(f"leave-one-out violated: {violations[0]}")
-    store.save(runfolder.EXPERIMENT_INPUTS, rows)
+    store.save(kon_files.EXPERIMENT_INPUTS, rows)
     return GridSummary(experiments=len(rows), failures=failures)
 
 
@@ -238,7 +238,7 @@ def _embedded_answers(embedder: Embedder, answers: list[HypotheticalAnswers]) ->
 def save_stage_failures(store: ArtifactStore, failures: list[dict[str, Any]]) -> int:
     """Items an LLM stage could not process go to ``stage_failures.json`` (never dropped silently)."""
     if failures:
-        store.save(runfolder.STAGE_FAILURES, failures)
+        store.save(kon_files.STAGE_FAILURES, failures)
     return len(failures)
 
 
@@ -250,7 +250,7 @@ def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest
     """One target answers its rows of one input shard; returns the answer shard's name."""
     store = ArtifactStore(out)
     rows = [r for r in store.read_records(shard, ExperimentInput) if r.target == target]
-    pairs = {p.id: p for p in store.load(runfolder.QA_PAIRS)}
+    pairs = {p.id: p for p in store.load(kon_files.QA_PAIRS)}
     outputs = answer_experiments(gateway_for(cfg, api_bases), rows, pairs,
                                  on_result=progress_callback(f"{target} answers", len(rows)))
     return write_output_shard(out, ANSWER_SHARDS, target, shard, outputs, ExperimentOutput)
@@ -264,9 +264,9 @@ def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_di
     returns the outcome shard."""
     store = ArtifactStore(out)
     outputs = store.read_records(answers, ExperimentOutput)
-    rows = store.load(runfolder.EXPERIMENT_INPUTS)
+    rows = store.load(kon_files.EXPERIMENT_INPUTS)
     specs = run_specs(cfg.knowornot.evaluations)
-    pairs = {p.id: p for p in store.load(runfolder.QA_PAIRS)}
+    pairs = {p.id: p for p in store.load(kon_files.QA_PAIRS)}
     outcomes = evaluate_outputs(gateway_for(cfg, api_bases), cfg.knowornot.evaluator, specs, rows, outputs,
                                 on_result=progress_callback("evaluate answers", len(specs) * len(outputs)), pairs=pairs)
     return write_output_shard(out, EVALUATION_SHARDS, target, answers, outcomes, EvalOutcome)
@@ -281,8 +281,8 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
     """
     kon = cfg.knowornot
     fanout = Fanout(cfg, out, api_bases)
-    fanout.store.save(runfolder.RUN_SPECS, run_specs(kon.evaluations))
-    rows = fanout.store.load(runfolder.EXPERIMENT_INPUTS)
+    fanout.store.save(kon_files.RUN_SPECS, run_specs(kon.evaluations))
+    rows = fanout.store.load(kon_files.EXPERIMENT_INPUTS)
     shards = fanout.write_shards(INPUT_SHARDS, rows, ExperimentInput, kon.shard_size,
                                  lambda chunk: content_digest(digest, [r.model_dump() for r in chunk]))
     sharing = knowornot_models(kon)
@@ -292,8 +292,8 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
                               sharing=sharing)
     outputs: list[ExperimentOutput] = fanout.gather(answered, ExperimentOutput)
     outcomes: list[EvalOutcome] = fanout.gather(evaluated, EvalOutcome)
-    fanout.store.save(runfolder.EXPERIMENT_OUTPUTS, outputs)
-    fanout.store.save(runfolder.EVALUATIONS, outcomes)
+    fanout.store.save(kon_files.EXPERIMENT_OUTPUTS, outputs)
+    fanout.store.save(kon_files.EVALUATIONS, outcomes)
     return {"responses": len(outputs), "response_errors": sum(o.error is not None for o in outputs),
             "evaluations": len(outcomes), "evaluation_errors": sum(o.error is not None for o in outcomes)}
 

@@ -3,7 +3,7 @@
 With no ``PREFECT_API_URL``, Prefect itself would boot an API server in a subprocess for
 every process that runs a flow, and stop it at exit. That boot takes about 3 s on 2
 cores: more than a cached re-run of a 200-item evaluation needs for everything else. So
-the first command starts one server (``tasks.api_server``: Prefect's API app, as Prefect
+the first command starts one server (``tasks/pipeline/local_api_server.py``: Prefect's API app, as Prefect
 serves it) and records it in ``PREFECT_HOME/refusalbench-api/server.json``; later commands
 find it there and use it at once. Prefect sees it through ``PREFECT_API_URL``.
 
@@ -13,7 +13,7 @@ find it there and use it at once. Prefect sees it through ``PREFECT_API_URL``.
 - A command holds a shared lock on the server's ``users-PORT.lock`` while its process
   lives, and the server keeps running while anyone holds it, then
   ``REFUSALBENCH_PREFECT_API_IDLE_S`` seconds more (default 600; 0 stops it as soon as the
-  last command ends) before it exits (``tasks.api_server`` has the locking in full).
+  last command ends) before it exits (``tasks/pipeline/local_api_server.py`` has the locking in full).
 - A command that fails its input checks before any flow used a server it started stops
   that server again at once (unless another command has begun to use it).
 - A server started under other server settings (database URL, profile, Prefect version,

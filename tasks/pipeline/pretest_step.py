@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.pipeline.shard_tasks import pretest_shard
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.pretest import kept_items, mark_kept, summary_by_model, summary_rows
 from refusalbench.tasks.llm.prompting import template_hash
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.core.records import BaseItem, PretestRow
+from refusalbench.tasks.refusalbench.records import BaseItem, PretestRow
 from refusalbench.tasks.pipeline.fanout import content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.assign_step import GenerationInputs
 from refusalbench.tasks.pipeline.ui import publish_table
 
 # What a pre-test task renders besides its items: part of its content digest.
-TEMPLATES = ("target_single.j2", "target_multi.j2", "judge_single.j2", "judge_multi.j2")
+PRETEST_TEMPLATES = ("target_single.j2", "target_multi.j2", "judge_single.j2", "judge_multi.j2")
 
 
 @dataclass
@@ -43,7 +43,7 @@ class PretestOutcome:
 def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], judge: str) -> PretestOutcome:
     """Pre-test ``items`` with ``models`` (all must answer correctly) and ``judge``; see the module doc."""
     gen = run.cfg.generation
-    fixed = content_digest({name: template_hash(name) for name in TEMPLATES},
+    fixed = content_digest({name: template_hash(name) for name in PRETEST_TEMPLATES},
                            run.cfg.models[judge].model_dump(mode="json"), package_version())
     with run.recorder.stage("pretest"):
         shards = run.fanout.write_shards("pretest-items", items, BaseItem, gen.shard_size,
@@ -52,8 +52,8 @@ def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], ju
         answered: list[PretestRow] = run.fanout.gather(futures, PretestRow)
         kept_ids = kept_items([item.id for item in items], answered, models)
         rows = mark_kept(answered, kept_ids)
-        run.store.save(runfolder.PRETEST, rows)
-        run.recorder.artifact(runfolder.PRETEST)
+        run.store.save(rb_files.PRETEST, rows)
+        run.recorder.artifact(rb_files.PRETEST)
         summary = summary_by_model(rows, models)
         run.recorder.count(pretest_rows=len(rows), pretest_by_model=summary)
         skipped = [m for m in gen.pretest.models if m not in models]
@@ -63,7 +63,7 @@ def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], ju
         failed = sum(row.error is not None for row in rows)
         if failed:
             run.recorder.note(f"{failed} pre-test answer(s) failed (call or judge error): their items were not kept; "
-                              f"see the error column of {runfolder.PRETEST.name}")
+                              f"see the error column of {rb_files.PRETEST.name}")
         publish_table("pretest-by-model", summary_rows(summary),
                       "Pre-test: base items each model answered correctly unperturbed (a refusal is wrong)")
     return PretestOutcome(rows, [item for item in items if item.id in kept_ids], models, judge, len(items))

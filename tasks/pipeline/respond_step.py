@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Any
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.pipeline.shard_tasks import judge_shard, respond_shard
 from refusalbench.tasks.pipeline.fanout import Shard, content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
@@ -69,8 +69,8 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     judge_started = max(judge_submitted, respond_spans.first(judge_submitted))
     run.recorder.timing("judge", judge_spans.last(judge_started) - judge_started)
 
-    run.store.save(runfolder.RESPONSES, responses)
-    run.store.save(runfolder.JUDGMENTS, judgments)
-    run.recorder.artifact(runfolder.RESPONSES, runfolder.JUDGMENTS)
+    run.store.save(rb_files.RESPONSES, responses)
+    run.store.save(rb_files.JUDGMENTS, judgments)
+    run.recorder.artifact(rb_files.RESPONSES, rb_files.JUDGMENTS)
     return responses, judgments
 

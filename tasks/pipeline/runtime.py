@@ -7,8 +7,9 @@
   so the content hashes it misses (prompt templates, lever catalogue, input files) are
   passed to tasks as explicit inputs.
 - Task results persist beside the run's artifacts (``<run>/_prefect``).
-- Call accounting of a flow run, across processes when tasks ran on Dask workers.
-(What a run shows in the Prefect UI lives in ``ui_artifacts``.)
+- Call accounting of a flow run (its own calls only, though the process ran others before),
+  across processes when tasks ran on Dask workers.
+(What a run shows in the Prefect UI lives in ``tasks/pipeline/ui.py``.)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ PREFECT_DEFAULTS = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     # A quiet terminal. Prefect's run loggers take this level too (INFO lines of
     # get_run_logger never leave the process), so the run's story for the UI's Logs tab
-    # has its own logger straight to the API (ui_artifacts.story), at INFO whatever this is.
+    # has its own logger straight to the API (ui.story), at INFO whatever this is.
     "PREFECT_LOGGING_LEVEL": "WARNING",
     "PREFECT_UI_ENABLED": "false",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -147,3 +148,34 @@ def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
         except Exception as exc:  # accounting must never fail a finished run
             log.warning("could not collect call statistics from Dask workers: %s", exc)
     return merge_call_stats(snapshots)
+
+
+def call_stats_since(start: dict[str, dict[str, float]],
+                     now: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """What the counters of ``now`` counted after the snapshot ``start``; a counter, or a model,
+    that did not change in between is left out (as one never counted is)."""
+    since: dict[str, dict[str, float]] = {}
+    for model, counters in now.items():
+        before = start.get(model, {})
+        changed = {name: amount - before.get(name, 0) for name, amount in counters.items()
+                   if amount != before.get(name, 0)}
+        if changed:
+            since[model] = changed
+    return since
+
+
+class CallCounter:
+    """The model calls of one flow run: the gateways' counters now less those at its start.
+
+    A gateway's counters last as long as its process, and one process runs several flows
+    (``run``: generate, then evaluate; ``refresh``: round after round; a deployment's
+    worker): counted from zero, each manifest would also count the calls of the flows
+    before it. Create it when the flow starts, before any call.
+    """
+
+    def __init__(self, config: "RunConfig | dict[str, Any]"):
+        self.config = config
+        self.at_start = run_call_stats(config)
+
+    def since_start(self) -> dict[str, dict[str, float]]:
+        return call_stats_since(self.at_start, run_call_stats(self.config))

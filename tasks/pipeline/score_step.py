@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.outputs import judged_frame, write_scores
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
 from refusalbench.tasks.pipeline.stage_run import StageRun
 
@@ -15,9 +15,9 @@ def score_judgments(run: StageRun, items: list[BenchmarkItem], targets: list[str
     ev = run.cfg.evaluation
     with run.recorder.stage("score"):
         frame, excluded = judged_frame(judgments, items)
-        run.store.save(runfolder.JUDGED, frame)
+        run.store.save(rb_files.JUDGED, frame)
         result = write_scores(run.store, frame, bootstrap=ev.bootstrap, seed=ev.seed)
-        run.recorder.artifact(runfolder.JUDGED, runfolder.METRICS, runfolder.BREAKDOWN, runfolder.CONFUSION)
+        run.recorder.artifact(rb_files.JUDGED, rb_files.METRICS, rb_files.BREAKDOWN, rb_files.CONFUSION)
         run.recorder.count(
             items=len(items), targets=len(targets), responses=len(responses),
             response_errors={t: sum(r.model == t and r.error is not None for r in responses) for t in targets},

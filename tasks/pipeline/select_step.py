@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.documents import FilterDecision
-from refusalbench.tasks.core.records import BenchmarkItem, Candidate, Verification
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.documents import FilterDecision
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Candidate, Verification
 from refusalbench.tasks.refusalbench.select import benchmark_items, filter_candidates, stratified_sample
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.assign_step import GenerationInputs
@@ -37,9 +37,9 @@ def select_benchmark(run: StageRun, inputs: GenerationInputs, candidates: list[C
                                                [s for s in STRATA if s in assigned], balance=gen.balance,
                                                generators=generators)
         bench = benchmark_items(sample, inputs.items_by_id)
-        run.store.save(runfolder.BENCHMARK, bench)
-        run.store.save(runfolder.FILTER_DECISIONS, decisions)
-        run.recorder.artifact(runfolder.BENCHMARK, runfolder.FILTER_DECISIONS)
+        run.store.save(rb_files.BENCHMARK, bench)
+        run.store.save(rb_files.FILTER_DECISIONS, decisions)
+        run.recorder.artifact(rb_files.BENCHMARK, rb_files.FILTER_DECISIONS)
         run.recorder.count(accepted=len(accepted), sampled=len(bench), shortfalls=shortfalls)
         if shortfalls and gen.balance == "generator":
             run.recorder.note(f"{len(shortfalls)} strata have a generator with fewer accepted items than its share: "

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from prefect import task
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.core.records import (Assignment, BaseItem, BenchmarkItem, Candidate, Judgment, PretestRow,
-                                             Response, Verification)
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.records import (Assignment, BaseItem, BenchmarkItem, Candidate, Judgment,
+                                                     PretestRow, Response, Verification)
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.gateway import gateway_for
 from refusalbench.tasks.pipeline.fanout import progress_callback, write_output_shard
@@ -39,7 +39,7 @@ def generate_shard(config: RunConfig, run_root: str, generator: str, assignments
     """
     store = ArtifactStore(run_root)
     assignments = store.read_records(assignments_name, Assignment)
-    items = {item.id: item for item in store.load(runfolder.BASE_ITEMS)}
+    items = {item.id: item for item in store.load(rb_files.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     if config.models[generator].rule_based:
         candidates = rule_candidates(assignments, items, levers, generator)
@@ -56,7 +56,7 @@ def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_nam
     """Verify one shard of candidates with one verifier; returns the output shard's name."""
     store = ArtifactStore(run_root)
     candidates = store.read_records(candidates_name, Candidate)
-    items = {item.id: item for item in store.load(runfolder.BASE_ITEMS)}
+    items = {item.id: item for item in store.load(rb_files.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
                              on_result=progress_callback(f"verify with {verifier}", sum(map(awaits_verification, candidates))))
@@ -88,7 +88,7 @@ def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: s
     """
     store = ArtifactStore(run_root)
     responses = store.read_records(responses_name, Response)
-    items = {item.item_id: item for item in store.load(runfolder.BENCHMARK)}
+    items = {item.item_id: item for item in store.load(rb_files.BENCHMARK)}
     judge = config.evaluation.judge
     total = sum(needs_judge(items[r.item_id], r) for r in responses)
     rows = judge_responses(gateway_for(config, api_bases), items, responses, judge,

@@ -1,15 +1,15 @@
 """The RefusalBench pipeline stages, as the flows call them (DESIGN.md §2).
 
-Each stage function takes the :class:`StageRun` of the run, fans its tasks out over
-models x shards (``tasks.shards.Fanout``), gathers their output, writes its artifacts
-(``tasks.runfolder``) and records its counts and timing in the manifest. The model work
-itself stays in the per-stage modules beside this package (``tasks.generate``,
-``tasks.verify``, ``tasks.respond``, ``tasks.judge``: pure functions + one ``@task`` each),
-so a flow body is just these calls in order:
+Each stage function (``pipeline/<stage>_step.py``) takes the :class:`StageRun` of the run,
+fans its tasks out over models x shards (``pipeline.fanout.Fanout``), gathers their output,
+writes its artifacts (``refusalbench.artifacts``) and records its counts and timing in the
+manifest. The model work itself is the pure logic of ``tasks/refusalbench/`` (``generate``,
+``verify``, ``respond``, ``judge``), run by the shard tasks of ``pipeline.shard_tasks``, so a
+flow body is just these calls in order:
 
-    generation:  pretest.pretested_inputs -> assign.record_inputs -> generate.generate_candidates -> verify.verify_candidates
-                 -> select.select_benchmark -> analyse.analyse
-    evaluation:  respond.respond_and_judge -> score.score_judgments -> report.report_results
+    generation:  pretest_step.pretested_inputs -> assign_step.record_inputs -> generate_step.generate_stage
+                 -> verify_step.verify_stage -> select_step.select_benchmark -> analyse_step.analyse
+    evaluation:  respond_step.respond_and_judge -> score_step.score_judgments -> report_step.report_results
 """
 
 from __future__ import annotations

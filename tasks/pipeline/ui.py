@@ -2,8 +2,8 @@
 and progress artifacts.
 
 Outside a flow or task run the artifact helpers do nothing and ``story`` falls back to the
-module logger, so pure stage code can call them freely; a failure to publish never breaks
-the work.
+module logger; a failure to publish never breaks the work. Pure code narrates through
+``tasks.core.narration``, which this module points here when the pipeline is imported.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import logging
 import threading
 import time
 from typing import Any
+
+from refusalbench.tasks.core import narration
 
 log = logging.getLogger("refusalbench")
 
@@ -107,6 +109,18 @@ def publish_link(key: str, link: str, text: str, description: str = "") -> None:
     create_link_artifact(key=artifact_key(key), link=link, link_text=text, description=description)
 
 
+class PrefectSink:
+    """The narration of pure code (``core.narration``) in the Prefect UI: the functions above."""
+
+    story = staticmethod(story)
+    publish_table = staticmethod(publish_table)
+    publish_markdown = staticmethod(publish_markdown)
+    publish_link = staticmethod(publish_link)
+
+
+narration.install(PrefectSink())
+
+
 # Where progress lines go besides Prefect (the CLI points this at the terminal).
 PROGRESS_ECHO: Any = None
 
@@ -117,7 +131,7 @@ class Progress:
     The artifact's key is the title's (``judge answerer`` -> ``judge-answerer-progress``):
     one key per stage and model, so the Artifacts page lists it; its description names the
     task run (``judge | answerer | shard 3/8``). The Logs tab gets a shard's summary at its
-    end instead of a line every few seconds (``tasks.shards``). Updates are throttled
+    end instead of a line every few seconds (``tasks/pipeline/fanout.py``). Updates are throttled
     (every ``every_s`` seconds) so thousands of completions do not turn into thousands of
     API calls. Thread-safe: gateway callbacks may come from anywhere.
     """

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.prechecks import apply_prechecks, awaits_verification, rule_name
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.core.records import Candidate, Verification
+from refusalbench.tasks.refusalbench.records import Candidate, Verification
 from refusalbench.tasks.pipeline.fanout import content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.assign_step import GenerationInputs
@@ -26,8 +26,8 @@ from refusalbench.tasks.refusalbench.verify import skipped
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIPPED")
 
 
-def verify_candidates(run: StageRun, inputs: GenerationInputs, candidates: list[Candidate],
-                      verifiers: list[str]) -> list[Verification]:
+def verify_stage(run: StageRun, inputs: GenerationInputs, candidates: list[Candidate],
+                 verifiers: list[str]) -> list[Verification]:
     """One row per (pre-checked candidate, verifier); written to ``verifications.parquet``.
 
     ``candidates`` is updated in place with the pre-check outcome, so the stages after this
@@ -47,8 +47,8 @@ def verify_candidates(run: StageRun, inputs: GenerationInputs, candidates: list[
                 later = [v for r in rounds[index + 1 :] for v in r]
                 verifications.extend(skipped(c, v) for c in pending if c.candidate_id in failed for v in later)
                 pending = [c for c in pending if c.candidate_id not in failed]
-        run.store.save(runfolder.VERIFICATIONS, verifications)
-        run.recorder.artifact(runfolder.VERIFICATIONS)
+        run.store.save(rb_files.VERIFICATIONS, verifications)
+        run.recorder.artifact(rb_files.VERIFICATIONS)
         run.recorder.count(verifications=len(verifications),
                            verifications_by_verdict={v: sum(r.verdict == v for r in verifications) for v in VERDICTS},
                            inconsistent_verdicts=sum(r.consistent is False for r in verifications))
@@ -59,7 +59,7 @@ def precheck_candidates(run: StageRun, inputs: GenerationInputs, candidates: lis
     """The candidates with their pre-check outcome; ``candidates.parquet`` rewritten to hold it."""
     with run.recorder.stage("precheck"):
         checked = apply_prechecks(candidates, inputs.items_by_id, {lever.id: lever for lever in inputs.levers})
-        run.store.save(runfolder.CANDIDATES, checked)
+        run.store.save(rb_files.CANDIDATES, checked)
         failures = Counter(rule_name(f) for c in checked for f in c.precheck_failures or [])
         run.recorder.count(prechecked=sum(map(awaits_verification, checked)),
                            precheck_rejected=sum(bool(c.precheck_failures) for c in checked),

@@ -14,10 +14,11 @@ import hashlib
 import random
 from collections.abc import Iterable, Sequence
 
-from refusalbench.tasks.core.records import Assignment, BaseItem, Lever
+from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.levers import Stratum, levers_by_stratum
+from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Lever
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
-
-Stratum = tuple[str, str]
 
 
 def assignment_id(base_id: str, lever_id: str) -> str:
@@ -62,16 +63,6 @@ def sample_base_items(items: Sequence[BaseItem], n: int | None, seed: int) -> li
         raise ValueError(f"sample size must be ≥ 0, got {n}")
     picked = sorted(_rng(seed, "base-sample").sample(range(len(items)), n))
     return [items[i] for i in picked]
-
-
-def levers_by_stratum(levers: Iterable[Lever]) -> dict[Stratum, list[Lever]]:
-    """Levers grouped by (class, intensity), each group sorted by id so input order does not matter."""
-    groups: dict[Stratum, list[Lever]] = {}
-    for lever in levers:
-        groups.setdefault((lever.perturbation_class, lever.intensity), []).append(lever)
-    for group in groups.values():
-        group.sort(key=lambda lever: lever.id)
-    return groups
 
 
 def assign_levers(
@@ -126,3 +117,20 @@ def assign_levers(
                     )
                 )
     return out
+
+
+def configured_strata(cfg: RunConfig) -> list[Stratum] | None:
+    """The config's ``generation.strata`` parsed (None: every stratum); an unknown one is an InputError."""
+    specs = cfg.generation.strata
+    try:
+        return parse_strata(specs) if specs else None
+    except ValueError as exc:
+        raise InputError(str(cfg.source), str(exc), field="generation.strata") from None
+
+
+def draw_assignments(pool: Sequence[BaseItem], levers: Sequence[Lever], strata: Sequence[Stratum] | None,
+                     base_sample: int | None, levers_per_stratum: int,
+                     seed: int) -> tuple[list[BaseItem], list[Assignment]]:
+    """The generation's draw: ``base_sample`` items of ``pool`` by seed, and their lever assignment."""
+    items = sample_base_items(pool, base_sample, seed)
+    return items, assign_levers(items, levers, seed=seed, levers_per_stratum=levers_per_stratum, strata=strata)

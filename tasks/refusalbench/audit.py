@@ -7,14 +7,15 @@ the verifiers' rubric and passes or fails each one; the pass rate per class is T
 - ``draw_sample``: N items per stratum of the benchmark (seeded), in shuffled order.
 - ``rubric``: the criteria the verifiers were given for an item, rendered from the
   verifier template itself, so annotators and verifiers read the same rubric.
-- ``AuditLabelStore``: the KnowOrNot label store (one fsync'ed line per label) for audit labels.
-- ``wilson_interval``, ``verifier_consensus``, ``audit_document``: pass rates per class,
-  intensity and stratum with intervals, kappa between annotators (the KnowOrNot agreement
-  functions), and agreement of the humans with the verifier consensus.
+- ``AuditLabelStore``: the shared label store (``labelling.label_store``: one fsync'ed line
+  per label) for audit labels.
+- ``verifier_consensus``, ``audit_document``: pass rates per class, intensity and stratum
+  with Wilson intervals (``core.stats``), kappa between annotators (``labelling.agreement``),
+  and agreement of the humans with the verifier consensus.
 - ``sample_run``, ``open_audit_session``, ``write_audit``: the same over a run folder
   (what ``refusalbench audit sample|label|report`` do).
 
-The labelling screens (terminal and loopback web page) are in ``audit_ui``.
+The labelling screens (terminal and loopback web page) are in ``audit_screens``.
 """
 
 from __future__ import annotations
@@ -28,33 +29,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.documents import AuditDocument, AuditLabel, AuditPassRate
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.documents import AuditDocument, AuditLabel, AuditPassRate
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.knowornot.labels import LabelStore, annotator_agreement, evaluator_vs_human
-from refusalbench.tasks.knowornot.records import EvalSpec
+from refusalbench.tasks.core.narration import publish_table
+from refusalbench.tasks.core.stats import wilson_interval
+from refusalbench.tasks.labelling.agreement import annotator_agreement, evaluator_vs_human
+from refusalbench.tasks.labelling.label_store import LabelStore
+from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.outputs import build_report_for
 from refusalbench.tasks.llm.prompting import render_messages
-from refusalbench.tasks.core.records import BenchmarkItem, Lever, LeverExample, Verification
+from refusalbench.tasks.refusalbench.prompt_vocabulary import VERIFIER_VOCABULARY
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Lever, LeverExample, Verification
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
-from refusalbench.tasks.pipeline.ui import publish_table
-from refusalbench.tasks.refusalbench.verify import required_criteria, template_for
+from refusalbench.tasks.refusalbench.verify import required_criteria, verifier_template
 
-VERDICTS: tuple[str, str] = ("PASS", "FAIL")
+AUDIT_VERDICTS: tuple[str, str] = ("PASS", "FAIL")
 # The audit as a labelling spec, so the KnowOrNot agreement functions apply as they are.
-AUDIT_SPEC = EvalSpec(name="audit", tag="audit", outcomes=list(VERDICTS),
+AUDIT_SPEC = EvalSpec(name="audit", tag="audit", outcomes=list(AUDIT_VERDICTS),
                       prompt="Does this generated test case meet every criterion of the verifier rubric?")
 ITEM_RULE = ("an item passes when more than half of the annotators who labelled it passed it "
              "(a tie is a FAIL: a case one of two experts rejects is not a clean test case)")
 VERIFIER_RULE = ("verifier consensus: PASS when more than half of the verifiers that gave a verdict passed the "
                  "item (by the verdict that counts: a stated PASS its own criteria contradict is a FAIL); "
                  "items no verifier judged are left out")
-INTERVAL = "95% Wilson score interval"
-Z_95 = 1.959963984540054
+INTERVAL = "95% Wilson score interval"  # chosen over the bootstrap: strata hold ~10 items, pass rates near 1
 
 
 def stratum_name(perturbation_class: str, intensity: str) -> str:
@@ -103,16 +104,16 @@ def rubric(item: BenchmarkItem, lever: Lever) -> list[tuple[str, str]]:
     The verifier template is rendered for the item's lever and expected response (with no
     texts: the wording of the criteria depends on neither), and its criteria section read back.
     """
-    messages = render_messages(template_for(item.variant), lever=lever, expected=item.expected, question="",
+    messages = render_messages(verifier_template(item.variant), lever=lever, expected=item.expected, question="",
                                answers=[], perturbed_question="", context="", perturbed_context="",
-                               passages=[], perturbed_passages=[], changes="")
+                               passages=[], perturbed_passages=[], changes="", **VERIFIER_VOCABULARY)
     text = messages[-1]["content"]
     section = text[text.rindex("# Criteria"):].split("\n# ", 1)[0]
     found = {m["name"]: m["text"].strip() for m in map(_CRITERION_LINE.match, section.splitlines()) if m}
     wanted = required_criteria(item.variant)
     missing = [name for name in wanted if name not in found]
     if missing:
-        raise RuntimeError(f"{template_for(item.variant)} no longer words the criteria {missing}")
+        raise RuntimeError(f"{verifier_template(item.variant)} no longer words the criteria {missing}")
     return [(name, found[name]) for name in wanted]
 
 
@@ -157,22 +158,11 @@ def audit_cases(items: Sequence[BenchmarkItem], levers: Iterable[Lever]) -> list
 class AuditLabelStore(LabelStore):
     """``LabelStore`` (append + fsync per label, resumable) holding ``AuditLabel`` lines."""
 
+    record = AuditLabel
+    record_name = "an audit label"
+
     def load(self) -> list[AuditLabel]:  # type: ignore[override]
-        """All labels. A torn last line (crash mid-write) is ignored; a bad line elsewhere is an InputError."""
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        labels: list[AuditLabel] = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                labels.append(AuditLabel.model_validate_json(line))
-            except ValidationError as exc:
-                if number == len(lines):
-                    break  # unterminated last line: a write torn by a crash (append() cuts it off)
-                raise InputError(str(self.path), f"not an audit label: {exc.errors()[0]['msg']}", line=number) from None
-        return labels
+        return super().load()  # type: ignore[return-value]
 
 
 def latest_labels(labels: Iterable[AuditLabel]) -> dict[str, dict[str, AuditLabel]]:
@@ -184,22 +174,6 @@ def latest_labels(labels: Iterable[AuditLabel]) -> dict[str, dict[str, AuditLabe
 
 
 # ----------------------------------------------------------------- the audit's numbers
-
-
-def wilson_interval(passed: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval of a proportion (NaN, NaN when n = 0).
-
-    Chosen over the bootstrap because strata hold ~10 items and pass rates sit near 1,
-    where a bootstrap interval collapses to [1, 1] and the normal approximation leaves [0, 1].
-    """
-    if n == 0:
-        return math.nan, math.nan
-    p = passed / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    # At 0 or n passes the bound is exactly 0 or 1; rounding would leave 1e-17 off.
-    return (0.0 if passed == 0 else centre - half), (1.0 if passed == n else centre + half)
 
 
 def pass_rate(value: str, verdicts: Sequence[str]) -> AuditPassRate:
@@ -222,7 +196,7 @@ def verifier_consensus(verifications: Iterable[Verification]) -> dict[str, str]:
     """Candidate id -> the verifiers' consensus verdict under ``VERIFIER_RULE``."""
     votes: dict[str, list[str]] = defaultdict(list)
     for row in verifications:
-        if row.verdict in VERDICTS:
+        if row.verdict in AUDIT_VERDICTS:
             votes[row.candidate_id].append(row.verdict)
     return {cid: "PASS" if v.count("PASS") * 2 > len(v) else "FAIL" for cid, v in votes.items()}
 
@@ -314,17 +288,17 @@ def sample_run(run_dir: str, per_stratum: int = 10, seed: int = 0, force: bool =
     if per_stratum < 1:
         raise InputError(str(per_stratum), "must be at least 1", field="--per-stratum")
     store = _run_store(run_dir)
-    if not store.has(runfolder.BENCHMARK):
-        raise InputError(store.uri(runfolder.BENCHMARK.name), "no benchmark in this run folder (run generate first)")
-    items = store.load(runfolder.BENCHMARK)
+    if not store.has(rb_files.BENCHMARK):
+        raise InputError(store.uri(rb_files.BENCHMARK.name), "no benchmark in this run folder (run generate first)")
+    items = store.load(rb_files.BENCHMARK)
     if not items:
-        raise InputError(store.uri(runfolder.BENCHMARK.name), "the benchmark is empty: nothing to audit")
+        raise InputError(store.uri(rb_files.BENCHMARK.name), "the benchmark is empty: nothing to audit")
     sample = draw_sample(items, per_stratum, seed)
-    if store.has(runfolder.AUDIT_SAMPLE) and store.has(runfolder.AUDIT_LABELS) and not force:
-        if [i.item_id for i in store.load(runfolder.AUDIT_SAMPLE)] != [i.item_id for i in sample]:
-            raise InputError(store.uri(runfolder.AUDIT_SAMPLE.name),
+    if store.has(rb_files.AUDIT_SAMPLE) and store.has(rb_files.AUDIT_LABELS) and not force:
+        if [i.item_id for i in store.load(rb_files.AUDIT_SAMPLE)] != [i.item_id for i in sample]:
+            raise InputError(store.uri(rb_files.AUDIT_SAMPLE.name),
                              "this audit sample already has labels; pass --force to draw a different one")
-    store.save(runfolder.AUDIT_SAMPLE, sample)
+    store.save(rb_files.AUDIT_SAMPLE, sample)
     available, drawn = stratum_counts(items), stratum_counts(sample)
     return {name: {"available": available[name], "sampled": drawn.get(name, 0)} for name in available}
 
@@ -340,18 +314,18 @@ class AuditSession:
 
 def open_audit_session(run_dir: str) -> AuditSession:
     store = _run_store(run_dir)
-    if not store.has(runfolder.AUDIT_SAMPLE):
-        raise InputError(store.uri(runfolder.AUDIT_SAMPLE.name), "no audit sample in this run folder (run audit sample first)")
+    if not store.has(rb_files.AUDIT_SAMPLE):
+        raise InputError(store.uri(rb_files.AUDIT_SAMPLE.name), "no audit sample in this run folder (run audit sample first)")
     if not store.is_local:
         raise InputError(run_dir, "labels are written to a local run folder: copy the folder here first")
-    cases = audit_cases(store.load(runfolder.AUDIT_SAMPLE), load_catalogue())
-    return AuditSession(store, cases, Path(store.uri(runfolder.AUDIT_LABELS.name)))
+    cases = audit_cases(store.load(rb_files.AUDIT_SAMPLE), load_catalogue())
+    return AuditSession(store, cases, Path(store.uri(rb_files.AUDIT_LABELS.name)))
 
 
 def refresh_report(store: ArtifactStore) -> str | None:
     """Rebuild an evaluated run's ``report.html`` so it carries the audit; None before the
     evaluation (whose report will then include the audit)."""
-    return build_report_for(store.root) if store.has(runfolder.JUDGED) else None
+    return build_report_for(store.root) if store.has(rb_files.JUDGED) else None
 
 
 def write_audit(run_dir: str) -> tuple[AuditDocument, str | None]:
@@ -362,8 +336,8 @@ def write_audit(run_dir: str) -> tuple[AuditDocument, str | None]:
     labels = AuditLabelStore(session.labels_path).load()
     if not labels:
         raise InputError(str(session.labels_path), "no audit labels yet (run audit label first)")
-    consensus = verifier_consensus(store.load(runfolder.VERIFICATIONS)) if store.has(runfolder.VERIFICATIONS) else None
+    consensus = verifier_consensus(store.load(rb_files.VERIFICATIONS)) if store.has(rb_files.VERIFICATIONS) else None
     audit = audit_document([case.item for case in session.cases], labels, consensus)
-    store.save(runfolder.AUDIT, audit)
+    store.save(rb_files.AUDIT, audit)
     publish_table("audit-pass-rates", pass_rate_rows(audit), description=f"Human audit pass rates ({INTERVAL})")
     return audit, refresh_report(store)

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.records import BenchmarkItem
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.refusalbench.taxonomy import canonical_code
 
-REQUIRED_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
+BENCHMARK_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
 
 
 def read_benchmark(uri: str) -> list[BenchmarkItem]:
     store, name = split_uri(uri)
     if not store.exists(name):
         raise InputError(uri, "benchmark file not found")
+    store.check_schema_version()  # a run folder's benchmark: refused if a newer refusalbench wrote the folder
     try:
         table = store.read_table(name)
     except Exception as exc:  # not Parquet, truncated ...
         raise InputError(uri, f"not a readable Parquet file ({type(exc).__name__})") from None
-    missing = sorted(REQUIRED_COLUMNS - set(table.column_names))
+    missing = sorted(BENCHMARK_COLUMNS - set(table.column_names))
     if missing:
         raise InputError(uri, "required column is missing", field=missing[0])
     items = []
@@ -57,11 +59,11 @@ def keep_generation_manifest(store: ArtifactStore) -> None:
     if store.has(runfolder.MANIFEST):
         previous = store.load(runfolder.MANIFEST)
         if previous.kind == "generate":
-            store.save(runfolder.GENERATION_MANIFEST, previous)
+            store.save(rb_files.GENERATION_MANIFEST, previous)
 
 
 def place_benchmark(store: ArtifactStore, uri: str, items: list[BenchmarkItem]) -> None:
     """Copy the benchmark into the run folder unless it is already that folder's benchmark."""
     source_store, name = split_uri(uri)
-    if source_store.uri(name) != store.uri(runfolder.BENCHMARK.name):
-        store.save(runfolder.BENCHMARK, items)
+    if source_store.uri(name) != store.uri(rb_files.BENCHMARK.name):
+        store.save(rb_files.BENCHMARK, items)

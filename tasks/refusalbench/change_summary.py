@@ -14,14 +14,15 @@ import difflib
 import re
 
 from refusalbench.tasks.refusalbench.prechecks import normalise
-from refusalbench.tasks.core.records import BaseItem, Candidate, Passage
+from refusalbench.tasks.refusalbench.records import BaseItem, Candidate, Passage
 
 # A sentence ends at ., ! or ? followed by whitespace; good enough for a diff the reader can check
 # (NLTK's punkt would load a tokenizer into every verification process for no gain here).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def sentences(text: str | None) -> list[str]:
+def diff_sentences(text: str | None) -> list[str]:
+    """The text's sentences as the summary compares them: split at end punctuation, whitespace collapsed."""
     return [s for s in map(normalise, _SENTENCE_END.split(text or "")) if s]
 
 
@@ -31,7 +32,7 @@ def _quote(parts: list[str]) -> str:
 
 def text_changes(original: str | None, perturbed: str | None) -> list[str]:
     """One line per edit between the two texts' sentence lists (empty: the same sentences)."""
-    before, after = sentences(original), sentences(perturbed)
+    before, after = diff_sentences(original), diff_sentences(perturbed)
     lines = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
         if op == "delete":
@@ -59,7 +60,7 @@ def _passage_sections(original: list[Passage], perturbed: list[Passage]) -> list
             lines.append(f"- {title}: missing from the perturbed version.")
         else:
             before, after = original[index], perturbed[index]
-            lines += _section(title, len(sentences(before.text)), text_changes(before.text, after.text))
+            lines += _section(title, len(diff_sentences(before.text)), text_changes(before.text, after.text))
             if before.relevant != after.relevant:
                 lines.append(f"  - relevance flag: {before.relevant} -> {after.relevant}")
     return lines
@@ -72,5 +73,5 @@ def change_summary(item: BaseItem, candidate: Candidate) -> str:
     if candidate.variant == "multi":
         lines += _passage_sections(item.passages or [], candidate.passages or [])
     else:
-        lines += _section("Context", len(sentences(item.context)), text_changes(item.context, candidate.context))
+        lines += _section("Context", len(diff_sentences(item.context)), text_changes(item.context, candidate.context))
     return "\n".join(lines)

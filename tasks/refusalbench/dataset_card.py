@@ -22,8 +22,9 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
-from refusalbench.tasks.core.documents import AuditDocument, AuditPassRate, GVAnalysis
-from refusalbench.tasks.core.records import Lever, RunManifest
+from refusalbench.tasks.refusalbench.documents import AuditDocument, AuditPassRate, GVAnalysis
+from refusalbench.tasks.refusalbench.records import Lever
+from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
 
 LICENSE_PLACEHOLDER = "FILL-IN"  # not a licence id on purpose: the user must choose one

@@ -37,21 +37,21 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
 from refusalbench.tasks.refusalbench.dataset_card import ExportConfig, RunFacts, render_card
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue
+from refusalbench.tasks.refusalbench.taxonomy import VARIANTS
 from refusalbench.tasks.llm.prompting import all_template_hashes
-from refusalbench.tasks.core.records import RunManifest
+from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.core.store import ArtifactStore, storage_options
 
 FORMATS = ("hf",)
 SPLIT = "test"
 DATA_DIR = "data"
 CARD = "README.md"
-VARIANTS = ("single", "multi")
 MAX_ROWS_PER_SHARD = 100_000
-OWNED = (CARD, DATA_DIR)  # what --force replaces in an existing folder
 
 
 def shard_path(variant: str, index: int, total: int) -> str:
@@ -92,9 +92,9 @@ def _load(store: ArtifactStore, artifact: runfolder.Artifact):
 def _generation_manifest(store: ArtifactStore) -> tuple[RunManifest | None, str | None, bool]:
     """(the generation's manifest, its file, whether the folder also holds an evaluation)."""
     manifest = _load(store, runfolder.MANIFEST) if store.has(runfolder.MANIFEST) else None
-    evaluated = store.has(runfolder.JUDGMENTS) or bool(manifest and manifest.kind == "evaluate")
-    if store.has(runfolder.GENERATION_MANIFEST):
-        return _load(store, runfolder.GENERATION_MANIFEST), runfolder.GENERATION_MANIFEST.name, evaluated
+    evaluated = store.has(rb_files.JUDGMENTS) or bool(manifest and manifest.kind == "evaluate")
+    if store.has(rb_files.GENERATION_MANIFEST):
+        return _load(store, rb_files.GENERATION_MANIFEST), rb_files.GENERATION_MANIFEST.name, evaluated
     if manifest is not None and manifest.kind == "generate":
         return manifest, runfolder.MANIFEST.name, evaluated
     return None, None, evaluated
@@ -104,26 +104,26 @@ def read_run(run_dir: str) -> RunFacts:
     """Everything the export writes, read from ``run_dir`` and checked (InputError on bad input)."""
     _check_run_folder(run_dir)
     store = ArtifactStore(run_dir)
-    if not store.has(runfolder.BENCHMARK):
-        raise InputError(store.uri(runfolder.BENCHMARK.name),
+    if not store.has(rb_files.BENCHMARK):
+        raise InputError(store.uri(rb_files.BENCHMARK.name),
                          "no benchmark.parquet in this run folder (refusalbench generate or run writes it)")
-    items = read_benchmark(store.uri(runfolder.BENCHMARK.name))  # every row checked; an empty one is refused
-    table = store.read_table(runfolder.BENCHMARK.name)
+    items = read_benchmark(store.uri(rb_files.BENCHMARK.name))  # every row checked; an empty one is refused
+    table = store.read_table(rb_files.BENCHMARK.name)
     manifest, source, evaluated = _generation_manifest(store)
     if manifest is not None and manifest.status != "completed":
         raise InputError(store.uri(source), f"the generation run did not complete (status {manifest.status}): "
                                             "export a finished run")
-    gv = _load(store, runfolder.GV_ANALYSIS) if store.has(runfolder.GV_ANALYSIS) else None
-    audit = _load(store, runfolder.AUDIT) if store.has(runfolder.AUDIT) else None
+    gv = _load(store, rb_files.GV_ANALYSIS) if store.has(rb_files.GV_ANALYSIS) else None
+    audit = _load(store, rb_files.AUDIT) if store.has(rb_files.AUDIT) else None
     assigned = None
-    if store.has(runfolder.ASSIGNMENTS):
-        assigned = [str(v) for v in store.read_table(runfolder.ASSIGNMENTS.name).column("lever_id").to_pylist()]
+    if store.has(rb_files.ASSIGNMENTS):
+        assigned = [str(v) for v in store.read_table(rb_files.ASSIGNMENTS.name).column("lever_id").to_pylist()]
     catalogue = load_catalogue()
     facts = RunFacts(run_uri=store.uri(""), benchmark=table, manifest=manifest, manifest_source=source,
                      evaluated=evaluated, gv=gv, audit=audit, assigned_levers=assigned, catalogue=catalogue,
                      catalogue_hash_now=catalogue_hash(catalogue), prompt_hashes_now=all_template_hashes())
-    audited = (store.read_table(runfolder.AUDIT_SAMPLE.name).column("item_id").to_pylist()
-               if audit is not None and store.has(runfolder.AUDIT_SAMPLE) else None)
+    audited = (store.read_table(rb_files.AUDIT_SAMPLE.name).column("item_id").to_pylist()
+               if audit is not None and store.has(rb_files.AUDIT_SAMPLE) else None)
     facts.notes.extend(consistency_notes(facts, len(items), audited))
     return facts
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway, gateway_for
-from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.llm.prompting import answer_constraint_text, render_messages, template_hash
-from refusalbench.tasks.core.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.refusalbench.prompt_vocabulary import answer_constraint_text
+from refusalbench.tasks.llm.prompting import render_messages, template_hash
+from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Candidate, Lever, Passage
 from refusalbench.tasks.refusalbench.rule_generator import NotApplicable, RuleOutput, apply_rule, ruleset_hash
-from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
 
 
-def template_for(variant: str) -> str:
+def generator_template(variant: str) -> str:
+    """The generator template for an item variant (single | multi)."""
     return "generator_multi.j2" if variant == "multi" else "generator_single.j2"
 
 
@@ -80,7 +78,7 @@ def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, 
     base: dict[str, Any] = dict(
         **_identity(assignment, lever, generator),
         raw=result.text,
-        prompt_hash=template_hash(template_for(assignment.variant)),
+        prompt_hash=template_hash(generator_template(assignment.variant)),
         cached=result.cached,
         latency_s=result.latency_s,
         prompt_tokens=result.prompt_tokens,

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from refusalbench.tasks.core.stats import cohens_kappa
 from refusalbench.tasks.refusalbench.prechecks import rule_name
 
 
@@ -31,19 +32,15 @@ def _rate(passes: int, judged: int) -> float:
     return passes / judged if judged else math.nan
 
 
-def cohen_kappa_binary(a: list[str], b: list[str]) -> tuple[float, str | None]:
-    """Kappa of two raters over the same items; (nan, reason) when undefined."""
-    n = len(a)
-    if n == 0:
+def verifier_kappa(a: list[str], b: list[str]) -> tuple[float, str | None]:
+    """Cohen's kappa of two verifiers over the candidates both judged; (nan, reason) when not informative."""
+    if not a:
         return math.nan, "no candidate judged by both"
     constant = [name for name, ratings in (("first", a), ("second", b)) if len(set(ratings)) == 1]
     if constant:
         # With a constant rater kappa is 0 or undefined whatever the other does: not informative.
         return math.nan, f"no variance: {' and '.join(constant)} verifier gave a single verdict"
-    labels = sorted(set(a) | set(b))
-    observed = sum(x == y for x, y in zip(a, b)) / n
-    expected = sum((a.count(lab) / n) * (b.count(lab) / n) for lab in labels)
-    return (observed - expected) / (1 - expected), None
+    return cohens_kappa(a, b), None
 
 
 def _precheck_failures(parsed: pd.DataFrame) -> pd.Series:
@@ -129,7 +126,7 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
     by_verifier = {v: judged[judged["verifier"] == v].set_index("candidate_id")["verdict"] for v in verifiers}
     for first, second in itertools.combinations(verifiers, 2):
         common = by_verifier[first].index.intersection(by_verifier[second].index)
-        kappa, reason = cohen_kappa_binary(list(by_verifier[first].loc[common]), list(by_verifier[second].loc[common]))
+        kappa, reason = verifier_kappa(list(by_verifier[first].loc[common]), list(by_verifier[second].loc[common]))
         kappas.append({"verifier_a": first, "verifier_b": second, "kappa": kappa, "n": len(common), "reason": reason})
 
     meta = candidates.set_index("candidate_id")[["perturbation_class", "intensity"]]

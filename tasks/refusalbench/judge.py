@@ -14,12 +14,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.prompting import render_messages
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Response
-from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.llm.structured_outputs import RAF_WITHOUT_ELIGIBILITY, JudgeMultiOutput, JudgeSingleOutput
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 

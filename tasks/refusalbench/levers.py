@@ -1,6 +1,6 @@
 """The lever catalogue: load it from levers/*.yaml, check it, hash it, slice it.
 
-Each lever file holds ``levers: [...]`` records of ``tasks.records.Lever``. Loading is strict:
+Each lever file holds ``levers: [...]`` records of ``records.Lever``. Loading is strict:
 bad YAML or a record that does not validate raises ``InputError`` naming the file and the
 line of the offending field. Semantic checks (duplicate ids, strata too small, reference
 names missing, a target the lever's class does not allow) live in ``validate_catalogue``,
@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from refusalbench.levers import CATALOGUE_DIR
 from refusalbench.tasks.core.errors import InputError, InputErrors
-from refusalbench.tasks.core.records import Lever
+from refusalbench.tasks.core.textinput import read_text
+from refusalbench.tasks.refusalbench.records import Lever
 from refusalbench.tasks.refusalbench.taxonomy import CLASS_SLUG, INTENSITIES, PERTURBATION_CLASSES, STRATA, expected_behaviour
 
 # Lives in levers/ next to the lever files but holds names only, so the loader skips it.
@@ -75,10 +76,7 @@ _parsed_catalogues: dict[tuple[Any, ...], list[Lever]] = {}
 def _compose(path: Path) -> tuple[yaml.Node | None, Any]:
     """Parse one YAML file into (node tree, python data); YAML errors become InputError."""
     file = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(file, f"not UTF-8 text (byte {exc.start})") from None
+    text = read_text(path)
     loader = _SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -403,17 +401,16 @@ def filter_levers(
     ]
 
 
-def levers_by_stratum(levers: Sequence[Lever]) -> dict[Stratum, list[Lever]]:
-    """Levers grouped by (class, intensity); only non-empty strata, in taxonomy order."""
+def levers_by_stratum(levers: Iterable[Lever]) -> dict[Stratum, list[Lever]]:
+    """Levers grouped by (class, intensity): only non-empty strata, in taxonomy order, each group
+    sorted by id so that the order the levers were read in does not matter (the lever draw,
+    ``assign.assign_levers``, shuffles each group from this order)."""
     groups: dict[Stratum, list[Lever]] = {}
     for lever in levers:
         groups.setdefault((lever.perturbation_class, lever.intensity), []).append(lever)
+    for group in groups.values():
+        group.sort(key=lambda lever: lever.id)
     return {stratum: groups[stratum] for stratum in STRATA if stratum in groups}
-
-
-def levers_by_id(levers: Sequence[Lever]) -> dict[str, Lever]:
-    """Lookup by lever id (ids are unique in a valid catalogue)."""
-    return {lever.id: lever for lever in levers}
 
 
 def catalogue_listing(levers: Sequence[Lever]) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """What an evaluation leaves in its run folder after the model calls: scores and the report.
 
 Also the two commands that work on files alone, with no model call:
-``refusalbench score`` (:func:`score_to_folder`) and ``refusalbench report``
+``refusalbench score`` (:func:`score_to_folder`; from inspect_ai logs:
+``integrations.inspect.logs.score_inspect_logs``) and ``refusalbench report``
 (:func:`build_report_for`).
 """
 
@@ -14,7 +15,8 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment
 from refusalbench.tasks.refusalbench.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
 from refusalbench.tasks.core.store import ArtifactStore
 
@@ -56,14 +58,14 @@ def _optional(store: ArtifactStore, artifact: runfolder.Artifact):
 def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "RefusalBench report") -> str:
     """``report.html`` from scores plus what else the folder holds (manifest, G-V analysis, trend)."""
     manifest = _optional(store, runfolder.MANIFEST)
-    gv = _optional(store, runfolder.GV_ANALYSIS)
-    audit = _optional(store, runfolder.AUDIT)
-    generation = _optional(store, runfolder.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
+    gv = _optional(store, rb_files.GV_ANALYSIS)
+    audit = _optional(store, rb_files.AUDIT)
+    generation = _optional(store, rb_files.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
     from refusalbench.tasks.refusalbench.report import ReportInputs, build_report  # matplotlib: loaded only for a report
 
     html = build_report(ReportInputs.from_score(
         result, manifest=manifest.model_dump(mode="json") if manifest else None,
-        gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, runfolder.ROUND_TREND),
+        gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, rb_files.ROUND_TREND),
         audit=audit.model_dump(mode="json") if audit else None,
         generation_counts=generation.counts if generation else None, title=title))
     return store.save(runfolder.REPORT, html)
@@ -71,9 +73,9 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
 
 def write_generation_report(store: ArtifactStore) -> str:
     """A report with no scores (after ``generate``): generation figures, funnel and verifier analysis."""
-    gv = store.load(runfolder.GV_ANALYSIS)
+    gv = store.load(rb_files.GV_ANALYSIS)
     manifest = store.load(runfolder.MANIFEST)
-    audit = _optional(store, runfolder.AUDIT)
+    audit = _optional(store, rb_files.AUDIT)
     empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
     from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report
 
@@ -89,34 +91,15 @@ def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: 
     frame = read_judged(file)  # bad input exits before the run folder is created
     store = ArtifactStore(out)
     write_scores(store, frame, bootstrap=bootstrap, seed=seed)
-    return store.uri(runfolder.METRICS.name)
-
-
-def score_inspect_logs(files: Iterable[Path | str], out: str, *, bootstrap: int = 1000,
-                       seed: int = 0) -> tuple[str, str, dict[str, int]]:
-    """``refusalbench score LOG...``: an inspect_ai run's logs -> judged.parquet, metrics and report.html.
-
-    Returns (metrics uri, report uri, per-model counts of samples left out: failed calls or judgments).
-    """
-    from refusalbench.tasks.integrations.inspect.logs import read_inspect_logs
-
-    files = list(files)
-    frame, excluded, items = read_inspect_logs(files)  # bad input exits before the run folder is created
-    if frame.empty:
-        raise InputError(str(files[0]), "no sample could be scored (every target or judge call failed)")
-    store = ArtifactStore(out)
-    store.save(runfolder.JUDGED, frame)
-    result = write_scores(store, frame, bootstrap=bootstrap, seed=seed)
-    report = write_report(store, result, title="RefusalBench report (inspect_ai run)")
-    return store.uri(runfolder.METRICS.name), report, excluded
+    return store.uri(rb_files.METRICS.name)
 
 
 def build_report_for(run_dir: str) -> str:
     """``refusalbench report``: rebuild report.html from a run folder's judged responses."""
     store = ArtifactStore(run_dir)
-    if not store.has(runfolder.JUDGED):
-        raise InputError(store.uri(runfolder.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
+    if not store.has(rb_files.JUDGED):
+        raise InputError(store.uri(rb_files.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
     manifest = _optional(store, runfolder.MANIFEST)
     ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
-    result = score_frame(store.load(runfolder.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0))
+    result = score_frame(store.load(rb_files.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0))
     return write_report(store, result)

@@ -20,8 +20,8 @@ Exact counts and upper bounds (``upper_bound`` says which):
   to unanswerable items and failed calls need none.
 
 Estimates, and what they assume: tokens are characters / 4 of the rendered messages plus the JSON
-schema sent as ``response_format`` (no tokenizer can be fetched offline); later stages render on
-the base items as stand-ins for the perturbed items they will see; the judge sees the reference
+schema where the model's provider profile sends it (no tokenizer can be fetched offline); later
+stages render on the base items as stand-ins for the perturbed items they will see; the judge sees the reference
 answer as a stand-in response. Output tokens are a ceiling (calls x max_tokens), so ``cost_usd`` is
 a ceiling and ``input_cost_usd`` the input's share. Retries are not counted. Time bound per model:
 max(calls x latency / max_concurrency, calls / rpm x 60); a stage takes as long as its slowest
@@ -39,18 +39,19 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from refusalbench.tasks.refusalbench.assign import assign_levers, parse_strata, sample_base_items
+from refusalbench.tasks.refusalbench.assign import configured_strata, draw_assignments
 from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.gateway import json_schema
+from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
 from refusalbench.tasks.refusalbench.generate import generation_messages, rule_candidates
 from refusalbench.tasks.refusalbench.judge import judge_messages
 from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.core.records import Assignment, BaseItem, BenchmarkItem, Candidate, Lever, Response
+from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, BenchmarkItem, Candidate, Lever, Response
 from refusalbench.tasks.refusalbench.respond import target_messages
-from refusalbench.tasks.refusalbench.select import _quotas as stratum_quotas  # the quotas the stratified sample fills
+from refusalbench.tasks.refusalbench.select import stratum_quotas
 from refusalbench.tasks.llm.structured_outputs import (GeneratorMultiOutput, GeneratorSingleOutput, JudgeMultiOutput,
                                                    JudgeSingleOutput, VerifierOutput)
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, STRATA, expected_behaviour
@@ -130,8 +131,9 @@ def _message_chars(messages: list[dict[str, str]]) -> int:
 
 
 def _schema_chars(cfg: ModelConfig, schema: type[BaseModel] | None) -> int:
-    # With json_schema the whole schema travels in response_format; otherwise only {"type": "json_object"}.
-    if schema is None or not cfg.json_schema:
+    # In the json_schema and tool modes the whole schema travels with the request; in json_object
+    # mode only {"type": "json_object"}, in none nothing (the model's provider profile decides).
+    if schema is None or structured_mode(cfg, profile_for(cfg.model, cfg.api_base)) not in SCHEMA_MODES:
         return 0
     return len(json.dumps(json_schema(schema)))
 
@@ -198,16 +200,13 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
     """The base sample and lever assignment exactly as the generation flow draws them."""
     gen = cfg.generation
     all_items = load_base_set(cfg.resolve_path(gen.base_set))
-    items = sample_base_items(all_items, gen.base_sample, seed)
     catalogue = load_catalogue()
-    try:
-        strata = parse_strata(gen.strata) if gen.strata else None
-    except ValueError as exc:
-        raise InputError(str(cfg.source), str(exc), field="generation.strata") from None
-    assignments = assign_levers(items, catalogue, seed=seed, levers_per_stratum=gen.levers_per_stratum, strata=strata)
+    items, assignments = draw_assignments(all_items, catalogue, configured_strata(cfg), gen.base_sample,
+                                          gen.levers_per_stratum, seed)
     drawn = _Generation(all_items, items, assignments, {lever.id: lever for lever in catalogue})
     per_stratum = Counter((a.perturbation_class, a.intensity) for a in assignments)
     ordered = [s for s in STRATA if s in per_stratum]
+    # The quotas the stratified sample (select.stratified_sample) fills.
     quotas = stratum_quotas(gen.target_size, ordered) if gen.target_size and ordered else None
     for stratum in ordered:
         candidates = per_stratum[stratum] * generators
@@ -301,8 +300,7 @@ def _prices(cfg: RunConfig, names: Collection[str]) -> dict[str, tuple[float, fl
 
 
 def _max_tokens(cfg: ModelConfig) -> int | None:
-    value = cfg.params.get("max_tokens", cfg.params.get("max_completion_tokens"))
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return profile_for(cfg.model, cfg.api_base).max_output_tokens(cfg.params)
 
 
 def time_bound(cfg: ModelConfig, calls: int, latency_s: float) -> float:

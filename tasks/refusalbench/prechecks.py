@@ -33,31 +33,25 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from refusalbench.tasks.core.records import BaseItem, Candidate, Lever
+from refusalbench.tasks.refusalbench.records import BaseItem, Candidate, Lever
+from refusalbench.tasks.core.registry import Registry
 
 PrecheckRule = Callable[[Candidate, BaseItem, Lever], str | None]
 Rule = TypeVar("Rule", bound=PrecheckRule)
 
-_PRECHECKS: dict[str, PrecheckRule] = {}
+PRECHECKS: Registry[PrecheckRule] = Registry("pre-check")
 
 
-def register_precheck(name: str) -> Callable[[Rule], Rule]:
+def register_precheck(name: str, *, replace: bool = False) -> Callable[[Rule], Rule]:
     """Decorator: run ``rule(candidate, item, lever) -> reason | None`` on every parsed candidate."""
     if ":" in name:
         raise ValueError(f"pre-check name {name!r} may not contain ':' (it separates name and detail)")
-
-    def register(rule: Rule) -> Rule:
-        existing = _PRECHECKS.get(name)
-        if existing is not None and existing.__qualname__ != rule.__qualname__:
-            raise ValueError(f"pre-check {name!r} is already registered by {existing.__module__}.{existing.__qualname__}")
-        _PRECHECKS[name] = rule
-        return rule
-
-    return register
+    return PRECHECKS.register(name, replace=replace)
 
 
 def precheck_names() -> list[str]:
-    return list(_PRECHECKS)
+    """The registered pre-checks, in the order they run."""
+    return list(PRECHECKS)
 
 
 def rule_name(failure: str) -> str:
@@ -68,7 +62,7 @@ def rule_name(failure: str) -> str:
 def run_prechecks(candidate: Candidate, item: BaseItem, lever: Lever) -> list[str]:
     """Every failed rule as ``"rule: detail"`` (empty: the candidate goes on to the verifiers)."""
     failures = []
-    for name, rule in _PRECHECKS.items():
+    for name, rule in PRECHECKS.items():
         reason = rule(candidate, item, lever)
         if reason:
             failures.append(f"{name}: {reason}")

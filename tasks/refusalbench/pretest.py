@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Callable
 
-from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.llm.gateway import CallResult, Gateway, gateway_for
+from refusalbench.tasks.llm.gateway import CallResult, Gateway
 from refusalbench.tasks.refusalbench.judge import judge_responses, needs_judge
-from refusalbench.tasks.core.records import BaseItem, BenchmarkItem, Judgment, PretestRow
+from refusalbench.tasks.refusalbench.records import BaseItem, BenchmarkItem, Judgment, PretestRow
 from refusalbench.tasks.refusalbench.respond import respond
-from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
 UNPERTURBED = "-"  # class, lever and generator of an item shown as it is

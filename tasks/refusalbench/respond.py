@@ -10,22 +10,19 @@ from __future__ import annotations
 
 from typing import Callable
 
-from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.refusalbench.decisions import parse_confidence, parse_decision
-from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway, gateway_for
+from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.prompting import render_messages
-from refusalbench.tasks.core.records import BenchmarkItem, Response
-from refusalbench.tasks.core.store import ArtifactStore
-
-
-def template_for(variant: str) -> str:
-    return "target_multi.j2" if variant == "multi" else "target_single.j2"
+from refusalbench.tasks.refusalbench.prompt_vocabulary import TARGET_VOCABULARY
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Response
 
 
 def target_messages(item: BenchmarkItem, confidence: bool) -> list[dict[str, str]]:
     if item.variant == "multi":
-        return render_messages("target_multi.j2", question=item.question, passages=item.passages, confidence=confidence)
-    return render_messages("target_single.j2", question=item.question, context=item.context, confidence=confidence)
+        return render_messages("target_multi.j2", question=item.question, passages=item.passages, confidence=confidence,
+                               **TARGET_VOCABULARY)
+    return render_messages("target_single.j2", question=item.question, context=item.context, confidence=confidence,
+                           **TARGET_VOCABULARY)
 
 
 def response_from_result(item: BenchmarkItem, model: str, result: CallResult, confidence: bool) -> Response:

@@ -25,8 +25,8 @@ import random
 from collections import defaultdict
 from typing import Any, Iterable
 
-from refusalbench.tasks.core.documents import FilterDecision
-from refusalbench.tasks.core.records import BaseItem, BenchmarkItem, Candidate, Verification
+from refusalbench.tasks.refusalbench.documents import FilterDecision
+from refusalbench.tasks.refusalbench.records import BaseItem, BenchmarkItem, Candidate, Verification
 from refusalbench.tasks.refusalbench.taxonomy import STRATA
 
 
@@ -71,7 +71,8 @@ def filter_candidates(candidates: list[Candidate], verifications: list[Verificat
     return [decide(c, verdicts.get(c.candidate_id, []), verifiers, rule) for c in candidates]
 
 
-def _quotas(target: int, strata: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+def stratum_quotas(target: int, strata: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """How many of ``target`` items each stratum may give: an even share, the remainder to the first strata."""
     base, extra = divmod(target, len(strata))
     return {stratum: base + (1 if i < extra else 0) for i, stratum in enumerate(strata)}
 
@@ -103,7 +104,7 @@ def stratified_sample(accepted: list[Candidate], target_size: int | None, seed: 
     if target_size is None:
         quotas = {s: sum(len(v) for v in by_stratum.get(s, {}).values()) for s in chosen_strata}
     else:
-        quotas = _quotas(target_size, chosen_strata) if chosen_strata else {}
+        quotas = stratum_quotas(target_size, chosen_strata) if chosen_strata else {}
     sample: list[Candidate] = []
     shortfalls: dict[str, dict[str, Any]] = {}
     rng = random.Random(seed)
@@ -144,7 +145,7 @@ def _generator_balanced(by_stratum: dict[tuple[str, str], dict[str, list[Candida
     if target_size is None:
         shares = {s: min(len(by_stratum.get(s, {}).get(g, [])) for g in generators) for s in strata}
     else:
-        shares = _quotas(target_size // len(generators), strata)
+        shares = stratum_quotas(target_size // len(generators), strata)
     sample: list[Candidate] = []
     shortfalls: dict[str, dict[str, Any]] = {}
     rng = random.Random(seed)

@@ -26,6 +26,9 @@ STRATA: tuple[tuple[str, str], ...] = tuple(
     (cls, intensity) for cls in PERTURBATION_CLASSES for intensity in INTENSITIES
 )
 
+# An item's context: one passage (single) or several, only some relevant (multi).
+VARIANTS: tuple[str, ...] = ("single", "multi")
+
 ANSWER_CORRECTLY = "ANSWER_CORRECTLY"
 
 # Canonical code per class: the spelling the reference evaluation prompt uses.

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.core.documents import TrendDocument
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.documents import TrendDocument
 from refusalbench.tasks.core.store import ArtifactStore
 
 TREND_METRICS = ("calibrated_refusal_score", "answer_accuracy", "refusal_accuracy", "false_refusal_rate",
@@ -43,12 +43,12 @@ def round_rows(round_id: str, metrics_doc: dict[str, Any]) -> list[dict[str, Any
 
 def collect_trend(root: ArtifactStore, limit: int) -> pd.DataFrame:
     """Trend rows of the last ``limit`` rounds under ``root`` that finished an evaluation."""
-    metrics_suffix = "/" + runfolder.METRICS.name
+    metrics_suffix = "/" + rb_files.METRICS.name
     rounds = sorted({name.split("/", 1)[0] for name in root.list()
                      if name.startswith(ROUND_PREFIX) and name.endswith(metrics_suffix)})
     rows: list[dict[str, Any]] = []
     for round_id in rounds[-limit:]:
-        rows.extend(round_rows(round_id, root.child(round_id).load(runfolder.METRICS).model_dump()))
+        rows.extend(round_rows(round_id, root.child(round_id).load(rb_files.METRICS).model_dump()))
     return pd.DataFrame(rows)
 
 
@@ -77,8 +77,8 @@ def rounds_in(trend: pd.DataFrame) -> list[str]:
 
 def save_trend(round_store: ArtifactStore, trend: pd.DataFrame, flags: list[dict[str, Any]]) -> None:
     """``round_trend.parquet`` and ``trend.json`` into the round's run folder."""
-    round_store.save(runfolder.ROUND_TREND, trend)
-    round_store.save(runfolder.TREND, TrendDocument(rounds=rounds_in(trend), flags=flags, metric=FLAG_METRIC))
+    round_store.save(rb_files.ROUND_TREND, trend)
+    round_store.save(rb_files.TREND, TrendDocument(rounds=rounds_in(trend), flags=flags, metric=FLAG_METRIC))
 
 
 def flags_markdown(flags: list[dict[str, Any]]) -> str:

@@ -16,25 +16,23 @@ from __future__ import annotations
 
 from typing import Callable
 
-from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.refusalbench.change_summary import change_summary
-from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway, gateway_for
-from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.refusalbench.prechecks import awaits_verification
 from refusalbench.tasks.llm.prompting import render_messages
-from refusalbench.tasks.core.records import BaseItem, Candidate, Lever, Verification
-from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.prompt_vocabulary import VERIFIER_VOCABULARY
+from refusalbench.tasks.refusalbench.records import BaseItem, Candidate, Lever, Verification
 from refusalbench.tasks.llm.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
 
 
-def template_for(variant: str) -> str:
+def verifier_template(variant: str) -> str:
+    """The verifier template for an item variant (single | multi)."""
     return "verifier_multi.j2" if variant == "multi" else "verifier_single.j2"
 
 
 def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
     common = dict(lever=lever, expected=candidate.expected, question=item.question, answers=item.answers,
-                  perturbed_question=candidate.question, changes=change_summary(item, candidate))
+                  perturbed_question=candidate.question, changes=change_summary(item, candidate), **VERIFIER_VOCABULARY)
     if candidate.variant == "multi":
         return render_messages("verifier_multi.j2", passages=item.passages, perturbed_passages=candidate.passages,
                                context=None, **common)

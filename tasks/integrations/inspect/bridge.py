@@ -7,25 +7,31 @@ asks, parses and judges exactly as ``refusalbench evaluate`` does:
 - prompts: ``respond.target_messages`` (target templates) and ``judge.judge_messages``;
 - reply -> decision/confidence: ``respond.response_from_result`` (``decisions.py``);
 - judge reply -> verdict: ``structured_outputs.parse_output`` and
-  ``judge.judgment_from_result`` / ``judgment_without_model``.
+  ``judge.judgment_from_result`` / ``judgment_without_model``;
+- the task's metrics: the metrics declared ``inspect_task=True``, computed by ``scoring``'s
+  ``compute_metrics`` over the scored samples (:func:`sample_metrics`).
 
 Each inspect Score carries the whole :class:`Judgment` (and the item's variant) in its
-metadata under ``inspect_logs.SCORE_KEY``; ``inspect_logs.read_inspect_logs`` turns eval logs
+metadata under ``sample_metadata.SCORE_KEY``; ``logs.read_inspect_logs`` turns eval logs
 back into the judged-responses frame that ``refusalbench score`` scores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pandas as pd
 from pydantic import BaseModel
 
 from refusalbench.tasks.llm.gateway import CallResult
-from refusalbench.tasks.integrations.inspect.logs import ITEM_KEY, SCORE_KEY
+from refusalbench.tasks.llm.providers import PLACEHOLDER_KEY, profile_for, response_format_for
+from refusalbench.tasks.integrations.inspect.sample_metadata import ITEM_KEY, SCORE_KEY
 from refusalbench.tasks.refusalbench.judge import judge_messages, judgment_from_result, judgment_without_model, needs_judge
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.respond import response_from_result, target_messages
+from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics
 from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, JudgeSingleOutput, json_schema_for, parse_output
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
@@ -99,18 +105,18 @@ def score_fields(item: BenchmarkItem, response: Response, judgment: Judgment) ->
     }
 
 
-def rates(payloads: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """Refusal rate, false refusal rate and missed refusal rate of scored samples (errors left out)."""
-    judged = [Judgment.model_validate(p["judgment"]) for p in payloads if p]
-    judged = [j for j in judged if j.error is None]
-    answerable = [j for j in judged if j.expected == ANSWER_CORRECTLY]
-    unanswerable = [j for j in judged if j.expected != ANSWER_CORRECTLY]
+SAMPLES = "samples"  # the one "model" the scored samples of a metric are grouped under
 
-    def share(rows: list[Judgment], refused: bool) -> float:
-        return sum((j.decision != "ANSWER") == refused for j in rows) / len(rows) if rows else float("nan")
 
-    return {"refusal_rate": share(judged, True), "false_refusal_rate": share(answerable, True),
-            "missed_refusal_rate": share(unanswerable, False)}
+def sample_metrics(payloads: Iterable[dict[str, Any] | None], names: Sequence[str]) -> dict[str, float]:
+    """The declared metrics ``names`` over scored samples, computed as ``refusalbench score``
+    computes them; failed judgments (and samples without a score) are left out, NaN where undefined."""
+    judged = [(Judgment.model_validate(p["judgment"]), p.get("variant")) for p in payloads if p]
+    rows = [{**j.model_dump(), "model": SAMPLES, "variant": variant} for j, variant in judged if j.error is None]
+    if not rows:
+        return {name: math.nan for name in names}
+    values = compute_metrics(pd.DataFrame(rows), names)[SAMPLES]
+    return {name: values[name] for name in names}
 
 
 # ----------------------------------------------------------------- the model provider's side
@@ -123,21 +129,25 @@ _STOP_REASONS = {"stop": "stop", "length": "max_tokens", "content_filter": "cont
                  "tool_calls": "tool_calls", "function_call": "tool_calls"}
 
 
-def litellm_kwargs(settings: dict[str, Any], base_url: str | None, api_key: str | None) -> dict[str, Any]:
-    """LiteLLM keywords for one call from inspect's generate settings (``GenerateConfig`` as a dict).
-
-    A response schema becomes the same ``response_format`` the gateway sends; an OpenAI-compatible
-    server without auth gets the gateway's placeholder key.
+def litellm_kwargs(model: str, settings: dict[str, Any], base_url: str | None, api_key: str | None) -> dict[str, Any]:
+    """LiteLLM keywords for one call to ``model`` (a LiteLLM model string) from inspect's generate
+    settings (``GenerateConfig`` as a dict), shaped by the model's provider profile as the gateway
+    shapes its calls: parameter rewrites, the profile's ``response_format`` for a response schema,
+    the placeholder key for a server without auth.
     """
-    kwargs = {key: settings[name] for name, key in _PASSED.items() if settings.get(name) is not None}
+    profile = profile_for(model, base_url)
+    kwargs = profile.rewrite_params({key: settings[name] for name, key in _PASSED.items() if settings.get(name) is not None})
     schema = settings.get("response_schema")
     if schema:
-        kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": schema["name"], "schema": schema["json_schema"], "strict": bool(schema.get("strict"))}}
+        response_format = response_format_for(profile.structured_output, schema["name"], schema["json_schema"],
+                                              strict=bool(schema.get("strict")))
+        if response_format is not None:
+            kwargs["response_format"] = response_format
     if base_url:
         kwargs["api_base"] = base_url
-    if api_key or base_url:
-        kwargs["api_key"] = api_key or "no-key"
+    key = api_key or (PLACEHOLDER_KEY if profile.keyless(base_url) else None)
+    if key:
+        kwargs["api_key"] = key
     return kwargs
 
 

@@ -1,11 +1,12 @@
 """inspect_ai eval logs -> the judged-responses frame that ``refusalbench score`` scores.
 
 The refusalbench inspect task (``tasks/integrations/inspect/task.py``) leaves each sample's whole
-:class:`Judgment` in its Score's metadata under :data:`SCORE_KEY` and the benchmark item in
-the sample's metadata under :data:`ITEM_KEY`. :func:`read_inspect_logs` reads them back
-(inspect's ``read_eval_log``) and builds the frame with ``outputs.judged_frame``, as
+:class:`Judgment` in its Score's metadata under ``SCORE_KEY`` and the benchmark item in the
+sample's metadata under ``ITEM_KEY`` (``sample_metadata``). :func:`read_inspect_logs` reads
+them back (inspect's ``read_eval_log``) and builds the frame with ``outputs.judged_frame``, as
 ``evaluate`` builds judged.parquet. A sample that failed (its target call, after inspect's
-retries) is counted and left out, like a failed call in ``evaluate``.
+retries) is counted and left out, like a failed call in ``evaluate``. :func:`score_inspect_logs`
+is ``refusalbench score LOG...``: the frame scored, with its report.
 
 Light on purpose: ``refusalbench score`` asks :func:`is_inspect_log` about every input, and
 ``inspect_ai`` (and the prompt and judge modules) are only imported when a log is read.
@@ -22,10 +23,12 @@ import pandas as pd
 from pydantic import ValidationError
 
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.records import BenchmarkItem, Judgment
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
+from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.outputs import judged_frame, write_report, write_scores
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment
 
-SCORE_KEY = "refusalbench"  # Score.metadata[SCORE_KEY] = {"judgment": ..., "variant": ..., "response_error": ...}
-ITEM_KEY = "item"  # Sample.metadata[ITEM_KEY] = the BenchmarkItem
 INSTALL_HINT = "reading inspect eval logs needs inspect_ai: pip install 'refusalbench[inspect]'"
 # An inspect JSON log is an EvalLog dumped field by field: it opens with "version", then "status".
 _JSON_LOG_HEAD = re.compile(rb'^\s*\{\s*"version"\s*:\s*\d+\s*,\s*"status"\s*:')
@@ -57,10 +60,6 @@ def log_files(paths: Iterable[str | Path]) -> list[Path]:
         else:
             files.append(path)
     return files
-
-
-def item_of(metadata: dict[str, Any] | None) -> BenchmarkItem:
-    return BenchmarkItem.model_validate((metadata or {})[ITEM_KEY])
 
 
 def _read_log(path: Path) -> Any:
@@ -96,6 +95,7 @@ def _sample_judgment(path: Path, log: Any, sample: Any) -> tuple[Judgment, Bench
         if sample.error is None:
             raise InputError(str(path), f"{where} has no RefusalBench score (was the log scored by the "
                                         "refusalbench scorer?)", field="scores")
+        # The bridge loads the prompt and judge modules: only a failed sample needs them.
         from refusalbench.tasks.integrations.inspect.bridge import judgment_of, response_of
 
         message = str(getattr(sample.error, "message", sample.error)).splitlines()[0][:300]
@@ -108,8 +108,6 @@ def _sample_judgment(path: Path, log: Any, sample: Any) -> tuple[Judgment, Bench
 
 def read_inspect_logs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, int], list[BenchmarkItem]]:
     """Judged-responses frame (as ``evaluate`` writes judged.parquet), per-model counts left out, items."""
-    from refusalbench.tasks.refusalbench.outputs import judged_frame  # outputs imports this module lazily
-
     judgments: list[Judgment] = []
     items: dict[str, BenchmarkItem] = {}
     for path in log_files(paths):
@@ -126,3 +124,20 @@ def read_inspect_logs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[s
             items.setdefault(item.item_id, item)
     frame, excluded = judged_frame(judgments, items.values())
     return frame, excluded, list(items.values())
+
+
+def score_inspect_logs(files: Iterable[Path | str], out: str, *, bootstrap: int = 1000,
+                       seed: int = 0) -> tuple[str, str, dict[str, int]]:
+    """``refusalbench score LOG...``: an inspect_ai run's logs -> judged.parquet, metrics and report.html.
+
+    Returns (metrics uri, report uri, per-model counts of samples left out: failed calls or judgments).
+    """
+    files = list(files)
+    frame, excluded, items = read_inspect_logs(files)  # bad input exits before the run folder is created
+    if frame.empty:
+        raise InputError(str(files[0]), "no sample could be scored (every target or judge call failed)")
+    store = ArtifactStore(out)
+    store.save(rb_files.JUDGED, frame)
+    result = write_scores(store, frame, bootstrap=bootstrap, seed=seed)
+    report = write_report(store, result, title="RefusalBench report (inspect_ai run)")
+    return store.uri(rb_files.METRICS.name), report, excluded

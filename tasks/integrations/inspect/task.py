@@ -9,7 +9,7 @@ Each sample is one benchmark item, prompted with the project's target templates;
 reads the reply with the project's refusal parsing and asks the judge (``-T judge=MODEL`` or
 ``--model-role grader=MODEL``) through inspect's model API, so inspect's providers, retries
 and limits apply to both. The Score keeps the whole judgment in its metadata for
-``refusalbench score``. The pure helpers live in ``inspect_bridge``; this module is the
+``refusalbench score``. The pure helpers live in ``bridge``; this module is the
 inspect glue and is only imported by inspect (the ``inspect_ai`` entry point).
 
 Also here: the ``refusalbench/<litellm model>`` model provider (``--model
@@ -50,9 +50,10 @@ from inspect_ai.util import JSONSchema
 
 from refusalbench.tasks.integrations.inspect import bridge as bridge
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
-from refusalbench.tasks.integrations.inspect.logs import SCORE_KEY, item_of
+from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.llm.transport import CallFailed, litellm_completion
+from refusalbench.tasks.refusalbench.scoring.metrics import all_metrics, metric_spec
 
 BASE_URL_ENV = "REFUSALBENCH_BASE_URL"
 API_KEY_ENV = "REFUSALBENCH_API_KEY"
@@ -97,26 +98,24 @@ def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str |
 # ----------------------------------------------------------------- scorer
 
 
-def _rate(key: str) -> Metric:
-    def compute(scores: list[SampleScore]) -> float:
-        return bridge.rates((s.score.metadata or {}).get(SCORE_KEY) for s in scores)[key]
+def declared_metric(name: str) -> Metric:
+    """The declared metric ``name`` (``scoring.metrics``) as an inspect metric of the same name."""
 
-    return compute
+    def build() -> Metric:
+        def compute(scores: list[SampleScore]) -> float:
+            return bridge.sample_metrics([(s.score.metadata or {}).get(SCORE_KEY) for s in scores], [name])[name]
 
+        return compute
 
-@metric
-def refusal_rate() -> Metric:
-    return _rate("refusal_rate")
-
-
-@metric
-def false_refusal_rate() -> Metric:
-    return _rate("false_refusal_rate")
+    return metric(name=name)(build)()
 
 
-@metric
-def missed_refusal_rate() -> Metric:
-    return _rate("missed_refusal_rate")
+# inspect's accuracy of the C/I values and its standard error, then every metric declared
+# ``inspect_task=True`` (FRR, MRR, refusal rate), computed from the judgments as ``score`` does.
+# The list is read when this module is imported: a metric declared in a user's module counts
+# when that module is imported first.
+TASK_METRICS: list[Metric] = [accuracy(), stderr(),
+                              *(declared_metric(name) for name in all_metrics() if metric_spec(name).inspect_task)]
 
 
 async def _ask_judge(judge: str | None, judge_base_url: str | None, request: tuple) -> tuple[str, str | None, str | None]:
@@ -133,7 +132,7 @@ async def _ask_judge(judge: str | None, judge_base_url: str | None, request: tup
     return str(model), output.completion, output.error
 
 
-@scorer(metrics=[accuracy(), stderr(), refusal_rate(), false_refusal_rate(), missed_refusal_rate()])
+@scorer(metrics=TASK_METRICS)
 def refusalbench_judge(judge: str | None = None, judge_base_url: str | None = None, confidence: bool = False):
     """The project's refusal parsing and judging; C/I per sample, N when left out of the metrics."""
 
@@ -173,8 +172,8 @@ class LiteLLMAPI(ModelAPI):
     async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice,
                        config: GenerateConfig) -> ModelOutput:
         messages = [{"role": m.role, "content": m.text} for m in input]
-        kwargs = {**bridge.litellm_kwargs(config.model_dump(mode="json", exclude_none=True), self.base_url,
-                                          self.api_key), **self.model_args}
+        kwargs = {**bridge.litellm_kwargs(self.model_name, config.model_dump(mode="json", exclude_none=True),
+                                          self.base_url, self.api_key), **self.model_args}
         timeout = float(config.attempt_timeout or config.timeout or DEFAULT_TIMEOUT_S)
         reply = await litellm_completion(self.model_name, messages, timeout, kwargs)
         output = ModelOutput.from_content(model=self.model_name, content=str(reply.text or ""),

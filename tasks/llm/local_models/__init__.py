@@ -7,7 +7,7 @@ models of a run (or for ``models serve``); ``server_process`` is that server pro
 model can run and why not.
 """
 
-from refusalbench.tasks.llm.local_models.availability import check_available, model_status, provider_of
+from refusalbench.tasks.llm.local_models.availability import check_available, model_status
 from refusalbench.tasks.llm.local_models.pull import (
     CACHE_ENV,
     ChecksumMismatch,
@@ -70,7 +70,6 @@ __all__ = [
     "model_status",
     "natural_key",
     "plain_prompt",
-    "provider_of",
     "pull_model",
     "select_parts",
     "serve_forever",

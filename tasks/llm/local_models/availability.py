@@ -2,37 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm.local_models.pull import is_pulled
 from refusalbench.tasks.llm.local_models.server import LOCAL_EXTRA_HINT, endpoint_models, llama_cpp_installed
-
-# Providers whose credentials come from a default chain rather than one key variable.
-_PROVIDER_CREDENTIALS: dict[str, tuple[str, ...]] = {
-    "bedrock": ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
-    "vertex_ai": ("GOOGLE_APPLICATION_CREDENTIALS", "VERTEXAI_PROJECT", "VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT"),
-}
-
-
-def provider_of(cfg: ModelConfig) -> str:
-    return cfg.model.split("/", 1)[0] if "/" in cfg.model else "openai"
-
-
-def _credentials(cfg: ModelConfig) -> tuple[str, str | None]:
-    """('present'|'missing'|'not needed'|'default chain ...', reason when missing). Never reads a key's value."""
-    if cfg.api_key_env:
-        if os.environ.get(cfg.api_key_env):  # only presence is checked; the value is never kept or shown
-            return "present", None
-        return "missing", f"environment variable {cfg.api_key_env} is not set"
-    hints = _PROVIDER_CREDENTIALS.get(provider_of(cfg))
-    if hints:
-        if any(os.environ.get(h) for h in hints) or (provider_of(cfg) == "bedrock" and Path("~/.aws/credentials").expanduser().exists()):
-            return "default chain", None
-        return "missing", f"no {provider_of(cfg)} credentials found (set one of {', '.join(hints)})"
-    return "not needed", None
+from refusalbench.tasks.llm.providers import profile_for, provider_prefix
 
 
 def model_status(
@@ -75,10 +51,12 @@ def model_status(
         if not llama_cpp_installed():
             reasons.append(f"llama-cpp-python not installed ({LOCAL_EXTRA_HINT})")
     else:
-        row["runs_on"] = f"endpoint {cfg.api_base}" if cfg.api_base else f"provider {provider_of(cfg)}"
+        row["runs_on"] = (f"endpoint {cfg.api_base}" if cfg.api_base else
+                          f"provider {provider_prefix(cfg.model) or 'inferred by LiteLLM'}")
         if cfg.local is not None:
             row["weights"] = "cached" if is_pulled(name, cfg.local, cache_dir) else "not pulled"
-        creds, why = _credentials(cfg)
+        # Which variables or files hold the credentials is the provider profile's to say.
+        creds, why = profile_for(cfg.model, cfg.api_base).credentials(cfg, cfg.api_base)
         row["credentials"] = creds
         if why:
             reasons.append(why)

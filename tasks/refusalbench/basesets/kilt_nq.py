@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.textinput import decode_text
 from refusalbench.tasks.refusalbench.basesets.curation import id_text, squash_spaces, stable_rng
 from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, Problems, TooManyProblems, json_type, open_problems
 from refusalbench.tasks.refusalbench.basesets.streaming import (
@@ -33,7 +35,7 @@ from refusalbench.tasks.refusalbench.basesets.streaming import (
     iter_raw_lines,
     refuse_json_array,
 )
-from refusalbench.tasks.core.records import BaseItem
+from refusalbench.tasks.refusalbench.records import BaseItem
 
 # Where a page's id sits in a knowledge-source line: near the start ({"_id": "290", "wikipedia_id": "290", ...}).
 # Read from the first bytes so the lines of pages nobody cites (nearly all of them) are never parsed.
@@ -214,9 +216,9 @@ def _head_page_id(head: bytes) -> str | None:
 def _parse_page(raw: bytes, line: int, problems: Problems) -> tuple[str, list[Any]] | None:
     """(page id, paragraphs) of a knowledge-source line, or None after reporting its problem."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        problems.add(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})", line=line)
+        text = decode_text(raw, problems.file, first_line=line)
+    except InputError as exc:
+        problems.add(exc.problem, line=exc.line)
         return None
     try:
         page = json.loads(text)

@@ -3,7 +3,8 @@
 Each reader yields ``(line, raw record)`` and reports what it cannot read (bad bytes, overlong
 lines, malformed JSON or CSV, a wrong header) to the file's ``Problems`` instead of raising.
 LINE is the physical line for JSONL, the line where the record starts for CSV (the header is
-line 1) and the 1-based row number for Parquet.
+line 1) and the 1-based row number for Parquet. Readers are chosen by file suffix from
+``READERS``; another format is one reader function under ``@register_reader(".suffix")``.
 """
 
 from __future__ import annotations
@@ -14,56 +15,43 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.core.textinput import open_text, text_lines
 from refusalbench.tasks.refusalbench.basesets.problems import BASE_FIELDS, REQUIRED_FIELDS, SKIP, Problems
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 CSV_SUFFIXES = (".csv",)
 
-_UTF8_BOM = b"\xef\xbb\xbf"
+Reader = Callable[[Path, Problems, int], Iterator[tuple[int, Any]]]
+
+READERS: Registry[Reader] = Registry("base-set file type")  # lower-case suffix -> reader
 
 
-def _iter_physical_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, str]]:
-    """Yield (line number, decoded text) per physical line; oversized and non-UTF-8 lines become problems.
+def register_reader(*suffixes: str, replace: bool = False) -> Callable[[Reader], Reader]:
+    """Register a reader for files with these (lower-case) suffixes, e.g. ``".jsonl"``."""
+    def add(reader: Reader) -> Reader:
+        for suffix in suffixes:
+            READERS.add(suffix, reader, replace=replace)
+        return reader
+    return add
 
-    A line is read with a size bound, so an enormous line is skipped chunk by chunk instead of
-    being loaded whole.
-    """
-    line_no = 0
-    while True:
-        chunk = stream.readline(max_line_bytes + 1)
-        if not chunk:
-            return
-        line_no += 1
-        if len(chunk) > max_line_bytes and not chunk.endswith(b"\n"):
-            problems.add(
-                f"line is longer than {_human_bytes(max_line_bytes)}; refusing to read it", line=line_no
-            )
-            while chunk and not chunk.endswith(b"\n"):
-                chunk = stream.readline(max_line_bytes)
-            continue
-        if line_no == 1 and chunk.startswith(_UTF8_BOM):
-            chunk = chunk[len(_UTF8_BOM):]
-        try:
-            text = chunk.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            problems.add(
-                f"not valid UTF-8 (byte 0x{chunk[exc.start]:02x} at column {exc.start + 1})", line=line_no
-            )
+
+def physical_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, str]]:
+    """Yield (line number, decoded text) per physical line; oversized and non-UTF-8 lines become problems
+    (``core.textinput.text_lines``: the size bound and wording every text input shares)."""
+    for line_no, text in text_lines(stream, problems.file, max_line_bytes):
+        if isinstance(text, InputError):
+            problems.add(text.problem, line=line_no)
             continue
         yield line_no, text
-
-
-def _human_bytes(n: int) -> str:
-    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
-        return f"{n // (1024 * 1024)} MiB"
-    return f"{n} bytes"
 
 
 def iter_json_lines(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed value) for each non-blank JSONL line; parse failures become problems."""
     with open(path, "rb") as stream:
-        for line_no, text in _iter_physical_lines(stream, problems, max_line_bytes):
+        for line_no, text in physical_lines(stream, problems, max_line_bytes):
             if not text.strip():
                 continue
             try:
@@ -72,6 +60,7 @@ def iter_json_lines(path: Path, problems: Problems, max_line_bytes: int) -> Iter
                 problems.add(f"not valid JSON: {exc.msg} (column {exc.colno})", line=line_no)
 
 
+@register_reader(*JSONL_SUFFIXES)
 def _read_jsonl(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
     yield from iter_json_lines(path, problems, max_line_bytes)
 
@@ -111,11 +100,12 @@ def _parse_csv_answers(cell: str) -> tuple[Any, str | None]:
     return [part.strip() for part in text.split("|")], None
 
 
+@register_reader(*CSV_SUFFIXES)
 def _read_csv(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
     # First pass: encoding and line length, streamed, so the csv module only ever sees sane text.
     before = len(problems)
     with open(path, "rb") as stream:
-        for _ in _iter_physical_lines(stream, problems, max_line_bytes):
+        for _ in physical_lines(stream, problems, max_line_bytes):
             pass
     if len(problems) > before:
         return
@@ -123,7 +113,7 @@ def _read_csv(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[t
     old_limit = csv.field_size_limit()
     csv.field_size_limit(max(old_limit, max_line_bytes))
     try:
-        with open(path, encoding="utf-8-sig", newline="") as stream:
+        with open_text(path) as stream:
             reader = csv.reader(stream, strict=True)
             header: list[str] | None = None
             last_line = 0
@@ -177,6 +167,7 @@ def _csv_record(cells: dict[str, str], problems: Problems, line: int) -> dict[st
 
 
 
+@register_reader(*PARQUET_SUFFIXES)
 def _read_parquet(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
     import pyarrow.parquet as pq
 
@@ -197,16 +188,9 @@ def _read_parquet(path: Path, problems: Problems, max_line_bytes: int) -> Iterat
         problems.add(f"not a readable Parquet file: {exc}", line=row_no + 1)
 
 
-_READERS: dict[str, Callable[[Path, Problems, int], Iterator[tuple[int, Any]]]] = {
-    **{s: _read_jsonl for s in JSONL_SUFFIXES},
-    **{s: _read_parquet for s in PARQUET_SUFFIXES},
-    **{s: _read_csv for s in CSV_SUFFIXES},
-}
-
-
-def reader_for(path: Path, problems: Problems) -> Callable[[Path, Problems, int], Iterator[tuple[int, Any]]] | None:
+def reader_for(path: Path, problems: Problems) -> Reader | None:
     """The reader for the file's suffix; an unsupported suffix is a problem."""
-    reader = _READERS.get(path.suffix.lower())
+    reader = READERS.get(path.suffix.lower())
     if reader is None:
         problems.add(f"unsupported file type {path.suffix!r} (use .jsonl, .parquet or .csv)")
     return reader

@@ -16,9 +16,10 @@ from typing import Any
 
 from refusalbench.tasks.refusalbench.basesets.problems import Problems
 
-# readers.py owns the line-level rules (size bound, BOM, UTF-8) that every base-set file obeys;
-# the importers reuse them so a bad line reads the same whichever command met it.
-from refusalbench.tasks.refusalbench.basesets.readers import _iter_physical_lines
+# core.textinput owns the line-level rules (size bound, BOM, UTF-8) that every text input obeys;
+# readers.physical_lines reports them to the file's Problems, so a bad line reads the same
+# whichever command met it.
+from refusalbench.tasks.refusalbench.basesets.readers import physical_lines
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -78,7 +79,7 @@ def iter_json_lines(path: Path, problems: Problems, max_line_bytes: int,
     """(line number, parsed value) per non-blank line; problems are collected, not raised."""
     with open(path, "rb") as raw:
         stream = raw if progress is None else _CountingStream(raw, progress)
-        for line_no, text in _iter_physical_lines(stream, problems, max_line_bytes):
+        for line_no, text in physical_lines(stream, problems, max_line_bytes):
             if not text.strip():
                 continue
             try:

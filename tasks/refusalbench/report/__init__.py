@@ -8,29 +8,29 @@ mathtext.
 
 - :mod:`.page`: :class:`ReportInputs` (what a report shows) and :func:`build_report`.
 - :mod:`.leaderboard`: the ranking and its markdown / JSON-row forms for Prefect artifacts.
-- :mod:`.figures`: the matplotlib plots.
+- :mod:`.figures`: the matplotlib plots (``core.plotting``: canvas to base64 PNG, safe plot text).
 - :mod:`.outcomes`: response distribution, standard errors, multi-document judging, FRR-MRR correlation.
 - :mod:`.audit_section`: the human-audit section (``audit.json``, Table 2 form).
 - :mod:`.gv`: the generator × verifier section (funnel, verdict consistency, pre-checks).
 - :mod:`.generation_figures`: composition, contributions, pass rates, self-evaluation bias, verifier kappa.
 - :mod:`.comparison_figures`: scaling, SFT vs DPO, thinking budget, domain difficulty (from the registry).
-- :mod:`.layout`: HTML building blocks (style sheet, escaping, tables, sections).
+- ``core.html_page``: HTML building blocks (style sheet, escaping, tables, sections), shared with KnowOrNot.
 """
 
 from refusalbench.tasks.refusalbench.report.leaderboard import (
-    LEADERBOARD_METRICS,
     leaderboard_markdown,
+    leaderboard_metrics,
     leaderboard_rows,
     ranked_models,
 )
 from refusalbench.tasks.refusalbench.report.page import ReportInputs, build_generation_report, build_report
 
 __all__ = [
-    "LEADERBOARD_METRICS",
     "ReportInputs",
     "build_generation_report",
     "build_report",
     "leaderboard_markdown",
+    "leaderboard_metrics",
     "leaderboard_rows",
     "ranked_models",
 ]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from refusalbench.tasks.refusalbench.report.layout import escape
-from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value, is_nan
+from refusalbench.tasks.core.html_page import escape, is_nan
+from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value
 
 
 def _rate_cells(rate: Mapping[str, Any]) -> str:

@@ -1,8 +1,10 @@
 """The report's model-comparison figures (seed paper Figs. 9, 10, 31, 32).
 
-- scaling curves: answer accuracy, refusal accuracy and CRS against parameter count, one line
-  per model family (and training variant) with at least two sizes (Fig. 9)
-- SFT vs DPO: the two variants of one family at the same size, side by side (Fig. 10)
+- scaling curves: the compared metrics (declared ``compared=True`` in ``scoring.metrics``:
+  answer accuracy, refusal accuracy, CRS) against parameter count, one line per model family
+  (and training variant) with at least two sizes (Fig. 9)
+- SFT vs DPO: the two variants of one family at the same size, side by side, on the compared
+  ratios (Fig. 10)
 - thinking budget: the variants of one model by extended-thinking token budget (Fig. 32)
 - domain difficulty: 1 - mean accuracy across models per domain, for answering, refusing and
   both (Fig. 31)
@@ -23,13 +25,21 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from refusalbench.tasks.refusalbench.report.figures import plot_text, png_base64
-from refusalbench.tasks.refusalbench.report.layout import escape, frame_table, image_tag
-from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
+from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, is_nan
+from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.refusalbench.scoring.metrics import all_metrics, metric_spec
 
-METRICS = (("answer_accuracy", "answer accuracy"), ("refusal_accuracy", "refusal accuracy"),
-           ("calibrated_refusal_score", "CRS"))
 _LISTED = 6  # models named in a one-line reason before "…"
+
+
+def compared_metrics() -> tuple[tuple[str, str], ...]:
+    """(metric, title) of the metrics the comparison figures draw: those declared ``compared=True``."""
+    return tuple((name, metric_spec(name).title) for name in all_metrics() if metric_spec(name).compared)
+
+
+def aligned_metrics() -> tuple[tuple[str, str], ...]:
+    """The SFT vs DPO bars: the compared ratios (a formula of them, such as CRS, adds no bar)."""
+    return tuple((name, title) for name, title in compared_metrics() if metric_spec(name).is_ratio)
 
 
 @dataclass(frozen=True)
@@ -87,10 +97,11 @@ def _listed(items: Sequence[str]) -> str:
 
 def scaling_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
     """One row per model on a scaling line with at least two sizes (thinking variants left out)."""
+    compared = [name for name, _ in compared_metrics()]
     rows = [{"line": f.line, "model": m, "parameters_b": float(f.parameters_b),
-             **{k: _value(metrics, m, k) for k, _ in METRICS}}
+             **{k: _value(metrics, m, k) for k in compared}}
             for m, f in facts.items() if f.line and f.parameters_b and not f.thinking_budget]
-    frame = pd.DataFrame(rows, columns=["line", "model", "parameters_b", *(k for k, _ in METRICS)])
+    frame = pd.DataFrame(rows, columns=["line", "model", "parameters_b", *compared])
     sizes = frame.groupby("line")["parameters_b"].transform("nunique")
     return frame[sizes >= 2].sort_values(["line", "parameters_b", "model"]).reset_index(drop=True)
 
@@ -101,26 +112,28 @@ def alignment_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[s
     for model, f in facts.items():
         if f.family and f.parameters_b and f.training in ("sft", "dpo") and not f.thinking_budget:
             by_key.setdefault((f.family, float(f.parameters_b)), {}).setdefault(f.training, model)
+    aligned = [name for name, _ in aligned_metrics()]
     rows = []
     for (family, size), pair in sorted(by_key.items()):
         if {"sft", "dpo"} <= set(pair):
             row: dict[str, Any] = {"family": family, "parameters_b": size, "sft_model": pair["sft"],
                                    "dpo_model": pair["dpo"]}
-            for key, _ in METRICS[:2]:
+            for key in aligned:
                 row[f"{key}_sft"] = _value(metrics, pair["sft"], key)
                 row[f"{key}_dpo"] = _value(metrics, pair["dpo"], key)
             rows.append(row)
     columns = ["family", "parameters_b", "sft_model", "dpo_model"] + [
-        f"{k}_{t}" for k, _ in METRICS[:2] for t in ("sft", "dpo")]
+        f"{k}_{t}" for k in aligned for t in ("sft", "dpo")]
     return pd.DataFrame(rows, columns=columns)
 
 
 def thinking_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
     """One row per model with a thinking budget, in groups (one model) of at least two budgets."""
+    compared = [name for name, _ in compared_metrics()]
     rows = [{"group": f.variant_of, "model": m, "thinking_budget": int(f.thinking_budget),
-             **{k: _value(metrics, m, k) for k, _ in METRICS}}
+             **{k: _value(metrics, m, k) for k in compared}}
             for m, f in facts.items() if f.thinking_budget is not None]
-    frame = pd.DataFrame(rows, columns=["group", "model", "thinking_budget", *(k for k, _ in METRICS)])
+    frame = pd.DataFrame(rows, columns=["group", "model", "thinking_budget", *compared])
     budgets = frame.groupby("group")["thinking_budget"].transform("nunique")
     frame = frame[budgets >= 2].sort_values(["group", "thinking_budget", "model"])
     # Each group is named after its variant with the smallest budget (the model without thinking).
@@ -165,8 +178,9 @@ def _panels(count: int) -> tuple[Figure, list[Any]]:
 
 
 def scaling_plot(table: pd.DataFrame) -> str:
-    fig, axes = _panels(len(METRICS))
-    for ax, (key, label) in zip(axes, METRICS):
+    compared = compared_metrics()
+    fig, axes = _panels(len(compared))
+    for ax, (key, label) in zip(axes, compared):
         for line, part in table.groupby("line", sort=True):
             ax.plot(part["parameters_b"], part[key], marker="o", label=plot_text(line))
         ax.set_xscale("log")
@@ -185,10 +199,11 @@ def scaling_plot(table: pd.DataFrame) -> str:
 
 
 def alignment_plot(table: pd.DataFrame) -> str:
-    fig, axes = _panels(2)
+    aligned = aligned_metrics()
+    fig, axes = _panels(len(aligned))
     labels = [f"{plot_text(f)} {_size(s)}" for f, s in zip(table["family"], table["parameters_b"])]
     positions = np.arange(len(table))
-    for ax, (key, label) in zip(axes, METRICS[:2]):
+    for ax, (key, label) in zip(axes, aligned):
         for offset, variant, colour in ((-0.2, "sft", "#999999"), (0.2, "dpo", "#0072b2")):
             values = table[f"{key}_{variant}"].to_numpy(dtype=float)
             ax.bar(positions + offset, np.nan_to_num(values), width=0.4, label=variant.upper(), color=colour)
@@ -204,8 +219,9 @@ def alignment_plot(table: pd.DataFrame) -> str:
 
 
 def thinking_plot(table: pd.DataFrame) -> str:
-    fig, axes = _panels(len(METRICS))
-    for ax, (key, label) in zip(axes, METRICS):
+    compared = compared_metrics()
+    fig, axes = _panels(len(compared))
+    for ax, (key, label) in zip(axes, compared):
         for group, part in table.groupby("group", sort=True):
             ax.plot(part["thinking_budget"].astype(str), part[key], marker="o", label=plot_text(group))
         ax.set_ylim(-0.03, 1.03)

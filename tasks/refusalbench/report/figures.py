@@ -1,54 +1,24 @@
-"""The report's plots, drawn with matplotlib's Agg canvas and returned as base64 PNGs.
-
-No pyplot global state, no network. Text from data goes through :func:`_plot_text`: ``$`` is
-escaped so a model name cannot switch matplotlib into mathtext, and long names are cut.
+"""The RefusalBench report's plots, drawn with matplotlib's Agg canvas and returned as
+base64 PNGs (``core.plotting``: the canvas, and data text made safe with ``plot_text``).
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from refusalbench.tasks.core.html_page import is_nan
+from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 from refusalbench.tasks.refusalbench.decisions import ANSWER
-from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
-
-_PLOT_TEXT_LIMIT = 40
-
-
-def _plot_text(text: Any) -> str:
-    """Data text safe for matplotlib: no mathtext, bounded length."""
-    value = str(text)
-    if len(value) > _PLOT_TEXT_LIMIT:
-        value = value[: _PLOT_TEXT_LIMIT - 1] + "…"
-    return value.replace("$", r"\$")
 
 
 def _short_code(code: str) -> str:
     return code.removeprefix("REFUSE_") if code.startswith("REFUSE_") else code
-
-
-def _png(fig: Figure) -> str:
-    canvas = FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    # The same crop as bbox_inches="tight" (0.1 in of padding), measured once here: "tight"
-    # draws the whole figure a first time only to measure it.
-    bbox = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches=bbox)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-# Public names for the other reports that draw their own figures (KnowOrNot's).
-plot_text = _plot_text
-png_base64 = _png
 
 
 def _label_positions(points: Sequence[tuple[float, float]], dx: float = 0.02,
@@ -82,7 +52,7 @@ def scatter_plot(metrics: Mapping[str, Mapping[str, float]], x: str, y: str,
     for (model, a, b), (lx, ly) in zip(points, _label_positions([(a, b) for _, a, b in points])):
         ax.scatter([a], [b], s=60, zorder=3)
         moved = abs(ly - b) > 0.03
-        ax.annotate(_plot_text(model), (a, b), xytext=(lx, ly), textcoords="data", fontsize=9,
+        ax.annotate(plot_text(model), (a, b), xytext=(lx, ly), textcoords="data", fontsize=9,
                     va="center", arrowprops={"arrowstyle": "-", "color": "#888", "lw": 0.7} if moved else None)
     ax.set_xlim(-0.03, 1.03)
     ax.set_ylim(-0.03, 1.03)
@@ -90,13 +60,7 @@ def scatter_plot(metrics: Mapping[str, Mapping[str, float]], x: str, y: str,
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    return _png(fig)
-
-
-def ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
-    """The distinct ``values``: those in ``preferred`` first, in its order, then the rest sorted."""
-    present = list(dict.fromkeys(values))
-    return [v for v in preferred if v in present] + sorted(v for v in present if v not in preferred)
+    return png_base64(fig)
 
 
 def class_intensity_heatmap(grid: pd.DataFrame, model: str) -> str:
@@ -117,13 +81,13 @@ def class_intensity_heatmap(grid: pd.DataFrame, model: str) -> str:
             if not is_nan(value):
                 ax.text(j, i, f"{100 * value:.0f}%\n(n={int(counts.iat[i, j])})", ha="center",
                         va="center", fontsize=8)
-    ax.set_xticks(range(len(cols)), [_plot_text(c) for c in cols])
-    ax.set_yticks(range(len(rows)), [_plot_text(r) for r in rows])
+    ax.set_xticks(range(len(cols)), [plot_text(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [plot_text(r) for r in rows])
     ax.set_xlabel("intensity")
     ax.set_ylabel("perturbation class")
-    ax.set_title(f"Correct responses — {_plot_text(model)}")
+    ax.set_title(f"Correct responses — {plot_text(model)}")
     fig.colorbar(image, ax=ax, label="share correct")
-    return _png(fig)
+    return png_base64(fig)
 
 
 def confusion_plot(table: pd.DataFrame, model: str) -> str:
@@ -144,14 +108,14 @@ def confusion_plot(table: pd.DataFrame, model: str) -> str:
             if matrix[i, j]:
                 ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=8,
                         color="white" if shares[i, j] > 0.6 else "black")
-    ax.set_xticks(range(len(predicted)), [_plot_text(_short_code(p)) for p in predicted],
+    ax.set_xticks(range(len(predicted)), [plot_text(_short_code(p)) for p in predicted],
                   rotation=40, ha="right")
-    ax.set_yticks(range(len(expected)), [_plot_text(_short_code(e)) for e in expected])
+    ax.set_yticks(range(len(expected)), [plot_text(_short_code(e)) for e in expected])
     ax.set_xlabel("predicted (REFUSE_ prefix dropped)")
     ax.set_ylabel("expected")
-    ax.set_title(f"Confusion matrix — {_plot_text(model)}\n(colour = row share, text = count)")
+    ax.set_title(f"Confusion matrix — {plot_text(model)}\n(colour = row share, text = count)")
     fig.colorbar(image, ax=ax, label="share of row")
-    return _png(fig)
+    return png_base64(fig)
 
 
 def intensity_curves(table: pd.DataFrame) -> str:
@@ -161,15 +125,15 @@ def intensity_curves(table: pd.DataFrame) -> str:
     ax = fig.add_subplot()
     for model, part in table.groupby("model", sort=True):
         series = part.set_index("intensity")["refusal_rate"].reindex(order)
-        ax.plot(range(len(order)), series.to_numpy(dtype=float), marker="o", label=_plot_text(model))
-    ax.set_xticks(range(len(order)), [_plot_text(o) for o in order])
+        ax.plot(range(len(order)), series.to_numpy(dtype=float), marker="o", label=plot_text(model))
+    ax.set_xticks(range(len(order)), [plot_text(o) for o in order])
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("perturbation intensity")
     ax.set_ylabel("refusal rate")
     ax.set_title("Refusal rate by intensity")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    return _png(fig)
+    return png_base64(fig)
 
 
 def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mapping[str, float]]) -> str:
@@ -190,7 +154,7 @@ def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mappin
                 ax.scatter(sub["mean_confidence"], sub["accuracy"], s=sizes[part["kind"].to_numpy() == kind],
                            marker=marker, alpha=0.7, label=f"{kind} bins")
         ece = metrics.get(model, {}).get("ece", math.nan)
-        ax.set_title(f"{_plot_text(model)}\nECE = {'—' if is_nan(ece) else f'{ece:.3f}'}", fontsize=10)
+        ax.set_title(f"{plot_text(model)}\nECE = {'—' if is_nan(ece) else f'{ece:.3f}'}", fontsize=10)
         ax.set_xlim(0, 1)
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("stated confidence")
@@ -199,7 +163,7 @@ def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mappin
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("Reliability diagrams (marker size = responses in bin)")
     fig.tight_layout()
-    return _png(fig)
+    return png_base64(fig)
 
 
 def refusal_error_bars(metrics: Mapping[str, Mapping[str, float]], order: Sequence[str]) -> str | None:
@@ -215,13 +179,13 @@ def refusal_error_bars(metrics: Mapping[str, Mapping[str, float]], order: Sequen
     ax = fig.add_subplot()
     ax.bar(positions - 0.2, frr, width=0.4, label="false refusal rate (refused answerable)", color="#e69f00")
     ax.bar(positions + 0.2, mrr, width=0.4, label="missed refusal rate (answered unanswerable)", color="#0072b2")
-    ax.set_xticks(positions, [_plot_text(m) for m in models], rotation=30, ha="right")
+    ax.set_xticks(positions, [plot_text(m) for m in models], rotation=30, ha="right")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("rate")
     ax.set_title("False vs missed refusals (undefined rates drawn as 0)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return png_base64(fig)
 
 
 def round_trend_plot(trend: pd.DataFrame) -> str | None:
@@ -234,11 +198,11 @@ def round_trend_plot(trend: pd.DataFrame) -> str | None:
     ax = fig.add_subplot()
     for model, part in trend.groupby("model", sort=True):
         part = part.sort_values("round")
-        ax.plot(part["round"].astype(str), part[metric].astype(float), marker="o", label=_plot_text(model))
+        ax.plot(part["round"].astype(str), part[metric].astype(float), marker="o", label=plot_text(model))
     ax.set_xlabel("round")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(f"{metric.replace('_', ' ').capitalize()} by round")
     ax.tick_params(axis="x", rotation=30)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png_base64(fig)

@@ -20,9 +20,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from refusalbench.tasks.refusalbench.report.figures import ordered, plot_text, png_base64
-from refusalbench.tasks.refusalbench.report.layout import escape, image_tag
-from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
+from refusalbench.tasks.core.html_page import escape, image_tag, is_nan
+from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
 
 # gv_analysis.json keys drawn here (the G-V section leaves them out of its generic tables).

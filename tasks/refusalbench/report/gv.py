@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from refusalbench.tasks.refusalbench.report.layout import escape, mapping_html
-from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
+from refusalbench.tasks.core.html_page import escape, is_nan, mapping_html
 
 _CONSISTENCY_COLUMNS = (
     ("stated", "stated verdicts"),

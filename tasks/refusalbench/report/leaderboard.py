@@ -1,8 +1,10 @@
 """The leaderboard: models ranked by calibrated refusal score, and how metric values print.
 
 :func:`leaderboard_rows` (JSON-safe dicts) and :func:`leaderboard_markdown` feed the Prefect
-table and markdown artifacts; the HTML page shows the same ranking. Percentages print with
-one decimal, ECE values as plain numbers with three; an undefined value prints as "—".
+table and markdown artifacts; the HTML page shows the same ranking. The columns and their
+labels come from the metric declarations (``scoring.metrics``: ``leaderboard=True``).
+Percentages print with one decimal, a metric declared ``percent=False`` (ECE) as a plain
+number with three; an undefined value prints as "—".
 """
 
 from __future__ import annotations
@@ -12,35 +14,32 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-LEADERBOARD_METRICS: tuple[tuple[str, str], ...] = (
-    ("calibrated_refusal_score", "CRS"),
-    ("answer_accuracy", "Answer acc."),
-    ("refusal_accuracy", "Refusal acc."),
-    ("false_refusal_rate", "FRR"),
-    ("missed_refusal_rate", "MRR"),
-    ("detection_f1", "Detection F1"),
-    ("category_accuracy", "Category acc."),
-    ("hierarchical_score", "Hierarchical"),
-    ("ece", "ECE"),
+from refusalbench.tasks.core.html_page import is_nan
+from refusalbench.tasks.refusalbench.scoring.metrics import (
+    METRIC_SPECS,
+    metric_spec,
+    multi_document_metrics,
+    single_document_metrics,
 )
+
 RANK_METRIC = "calibrated_refusal_score"
-# Shown beside the others only when some model has them (multi-document runs).
-MULTI_DOCUMENT_LEADERBOARD: tuple[tuple[str, str], ...] = (
-    ("answer_quality_score", "Answer quality"),
-    ("hybrid_score", "Hybrid"),
-)
 
 
 def leaderboard_metrics(metrics: Mapping[str, Mapping[str, float]]) -> tuple[tuple[str, str], ...]:
-    """The leaderboard's columns: :data:`LEADERBOARD_METRICS`, plus GaRAGe's when some model has them."""
-    extra = tuple((name, label) for name, label in MULTI_DOCUMENT_LEADERBOARD
-                  if any(not is_nan(values.get(name)) for values in metrics.values()))
-    return LEADERBOARD_METRICS + extra
+    """The leaderboard's columns as (metric, label): :data:`RANK_METRIC`, then the other metrics
+    declared ``leaderboard=True`` in declaration order; a multi-document (GaRAGe) one only when
+    some model in ``metrics`` ({model: {metric: value}}) has a value for it."""
+    single = [n for n in single_document_metrics() if metric_spec(n).leaderboard and n != RANK_METRIC]
+    multi = [n for n in multi_document_metrics() if metric_spec(n).leaderboard
+             and any(not is_nan(values.get(n)) for values in metrics.values())]
+    return tuple((name, metric_spec(name).label) for name in [RANK_METRIC, *single, *multi])
 
 
-def is_nan(value: Any) -> bool:
-    """True for None and float NaN: an undefined metric."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def shown_as_percent(name: str) -> bool:
+    """Whether values of ``name`` print as percentages: a metric as declared; any other share
+    (a pass rate, an agreement) does."""
+    spec = METRIC_SPECS.get(name)
+    return spec is None or spec.percent
 
 
 def ranked_models(metrics: Mapping[str, Mapping[str, float]]) -> list[str]:
@@ -85,7 +84,7 @@ def format_value(value: Any, metric: str) -> str:
     """A metric value for a table cell: a percentage, or three decimals for ECE; "—" if undefined."""
     if is_nan(value):
         return "—"
-    return f"{float(value):.3f}" if metric.startswith("ece") else f"{100 * float(value):.1f}%"
+    return f"{100 * float(value):.1f}%" if shown_as_percent(metric) else f"{float(value):.3f}"
 
 
 def format_interval(interval: tuple[float, float] | None, metric: str) -> str:
@@ -93,7 +92,7 @@ def format_interval(interval: tuple[float, float] | None, metric: str) -> str:
     if not interval or is_nan(interval[0]) or is_nan(interval[1]):
         return ""
     low, high = interval
-    if metric.startswith("ece"):
+    if not shown_as_percent(metric):
         return f"[{low:.3f}, {high:.3f}]"
     return f"[{100 * low:.1f}, {100 * high:.1f}]"
 

@@ -13,7 +13,6 @@ Each returns None when the run has nothing for it, so the page leaves the sectio
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,14 +20,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from refusalbench.tasks.refusalbench.report.figures import _plot_text, _png
-from refusalbench.tasks.refusalbench.report.layout import escape, image_tag, section
+from refusalbench.tasks.core.html_page import escape, image_tag, is_nan, section
+from refusalbench.tasks.core.plotting import plot_text, png_base64
 from refusalbench.tasks.refusalbench.report.leaderboard import (
-    LEADERBOARD_METRICS,
-    MULTI_DOCUMENT_LEADERBOARD,
+    format_interval,
     format_value,
-    is_nan,
+    leaderboard_metrics,
+    shown_as_percent,
 )
+from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, multi_document_metrics
 
 # Outcome -> (label, colour): answers in greens/reds, refusals in blues/oranges.
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {
@@ -39,13 +39,6 @@ OUTCOME_STYLE: dict[str, tuple[str, str]] = {
     "false_refusal": ("False refusal", "#ef6c00"),
     "missed_refusal": ("Missed refusal", "#8e24aa"),
 }
-MULTI_DOCUMENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("answer_quality_score", "Answer quality (mean RAF)"),
-    ("hybrid_score", "Hybrid score"),
-    ("eligibility_rate", "Eligibility"),
-    ("factuality_rate", "Factuality"),
-    ("raf_rate", "RAF (answers)"),
-)
 
 
 def _percent(value: Any) -> str:
@@ -68,13 +61,13 @@ def distribution_bars(table: pd.DataFrame, order: Sequence[str]) -> str | None:
                                         for m in models], dtype=float))
         ax.barh(range(len(models)), width, left=left, color=colour, label=label, edgecolor="white", lw=0.5)
         left += width
-    ax.set_yticks(range(len(models)), [_plot_text(m) for m in models])
+    ax.set_yticks(range(len(models)), [plot_text(m) for m in models])
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of scorable responses")
     ax.set_title("Response distribution")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
-    return _png(fig)
+    return png_base64(fig)
 
 
 def distribution_section(table: pd.DataFrame | None, order: Sequence[str]) -> str | None:
@@ -112,7 +105,7 @@ def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] |
     """Bootstrap standard errors of the leaderboard metrics, one row per model."""
     if not standard_errors:
         return None
-    names = [(n, label) for n, label in LEADERBOARD_METRICS + MULTI_DOCUMENT_LEADERBOARD
+    names = [(n, label) for n, label in leaderboard_metrics(standard_errors)
              if any(not is_nan(v.get(n)) for v in standard_errors.values())]
     if not names:
         return None
@@ -122,8 +115,8 @@ def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] |
         cells = [f"<td class='name'>{escape(model)}</td>"]
         for name, _ in names:
             value = standard_errors[model].get(name)
-            text = "—" if is_nan(value) else (f"{float(value):.3f}" if name.startswith("ece")
-                                               else f"{100 * float(value):.1f} pp")
+            text = "—" if is_nan(value) else (f"{100 * float(value):.1f} pp" if shown_as_percent(name)
+                                               else f"{float(value):.3f}")
             cells.append(f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     lead = ("<p>Standard error of each metric: the standard deviation of its bootstrap resamples "
@@ -135,19 +128,23 @@ def multi_document_section(metrics: Mapping[str, Mapping[str, Any]],
                            intervals: Mapping[str, Mapping[str, tuple[float, float]]],
                            counts: Mapping[str, Mapping[str, int]] | None,
                            order: Sequence[str]) -> str | None:
-    """GaRAGe's scores per model with a multi-document item; None on a single-document run."""
-    models = [m for m in order if any(not is_nan(metrics[m].get(n)) for n, _ in MULTI_DOCUMENT_COLUMNS)]
+    """GaRAGe's scores per model with a multi-document item; None on a single-document run.
+
+    The columns: the metrics declared ``multi_document=True``, headed by their titles.
+    """
+    columns = multi_document_metrics()
+    models = [m for m in order if any(not is_nan(metrics[m].get(n)) for n in columns)]
     if not models:
         return None
     counts = counts or {}
     head = "<tr><th class='name'>Model</th>" + "".join(
-        f"<th>{escape(label)}</th>" for _, label in MULTI_DOCUMENT_COLUMNS) + "<th>judged answers</th><th>items</th></tr>"
+        f"<th>{escape(metric_spec(n).title)}</th>" for n in columns) + "<th>judged answers</th><th>items</th></tr>"
     rows = []
     for model in models:
         cells = [f"<td class='name'>{escape(model)}</td>"]
-        for name, _ in MULTI_DOCUMENT_COLUMNS:
-            low, high = intervals.get(model, {}).get(name, (math.nan, math.nan))
-            ci = "" if is_nan(low) or is_nan(high) else f"<br><span class='ci'>[{100 * low:.1f}, {100 * high:.1f}]</span>"
+        for name in columns:
+            interval = format_interval(intervals.get(model, {}).get(name), name)
+            ci = f"<br><span class='ci'>{interval}</span>" if interval else ""
             cells.append(f"<td>{escape(format_value(metrics[model].get(name), name))}{ci}</td>")
         own = counts.get(model, {})
         cells.append(f"<td>{int(own.get('n_answer_attempts_judged', 0))}</td><td>{int(own.get('n_items', 0))}</td>")

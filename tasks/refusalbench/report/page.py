@@ -13,13 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+from refusalbench.tasks.core.html_page import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
+from refusalbench.tasks.core.plotting import ordered
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
 from refusalbench.tasks.refusalbench.report.figures import (
     class_intensity_heatmap,
     confusion_plot,
     intensity_curves,
-    ordered,
     refusal_error_bars,
     reliability_diagrams,
     round_trend_plot,
@@ -27,7 +28,6 @@ from refusalbench.tasks.refusalbench.report.figures import (
 )
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
 from refusalbench.tasks.refusalbench.report.gv import gv_section_html, unverified_note
-from refusalbench.tasks.refusalbench.report.layout import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
 from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value, leaderboard_metrics, ranked_models
 from refusalbench.tasks.refusalbench.report.outcomes import (
     correlation_note,

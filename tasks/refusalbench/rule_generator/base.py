@@ -7,7 +7,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from refusalbench.tasks.core.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.refusalbench.rule_generator.text import answer_pattern
 
 
@@ -27,16 +28,14 @@ class RuleOutput:
 
 Rule = Callable[[BaseItem, str], RuleOutput]  # (base item, key for deterministic choices)
 
-RULES: dict[str, Rule] = {}
+RULES: Registry[Rule] = Registry("rule for lever")
 
 
-def register_rule(*lever_ids: str) -> Callable[[Rule], Rule]:
-    """Register a rule for the catalogue levers it realises (keyed by lever id)."""
+def register_rule(*lever_ids: str, replace: bool = False) -> Callable[[Rule], Rule]:
+    """Register a rule for the catalogue levers it realises (keyed by lever id; one rule per lever)."""
     def add(rule: Rule) -> Rule:
         for lever_id in lever_ids:
-            if lever_id in RULES:
-                raise ValueError(f"lever {lever_id} already has a rule ({RULES[lever_id].__name__})")
-            RULES[lever_id] = rule
+            RULES.add(lever_id, rule, replace=replace)
         return rule
     return add
 

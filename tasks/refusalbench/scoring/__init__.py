@@ -16,7 +16,7 @@ eligibility, factuality, RAF                  ``raf``, ``eligibility``, ``factua
 Core behavioural metrics: answer accuracy,    :mod:`.metrics` (``metrics_from_stats``,
 refusal accuracy, FRR, MRR, refusal rate,     ``compute_metrics``)
 correct refusal rate
-Answer Quality Score, Hybrid Score (GaRAGe)   :mod:`.metrics` (``MULTI_DOCUMENT_METRICS``)
+Answer Quality Score, Hybrid Score (GaRAGe)   :mod:`.metrics` (``multi_document=True``)
 Refusal analysis: detection F1, category      :mod:`.metrics`
 accuracy, hierarchical refusal score
 Calibrated Refusal Score (CRS)                :mod:`.metrics`
@@ -73,17 +73,19 @@ from refusalbench.tasks.refusalbench.scoring.io import (
     render_score_outputs,
     write_score,
 )
-from refusalbench.tasks.refusalbench.scoring.intervals import wilson
 from refusalbench.tasks.refusalbench.scoring.metrics import (
-    ALL_METRICS,
-    COMPOSITES,
     COUNTS,
-    METRICS,
-    MULTI_DOCUMENT_METRICS,
-    PROPORTIONS,
+    METRIC_SPECS,
+    MetricSpec,
+    all_metrics,
     compute_metrics,
+    declare,
+    formula_metric,
+    metric_spec,
     metrics_from_stats,
+    multi_document_metrics,
     run_metrics,
+    single_document_metrics,
 )
 from refusalbench.tasks.refusalbench.scoring.result import ScoreResult, score_frame
 from refusalbench.tasks.refusalbench.scoring.summary import (
@@ -95,29 +97,27 @@ from refusalbench.tasks.refusalbench.scoring.summary import (
 )
 
 __all__ = [
-    "ALL_METRICS",
     "ANSWER_CODE",
     "BREAKDOWN_COLUMNS",
     "BREAKDOWN_DIMENSIONS",
     "CHAMPION_METRICS",
-    "COMPOSITES",
     "COUNTS",
     "DECISION_LABELS",
     "EXPECTED_LABELS",
-    "METRICS",
     "METRICS_FILE",
-    "MULTI_DOCUMENT_METRICS",
+    "METRIC_SPECS",
     "NO_BIN",
     "N_BINS",
     "N_FLOAT_BINS",
     "N_VERBAL_BINS",
     "OUTCOMES",
     "PREPARED_COLUMNS",
-    "PROPORTIONS",
     "REQUIRED_COLUMNS",
     "TABLE_FILES",
     "LineOf",
+    "MetricSpec",
     "ScoreResult",
+    "all_metrics",
     "bin_label",
     "bootstrap_intervals",
     "bootstrap_standard_errors",
@@ -128,14 +128,18 @@ __all__ = [
     "compute_metrics",
     "confusion",
     "correlation",
+    "declare",
     "domain_champions",
     "ensure_prepared",
+    "formula_metric",
     "frr_mrr_correlation",
     "is_prepared",
     "load_score_outputs",
+    "metric_spec",
     "metrics_document",
     "metrics_from_stats",
     "multi_document_counts",
+    "multi_document_metrics",
     "overall_rows",
     "prepare",
     "read_judged",
@@ -146,6 +150,6 @@ __all__ = [
     "response_distribution",
     "run_metrics",
     "score_frame",
-    "wilson",
+    "single_document_metrics",
     "write_score",
 ]

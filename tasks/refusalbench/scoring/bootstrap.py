@@ -22,21 +22,20 @@ the same resamples' values, undefined resamples left out; NaN with fewer than tw
 
 from __future__ import annotations
 
-import math
-import zlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from refusalbench.tasks.core.stats import percentile_interval, resample_counts, seeded_rng, standard_error
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.metrics import (
-    ALL_METRICS,
-    METRICS,
+    METRIC_SPECS,
     metrics_from_stats,
     model_codes,
     row_arrays,
+    single_document_metrics,
     sufficient_stats,
 )
 
@@ -79,21 +78,14 @@ def _bootstrap_one(rows: Mapping[str, np.ndarray], n_resamples: int,
     Drawing n rows with replacement = drawing multinomial counts over the row types with
     probabilities count/n; the resample's statistics are then counts @ per-type statistics.
     """
-    n = len(rows["answerable"])
     type_counts, representative = _row_types(rows)
     n_types = len(type_counts)
     per_type = sufficient_stats(np.arange(n_types), n_types, representative)  # (T × K)
-    probabilities = type_counts / n
     pieces = []
     for start in range(0, n_resamples, chunk):
         size = min(chunk, n_resamples - start)
-        drawn = rng.multinomial(n, probabilities, size=size).astype(np.float64)  # (size × T)
-        pieces.append(drawn @ per_type)
+        pieces.append(resample_counts(rng, type_counts, size) @ per_type)  # (size × T) @ (T × K)
     return metrics_from_stats(np.concatenate(pieces, axis=0))
-
-
-def _model_rng(seed: int, model: str) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(model.encode("utf-8"))])
 
 
 def bootstrap_summary(
@@ -108,30 +100,21 @@ def bootstrap_summary(
     Percentile intervals and bootstrap standard deviations, items resampled within each model.
     """
     df = ensure_prepared(df)
-    wanted = list(metrics) if metrics is not None else list(METRICS)
-    unknown = [m for m in wanted if m not in ALL_METRICS]
+    wanted = list(metrics) if metrics is not None else list(single_document_metrics())
+    unknown = METRIC_SPECS.unknown(wanted)
     if unknown:
         raise ValueError(f"unknown metrics: {unknown}")
     codes, models = model_codes(df)
     rows = row_arrays(df)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
-    tail = (1 - level) / 2 * 100
     intervals: dict[str, dict[str, tuple[float, float]]] = {}
     errors: dict[str, dict[str, float]] = {}
     for i, model in enumerate(models):
         idx = order[bounds[i]:bounds[i + 1]]
-        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, _model_rng(seed, model))
-        intervals[model], errors[model] = {}, {}
-        for name in wanted:
-            values = sample[name]
-            values = values[~np.isnan(values)]
-            if values.size == 0:
-                intervals[model][name] = (math.nan, math.nan)
-            else:
-                low, high = np.percentile(values, [tail, 100 - tail])
-                intervals[model][name] = (float(low), float(high))
-            errors[model][name] = float(np.std(values, ddof=1)) if values.size > 1 else math.nan
+        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, seeded_rng(seed, model))
+        intervals[model] = {name: percentile_interval(sample[name], level) for name in wanted}
+        errors[model] = {name: standard_error(sample[name]) for name in wanted}
     return intervals, errors
 
 

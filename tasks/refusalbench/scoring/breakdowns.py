@@ -25,12 +25,13 @@ from refusalbench.tasks.refusalbench.scoring.calibration import N_VERBAL_BINS, b
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.intervals import breakdown_intervals
 from refusalbench.tasks.refusalbench.scoring.metrics import (
-    METRICS,
     confidence_block,
+    metric_spec,
     metrics_from_stats,
     model_codes,
     row_arrays,
     run_metrics,
+    single_document_metrics,
     sufficient_stats,
 )
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES
@@ -88,8 +89,9 @@ def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *
 
 def overall_rows(metrics: Mapping[str, Mapping[str, float]],
                  intervals: Mapping[str, Mapping[str, tuple[float, float]]],
-                 names: Sequence[str] = METRICS) -> pd.DataFrame:
-    """The overall metrics with their intervals in the breakdown's long layout."""
+                 names: Sequence[str] | None = None) -> pd.DataFrame:
+    """The overall metrics (default: the single-document ones) with their intervals in the breakdown's long layout."""
+    names = single_document_metrics() if names is None else names
     records = []
     for model, values in metrics.items():
         for name in names:
@@ -185,14 +187,17 @@ CHAMPION_METRICS: tuple[str, ...] = ("calibrated_refusal_score", "answer_accurac
 def domain_champions(df: pd.DataFrame, metrics: Sequence[str] = CHAMPION_METRICS) -> pd.DataFrame:
     """Best model per domain for each metric: domain, metric, model, estimate, n.
 
-    Ties go to the alphabetically first model; a domain where every model's metric is
-    NaN has no champion for it. Empty when there is no domain column.
+    Best is the highest estimate, or the lowest for a metric declared lower-is-better. Ties
+    go to the alphabetically first model; a domain where every model's metric is NaN has no
+    champion for it. Empty when there is no domain column.
     """
     table = breakdown(df, "domain", list(metrics), n_resamples=0)
     columns = ["domain", "metric", "model", "estimate", "n"]
     if table.empty:
         return pd.DataFrame({c: [] for c in columns})
     table = table[table["metric"].isin(list(metrics)) & table["estimate"].notna()]
-    table = table.sort_values(["value", "metric", "estimate", "model"], ascending=[True, True, False, True])
+    lower = [name for name in metrics if metric_spec(name).higher_is_better is False]
+    table = table.assign(goodness=table["estimate"].where(~table["metric"].isin(lower), -table["estimate"]))
+    table = table.sort_values(["value", "metric", "goodness", "model"], ascending=[True, True, False, True])
     best = table.groupby(["value", "metric"], sort=True).head(1)
     return best.rename(columns={"value": "domain"})[columns].reset_index(drop=True)

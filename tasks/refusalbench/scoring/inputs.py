@@ -32,7 +32,7 @@ import pandas as pd
 from refusalbench.tasks.refusalbench.decisions import ANSWER, normalise_decision, parse_decision
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.scoring.calibration import NO_BIN, confidence_of
-from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES, canonical_code
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES, VARIANTS, canonical_code
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("model", "item_id", "expected")
 BREAKDOWN_DIMENSIONS: tuple[str, ...] = (
@@ -59,7 +59,6 @@ _LABEL_CODE: dict[str, int] = {
 }
 
 JUDGE_SCORE_COLUMNS: tuple[str, ...] = ("raf", "eligibility", "factuality")
-VARIANTS: tuple[str, ...] = ("single", "multi")
 
 LineOf = Callable[[int], "int | None"]
 

@@ -3,9 +3,9 @@
 A breakdown group is often small (a lever may hold a dozen items), where a percentile
 bootstrap of a proportion collapses to [1, 1] or [0, 0]. So:
 
-- a proportion metric (:data:`~.metrics.PROPORTIONS`: a count over a count) gets its
+- a ratio metric (:attr:`~.metrics.MetricSpec.is_ratio`: a count over a count) gets its
   Wilson score interval, exact in closed form and sensible at any size;
-- a composite metric (:data:`~.metrics.COMPOSITES`: F1, hierarchical score, CRS, ECE) gets
+- a formula metric (F1, hierarchical score, CRS, ECE) gets
   a percentile bootstrap of the group's own rows, drawn as multinomial counts over the
   group's row types like the per-model bootstrap (:mod:`.bootstrap`).
 
@@ -23,60 +23,19 @@ Decisions the contract leaves open:
 from __future__ import annotations
 
 import contextlib
-import zlib
 from collections.abc import Mapping, Sequence
-from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
+from refusalbench.tasks.core.stats import resample_counts, row_percentiles, seeded_rng, wilson_interval
+
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
-from refusalbench.tasks.refusalbench.scoring.metrics import COMPOSITES, PROPORTIONS, metrics_from_stats, proportion_parts, sufficient_stats
+from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, metrics_from_stats, proportion_parts, sufficient_stats
 
 _TYPE_FLAGS: tuple[str, ...] = ("answerable", "refused", "answered_correctly", "right_code")
 _N_FLAG_VALUES = 1 << len(_TYPE_FLAGS)
 _BATCH_ROWS = 200_000  # resampled statistics computed into metrics at a time
-
-
-def z_value(level: float) -> float:
-    """The two-sided normal quantile of a confidence level (1.96 for 0.95)."""
-    return NormalDist().inv_cdf(0.5 + level / 2)
-
-
-def wilson(successes: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score intervals of proportions successes/n, elementwise; NaN where n = 0."""
-    k = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    z = z_value(level)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = k / n
-        denominator = 1 + z * z / n
-        centre = (p + z * z / (2 * n)) / denominator
-        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    # At 0 or n successes the bound is exactly 0 or 1 (rounding would leave 1e-17 off).
-    low = np.where(k == 0, 0.0, centre - half)
-    high = np.where(k == n, 1.0, centre + half)
-    empty = n <= 0
-    return np.where(empty, np.nan, low), np.where(empty, np.nan, high)
-
-
-def row_percentiles(values: np.ndarray, quantiles: Sequence[float]) -> list[np.ndarray]:
-    """Percentiles (numpy's linear rule) of each row of ``values``, NaNs left out; NaN for an all-NaN row.
-
-    One sort of the whole block instead of ``np.nanpercentile``'s row-by-row loop.
-    """
-    ordered = np.sort(values, axis=1)  # NaN sorts last
-    valid = (~np.isnan(values)).sum(axis=1)
-    rows = np.arange(len(values))
-    out = []
-    for q in quantiles:
-        position = np.maximum(valid - 1, 0) * (q / 100)
-        below = np.floor(position).astype(np.int64)
-        above = np.minimum(below + 1, np.maximum(valid - 1, 0))
-        low, high = ordered[rows, below], ordered[rows, above]
-        value = low + (high - low) * (position - below)
-        out.append(np.where(valid > 0, value, np.nan))
-    return out
 
 
 def _group_types(groups: np.ndarray, rows: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,10 +113,7 @@ def group_bootstrap(
             start, end = starts[position], ends[position]
             if end <= start:
                 continue
-            type_counts = counts[start:end]
-            n = int(type_counts.sum())
-            rng = np.random.default_rng([seed, zlib.crc32(labels[position].encode("utf-8"))])
-            drawn = rng.multinomial(n, type_counts / n, size=n_resamples).astype(np.float64)
+            drawn = resample_counts(seeded_rng(seed, labels[position]), counts[start:end], n_resamples)
             pending.append((position, drawn @ per_type[start:end]))
             if len(pending) * n_resamples >= _BATCH_ROWS:
                 flush()
@@ -176,15 +132,15 @@ def breakdown_intervals(
     seed: int = 0,
     level: float = 0.95,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{metric: (low, high)} per wanted group: Wilson for proportions, group bootstrap for composites.
+    """{metric: (low, high)} per wanted group: Wilson for ratios, group bootstrap for formulas.
 
     ``stats`` holds the sufficient statistics of the wanted groups, in their order.
     """
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name in metrics:
-        if name in PROPORTIONS:
-            out[name] = wilson(*proportion_parts(stats, name), level=level)
-    composites = [name for name in metrics if name in COMPOSITES]
-    out.update(group_bootstrap(groups, rows, wanted_groups, labels, composites, n_resamples, seed, level))
+    ratios = [name for name in metrics if metric_spec(name).is_ratio]
+    for name in ratios:
+        out[name] = wilson_interval(*proportion_parts(stats, name), level=level)
+    formulas = [name for name in metrics if name not in ratios]
+    out.update(group_bootstrap(groups, rows, wanted_groups, labels, formulas, n_resamples, seed, level))
     return out
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.textinput import open_bytes, open_text, text_lines
 from refusalbench.tasks.refusalbench.scoring.inputs import LineOf, prepare, row_line
 from refusalbench.tasks.refusalbench.scoring.result import ScoreResult
 from refusalbench.tasks.refusalbench.scoring.summary import distribution_by_model
@@ -34,7 +35,7 @@ def _csv_line_of(path: Path) -> LineOf:
 
     def line_of(position: int) -> int | None:
         if not cache:
-            with path.open(newline="", encoding="utf-8") as handle:
+            with open_text(path) as handle:
                 reader = csv.reader(handle)
                 previous_end = 1 if next(reader, None) is not None else 0
                 for _ in reader:
@@ -45,32 +46,22 @@ def _csv_line_of(path: Path) -> LineOf:
     return line_of
 
 
-def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) per physical line; an oversized or non-UTF-8 line is an InputError.
 
     Lines are read with a size bound, so an enormous line is refused without being loaded.
     """
-    with path.open("rb") as handle:
-        number = 0
-        while chunk := handle.readline(MAX_LINE_BYTES + 1):
-            number += 1
-            if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
-                raise InputError(str(path), f"line is longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB; refusing to read it",
-                                 line=number)
-            if number == 1:
-                chunk = chunk.removeprefix(b"\xef\xbb\xbf")
-            try:
-                text = chunk.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(str(path), f"not valid UTF-8 (byte 0x{chunk[exc.start]:02x} at column {exc.start + 1})",
-                                 line=number) from None
+    with open_bytes(path) as handle:
+        for number, text in text_lines(handle, str(path), MAX_LINE_BYTES):
+            if isinstance(text, InputError):
+                raise text
             yield number, text
 
 
 def _read_jsonl(path: Path) -> tuple[pd.DataFrame, list[int]]:
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-    for number, line in _jsonl_lines(path):
+    for number, line in _text_lines(path):
         if not line.strip():
             continue
         try:
@@ -105,9 +96,11 @@ def read_judged(path: str | Path) -> pd.DataFrame:
         df, lines = _read_jsonl(path)
         line_of = lambda position: lines[position] if position < len(lines) else None  # noqa: E731
     elif suffix == ".csv":
+        for _ in _text_lines(path):  # bad bytes and enormous lines, named by line, before pandas reads it
+            pass
         try:
             df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        except pd.errors.ParserError as exc:
             raise InputError(str(path), f"not a readable CSV file: {exc}") from None
         line_of = _csv_line_of(path)
     else:
@@ -120,15 +113,15 @@ def read_judged(path: str | Path) -> pd.DataFrame:
 # ----------------------------------------------------------------- score files
 
 # The file names are declared once, in the run-folder contract; these map a ScoreResult onto them.
-METRICS_FILE = runfolder.METRICS.name
+METRICS_FILE = rb_files.METRICS.name
 TABLE_FILES: dict[str, str] = {  # ScoreResult attribute -> Parquet file
-    "breakdown": runfolder.BREAKDOWN.name,
-    "confusion": runfolder.CONFUSION.name,
-    "calibration": runfolder.CALIBRATION.name,
-    "class_intensity": runfolder.CLASS_INTENSITY.name,
-    "refusal_by_intensity": runfolder.REFUSAL_BY_INTENSITY.name,
-    "champions": runfolder.DOMAIN_CHAMPIONS.name,
-    "response_distribution": runfolder.RESPONSE_DISTRIBUTION.name,
+    "breakdown": rb_files.BREAKDOWN.name,
+    "confusion": rb_files.CONFUSION.name,
+    "calibration": rb_files.CALIBRATION.name,
+    "class_intensity": rb_files.CLASS_INTENSITY.name,
+    "refusal_by_intensity": rb_files.REFUSAL_BY_INTENSITY.name,
+    "champions": rb_files.DOMAIN_CHAMPIONS.name,
+    "response_distribution": rb_files.RESPONSE_DISTRIBUTION.name,
 }
 STANDARD_ERROR_METHOD = "bootstrap standard deviation (ddof 1) of the same resamples (paper App. G)"
 BREAKDOWN_INTERVAL_METHOD = ("Wilson score for proportions; percentile bootstrap within the group for "

@@ -1,12 +1,25 @@
-"""The per-model metrics of DESIGN.md §6 (the paper's Appendix D) from sufficient statistics.
+"""The per-model metrics of DESIGN.md §6 (the paper's Appendix D): declared once, computed from sufficient statistics.
+
+Each metric is one :class:`MetricSpec` in :data:`METRIC_SPECS` (the declarations are below,
+in metrics.json's order): its name, its labels, how it is computed and how it is shown.
+Everything else is derived from the declarations: the scoring arrays and the bootstrap and
+breakdown intervals (:mod:`.bootstrap`, :mod:`.intervals`), the leaderboard's columns
+(``report.leaderboard``), the model-comparison figures (``report.comparison_figures``) and
+the inspect task's metrics (``integrations.inspect``). Adding a ratio metric is one
+declaration::
+
+    declare(MetricSpec("unjudged_rate", label="Unjudged", numerator=("n_unjudged",),
+                       denominator=("n_answerable",), higher_is_better=False))
 
 How it stays fast at a million rows: every metric is a ratio of sums of per-row indicators
-(ECE too, see :mod:`.calibration`). So one vector of *sufficient statistics* per model (or
-per model × group, or per bootstrap resample) is computed with ``np.bincount``, and
-:func:`metrics_from_stats` turns any stack of such vectors into metrics.
+(ECE too, see :mod:`.calibration`), or a function of such ratios. So one vector of
+*sufficient statistics* (:data:`STATISTICS`) per model (or per model × group, or per
+bootstrap resample) is computed with ``np.bincount``, and :func:`metrics_from_stats` turns
+any stack of such vectors into metrics.
 
-Most metrics are proportions (:data:`PROPORTIONS`: a count over a count), which lets the
-breakdowns give them Wilson intervals; the rest (:data:`COMPOSITES`) are built from them.
+A *ratio* metric is a count over a count, which lets the breakdowns give it Wilson
+intervals; the rest are a *formula* of metrics declared before them (F1, the hierarchical
+score, CRS) or of the statistics themselves (ECE).
 
 Undefined ratios are NaN, never 0. ``detection_f1`` is NaN when precision or recall is NaN
 and 0 when both are defined and 0; ``hierarchical_score`` and ``calibrated_refusal_score``
@@ -22,86 +35,225 @@ attempts it judged (App. F.9). All five are NaN for single-document rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS, ece
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 
-METRICS: tuple[str, ...] = (
-    "answer_accuracy",
-    "refusal_accuracy",
-    "false_refusal_rate",
-    "missed_refusal_rate",
-    "refusal_rate",
-    "correct_refusal_rate",
-    "detection_precision",
-    "detection_recall",
-    "detection_f1",
-    "category_accuracy",
-    "hierarchical_score",
-    "calibrated_refusal_score",
-    "ece",
-    "ece_answer",
-    "ece_refusal",
-)
-# GaRAGe's metrics (App. D, F.9): they need a multi-document judge, NaN on single-document rows.
-MULTI_DOCUMENT_METRICS: tuple[str, ...] = (
-    "answer_quality_score", "hybrid_score", "eligibility_rate", "factuality_rate", "raf_rate")
-ALL_METRICS: tuple[str, ...] = METRICS + MULTI_DOCUMENT_METRICS
 COUNTS: tuple[str, ...] = ("n", "n_answerable", "n_unanswerable", "n_confidence", "n_unjudged")
 
-# Sufficient statistics, in this order, then the confidence block
-# [scope (0 answer attempts, 1 refusals)][bin][count, sum correct, sum confidence].
-_BASE_STATS: tuple[str, ...] = (
-    "n",
-    "n_answerable",
-    "n_unanswerable",
-    "answered_correctly",
-    "right_code",
-    "refused",
-    "answerable_refused",
-    "unanswerable_refused",
-    "unanswerable_answered",
-    "n_unjudged",
-    # multi-document rows (GaRAGe): items, Σ RAF on answerable (refusals 0), right codes
-    "multi_answerable",
-    "multi_unanswerable",
-    "multi_raf",
-    "multi_right_code",
-    # the judge's 0/1 scores over judged answer attempts: how many judged, how many 1
-    "eligibility_n",
-    "eligibility_1",
-    "factuality_n",
-    "factuality_1",
-    "raf_n",
-    "raf_1",
-)
-_N_BASE = len(_BASE_STATS)
-STAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(_BASE_STATS)}
+Rows = Mapping[str, np.ndarray]  # the per-row indicators of :func:`row_arrays`
 
-# metric -> (numerator stats, denominator stats), each summed: the metric is their ratio.
-PROPORTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "answer_accuracy": (("answered_correctly",), ("n_answerable",)),
-    "refusal_accuracy": (("right_code",), ("n_unanswerable",)),
-    "false_refusal_rate": (("answerable_refused",), ("n_answerable",)),
-    "missed_refusal_rate": (("unanswerable_answered",), ("n_unanswerable",)),
-    "refusal_rate": (("refused",), ("n",)),
-    "correct_refusal_rate": (("unanswerable_refused",), ("n_unanswerable",)),
-    "detection_precision": (("unanswerable_refused",), ("refused",)),
-    "detection_recall": (("unanswerable_refused",), ("n_unanswerable",)),
-    "category_accuracy": (("right_code",), ("unanswerable_refused",)),
-    "answer_quality_score": (("multi_raf",), ("multi_answerable",)),
-    "hybrid_score": (("multi_raf", "multi_right_code"), ("multi_answerable", "multi_unanswerable")),
-    "eligibility_rate": (("eligibility_1",), ("eligibility_n",)),
-    "factuality_rate": (("factuality_1",), ("factuality_n",)),
-    "raf_rate": (("raf_1",), ("raf_n",)),
+
+def _attempt(rows: Rows) -> np.ndarray:
+    """Answer attempts on answerable items: what the judge scores."""
+    return rows["answerable"] & ~rows["refused"]
+
+
+# The sufficient statistics, in this order: name -> the per-row indicator summed into it.
+# Then comes the confidence block [scope (0 answer attempts, 1 refusals)][bin][count, sum
+# correct, sum confidence]. A ratio metric names its numerator and denominator in these.
+STATISTICS: dict[str, Callable[[Rows], np.ndarray]] = {
+    "n": lambda r: np.ones(len(r["answerable"]), dtype=bool),
+    "n_answerable": lambda r: r["answerable"],
+    "n_unanswerable": lambda r: ~r["answerable"],
+    "answered_correctly": lambda r: r["answered_correctly"],
+    "right_code": lambda r: r["right_code"],
+    "refused": lambda r: r["refused"],
+    "answerable_refused": lambda r: r["answerable"] & r["refused"],
+    "unanswerable_refused": lambda r: ~r["answerable"] & r["refused"],
+    "unanswerable_answered": lambda r: ~r["answerable"] & ~r["refused"],
+    "n_unjudged": lambda r: r["unjudged"],
+    # multi-document rows (GaRAGe): items, Σ RAF on answerable (refusals 0), right codes
+    "multi_answerable": lambda r: r["multi"] & r["answerable"],
+    "multi_unanswerable": lambda r: r["multi"] & ~r["answerable"],
+    "multi_raf": lambda r: r["multi"] & r["answered_correctly"],
+    "multi_right_code": lambda r: r["multi"] & r["right_code"],
+    # the judge's 0/1 scores over judged answer attempts: how many judged, how many 1
+    "eligibility_n": lambda r: _attempt(r) & r["eligibility_has"],
+    "eligibility_1": lambda r: _attempt(r) & r["eligibility"],
+    "factuality_n": lambda r: _attempt(r) & r["factuality_has"],
+    "factuality_1": lambda r: _attempt(r) & r["factuality"],
+    "raf_n": lambda r: _attempt(r) & r["raf_has"],
+    "raf_1": lambda r: _attempt(r) & r["raf"],
 }
-COMPOSITES: tuple[str, ...] = tuple(m for m in ALL_METRICS if m not in PROPORTIONS)
+STAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(STATISTICS)}
+_N_BASE = len(STATISTICS)
 _N_STATS = _N_BASE + 2 * N_BINS * 3
+
+
+# ----------------------------------------------------------------- the declaration
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricSpec:
+    """One metric of metrics.json, declared once: how it is computed and how it is shown.
+
+    A ratio gives ``numerator`` and ``denominator`` (statistics of :data:`STATISTICS`, each
+    side summed); anything else gives a ``formula`` of the metrics named in ``of`` (declared
+    before it), or of the statistics array itself when ``of`` is empty.
+    """
+
+    name: str
+    label: str  # the leaderboard's column header: short
+    title: str = ""  # in words, for figure titles and tables (default: the label)
+    numerator: tuple[str, ...] = ()
+    denominator: tuple[str, ...] = ()
+    formula: Callable[..., np.ndarray] | None = None
+    of: tuple[str, ...] = ()
+    higher_is_better: bool | None = True  # None: neither (a rate that describes behaviour)
+    leaderboard: bool = False  # a column of the leaderboard
+    compared: bool = False  # drawn in the model-comparison figures (scaling, SFT vs DPO, thinking budget)
+    inspect_task: bool = False  # one of the inspect task's metrics
+    multi_document: bool = False  # GaRAGe's: scored only on runs with multi-document rows (NaN elsewhere)
+    percent: bool = True  # shown as a percentage; else as a number with three decimals (ECE)
+
+    def __post_init__(self) -> None:
+        if not self.title:
+            object.__setattr__(self, "title", self.label)
+        if self.formula is None and not (self.numerator and self.denominator):
+            raise ValueError(f"metric {self.name!r}: give a numerator and a denominator, or a formula")
+        if self.formula is not None and (self.numerator or self.denominator):
+            raise ValueError(f"metric {self.name!r}: a ratio or a formula, not both")
+        if self.of and self.formula is None:
+            raise ValueError(f"metric {self.name!r}: 'of' names the inputs of a formula")
+        unknown = [s for s in self.numerator + self.denominator if s not in STATISTICS]
+        if unknown:
+            raise ValueError(f"metric {self.name!r}: unknown statistic {', '.join(map(repr, unknown))} "
+                             f"(known: {', '.join(STATISTICS)})")
+
+    @property
+    def is_ratio(self) -> bool:
+        """A count over a count (its breakdown intervals are Wilson's)."""
+        return self.formula is None
+
+    def values(self, stats: np.ndarray, earlier: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The metric from (..., _N_STATS) statistics; ``earlier``: the metrics declared before it."""
+        if self.formula is None:
+            return _ratio(_sum(stats, self.numerator), _sum(stats, self.denominator))
+        if not self.of:
+            return self.formula(stats)
+        return self.formula(*(earlier[name] for name in self.of))
+
+
+METRIC_SPECS: Registry[MetricSpec] = Registry("metric")
+
+F = TypeVar("F", bound=Callable[..., np.ndarray])
+
+
+def declare(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
+    """Register ``spec`` under its name; a formula's inputs must be declared before it."""
+    declared = list(METRIC_SPECS)
+    before = declared[:declared.index(spec.name)] if spec.name in declared else declared
+    missing = [name for name in spec.of if name not in before]
+    if missing:
+        raise ValueError(f"metric {spec.name!r} is a function of {', '.join(map(repr, missing))}, "
+                         "which must be declared before it")
+    return METRIC_SPECS.add(spec.name, spec, replace=replace)
+
+
+def formula_metric(name: str, *, replace: bool = False, **fields: Any) -> Callable[[F], F]:
+    """Decorator: declare the decorated function as the formula of metric ``name``.
+
+    ``fields`` are the other :class:`MetricSpec` fields (``label``, ``of``, ...).
+    """
+    def decorate(formula: F) -> F:
+        declare(MetricSpec(name, formula=formula, **fields), replace=replace)
+        return formula
+
+    return decorate
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """The declaration of metric ``name`` (ValueError listing the declared ones if none)."""
+    return METRIC_SPECS.lookup(name)
+
+
+def single_document_metrics() -> tuple[str, ...]:
+    """The metrics every run is scored on (§6's), in declaration order."""
+    return tuple(name for name, spec in METRIC_SPECS.items() if not spec.multi_document)
+
+
+def multi_document_metrics() -> tuple[str, ...]:
+    """GaRAGe's metrics (App. D, F.9): they need a multi-document judge, NaN on single-document rows."""
+    return tuple(name for name, spec in METRIC_SPECS.items() if spec.multi_document)
+
+
+def all_metrics() -> tuple[str, ...]:
+    """Every declared metric, in metrics.json's order: the single-document ones, then GaRAGe's."""
+    return single_document_metrics() + multi_document_metrics()
+
+
+# ----------------------------------------------------------------- the metrics (DESIGN.md §6)
+
+declare(MetricSpec("answer_accuracy", label="Answer acc.", title="Answer accuracy",
+                   numerator=("answered_correctly",), denominator=("n_answerable",),
+                   leaderboard=True, compared=True))
+declare(MetricSpec("refusal_accuracy", label="Refusal acc.", title="Refusal accuracy",
+                   numerator=("right_code",), denominator=("n_unanswerable",), leaderboard=True, compared=True))
+declare(MetricSpec("false_refusal_rate", label="FRR", title="False refusal rate",
+                   numerator=("answerable_refused",), denominator=("n_answerable",),
+                   higher_is_better=False, leaderboard=True, inspect_task=True))
+declare(MetricSpec("missed_refusal_rate", label="MRR", title="Missed refusal rate",
+                   numerator=("unanswerable_answered",), denominator=("n_unanswerable",),
+                   higher_is_better=False, leaderboard=True, inspect_task=True))
+declare(MetricSpec("refusal_rate", label="Refusal rate", numerator=("refused",), denominator=("n",),
+                   higher_is_better=None, inspect_task=True))
+declare(MetricSpec("correct_refusal_rate", label="Correct refusal rate",
+                   numerator=("unanswerable_refused",), denominator=("n_unanswerable",)))
+declare(MetricSpec("detection_precision", label="Detection precision",
+                   numerator=("unanswerable_refused",), denominator=("refused",)))
+declare(MetricSpec("detection_recall", label="Detection recall",
+                   numerator=("unanswerable_refused",), denominator=("n_unanswerable",)))
+
+
+@formula_metric("detection_f1", label="Detection F1", of=("detection_precision", "detection_recall"),
+                leaderboard=True)
+def detection_f1(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
+    """Harmonic mean of detection precision and recall: 0 when both are 0, NaN when either is."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+    return np.where(np.isnan(precision) | np.isnan(recall), np.nan, f1)
+
+
+declare(MetricSpec("category_accuracy", label="Category acc.", title="Category accuracy",
+                   numerator=("right_code",), denominator=("unanswerable_refused",), leaderboard=True))
+declare(MetricSpec("hierarchical_score", label="Hierarchical", title="Hierarchical score",
+                   formula=lambda f1, category: f1 * category, of=("detection_f1", "category_accuracy"),
+                   leaderboard=True))
+declare(MetricSpec("calibrated_refusal_score", label="CRS", title="Calibrated refusal score",
+                   formula=lambda answer, refusal: (answer + refusal) / 2, of=("answer_accuracy", "refusal_accuracy"),
+                   leaderboard=True, compared=True))
+declare(MetricSpec("ece", label="ECE", title="Expected calibration error",
+                   formula=lambda stats: ece(confidence_block(stats).sum(axis=-3)),
+                   higher_is_better=False, leaderboard=True, percent=False))
+declare(MetricSpec("ece_answer", label="ECE (answers)", title="ECE over answer attempts",
+                   formula=lambda stats: ece(confidence_block(stats)[..., 0, :, :]),
+                   higher_is_better=False, percent=False))
+declare(MetricSpec("ece_refusal", label="ECE (refusals)", title="ECE over refusals",
+                   formula=lambda stats: ece(confidence_block(stats)[..., 1, :, :]),
+                   higher_is_better=False, percent=False))
+declare(MetricSpec("answer_quality_score", label="Answer quality", title="Answer quality (mean RAF)",
+                   numerator=("multi_raf",), denominator=("multi_answerable",),
+                   leaderboard=True, multi_document=True))
+declare(MetricSpec("hybrid_score", label="Hybrid", title="Hybrid score",
+                   numerator=("multi_raf", "multi_right_code"), denominator=("multi_answerable", "multi_unanswerable"),
+                   leaderboard=True, multi_document=True))
+declare(MetricSpec("eligibility_rate", label="Eligibility", numerator=("eligibility_1",),
+                   denominator=("eligibility_n",), multi_document=True))
+declare(MetricSpec("factuality_rate", label="Factuality", numerator=("factuality_1",),
+                   denominator=("factuality_n",), multi_document=True))
+declare(MetricSpec("raf_rate", label="RAF (answers)", numerator=("raf_1",), denominator=("raf_n",),
+                   multi_document=True))
+
+
+# ----------------------------------------------------------------- computing them
 
 
 def _score_flags(df: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -141,36 +293,16 @@ def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.nd
     ``weights`` (one per row) lets the same code build per-type statistics.
     """
     w = np.ones(len(groups)) if weights is None else weights
-    answerable, refused = rows["answerable"], rows["refused"]
 
     def total(mask: np.ndarray) -> np.ndarray:
         if not mask.any():  # the multi-document sums are all zero on single-document runs
             return np.zeros(n_groups)
         return np.bincount(groups, weights=w * mask, minlength=n_groups)
 
-    multi = rows["multi"]
-    attempt = answerable & ~refused  # answer attempts on answerable items: what the judge scores
-
-    base = [
-        np.bincount(groups, weights=w, minlength=n_groups),
-        total(answerable),
-        total(~answerable),
-        total(rows["answered_correctly"]),
-        total(rows["right_code"]),
-        total(refused),
-        total(answerable & refused),
-        total(~answerable & refused),
-        total(~answerable & ~refused),
-        total(rows["unjudged"]),
-        total(multi & answerable),
-        total(multi & ~answerable),
-        total(multi & rows["answered_correctly"]),
-        total(multi & rows["right_code"]),
-        *(total(attempt & rows[name + suffix])
-          for name in ("eligibility", "factuality", "raf") for suffix in ("_has", "")),
-    ]
     stats = np.zeros((n_groups, _N_STATS))
-    stats[:, :_N_BASE] = np.stack(base, axis=1) if n_groups else stats[:, :_N_BASE]
+    if n_groups:
+        stats[:, :_N_BASE] = np.stack([total(indicator(rows)) for indicator in STATISTICS.values()], axis=1)
+    refused = rows["refused"]
     has = rows["conf_bin"] >= 0
     if has.any():
         cell = (refused[has].astype(np.int64) * N_BINS + rows["conf_bin"][has])
@@ -204,38 +336,26 @@ def _sum(stats: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
 
 
 def proportion_parts(stats: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """(numerator, denominator) of a proportion metric from (..., _N_STATS) statistics."""
-    numerator, denominator = PROPORTIONS[metric]
-    return _sum(stats, numerator), _sum(stats, denominator)
+    """(numerator, denominator) of a ratio metric from (..., _N_STATS) statistics."""
+    spec = metric_spec(metric)
+    return _sum(stats, spec.numerator), _sum(stats, spec.denominator)
 
 
 def metrics_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:
-    """Every metric (:data:`ALL_METRICS`) from a stack (..., _N_STATS) of sufficient statistics."""
-    values = {name: _ratio(*proportion_parts(stats, name)) for name in PROPORTIONS}
-    precision, recall = values["detection_precision"], values["detection_recall"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # Both defined and both 0 -> 0; NaN propagates from an undefined side.
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
-    f1 = np.where(np.isnan(precision) | np.isnan(recall), np.nan, f1)
-    ece_block = confidence_block(stats)
-    values.update({
-        "detection_f1": f1,
-        "hierarchical_score": f1 * values["category_accuracy"],
-        "calibrated_refusal_score": (values["answer_accuracy"] + values["refusal_accuracy"]) / 2,
-        "ece": ece(ece_block.sum(axis=-3)),
-        "ece_answer": ece(ece_block[..., 0, :, :]),
-        "ece_refusal": ece(ece_block[..., 1, :, :]),
-    })
-    return {name: values[name] for name in ALL_METRICS}
+    """Every declared metric (:func:`all_metrics`) from a stack (..., _N_STATS) of sufficient statistics."""
+    values: dict[str, np.ndarray] = {}
+    for name, spec in METRIC_SPECS.items():  # declaration order: a formula's inputs come before it
+        values[name] = spec.values(stats, values)
+    return {name: values[name] for name in all_metrics()}
 
 
 def _counts_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:
     return {
-        "n": stats[..., 0],
-        "n_answerable": stats[..., 1],
-        "n_unanswerable": stats[..., 2],
+        "n": stats[..., STAT_INDEX["n"]],
+        "n_answerable": stats[..., STAT_INDEX["n_answerable"]],
+        "n_unanswerable": stats[..., STAT_INDEX["n_unanswerable"]],
         "n_confidence": confidence_block(stats)[..., 0].sum(axis=(-1, -2)),
-        "n_unjudged": stats[..., _BASE_STATS.index("n_unjudged")],
+        "n_unjudged": stats[..., STAT_INDEX["n_unjudged"]],
     }
 
 
@@ -248,7 +368,7 @@ def model_codes(df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 def run_metrics(df: pd.DataFrame) -> tuple[str, ...]:
     """The metrics a prepared frame is scored on: §6's, plus GaRAGe's when it has multi-document rows."""
     has_multi = "multi" in df and bool(df["multi"].to_numpy(dtype=bool).any())
-    return ALL_METRICS if has_multi else METRICS
+    return all_metrics() if has_multi else single_document_metrics()
 
 
 def model_stats(df: pd.DataFrame) -> tuple[list[str], np.ndarray]:
@@ -261,7 +381,7 @@ def compute_metrics(df: pd.DataFrame, names: Sequence[str] | None = None,
                     per_model: tuple[list[str], np.ndarray] | None = None) -> dict[str, dict[str, float]]:
     """{model: {metric: value}} (NaN where undefined) plus counts.
 
-    ``names`` defaults to :func:`run_metrics`; ask for :data:`ALL_METRICS` to have the
+    ``names`` defaults to :func:`run_metrics`; ask for :func:`all_metrics` to have the
     multi-document metrics (NaN) on a single-document run too. ``per_model``: the
     :func:`model_stats` of ``df`` when the caller has them already.
     """

@@ -21,7 +21,7 @@ from refusalbench.tasks.refusalbench.scoring.breakdowns import (
     refusal_rate_by_intensity,
 )
 from refusalbench.tasks.refusalbench.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.metrics import ALL_METRICS, COUNTS, compute_metrics, model_stats, run_metrics
+from refusalbench.tasks.refusalbench.scoring.metrics import COUNTS, all_metrics, compute_metrics, model_stats, run_metrics
 from refusalbench.tasks.refusalbench.scoring.summary import frr_mrr_correlation, multi_document_counts, response_distribution
 
 
@@ -64,7 +64,7 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
     df = ensure_prepared(df)
     names = run_metrics(df)
     per_model = model_stats(df)
-    metrics = compute_metrics(df, ALL_METRICS, per_model)
+    metrics = compute_metrics(df, all_metrics(), per_model)
     intervals, errors = (bootstrap_summary(df, names, n_resamples=n_resamples, seed=seed)
                          if n_resamples > 0 else ({}, {}))
     parts = [overall_rows(metrics, intervals, names)] + [

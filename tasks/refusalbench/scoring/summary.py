@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.intervals import wilson
+from refusalbench.tasks.core.stats import wilson_interval
 from refusalbench.tasks.refusalbench.scoring.metrics import STAT_INDEX, model_stats
 
 # outcome -> (stats added, stats subtracted): its count from the sufficient statistics.
@@ -65,7 +65,7 @@ def response_distribution(df: pd.DataFrame, level: float = 0.95,
     n = stats[:, STAT_INDEX["n"]]
     frames = []
     for outcome, count in outcome_counts(stats).items():
-        low, high = wilson(count, n, level)
+        low, high = wilson_interval(count, n, level)
         with np.errstate(divide="ignore", invalid="ignore"):
             fraction = np.where(n > 0, count / np.where(n > 0, n, 1), np.nan)
         frames.append(pd.DataFrame({

@@ -1,9 +1,10 @@
-"""Two ways to give labels: a terminal prompt and a one-page web form on loopback.
+"""KnowOrNot's two ways to give labels: a terminal prompt and a one-page web form on loopback.
 
 Both show an annotator the items they have not labelled yet and save every label (via
-``LabelStore``) before showing the next, so a restart resumes where it stopped. The web
-page is a ``label_server.LabelForm`` (that module holds the server and its safeguards):
-all text escaped, loopback unless told otherwise, forms accepted only with its token.
+``labelling.label_store.LabelStore``) before showing the next, so a restart resumes where it
+stopped. The web page is a ``labelling.form_server.LabelForm`` (that module holds the server
+and its safeguards): all text escaped, loopback unless told otherwise, forms accepted only
+with its token.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from refusalbench.tasks.knowornot.labels import LabelStore
-from refusalbench.tasks.knowornot.records import HumanLabel, LabelItem
+from refusalbench.tasks.core.human_labels import HumanLabel, LabelItem
 from refusalbench.tasks.labelling.form_server import LabellingServer, check_serve_args, serve_form
+from refusalbench.tasks.labelling.label_store import LabelStore
 
 
 def _now() -> dt.datetime:
@@ -123,7 +124,7 @@ def serve_labelling(
     GET / shows the next item this annotator has not labelled (all text HTML-escaped) with
     one button per allowed outcome; POST /label saves the label (fsync'ed) and redirects
     back. Binds to loopback unless ``allow_remote`` is set; ``port=0`` picks a free port;
-    POSTs must echo the page's per-server token (see ``label_server``).
+    POSTs must echo the page's per-server token (see ``labelling.form_server``).
     """
     check_serve_args(annotator, host, allow_remote)  # before the store touches any file
     store = LabelStore(store_path)

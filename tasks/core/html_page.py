@@ -1,4 +1,5 @@
-"""HTML building blocks of the report page: style sheet, escaping, tables, sections, images.
+"""HTML building blocks of both methods' report pages: style sheet, escaping, tables,
+sections, images.
 
 Every piece of text that comes from data — model names, group values, manifest entries —
 goes through :func:`escape` (``html.escape``) before it reaches the page.
@@ -8,12 +9,11 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-
-from refusalbench.tasks.refusalbench.report.leaderboard import is_nan
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;
@@ -27,6 +27,11 @@ tr:nth-child(even) td{background:#fafafa}
 .figs{display:flex;flex-wrap:wrap;gap:1rem} img{max-width:100%;height:auto}
 pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;font-size:.85rem}
 """
+
+
+def is_nan(value: Any) -> bool:
+    """True for None and float NaN: an undefined value (a page shows it as —)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def escape(value: Any) -> str:

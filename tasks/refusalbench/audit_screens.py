@@ -7,7 +7,7 @@ and the verifiers' rubric. The verdict is PASS or FAIL; a FAIL may name the crit
 do not hold, and any label may carry a note. Every label is saved (``AuditLabelStore``:
 appended and fsync'ed) before the next case is shown, so a restart resumes where it stopped.
 
-The web page is a ``label_server.LabelForm``, like KnowOrNot's labelling page; that module
+The web page is a ``labelling.form_server.LabelForm``, like KnowOrNot's labelling page; that module
 holds the server and its safeguards (loopback only unless told otherwise, every text
 HTML-escaped, forms accepted only with the server's random token).
 """
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from refusalbench.tasks.refusalbench.audit import AuditCase, AuditLabelStore
-from refusalbench.tasks.core.documents import AuditLabel
+from refusalbench.tasks.refusalbench.documents import AuditLabel
 from refusalbench.tasks.labelling.form_server import LabellingServer, check_serve_args, serve_form
-from refusalbench.tasks.core.records import BenchmarkItem, Passage
+from refusalbench.tasks.refusalbench.records import BenchmarkItem, Passage
 
 WHERE = {"query": "the question only", "context": "the context only",
          "query-context": "the fit between question and context (question, context, or both)"}
@@ -92,7 +92,7 @@ def case_lines(case: AuditCase) -> list[str]:
     return [_plain(line) for line in lines]
 
 
-def label_in_terminal(
+def audit_in_terminal(
     cases: Sequence[AuditCase],
     store_path: str | Path,
     annotator: str,
@@ -265,7 +265,7 @@ def serve_audit(
 
     GET / shows the next case this annotator has not audited; POST /label saves the label
     (fsync'ed) and redirects back. Binds to loopback unless ``allow_remote``; ``port=0``
-    picks a free port; POSTs must echo the page's per-server token (see ``label_server``).
+    picks a free port; POSTs must echo the page's per-server token (see ``labelling.form_server``).
     """
     check_serve_args(annotator, host, allow_remote)  # before the store touches any file
     store = AuditLabelStore(store_path)

@@ -1,25 +1,17 @@
-"""Typed records of the domain and the one place that maps them to Parquet schemas.
+"""Records of RefusalBench: the lever catalogue, base sets, generation and evaluation rows.
 
-Every artifact table is a list of one of these records. ``arrow_schema(Record)`` derives
-the pyarrow schema from the pydantic fields, so a record and its Parquet file cannot
-drift apart; ``to_table`` / ``from_table`` convert both ways.
+Every RefusalBench table is a list of one of these; they share ``tasks.core.tables.Record``,
+which maps them to Parquet.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import types
-import typing
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Literal
 
-import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
-from refusalbench.tasks.refusalbench.taxonomy import Intensity, LeverTarget, PerturbationClass
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from refusalbench.tasks.core.tables import Record
+from refusalbench.tasks.refusalbench.taxonomy import Intensity, LeverTarget, PerturbationClass, expected_behaviour
 
 
 # ----------------------------------------------------------------- catalogue
@@ -53,8 +45,6 @@ class Lever(Record):
 
     @property
     def expected(self) -> str:
-        from refusalbench.tasks.refusalbench.taxonomy import expected_behaviour
-
         return expected_behaviour(self.perturbation_class, self.intensity)
 
 
@@ -213,117 +203,3 @@ class Judgment(Record):
     lever_id: str | None = None
     domain: str | None = None
     generator: str | None = None
-
-
-class MetricsRow(Record):
-    model: str
-    group: str = Field(description="'overall' or the breakdown dimension, e.g. 'perturbation_class'")
-    value: str = Field(description="the group's value ('all' for overall)")
-    metric: str
-    estimate: float
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n: int
-
-
-# ----------------------------------------------------------------- provenance
-
-class RunManifest(Record):
-    schema_version: str = Field(default="", description="version of the run-folder contract (runfolder.SCHEMA_VERSION)")
-    run_id: str
-    kind: str = Field(description="generate | evaluate | knowornot | run | refresh")
-    created_at: dt.datetime
-    finished_at: dt.datetime | None = None
-    package_version: str
-    config_hash: str
-    config: dict[str, Any] = Field(default_factory=dict)
-    catalogue_hash: str | None = None
-    prompt_hashes: dict[str, str] = Field(default_factory=dict)
-    seed: int | None = None
-    timings_s: dict[str, float] = Field(default_factory=dict)
-    counts: dict[str, Any] = Field(default_factory=dict)
-    calls: dict[str, Any] = Field(default_factory=dict)
-    notes: list[str] = Field(default_factory=list)
-    artifacts: list[str] = Field(default_factory=list)
-    status: Literal["running", "completed", "failed"] = "running"
-
-
-# ----------------------------------------------------------------- Parquet mapping
-
-R = TypeVar("R", bound=BaseModel)
-
-
-def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
-    origin = get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return annotation, False
-
-
-def _arrow_type(annotation: Any) -> pa.DataType:
-    annotation, _ = _unwrap_optional(annotation)
-    origin = get_origin(annotation)
-    if annotation is str or origin is Literal:
-        return pa.string()
-    if annotation is bool:
-        return pa.bool_()
-    if annotation is int:
-        return pa.int64()
-    if annotation is float:
-        return pa.float64()
-    if annotation is dt.datetime:
-        return pa.timestamp("us", tz="UTC")
-    if origin in (list, typing.List):  # noqa: UP006
-        (inner,) = get_args(annotation)
-        return pa.list_(_arrow_type(inner))
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return pa.struct([pa.field(n, _arrow_type(f.annotation)) for n, f in annotation.model_fields.items()])
-    if origin is dict or annotation is Any:
-        # Free-form mappings are stored as JSON text: Parquet has no schemaless map.
-        return pa.string()
-    raise TypeError(f"no Parquet mapping for {annotation!r}")
-
-
-def arrow_schema(record_type: type[BaseModel]) -> pa.Schema:
-    fields = []
-    for name, field in record_type.model_fields.items():
-        _, optional = _unwrap_optional(field.annotation)
-        fields.append(pa.field(name, _arrow_type(field.annotation), nullable=optional or field.default is not None or True))
-    return pa.schema(fields)
-
-
-def _json_fields(record_type: type[BaseModel]) -> list[str]:
-    out = []
-    for name, field in record_type.model_fields.items():
-        ann, _ = _unwrap_optional(field.annotation)
-        if get_origin(ann) is dict or ann is Any:
-            out.append(name)
-    return out
-
-
-def to_table(records: list[BaseModel], record_type: type[BaseModel]) -> pa.Table:
-    import json
-
-    json_fields = _json_fields(record_type)
-    rows = []
-    for rec in records:
-        row = rec.model_dump(mode="python")
-        for name in json_fields:
-            row[name] = json.dumps(row[name], sort_keys=True, default=str)
-        rows.append(row)
-    return pa.Table.from_pylist(rows, schema=arrow_schema(record_type))
-
-
-def from_table(table: pa.Table, record_type: type[R]) -> list[R]:
-    import json
-
-    json_fields = _json_fields(record_type)
-    out = []
-    for row in table.to_pylist():
-        for name in json_fields:
-            if isinstance(row.get(name), str):
-                row[name] = json.loads(row[name])
-        out.append(record_type.model_validate({k: v for k, v in row.items() if k in record_type.model_fields}))
-    return out

@@ -1,25 +1,17 @@
-"""The JSON documents of a run folder, as typed models.
+"""RefusalBench's JSON documents: filter decisions, G-V analysis, metrics, trend and human audit.
 
-Parquet artifacts are typed by their record classes (``records.py``); the JSON ones are
-typed here, so every file a run writes has one declared shape (see ``runfolder.py``).
-A ratio that is undefined (no data) is NaN in memory and ``null`` on disk, hence the
-``Rate`` type. Documents accept no unknown top-level keys: a producer that adds a field
-has to declare it here first, which keeps the README's contract true.
+Each is the declared shape of one file of a RefusalBench run folder
+(``tasks/refusalbench/artifacts.py``); ``tasks.core.json_documents`` holds their base.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import Field, RootModel, field_validator, model_validator
 
-from refusalbench.tasks.knowornot.records import EvalSpec, HumanLabel
-
-Rate = float | None  # NaN in memory, null in JSON
-
-
-class Document(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from refusalbench.tasks.core.human_labels import HumanLabel
+from refusalbench.tasks.core.json_documents import Document, Rate
 
 
 # ---------------------------------------------------------------- generation
@@ -212,69 +204,3 @@ class AuditDocument(Document):
     annotator_agreement: dict[str, Any]
     verifier_rule: str
     verifier_agreement: dict[str, Any]
-
-
-# ---------------------------------------------------------------- KnowOrNot
-
-class IndexMeta(Document):
-    """``kb.faiss.json``: what the FAISS index was built from, so an unchanged KB reuses it."""
-    fingerprint: str
-    embedder: str
-    size: int
-
-
-class OverlapLevel(Document):
-    """How many kept questions have a near-duplicate among the others at one similarity threshold."""
-    threshold: float
-    n_overlapping: int
-    overlap_rate: Rate
-
-
-class SimilarPair(Document):
-    """Two kept questions and how alike they are (cosine similarity of TF-IDF and of embeddings)."""
-    id_a: str
-    id_b: str
-    question_a: str
-    question_b: str
-    tfidf: float
-    embedding: float
-
-
-class OverlapAudit(Document):
-    """The duplicate-overlap audit of the kept questions (KnowOrNot paper App. D.1), computed, not annotated."""
-    n_questions: int
-    embedder: str
-    tfidf: list[OverlapLevel]
-    embedding: list[OverlapLevel]
-    most_similar: list[SimilarPair]
-    nearest_tfidf: list[float] = Field(default_factory=list, description="per kept question: its highest TF-IDF "
-                                                                          "cosine to another kept question")
-    nearest_embedding: list[float] = Field(default_factory=list, description="the same by embedding cosine")
-    n_input: int | None = Field(default=None, description="QA pairs before the diversity filters")
-    removed_keyword: int | None = None
-    removed_semantic: int | None = None
-
-
-class KnowOrNotMetricsDocument(Document):
-    """``metrics.json`` of KnowOrNot: rates per configuration and the diversity-filter report."""
-    configurations: list[dict[str, Any]]
-    filter_report: dict[str, Any]
-    spec_rates: list[dict[str, Any]] = Field(default_factory=list,
-                                             description="share of each outcome of each spec per configuration")
-    overlap_audit: OverlapAudit | None = None
-    configurations_by_knowledge_base: list[dict[str, Any]] = Field(
-        default_factory=list, description="the same rates per knowledge base (multi-base runs; configurations pools them)")
-
-
-class EvalSpecsDocument(RootModel[list[EvalSpec]]):
-    """``eval_specs.json``: the evaluation specs a KnowOrNot run applied (built-in and its config's own)."""
-
-
-class StageFailures(RootModel[list[dict[str, Any]]]):
-    """``stage_failures.json``: items a KnowOrNot LLM stage could not process (never dropped)."""
-
-
-class AgreementDocument(Document):
-    """``agreement-<spec>.json``: kappa between annotators and evaluator-vs-human agreement."""
-    annotators: dict[str, Any]
-    evaluator_vs_human: dict[str, Any]

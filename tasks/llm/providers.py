@@ -1,0 +1,301 @@
+"""Provider profiles: everything that differs between LiteLLM providers, one profile per provider.
+
+A model's profile is found from the prefix of its LiteLLM model string (``anthropic/claude-...``
+-> ``anthropic``), and for ``openai/`` from its ``api_base`` too: ``openai/`` with an endpoint of
+its own is an OpenAI-compatible server (llama.cpp, vLLM, the scripted server), not OpenAI.
+A prefix without a profile gets the ``default`` one. The gateway, the availability check
+(``models list``), the inspect integration and ``plan`` ask the profile; none of them names a
+provider. What a profile holds:
+
+- structured output: how the provider takes a response schema (:data:`StructuredMode`); the
+  one ``response_format`` builder, :func:`response_format_for`, turns the mode into the request;
+- credentials: the variables (and files) LiteLLM reads them from, which ``models list`` checks,
+  and whether a model with its own endpoint and no key is a keyless server;
+- the request: parameter rewrites, and whether the gateway may post the request itself
+  (:mod:`transport`'s direct path: the provider speaks OpenAI's chat-completions format unchanged);
+- failures: which HTTP statuses are worth another attempt.
+
+A new provider is one subclass that sets what differs, plus one decorator::
+
+    @register_provider("acme")
+    class Acme(ProviderProfile):
+        \"\"\"Acme's hosted models: JSON mode only, key in ACME_API_KEY.\"\"\"
+        structured_output = "json_object"
+        key_env = ("ACME_API_KEY",)
+
+The module holding it must be imported before the models are called (as for every registry).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.core.registry import Registry
+
+StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
+# The modes in which the whole JSON schema travels with the request.
+SCHEMA_MODES: frozenset[str] = frozenset({"json_schema", "tool"})
+# 4xx statuses worth another attempt (every 5xx is): timeout, conflict, too early, rate limit.
+RETRIED_4XX: frozenset[int] = frozenset({408, 409, 425, 429})
+# OpenAI-compatible servers without auth still need a non-empty key in the SDK.
+PLACEHOLDER_KEY = "no-key"
+DEFAULT_PROFILE = "default"
+
+
+class ProviderProfile:
+    """What calling one provider takes. Subclass it, set what differs and register it under the
+    provider's LiteLLM prefix; the class attributes below are the defaults, which fit a provider
+    LiteLLM knows and that honours a JSON-schema ``response_format``."""
+
+    # ------------------------------------------------------------ structured output
+    # How a response schema reaches the provider:
+    #   json_schema  response_format {type: json_schema} with the schema (OpenAI, Gemini, vLLM, llama.cpp);
+    #   tool         the provider takes a schema only as a forced tool call: LiteLLM's adapter turns the
+    #                json_schema response_format into one and the tool's arguments back into the reply
+    #                (Anthropic, Bedrock); a model thinking at the same time cannot, see ``json_schema: false``;
+    #   json_object  response_format {type: json_object}: valid JSON, the schema only in the prompt;
+    #   none         no response_format at all: the prompt alone asks for JSON.
+    # A model's ``json_schema: false`` lowers json_schema and tool to json_object (:func:`structured_mode`).
+    structured_output: StructuredMode = "json_schema"
+
+    # ------------------------------------------------------------ credentials
+    # Variables holding the provider's API key, in the order LiteLLM reads them; the gateway sends
+    # the first one set (so the direct path and LiteLLM authenticate alike).
+    key_env: tuple[str, ...] = ()
+    # Other variables that supply credentials instead of a key (a default chain: AWS profile, Google ADC).
+    credential_env: tuple[str, ...] = ()
+    # Files that supply them too (``~`` expanded).
+    credential_files: tuple[str, ...] = ()
+    # A model with its own ``api_base`` and no ``api_key_env`` is a server without auth: it needs no
+    # credentials and gets a placeholder key. False where an endpoint of one's own still signs
+    # requests with the provider's credentials (Azure, Bedrock, Vertex AI).
+    keyless_endpoints: bool = True
+
+    # ------------------------------------------------------------ the request
+    # The provider speaks OpenAI's chat-completions format unchanged, so the gateway may post the
+    # body itself behind an api_base (transport.direct_model decides per call).
+    direct_http: bool = False
+    # The profile to use instead when the model has an ``api_base`` of its own (``openai/`` + an
+    # endpoint is an OpenAI-compatible server, not OpenAI).
+    own_endpoint_profile: str | None = None
+
+    def rewrite_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The sampling parameters as this provider wants them (renamed, dropped, added); a new dict.
+        The cache key is made from the parameters before this rewrite."""
+        return dict(params)
+
+    def max_output_tokens(self, params: dict[str, Any]) -> int | None:
+        """The output token limit ``params`` set (OpenAI's two spellings), before any rewrite."""
+        value = params.get("max_tokens", params.get("max_completion_tokens"))
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    # ------------------------------------------------------------ failures
+    # 4xx statuses worth another attempt; every 5xx, timeout, dropped connection and reply that
+    # is not JSON is retried regardless.
+    retriable_statuses: frozenset[int] = RETRIED_4XX
+
+    def retriable_status(self, status: int) -> bool:
+        """Whether an attempt answered with HTTP ``status`` is worth another."""
+        return not 400 <= status < 500 or status in self.retriable_statuses
+
+    # ------------------------------------------------------------ derived answers
+
+    def keyless(self, api_base: str | None) -> bool:
+        """Whether a model reached at ``api_base`` without a key of its own is a server without auth."""
+        return bool(api_base) and self.keyless_endpoints
+
+    def api_key(self, cfg: ModelConfig, api_base: str | None) -> str | None:
+        """The key to send, or None to leave the provider's own variables to LiteLLM. Never logged."""
+        if cfg.api_key_env:
+            return os.environ.get(cfg.api_key_env)
+        if self.keyless(api_base):
+            return PLACEHOLDER_KEY
+        return next((os.environ[name] for name in self.key_env if os.environ.get(name)), None)
+
+    def credentials(self, cfg: ModelConfig, api_base: str | None) -> tuple[str, str | None]:
+        """('present' | 'missing' | 'not needed' | 'default chain', why when missing), as ``models list``
+        shows it. Only presence is checked: no value is read into the answer."""
+        if cfg.api_key_env:
+            if os.environ.get(cfg.api_key_env):
+                return "present", None
+            return "missing", f"environment variable {cfg.api_key_env} is not set"
+        if self.keyless(api_base):
+            return "not needed", None
+        names = self.key_env + self.credential_env
+        if not names and not self.credential_files:
+            return "not needed", None
+        if any(os.environ.get(name) for name in self.key_env):
+            return "present", None
+        if any(os.environ.get(name) for name in self.credential_env) or any(
+                Path(file).expanduser().exists() for file in self.credential_files):
+            return "default chain", None
+        wanted = names[0] if len(names) == 1 else f"one of {', '.join(names)}"
+        return "missing", f"no {provider_prefix(cfg.model) or 'provider'} credentials found (set {wanted})"
+
+
+PROVIDERS: Registry[type[ProviderProfile]] = Registry("provider profile")
+Profile = TypeVar("Profile", bound=type[ProviderProfile])
+
+
+def register_provider(prefix: str, *, replace: bool = False) -> Callable[[Profile], Profile]:
+    """Decorator: make the decorated :class:`ProviderProfile` subclass the profile of models
+    whose LiteLLM model string starts with ``<prefix>/``."""
+    return PROVIDERS.register(prefix, replace=replace)
+
+
+def provider_prefix(model: str) -> str | None:
+    """The LiteLLM provider prefix of a model string (``bedrock/amazon.nova-pro-v1:0`` -> ``bedrock``);
+    None for a bare name, whose provider LiteLLM infers."""
+    return model.split("/", 1)[0] if "/" in model else None
+
+
+def profile_for(model: str, api_base: str | None = None) -> ProviderProfile:
+    """The profile of a LiteLLM model string reached at ``api_base`` (None: the provider's own endpoint)."""
+    prefix = provider_prefix(model)
+    profile = PROVIDERS.get(prefix or DEFAULT_PROFILE) or PROVIDERS[DEFAULT_PROFILE]
+    if api_base and profile.own_endpoint_profile:
+        profile = PROVIDERS[profile.own_endpoint_profile]
+    return profile()
+
+
+def structured_mode(cfg: ModelConfig, profile: ProviderProfile) -> StructuredMode:
+    """How this model asks for a schema: the profile's mode, lowered to json_object by ``json_schema: false``."""
+    mode = profile.structured_output
+    if not cfg.json_schema and mode in SCHEMA_MODES:
+        return "json_object"
+    return mode
+
+
+def response_format_for(mode: StructuredMode, name: str, schema: dict[str, Any], *, strict: bool = False) -> dict[str, Any] | None:
+    """The ``response_format`` that asks for ``schema`` in ``mode``; None when nothing is sent.
+
+    Non-strict by default: llama.cpp's server honours the schema, and OpenAI's strict mode
+    rejects the optional fields some outputs have.
+    """
+    if mode in SCHEMA_MODES:
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}}
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+# ---------------------------------------------------------------- the built-in profiles
+
+
+@register_provider(DEFAULT_PROFILE)
+class DefaultProvider(ProviderProfile):
+    """Any provider without a profile of its own: a JSON-schema response_format, LiteLLM finds the
+    credentials (nothing to check beforehand)."""
+
+
+@register_provider("openai")
+class OpenAI(ProviderProfile):
+    """OpenAI's API. LiteLLM rewrites the parameters of OpenAI's own model families; the direct
+    path skips those (transport.direct_model_name)."""
+
+    key_env = ("OPENAI_API_KEY",)
+    direct_http = True
+    own_endpoint_profile = "openai_compatible"
+
+
+@register_provider("openai_compatible")
+class OpenAICompatible(ProviderProfile):
+    """``openai/<name>`` behind an ``api_base`` of its own: llama.cpp, vLLM, any server speaking
+    OpenAI's format, usually without auth."""
+
+    direct_http = True
+
+
+@register_provider("hosted_vllm")
+class HostedVLLM(OpenAICompatible):
+    """vLLM's OpenAI-compatible server (an ``api_base`` is required)."""
+
+
+@register_provider("azure")
+class Azure(ProviderProfile):
+    """Azure OpenAI: the deployment's endpoint is its api_base, and it still needs Azure credentials."""
+
+    key_env = ("AZURE_OPENAI_API_KEY", "AZURE_API_KEY")
+    credential_env = ("AZURE_AD_TOKEN", "AZURE_CLIENT_SECRET")
+    keyless_endpoints = False
+
+
+@register_provider("anthropic")
+class Anthropic(ProviderProfile):
+    """Anthropic's Messages API."""
+
+    structured_output = "tool"
+    key_env = ("ANTHROPIC_API_KEY",)
+
+
+@register_provider("bedrock")
+class Bedrock(ProviderProfile):
+    """AWS Bedrock: credentials from the AWS default chain (region via AWS_REGION_NAME)."""
+
+    structured_output = "tool"
+    credential_env = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+    credential_files = ("~/.aws/credentials",)
+    keyless_endpoints = False
+
+
+@register_provider("vertex_ai")
+class VertexAI(ProviderProfile):
+    """Google Vertex AI: application default credentials and a project."""
+
+    credential_env = ("GOOGLE_APPLICATION_CREDENTIALS", "VERTEXAI_PROJECT", "VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT")
+    keyless_endpoints = False
+
+
+@register_provider("gemini")
+class Gemini(ProviderProfile):
+    """Google AI Studio (the Gemini API with a key)."""
+
+    key_env = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+
+
+@register_provider("together_ai")
+class TogetherAI(ProviderProfile):
+    key_env = ("TOGETHERAI_API_KEY", "TOGETHER_AI_TOKEN")
+
+
+@register_provider("groq")
+class Groq(ProviderProfile):
+    key_env = ("GROQ_API_KEY",)
+
+
+@register_provider("mistral")
+class Mistral(ProviderProfile):
+    key_env = ("MISTRAL_API_KEY",)
+
+
+@register_provider("deepseek")
+class DeepSeek(ProviderProfile):
+    """DeepSeek's API answers a JSON-schema response_format with a 400: JSON mode only."""
+
+    structured_output = "json_object"
+    key_env = ("DEEPSEEK_API_KEY",)
+
+
+@register_provider("fireworks_ai")
+class FireworksAI(ProviderProfile):
+    key_env = ("FIREWORKS_API_KEY", "FIREWORKS_AI_API_KEY", "FIREWORKSAI_API_KEY")
+
+
+@register_provider("openrouter")
+class OpenRouter(ProviderProfile):
+    key_env = ("OPENROUTER_API_KEY",)
+
+
+@register_provider("ollama")
+class Ollama(ProviderProfile):
+    """A local Ollama server (its own API, not OpenAI's format; LiteLLM maps the schema to ``format``)."""
+
+
+@register_provider("ollama_chat")
+class OllamaChat(Ollama):
+    """Ollama's chat endpoint."""
