@@ -21,7 +21,7 @@ from rich.table import Table
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
 from refusalbench.tasks.pipeline import gc_tuning
-from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable
+from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
 from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
 app = typer.Typer(
@@ -232,12 +232,16 @@ def evaluate(
     config: Optional[Path] = typer.Option(None, "--config"),
     benchmark: str = typer.Option(..., "--benchmark", help="benchmark file (Parquet): local path or s3://..."),
     out_dir: str = typer.Option(..., "--out"),
+    strict: bool = typer.Option(False, "--strict", help="exit 1 when a target is incomplete (scored on less than "
+                                "evaluation.min_coverage of its rows)"),
 ) -> None:
     """Evaluation flow: targets respond, judge scores, metrics and report."""
-    from refusalbench.flows.launch import run_evaluation
+    from refusalbench.flows.launch import incomplete_line, run_evaluation
 
     result = run_evaluation(str(_config_path(config)), benchmark, out_dir)
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+    if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
+        err.print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -357,12 +361,16 @@ def run(
     config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
     out_dir: str = typer.Option("runs/demo", "--out"),
     seed: Optional[int] = typer.Option(None, "--seed", help="override generation.seed (another sample and lever draw)"),
+    strict: bool = typer.Option(False, "--strict", help="exit 1 when a target is incomplete (scored on less than "
+                                "evaluation.min_coverage of its rows)"),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
-    from refusalbench.flows.launch import run_main
+    from refusalbench.flows.launch import incomplete_line, run_main
 
     result = run_main(str(_config_path(config)), out_dir, seed)
     out.print(f"report: {result['report']}")
+    if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
+        err.print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -460,6 +468,9 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         err.print(str(exc), markup=False, highlight=False)
         raise SystemExit(2) from None
+    except RunIncomplete as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
         err.print("interrupted")
         raise SystemExit(130) from None

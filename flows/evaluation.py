@@ -52,7 +52,7 @@ def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any
             run = StageRun(cfg, out, recorder, api_bases)
             responses, judgments = respond_and_judge(run, items, targets, judge)
         result = score_judgments(run, items, targets, responses, judgments)
-        recorder.calls(counter.since_start())
+        counter.record(recorder)
         report_uri = report_results(run, result)
     return {"metrics": store.uri(rb_files.METRICS.name), "report": report_uri, "responses": len(responses),
-            "models": result.metrics}
+            "models": result.metrics, "incomplete": result.incomplete, "no_scored_rows": result.unscorable}

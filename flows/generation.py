@@ -18,6 +18,7 @@ from prefect import flow
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.pretest import pretest_models
 from refusalbench.tasks.core.config import RunConfig, load_config
+from refusalbench.tasks.core.errors import RunIncomplete
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
@@ -29,6 +30,7 @@ from refusalbench.tasks.pipeline.select_step import select_benchmark
 from refusalbench.tasks.pipeline.verify_step import verify_stage
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.stage_outcomes import empty_benchmark_reason
 
 
 def check_generation_inputs(cfg: RunConfig, seed: int | None = None) -> GenerationInputs:
@@ -56,8 +58,10 @@ def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict
             candidates = generate_stage(run, inputs, generators)
             verifications = verify_stage(run, inputs, candidates, verifiers)
         selection = select_benchmark(run, inputs, candidates, verifications, verifiers, generators)
-        recorder.calls(counter.since_start())  # before analyse: its report shows the manifest
+        counter.record(recorder)  # before analyse: its report shows the manifest
         analyse(run, selection, generators, verifiers)
+    if not selection.benchmark and (reason := empty_benchmark_reason(candidates, verifications)):
+        raise RunIncomplete(reason)  # after the run folder is whole: its report and manifest say the rest
     return {"benchmark": run.store.uri(rb_files.BENCHMARK.name), "accepted": len(selection.accepted_ids),
             "sampled": len(selection.benchmark), "candidates": len(candidates), "verifications": len(verifications),
             "run": run.store.uri("")}

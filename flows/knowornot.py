@@ -62,6 +62,6 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
         with recorder.stage("metrics"):
             report = publish_report(store, write_results(store, run_cfg.knowornot, gateway_for(cfg).cache),
                                     recorder.manifest.counts)
-        recorder.calls(counter.since_start())
+        counter.record(recorder)
     return {"metrics": store.uri(kon_files.KON_METRICS.name), "report": report,
             "experiments": sum(g.experiments for g in grids)}

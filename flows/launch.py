@@ -81,3 +81,17 @@ def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)
     return configured(knowornot_flow, cfg, out)(config_path, out)
+
+
+def incomplete_line(result: dict[str, Any], strict: bool) -> str | None:
+    """The line naming an evaluation's incomplete targets (scored on less than ``min_coverage`` of
+    their rows), or None; with ``strict`` a :class:`RunIncomplete` (exit 1) instead."""
+    from refusalbench.tasks.core.errors import RunIncomplete
+
+    incomplete = result.get("incomplete") or {}
+    if not incomplete:
+        return None
+    listed = ", ".join(f"{model} ({100 * coverage:.1f}% of rows scored)" for model, coverage in sorted(incomplete.items()))
+    if strict:
+        raise RunIncomplete(f"--strict: {len(incomplete)} incomplete target(s): {listed}")
+    return f"incomplete (listed unranked on the leaderboard): {listed}"

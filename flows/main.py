@@ -37,7 +37,7 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
         evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out)
         story("report: %s", evaluated["report"])
     return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
-            "generation": generated}
+            "generation": generated, "incomplete": evaluated["incomplete"]}
 
 
 def check_main_inputs(config_path: str, seed: int | None = None) -> RunConfig:

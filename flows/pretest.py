@@ -56,6 +56,6 @@ def pretest_flow(config_path: str, out: str) -> dict[str, Any]:
             outcome = pretest_base_set(run, inputs.base_set, models, judge)
         funnel = base_set_funnel(inputs.drawn_from(outcome.kept), outcome.funnel)
         record_funnel(recorder, funnel)
-        recorder.calls(counter.since_start())
+        counter.record(recorder)
     return {"pretest": run.store.uri(rb_files.PRETEST.name), "kept": [item.id for item in outcome.kept],
             "funnel": funnel, "run": run.store.uri("")}

@@ -16,6 +16,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# LiteLLM fetches its Anthropic beta-header config on the first anthropic/ call; use the bundled copy offline.
+os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
 os.environ.pop("PREFECT_API_URL", None)
 # A command a test runs in embedded mode leaves no local API server behind once it has ended.
 os.environ.setdefault("REFUSALBENCH_PREFECT_API_IDLE_S", "0")

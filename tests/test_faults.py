@@ -238,12 +238,22 @@ def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
     assert failed_responses <= set(zip(judgment_errors.item_id, judgment_errors.model))
     excluded = judgment_errors.groupby("model").size().to_dict()
     assert counts["excluded_from_metrics"] == {k: int(v) for k, v in excluded.items()}
+    # The judged table holds every judgment: the scored ones (outcome ok) and the errors, each
+    # with the outcome and treatment that keep it out of the metrics.
     judged = pd.read_parquet(out / "judged.parquet")
-    assert len(judged) + len(judgment_errors) == len(judgments)
+    assert len(judged) == len(judgments)
+    assert (judged.outcome == "ok").sum() + len(judgment_errors) == len(judgments)
+    unscored = judged[judged.outcome != "ok"]
+    assert set(zip(unscored.item_id, unscored.model)) == set(zip(judgment_errors.item_id, judgment_errors.model))
+    assert unscored.treatment.str.startswith("excluded from accuracy").all()
     for target in targets:
         assert counts["judged_by_model"][target] == int(((judgments.model == target) & judgments.judge.notna()).sum())
     metrics = json.loads((out / "metrics.json").read_text())["models"]
     assert set(metrics) == {t for t in targets if (judged.model == t).any()}
+    for target in targets:
+        scored = ((judged.model == target) & (judged.outcome == "ok")).sum()
+        assert metrics[target]["n"] == scored
+        assert metrics[target]["coverage"] == pytest.approx(scored / n_items)
     assert (out / "report.html").exists()
 
 
@@ -300,15 +310,15 @@ def _logged(log_path: Path) -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def _request_key(entry: dict) -> str:
-    """The gateway's call-cache key of a request the server logged."""
+def _request_key(entry: dict, api_base: str) -> str:
+    """The gateway's call-cache key of a request the server at ``api_base`` logged."""
     from refusalbench.tasks.llm import structured_outputs as llm_outputs
     from refusalbench.tasks.core.config import ModelConfig
     from refusalbench.tasks.llm.gateway import request_key
 
     name = ((entry.get("response_format") or {}).get("json_schema") or {}).get("name")
     schema = getattr(llm_outputs, name) if name else None
-    return request_key(ModelConfig(model=f"openai/{entry['model']}"), entry["messages"], {}, schema)
+    return request_key(ModelConfig(model=f"openai/{entry['model']}", api_base=api_base), entry["messages"], {}, schema)
 
 
 @pytest.mark.slow
@@ -354,8 +364,8 @@ def test_sigkill_mid_run_then_resume_resends_no_completed_call(tmp_path):
     assert manifest["status"] == "completed"
     everything = _logged(log_path)
     sent_after = everything[len(sent_before):]
-    keys_before = {_request_key(entry) for entry in sent_before}
-    keys_after = [_request_key(entry) for entry in sent_after]
+    keys_before = {_request_key(entry, server.url) for entry in sent_before}
+    keys_after = [_request_key(entry, server.url) for entry in sent_after]
     all_keys = keys_before | set(keys_after)
     # Sanity of the mapping: whatever was cached had been sent.
     assert cached_before and cached_before <= keys_before

@@ -29,7 +29,7 @@ UNVERSIONED_MANIFEST = {
     "seed": 0, "timings_s": {"generate": 1.5}, "counts": {"benchmark": 1}, "calls": {}, "notes": [],
     "artifacts": ["benchmark.parquet"], "status": "completed",
 }
-NEWER = ("1.3", "2.0")
+NEWER = ("1.4", "2.0")
 
 
 def _item() -> BenchmarkItem:
@@ -65,7 +65,7 @@ def test_an_unversioned_manifest_is_read_as_contract_1_0(tmp_path):
     assert RunManifest.model_validate({**UNVERSIONED_MANIFEST, "schema_version": ""}).schema_version == "1.0"
 
 
-@pytest.mark.parametrize("version", ["1.0", "1.1", runfolder.SCHEMA_VERSION])
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", runfolder.SCHEMA_VERSION])
 def test_a_manifest_of_a_known_contract_is_read_as_written(tmp_path, version):
     store = _folder(tmp_path, version)
     assert store.load(runfolder.MANIFEST).schema_version == version
@@ -124,7 +124,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str]:
 
 
 def test_every_command_that_reads_a_run_folder_refuses_a_newer_one(tmp_path, capsys):
-    store = _folder(tmp_path / "run", "1.3")
+    store = _folder(tmp_path / "run", "1.4")
     run = str(tmp_path / "run")
     store.save(rb_files.JUDGED, pd.DataFrame({"model": ["m"], "item_id": ["i"]}))
     store.save(kon_files.LABEL_SAMPLE, pd.DataFrame({"experiment_id": ["e"]}))
@@ -137,7 +137,7 @@ def test_every_command_that_reads_a_run_folder_refuses_a_newer_one(tmp_path, cap
     ]
     for argv in commands:
         code, stderr = _cli(argv, capsys)
-        assert (code, stderr) == (2, _refusal(store, "1.3") + "\n"), argv
+        assert (code, stderr) == (2, _refusal(store, "1.4") + "\n"), argv
     assert not (tmp_path / "hf").exists() and not store.exists(rb_files.AUDIT_SAMPLE.name)
 
 

@@ -237,13 +237,13 @@ def test_breakdown_intervals_are_deterministic_and_group_local():
 
 # ----------------------------------------------------------------- response distribution
 
-M1_OUTCOMES = {  # a1 a4 | a2 | u1 u2 u5 | u3 | a3 | u4 u6
+M1_OUTCOMES = {  # a1 a4 | a2 | u1 u2 u5 | u3 | a3 | u4 u6 | (every row usable)
     "correct_answer": 2, "wrong_answer": 1, "correct_refusal": 3, "wrong_category_refusal": 1,
-    "false_refusal": 1, "missed_refusal": 2,
+    "false_refusal": 1, "missed_refusal": 2, "no_usable_response": 0,
 }
 
 
-def test_six_way_distribution_by_hand():
+def test_seven_way_distribution_by_hand():
     table = response_distribution(frame(M1))
     assert table["outcome"].tolist() == list(M1_OUTCOMES)
     assert dict(zip(table["outcome"], table["count"])) == M1_OUTCOMES

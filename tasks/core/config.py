@@ -46,6 +46,10 @@ class LocalModelSpec(Strict):
     alias: str | None = Field(default=None, description="model alias on the llama.cpp server (default: registry name)")
 
 
+# How a model's reasoning reaches us (tasks/llm/reasoning.py): in a field of its own (``field``), also
+# inline in ``<think>`` tags to split off the text (``think_tags``), or not at all (``none``).
+ReasoningMode = Literal["field", "think_tags", "none"]
+
 RULES_PROVIDER = "rules/"  # ``model: rules/<set>``: the model-free generator of tasks/refusalbench/rule_generator.py
 RULE_SETS = ("v1",)  # the rule sets a config may name; one so far
 
@@ -56,14 +60,31 @@ class ModelConfig(Strict):
     api_key_env: str | None = Field(default=None, description="name of the env var that holds the key (never the key)")
     max_concurrency: int = Field(default=4, ge=1)
     rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1, description="tokens per minute (prompt + max_tokens per request, "
+                                                            "counted with LiteLLM's token counter); unset: no limit")
+    max_rate_limit_wait_s: float = Field(
+        default=300.0, ge=0, description="how long one call may wait in all for the provider's rate limits (429s "
+                                         "wait as long as the provider says and do not use up max_attempts); "
+                                         "a call still limited after that fails")
+    context_window: int | None = Field(
+        default=None, ge=1, description="the model's context window in tokens (default: LiteLLM's max_input_tokens "
+                                        "for the model; unknown: not checked); a prompt longer than it less "
+                                        "max_tokens is recorded too_long without a call")
     params: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
+    retry_truncated_max_tokens: int | None = Field(
+        default=None, ge=1, description="a reply cut at max_tokens is asked once more with this larger max_tokens "
+                                        "(unset: a truncated reply is recorded as truncated, not retried)")
     json_schema: bool = Field(default=True, description="false: ask for plain JSON (response_format json_object) where "
-                                                         "the provider's profile would send the JSON schema")
+                                                         "the provider's profile would send the JSON schema (without it, "
+                                                         "a 400 rejecting the schema makes the model fall back for the run)")
     local: LocalModelSpec | None = None
     description: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    reasoning: ReasoningMode | None = Field(
+        default=None, description="where the model's reasoning comes: field (its own field), think_tags (also inline "
+                                  "<think>…</think>, split off the answer) or none; default: its provider profile's")
     # What the model is, for the report's model-comparison figures (scaling, SFT vs DPO,
     # thinking budget); never used to call it.
     family: str | None = Field(default=None, description="model family for scaling curves, e.g. 'Qwen 1.5'")
@@ -141,6 +162,9 @@ class EvaluationConfig(Strict):
     shard_size: int = Field(default=128, ge=1)
     bootstrap: int = Field(default=1000, ge=0)
     seed: int = 0
+    min_coverage: float = Field(default=0.95, ge=0, le=1,
+                                description="a target whose scorable share of rows is below this is marked incomplete "
+                                            "on the leaderboard (and fails evaluate --strict)")
 
 
 SystemPromptName = Literal["basic", "conservative", "opinion"]

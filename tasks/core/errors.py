@@ -1,4 +1,5 @@
-"""Errors the CLI turns into one clean line and exit code 2."""
+"""Errors the CLI turns into one clean line: exit code 2 for bad input, 1 for a run that
+finished without the result it was asked for."""
 
 from __future__ import annotations
 
@@ -35,3 +36,8 @@ class InputErrors(InputError):
 
 class ModelUnavailable(Exception):
     """A model a run names cannot be used (no key, endpoint down, weights absent)."""
+
+
+class RunIncomplete(Exception):
+    """A run that ended without the result asked for: an empty benchmark because model calls
+    failed, or (``--strict``) a target scored on too few of its rows. One line, exit code 1."""

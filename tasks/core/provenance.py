@@ -114,10 +114,16 @@ class ManifestRecorder:
         if prompts:
             self.manifest.prompt_hashes.update(prompts)
 
-    def calls(self, stats: dict[str, Any]) -> None:
+    def calls(self, stats: dict[str, Any], structured_output_fallbacks: dict[str, str] | None = None) -> None:
+        """The run's call accounting per model, and the structured-output mode each model fell back to."""
         self.manifest.calls = stats
         for model, counters in stats.items():
             story("model calls: %s: %s", model, calls_text(counters))
+        self.manifest.structured_output_fallbacks = dict(structured_output_fallbacks or {})
+        for model, mode in sorted(self.manifest.structured_output_fallbacks.items()):
+            hint = " (json_schema: false in its config asks for json_object from the start)" if mode == "json_object" else ""
+            self.note(f"{model}: its provider rejected the structured-output mode with a 400; its calls used "
+                      f"{mode} instead{hint}")
 
     def save(self) -> str:
         return self.store.save(runfolder.MANIFEST, self.manifest)

@@ -27,7 +27,10 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.tables import Record
 
-SCHEMA_VERSION = "1.2"
+# 1.3: every table holding a model's reply carries its metadata (finish reason, reasoning, reasoning
+# tokens, served model, system fingerprint; a judgment's as judge_*), and an ``outcome`` (ok, truncated,
+# provider_blocked, ...); judged.parquet holds every row with its outcome and treatment, unscored ones too.
+SCHEMA_VERSION = "1.3"
 # The version of a manifest that names none: written before the contract carried a version.
 UNVERSIONED = "1.0"
 
@@ -85,6 +88,9 @@ class RunManifest(Record):
     timings_s: dict[str, float] = Field(default_factory=dict)
     counts: dict[str, Any] = Field(default_factory=dict)
     calls: dict[str, Any] = Field(default_factory=dict)
+    structured_output_fallbacks: dict[str, str] = Field(
+        default_factory=dict, description="model -> the structured-output mode it fell back to after its provider "
+                                          "rejected the richer one with a 400 (json_object, none)")
     notes: list[str] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
     status: Literal["running", "completed", "failed"] = "running"

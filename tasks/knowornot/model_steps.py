@@ -125,7 +125,7 @@ def answer_experiments(gateway: Gateway, rows: Sequence[ExperimentInput], pairs:
             experiment_id=row.experiment_id, question_id=row.question_id, target=row.target, retrieval=row.retrieval,
             prompt=row.prompt, ookb=row.ookb, response=result.text, error=result.error if not result.ok else None,
             cached=result.cached, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
-            completion_tokens=result.completion_tokens, cost_usd=result.cost_usd))
+            completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, **result.metadata()))
     return outputs
 
 
@@ -164,11 +164,13 @@ def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec]
         for output, result in zip(owners, gateway.complete_many(calls, on_result=on_result)):
             if not result.ok:
                 outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
-                                            error=result.error, raw=result.text, cached=result.cached))
+                                            error=result.error, raw=result.text, cached=result.cached,
+                                            **result.metadata()))
                 continue
             outcome, problem = parse_eval_reply(spec, result.text)
             if spec.name == "abstention":
                 abstained[output.experiment_id] = outcome
             outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
-                                        outcome=outcome, error=problem, raw=result.text, cached=result.cached))
+                                        outcome=outcome, error=problem, raw=result.text, cached=result.cached,
+                                        **result.metadata()))
     return outcomes

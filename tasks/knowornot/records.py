@@ -124,6 +124,12 @@ class ExperimentOutput(Record):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``response``), who served it.
+    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
+    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
+    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    system_fingerprint: str | None = None
 
 
 # ----------------------------------------------------------------- evaluation
@@ -136,3 +142,9 @@ class EvalOutcome(Record):
     error: str | None = None
     raw: str | None = None
     cached: bool = False
+    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
+    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
+    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
+    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    system_fingerprint: str | None = None

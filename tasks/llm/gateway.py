@@ -4,16 +4,28 @@
   switched off and this module retries instead, so attempts per call stay bounded.
   Self-hosted models behind an OpenAI-compatible ``api_base`` take a direct path
   (``transport``): the same request body, posted without LiteLLM's per-call machinery.
-- Per-model concurrency and requests-per-minute limits, process-wide: all calls run on
-  one background event loop, whichever Prefect worker thread asked for them.
-- Exponential backoff with full jitter on 429/5xx/timeouts/garbled replies, honouring
-  ``Retry-After``.
-- A persistent call cache keyed by (model, messages, parameters, response schema),
+- Per-model concurrency, requests-per-minute and tokens-per-minute limits, process-wide: all
+  calls run on one background event loop, whichever Prefect worker thread asked for them.
+- Exponential backoff with full jitter on 5xx/timeouts/garbled replies, up to ``max_attempts``.
+  A 429 is no error: it waits as long as the provider says (``rate_limits``: Retry-After as
+  seconds or an HTTP-date, retry-after-ms, the reset headers), pausing every call of the model,
+  within the model's ``max_rate_limit_wait_s``.
+- A prompt longer than the model's context window less ``max_tokens`` is not sent: the call is
+  ``too_long`` (``context_limits``).
+- A reply that is no answer has an outcome (``reply_outcomes``): ``truncated``
+  (finish reason length), ``provider_blocked`` (content filter, refusal, a 400 saying the
+  content was filtered), ``empty``. It is a result with ``error`` set, never parsed, billed like
+  any reply, and sent at most twice: once more when empty, or truncated with the model's
+  ``retry_truncated_max_tokens``; never when blocked. A structured call's such reply is never
+  cached (a re-run asks again).
+- A persistent call cache keyed by (model, deployment, messages, parameters, response schema),
   written as each call completes; identical requests in flight are sent once.
 - Provider quirks (structured-output mode, credentials, parameter rewrites, retriable
   statuses, the direct path) come from the model's provider profile (``providers``).
 - Structured output: a pydantic schema becomes the ``response_format`` the profile's mode asks
-  for and the reply is validated; a reply that does not parse is a recorded parse error.
+  for and the reply is validated; a reply that does not parse is a recorded parse error. A 400
+  rejecting the mode lowers it for the rest of the run (``structured_modes``) and the call is
+  sent again in the lower mode.
 - A failed call returns a ``CallResult`` with ``error`` set; it never raises into the batch.
 """
 
@@ -22,8 +34,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import copy
-import functools
 import hashlib
 import json
 import logging
@@ -34,109 +44,25 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from refusalbench.tasks.llm.callcache import CallCache, NullCache
+# What a call is lives in ``calls``; the stages import these names from here too.
+from refusalbench.tasks.llm.calls import (CACHE_VERSION, CallResult, CallSpec, json_schema, parse_structured,  # noqa: F401
+                                          request_key, schema_name)
+from refusalbench.tasks.llm.context_limits import overflow, prompt_tokens
+from refusalbench.tasks.llm.rate_limits import MARGIN_S, ModelLimiter
+from refusalbench.tasks.llm.structured_modes import StructuredModes
+from refusalbench.tasks.llm.reply_outcomes import (OK, TOO_LONG, cacheable, final_outcome, outcome_error,
+                                                   reply_outcome, retry_params)
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
-from refusalbench.tasks.llm.providers import profile_for, response_format_for, structured_mode
+from refusalbench.tasks.llm.providers import (SCHEMA_MODES, ProviderProfile, profile_for, reasoning_mode,
+                                              response_format_for, structured_mode)
+from refusalbench.tasks.llm.reasoning import split_reasoning
 from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, direct_model, litellm_completion
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
-
-# Bump when the cached value's layout changes, so old rows are not misread.
-CACHE_VERSION = 1
-
-
-class CallSpec(BaseModel):
-    """One chat completion to make."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    model: str = Field(description="registry name (key of RunConfig.models)")
-    messages: list[dict[str, str]]
-    schema_: type[BaseModel] | None = Field(default=None, alias="schema")
-    params: dict[str, Any] = Field(default_factory=dict)
-    tag: str | None = Field(default=None, description="caller's id for the call (not part of the cache key)")
-
-
-class CallResult(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    model: str
-    key: str
-    tag: str | None = None
-    text: str | None = None
-    parsed: Any = None
-    error: str | None = None
-    error_kind: str | None = Field(default=None, description="call_error | parse_error")
-    attempts: int = 0
-    cached: bool = False
-    latency_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def schema_name(schema: type[BaseModel]) -> str:
-    return schema.__name__
-
-
-@functools.lru_cache(maxsize=None)
-def _built_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    from refusalbench.tasks.llm.structured_outputs import json_schema_for
-
-    return json_schema_for(schema)
-
-
-def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    # Self-contained schema (no $refs, every field required) so llama.cpp's grammar honours it.
-    # Built once per output class (pydantic takes up to ~1 ms, twice per call, on the
-    # gateway's single event-loop thread); each caller gets its own copy to change freely.
-    return copy.deepcopy(_built_schema(schema))
-
-
-def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None) -> str:
-    """Cache key: what determines the reply. Endpoint and credentials are not part of it,
-    so a local server on a new port, or a rotated key, still hits the cache."""
-    payload = {
-        "v": CACHE_VERSION,
-        "model": cfg.model,
-        "messages": messages,
-        "params": {**cfg.params, **params},
-        "schema": json_schema(schema) if schema is not None else None,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def parse_structured(schema: type[BaseModel], text: str) -> tuple[BaseModel | None, str | None]:
-    from refusalbench.tasks.llm.structured_outputs import parse_output
-
-    return parse_output(schema, text)
-
-
-class _RateLimiter:
-    """Spaces request starts at least 60/rpm seconds apart (per model)."""
-
-    def __init__(self, rpm: int | None):
-        self.interval = 60.0 / rpm if rpm else 0.0
-        self._next = 0.0
-        self._lock = asyncio.Lock()
-
-    async def wait(self) -> None:
-        if not self.interval:
-            return
-        async with self._lock:
-            now = time.monotonic()
-            start = max(now, self._next)
-            self._next = start + self.interval
-        if start > now:
-            await asyncio.sleep(start - now)
-
 
 class _LoopThread:
     """A private event loop on a daemon thread; all gateway coroutines run here."""
@@ -197,7 +123,8 @@ class Gateway:
         self._direct = DirectClient()
         self._loop.cleanups.append(self._direct.close)
         self._semaphores: dict[str, asyncio.Semaphore] = {}
-        self._limiters: dict[str, _RateLimiter] = {}
+        self._limiters: dict[str, ModelLimiter] = {}
+        self._structured = StructuredModes()
         self._inflight: dict[str, asyncio.Future] = {}
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self._stats_lock = threading.Lock()
@@ -233,6 +160,10 @@ class Gateway:
         with self._stats_lock:
             return {model: dict(counter) for model, counter in self.stats.items()}
 
+    def structured_output_fallbacks(self) -> dict[str, str]:
+        """{model: mode} for each model whose provider rejected its structured-output mode in this process."""
+        return self._structured.fallbacks()
+
     # ------------------------------------------------------------ internals
 
     def _count(self, model: str, **amounts: float) -> None:
@@ -251,9 +182,15 @@ class Gateway:
                                     "and can only be listed under generation.generators")
         key = request_key(cfg, spec.messages, spec.params, spec.schema_)
         cached = self.cache.get(key)
+        if cached is not None and not cacheable(cached, structured=spec.schema_ is not None):
+            cached = None  # cached before truncated or blocked replies were told apart: ask again
         if cached is not None:
             self._count(spec.model, cache_hits=1)
             return self._finish(spec, key, cached, cached=True, attempts=0)
+        too_long = self._too_long(spec, cfg)
+        if too_long is not None:  # the provider could not answer it: not sent, not cached
+            self._count(spec.model, **{TOO_LONG: 1})
+            return CallResult(model=spec.model, key=key, tag=spec.tag, error=too_long, error_kind=TOO_LONG)
         # Identical request already on its way: share its reply instead of sending again.
         pending = self._inflight.get(key)
         if pending is not None:
@@ -263,8 +200,8 @@ class Gateway:
             pending = asyncio.get_running_loop().create_future()
             self._inflight[key] = pending
             try:
-                value, attempts, error = await self._send_with_retries(spec, cfg)
-                if value is not None:
+                value, attempts, error = await self._send_for_outcome(spec, cfg)
+                if value is not None and cacheable(value, structured=spec.schema_ is not None):
                     self.cache.put(key, value)
                 pending.set_result((value, attempts, error))
             except BaseException as exc:  # pragma: no cover - defensive: never leave waiters hanging
@@ -282,14 +219,17 @@ class Gateway:
             model=spec.model,
             key=key,
             tag=spec.tag,
-            text=value.get("text"),
+            **self._answer_and_reasoning(spec.model, value),
             attempts=attempts,
             cached=cached,
             latency_s=value.get("latency_s"),
             prompt_tokens=value.get("prompt_tokens"),
             completion_tokens=value.get("completion_tokens"),
             cost_usd=value.get("cost_usd"),
+            finish_reason=value.get("finish_reason"),
         )
+        if self._record_outcome(spec.model, result, value):
+            return result
         if spec.schema_ is not None:
             parsed, problem = parse_structured(spec.schema_, result.text or "")
             if parsed is None:
@@ -299,10 +239,51 @@ class Gateway:
             result.parsed = parsed
         return result
 
+    def _answer_and_reasoning(self, model: str, value: dict[str, Any]) -> dict[str, Any]:
+        """The cached reply's final answer (``text``), its reasoning and its other metadata, split
+        as the model's ``reasoning`` mode says now (the cache keeps the text as it came, so a
+        changed mode needs no new call; entries cached before these fields existed have none)."""
+        cfg = self.models[model]
+        mode = reasoning_mode(cfg, profile_for(cfg.model, self.api_bases.get(model) or cfg.api_base))
+        answer, reasoning = split_reasoning(value.get("text"), value.get("reasoning"), mode)
+        reasoning_tokens = value.get("reasoning_tokens")
+        if reasoning and not value.get("reasoning") and not reasoning_tokens:
+            # Reasoning written inline is billed as plain output: the provider's 0 means "not counted".
+            reasoning_tokens = None
+        return {"text": answer, "reasoning": reasoning, "reasoning_tokens": reasoning_tokens,
+                "served_model": value.get("served_model"), "system_fingerprint": value.get("system_fingerprint")}
+
+    def _record_outcome(self, model: str, result: CallResult, value: dict[str, Any]) -> bool:
+        """Mark ``result`` with its reply's outcome when that is no answer (truncated, blocked,
+        empty); True then, and the reply is not parsed: a cut or filtered JSON is no output."""
+        outcome = final_outcome(value, result.text)
+        if outcome == OK:
+            return False
+        result.error = outcome_error(outcome, value.get("finish_reason"), value.get("refusal"), result.attempts)
+        result.error_kind = outcome
+        self._count(model, **{outcome: 1})
+        return True
+
+    async def _send_for_outcome(self, spec: CallSpec, cfg: ModelConfig) -> tuple[dict[str, Any] | None, int, str | None]:
+        """Send (with retries on errors), then once more if the reply's outcome is worth it
+        (``reply_outcomes.retry_params``): an empty, truncated or blocked reply is sent at most twice."""
+        value, attempts, error = await self._send_with_retries(spec, cfg)
+        profile = profile_for(cfg.model, self.api_bases.get(spec.model) or cfg.api_base)
+        params = retry_params(value, cfg, spec.params, profile) if value is not None else None
+        if params is None:
+            return value, attempts, error
+        self._count(spec.model, outcome_retries=1)
+        second, more, _ = await self._send_with_retries(spec.model_copy(update={"params": params}), cfg)
+        if second is None:  # the second try failed outright: the first reply says more about the row
+            return value, attempts + more, None
+        if params != spec.params:
+            second["retried_with"] = {k: v for k, v in params.items() if spec.params.get(k) != v}
+        return second, attempts + more, None
+
     def _semaphore(self, model: str, cfg: ModelConfig) -> asyncio.Semaphore:
         if model not in self._semaphores:
             self._semaphores[model] = asyncio.Semaphore(cfg.max_concurrency)
-            self._limiters[model] = _RateLimiter(cfg.rpm)
+            self._limiters[model] = ModelLimiter(cfg.rpm, cfg.tpm)
         return self._semaphores[model]
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -312,24 +293,109 @@ class Gateway:
         return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
 
     async def _send_with_retries(self, spec: CallSpec, cfg: ModelConfig) -> tuple[dict[str, Any] | None, int, str | None]:
+        """Send until a reply comes; (value, requests sent, error). Errors are retried up to
+        ``max_attempts``. A 429 is not an error: the model pauses for as long as the provider asks
+        (:meth:`_rate_limited`), within ``max_rate_limit_wait_s``. A 400 rejecting the structured-
+        output mode lowers the model's mode (:meth:`_fell_back`) and the call goes again in it."""
+        probe = spec.schema_ is not None and await self._structured.enter(spec.model)
+        sent = errors = limited = 0
+        limited_since: float | None = None
         last_error = "no attempt made"
-        for attempt in range(1, cfg.max_attempts + 1):
-            try:
-                value = await self._send_once(spec, cfg)
-                return value, attempt, None
-            except CallFailed as failure:
-                last_error = str(failure)
-                log.debug("call to %s failed (attempt %d/%d): %s", spec.model, attempt, cfg.max_attempts, failure)
-                if not failure.retriable or attempt == cfg.max_attempts:
-                    break
-                self._count(spec.model, retries=1)
-                await asyncio.sleep(self._backoff(attempt, failure.retry_after))
-        return None, attempt, f"{last_error} (after {attempt} attempt{'s' if attempt > 1 else ''})"
+        try:
+            while True:
+                mode = self._structured_mode(spec, cfg)
+                sent += 1
+                try:
+                    return await self._send_once(spec, cfg, mode), sent, None
+                except CallFailed as failure:
+                    last_error = str(failure)
+                    log.debug("call to %s failed (request %d, %d/%d errors): %s", spec.model, sent, errors,
+                              cfg.max_attempts, failure)
+                    if mode is not None and self._fell_back(spec, cfg, mode, failure):
+                        continue
+                    if probe:  # an answer that says nothing against the mode: the waiting calls may go
+                        self._structured.settle(spec.model)
+                        probe = False
+                    if failure.rate_limited and failure.retriable:
+                        limited += 1
+                        limited_since = limited_since if limited_since is not None else time.monotonic()
+                        problem = self._rate_limited(spec, cfg, failure, limited, limited_since)
+                        if problem is None:
+                            continue
+                        last_error = f"{last_error}; {problem}"
+                        break
+                    errors += 1
+                    if not failure.retriable or errors >= cfg.max_attempts:
+                        break
+                    self._count(spec.model, retries=1)
+                    await asyncio.sleep(self._backoff(errors, failure.retry_after))
+        finally:
+            if probe:
+                self._structured.settle(spec.model)
+        return None, sent, f"{last_error} (after {sent} attempt{'s' if sent > 1 else ''})"
 
-    async def _send_once(self, spec: CallSpec, cfg: ModelConfig) -> dict[str, Any]:
+    def _profile(self, model: str, cfg: ModelConfig) -> ProviderProfile:
+        return profile_for(cfg.model, self.api_bases.get(model) or cfg.api_base)
+
+    def _structured_mode(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
+        """The structured-output mode this call goes in (None: no schema): the model's fallback, else its profile's."""
+        if spec.schema_ is None:
+            return None
+        return self._structured.mode(spec.model, structured_mode(cfg, self._profile(spec.model, cfg)))
+
+    def _fell_back(self, spec: CallSpec, cfg: ModelConfig, mode: str, failure: CallFailed) -> bool:
+        """Whether ``failure`` is the provider rejecting structured output in ``mode``; then the model
+        uses the profile's fallback mode for the rest of the run, and the call is to be sent again."""
+        profile = self._profile(spec.model, cfg)
+        if not profile.rejects_structured_output(failure.status, str(failure), mode):  # type: ignore[arg-type]
+            return False
+        fallback = profile.fallback_mode(mode)  # type: ignore[arg-type]
+        if self._structured.fall_back(spec.model, mode, fallback):
+            self._count(spec.model, structured_fallbacks=1)
+            log.warning("%s: the provider rejected structured output as %s (%s); using %s for the rest of the run "
+                        "(json_schema: false in the model's config skips the first try)", spec.model, mode, failure,
+                        fallback)
+        return True
+
+    def _rate_limited(self, spec: CallSpec, cfg: ModelConfig, failure: CallFailed, limited: int,
+                      limited_since: float) -> str | None:
+        """Pause the model for as long as a 429 asks (every call of it waits the pause out); None
+        when this call may wait for it, else why not: the provider's quota is spent, or the wait
+        would take the call past ``max_rate_limit_wait_s`` since its first 429."""
+        self._count(spec.model, rate_limited=1)
+        if self._profile(spec.model, cfg).quota_exhausted(str(failure)):
+            return "the provider says the account's quota is used up: waiting will not help"
+        if failure.retry_after is not None:
+            wait = failure.retry_after + MARGIN_S
+        else:  # nothing announced: back off, growing with this call's 429s
+            ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (limited - 1))
+            wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+        limiter = self._limiters[spec.model]
+        limiter.pause(wait)
+        waited = time.monotonic() - limited_since
+        if waited + limiter.paused_for > cfg.max_rate_limit_wait_s:
+            return (f"still rate limited after {limited} 429s and {waited:.1f} s of waiting; the provider asks for "
+                    f"{limiter.paused_for:.1f} s more, beyond max_rate_limit_wait_s ({cfg.max_rate_limit_wait_s:g} s)")
+        return None
+
+    def _too_long(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
+        """Why this call's prompt does not fit the model's context window (``context_limits``), or None."""
+        mode = self._structured_mode(spec, cfg)
+        schema = json_schema(spec.schema_) if spec.schema_ is not None and mode in SCHEMA_MODES else None
+        budget = self._profile(spec.model, cfg).max_output_tokens({**cfg.params, **spec.params})
+        return overflow(cfg, spec.messages, budget, schema)
+
+    def _tpm_tokens(self, spec: CallSpec, cfg: ModelConfig) -> int:
+        """What a request takes from the model's ``tpm`` budget: its prompt's tokens plus its max_tokens."""
+        if not cfg.tpm:
+            return 0
+        budget = self._profile(spec.model, cfg).max_output_tokens({**cfg.params, **spec.params})
+        return prompt_tokens(cfg.model, spec.messages) + (budget or 0)
+
+    async def _send_once(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> dict[str, Any]:
         semaphore = self._semaphore(spec.model, cfg)
         async with semaphore:
-            await self._limiters[spec.model].wait()
+            await self._limiters[spec.model].wait(self._tpm_tokens(spec, cfg))
             self._count(spec.model, http_calls=1)
             api_base = self.api_bases.get(spec.model) or cfg.api_base
             profile = profile_for(cfg.model, api_base)
@@ -337,8 +403,8 @@ class Gateway:
             api_key = profile.api_key(cfg, api_base)
             response_format = None
             if spec.schema_ is not None:
-                response_format = response_format_for(structured_mode(cfg, profile), schema_name(spec.schema_),
-                                                      json_schema(spec.schema_))
+                response_format = response_format_for(mode or structured_mode(cfg, profile),  # type: ignore[arg-type]
+                                                      schema_name(spec.schema_), json_schema(spec.schema_))
             direct = direct_model(cfg.model, api_base, params, spec.messages) if self.direct_http and api_key else None
             started = time.perf_counter()
             if direct is not None:
@@ -362,20 +428,29 @@ class Gateway:
         return self._value(spec.model, reply, latency)
 
     def _value(self, model: str, reply: Reply, latency: float) -> dict[str, Any]:
-        """The cached value of a completed call (the same layout on both paths)."""
-        if not reply.text or not str(reply.text).strip():
-            raise CallFailed("empty reply content", retriable=True)
+        """The cached value of a completed call (the same layout on both paths), whatever its
+        outcome: a truncated, blocked or empty reply is billed like any other, so it is counted."""
         self._count(model, prompt_tokens=reply.prompt_tokens or 0, completion_tokens=reply.completion_tokens or 0,
                     cost_usd=reply.cost_usd or 0.0)
         return {
-            "text": str(reply.text),
+            "text": None if reply.text is None else str(reply.text),
+            "outcome": reply_outcome(reply.text, reply.finish_reason, reply.refusal),
+            "refusal": reply.refusal,
             "latency_s": round(latency, 4),
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
             "cost_usd": reply.cost_usd,
             "finish_reason": reply.finish_reason,
+            **reply_metadata(reply),
             "created_at": time.time(),
         }
+
+
+def reply_metadata(reply: Reply) -> dict[str, Any]:
+    """What the cache keeps of a reply besides its text, tokens and cost: the reasoning from the
+    provider's own field (inline reasoning stays in the text), reasoning tokens, who served it."""
+    return {"reasoning": reply.reasoning, "reasoning_tokens": reply.reasoning_tokens,
+            "served_model": reply.served_model, "system_fingerprint": reply.system_fingerprint}
 
 
 # ---------------------------------------------------------------- process-wide instances

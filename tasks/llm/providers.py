@@ -7,13 +7,16 @@ A prefix without a profile gets the ``default`` one. The gateway, the availabili
 (``models list``), the inspect integration and ``plan`` ask the profile; none of them names a
 provider. What a profile holds:
 
-- structured output: how the provider takes a response schema (:data:`StructuredMode`); the
+- structured output: how the provider takes a response schema (:data:`StructuredMode`), and
+  which 400s say it does not (the gateway then falls back to a simpler mode for the run); the
   one ``response_format`` builder, :func:`response_format_for`, turns the mode into the request;
 - credentials: the variables (and files) LiteLLM reads them from, which ``models list`` checks,
   and whether a model with its own endpoint and no key is a keyless server;
 - the request: parameter rewrites, and whether the gateway may post the request itself
   (:mod:`transport`'s direct path: the provider speaks OpenAI's chat-completions format unchanged);
-- failures: which HTTP statuses are worth another attempt.
+- failures: which HTTP statuses are worth another attempt;
+- reasoning: where its reasoning models put their reasoning (:data:`ReasoningMode`), so the
+  gateway splits it off the answer before anything parses it (a model's ``reasoning`` overrides).
 
 A new provider is one subclass that sets what differs, plus one decorator::
 
@@ -33,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
@@ -61,6 +64,30 @@ class ProviderProfile:
     #   none         no response_format at all: the prompt alone asks for JSON.
     # A model's ``json_schema: false`` lowers json_schema and tool to json_object (:func:`structured_mode`).
     structured_output: StructuredMode = "json_schema"
+    # A provider (or one of its models) that does not take a mode answers it with a 400 naming it
+    # (the words below, lower case; OpenAI-compatible servers name ``response_format``, the
+    # Messages API ``output_format``, tool-less models ``tool_choice``). The gateway then falls
+    # back to the next mode once, for the rest of the run, and sends the call again in it.
+    structured_fallbacks: dict[str, StructuredMode] = {"json_schema": "json_object", "tool": "json_object",
+                                                       "json_object": "none"}
+    structured_rejection_markers: dict[str, tuple[str, ...]] = {
+        "json_schema": ("response_format", "json_schema", "output_format", "output_config", "structured output"),
+        "tool": ("response_format", "json_schema", "output_format", "output_config", "structured output",
+                 "tool_choice", "tool use", "tool_use", "tools", "function call"),
+        "json_object": ("response_format", "json_object", "json mode", "json_mode"),
+    }
+
+    def rejects_structured_output(self, status: int | None, message: str, mode: StructuredMode) -> bool:
+        """Whether an error answered with ``status`` and ``message`` says the provider does not take
+        structured output in ``mode`` (then :meth:`fallback_mode` is tried instead)."""
+        if status not in (400, 422) or self.fallback_mode(mode) is None:
+            return False
+        text = message.lower()
+        return any(marker in text for marker in self.structured_rejection_markers.get(mode, ()))
+
+    def fallback_mode(self, mode: StructuredMode) -> StructuredMode | None:
+        """The mode to use once ``mode`` has been rejected; None when there is nothing simpler."""
+        return self.structured_fallbacks.get(mode)
 
     # ------------------------------------------------------------ credentials
     # Variables holding the provider's API key, in the order LiteLLM reads them; the gateway sends
@@ -79,6 +106,9 @@ class ProviderProfile:
     # The provider speaks OpenAI's chat-completions format unchanged, so the gateway may post the
     # body itself behind an api_base (transport.direct_model decides per call).
     direct_http: bool = False
+    # Where an endpoint lists its models, below the model's ``api_base`` (the availability probe):
+    # OpenAI's format puts /v1 in the api_base, Anthropic's api_base is the host root.
+    models_path: str = "/models"
     # The profile to use instead when the model has an ``api_base`` of its own (``openai/`` + an
     # endpoint is an OpenAI-compatible server, not OpenAI).
     own_endpoint_profile: str | None = None
@@ -93,6 +123,16 @@ class ProviderProfile:
         value = params.get("max_tokens", params.get("max_completion_tokens"))
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
+    # ------------------------------------------------------------ reasoning
+    # Where the provider's reasoning models put their reasoning (tasks/llm/reasoning.py):
+    #   field       in a field of its own (reasoning_content, reasoning, thinking blocks): the text is the answer;
+    #   think_tags  possibly also inline, "<think>…</think>" (or only "…</think>") before the answer: split off;
+    #   none        the text is taken as it is.
+    # Hosted APIs answer in a field; servers of open models (vLLM without a reasoning parser,
+    # llama.cpp, Ollama) often write DeepSeek-R1's and Qwen3's tags into the text, and splitting
+    # them is harmless where none come.
+    reasoning: ReasoningMode = "field"
+
     # ------------------------------------------------------------ failures
     # 4xx statuses worth another attempt; every 5xx, timeout, dropped connection and reply that
     # is not JSON is retried regardless.
@@ -101,6 +141,31 @@ class ProviderProfile:
     def retriable_status(self, status: int) -> bool:
         """Whether an attempt answered with HTTP ``status`` is worth another."""
         return not 400 <= status < 500 or status in self.retriable_statuses
+
+    # Words of a 429 saying the account's quota or credit is spent (OpenAI: insufficient_quota),
+    # which no wait cures, unlike a rate limit. Lower case.
+    quota_markers: tuple[str, ...] = ("insufficient_quota", "exceeded your current quota", "credit balance is too low")
+
+    def quota_exhausted(self, message: str) -> bool:
+        """Whether a 429's ``message`` says the quota is spent rather than the rate exceeded."""
+        text = message.lower()
+        return any(marker in text for marker in self.quota_markers)
+
+    # Words of a 400's body saying the provider's content filter blocked the prompt or the reply
+    # (Azure: code "content_filter", "content management policy"; Anthropic: "Output blocked by
+    # content filtering policy"; OpenAI-compatible gateways: "content policy"). Lower case.
+    content_filter_markers: tuple[str, ...] = (
+        "content_filter", "content filter", "content management policy", "content filtering policy",
+        "content policy", "responsibleaipolicyviolation",
+    )
+
+    def blocks_content(self, status: int | None, message: str) -> bool:
+        """Whether an error answered with ``status`` and ``message`` says the content was filtered:
+        then the row is ``provider_blocked``, not a failed call."""
+        if status not in (None, 400):
+            return False
+        text = message.lower()
+        return any(marker in text for marker in self.content_filter_markers)
 
     # ------------------------------------------------------------ derived answers
 
@@ -170,6 +235,11 @@ def structured_mode(cfg: ModelConfig, profile: ProviderProfile) -> StructuredMod
     return mode
 
 
+def reasoning_mode(cfg: ModelConfig, profile: ProviderProfile) -> ReasoningMode:
+    """Where this model's reasoning comes: the model's own ``reasoning`` setting, else its profile's."""
+    return cfg.reasoning or profile.reasoning
+
+
 def response_format_for(mode: StructuredMode, name: str, schema: dict[str, Any], *, strict: bool = False) -> dict[str, Any] | None:
     """The ``response_format`` that asks for ``schema`` in ``mode``; None when nothing is sent.
 
@@ -208,6 +278,7 @@ class OpenAICompatible(ProviderProfile):
     OpenAI's format, usually without auth."""
 
     direct_http = True
+    reasoning = "think_tags"
 
 
 @register_provider("hosted_vllm")
@@ -230,6 +301,7 @@ class Anthropic(ProviderProfile):
 
     structured_output = "tool"
     key_env = ("ANTHROPIC_API_KEY",)
+    models_path = "/v1/models"
 
 
 @register_provider("bedrock")
@@ -261,11 +333,13 @@ class Gemini(ProviderProfile):
 @register_provider("together_ai")
 class TogetherAI(ProviderProfile):
     key_env = ("TOGETHERAI_API_KEY", "TOGETHER_AI_TOKEN")
+    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("groq")
 class Groq(ProviderProfile):
     key_env = ("GROQ_API_KEY",)
+    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("mistral")
@@ -279,21 +353,26 @@ class DeepSeek(ProviderProfile):
 
     structured_output = "json_object"
     key_env = ("DEEPSEEK_API_KEY",)
+    reasoning = "think_tags"  # R1 through third-party hosts and old API versions writes its tags inline
 
 
 @register_provider("fireworks_ai")
 class FireworksAI(ProviderProfile):
     key_env = ("FIREWORKS_API_KEY", "FIREWORKS_AI_API_KEY", "FIREWORKSAI_API_KEY")
+    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("openrouter")
 class OpenRouter(ProviderProfile):
     key_env = ("OPENROUTER_API_KEY",)
+    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("ollama")
 class Ollama(ProviderProfile):
     """A local Ollama server (its own API, not OpenAI's format; LiteLLM maps the schema to ``format``)."""
+
+    reasoning = "think_tags"
 
 
 @register_provider("ollama_chat")

@@ -6,7 +6,7 @@ requested shape; a reply that still does not fit is reported as an error, never 
 
 ``json_schema_for`` gives the schema for constrained decoding (sent as the ``response_format``
 that ``providers.response_format_for`` builds; llama.cpp's server honours it). ``parse_output`` extracts one JSON
-object from a reply that may be wrapped in markdown fences or prose.
+object from a reply that may be wrapped in markdown fences or prose: the last one that fits.
 """
 
 from __future__ import annotations
@@ -208,20 +208,24 @@ _FENCED_BLOCK = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTAL
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 
 
-_MAX_SPAN_STARTS = 64  # bounds the quadratic scan on long replies full of brackets
+_MAX_SPAN_STARTS = 64  # per end of the reply: bounds the quadratic scan on long replies full of brackets
 
 
-def _balanced_spans(text: str, opener: str, closer: str) -> Iterator[str]:
-    """Balanced ``opener...closer`` spans, outermost first, skipping brackets inside strings."""
-    start = 0
-    for _ in range(_MAX_SPAN_STARTS):
-        begin = text.find(opener, start)
-        if begin < 0:
-            return
+def _span_starts(text: str, opener: str) -> list[int]:
+    """Where ``opener`` occurs: the first and the last ``_MAX_SPAN_STARTS`` places (the answer
+    usually sits at the end, after any prose or drafts)."""
+    starts = [pos for pos, char in enumerate(text) if char == opener]
+    if len(starts) <= 2 * _MAX_SPAN_STARTS:
+        return starts
+    return starts[:_MAX_SPAN_STARTS] + starts[-_MAX_SPAN_STARTS:]
+
+
+def _balanced_spans(text: str, opener: str, closer: str) -> Iterator[tuple[int, int]]:
+    """(begin, end) of balanced ``opener...closer`` spans, skipping brackets inside strings."""
+    for begin in _span_starts(text, opener):
         depth = 0
         in_string = False
         escaped = False
-        end = -1
         for pos in range(begin, len(text)):
             char = text[pos]
             if in_string:
@@ -239,11 +243,8 @@ def _balanced_spans(text: str, opener: str, closer: str) -> Iterator[str]:
             elif char == closer:
                 depth -= 1
                 if depth == 0:
-                    end = pos
+                    yield begin, pos + 1
                     break
-        if end >= 0:
-            yield text[begin : end + 1]
-        start = begin + 1
 
 
 def _loads_lenient(candidate: str) -> Any:
@@ -254,13 +255,19 @@ def _loads_lenient(candidate: str) -> Any:
         return json.loads(_TRAILING_COMMA.sub(r"\1", candidate))
 
 
-def _candidate_texts(text: str) -> Iterator[str]:
-    stripped = text.strip()
-    yield stripped
-    for block in _FENCED_BLOCK.findall(text):
-        yield block.strip()
-    yield from _balanced_spans(text, "{", "}")
-    yield from _balanced_spans(text, "[", "]")
+def _candidate_texts(text: str) -> list[str]:
+    """The pieces of a reply that may be the JSON answer, the last one first.
+
+    The whole reply, then fenced blocks and balanced spans by where they end, latest first (an
+    enclosing object before the objects inside it): a model that drafts an object and corrects
+    it, in prose or in reasoning left in the text, means the one it wrote last.
+    """
+    spans = [(match.end(), match.end() - match.start(), match.group(1).strip())
+             for match in _FENCED_BLOCK.finditer(text)]
+    for opener, closer in ("{}", "[]"):
+        spans += [(end, end - begin, text[begin:end]) for begin, end in _balanced_spans(text, opener, closer)]
+    spans.sort(key=lambda span: (span[0], span[1]), reverse=True)
+    return [text.strip()] + [candidate for _, _, candidate in spans]
 
 
 def _single_list_field(model_cls: type[BaseModel]) -> str | None:
@@ -281,9 +288,11 @@ def _short_validation_error(error: ValidationError) -> str:
 
 
 def parse_output(model_cls: type[M], text: str | None) -> tuple[M | None, str | None]:
-    """Parse one JSON object of ``model_cls`` out of a model reply.
+    """Parse one JSON object of ``model_cls`` out of a model reply (its final answer: the gateway
+    has split any reasoning off).
 
-    Accepts bare JSON, JSON in a markdown code fence, or JSON surrounded by prose. Returns
+    Accepts bare JSON, JSON in a markdown code fence, or JSON surrounded by prose; of several
+    objects that fit, the last one written wins (a corrected draft). Returns
     ``(instance, None)`` on success and ``(None, error)`` otherwise; never raises on bad input.
     """
     if text is None or not text.strip():

@@ -12,8 +12,9 @@ families, which LiteLLM rewrites, any other parameter) goes through LiteLLM.
 
 Both paths fail the same way: a :class:`CallFailed` that says whether another attempt is
 worth it. Timeouts, dropped connections, replies that are not JSON and every 5xx are; a 4xx is
-when the model's provider profile lists it (by default 408/409/425/429). ``Retry-After``
-travels with the failure.
+when the model's provider profile lists it (by default 408/409/425/429). The HTTP status and
+the wait the provider announced (``rate_limits.announced_wait``: ``Retry-After`` as seconds or an
+HTTP-date, ``retry-after-ms``, the reset headers) travel with the failure.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
+from refusalbench.tasks.llm.rate_limits import announced_wait
 
 # The parameters LiteLLM passes through unchanged, with plain string messages, to a provider whose
 # profile says ``direct_http`` (its plain OpenAI and hosted-vLLM chat configs).
@@ -43,12 +45,18 @@ _STATUS_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "Permi
 
 
 class CallFailed(Exception):
-    """A failed attempt: whether another attempt is worth it, and how long the provider asked us to wait."""
+    """A failed attempt: whether another attempt is worth it, how long the provider asked us to
+    wait, and the HTTP status when there was one (a 429 is a rate limit, not an error)."""
 
-    def __init__(self, message: str, *, retriable: bool, retry_after: float | None = None):
+    def __init__(self, message: str, *, retriable: bool, retry_after: float | None = None, status: int | None = None):
         super().__init__(message)
         self.retriable = retriable
         self.retry_after = retry_after
+        self.status = status
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.status == 429
 
 
 class Reply(NamedTuple):
@@ -59,6 +67,15 @@ class Reply(NamedTuple):
     completion_tokens: int | None
     cost_usd: float | None
     finish_reason: str | None
+    # The reply's metadata (:func:`litellm_metadata`, :func:`json_metadata`): reasoning from the
+    # provider's own field (inline ``<think>`` text stays in ``text``: the gateway splits it per model).
+    reasoning: str | None = None
+    reasoning_tokens: int | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+    # What the provider said when it withheld the reply: OpenAI's refusal channel, or the message of
+    # a 400 saying the content was filtered (:func:`filtered_reply`). The gateway's outcome reads it.
+    refusal: str | None = None
 
 
 # ---------------------------------------------------------------- through LiteLLM
@@ -89,8 +106,11 @@ async def litellm_completion(model: str, messages: list[dict[str, str]], timeout
             num_retries=0,
             **kwargs,
         )
-    except Exception as exc:  # provider errors of every kind become a CallFailed
-        raise classify(exc, profile or profile_for(model, kwargs.get("api_base"))) from None
+    except Exception as exc:  # provider errors of every kind become a CallFailed, except a content filter's
+        profile = profile or profile_for(model, kwargs.get("api_base"))
+        if profile.blocks_content(getattr(exc, "status_code", None), str(exc)):
+            return filtered_reply(f"HTTP 400 {type(exc).__name__}: {_first_line(str(exc))}")
+        raise classify(exc, profile) from None
     try:
         choice = response.choices[0]
         text = choice.message.content
@@ -102,28 +122,76 @@ async def litellm_completion(model: str, messages: list[dict[str, str]], timeout
     except Exception:  # unknown price (local models): cost is unknown, not zero
         cost = None
     return Reply(text, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None), cost,
-                 getattr(choice, "finish_reason", None))
+                 getattr(choice, "finish_reason", None), **litellm_metadata(response, choice),
+                 refusal=litellm_refusal(choice))
+
+
+def litellm_refusal(choice: Any) -> str | None:
+    """OpenAI's refusal channel as LiteLLM passes it on (``message.refusal``, or among the
+    provider's own fields): the text of a refusal the provider sent instead of content."""
+    message = getattr(choice, "message", None)
+    extra = getattr(message, "provider_specific_fields", None) or {}
+    return _first_text(getattr(message, "refusal", None), extra.get("refusal") if isinstance(extra, dict) else None)
+
+
+def filtered_reply(message: str) -> Reply:
+    """A 400 whose body says the provider's content filter blocked the prompt, as the reply it
+    stands for: no content, finish reason ``content_filter``, nothing billed (an error bills nothing)."""
+    return Reply(None, None, None, None, "content_filter", refusal=message)
+
+
+def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:
+    """Reasoning, reasoning tokens, served model and fingerprint of a LiteLLM response.
+
+    LiteLLM gives reasoning as ``reasoning_content`` (from DeepSeek's field, vLLM's ``reasoning``,
+    a leading ``<think>`` block it split itself, or Anthropic's thinking blocks), and keeps the
+    thinking blocks and the provider's own fields beside it; the first of them that has text wins.
+    """
+    message = getattr(choice, "message", None)
+    extra = getattr(message, "provider_specific_fields", None) or {}
+    blocks = getattr(message, "thinking_blocks", None) or []
+    thinking = "\n\n".join(b.get("thinking") or "" for b in blocks if isinstance(b, dict)).strip()
+    reasoning = _first_text(getattr(message, "reasoning_content", None), thinking,
+                            extra.get("reasoning_content") if isinstance(extra, dict) else None,
+                            extra.get("reasoning") if isinstance(extra, dict) else None)
+    details = getattr(getattr(response, "usage", None), "completion_tokens_details", None)
+    return {"reasoning": reasoning, "reasoning_tokens": _count(getattr(details, "reasoning_tokens", None)),
+            "served_model": _first_text(getattr(response, "model", None)),
+            "system_fingerprint": _first_text(getattr(response, "system_fingerprint", None))}
+
+
+def json_metadata(reply: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
+    """The same as :func:`litellm_metadata`, read from a chat-completions reply's raw JSON
+    (``reasoning_content`` as DeepSeek and vLLM write it, ``reasoning`` as newer vLLM and OpenRouter do)."""
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
+    return {"reasoning": _first_text(message.get("reasoning_content"), message.get("reasoning")),
+            "reasoning_tokens": _count(details.get("reasoning_tokens")),
+            "served_model": _first_text(reply.get("model")),
+            "system_fingerprint": _first_text(reply.get("system_fingerprint"))}
+
+
+def _first_text(*values: Any) -> str | None:
+    """The first value that is a non-blank string (providers send null, "" or other types alike)."""
+    return next((value for value in values if isinstance(value, str) and value.strip()), None)
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _retry_after_seconds(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or getattr(exc, "headers", None) or {}
-    try:
-        value = headers.get("retry-after") or headers.get("Retry-After")
-    except AttributeError:
-        value = None
-    if value is None:
-        extra = getattr(exc, "litellm_response_headers", None)
-        if extra is not None:
-            value = extra.get("retry-after")
-    return _seconds(value)
-
-
-def _seconds(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    """The wait a LiteLLM exception's response headers announce (LiteLLM keeps them, lower-case,
+    in ``litellm_response_headers``; ``response.headers`` is often empty)."""
+    headers: dict[str, Any] = {}
+    for source in (getattr(getattr(exc, "response", None), "headers", None), getattr(exc, "headers", None),
+                   getattr(exc, "litellm_response_headers", None)):
+        try:
+            headers.update({str(name).lower(): value for name, value in (source or {}).items()})
+        except (AttributeError, TypeError):
+            continue
+    return announced_wait(headers)
 
 
 def classify(exc: BaseException, profile: ProviderProfile) -> CallFailed:
@@ -145,11 +213,13 @@ def classify(exc: BaseException, profile: ProviderProfile) -> CallFailed:
     # An HTTP status is the provider profile's to judge; without one, the exception's kind decides.
     if isinstance(status, int):
         if not profile.retriable_status(status):
-            return CallFailed(message, retriable=False)
-    elif isinstance(exc, not_retriable) and not isinstance(exc, litellm.RateLimitError):
+            return CallFailed(message, retriable=False, status=status)
+    elif isinstance(exc, litellm.RateLimitError):
+        status = 429
+    elif isinstance(exc, not_retriable):
         return CallFailed(message, retriable=False)
     # 429, 5xx, timeouts, dropped connections and replies that did not decode: try again.
-    return CallFailed(message, retriable=True, retry_after=retry_after)
+    return CallFailed(message, retriable=True, retry_after=retry_after, status=status if isinstance(status, int) else None)
 
 
 # ---------------------------------------------------------------- direct
@@ -231,11 +301,13 @@ class DirectClient:
         try:
             async with self._client().post(url, data=json.dumps(body), headers=headers, timeout=timeout) as answer:
                 raw = await answer.read()
-                status, retry_after = answer.status, answer.headers.get("retry-after")
+                status, retry_after = answer.status, announced_wait(answer.headers)
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
         except aiohttp.ClientError as exc:  # refused, reset, dropped mid-reply: try again
             raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+        if status == 400 and profile.blocks_content(status, raw.decode("utf-8", "replace")):
+            return filtered_reply(status_failure(status, raw, retry_after, profile).args[0])
         if status >= 400:
             raise status_failure(status, raw, retry_after, profile)
         try:
@@ -249,11 +321,13 @@ class DirectClient:
             raise CallFailed("malformed reply: no choices", retriable=True) from None
         usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
         # Direct calls go only to models LiteLLM has no price for: cost unknown, as it would say.
-        return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"))
+        return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"),
+                     **json_metadata(reply, choice), refusal=_first_text((choice.get("message") or {}).get("refusal")))
 
 
-def status_failure(status: int, raw: bytes, retry_after: str | None, profile: ProviderProfile) -> CallFailed:
-    """An HTTP error status as a CallFailed, retried as the LiteLLM path retries it."""
+def status_failure(status: int, raw: bytes, retry_after: float | None, profile: ProviderProfile) -> CallFailed:
+    """An HTTP error status as a CallFailed, retried as the LiteLLM path retries it (``retry_after``:
+    the seconds the response's headers announced)."""
     detail = raw.decode("utf-8", "replace")
     try:
         error = json.loads(detail).get("error")
@@ -263,8 +337,8 @@ def status_failure(status: int, raw: bytes, retry_after: str | None, profile: Pr
     name = _STATUS_NAMES.get(status, "ServiceUnavailableError" if status >= 500 else "APIError")
     message = f"HTTP {status} {name}: {_first_line(str(detail))}"
     if not profile.retriable_status(status):
-        return CallFailed(message, retriable=False)
-    return CallFailed(message, retriable=True, retry_after=_seconds(retry_after))
+        return CallFailed(message, retriable=False, status=status)
+    return CallFailed(message, retriable=True, retry_after=retry_after, status=status)
 
 
 def _first_line(text: str) -> str:

@@ -12,6 +12,7 @@ from refusalbench.tasks.core.provenance import package_version
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.records import Assignment, Candidate
 from refusalbench.tasks.refusalbench.rule_generator import rule_skips, ruleset_hash
+from refusalbench.tasks.refusalbench.stage_outcomes import outcome_summary, tell_outcomes
 from refusalbench.tasks.pipeline.fanout import content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.assign_step import GenerationInputs
@@ -37,8 +38,11 @@ def generate_stage(run: StageRun, inputs: GenerationInputs, generators: list[str
         candidates: list[Candidate] = run.fanout.gather(run.fanout.submit(generate_shard, generators, shards), Candidate)
         run.store.save(rb_files.CANDIDATES, candidates)
         run.recorder.artifact(rb_files.CANDIDATES)
+        outcomes = outcome_summary(candidates, by="generator")
         run.recorder.count(candidates=len(candidates),
-                           candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES})
+                           candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES},
+                           generate_outcomes=outcomes)
+        tell_outcomes("generate", outcomes)
         if rule_based:
             levers = {lever.id: lever for lever in inputs.levers}
             run.recorder.count(rule_skips=dict(rule_skips(inputs.assignments, inputs.items_by_id, levers)))

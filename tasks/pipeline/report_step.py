@@ -19,9 +19,12 @@ def report_results(run: StageRun, result: ScoreResult) -> str:
     with run.recorder.stage("report"):
         report_uri = write_report(run.store, result)
         run.recorder.artifact(runfolder.REPORT)
-    publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals, result.standard_errors),
-                  "Models ranked by calibrated refusal score")
-    publish_markdown("leaderboard-md", leaderboard_markdown(result.metrics, result.intervals), "Leaderboard")
+    publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals, result.standard_errors,
+                                                  min_coverage=result.min_coverage),
+                  "Models ranked by calibrated refusal score; incomplete models (coverage below min_coverage) "
+                  "last, unranked")
+    publish_markdown("leaderboard-md", leaderboard_markdown(result.metrics, result.intervals,
+                                                            min_coverage=result.min_coverage), "Leaderboard")
     publish_link("report", _link(report_uri), runfolder.REPORT.name, "Self-contained HTML report")
     story("report: %s", _link(report_uri))
     return report_uri

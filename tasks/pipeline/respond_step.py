@@ -16,6 +16,7 @@ from typing import Any
 from refusalbench.tasks.core.provenance import package_version
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.stage_outcomes import outcome_summary, tell_outcomes
 from refusalbench.tasks.pipeline.shard_tasks import judge_shard, respond_shard
 from refusalbench.tasks.pipeline.fanout import Shard, content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
@@ -72,5 +73,8 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     run.store.save(rb_files.RESPONSES, responses)
     run.store.save(rb_files.JUDGMENTS, judgments)
     run.recorder.artifact(rb_files.RESPONSES, rb_files.JUDGMENTS)
+    outcomes = outcome_summary(responses)
+    run.recorder.count(respond_outcomes=outcomes)
+    tell_outcomes("respond", outcomes)
     return responses, judgments
 

@@ -119,6 +119,31 @@ def _gateway_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     return gateway_for(config).stats_snapshot()
 
 
+def _gateway_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
+    from refusalbench.tasks.llm.gateway import gateway_for
+
+    return gateway_for(config).structured_output_fallbacks()
+
+
+def run_structured_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
+    """{model: mode} for every model whose structured-output mode was lowered in this process or
+    (Dask runner) in a worker; the lowest mode wins where processes differ."""
+    found = [_gateway_fallbacks(config)]
+    client = _current_dask_client()
+    if client is not None:
+        try:
+            found.extend(client.run(_gateway_fallbacks, config).values())
+        except Exception as exc:  # accounting must never fail a finished run
+            log.warning("could not collect structured-output fallbacks from Dask workers: %s", exc)
+    order = ("json_schema", "tool", "json_object", "none")
+    merged: dict[str, str] = {}
+    for fallbacks in found:
+        for model, mode in fallbacks.items():
+            if model not in merged or order.index(mode) > order.index(merged[model]):
+                merged[model] = mode
+    return merged
+
+
 def _current_dask_client() -> Any:
     """The Dask client of the running flow's DaskTaskRunner, if it has one."""
     try:
@@ -179,3 +204,15 @@ class CallCounter:
 
     def since_start(self) -> dict[str, dict[str, float]]:
         return call_stats_since(self.at_start, run_call_stats(self.config))
+
+    def structured_output_fallbacks(self, stats: dict[str, dict[str, float]] | None = None) -> dict[str, str]:
+        """The structured-output fallbacks in force for the models this run called (``stats``: its
+        :meth:`since_start`); a fallback is remembered for the process, so one made by an earlier
+        flow (``run``: the generation) holds for the models a later one calls."""
+        called = set(stats if stats is not None else self.since_start())
+        return {model: mode for model, mode in run_structured_fallbacks(self.config).items() if model in called}
+
+    def record(self, recorder: Any) -> None:
+        """Write this run's calls and structured-output fallbacks into ``recorder``'s manifest."""
+        stats = self.since_start()
+        recorder.calls(stats, self.structured_output_fallbacks(stats))

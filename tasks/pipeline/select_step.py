@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.stage_outcomes import failed_calls
 from refusalbench.tasks.refusalbench.documents import FilterDecision
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Candidate, Verification
 from refusalbench.tasks.refusalbench.select import benchmark_items, filter_candidates, stratified_sample
@@ -44,6 +45,12 @@ def select_benchmark(run: StageRun, inputs: GenerationInputs, candidates: list[C
         if shortfalls and gen.balance == "generator":
             run.recorder.note(f"{len(shortfalls)} strata have a generator with fewer accepted items than its share: "
                               "every generator gives that many there (see counts.shortfalls, per generator)")
+        elif shortfalls and any(failed_calls(candidates, verifications).values()):
+            # Not the data's imbalance: calls that brought no usable reply left the strata short.
+            lost = {stage: sum(n.values()) for stage, n in failed_calls(candidates, verifications).items()}
+            run.recorder.note(f"{len(shortfalls)} strata have fewer accepted items than their quota, and "
+                              f"{lost['generate']} generator and {lost['verify']} verifier calls brought no usable "
+                              "reply (see counts.shortfalls, counts.generate_outcomes, counts.verify_outcomes)")
         elif shortfalls:
             run.recorder.note(f"{len(shortfalls)} strata have fewer accepted items than their quota (natural imbalance, "
                               f"see counts.shortfalls)")

@@ -17,6 +17,7 @@ from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.prechecks import apply_prechecks, awaits_verification, rule_name
 from refusalbench.tasks.core.provenance import package_version
 from refusalbench.tasks.refusalbench.records import Candidate, Verification
+from refusalbench.tasks.refusalbench.stage_outcomes import outcome_summary, tell_outcomes
 from refusalbench.tasks.pipeline.fanout import content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.assign_step import GenerationInputs
@@ -49,9 +50,12 @@ def verify_stage(run: StageRun, inputs: GenerationInputs, candidates: list[Candi
                 pending = [c for c in pending if c.candidate_id not in failed]
         run.store.save(rb_files.VERIFICATIONS, verifications)
         run.recorder.artifact(rb_files.VERIFICATIONS)
+        outcomes = outcome_summary([r for r in verifications if r.verdict != "SKIPPED"], by="verifier")
         run.recorder.count(verifications=len(verifications),
                            verifications_by_verdict={v: sum(r.verdict == v for r in verifications) for v in VERDICTS},
-                           inconsistent_verdicts=sum(r.consistent is False for r in verifications))
+                           inconsistent_verdicts=sum(r.consistent is False for r in verifications),
+                           verify_outcomes=outcomes)
+        tell_outcomes("verify", outcomes)
     return verifications
 
 

@@ -38,7 +38,8 @@ GENERATION_MANIFEST = Artifact("generation_manifest.json", "json",
 RESPONSES = Artifact("responses.parquet", "parquet", "every target reply: decision, confidence, tokens, error",
                      Response)
 JUDGMENTS = Artifact("judgments.parquet", "parquet", "responses with the judge's verdict", Judgment)
-JUDGED = Artifact("judged.parquet", "parquet", "the scorable rows (DESIGN.md §6 judged-responses columns)")
+JUDGED = Artifact("judged.parquet", "parquet", "every row to score (DESIGN.md §6 judged-responses columns) with its "
+                  "outcome and treatment: outcome ok is scored, the rest (truncated, blocked, failed, ...) are counted")
 METRICS = Artifact("metrics.json", "json", "per-model metrics of Appendix D with 95% bootstrap intervals and "
                    "standard errors, response distribution, FRR-MRR correlation", MetricsDocument)
 BREAKDOWN = Artifact("breakdown.parquet", "parquet", "metrics per model x class / intensity / lever / domain / generator, "

@@ -114,6 +114,13 @@ class MetricCorrelation(Document):
     models: list[str] = Field(default_factory=list)
 
 
+class CoverageSummary(Document):
+    """Which models were scored on too few of their rows to be ranked beside the others."""
+    min_coverage: float = Field(description="the scored share of rows below which a model is incomplete")
+    incomplete: dict[str, Rate] = Field(default_factory=dict, description="model -> its coverage, below min_coverage")
+    no_scored_rows: list[str] = Field(default_factory=list, description="models none of whose rows could be scored")
+
+
 class MetricsDocument(Document):
     """``metrics.json`` of RefusalBench (DESIGN.md §6): per-model metrics and 95% intervals."""
     models: dict[str, dict[str, Rate]]
@@ -122,10 +129,16 @@ class MetricsDocument(Document):
         default_factory=dict, description="bootstrap standard error per model and metric (paper App. G)")
     counts: dict[str, Any] = Field(default_factory=dict)
     response_distribution: dict[str, dict[str, Rate]] = Field(
-        default_factory=dict, description="per model: share of each of the six outcomes (App. F.8), summing to 1")
+        default_factory=dict, description="per model: share of each of the six outcomes (App. F.8) and of rows with "
+                                          "no usable response, summing to 1")
     frr_mrr_correlation: MetricCorrelation | None = None
     multi_document: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="per model with multi-document items: the multi-document metrics' counts")
+    outcomes: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="per model: rows per outcome (ok, truncated, provider_blocked, too_long, "
+                                          "empty, call_error, parse_error, judge_error)")
+    outcome_treatment: dict[str, str] = Field(default_factory=dict, description="how the scoring treats each outcome")
+    coverage: CoverageSummary | None = None
     bootstrap: BootstrapSettings | None = None
     undefined_as: str = "null"
     generated_at: str | None = None

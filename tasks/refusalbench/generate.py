@@ -13,6 +13,7 @@ import hashlib
 from typing import Any, Callable
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
 from refusalbench.tasks.refusalbench.prompt_vocabulary import answer_constraint_text
 from refusalbench.tasks.llm.prompting import render_messages, template_hash
 from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Candidate, Lever, Passage
@@ -84,23 +85,26 @@ def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, 
         prompt_tokens=result.prompt_tokens,
         completion_tokens=result.completion_tokens,
         cost_usd=result.cost_usd,
+        **result.metadata(),
     )
-    if result.error_kind == "call_error":
-        return Candidate(status="call_error", error=result.error, **base)
+    if result.error is not None and result.error_kind != PARSE_ERROR:
+        # No usable reply (failed, truncated, blocked, empty): a call error; its outcome says which.
+        return Candidate(status="call_error", error=result.error, outcome=result.outcome, **base)
     output = result.parsed
     if result.error_kind == "parse_error" or output is None:
-        return Candidate(status="parse_error", error=result.error or "no output", **base)
+        return Candidate(status="parse_error", outcome=PARSE_ERROR, error=result.error or "no output", **base)
     if not output.perturbed_question.strip():
-        return Candidate(status="parse_error", error="empty perturbed_question", **base)
+        return Candidate(status="parse_error", outcome=PARSE_ERROR, error="empty perturbed_question", **base)
     if isinstance(output, GeneratorMultiOutput):
         passages = _passages_from(output)
         if not any(p.text.strip() for p in passages):
-            return Candidate(status="parse_error", error="no passage text", **base)
-        return Candidate(status="ok", question=output.perturbed_question, passages=passages, rationale=output.rationale,
+            return Candidate(status="parse_error", outcome=PARSE_ERROR, error="no passage text", **base)
+        return Candidate(status="ok", outcome=OK, question=output.perturbed_question, passages=passages,
+                         rationale=output.rationale,
                          answer_constraint_holds=output.answer_constraint_holds, **base)
     if not output.perturbed_context.strip():
-        return Candidate(status="parse_error", error="empty perturbed_context", **base)
-    return Candidate(status="ok", question=output.perturbed_question, context=output.perturbed_context,
+        return Candidate(status="parse_error", outcome=PARSE_ERROR, error="empty perturbed_context", **base)
+    return Candidate(status="ok", outcome=OK, question=output.perturbed_question, context=output.perturbed_context,
                      rationale=output.rationale, answer_constraint_holds=output.answer_constraint_holds, **base)
 
 

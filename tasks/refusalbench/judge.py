@@ -8,6 +8,8 @@
   impossible and counts as a failed judgment.
 A response whose call failed, or whose judging failed, keeps its error in the row and
 is left out of the metrics (counted separately), rather than silently scored as wrong.
+Each judgment says its ``outcome``: ``ok`` (scored), the response's when it had no usable
+reply (truncated, provider_blocked, empty, too_long, call_error), or ``judge_error``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, JUDGE_ERROR, OK
 from refusalbench.tasks.llm.prompting import render_messages
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.llm.structured_outputs import RAF_WITHOUT_ELIGIBILITY, JudgeMultiOutput, JudgeSingleOutput
@@ -44,29 +47,34 @@ def _base(item: BenchmarkItem, response: Response) -> dict:
 def judgment_without_model(item: BenchmarkItem, response: Response) -> Judgment:
     base = _base(item, response)
     if response.error is not None:
-        return Judgment(error=f"response failed: {response.error}", **base)
+        # The row keeps why there is no usable response (truncated, blocked, ...); rows written
+        # before outcomes were recorded say only that the call failed.
+        outcome = response.outcome if response.outcome not in (None, OK) else CALL_ERROR
+        return Judgment(error=f"response failed: {response.error}", outcome=outcome, **base)
     refused = response.decision != "ANSWER"
     if item.expected == ANSWER_CORRECTLY:
         # Answerable item refused: a false refusal.
-        return Judgment(answer_correct=False, refusal_correct=None, **base)
+        return Judgment(answer_correct=False, refusal_correct=None, outcome=OK, **base)
     # Unanswerable item: right code = correct refusal; an answer = missed refusal.
     return Judgment(refusal_correct=refused and response.decision == item.expected,
-                    answer_correct=False if not refused else None, **base)
+                    answer_correct=False if not refused else None, outcome=OK, **base)
 
 
 def judgment_from_result(item: BenchmarkItem, response: Response, judge: str, result: CallResult) -> Judgment:
-    base = _base(item, response)
+    base = {**_base(item, response), **result.metadata("judge_")}
     output = result.parsed
     if not result.ok or output is None:
-        return Judgment(judge=judge, judge_raw=result.text, error=f"judge failed: {result.error}", **base)
+        return Judgment(judge=judge, judge_raw=result.text, error=f"judge failed: {result.error}", outcome=JUDGE_ERROR,
+                        **base)
     if isinstance(output, JudgeMultiOutput):
         if output.raf == 1 and output.eligibility == 0:
             # The schema refuses this reply; a parsed object built around it (a cache, a test) must not pass either.
-            return Judgment(judge=judge, judge_raw=result.text, error=f"judge failed: {RAF_WITHOUT_ELIGIBILITY}", **base)
+            return Judgment(judge=judge, judge_raw=result.text, error=f"judge failed: {RAF_WITHOUT_ELIGIBILITY}",
+                            outcome=JUDGE_ERROR, **base)
         return Judgment(judge=judge, judge_raw=result.text, eligibility=output.eligibility, factuality=output.factuality,
-                        raf=output.raf, answer_correct=output.raf == 1, **base)
+                        raf=output.raf, answer_correct=output.raf == 1, outcome=OK, **base)
     return Judgment(judge=judge, judge_raw=result.text, quality=output.quality,
-                    answer_correct=output.quality >= CORRECT_QUALITY, **base)
+                    answer_correct=output.quality >= CORRECT_QUALITY, outcome=OK, **base)
 
 
 def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses: list[Response], judge: str,

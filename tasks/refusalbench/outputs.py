@@ -17,35 +17,48 @@ from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment
+from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, OK
 from refusalbench.tasks.refusalbench.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
+from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
+from refusalbench.tasks.refusalbench.scoring.summary import OUTCOME_TREATMENT
 from refusalbench.tasks.core.store import ArtifactStore
 
 JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
                   "perturbation_class", "intensity", "lever_id", "domain", "generator"]
+# What became of the row (tasks/llm/reply_outcomes.py) and how the scoring treats it.
+OUTCOME_COLUMNS = ["outcome", "treatment"]
 # The multi-document judge's scores and the item's variant (single|multi): optional for scoring.
 MULTI_DOCUMENT_COLUMNS = ["raf", "eligibility", "factuality", "variant"]
 
 
 def judged_frame(judgments: list[Judgment],
                  items: Iterable[BenchmarkItem] | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Judgments that can be scored, and per-model counts of the ones left out (errors).
+    """Every judgment as a row to score, and per-model counts of the ones left out of the metrics.
 
-    With ``items``, each row carries its item's ``variant``, which tells the multi-document
-    metrics which rows are theirs; the judge's ``raf``, ``eligibility`` and ``factuality``
-    come along whenever some row has one.
+    Each row says its ``outcome`` (``ok``: scored; otherwise why not: truncated, blocked, a
+    failed call, ...) and its ``treatment`` (how the scoring counts it), so a target none of
+    whose rows could be scored is still listed. With ``items``, each row carries its item's
+    ``variant``, which tells the multi-document metrics which rows are theirs; the judge's
+    ``raf``, ``eligibility`` and ``factuality`` come along whenever some row has one.
     """
     frame = pd.DataFrame([j.model_dump() for j in judgments], columns=list(Judgment.model_fields))
     variants = {item.item_id: item.variant for item in items or ()}
     frame["variant"] = frame["item_id"].map(variants) if variants else None
     errors = frame["error"].notna()
     excluded = frame[errors].groupby("model").size().to_dict() if errors.any() else {}
+    # Judgments written before outcomes were recorded: an error is a failed call, else scored.
+    legacy = frame["outcome"].isna()
+    frame.loc[legacy, "outcome"] = errors[legacy].map({True: CALL_ERROR, False: OK})
+    frame["treatment"] = frame["outcome"].map(OUTCOME_TREATMENT)
     optional = [c for c in MULTI_DOCUMENT_COLUMNS if frame[c].notna().any()]
-    return frame.loc[~errors, JUDGED_COLUMNS + optional].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
+    columns = JUDGED_COLUMNS + OUTCOME_COLUMNS + optional
+    return frame[columns].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
 
 
-def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int) -> ScoreResult:
+def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int,
+                 min_coverage: float = DEFAULT_MIN_COVERAGE) -> ScoreResult:
     """Score ``frame``; metrics.json and the breakdown tables go into the run folder."""
-    result = score_frame(frame, n_resamples=bootstrap, seed=seed)
+    result = score_frame(frame, n_resamples=bootstrap, seed=seed, min_coverage=min_coverage)
     for name, blob in render_score_outputs(result).items():
         store.write_bytes(name, blob)
     return result
@@ -67,7 +80,8 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
         result, manifest=manifest.model_dump(mode="json") if manifest else None,
         gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, rb_files.ROUND_TREND),
         audit=audit.model_dump(mode="json") if audit else None,
-        generation_counts=generation.counts if generation else None, title=title))
+        generation_counts=generation.counts if generation else None, title=title,
+        responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None))
     return store.save(runfolder.REPORT, html)
 
 
@@ -101,5 +115,6 @@ def build_report_for(run_dir: str) -> str:
         raise InputError(store.uri(rb_files.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
     manifest = _optional(store, runfolder.MANIFEST)
     ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
-    result = score_frame(store.load(rb_files.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0))
+    result = score_frame(store.load(rb_files.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0),
+                         min_coverage=ev.get("min_coverage", DEFAULT_MIN_COVERAGE))
     return write_report(store, result)

@@ -27,6 +27,12 @@ a ceiling and ``input_cost_usd`` the input's share. Retries are not counted. Tim
 max(calls x latency / max_concurrency, calls / rpm x 60); a stage takes as long as its slowest
 model (models run in parallel; short-circuit verifiers run one after another, so theirs add up);
 the total is the sum over stages.
+
+Prompts too long for a model: each rendered prompt is checked against the model's context window
+less its ``max_tokens`` exactly as the gateway checks it before a call (``context_limits``: the
+config's ``context_window`` or LiteLLM's, LiteLLM's token counter); ``too_long`` counts the calls
+that would be recorded ``too_long`` instead of sent (scaled like the calls where stand-in prompts
+are used), and the table lists them.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.llm.context_limits import overflow
 from refusalbench.tasks.llm.gateway import json_schema
 from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
 from refusalbench.tasks.refusalbench.generate import generation_messages, rule_candidates
@@ -60,7 +67,8 @@ from refusalbench.tasks.refusalbench.verify import verification_messages
 CHARS_PER_TOKEN = 4
 STAGES = ("pretest", "generate", "verify", "respond", "judge")
 
-Prompt = tuple[int, type[BaseModel] | None]  # (characters of the messages, response schema)
+# (characters of the messages, response schema, the messages)
+Prompt = tuple[int, type[BaseModel] | None, list[dict[str, str]]]
 
 
 class ModelPlan(BaseModel):
@@ -71,6 +79,8 @@ class ModelPlan(BaseModel):
     input_cost_usd: float | None = Field(description="the input's cost; None when the price is unknown")
     cost_usd: float | None = Field(description="input + output ceiling; None when the price or max_tokens is unknown")
     time_bound_s: float
+    too_long: int = Field(default=0, description="calls whose prompt does not fit the model's context window less "
+                                                 "max_tokens: recorded too_long, not sent (context_limits)")
 
 
 class StagePlan(BaseModel):
@@ -115,6 +125,7 @@ class _StageWork:
     calls: Counter[str] = field(default_factory=Counter)
     chars: Counter[str] = field(default_factory=Counter)
     bounded: set[str] = field(default_factory=set)  # models whose count is a ceiling
+    too_long: Counter[str] = field(default_factory=Counter)  # calls whose prompt exceeds the model's window
 
     def add(self, model: str, cfg: ModelConfig, calls: int, prompts: list[Prompt], *, bounded: bool) -> None:
         """``calls`` calls whose prompts look like ``prompts`` on average (all of them when equal in number)."""
@@ -122,12 +133,24 @@ class _StageWork:
         if bounded:
             self.bounded.add(model)
         if prompts and calls:
-            total = sum(chars + _schema_chars(cfg, schema) for chars, schema in prompts)
+            total = sum(chars + _schema_chars(cfg, schema) for chars, schema, _ in prompts)
             self.chars[model] += round(total * calls / len(prompts))
+            over = sum(_too_long(cfg, messages, schema) for _, schema, messages in prompts)
+            self.too_long[model] += round(over * calls / len(prompts))
 
 
 def _message_chars(messages: list[dict[str, str]]) -> int:
     return sum(len(m["content"]) for m in messages)
+
+
+def _prompt(messages: list[dict[str, str]], schema: type[BaseModel] | None) -> Prompt:
+    return _message_chars(messages), schema, messages
+
+
+def _too_long(cfg: ModelConfig, messages: list[dict[str, str]], schema: type[BaseModel] | None) -> bool:
+    """Whether the gateway would record this prompt too_long for ``cfg`` instead of sending it."""
+    sent = json_schema(schema) if schema is not None and _schema_chars(cfg, schema) else None
+    return overflow(cfg, messages, _max_tokens(cfg), sent) is not None
 
 
 def _schema_chars(cfg: ModelConfig, schema: type[BaseModel] | None) -> int:
@@ -148,7 +171,7 @@ def _stand_in(item: BaseItem) -> BenchmarkItem:
 
 
 def _target_prompts(items: list[BenchmarkItem], confidence: bool) -> list[Prompt]:
-    return [(_message_chars(target_messages(item, confidence)), None) for item in items]
+    return [_prompt(target_messages(item, confidence), None) for item in items]
 
 
 def _judge_prompts(items: list[BenchmarkItem]) -> list[Prompt]:
@@ -156,14 +179,14 @@ def _judge_prompts(items: list[BenchmarkItem]) -> list[Prompt]:
     for item in items:
         stand_in = Response(item_id=item.item_id, model="-", raw=item.answers[0] if item.answers else "")
         schema = JudgeMultiOutput if item.variant == "multi" else JudgeSingleOutput
-        prompts.append((_message_chars(judge_messages(item, stand_in)), schema))
+        prompts.append(_prompt(judge_messages(item, stand_in), schema))
     return prompts
 
 
 def _generation_prompts(assignments: list[Assignment], items: dict[str, BaseItem],
                         levers: dict[str, Lever]) -> list[Prompt]:
-    return [(_message_chars(generation_messages(items[a.base_id], levers[a.lever_id])),
-             GeneratorMultiOutput if a.variant == "multi" else GeneratorSingleOutput) for a in assignments]
+    return [_prompt(generation_messages(items[a.base_id], levers[a.lever_id]),
+                    GeneratorMultiOutput if a.variant == "multi" else GeneratorSingleOutput) for a in assignments]
 
 
 def _verification_prompts(assignments: list[Assignment], items: dict[str, BaseItem],
@@ -176,7 +199,7 @@ def _verification_prompts(assignments: list[Assignment], items: dict[str, BaseIt
                              perturbation_class=a.perturbation_class, intensity=a.intensity, variant=a.variant,
                              generator="-", status="ok", question=item.question, context=item.context,
                              passages=item.passages, expected=lever.expected, prompt_hash="-")
-        prompts.append((_message_chars(verification_messages(stand_in, item, lever)), VerifierOutput))
+        prompts.append(_prompt(verification_messages(stand_in, item, lever), VerifierOutput))
     return prompts
 
 
@@ -327,7 +350,8 @@ def _price_stage(cfg: RunConfig, work: _StageWork, prices: dict[str, tuple[float
         cost = None if price is None or tokens_out is None else round(tokens_in * price[0] + tokens_out * price[1], 6)
         models[name] = ModelPlan(calls=calls, upper_bound=name in work.bounded, input_tokens=tokens_in,
                                  output_tokens_max=tokens_out, input_cost_usd=cost_in, cost_usd=cost,
-                                 time_bound_s=round(time_bound(mcfg, calls, latency_s), 3))
+                                 time_bound_s=round(time_bound(mcfg, calls, latency_s), 3),
+                                 too_long=work.too_long[name])
     times = [m.time_bound_s for m in models.values()]
     outs = [m.output_tokens_max for m in models.values()]
     return StagePlan(
@@ -445,6 +469,11 @@ def plan_table(plan: Plan) -> str:
     if plan.total.cost_usd is None:
         known = f"cost of the priced models: <= ${plan.total.priced_cost_usd:,.2f}; " if priced else ""
         out.append(f"{known}cost unknown for: {', '.join(plan.total.unpriced_models)}")
+    too_long = [f"  {name}: {model}: {m.too_long:,} of {m.calls:,}" for name, stage in plan.stages.items()
+                for model, m in stage.models.items() if m.too_long]
+    if too_long:
+        out += ["prompts too long for the model's context window less max_tokens (recorded too_long, not sent):",
+                *too_long]
     out += ["stage notes:", *(f"  {name}: {stage.note}" for name, stage in plan.stages.items())]
     out += ["assumptions:", *(f"  - {note}" for note in plan.notes)]
     return "\n".join(out)

@@ -108,6 +108,8 @@ class Candidate(Record):
     generator: str
     status: Literal["ok", "parse_error", "call_error"]
     error: str | None = None
+    outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
+                                                          "provider_blocked, empty, too_long, call_error, parse_error")
     raw: str | None = None
     question: str | None = None
     context: str | None = None
@@ -123,6 +125,12 @@ class Candidate(Record):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
+    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
+    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
+    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    system_fingerprint: str | None = None
 
 
 class Verification(Record):
@@ -144,8 +152,16 @@ class Verification(Record):
     refusal_class_alignment: bool | None = None
     strategy_compliance: bool | None = None
     error: str | None = None
+    outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
+                                                          "provider_blocked, empty, too_long, call_error, parse_error")
     raw: str | None = None
     cached: bool = False
+    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
+    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
+    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
+    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    system_fingerprint: str | None = None
 
 
 class BenchmarkItem(Record):
@@ -180,7 +196,15 @@ class Response(Record):
     completion_tokens: int | None = None
     cost_usd: float | None = None
     error: str | None = None
+    outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok (scored), or no usable "
+                                                          "response: truncated, provider_blocked, empty, too_long, call_error")
     cached: bool = False
+    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
+    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
+    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
+    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    system_fingerprint: str | None = None
 
 
 class Judgment(Record):
@@ -197,9 +221,17 @@ class Judgment(Record):
     judge: str | None = None
     judge_raw: str | None = None
     error: str | None = None
+    outcome: str | None = Field(default=None, description="the row's outcome (tasks/llm/reply_outcomes.py): ok (scored), the response's "
+                                                          "when it was not usable, or judge_error")
     confidence: str | None = None
     perturbation_class: str | None = None
     intensity: str | None = None
     lever_id: str | None = None
     domain: str | None = None
     generator: str | None = None
+    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``judge_raw``), who served it.
+    judge_finish_reason: str | None = Field(default=None, description="the judge's finish reason (stop, length, content_filter, ...)")
+    judge_reasoning: str | None = Field(default=None, description="the judge's reasoning, kept apart from its answer")
+    judge_reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    judge_served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    judge_system_fingerprint: str | None = None

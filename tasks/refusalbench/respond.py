@@ -28,10 +28,11 @@ def target_messages(item: BenchmarkItem, confidence: bool) -> list[dict[str, str
 def response_from_result(item: BenchmarkItem, model: str, result: CallResult, confidence: bool) -> Response:
     base = dict(item_id=item.item_id, model=model, raw=result.text, latency_s=result.latency_s,
                 prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                cost_usd=result.cost_usd, cached=result.cached)
+                cost_usd=result.cost_usd, cached=result.cached, **result.metadata())
     if not result.ok:
-        return Response(error=result.error, **base)
-    return Response(decision=parse_decision(result.text),
+        # No usable response (failed, truncated, blocked, empty, too long): never parsed for a decision.
+        return Response(error=result.error, outcome=result.outcome, **base)
+    return Response(decision=parse_decision(result.text), outcome=result.outcome,
                     confidence=parse_confidence(result.text) if confidence else None, **base)
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from refusalbench.tasks.refusalbench.change_summary import change_summary
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
+from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
 from refusalbench.tasks.refusalbench.prechecks import awaits_verification
 from refusalbench.tasks.llm.prompting import render_messages
 from refusalbench.tasks.refusalbench.prompt_vocabulary import VERIFIER_VOCABULARY
@@ -65,14 +66,16 @@ def effective_verdict(stated: str, flags: dict[str, bool | None], required: tupl
 
 def verification_from_result(candidate: Candidate, verifier: str, result: CallResult) -> Verification:
     base = dict(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
-                raw=result.text, cached=result.cached)
+                raw=result.text, cached=result.cached, **result.metadata())
     output = result.parsed
     if not result.ok or output is None:
-        return Verification(verdict="ERROR", error=result.error or "no output", **base)
+        return Verification(verdict="ERROR", error=result.error or "no output",
+                            outcome=result.outcome if not result.ok else PARSE_ERROR, **base)
     required = required_criteria(candidate.variant)
     flags = {name: getattr(output, name) for name in required}
     verdict, consistent = effective_verdict(output.verdict, flags, required)
-    return Verification(verdict=verdict, stated_verdict=output.verdict, consistent=consistent, **flags, **base)
+    return Verification(verdict=verdict, stated_verdict=output.verdict, consistent=consistent, outcome=OK, **flags,
+                        **base)
 
 
 def skipped(candidate: Candidate, verifier: str) -> Verification:

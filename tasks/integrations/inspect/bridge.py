@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from refusalbench.tasks.llm.gateway import CallResult
 from refusalbench.tasks.llm.providers import PLACEHOLDER_KEY, profile_for, response_format_for
+from refusalbench.tasks.llm.reply_outcomes import OK, outcome_error, reply_outcome
 from refusalbench.tasks.integrations.inspect.sample_metadata import ITEM_KEY, SCORE_KEY
 from refusalbench.tasks.refusalbench.judge import judge_messages, judgment_from_result, judgment_without_model, needs_judge
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
@@ -34,8 +35,6 @@ from refusalbench.tasks.refusalbench.respond import response_from_result, target
 from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics
 from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, JudgeSingleOutput, json_schema_for, parse_output
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
-
-EMPTY_REPLY = "empty reply content"  # the gateway's words for a reply with no text
 
 
 # ----------------------------------------------------------------- the task's side
@@ -48,11 +47,15 @@ def sample_fields(item: BenchmarkItem, confidence: bool) -> dict[str, Any]:
 
 
 def response_of(item: BenchmarkItem, model: str, text: str | None, confidence: bool,
-                error: str | None = None) -> Response:
-    """The target's reply read as ``respond`` reads it; an empty reply is a failed call, as in the gateway."""
-    if error is None and (not text or not text.strip()):
-        error = EMPTY_REPLY
-    return response_from_result(item, model, CallResult(model=model, key="", text=text, error=error), confidence)
+                error: str | None = None, stop_reason: str | None = None) -> Response:
+    """The target's reply read as ``respond`` reads it. A reply that is no answer has its outcome,
+    as in the gateway (``reply_outcomes``): cut at the limit (inspect's stop reason
+    ``max_tokens``), blocked (``content_filter``) or empty; a sample's error is a failed call."""
+    kind = None
+    if error is None and (outcome := reply_outcome(text, stop_reason)) != OK:
+        error, kind = outcome_error(outcome, stop_reason), outcome
+    return response_from_result(item, model, CallResult(model=model, key="", text=text, error=error, error_kind=kind),
+                                confidence)
 
 
 def judge_schema(item: BenchmarkItem) -> type[BaseModel]:

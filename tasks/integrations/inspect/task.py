@@ -34,6 +34,8 @@ from inspect_ai.model import (
     ChatMessageAssistant,
     ChatMessageSystem,
     ChatMessageUser,
+    ContentReasoning,
+    ContentText,
     GenerateConfig,
     ModelAPI,
     ModelOutput,
@@ -52,6 +54,8 @@ from refusalbench.tasks.integrations.inspect import bridge as bridge
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
 from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.llm.providers import profile_for
+from refusalbench.tasks.llm.reasoning import split_reasoning
 from refusalbench.tasks.llm.transport import CallFailed, litellm_completion
 from refusalbench.tasks.refusalbench.scoring.metrics import all_metrics, metric_spec
 
@@ -138,7 +142,8 @@ def refusalbench_judge(judge: str | None = None, judge_base_url: str | None = No
 
     async def score(state: TaskState, target: Target) -> Score:
         item = item_of(state.metadata)
-        response = bridge.response_of(item, str(state.model), state.output.completion, confidence)
+        response = bridge.response_of(item, str(state.model), state.output.completion, confidence,
+                                      stop_reason=state.output.stop_reason)
         request = bridge.judge_request(item, response)
         if request is None:
             judgment = bridge.judgment_of(item, response)
@@ -176,11 +181,15 @@ class LiteLLMAPI(ModelAPI):
                                           self.base_url, self.api_key), **self.model_args}
         timeout = float(config.attempt_timeout or config.timeout or DEFAULT_TIMEOUT_S)
         reply = await litellm_completion(self.model_name, messages, timeout, kwargs)
-        output = ModelOutput.from_content(model=self.model_name, content=str(reply.text or ""),
+        # Reasoning goes apart from the answer (as the gateway splits it), so the scorer reads the answer only.
+        answer, reasoning = split_reasoning(None if reply.text is None else str(reply.text), reply.reasoning,
+                                            profile_for(self.model_name, self.base_url).reasoning)
+        content: Any = [ContentReasoning(reasoning=reasoning), ContentText(text=answer or "")] if reasoning else answer or ""
+        output = ModelOutput.from_content(model=self.model_name, content=content,
                                           stop_reason=bridge.stop_reason(reply.finish_reason))  # type: ignore[arg-type]
         prompt, completion = reply.prompt_tokens or 0, reply.completion_tokens or 0
         output.usage = ModelUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
-                                  total_cost=reply.cost_usd)
+                                  reasoning_tokens=reply.reasoning_tokens, total_cost=reply.cost_usd)
         return output
 
     def should_retry(self, ex: Exception) -> bool | RetryDecision:

@@ -62,7 +62,7 @@ def model_status(
             reasons.append(why)
         if cfg.api_base:
             if probe:
-                listed = endpoint_models(cfg.api_base)
+                listed = endpoint_models(cfg.api_base, path=profile_for(cfg.model, cfg.api_base).models_path)
                 row["endpoint"] = "reachable" if listed is not None else "unreachable"
                 if listed is None:
                     reasons.append(f"endpoint {cfg.api_base} does not answer")

@@ -104,9 +104,10 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def endpoint_models(api_base: str, timeout: float = 2.0) -> list[str] | None:
-    """Model ids listed by an OpenAI-compatible endpoint, or None when it does not answer."""
-    url = api_base.rstrip("/") + "/models"
+def endpoint_models(api_base: str, timeout: float = 2.0, path: str = "/models") -> list[str] | None:
+    """Model ids listed by an endpoint at ``api_base`` + ``path`` (OpenAI's format; the provider
+    profile's ``models_path``), or None when it does not answer."""
+    url = api_base.rstrip("/") + path
     try:
         with urllib.request.urlopen(url, timeout=timeout) as reply:  # noqa: S310 - http(s) endpoint from config
             payload = json.loads(reply.read().decode("utf-8"))

@@ -48,21 +48,21 @@ def physical_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -
         yield line_no, text
 
 
-def iter_json_lines(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
+def json_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed value) for each non-blank JSONL line; parse failures become problems."""
-    with open(path, "rb") as stream:
-        for line_no, text in physical_lines(stream, problems, max_line_bytes):
-            if not text.strip():
-                continue
-            try:
-                yield line_no, json.loads(text)
-            except json.JSONDecodeError as exc:
-                problems.add(f"not valid JSON: {exc.msg} (column {exc.colno})", line=line_no)
+    for line_no, text in physical_lines(stream, problems, max_line_bytes):
+        if not text.strip():
+            continue
+        try:
+            yield line_no, json.loads(text)
+        except json.JSONDecodeError as exc:
+            problems.add(f"not valid JSON: {exc.msg} (column {exc.colno})", line=line_no)
 
 
 @register_reader(*JSONL_SUFFIXES)
 def _read_jsonl(path: Path, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
-    yield from iter_json_lines(path, problems, max_line_bytes)
+    with open(path, "rb") as stream:
+        yield from json_lines(stream, problems, max_line_bytes)
 
 
 def _check_columns(columns: list[str], problems: Problems, line: int | None) -> bool:

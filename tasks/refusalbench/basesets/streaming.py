@@ -8,7 +8,6 @@ optional ``on_progress(bytes_read, total_bytes)`` callback, from which the CLI d
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 from refusalbench.tasks.refusalbench.basesets.problems import Problems
 
 # core.textinput owns the line-level rules (size bound, BOM, UTF-8) that every text input obeys;
-# readers.physical_lines reports them to the file's Problems, so a bad line reads the same
+# readers.json_lines reports them to the file's Problems, so a bad line reads the same
 # whichever command met it.
-from refusalbench.tasks.refusalbench.basesets.readers import physical_lines
+from refusalbench.tasks.refusalbench.basesets.readers import json_lines
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -78,14 +77,7 @@ def iter_json_lines(path: Path, problems: Problems, max_line_bytes: int,
                     progress: ByteProgress | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) per non-blank line; problems are collected, not raised."""
     with open(path, "rb") as raw:
-        stream = raw if progress is None else _CountingStream(raw, progress)
-        for line_no, text in physical_lines(stream, problems, max_line_bytes):
-            if not text.strip():
-                continue
-            try:
-                yield line_no, json.loads(text)
-            except json.JSONDecodeError as exc:
-                problems.add(f"not valid JSON: {exc.msg} (column {exc.colno})", line=line_no)
+        yield from json_lines(raw if progress is None else _CountingStream(raw, progress), problems, max_line_bytes)
 
 
 def iter_raw_lines(path: Path, max_line_bytes: int,

@@ -28,14 +28,25 @@ from refusalbench.tasks.refusalbench.report.figures import (
 )
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
 from refusalbench.tasks.refusalbench.report.gv import gv_section_html, unverified_note
-from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value, leaderboard_metrics, ranked_models
+from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
+from refusalbench.tasks.refusalbench.report.leaderboard import (
+    format_interval,
+    format_value,
+    incomplete_models,
+    incomplete_note,
+    leaderboard_metrics,
+    model_ranks,
+    ranked_models,
+)
 from refusalbench.tasks.refusalbench.report.outcomes import (
     correlation_note,
     distribution_section,
     multi_document_section,
     standard_errors_section,
 )
+from refusalbench.tasks.refusalbench.report.responses import responses_section
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
+from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
 
 
@@ -65,6 +76,11 @@ class ReportInputs:
     # Registry entries per model (family, parameters_b, training, thinking_budget); default:
     # the manifest's ``config.models``.
     model_info: Mapping[str, Mapping[str, Any]] | None = None
+    # Rows per outcome per model, and the scored share below which a model is incomplete.
+    outcomes: Mapping[str, Mapping[str, int]] | None = None
+    min_coverage: float = DEFAULT_MIN_COVERAGE
+    # responses.parquet: the replies, their reasoning and reasoning tokens (a sample and a per-model table).
+    responses: pd.DataFrame | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
@@ -83,6 +99,8 @@ class ReportInputs:
             response_distribution=result.response_distribution,
             frr_mrr_correlation=result.frr_mrr_correlation,
             multi_document=result.multi_document,
+            outcomes=result.outcomes,
+            min_coverage=result.min_coverage,
             **optional,
         )
 
@@ -92,9 +110,12 @@ def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
     head = "<tr><th>#</th><th class='name'>Model</th>" + "".join(
         f"<th>{escape(label)}</th>" for _, label in columns) + "<th>n</th></tr>"
     rows = []
-    for rank, model in enumerate(order, start=1):
+    incomplete = incomplete_models(inputs.metrics, inputs.min_coverage)
+    for model, rank in model_ranks(inputs.metrics, inputs.min_coverage):
         values = inputs.metrics[model]
-        cells = [f"<td>{rank}</td>", f"<td class='name'>{escape(model)}</td>"]
+        mark = (f" <span class='ci'>({escape(incomplete_note(incomplete[model]))})</span>"
+                if model in incomplete else "")
+        cells = [f"<td>{'—' if rank is None else rank}</td>", f"<td class='name'>{escape(model)}{mark}</td>"]
         for name, _ in columns:
             ci = format_interval(inputs.intervals.get(model, {}).get(name), name)
             ci_html = f"<br><span class='ci'>{escape(ci)}</span>" if ci else ""
@@ -189,12 +210,19 @@ def build_generation_report(run: ReportInputs) -> str:
 
 def build_report(run: ReportInputs) -> str:
     """The whole report as one self-contained HTML string."""
-    order = ranked_models(run.metrics)
+    order = ranked_models(run.metrics, run.min_coverage)
     sections: list[str] = []
 
     lead = f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer " \
            "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
+    incomplete = incomplete_models(run.metrics, run.min_coverage)
+    if incomplete:
+        lead += (f"<p class='note'>{len(incomplete)} model(s) scored on less than {100 * run.min_coverage:.0f}% of "
+                 "their rows are incomplete: listed after the ranked models, without a rank (see Rows not scored).</p>")
     sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + _leaderboard_html(run, order)))
+    coverage = coverage_section(run.metrics, run.outcomes, run.min_coverage, order)
+    if coverage:
+        sections.append(coverage)
     sections.extend(filter(None, [
         standard_errors_section(run.standard_errors, order),
         multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
@@ -213,6 +241,9 @@ def build_report(run: ReportInputs) -> str:
     distribution = distribution_section(run.response_distribution, order)
     if distribution:
         sections.append(distribution)
+    replies = responses_section(run.responses, order)
+    if replies:
+        sections.append(replies)
 
     if _non_empty(run.class_intensity):
         grid = run.class_intensity

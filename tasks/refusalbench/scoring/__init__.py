@@ -79,6 +79,7 @@ from refusalbench.tasks.refusalbench.scoring.metrics import (
     MetricSpec,
     all_metrics,
     compute_metrics,
+    coverage_metrics,
     declare,
     formula_metric,
     metric_spec,
@@ -89,8 +90,10 @@ from refusalbench.tasks.refusalbench.scoring.metrics import (
 )
 from refusalbench.tasks.refusalbench.scoring.result import ScoreResult, score_frame
 from refusalbench.tasks.refusalbench.scoring.summary import (
+    OUTCOME_TREATMENT,
     OUTCOMES,
     correlation,
+    outcome_counts_by_model,
     frr_mrr_correlation,
     multi_document_counts,
     response_distribution,
@@ -111,6 +114,7 @@ __all__ = [
     "N_FLOAT_BINS",
     "N_VERBAL_BINS",
     "OUTCOMES",
+    "OUTCOME_TREATMENT",
     "PREPARED_COLUMNS",
     "REQUIRED_COLUMNS",
     "TABLE_FILES",
@@ -128,6 +132,7 @@ __all__ = [
     "compute_metrics",
     "confusion",
     "correlation",
+    "coverage_metrics",
     "declare",
     "domain_champions",
     "ensure_prepared",
@@ -140,6 +145,7 @@ __all__ = [
     "metrics_from_stats",
     "multi_document_counts",
     "multi_document_metrics",
+    "outcome_counts_by_model",
     "overall_rows",
     "prepare",
     "read_judged",

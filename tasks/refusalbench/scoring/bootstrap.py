@@ -32,6 +32,7 @@ from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.metrics import (
     METRIC_SPECS,
+    OUTCOME_FLAGS,
     metrics_from_stats,
     model_codes,
     row_arrays,
@@ -45,6 +46,8 @@ FLOAT_GRID = 1000  # bootstrap grouping of numeric confidences: 0.001
 _FLAG_NAMES: tuple[str, ...] = (
     "answerable", "refused", "answered_correctly", "right_code", "unjudged", "multi",
     "eligibility_has", "eligibility", "factuality_has", "factuality", "raf_has", "raf",
+    # last: constant on a run where every row is scored, so the types keep their order
+    "scored", *OUTCOME_FLAGS,
 )
 
 

@@ -12,6 +12,11 @@ Decisions the contract leaves open:
   absent only when no answerable item got an answer attempt.
 - An empty/absent reply parses as an answer attempt (no code), judged like any other.
 
+Rows may carry an ``outcome`` (``tasks/llm/reply_outcomes.py``; missing = ``ok``): a row whose
+outcome is not ``ok`` has no usable response (truncated, provider_blocked, too_long, empty)
+or failed (call_error, judge_error). It needs no decision, is ``scored = False`` and enters
+no accuracy metric; the outcome rates (``non_response_rate``, ``coverage``, ...) count it.
+
 Multi-document (GaRAGe) judgments may add ``raf``, ``eligibility``, ``factuality`` (0/1)
 and ``variant`` (single|multi). Where ``raf`` is given and ``answer_correct`` is not, RAF = 1
 is the correct answer; where both are given they must agree. RAF = 1 with eligibility = 0
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from refusalbench.tasks.llm.reply_outcomes import OK, ROW_OUTCOMES
 from refusalbench.tasks.refusalbench.decisions import ANSWER, normalise_decision, parse_decision
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.scoring.calibration import NO_BIN, confidence_of
@@ -45,7 +51,7 @@ BREAKDOWN_DIMENSIONS: tuple[str, ...] = (
 PREPARED_COLUMNS: tuple[str, ...] = (
     "model", "item_id", "expected", "decision", "answerable", "refused", "answer_correct",
     "answered_correctly", "right_code", "correct", "confidence", "confidence_value",
-    "confidence_bin",
+    "confidence_bin", "outcome", "scored",
 )
 
 # Fixed label spaces: code 0 = ANSWER_CORRECTLY / ANSWER, codes 1.. = the canonical refusal
@@ -191,16 +197,18 @@ def prepare(
     _fail(source, line_of, expected < 0, "expected",
           lambda i: f"not ANSWER_CORRECTLY or a refusal code: {df['expected'].iloc[i]!r}")
 
+    outcome = _outcome_codes(df, source, line_of)
+    scored = outcome == ROW_OUTCOMES.index(OK)
     decision = np.full(n, -1, dtype=np.int8)
     if "decision" in columns:
         given = df["decision"]
-        present = ~_is_missing(given)
+        present = ~_is_missing(given) & scored
         codes, mapped = _per_unique(given, lambda v: _label_code(normalise_decision(v)))
         normalised = _lookup(codes, mapped, np.int8)
         _fail(source, line_of, present & (normalised < 0), "decision",
               lambda i: f"not ANSWER or a refusal code: {given.iloc[i]!r}")
         decision[present] = normalised[present]
-    unset = decision < 0
+    unset = (decision < 0) & scored  # a row without a usable response has no decision to find
     if unset.any():
         if "response" in columns:
             decision[unset] = _parse_responses(df["response"][unset])
@@ -249,6 +257,11 @@ def prepare(
         conf_text = pd.Categorical.from_codes(np.full(n, -1), categories=pd.Index([], dtype=object))
         conf_value = np.full(n, np.nan)
         conf_bin = np.full(n, NO_BIN, dtype=np.int8)
+    # Unscored rows: no decision (code -1, so neither an answer attempt nor a right code), no
+    # refusal, no confidence; the indicators below are all False for them.
+    refused &= scored
+    conf_value = np.where(scored, conf_value, np.nan)
+    conf_bin = np.where(scored, conf_bin, NO_BIN).astype(np.int8)
 
     model_codes, model_names = pd.factorize(model, sort=True)
     out = pd.DataFrame(
@@ -261,13 +274,15 @@ def prepare(
             "refused": refused,
             "answer_correct": answer_correct,
             # Only answerable items need a judge: answers to unanswerable ones are wrong anyway.
-            "answer_unjudged": answerable & ~refused & ~answer_judged,
+            "answer_unjudged": answerable & ~refused & ~answer_judged & scored,
             "answered_correctly": answered_correctly,
             "right_code": right_code,
             "correct": answered_correctly | right_code,
             "confidence": conf_text,
             "confidence_value": conf_value,
             "confidence_bin": conf_bin,
+            "outcome": pd.Categorical.from_codes(outcome, categories=list(ROW_OUTCOMES)),
+            "scored": scored,
         }
     )
     out["multi"] = _multi_rows(df, scores, source, line_of)
@@ -281,6 +296,24 @@ def prepare(
             codes, mapped = _per_unique(df[dim], _group_text)
             out[dim] = _categorical(codes, mapped)
     return out
+
+
+def _outcome_codes(df: pd.DataFrame, source: str, line_of: LineOf) -> np.ndarray:
+    """Each row's outcome as its index in ROW_OUTCOMES (a missing column or cell: ``ok``), checked."""
+    if "outcome" not in df.columns:
+        return np.full(len(df), ROW_OUTCOMES.index(OK), dtype=np.int8)
+
+    def code(value: Any) -> int:
+        if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            return ROW_OUTCOMES.index(OK)
+        text = str(value).strip().lower() or OK
+        return ROW_OUTCOMES.index(text) if text in ROW_OUTCOMES else -1
+
+    codes, mapped = _per_unique(df["outcome"], code)
+    outcome = _lookup(codes, mapped, np.int8)
+    _fail(source, line_of, outcome < 0, "outcome",
+          lambda i: f"not an outcome: {df['outcome'].iloc[i]!r} (one of {', '.join(ROW_OUTCOMES)})")
+    return outcome
 
 
 def _judge_scores(df: pd.DataFrame, source: str, line_of: LineOf) -> dict[str, np.ndarray]:

@@ -33,7 +33,9 @@ from refusalbench.tasks.core.stats import resample_counts, row_percentiles, seed
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, metrics_from_stats, proportion_parts, sufficient_stats
 
-_TYPE_FLAGS: tuple[str, ...] = ("answerable", "refused", "answered_correctly", "right_code")
+# ``scored`` last: constant where every row is scored, so the types keep their order. Unscored rows
+# enter no formula metric; they are a type of their own so a resample draws them in their share.
+_TYPE_FLAGS: tuple[str, ...] = ("answerable", "refused", "answered_correctly", "right_code", "scored")
 _N_FLAG_VALUES = 1 << len(_TYPE_FLAGS)
 _BATCH_ROWS = 200_000  # resampled statistics computed into metrics at a time
 

@@ -24,8 +24,8 @@ from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import open_bytes, open_text, text_lines
 from refusalbench.tasks.refusalbench.scoring.inputs import LineOf, prepare, row_line
-from refusalbench.tasks.refusalbench.scoring.result import ScoreResult
-from refusalbench.tasks.refusalbench.scoring.summary import distribution_by_model
+from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE, ScoreResult
+from refusalbench.tasks.refusalbench.scoring.summary import OUTCOME_TREATMENT, distribution_by_model
 
 # ----------------------------------------------------------------- reading judged responses
 
@@ -152,6 +152,12 @@ def metrics_document(result: ScoreResult) -> dict[str, Any]:
         if not result.response_distribution.empty else {},
         "frr_mrr_correlation": {k: _json_number(v) for k, v in correlation.items()} if correlation else None,
         "multi_document": result.multi_document,
+        # Rows without a usable response or whose call failed: counted per model, and how each was treated.
+        "outcomes": result.outcomes,
+        "outcome_treatment": OUTCOME_TREATMENT,
+        "coverage": {"min_coverage": result.min_coverage,
+                     "incomplete": {m: _json_number(v) for m, v in result.incomplete.items()},
+                     "no_scored_rows": result.unscorable},
         "bootstrap": {"n_resamples": result.n_resamples, "seed": result.seed, "level": 0.95,
                       "method": "percentile", "standard_error": STANDARD_ERROR_METHOD,
                       "breakdown_intervals": BREAKDOWN_INTERVAL_METHOD},
@@ -224,6 +230,8 @@ def load_score_outputs(files: Mapping[str, bytes]) -> ScoreResult:
         standard_errors=document["standard_errors"],
         frr_mrr_correlation=document.get("frr_mrr_correlation") or {},
         multi_document=document.get("multi_document") or {},
+        outcomes=document.get("outcomes") or {},
+        min_coverage=float((document.get("coverage") or {}).get("min_coverage", DEFAULT_MIN_COVERAGE)),
         n_resamples=int(bootstrap.get("n_resamples", 0)),
         seed=int(bootstrap.get("seed", 0)),
         generated_at=str(document.get("generated_at", "")),

@@ -31,6 +31,13 @@ answerable multi-document items, a refusal or an unjudged answer scoring 0;
 multi-document items, i.e. RAF and refusal accuracy weighted by their shares of the items;
 ``eligibility_rate``, ``factuality_rate``, ``raf_rate`` = the judge's scores over the answer
 attempts it judged (App. F.9). All five are NaN for single-document rows.
+
+Rows without a usable response (``outcome`` not ok: truncated, blocked by the provider, too
+long, empty, or a failed call or judgment) enter none of the metrics above: their statistics
+count scored rows only. The *coverage* metrics (declared ``coverage=True``: ``coverage``,
+``non_response_rate``, ``truncated_rate``, ``blocked_rate``, ``too_long_rate``, ``failed_rate``)
+are ratios over every row (:data:`OUTCOME_STATISTICS`); they are in metrics.json beside the
+others, without intervals or breakdown rows.
 """
 
 from __future__ import annotations
@@ -43,12 +50,19 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.llm.reply_outcomes import FAILURES, OK
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS, ece
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 
 COUNTS: tuple[str, ...] = ("n", "n_answerable", "n_unanswerable", "n_confidence", "n_unjudged")
 
 Rows = Mapping[str, np.ndarray]  # the per-row indicators of :func:`row_arrays`
+
+
+def _flag(rows: Rows, name: str) -> np.ndarray:
+    """An optional per-row flag (the outcome flags; a bootstrap row type may leave them out)."""
+    flag = rows.get(name)
+    return np.zeros(len(rows["answerable"]), dtype=bool) if flag is None else flag
 
 
 def _attempt(rows: Rows) -> np.ndarray:
@@ -83,8 +97,22 @@ STATISTICS: dict[str, Callable[[Rows], np.ndarray]] = {
     "raf_n": lambda r: _attempt(r) & r["raf_has"],
     "raf_1": lambda r: _attempt(r) & r["raf"],
 }
-STAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(STATISTICS)}
-_N_BASE = len(STATISTICS)
+# What became of every row, scored or not (``outcome``, ``tasks/llm/reply_outcomes.py``): summed over
+# all rows, where the statistics above count only the scored ones.
+OUTCOME_STATISTICS: dict[str, Callable[[Rows], np.ndarray]] = {
+    "n_rows": lambda r: np.ones(len(r["answerable"]), dtype=bool),
+    "truncated": lambda r: _flag(r, "truncated"),
+    "provider_blocked": lambda r: _flag(r, "provider_blocked"),
+    "too_long": lambda r: _flag(r, "too_long"),
+    "empty": lambda r: _flag(r, "empty"),
+    "failed": lambda r: _flag(r, "failed"),
+}
+# The per-row outcome flags the statistics above read (besides ``scored``).
+OUTCOME_FLAGS: tuple[str, ...] = ("truncated", "provider_blocked", "too_long", "empty", "failed")
+# Every statistic a metric may name: the scored rows' first, then the outcomes'.
+ALL_STATISTICS: dict[str, Callable[[Rows], np.ndarray]] = {**STATISTICS, **OUTCOME_STATISTICS}
+STAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(ALL_STATISTICS)}
+_N_BASE = len(ALL_STATISTICS)
 _N_STATS = _N_BASE + 2 * N_BINS * 3
 
 
@@ -112,6 +140,9 @@ class MetricSpec:
     compared: bool = False  # drawn in the model-comparison figures (scaling, SFT vs DPO, thinking budget)
     inspect_task: bool = False  # one of the inspect task's metrics
     multi_document: bool = False  # GaRAGe's: scored only on runs with multi-document rows (NaN elsewhere)
+    # Describes which rows could be scored (coverage, non-response rates), not the behaviour scored:
+    # in metrics.json beside the others, without bootstrap intervals or breakdown rows.
+    coverage: bool = False
     percent: bool = True  # shown as a percentage; else as a number with three decimals (ECE)
 
     def __post_init__(self) -> None:
@@ -123,10 +154,10 @@ class MetricSpec:
             raise ValueError(f"metric {self.name!r}: a ratio or a formula, not both")
         if self.of and self.formula is None:
             raise ValueError(f"metric {self.name!r}: 'of' names the inputs of a formula")
-        unknown = [s for s in self.numerator + self.denominator if s not in STATISTICS]
+        unknown = [s for s in self.numerator + self.denominator if s not in ALL_STATISTICS]
         if unknown:
             raise ValueError(f"metric {self.name!r}: unknown statistic {', '.join(map(repr, unknown))} "
-                             f"(known: {', '.join(STATISTICS)})")
+                             f"(known: {', '.join(ALL_STATISTICS)})")
 
     @property
     def is_ratio(self) -> bool:
@@ -177,7 +208,12 @@ def metric_spec(name: str) -> MetricSpec:
 
 def single_document_metrics() -> tuple[str, ...]:
     """The metrics every run is scored on (§6's), in declaration order."""
-    return tuple(name for name, spec in METRIC_SPECS.items() if not spec.multi_document)
+    return tuple(name for name, spec in METRIC_SPECS.items() if not spec.multi_document and not spec.coverage)
+
+
+def coverage_metrics() -> tuple[str, ...]:
+    """The rates of what became of the rows (scored share, truncated, blocked, ...), in declaration order."""
+    return tuple(name for name, spec in METRIC_SPECS.items() if spec.coverage)
 
 
 def multi_document_metrics() -> tuple[str, ...]:
@@ -239,6 +275,27 @@ declare(MetricSpec("ece_answer", label="ECE (answers)", title="ECE over answer a
 declare(MetricSpec("ece_refusal", label="ECE (refusals)", title="ECE over refusals",
                    formula=lambda stats: ece(confidence_block(stats)[..., 1, :, :]),
                    higher_is_better=False, percent=False))
+
+# ----------------------------------------------------------------- outcomes (issue 24)
+# What became of all the rows, scored or not: a row without a usable response (truncated,
+# blocked by the provider, too long for the model, empty) is left out of every metric above and
+# counted in non_response_rate; a failed call or judgment in failed_rate. Coverage is the
+# scored share, which the leaderboard compares with evaluation.min_coverage.
+
+declare(MetricSpec("coverage", label="Coverage", title="Scored share of rows", numerator=("n",),
+                   denominator=("n_rows",), coverage=True))
+declare(MetricSpec("non_response_rate", label="No response", title="Non-response rate",
+                   numerator=("truncated", "provider_blocked", "too_long", "empty"), denominator=("n_rows",),
+                   higher_is_better=False, coverage=True))
+declare(MetricSpec("truncated_rate", label="Truncated", title="Truncated rate", numerator=("truncated",),
+                   denominator=("n_rows",), higher_is_better=False, coverage=True))
+declare(MetricSpec("blocked_rate", label="Blocked", title="Provider-blocked rate", numerator=("provider_blocked",),
+                   denominator=("n_rows",), higher_is_better=False, coverage=True))
+declare(MetricSpec("too_long_rate", label="Too long", title="Too-long rate", numerator=("too_long",),
+                   denominator=("n_rows",), higher_is_better=False, coverage=True))
+declare(MetricSpec("failed_rate", label="Failed", title="Failed rate (call or judge)", numerator=("failed",),
+                   denominator=("n_rows",), higher_is_better=False, coverage=True))
+
 declare(MetricSpec("answer_quality_score", label="Answer quality", title="Answer quality (mean RAF)",
                    numerator=("multi_raf",), denominator=("multi_answerable",),
                    leaderboard=True, multi_document=True))
@@ -270,6 +327,7 @@ def row_arrays(df: pd.DataFrame) -> dict[str, np.ndarray]:
     factuality_has, factuality = _score_flags(df, "factuality")
     raf_has, raf = _score_flags(df, "raf")
     return {
+        **outcome_flags(df),
         "multi": df["multi"].to_numpy(dtype=bool) if "multi" in df else np.zeros(len(df), dtype=bool),
         "eligibility_has": eligibility_has, "eligibility": eligibility,
         "factuality_has": factuality_has, "factuality": factuality,
@@ -286,6 +344,18 @@ def row_arrays(df: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
+def outcome_flags(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row: ``scored`` and one flag per outcome statistic (a frame without ``outcome``: all scored)."""
+    n = len(df)
+    if "outcome" not in df:
+        return {"scored": np.ones(n, dtype=bool), **{name: np.zeros(n, dtype=bool) for name in OUTCOME_FLAGS}}
+    outcome = df["outcome"].astype(object).to_numpy()
+    flags = {name: outcome == name for name in ("truncated", "provider_blocked", "too_long", "empty")}
+    flags["failed"] = np.isin(outcome, FAILURES)
+    scored = df["scored"].to_numpy(dtype=bool) if "scored" in df else outcome == OK
+    return {"scored": scored, **flags}
+
+
 def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.ndarray],
                      weights: np.ndarray | None = None) -> np.ndarray:
     """(n_groups × _N_STATS) sums of the row indicators per group.
@@ -299,11 +369,15 @@ def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.nd
             return np.zeros(n_groups)
         return np.bincount(groups, weights=w * mask, minlength=n_groups)
 
+    # The statistics of scored rows see only those; the outcome statistics see every row.
+    scored = rows.get("scored")
+    scored = np.ones(len(groups), dtype=bool) if scored is None else scored
     stats = np.zeros((n_groups, _N_STATS))
     if n_groups:
-        stats[:, :_N_BASE] = np.stack([total(indicator(rows)) for indicator in STATISTICS.values()], axis=1)
+        stats[:, :_N_BASE] = np.stack([total(indicator(rows) & scored) for indicator in STATISTICS.values()]
+                                      + [total(indicator(rows)) for indicator in OUTCOME_STATISTICS.values()], axis=1)
     refused = rows["refused"]
-    has = rows["conf_bin"] >= 0
+    has = (rows["conf_bin"] >= 0) & scored
     if has.any():
         cell = (refused[has].astype(np.int64) * N_BINS + rows["conf_bin"][has])
         key = groups[has] * (2 * N_BINS) + cell
@@ -342,11 +416,12 @@ def proportion_parts(stats: np.ndarray, metric: str) -> tuple[np.ndarray, np.nda
 
 
 def metrics_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:
-    """Every declared metric (:func:`all_metrics`) from a stack (..., _N_STATS) of sufficient statistics."""
+    """Every declared metric (:func:`all_metrics`, then :func:`coverage_metrics`) from a stack
+    (..., _N_STATS) of sufficient statistics."""
     values: dict[str, np.ndarray] = {}
     for name, spec in METRIC_SPECS.items():  # declaration order: a formula's inputs come before it
         values[name] = spec.values(stats, values)
-    return {name: values[name] for name in all_metrics()}
+    return {name: values[name] for name in all_metrics() + coverage_metrics()}
 
 
 def _counts_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:

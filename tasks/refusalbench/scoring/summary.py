@@ -1,9 +1,11 @@
 """Whole-run summaries beside the per-model metrics (paper App. F.5, F.8, F.9).
 
-- :func:`response_distribution`: every scorable response in exactly one of six outcomes
-  (Fig. 26): correct answer, wrong answer, correct refusal, wrong-category refusal, false
-  refusal, missed refusal; with counts, fractions (summing to 1 per model) and Wilson
-  intervals.
+- :func:`response_distribution`: every row in exactly one of seven outcomes: the paper's six
+  (Fig. 26: correct answer, wrong answer, correct refusal, wrong-category refusal, false
+  refusal, missed refusal) and "no usable response" (truncated, blocked by the provider, too
+  long, empty, or a failed call or judgment: left out of the six); with counts, fractions
+  (summing to 1 per model) and Wilson intervals.
+- :func:`outcome_counts_by_model`: how many rows came to each outcome (``tasks/llm/reply_outcomes.py``).
 - :func:`frr_mrr_correlation`: Pearson and Spearman correlation of the false and the missed
   refusal rate across models (§4.2: "r = -0.78 on NQ").
 - :func:`multi_document_counts`: the denominators of the multi-document metrics.
@@ -25,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from refusalbench.tasks.llm.reply_outcomes import (CALL_ERROR, EMPTY, JUDGE_ERROR, OK, PARSE_ERROR, PROVIDER_BLOCKED,
+                                             ROW_OUTCOMES, TOO_LONG, TRUNCATED)
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.core.stats import wilson_interval
 from refusalbench.tasks.refusalbench.scoring.metrics import STAT_INDEX, model_stats
@@ -37,6 +41,19 @@ OUTCOMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "wrong_category_refusal": (("unanswerable_refused",), ("right_code",)),
     "false_refusal": (("answerable_refused",), ()),
     "missed_refusal": (("unanswerable_answered",), ()),
+    # The seventh column: rows without a usable response, so the fractions cover every row.
+    "no_usable_response": (("n_rows",), ("n",)),
+}
+# How the scoring treats each row outcome: the judged table's ``treatment`` and metrics.json's ``outcomes``.
+OUTCOME_TREATMENT: dict[str, str] = {
+    OK: "scored",
+    TRUNCATED: "excluded from accuracy; counted in non_response_rate and truncated_rate",
+    PROVIDER_BLOCKED: "excluded from accuracy; counted in non_response_rate and blocked_rate",
+    TOO_LONG: "excluded from accuracy (not sent); counted in non_response_rate and too_long_rate",
+    EMPTY: "excluded from accuracy; counted in non_response_rate",
+    CALL_ERROR: "excluded from accuracy; counted in failed_rate",
+    PARSE_ERROR: "excluded from accuracy; counted in failed_rate",
+    JUDGE_ERROR: "excluded from accuracy; counted in failed_rate",
 }
 DISTRIBUTION_COLUMNS: tuple[str, ...] = ("model", "outcome", "count", "fraction", "ci_low", "ci_high", "n")
 CORRELATED: tuple[str, str] = ("false_refusal_rate", "missed_refusal_rate")
@@ -44,7 +61,7 @@ MIN_MODELS_FOR_CORRELATION = 3
 
 
 def outcome_counts(stats: np.ndarray) -> dict[str, np.ndarray]:
-    """{outcome: count} from (..., _N_STATS) sufficient statistics; the six add up to ``n``."""
+    """{outcome: count} from (..., _N_STATS) sufficient statistics; the seven add up to ``n_rows``."""
     def column(name: str) -> np.ndarray:
         return stats[..., STAT_INDEX[name]]
 
@@ -55,14 +72,14 @@ def outcome_counts(stats: np.ndarray) -> dict[str, np.ndarray]:
 
 def response_distribution(df: pd.DataFrame, level: float = 0.95,
                           per_model: tuple[list[str], np.ndarray] | None = None) -> pd.DataFrame:
-    """One row per model × outcome: count, fraction of the model's scorable rows, Wilson interval, n.
+    """One row per model × outcome: count, fraction of the model's rows, Wilson interval, n (all its rows).
 
     ``per_model``: the :func:`~.metrics.model_stats` of ``df`` when the caller has them already.
     """
     models, stats = per_model if per_model is not None else model_stats(ensure_prepared(df))
     if not models:
         return pd.DataFrame({c: [] for c in DISTRIBUTION_COLUMNS})
-    n = stats[:, STAT_INDEX["n"]]
+    n = stats[:, STAT_INDEX["n_rows"]]
     frames = []
     for outcome, count in outcome_counts(stats).items():
         low, high = wilson_interval(count, n, level)
@@ -130,3 +147,13 @@ def multi_document_counts(df: pd.DataFrame,
                           "n_answer_attempts_judged": count(i, "raf_n"),
                           "n_eligibility": count(i, "eligibility_n"), "n_factuality": count(i, "factuality_n")}
     return out
+
+
+def outcome_counts_by_model(df: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """{model: {outcome: rows}} over every outcome of ``tasks/llm/reply_outcomes.py`` (zeros included),
+    from a prepared frame (one without outcomes: all ``ok``)."""
+    df = ensure_prepared(df)
+    table = pd.crosstab(df["model"], df["outcome"], dropna=False)
+    return {str(model): {outcome: int(table.at[model, outcome]) if outcome in table.columns else 0
+                         for outcome in ROW_OUTCOMES}
+            for model in table.index}

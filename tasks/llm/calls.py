@@ -1,0 +1,119 @@
+"""What one model call is: its request (``CallSpec``), its result (``CallResult``) and its cache key.
+
+The gateway (``gateway``) turns specs into results; the stages build specs and read results,
+so they need only this module's names. ``request_key`` is the call cache's key: the model,
+its deployment (endpoint and deployment-selecting headers, ``endpoints``), the messages, the
+parameters and the response schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.endpoints import endpoint_identity
+from refusalbench.tasks.llm.reply_outcomes import OK
+
+# Bump when the cached value's layout changes, so old rows are not misread.
+CACHE_VERSION = 1
+
+
+class CallSpec(BaseModel):
+    """One chat completion to make."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str = Field(description="registry name (key of RunConfig.models)")
+    messages: list[dict[str, str]]
+    schema_: type[BaseModel] | None = Field(default=None, alias="schema")
+    params: dict[str, Any] = Field(default_factory=dict)
+    tag: str | None = Field(default=None, description="caller's id for the call (not part of the cache key)")
+
+
+class CallResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str
+    key: str
+    tag: str | None = None
+    text: str | None = None
+    parsed: Any = None
+    error: str | None = None
+    error_kind: str | None = Field(default=None, description="call_error | parse_error, or the outcome of a reply that "
+                                                            "is no answer: truncated | provider_blocked | empty | too_long")
+    attempts: int = 0
+    cached: bool = False
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    # The reply's metadata (issue 24): why it stopped, the reasoning split off ``text``, and who served it.
+    finish_reason: str | None = Field(default=None, description="the provider's finish reason (stop, length, content_filter, ...)")
+    reasoning: str | None = Field(default=None, description="the model's reasoning, split off the final answer in `text`")
+    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    served_model: str | None = Field(default=None, description="the model name the provider says answered")
+    system_fingerprint: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def outcome(self) -> str:
+        """What the call came to (``tasks/llm/reply_outcomes.py``): ``ok``, or why there is no usable reply."""
+        return OK if self.error is None else (self.error_kind or "call_error")
+
+    def metadata(self, prefix: str = "") -> dict[str, Any]:
+        """The reply's metadata as record fields, each name after ``prefix`` (a judgment's are ``judge_...``)."""
+        return {prefix + name: getattr(self, name) for name in REPLY_METADATA}
+
+
+# The reply's metadata every table holding a reply carries, under these names (CallResult.metadata).
+REPLY_METADATA: tuple[str, ...] = ("finish_reason", "reasoning", "reasoning_tokens", "served_model", "system_fingerprint")
+
+
+def schema_name(schema: type[BaseModel]) -> str:
+    return schema.__name__
+
+
+@functools.lru_cache(maxsize=None)
+def _built_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    from refusalbench.tasks.llm.structured_outputs import json_schema_for
+
+    return json_schema_for(schema)
+
+
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Self-contained schema (no $refs, every field required) so llama.cpp's grammar honours it.
+    # Built once per output class (pydantic takes up to ~1 ms, twice per call, on the
+    # gateway's single event-loop thread); each caller gets its own copy to change freely.
+    return copy.deepcopy(_built_schema(schema))
+
+
+def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None) -> str:
+    """Cache key: what determines the reply, the deployment included: a configured ``api_base``
+    (normalised) and the ``extra_headers`` that select a deployment (``endpoints``), so one model
+    string on two hosts is two models. Credentials are not part of it (a rotated key still hits
+    the cache), nor is an endpoint found at run time (a local server started on a new port each
+    run); a model at its provider's own endpoint keeps the key it always had."""
+    payload = {
+        "v": CACHE_VERSION,
+        "model": cfg.model,
+        "messages": messages,
+        "params": {**cfg.params, **params},
+        "schema": json_schema(schema) if schema is not None else None,
+        **endpoint_identity(cfg),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def parse_structured(schema: type[BaseModel], text: str) -> tuple[BaseModel | None, str | None]:
+    from refusalbench.tasks.llm.structured_outputs import parse_output
+
+    return parse_output(schema, text)

@@ -1,0 +1,64 @@
+"""Which deployment a model string reaches: part of a call's identity in the call cache.
+
+One open model is often served by several hosts (a vLLM box, a hosted provider, a second
+region), all under the same LiteLLM model string. Their replies differ, so the call cache must
+tell them apart: a configured ``api_base`` and the headers that pick a deployment are part of
+the key. Credentials are not (a rotated key must still hit the cache), and neither is the
+endpoint the run itself discovers for a local server it started (a new port each run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from refusalbench.tasks.core.config import ModelConfig
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Header names that carry credentials, never a deployment (compared lower-case) ...
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key"})
+# ... and words that mark one in any other name (x-goog-api-key, x-auth-token, ocp-apim-subscription-key).
+_CREDENTIAL_WORDS = ("key", "token", "secret", "auth", "password", "signature", "cookie")
+
+
+def normalised_endpoint(api_base: str) -> str:
+    """``api_base`` as one spelling per endpoint: lower-case scheme and host, the port only when it
+    is not the scheme's default, the path without a trailing slash, the query kept, credentials
+    in the URL dropped (``HTTPS://Host:443/v1/`` -> ``https://host/v1``)."""
+    parts = urlsplit(api_base.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # not a number: keep what was written
+        port = None
+    netloc = host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+    path = parts.path.rstrip("/")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{netloc}{path}{query}" if scheme else f"{netloc}{path}{query}"
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether a request header carries credentials (and so is never part of a call's identity)."""
+    lower = name.strip().lower()
+    return lower in _CREDENTIAL_HEADERS or any(word in lower for word in _CREDENTIAL_WORDS)
+
+
+def deployment_headers(headers: dict[str, Any]) -> dict[str, str]:
+    """The headers that may select a deployment (every one that is not a credential), names lower-case."""
+    return {name.strip().lower(): str(value) for name, value in sorted(headers.items()) if not is_credential_header(name)}
+
+
+def endpoint_identity(cfg: ModelConfig) -> dict[str, Any]:
+    """What the call-cache key adds for the deployment a model reaches: ``endpoint`` when it has an
+    ``api_base`` of its own, ``headers`` when its ``extra_headers`` select one. Empty for a model
+    reached at its provider's default endpoint, so its keys are what they always were."""
+    identity: dict[str, Any] = {}
+    if cfg.api_base:
+        identity["endpoint"] = normalised_endpoint(cfg.api_base)
+    headers = deployment_headers(cfg.extra_headers)
+    if headers:
+        identity["headers"] = headers
+    return identity
