@@ -325,6 +325,25 @@ def test_the_key_holds_the_endpoint_and_the_deployment_headers_but_no_credential
     assert endpoint_identity(deployment) == {"endpoint": "http://host-a:8000/v1", "headers": {"x-deployment": "eu-west"}}
 
 
+def test_a_single_endpoint_config_keeps_its_cache_from_before_the_endpoint_joined_the_key(tmp_path, fake_llm):
+    from refusalbench.tasks.llm.callcache import SQLiteCache
+
+    fake_llm.responder = lambda request: "fresh"
+    cache = SQLiteCache(str(tmp_path / "calls.sqlite"))
+    one = ModelConfig(model="openai/open-7b", api_base=fake_llm.url, max_attempts=1)
+    old_key = request_key(one, _msg("q"), {}, None, deployment=False)
+    cache.put(old_key, {"v": CACHE_VERSION, "text": "from the old cache", "finish_reason": "stop"})
+    # One deployment of the model string: the old entry serves, moved to the new key, no call.
+    result = Gateway({"one": one}, cache, direct_http=True).complete("one", _msg("q"))
+    assert (result.text, result.cached, len(fake_llm.calls)) == ("from the old cache", True, 0)
+    assert cache.get(request_key(one, _msg("q"), {}, None)) is not None
+    # Two deployments of it: the old entry could be either host's, so each host is asked.
+    with ScriptedLLMServer(responder=lambda request: "host b") as host_b:
+        other = ModelConfig(model="openai/open-7b", api_base=host_b.url, max_attempts=1)
+        both = Gateway({"one": one, "other": other}, cache, direct_http=True)
+        assert both.complete("other", _msg("q")).text == "host b" and len(host_b.calls) == 1
+
+
 def _benchmark(tmp_path, items: list[BenchmarkItem]) -> str:
     return ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", items, BenchmarkItem)
 

@@ -96,19 +96,22 @@ def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     return copy.deepcopy(_built_schema(schema))
 
 
-def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None) -> str:
+def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None,
+                *, deployment: bool = True) -> str:
     """Cache key: what determines the reply, the deployment included: a configured ``api_base``
     (normalised) and the ``extra_headers`` that select a deployment (``endpoints``), so one model
     string on two hosts is two models. Credentials are not part of it (a rotated key still hits
     the cache), nor is an endpoint found at run time (a local server started on a new port each
-    run); a model at its provider's own endpoint keeps the key it always had."""
+    run); a model at its provider's own endpoint keeps the key it always had. ``deployment=False``
+    gives the key such a call had before the deployment was part of it (the gateway migrates
+    those entries)."""
     payload = {
         "v": CACHE_VERSION,
         "model": cfg.model,
         "messages": messages,
         "params": {**cfg.params, **params},
         "schema": json_schema(schema) if schema is not None else None,
-        **endpoint_identity(cfg),
+        **(endpoint_identity(cfg) if deployment else {}),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -9,6 +9,7 @@ endpoint the run itself discovers for a local server it started (a new port each
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -62,3 +63,13 @@ def endpoint_identity(cfg: ModelConfig) -> dict[str, Any]:
     if headers:
         identity["headers"] = headers
     return identity
+
+
+def sole_deployment(cfg: ModelConfig, models: Iterable[ModelConfig]) -> bool:
+    """Whether a reply cached before the deployment joined the key may serve ``cfg``: it has a
+    deployment of its own, and no other model reaches the same model string at another one (two
+    hosts of one model never share replies). Such an entry is migrated, so an existing
+    single-endpoint config keeps its cache."""
+    identity = endpoint_identity(cfg)
+    return bool(identity) and not any(other.model == cfg.model and endpoint_identity(other) != identity
+                                      for other in models)

@@ -50,6 +50,7 @@ from refusalbench.tasks.llm.callcache import CallCache, NullCache
 # What a call is lives in ``calls``; the stages import these names from here too.
 from refusalbench.tasks.llm.calls import (CACHE_VERSION, CallResult, CallSpec, json_schema, parse_structured,  # noqa: F401
                                           request_key, schema_name)
+from refusalbench.tasks.llm.endpoints import sole_deployment
 from refusalbench.tasks.llm.context_limits import overflow, prompt_tokens
 from refusalbench.tasks.llm.rate_limits import MARGIN_S, ModelLimiter
 from refusalbench.tasks.llm.structured_modes import StructuredModes
@@ -166,6 +167,15 @@ class Gateway:
 
     # ------------------------------------------------------------ internals
 
+    def _migrated(self, spec: CallSpec, cfg: ModelConfig, key: str) -> dict[str, Any] | None:
+        """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``)."""
+        if not sole_deployment(cfg, self.models.values()):
+            return None
+        legacy = self.cache.get(request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
+        if legacy is not None:
+            self.cache.put(key, legacy)
+        return legacy
+
     def _count(self, model: str, **amounts: float) -> None:
         with self._stats_lock:
             for name, amount in amounts.items():
@@ -182,6 +192,8 @@ class Gateway:
                                     "and can only be listed under generation.generators")
         key = request_key(cfg, spec.messages, spec.params, spec.schema_)
         cached = self.cache.get(key)
+        if cached is None:
+            cached = self._migrated(spec, cfg, key)
         if cached is not None and not cacheable(cached, structured=spec.schema_ is not None):
             cached = None  # cached before truncated or blocked replies were told apart: ask again
         if cached is not None:
