@@ -48,8 +48,8 @@ from pydantic import BaseModel
 
 from refusalbench.tasks.llm.callcache import CallCache, NullCache
 # What a call is lives in ``calls``; the stages import these names from here too.
-from refusalbench.tasks.llm.calls import (CACHE_VERSION, CallResult, CallSpec, json_schema, parse_structured,  # noqa: F401
-                                          request_key, schema_name)
+from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
+                                          parse_structured, request_key, schema_name)
 from refusalbench.tasks.llm.endpoints import sole_deployment
 from refusalbench.tasks.llm.context_limits import overflow, prompt_tokens
 from refusalbench.tasks.llm.rate_limits import MARGIN_S, ModelLimiter
