@@ -40,6 +40,8 @@ from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
+# The modes from the most to the least the request says about its output (a fallback only moves down).
+MODES_BY_STRENGTH: tuple[StructuredMode, ...] = ("json_schema", "tool", "json_object", "none")
 # The modes in which the whole JSON schema travels with the request.
 SCHEMA_MODES: frozenset[str] = frozenset({"json_schema", "tool"})
 # 4xx statuses worth another attempt (every 5xx is): timeout, conflict, too early, rate limit.
@@ -330,16 +332,21 @@ class Gemini(ProviderProfile):
     key_env = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 
 
+class OpenModelHost(ProviderProfile):
+    """A host of open-weight models (not registered itself): some of its reasoning models write
+    their reasoning inline in ``<think>`` tags."""
+
+    reasoning = "think_tags"
+
+
 @register_provider("together_ai")
-class TogetherAI(ProviderProfile):
+class TogetherAI(OpenModelHost):
     key_env = ("TOGETHERAI_API_KEY", "TOGETHER_AI_TOKEN")
-    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("groq")
-class Groq(ProviderProfile):
+class Groq(OpenModelHost):
     key_env = ("GROQ_API_KEY",)
-    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("mistral")
@@ -357,15 +364,13 @@ class DeepSeek(ProviderProfile):
 
 
 @register_provider("fireworks_ai")
-class FireworksAI(ProviderProfile):
+class FireworksAI(OpenModelHost):
     key_env = ("FIREWORKS_API_KEY", "FIREWORKS_AI_API_KEY", "FIREWORKSAI_API_KEY")
-    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("openrouter")
-class OpenRouter(ProviderProfile):
+class OpenRouter(OpenModelHost):
     key_env = ("OPENROUTER_API_KEY",)
-    reasoning = "think_tags"  # hosts open reasoning models, some of which write <think> inline
 
 
 @register_provider("ollama")

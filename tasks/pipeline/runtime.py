@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 if TYPE_CHECKING:
     from refusalbench.tasks.core.config import RunConfig
 
 log = logging.getLogger("refusalbench")
+T = TypeVar("T")
 
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
@@ -125,21 +126,28 @@ def _gateway_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
     return gateway_for(config).structured_output_fallbacks()
 
 
-def run_structured_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
-    """{model: mode} for every model whose structured-output mode was lowered in this process or
-    (Dask runner) in a worker; the lowest mode wins where processes differ."""
-    found = [_gateway_fallbacks(config)]
+def _from_every_process(read: Callable[[Any], T], config: "RunConfig | dict[str, Any]", what: str) -> list[T]:
+    """``read(config)`` in this process and, with the Dask runner, in every worker process:
+    gateways are per process, so a flow's calls may have gone through several."""
+    found = [read(config)]
     client = _current_dask_client()
     if client is not None:
         try:
-            found.extend(client.run(_gateway_fallbacks, config).values())
+            found.extend(client.run(read, config).values())
         except Exception as exc:  # accounting must never fail a finished run
-            log.warning("could not collect structured-output fallbacks from Dask workers: %s", exc)
-    order = ("json_schema", "tool", "json_object", "none")
+            log.warning("could not collect %s from Dask workers: %s", what, exc)
+    return found
+
+
+def run_structured_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
+    """{model: mode} for every model whose structured-output mode was lowered in this process or
+    (Dask runner) in a worker; the lowest mode wins where processes differ."""
+    from refusalbench.tasks.llm.providers import MODES_BY_STRENGTH
+
     merged: dict[str, str] = {}
-    for fallbacks in found:
+    for fallbacks in _from_every_process(_gateway_fallbacks, config, "structured-output fallbacks"):
         for model, mode in fallbacks.items():
-            if model not in merged or order.index(mode) > order.index(merged[model]):
+            if model not in merged or MODES_BY_STRENGTH.index(mode) > MODES_BY_STRENGTH.index(merged[model]):
                 merged[model] = mode
     return merged
 
@@ -165,14 +173,7 @@ def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     process's gateway; with the Dask runner the calls were made in the worker processes,
     so their gateways' counters are collected too (``Client.run`` on every worker).
     """
-    snapshots = [_gateway_stats(config)]
-    client = _current_dask_client()
-    if client is not None:
-        try:
-            snapshots.extend(client.run(_gateway_stats, config).values())
-        except Exception as exc:  # accounting must never fail a finished run
-            log.warning("could not collect call statistics from Dask workers: %s", exc)
-    return merge_call_stats(snapshots)
+    return merge_call_stats(_from_every_process(_gateway_stats, config, "call statistics"))
 
 
 def call_stats_since(start: dict[str, dict[str, float]],
