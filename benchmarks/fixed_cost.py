@@ -1,17 +1,19 @@
 """Fixed cost of one ``refusalbench`` process, measured as a user meets it: embedded mode.
 
 Every measured run is a whole ``refusalbench evaluate`` process, started the way a user
-types it: no ``PREFECT_API_URL`` (Prefect's API is the shared local server of
-``tasks.prefect_api``), its own ``PREFECT_HOME``, a new run folder. For each size N a
+types it: no ``PREFECT_API_URL`` (Prefect's API is the background server that the first
+command starts, ``tasks/pipeline/prefect_server.py``), its own ``PREFECT_HOME``, a new run
+folder. The very first command (a fresh ``PREFECT_HOME``: it starts the server, which creates
+Prefect's database) is timed on its own. For each size N a
 benchmark of N items and a config (a target and a judge on the scripted server, replying
 after ``--latency``) are written. First runs, each with an empty call cache (``--first``
 per size, the first of which fills the cache the re-runs use): a run's wall time less its
 call phase (some request in flight at the server) is the time it spends outside its calls.
 Then cached re-runs (no call may reach the server):
 
-- warm: the local API server already runs (every command after the first), ``--repeat``
+- warm: the background server already runs (every command after the first), ``--repeat``
   times per size, sizes interleaved so that machine noise spreads over all of them;
-- cold: the server stopped first, so the command boots it (a session's first command).
+- cold: the server stopped first (``refusalbench api stop``), so the command starts it.
 
 Per process it prints the wall time, and from ``manifest.json`` the part before the flow's
 stages (interpreter, imports, input checks, Prefect flow run), the stages, and the part
@@ -25,6 +27,7 @@ through the warm medians against N: what a process costs before its first item.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -106,13 +109,14 @@ def cpu_check_s() -> float:
 
 
 def server_rss_mib(home: Path) -> float | None:
-    entry_file = home / "refusalbench-api" / "server.json"
+    from refusalbench.tasks.pipeline.prefect_server import running_server
+
+    server = running_server(home)
     try:
-        pid = json.loads(entry_file.read_text())["pid"]
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{server['pid']}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, TypeError):
         return None
     return None
 
@@ -155,19 +159,19 @@ def main() -> None:
 
     checks = [cpu_check_s()]
     with tempfile.TemporaryDirectory(prefix="refusalbench-fixed-cost-") as tmp, \
-            ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
+            ScriptedLLMServer(responder=reply, latency_s=args.latency) as server, contextlib.ExitStack() as cleanup:
         work = Path(tmp)
         home = work / "prefect-home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
         env.update(PREFECT_HOME=str(home), PYTHONPATH=str(ROOT))
-        os.environ["PREFECT_HOME"] = str(home)  # for stop_shared_server below
-        from refusalbench.tasks.pipeline.local_api import stop_shared_server
+        from refusalbench.tasks.pipeline.prefect_server import stop_background_server
 
-        # A first command creates Prefect's database and starts the server, so the first runs
-        # below are measured as every later command meets them.
+        cleanup.callback(stop_background_server, home)  # whatever happens, before the folder goes
+        # A first command starts the server, which creates Prefect's database, so the first
+        # runs below are measured as every later command meets them.
         prime = work / "prime"
         prime.mkdir()
-        run_once(write_config(prime, server.url), write_benchmark(prime / "bench", 1), prime / "run", env)
+        very_first = run_once(write_config(prime, server.url), write_benchmark(prime / "bench", 1), prime / "run", env)
         inputs: dict[int, tuple[Path, str, Path]] = {}
         first: dict[int, list[dict[str, Any]]] = {n: [] for n in args.sizes}
         for n in args.sizes:
@@ -197,12 +201,14 @@ def main() -> None:
         cold_size = min(args.sizes, key=lambda n: abs(n - 200))
         cold = []
         for _ in range(args.cold):
-            stop_shared_server()
+            stop_background_server(home)
             config, benchmark, folder = inputs[cold_size]
             cold.append(run_once(config, benchmark, folder / f"run-{next(counter)}", env))
         cold_calls = len(server.calls) - before_calls - warm_calls
-        stop_shared_server()
     checks.append(cpu_check_s())
+
+    print(f"The very first command (1 item, a fresh PREFECT_HOME: it starts the server, which creates Prefect's "
+          f"database): {very_first['wall_s']:.2f} s wall, {very_first['before_s']:.2f} s before the stages\n")
 
     print_first_runs(first, args.latency)
     rows = [summary(n, "warm", warm[n], warm_calls) for n in args.sizes]
@@ -213,10 +219,11 @@ def main() -> None:
         intercept, slope = intercept_and_slope([(r["items"], r["wall_s"]) for r in rows if r["kind"] == "warm"])
         print(f"\nfixed cost (intercept of the warm medians): {intercept:.2f} s; each 1,000 cached items add {1000 * slope:.2f} s")
     if rss is not None:
-        print(f"the shared API server's resident memory after the warm runs: {rss:.0f} MiB")
+        print(f"the background server's resident memory after the warm runs: {rss:.0f} MiB")
     print(f"CPU check (a fixed Python loop) before and after: {checks[0]:.2f} s, {checks[1]:.2f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"first": first, "rows": rows, "warm": warm, "cold": cold,
+        Path(args.json).write_text(json.dumps({"very_first": very_first, "first": first, "rows": rows, "warm": warm,
+                                               "cold": cold,
                                                "cpu_check_s": checks}, indent=2))
 
 

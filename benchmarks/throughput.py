@@ -24,11 +24,13 @@ between runs on a busy machine.
     python benchmarks/throughput.py --sizes 2000 --concurrency 64 --no-loo
     python benchmarks/throughput.py --gateway --concurrency 64 # the gateway alone, both paths
     python benchmarks/throughput.py --sizes                     # PolicyBench LOO only: all 4 bases in one run
+    python benchmarks/throughput.py --gateway --shared-limits   # limits counted in Redis (a throwaway redis-server)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -89,9 +91,15 @@ def models_yaml(url: str, names: list[str], concurrency: int) -> str:
         for name in names)
 
 
+def limits_yaml() -> str:
+    """The run config's ``limits:`` under ``--shared-limits`` (REFUSALBENCH_BENCH_LIMITS_URL), else nothing."""
+    url = os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL")
+    return f"limits:\n  backend: redis\n  url: {url}\n" if url else ""
+
+
 def write_eval_config(folder: Path, url: str, concurrency: int) -> Path:
     config = folder / "eval.yaml"
-    config.write_text(models_yaml(url, ["target", "judge"], concurrency) + f"""cache:
+    config.write_text(models_yaml(url, ["target", "judge"], concurrency) + limits_yaml() + f"""cache:
   path: {folder / 'calls.sqlite'}
 evaluation:
   targets: [target]
@@ -196,7 +204,8 @@ def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: s
 
     model = ModelConfig(model="openai/bench", api_base=url, max_concurrency=concurrency, timeout_s=60,
                         params={"temperature": 0.0, "max_tokens": 256})
-    gateway = Gateway({"bench": model}, SQLiteCache(cache) if cache else None, direct_http=direct)
+    gateway = Gateway({"bench": model}, SQLiteCache(cache) if cache else None, direct_http=direct,
+                      limits_url=os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL"))
     context = "Some context about the question, long enough to look like a prompt. " * 12
 
     def spec(i: int) -> CallSpec:
@@ -209,6 +218,7 @@ def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: s
     results = gateway.complete_many([spec(i) for i in range(calls)])
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     print(json.dumps({"path": "direct" if direct else "litellm", "calls": calls, "concurrency": concurrency,
+                      "limits": "redis" if os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL") else "process",
                       "ok": sum(r.ok for r in results), "wall_s": wall, "calls_per_s": calls / wall,
                       "cpu_ms_per_call": 1000 * cpu / calls, "cached": bool(cache)}))
 
@@ -252,10 +262,10 @@ def measure_gateway(calls: int, concurrency: int, latency: float, work: Path) ->
 
 def print_gateway_table(rows: list[dict[str, Any]], latency: float) -> None:
     print(f"\n### The gateway alone, scripted server at {latency * 1000:.0f} ms per call (SQLite call cache)\n")
-    print("| path | calls | concurrency | bound calls/s | calls/s | % of bound | CPU ms per call |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| path | limits | calls | concurrency | bound calls/s | calls/s | % of bound | CPU ms per call |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['path']} | {r['calls']} | {r['concurrency']} | {r['bound_calls_per_s']:.0f} | {r['calls_per_s']:.0f} "
+        print(f"| {r['path']} | {r['limits']} | {r['calls']} | {r['concurrency']} | {r['bound_calls_per_s']:.0f} | {r['calls_per_s']:.0f} "
               f"| {100 * r['calls_per_s'] / r['bound_calls_per_s']:.0f}% | {r['cpu_ms_per_call']:.2f} |")
 
 
@@ -382,6 +392,8 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw figures to this file")
     parser.add_argument("--gateway", action="store_true", help="measure the gateway alone, LiteLLM vs direct path")
     parser.add_argument("--calls", type=int, default=3000, help="calls per path with --gateway")
+    parser.add_argument("--shared-limits", action="store_true",
+                        help="count the models' limits in Redis (limits.backend: redis) on a throwaway redis-server")
     parser.add_argument("--child", choices=["evaluate", "knowornot", "gateway"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -397,6 +409,35 @@ def main() -> None:
     if args.child:
         child(args.child, args.config, args.out, args.benchmark)
         return
+    with contextlib.ExitStack() as stack:
+        if args.shared_limits:
+            os.environ["REFUSALBENCH_BENCH_LIMITS_URL"] = stack.enter_context(throwaway_redis())
+        measure(args)
+
+
+@contextlib.contextmanager
+def throwaway_redis():
+    """A redis-server on a free loopback port, without persistence, for as long as the benchmark runs."""
+    import shutil
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("--shared-limits needs redis-server (Debian package redis-server)")
+    server = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def measure(args: argparse.Namespace) -> None:
     if args.gateway:
         with tempfile.TemporaryDirectory(prefix="refusalbench-gateway-") as tmp:
             rows = [row for c in args.concurrency for row in measure_gateway(args.calls, c, args.latency, Path(tmp))]

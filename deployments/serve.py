@@ -51,7 +51,7 @@ def build_deployments(*, cron: str | None, config_path: str, out_root: str, roun
             schedules=[CronSchedule(cron=cron, timezone=timezone)] if cron else None,
             parameters={"config_path": config_path, "out_root": out_root, "rounds_to_compare": rounds_to_compare},
             concurrency_limit=1,  # rounds compare with their predecessors: never two at once
-            tags=[*TAGS, "scheduled"],
+            tags=list(TAGS),  # on every run; the scheduler's own runs also get Prefect's `auto-scheduled`
             description="Scheduled refresh round - generate, verify, evaluate, compare with earlier rounds.",
         ),
         generation_flow.to_deployment(name="generate", description="Generation flow (ad hoc).", **adhoc),

@@ -7,3 +7,8 @@ strategies, embedder, evaluation specs) before anything is written.
 
 import refusalbench.tasks.knowornot  # noqa: F401
 import refusalbench.tasks.llm  # noqa: F401
+from refusalbench.tasks.pipeline.process_guard import follow_parent
+
+# Every deployment's entrypoint imports this package: a flow-run process that a worker started
+# ends with that worker instead of outliving it (a worker killed alone leaves its children running).
+follow_parent()

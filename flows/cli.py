@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
 from refusalbench.tasks.pipeline import gc_tuning
@@ -33,7 +34,6 @@ app = typer.Typer(
 levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
 models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
 knowornot_app = typer.Typer(help="KnowOrNot: out-of-knowledge-base robustness.", no_args_is_help=True)
-api_app = typer.Typer(help="The local Prefect API server that embedded-mode commands share.", no_args_is_help=True)
 app.add_typer(levers_app, name="levers")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
@@ -184,46 +184,32 @@ def models_serve(
     raise typer.Exit(serve_forever(cfg.models, chosen, host=host, port=port))
 
 
-# ---------------------------------------------------------------- local Prefect API
-
-@api_app.command("status")
-def api_status() -> None:
-    """Where this PREFECT_HOME's shared Prefect API server runs, if it does (started by the first command)."""
-    from refusalbench.tasks.pipeline.local_api import api_folder, idle_seconds, read_entry, server_alive
-
-    entry = read_entry(api_folder())
-    if entry is None or not server_alive(entry):
-        out.print(f"no local Prefect API server for {api_folder().parent}")
-        return
-    out.print(f"{entry['url']}  (pid {entry['pid']}; stops {entry.get('idle_s', idle_seconds()):g} s after the last "
-              f"command using it ends; log {entry.get('log')})", highlight=False)
-
-
-@api_app.command("stop")
-def api_stop() -> None:
-    """Stop the shared server now (a command still using it fails; the next command starts a new one)."""
-    from refusalbench.tasks.pipeline.local_api import stop_shared_server
-
-    stopped = stop_shared_server()
-    if stopped is None:
-        out.print("no local Prefect API server was recorded")
-    else:
-        entry, running = stopped
-        out.print(f"stopped {entry['url']} (pid {entry['pid']})" if running
-                  else f"the recorded server (pid {entry['pid']}) had already exited; its entry is removed", highlight=False)
-
-
 # ---------------------------------------------------------------- flows
+
+FRESH_HELP = ("a role whose calls ignore earlier cache entries this run (repeatable): generation, pretest, targets, "
+              "judge; its new replies are cached, so re-running into the same --out repeats none")
+
+
+def _fresh(roles: Optional[list[str]]) -> list[str]:
+    """The ``--fresh`` roles, checked (exit 2 on an unknown one)."""
+    from refusalbench.tasks.core.cache_policy import check_roles
+
+    try:
+        return check_roles(roles)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fresh") from None
+
 
 @app.command()
 def generate(
     config: Optional[Path] = typer.Option(None, "--config", help="run config (YAML)"),
     out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
+    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """Generation flow: assign levers, generate, cross-verify, filter, sample -> benchmark.parquet."""
     from refusalbench.flows.launch import run_generation
 
-    result = run_generation(str(_config_path(config)), out_dir)
+    result = run_generation(str(_config_path(config)), out_dir, fresh=_fresh(fresh))
     out.print(f"benchmark: {result['benchmark']}  ({result['accepted']} accepted, {result['sampled']} sampled)")
 
 
@@ -234,11 +220,12 @@ def evaluate(
     out_dir: str = typer.Option(..., "--out"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 when a target is incomplete (scored on less than "
                                 "evaluation.min_coverage of its rows)"),
+    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """Evaluation flow: targets respond, judge scores, metrics and report."""
     from refusalbench.flows.launch import incomplete_line, run_evaluation
 
-    result = run_evaluation(str(_config_path(config)), benchmark, out_dir)
+    result = run_evaluation(str(_config_path(config)), benchmark, out_dir, _fresh(fresh))
     out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
     if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
         err.print(line, markup=False, highlight=False)
@@ -363,11 +350,12 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="override generation.seed (another sample and lever draw)"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 when a target is incomplete (scored on less than "
                                 "evaluation.min_coverage of its rows)"),
+    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
     from refusalbench.flows.launch import incomplete_line, run_main
 
-    result = run_main(str(_config_path(config)), out_dir, seed)
+    result = run_main(str(_config_path(config)), out_dir, seed, _fresh(fresh))
     out.print(f"report: {result['report']}")
     if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
         err.print(line, markup=False, highlight=False)
@@ -385,19 +373,24 @@ def refresh(
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
     out.print(f"round {result['round']}: report {result['report']}")
+    from refusalbench.tasks.refusalbench.trend import change_line
+
     for flag in result["flags"]:
-        out.print(f"moved beyond its interval: {flag['model']} {flag['metric']} {flag['previous']:.3f} -> {flag['latest']:.3f}")
+        out.print(f"changed (significant at refresh.fdr): {change_line(flag)}", highlight=False)
+    for round_id in result.get("incomplete_rounds", []):
+        out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
 
 
 @app.command()
 def pretest(
     config: Optional[Path] = typer.Option(None, "--config", help="run config with generation.pretest"),
     out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
+    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """The base-set pre-test on its own: which base items every pre-test model answers correctly."""
     from refusalbench.flows.launch import run_pretest
 
-    result = run_pretest(str(_config_path(config)), out_dir)
+    result = run_pretest(str(_config_path(config)), out_dir, _fresh(fresh))
     funnel = " -> ".join(f"{step} {count}" for step, count in result["funnel"].items())
     out.print(f"pretest: {result['pretest']}  (base items: {funnel})", highlight=False)
 
@@ -411,22 +404,20 @@ def plan(
                                             "alone (exact respond counts)"),
     all_models: bool = typer.Option(False, "--all-models", help="with skip_unavailable: plan every model, also "
                                     "those without credentials now"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=1, help="refresh rounds T the error bound covers "
+                                         "(default: the config's refresh.rounds); prints the round size it needs"),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", min=1e-6, help="error tolerance (default 0.05)"),
+    delta: Optional[float] = typer.Option(None, "--delta", min=1e-12, max=0.999999, help="failure probability "
+                                          "(default: refresh.delta)"),
+    per_stratum: bool = typer.Option(False, "--per-stratum", help="the size for epsilon in every stratum"),
 ) -> None:
-    """Calls, tokens, cost and time a run would take with an empty cache; no model is called."""
-    from refusalbench.flows.common import usable_models
-    from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.refusalbench.plan import plan_run, plan_table
+    """Calls, tokens, cost and time a run would take with an empty cache; no model is called. With --rounds:
+    the items per round that Theorem 3.1 requires, and whether the config's target_size meets it."""
+    from refusalbench.flows.cli_plan import plan_output
 
-    cfg = load_config(_config_path(config))
-    available = None
-    if cfg.skip_unavailable and not all_models:
-        # The run would skip these: credentials and cached weights only, no endpoint probe.
-        available = usable_models(cfg, cfg.used_models(), probe=False)
-    result = plan_run(cfg, latency_s=latency, benchmark=benchmark, available=available)
-    if format == OutputFormat.json:
-        sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
-        return
-    sys.stdout.write(plan_table(result) + "\n")
+    sys.stdout.write(plan_output(_config_path(config), as_json=format == OutputFormat.json, latency=latency,
+                                 benchmark=benchmark, all_models=all_models, rounds=rounds, epsilon=epsilon,
+                                 delta=delta, per_stratum=per_stratum) + "\n")
 
 
 # ---------------------------------------------------------------- entry point

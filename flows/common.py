@@ -10,7 +10,7 @@ from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import ModelUnavailable
 from refusalbench.tasks.llm.local_models import check_available, is_pulled, pull_model, start_server
-from refusalbench.tasks.pipeline.local_api import wait_until_ready
+from refusalbench.tasks.pipeline.prefect_server import wait_until_ready
 from refusalbench.tasks.pipeline.runtime import result_storage, task_runner
 from refusalbench.tasks.pipeline.ui import story
 

@@ -18,6 +18,7 @@ from refusalbench.tasks.refusalbench.benchmark_file import keep_generation_manif
 from refusalbench.tasks.refusalbench.records import BenchmarkItem
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
@@ -36,8 +37,9 @@ def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkIte
 
 
 @flow(name="refusalbench-evaluate", log_prints=True)
-def evaluation_flow(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
-    cfg = load_config(config_path)
+def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | None = None,
+                    fresh: list[str] | None = None) -> dict[str, Any]:
+    cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: in ``run`` the generation's came before
     items = check_evaluation_inputs(cfg, benchmark)  # a deployment starts here, without the CLI's check
     store = ArtifactStore(out)

@@ -19,7 +19,9 @@ from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.pretest import pretest_models
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import RunIncomplete
+from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.runtime import CallCounter
+from refusalbench.tasks.refusalbench.freshness import earlier_pairs
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.analyse_step import analyse
@@ -33,18 +35,22 @@ from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.stage_outcomes import empty_benchmark_reason
 
 
-def check_generation_inputs(cfg: RunConfig, seed: int | None = None) -> GenerationInputs:
+def check_generation_inputs(cfg: RunConfig, seed: int | None = None,
+                            avoid: frozenset[tuple[str, str]] = frozenset()) -> GenerationInputs:
     """The base set, levers and settings, checked before anything is written (``seed``: instead of
-    generation.seed). A config without a generation section fails in one line (``prepare_inputs``)."""
+    generation.seed; ``avoid``: earlier rounds' pairs). A config without a generation section fails
+    in one line (``prepare_inputs``)."""
     default = cfg.generation.seed if cfg.generation is not None else 0
-    return prepare_inputs(cfg, default if seed is None else seed)
+    return prepare_inputs(cfg, default if seed is None else seed, avoid)
 
 
 @flow(name="refusalbench-generate", log_prints=True)
-def generation_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
-    cfg = load_config(config_path)
+def generation_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
+                    fresh: list[str] | None = None) -> dict[str, Any]:
+    cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
-    inputs = check_generation_inputs(cfg, seed)  # a deployment starts here, without the CLI's check
+    avoid = frozenset(earlier_pairs(out)) if round_id else frozenset()  # new pairs while the pool allows
+    inputs = check_generation_inputs(cfg, seed, avoid)  # a deployment starts here, without the CLI's check
     recorder = ManifestRecorder(ArtifactStore(out), "generate", config=cfg, seed=inputs.seed)
     with recorder.run():
         generators = check_or_raise(cfg, cfg.generation.generators)

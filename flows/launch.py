@@ -7,21 +7,44 @@ is the flow started with the config's task runner and result storage in the run 
 
 Each function imports its own flow: a process pays only for the stages it runs (the
 KnowOrNot flow alone brings NLTK, ~2 s of start-up a RefusalBench run does not need). In
-embedded mode each first launches Prefect's API server (``tasks.prefect_api``), so it boots
-while the flow's modules are imported and the inputs checked.
+embedded mode each first finds or starts Prefect's background server
+(``tasks/pipeline/prefect_server.py``), so a server it starts boots while the flow's modules
+are imported and the inputs checked. As its flow run starts, each prints the run's page in
+the Prefect UI on the terminal (stderr).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from refusalbench.flows.common import check_or_raise, configured
 from refusalbench.tasks.core.config import load_config
-from refusalbench.tasks.pipeline.local_api import embedded_api, wait_until_ready
+from refusalbench.tasks.pipeline.prefect_server import embedded_api, wait_until_ready
+
+_announced: set[str] = set()  # flow runs whose page was printed (a retried run enters Running again)
+
+
+def _print_ui_link(flow: Any, flow_run: Any, state: Any) -> None:
+    """On-running hook: print a top-level flow run's page in the Prefect UI (sub-flows are listed there)."""
+    from prefect.utilities.urls import url_for
+
+    if flow_run.parent_task_run_id is not None or str(flow_run.id) in _announced:
+        return
+    _announced.add(str(flow_run.id))
+    link = url_for(flow_run)
+    if link:
+        print(f"Prefect UI: {link}", file=sys.stderr, flush=True)
+
+
+def announced(flow: Any) -> Any:
+    """The flow, printing its run's Prefect UI page as the run starts."""
+    return flow.with_options(on_running=[*flow.on_running_hooks, _print_ui_link])
 
 
 @embedded_api
-def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+def run_generation(config_path: str, out: str, seed: int | None = None,
+                   fresh: list[str] | None = None) -> dict[str, Any]:
     from refusalbench.flows.generation import check_generation_inputs, generation_flow
     from refusalbench.flows.pretest import pretest_models
 
@@ -30,36 +53,36 @@ def run_generation(config_path: str, out: str, seed: int | None = None) -> dict[
     check_or_raise(cfg, cfg.generation.generators)
     check_or_raise(cfg, cfg.generation.verifiers)
     pretest_models(cfg)
-    return configured(generation_flow, cfg, out)(config_path, out, seed)
+    return announced(configured(generation_flow, cfg, out))(config_path, out, seed, fresh=fresh)
 
 
 @embedded_api
-def run_pretest(config_path: str, out: str) -> dict[str, Any]:
+def run_pretest(config_path: str, out: str, fresh: list[str] | None = None) -> dict[str, Any]:
     from refusalbench.flows.pretest import check_pretest_inputs, pretest_flow, pretest_models
 
     cfg = load_config(config_path)
     check_pretest_inputs(cfg)
     pretest_models(cfg)
-    return configured(pretest_flow, cfg, out)(config_path, out)
+    return announced(configured(pretest_flow, cfg, out))(config_path, out, fresh=fresh)
 
 
 @embedded_api
-def run_evaluation(config_path: str, benchmark: str, out: str) -> dict[str, Any]:
+def run_evaluation(config_path: str, benchmark: str, out: str, fresh: list[str] | None = None) -> dict[str, Any]:
     from refusalbench.flows.evaluation import check_evaluation_inputs, evaluation_flow
 
     cfg = load_config(config_path)
     check_evaluation_inputs(cfg, benchmark)
     check_or_raise(cfg, cfg.evaluation.targets)
     check_or_raise(cfg, [cfg.evaluation.judge])
-    return configured(evaluation_flow, cfg, out)(config_path, benchmark, out)
+    return announced(configured(evaluation_flow, cfg, out))(config_path, benchmark, out, fresh=fresh)
 
 
 @embedded_api
-def run_main(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[str] | None = None) -> dict[str, Any]:
     from refusalbench.flows.main import check_main_inputs, main_flow
 
     cfg = check_main_inputs(config_path, seed)
-    return configured(main_flow, cfg, out)(config_path, out, seed)
+    return announced(configured(main_flow, cfg, out))(config_path, out, seed, fresh=fresh)
 
 
 @embedded_api
@@ -70,7 +93,7 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, see
     # Each round's main job configures its own runner and storage (round folder known only then).
     check_main_inputs(config_path)
     wait_until_ready()
-    return refresh_flow(config_path, out_root, rounds_to_compare, seed)
+    return announced(refresh_flow)(config_path, out_root, rounds_to_compare, seed)
 
 
 @embedded_api
@@ -80,7 +103,7 @@ def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
 
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)
-    return configured(knowornot_flow, cfg, out)(config_path, out)
+    return announced(configured(knowornot_flow, cfg, out))(config_path, out)
 
 
 def incomplete_line(result: dict[str, Any], strict: bool) -> str | None:

@@ -1,7 +1,9 @@
 """The main job: generate -> evaluate -> report, in one run folder (DESIGN.md §4 ``run``).
 
 With the embedded default config this pulls the local models (first run only), starts
-llama.cpp once for both stages, and needs no API key and no second terminal.
+llama.cpp once for both stages, and needs no API key and no second terminal. ``round_id``: the
+refresh round this run is (its cache scope, ``tasks/pipeline/cache_scoping.py``); ``fresh``: the
+roles whose calls ignore earlier cache entries (``--fresh``).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from refusalbench.tasks.pipeline.ui import story
 
 
 @flow(name="refusalbench-run", log_prints=True)
-def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, Any]:
+def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
+              fresh: list[str] | None = None) -> dict[str, Any]:
     cfg = load_config(config_path)
     with model_endpoints(cfg, cfg.used_models()):
-        generated = configured(generation_flow, cfg, out)(config_path, out, seed)
+        generated = configured(generation_flow, cfg, out)(config_path, out, seed, round_id, fresh)
         story("benchmark: %d items (%d accepted of %d candidates)", generated["sampled"], generated["accepted"],
               generated["candidates"])
         if generated["sampled"] == 0:
@@ -34,7 +37,7 @@ def main_flow(config_path: str, out: str, seed: int | None = None) -> dict[str, 
             report = write_generation_report(ArtifactStore(out))
             raise RuntimeError(f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
                                f"see the generator-verifier analysis in {report}")
-        evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out)
+        evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out, round_id, fresh)
         story("report: %s", evaluated["report"])
     return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
             "generation": generated, "incomplete": evaluated["incomplete"]}

@@ -16,6 +16,7 @@ from prefect import flow
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
@@ -44,8 +45,8 @@ def pretest_models(cfg: RunConfig) -> tuple[list[str], str | None]:
 
 
 @flow(name="refusalbench-pretest", log_prints=True)
-def pretest_flow(config_path: str, out: str) -> dict[str, Any]:
-    cfg = load_config(config_path)
+def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> dict[str, Any]:
+    cfg = scoped_config(load_config(config_path), out, fresh=fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     inputs = check_pretest_inputs(cfg)
     recorder = ManifestRecorder(ArtifactStore(out), "pretest", config=cfg, seed=inputs.seed)

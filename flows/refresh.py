@@ -3,41 +3,41 @@
 Each round draws a new seed, hence a new base sample and a new lever assignment,
 generates and verifies a fresh benchmark, evaluates the configured targets, and stores
 everything under ``<out_root>/round-<UTC time>-s<seed>/``. It then compares the round
-with earlier ones (``tasks.trend``): a per-model trend of the metrics with their 95%
-intervals, and a flag for every model whose score left the interval of its previous round.
+with earlier ones (``tasks/refusalbench/trend.py``): a per-model trend of the metrics with their
+95% intervals, and the changes since the previous round that are significant at the configured
+false-discovery rate. What the run shows in the UI is ``tasks/pipeline/refresh_step.py``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import secrets
 from typing import Any
 
 from prefect import flow
 
 from refusalbench.flows.common import configured
 from refusalbench.flows.main import check_main_inputs, main_flow
-from refusalbench.tasks.refusalbench.outputs import build_report_for
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.trend import collect_trend, flag_moves, flags_markdown, round_name, rounds_in, save_trend
-from refusalbench.tasks.pipeline.ui import publish_markdown, publish_table
+from refusalbench.tasks.pipeline.refresh_step import compare_and_report, main_job_lines, publish_round, stage
+from refusalbench.tasks.pipeline.freshness_step import record_freshness
+from refusalbench.tasks.pipeline.refresh_rounds import finish_round, record_round_failed, start_round
 
 
-@flow(name="refusalbench-refresh", log_prints=True)
+@flow(name="refusalbench-refresh", log_prints=True, on_failure=[record_round_failed])
 def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
     cfg = check_main_inputs(config_path)
-    seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh round: new sample, new levers
-    root = ArtifactStore(out_root)
-    round_id = round_name(dt.datetime.now(dt.timezone.utc), seed)
+    record = start_round(out_root, seed)  # a fresh round, or the one a crashed run left (same seed, folder)
+    seed, round_id, root = record.seed, record.round_id, ArtifactStore(out_root)
     round_folder = root.child(round_id).uri("")
     print(f"refresh round {round_id} (seed {seed})")
-    configured(main_flow, cfg, round_folder)(config_path, round_folder, seed)
-    trend = collect_trend(root, rounds_to_compare)
-    flags = flag_moves(trend)
-    save_trend(root.child(round_id), trend, flags)
-    report = build_report_for(round_folder)  # rebuilt so it shows the trend across rounds
-    publish_table("refresh-trend", trend.where(trend.notna(), None).to_dict(orient="records"),
-                  "Metrics per model and round (95% intervals)")
-    if flags:
-        publish_markdown("refresh-flags", flags_markdown(flags))
-    return {"round": round_id, "seed": seed, "report": report, "flags": flags, "rounds": len(rounds_in(trend))}
+    with stage("main job (generate -> evaluate)"):
+        configured(main_flow, cfg, round_folder)(config_path, round_folder, seed, round_id=round_id)
+    main_job_lines(root.child(round_id))
+    with stage("freshness"):
+        record_freshness(cfg, root, round_id)  # items, pairs and calls earlier rounds saw; fingerprint changes
+    with stage("trend and report"):
+        outcome = compare_and_report(cfg, root, round_id, rounds_to_compare)  # rebuilt: it shows the trend
+    publish_round(cfg, root, round_id, seed, outcome)
+    finish_round(out_root, record)
+    return {"round": round_id, "seed": seed, "report": outcome.report, "rounds": len(outcome.trend.rounds),
+            "flags": [flag.model_dump() for flag in outcome.document.flags],
+            "incomplete_rounds": [r.round for r in outcome.document.incomplete_rounds]}

@@ -1,11 +1,17 @@
-"""Shared fixtures: a real fake OpenAI-compatible server, Prefect's test harness, paths."""
+"""Shared fixtures: a real fake OpenAI-compatible server, Prefect's test harness, a throwaway redis-server, paths."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.cluster_harness import local_cluster  # noqa: F401  (the session's local cluster, for tests marked cluster)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,8 +25,27 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # LiteLLM fetches its Anthropic beta-header config on the first anthropic/ call; use the bundled copy offline.
 os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
 os.environ.pop("PREFECT_API_URL", None)
-# A command a test runs in embedded mode leaves no local API server behind once it has ended.
-os.environ.setdefault("REFUSALBENCH_PREFECT_API_IDLE_S", "0")
+
+
+def _background_server_pid() -> int | None:
+    from refusalbench.tasks.pipeline.prefect_server import running_server
+
+    server = running_server(Path(os.environ["PREFECT_HOME"]))
+    return server["pid"] if server else None
+
+
+_SERVER_BEFORE_SESSION = _background_server_pid()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Commands a test runs in embedded mode start Prefect's background server in the suite's
+    PREFECT_HOME, and later ones reuse it; the session stops it at its end (one that ran
+    before the session began is left alone). Tests with a PREFECT_HOME of their own stop theirs."""
+    from refusalbench.tasks.pipeline.prefect_server import stop_background_server
+
+    pid = _background_server_pid()
+    if pid is not None and pid != _SERVER_BEFORE_SESSION:
+        stop_background_server(Path(os.environ["PREFECT_HOME"]))
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +72,35 @@ def cache_dir(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("REFUSALBENCH_CACHE_DIR", str(folder))
     return folder
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A throwaway redis-server on a free loopback port (no persistence)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+    import redis
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)

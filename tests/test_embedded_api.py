@@ -1,207 +1,202 @@
-"""Embedded mode: commands share one local Prefect API server per PREFECT_HOME, started by the
-first of them, which retires once unused (tasks/pipeline/local_api.py, tasks/pipeline/local_api_server.py)."""
+"""Embedded mode: the first command that runs a flow starts Prefect's own background server
+(``prefect server start --background``, with its UI) under PREFECT_HOME, later commands use
+it, and it runs until ``refusalbench api stop`` (tasks/pipeline/prefect_server.py). Every
+test that may start one stops it (the ``home`` fixture), so none outlives the test."""
 
 from __future__ import annotations
 
+import fcntl
 import gc
-import json
 import os
+import re
+import socket
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.scripted import by_model, run_config
+from refusalbench.tasks.pipeline import prefect_server
+from refusalbench.tasks.pipeline.prefect_server import running_server, stop_background_server
+from tests.browser import Browser
+from tests.scripted import by_model, judge_by_reference, run_config
+from tests.test_faults import reads_reference, write_benchmark
+from tests.test_prefect_ui import has_text, open_tab
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_MODULE = b"refusalbench.tasks.pipeline.local_api_server"
+RUN_LINK = re.compile(r"Prefect UI: (http://127\.0\.0\.1:(\d+))/runs/flow-run/([0-9a-f-]{36})")
+STARTED = "Prefect server started in the background"
 
 
-def api_servers() -> set[int]:
-    """Processes serving the shared local API (any PREFECT_HOME)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if SERVER_MODULE in (entry / "cmdline").read_bytes():
-                    found.add(int(entry.name))
-            except OSError:
-                continue
-    return found
+@pytest.fixture
+def home(tmp_path):
+    """A PREFECT_HOME of the test's own; whatever background server a test started there is stopped."""
+    folder = tmp_path / "prefect-home"
+    yield folder
+    stop_background_server(folder)
 
 
-def wait_for(condition, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
-def embedded_env(home: Path, idle_s: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(home), REFUSALBENCH_PREFECT_API_IDLE_S=idle_s)
+def embedded_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(home))
     env.pop("PREFECT_API_URL", None)
     return env
 
 
-def entry_of(home: Path) -> dict | None:
-    path = home / "refusalbench-api" / "server.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
-def knowornot_config(tmp_path: Path, fake_llm) -> Path:
-    pairs = [{"id": f"p{i}", "question": f"What is item {i}?", "answer": f"Item {i} is a thing."} for i in range(4)]
-    (tmp_path / "qa.jsonl").write_text("\n".join(json.dumps(p) for p in pairs) + "\n")
-    fake_llm.responder = by_model({"tgt": lambda r: "It is a thing.",
-                                   "eval": lambda r: "Fine. <abstained>no</abstained> <tier>tier_1</tier>"})
-    return run_config(tmp_path, fake_llm.url, ["tgt", "eval"], """
-        knowornot:
-          qa_pairs: qa.jsonl
-          targets: [tgt]
-          evaluator: eval
-          retrieval: [direct, long_context]
-          prompts: [basic]
-          filters: []
-          embedder: hashing
-          label_sample: 0
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def cli(*argv: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, fake_llm, home):
+    """Two `refusalbench evaluate` commands: the first starts the server, the second uses it;
+    each prints its run's page, which shows the run, its logs and its artifacts in the UI."""
+    benchmark = write_benchmark(tmp_path, 4)
+    config = run_config(tmp_path, fake_llm.url, ["answerer", "judge"], """
+        evaluation:
+          targets: [answerer]
+          judge: judge
+          bootstrap: 50
         """)
-
-
-def test_commands_share_one_server_which_retires_once_unused(tmp_path, fake_llm):
-    config = knowornot_config(tmp_path, fake_llm)
-    home = tmp_path / "prefect-home"
-    env = embedded_env(home, idle_s="8")  # longer than the gap between the two commands, even on a slow machine
-    before = api_servers()
-
-    def knowornot(out: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "run", "--config", str(config),
-                               "--out", str(tmp_path / out)], capture_output=True, text=True, env=env, timeout=300)
+    fake_llm.responder = by_model({"answerer": reads_reference, "judge": judge_by_reference})
+    env = embedded_env(home)
+    runs = []
+    for out in ("run1", "run2"):
+        done = cli("evaluate", "--config", str(config), "--benchmark", benchmark, "--out", str(tmp_path / out), env=env)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert (tmp_path / out / "report.html").exists()
-
-    knowornot("run1")
-    first = entry_of(home)
-    assert first is not None and first["pid"] in api_servers() - before  # still up after the command ended
-    assert first["url"].startswith("http://127.0.0.1:")
-    knowornot("run2")
-    assert entry_of(home) == first  # the second command found it: no second server
-    assert api_servers() - before == {first["pid"]}
-    # Both flow runs went to that server, on the project-local database.
+        runs.append(done.stderr)
+    assert runs[0].count(STARTED) == 1 and STARTED not in runs[1], runs
+    (first,), (second,) = (RUN_LINK.findall(stderr) for stderr in runs)
+    ui, port = first[0], int(first[1])
+    assert second[:2] == first[:2] and second[2] != first[2]  # one server, two runs
+    server = running_server(home)
+    assert server is not None and server["port"] == port and alive(server["pid"])  # still up after both ended
+    assert (home / "server.pid").read_text().strip() == str(server["pid"])  # Prefect's own record of it
     with sqlite3.connect(home / "prefect.db") as db:
-        runs = db.execute("SELECT flow.name, flow_run.state_type FROM flow_run JOIN flow ON flow.id = flow_run.flow_id").fetchall()
-    assert runs == [("refusalbench-knowornot", "COMPLETED")] * 2
-    # Nobody uses it now: it exits after its idle time and forgets itself.
-    assert wait_for(lambda: first["pid"] not in api_servers(), timeout_s=60)
-    assert entry_of(home) is None
+        stored = db.execute("SELECT flow_run.id, flow.name, flow_run.state_type FROM flow_run "
+                            "JOIN flow ON flow.id = flow_run.flow_id").fetchall()
+    assert sorted(stored) == sorted((run[2], "refusalbench-evaluate", "COMPLETED") for run in (first, second))
+
+    keep = os.environ.get("REFUSALBENCH_SCREENSHOTS")
+    shots = Path(keep) if keep else tmp_path
+    page = f"{ui}/runs/flow-run/{second[2]}"
+    with Browser() as browser:
+        # The run's page opens on its Logs tab: the run's story, stage by stage, to the report.
+        logs = browser.look(page, script="document.body.innerText", screenshot=shots / "embedded-run-logs.png",
+                            wait_for=has_text("stage score: done", "report: file://"), settle_s=1.0, timeout_s=90)
+        assert "refusalbench-evaluate" in logs and "Completed" in logs
+        assert "stage respond: done" in logs and "stage judge: done" in logs
+        # Its Artifacts tab: the leaderboard and the report link.
+        artifacts = browser.look(page, script=open_tab("Artifacts", "leaderboard"), wait_for=has_text("Artifacts"),
+                                 screenshot=shots / "embedded-run-artifacts.png", settle_s=1.0, timeout_s=90)
+        assert "leaderboard" in artifacts and "report" in artifacts, artifacts
+    assert (shots / "embedded-run-logs.png").stat().st_size > 10_000
+
+    status = cli("api", "status", env=env, timeout=60)
+    assert status.returncode == 0 and f"Prefect UI: {ui}" in status.stdout, status.stdout + status.stderr
+    stopped = cli("api", "stop", env=env, timeout=60)
+    assert stopped.returncode == 0 and f"pid {server['pid']}" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert not alive(server["pid"]) and not (home / "server.pid").exists() and running_server(home) is None
 
 
-def test_commands_started_together_start_one_server(tmp_path):
-    home = tmp_path / "prefect-home"
-    script = ("import os\nfrom refusalbench.tasks.pipeline.local_api import start_embedded_api, wait_until_ready\n"
+def test_commands_started_together_start_one_server(home):
+    script = ("import os\nfrom refusalbench.tasks.pipeline.prefect_server import start_embedded_api, wait_until_ready\n"
               "start_embedded_api(); wait_until_ready(); print(os.environ['PREFECT_API_URL'])")
-    before = api_servers()
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=embedded_env(home, idle_s="0"), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=embedded_env(home), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outputs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
-    urls = {out.strip() for out, _ in outputs}
-    assert len(urls) == 1, urls  # two servers would have taken two ports
-    # idle 0: gone as soon as the last of them ended (their locks die with their processes).
-    assert wait_for(lambda: api_servers() - before == set(), timeout_s=30)
-    assert entry_of(home) is None
+    assert len({out.strip() for out, _ in outputs}) == 1, outputs  # two servers would have taken two ports
+    assert sum(err.count(STARTED) for _, err in outputs) == 1
+    server = running_server(home)
+    assert server is not None and server["url"] == outputs[0][0].strip()
 
 
-def test_bad_input_in_process_stops_the_server_it_started(tmp_path, monkeypatch, capsys):
+def test_bad_input_in_process_stops_the_server_it_started(tmp_path, monkeypatch, capsys, home):
     from refusalbench.flows.cli import main
-    from refusalbench.tasks.pipeline import local_api as prefect_api
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
-    monkeypatch.setattr(prefect_api, "_api_configured", lambda: False)  # as in a fresh CLI process
-    started = []
-    start = prefect_api.start_embedded_api
-    monkeypatch.setattr(prefect_api, "start_embedded_api", lambda: started.append(start()) or started[-1])
-    before = api_servers()
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    monkeypatch.setattr(prefect_server, "_api_configured", lambda: False)  # as in a fresh CLI process
+    spawned = []
+    spawn = prefect_server._spawn_server
+    monkeypatch.setattr(prefect_server, "_spawn_server", lambda *a: spawned.append(spawn(*a)) or spawned[-1])
     config = tmp_path / "bad.yaml"
     config.write_text("knowornot: {targets: [t], evaluator: t, qa_pairs: missing.jsonl}\n")
     with pytest.raises(SystemExit) as exit_info:
         main(["knowornot", "run", "--config", str(config), "--out", str(tmp_path / "run")])
-    assert exit_info.value.code == 2, capsys.readouterr().err
-    assert started == [True]
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1  # the input error alone: no word of a server
     # No flow used the server this call started: it was stopped at once and the environment restored.
-    assert prefect_api._entry is None and "PREFECT_API_URL" not in os.environ
-    assert api_servers() - before == set()
-    assert entry_of(tmp_path / "prefect-home") is None
+    ((process, entry),) = spawned
+    assert process.poll() is not None and not listening(entry["port"])
+    assert prefect_server._entry is None and "PREFECT_API_URL" not in os.environ
+    assert running_server(home) is None and not (home / "server.pid").exists()
     assert not (tmp_path / "run").exists()
 
 
-def test_a_server_of_other_settings_is_not_reused_and_api_stop_stops_the_current_one(tmp_path, monkeypatch):
-    from refusalbench.tasks.pipeline import local_api as prefect_api
+def test_a_server_of_other_settings_is_not_reused(home, monkeypatch):
+    from prefect.cli._server_utils import SERVER_PID_FILE_NAME
 
-    home = tmp_path / "prefect-home"
+    assert prefect_server.PID_FILE == SERVER_PID_FILE_NAME  # the file `prefect server stop` reads
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(home))
-    monkeypatch.setenv("REFUSALBENCH_PREFECT_API_IDLE_S", "600")
-    monkeypatch.setattr(prefect_api, "_api_configured", lambda: False)
-    before = api_servers()
+    monkeypatch.setattr(prefect_server, "_api_configured", lambda: False)
     try:
-        assert prefect_api.start_embedded_api()
-        first = entry_of(home)
-        # Ready before the next one boots: two servers creating one new database at once
-        # collide in Prefect's migrations.
-        prefect_api.wait_until_ready()
-        prefect_api.release_embedded_api()  # it stays for whoever comes next (600 s)
+        assert prefect_server.start_embedded_api()
+        prefect_server.wait_until_ready()
+        prefect_server.release_embedded_api()  # it stays for whoever comes next
+        first = running_server(home)
+        assert first is not None and first["fingerprint"] == prefect_server.server_fingerprint()
         monkeypatch.setenv("PREFECT_SERVER_API_KEEPALIVE_TIMEOUT", "9")  # a server setting: another server
-        assert prefect_api.start_embedded_api()
-        second = entry_of(home)
-        assert second["pid"] != first["pid"] and second["fingerprint"] != first["fingerprint"]
-        # Replaced and unused, the first one does not wait out its idle time.
-        assert wait_for(lambda: first["pid"] not in api_servers())
-        assert not (home / "refusalbench-api" / f"users-{first['port']}.lock").exists()
-        prefect_api.wait_until_ready()
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        status = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "api", "status"], env=env,
-                                capture_output=True, text=True, timeout=60)
-        assert status.returncode == 0 and second["url"] in status.stdout, status.stdout + status.stderr
-        stopped = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "api", "stop"], env=env,
-                                 capture_output=True, text=True, timeout=60)
-        assert stopped.returncode == 0 and f"pid {second['pid']}" in stopped.stdout, stopped.stdout + stopped.stderr
-        assert entry_of(home) is None and wait_for(lambda: second["pid"] not in api_servers())
+        # While another command uses it, it is neither reused nor stopped.
+        with open(home / prefect_server.USERS_LOCK) as other_command:
+            fcntl.flock(other_command, fcntl.LOCK_SH)
+            with pytest.raises(RuntimeError, match="started under other server settings"):
+                prefect_server.start_embedded_api()
+        assert running_server(home)["pid"] == first["pid"] and "PREFECT_API_URL" not in os.environ
+        # Unused, it is stopped and a new one started.
+        assert prefect_server.start_embedded_api()
+        assert not alive(first["pid"])
+        prefect_server.wait_until_ready()
+        second = running_server(home)
+        assert second["pid"] != first["pid"] and second["fingerprint"] == prefect_server.server_fingerprint()
     finally:
-        prefect_api.release_embedded_api()
-        prefect_api.stop_shared_server()
-    assert api_servers() - before == set()
+        prefect_server.release_embedded_api()
 
 
-def test_flows_on_the_local_server_send_no_heartbeats(tmp_path, monkeypatch):
+def test_flows_on_the_embedded_server_send_no_heartbeats(monkeypatch):
     from prefect.settings import get_current_settings
-
-    from refusalbench.tasks.pipeline import local_api as prefect_api
 
     seen = []
 
-    @prefect_api.embedded_api
+    @prefect_server.embedded_api
     def launch() -> None:
         seen.append(get_current_settings().flows.heartbeat_frequency)
 
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
-    monkeypatch.setenv("REFUSALBENCH_PREFECT_API_IDLE_S", "0")
-    monkeypatch.setattr(prefect_api, "_api_configured", lambda: False)
-    try:
-        launch()
-    finally:
-        prefect_api.release_embedded_api()
-        prefect_api.stop_shared_server()
+    # A server in use (as after start_embedded_api): the launch runs with heartbeats off.
+    monkeypatch.setattr(prefect_server, "_entry", {"url": "http://127.0.0.1:9/api"})
+    launch()
     assert seen == [None]
-    # Outside embedded mode (a configured API: a server's services act on heartbeats) they stay on.
+    # Outside embedded mode (a configured API: a server's automation acts on heartbeats) they stay on.
     seen.clear()
-    monkeypatch.setattr(prefect_api, "_api_configured", lambda: True)
+    monkeypatch.setattr(prefect_server, "_entry", None)
+    monkeypatch.setattr(prefect_server, "_api_configured", lambda: True)
     launch()
     assert seen == [get_current_settings().flows.heartbeat_frequency] and seen[0] is not None
 
@@ -259,7 +254,7 @@ def test_commands_that_start_no_flow_collect_from_the_start():
 
 
 def test_settings_files_that_may_set_the_api_are_noticed(tmp_path, monkeypatch):
-    from refusalbench.tasks.pipeline.local_api import settings_files_mention_api
+    from refusalbench.tasks.pipeline.prefect_server import settings_files_mention_api
 
     home = tmp_path / "home"
     home.mkdir()

@@ -200,3 +200,49 @@ def test_json_shape_and_table(tmp_path):
     table = plan_table(plan)
     assert "generate  gen-a" in table and "unknown" in table and "<=24" in table
     assert "characters / 4" in table
+
+
+# ---------------------------------------------------------------- round sizing (issue 26, part 3)
+
+def test_round_size_of_theorem_3_1():
+    from refusalbench.tasks.core.stats import rounds_epsilon, rounds_sample_size
+
+    # ln(2 * 52 / 0.05) / (2 * 0.05^2) = 1,528.02: a year of weekly rounds needs 1,529 items per round.
+    assert rounds_sample_size(0.05, 0.05, 52) == 1529
+    assert rounds_sample_size(0.05, 0.05, 1) == 738  # one round: ln(40) / 0.005 = 737.8
+    assert rounds_epsilon(1529, 0.05, 52) <= 0.05 < rounds_epsilon(1528, 0.05, 52)
+    with pytest.raises(ValueError):
+        rounds_sample_size(0.05, 1.5, 52)
+
+
+def test_round_sizing_against_the_configs_target_size(tmp_path):
+    from refusalbench.tasks.refusalbench.round_sizing import round_sizing, sizing_text
+
+    cfg = write_config(tmp_path)  # target_size 4, two strata
+    sizing = round_sizing(cfg, rounds=52, epsilon=0.05, delta=0.05)
+    assert (sizing.per_round, sizing.strata, sizing.target_size, sizing.meets) == (1529, 2, 4, False)
+    assert sizing.epsilon_achieved == pytest.approx(0.9772, abs=1e-3)  # sqrt(ln(2080) / 8)
+    per_stratum = round_sizing(cfg, rounds=52, epsilon=0.05, delta=0.05, per_stratum=True)
+    assert per_stratum.per_stratum == 1667  # ln(2 * 52 * 2 / 0.05) / 0.005 = 1,666.65: a union over T x S
+    assert "n = 1,529 items per round" in sizing_text(sizing) and "does NOT meet it" in sizing_text(sizing)
+    loose = round_sizing(cfg, rounds=1, epsilon=0.9, delta=0.5)
+    assert loose.per_round == 1 and loose.meets is True and "meets it" in sizing_text(loose)
+
+
+def test_plan_command_prints_the_round_size(tmp_path):
+    from typer.testing import CliRunner
+
+    from refusalbench.flows.cli import app
+
+    write_config(tmp_path)
+    runner = CliRunner()
+    table = runner.invoke(app, ["plan", "--config", str(tmp_path / "run.yaml"), "--rounds", "52", "--epsilon", "0.05",
+                                "--delta", "0.05"])
+    assert table.exit_code == 0, table.output
+    assert "n = 1,529 items per round" in table.output and "generate  gen-a" in table.output  # the plan stays
+    as_json = runner.invoke(app, ["plan", "--config", str(tmp_path / "run.yaml"), "--rounds", "52", "--per-stratum",
+                                  "--format", "json"])
+    data = json.loads(as_json.output)
+    assert set(data) >= {"stages", "total", "round_sizing"} and data["round_sizing"]["per_round"] == 1529
+    plain = json.loads(runner.invoke(app, ["plan", "--config", str(tmp_path / "run.yaml"), "--format", "json"]).output)
+    assert "round_sizing" not in plain  # without the options the plan's contract is unchanged

@@ -344,6 +344,29 @@ def test_a_single_endpoint_config_keeps_its_cache_from_before_the_endpoint_joine
         assert both.complete("other", _msg("q")).text == "host b" and len(host_b.calls) == 1
 
 
+def test_an_endpoint_named_by_a_variable_keeps_its_cache_where_the_variable_points(tmp_path, monkeypatch):
+    """Compose and the local cluster reach one model server at two addresses through one config
+    (``${REFUSALBENCH_MODELS_URL:-...}``): calls go where the variable points, the key is the written form."""
+    from refusalbench.tasks.llm.callcache import SQLiteCache
+
+    cache = SQLiteCache(str(tmp_path / "calls.sqlite"))
+    written = "${RB_TEST_MODELS_URL:-http://models:8080/v1}"
+
+    def model(api_base: str) -> ModelConfig:
+        return ModelConfig.model_validate({"model": "openai/open-7b", "api_base": api_base, "max_attempts": 1})
+
+    with ScriptedLLMServer(responder=lambda r: "here") as here, ScriptedLLMServer(responder=lambda r: "there") as there:
+        monkeypatch.setenv("RB_TEST_MODELS_URL", here.url)
+        assert Gateway({"m": model(written)}, cache, direct_http=True).complete("m", _msg("q")).text == "here"
+        monkeypatch.setenv("RB_TEST_MODELS_URL", there.url)
+        moved = model(written)
+        assert moved.api_base == there.url and endpoint_identity(moved) == {"endpoint": written}
+        result = Gateway({"m": moved}, cache, direct_http=True).complete("m", _msg("q"))
+        assert (result.text, result.cached, len(there.calls)) == ("here", True, 0)
+        # Another written endpoint is another deployment, asked afresh.
+        assert Gateway({"m": model("${RB_TEST_MODELS_URL}")}, cache, direct_http=True).complete("m", _msg("q")).text == "there"
+
+
 def _benchmark(tmp_path, items: list[BenchmarkItem]) -> str:
     return ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", items, BenchmarkItem)
 

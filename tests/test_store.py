@@ -93,3 +93,60 @@ def test_s3_roundtrip(s3_endpoint):
     _roundtrip(store)
     assert store.uri("benchmark.parquet") == "s3://bench/runs/r1/benchmark.parquet"
     assert store.exists("benchmark.parquet")
+
+
+def test_the_store_has_s3_credentials_of_its_own(s3_endpoint, monkeypatch):
+    """REFUSALBENCH_S3_* reach every s3fs filesystem of the process (Prefect's result storage
+    included) without being among the options Prefect saves with its block; AWS_* stay Bedrock's."""
+    from prefect.filesystems import RemoteFileSystem
+
+    from refusalbench.tasks.core.store import storage_options
+
+    monkeypatch.setenv("REFUSALBENCH_S3_ACCESS_KEY_ID", "store-key")
+    monkeypatch.setenv("REFUSALBENCH_S3_SECRET_ACCESS_KEY", "store-secret")
+    monkeypatch.setenv("REFUSALBENCH_S3_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("REFUSALBENCH_S3_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "bedrock-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "bedrock-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    store = ArtifactStore("s3://bench/own-credentials")
+    _roundtrip(store)
+    assert (store.fs.key, store.fs.secret) == ("store-key", "store-secret")
+    options = storage_options("s3://bench/own-credentials")
+    assert options == {"client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
+                       "endpoint_url": s3_endpoint}
+    block = RemoteFileSystem(basepath="s3://bench/own-credentials/_prefect", settings=options)
+    assert block.filesystem.key == "store-key" and "store-secret" not in block.model_dump_json()
+
+    # Unset, the store reads the AWS chain as it always did.
+    for name in ("REFUSALBENCH_S3_ACCESS_KEY_ID", "REFUSALBENCH_S3_SECRET_ACCESS_KEY", "REFUSALBENCH_S3_ENDPOINT_URL",
+                 "REFUSALBENCH_S3_REGION"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    store = ArtifactStore("s3://bench/aws-chain")
+    assert store.fs.key is None and store.fs.endpoint_url == s3_endpoint
+    _roundtrip(store)
+
+
+def test_folders_and_a_signed_link_a_browser_opens(s3_endpoint, tmp_path):
+    """A refresh root's round folders in one listing; on S3 the report is a signed HTTP link served as HTML."""
+    import urllib.request
+
+    from refusalbench.tasks.pipeline.refresh_step import REPORT_LINK_EXPIRY_S, report_link
+
+    root = ArtifactStore("s3://bench/rounds")
+    root.child("round-1").write_text("report.html", "<html><body>round one</body></html>")
+    root.child("round-2").write_json("metrics.json", {})
+    root.write_text("notes.txt", "not a folder")
+    assert root.folders() == ["round-1", "round-2"]
+    link, words = report_link(root.child("round-1"))
+    assert link.startswith(f"{s3_endpoint}/bench/rounds/round-1/report.html?") and "Signature" in link
+    assert REPORT_LINK_EXPIRY_S == 7 * 86400 and "signed link, valid 7 days" in words
+    with urllib.request.urlopen(link, timeout=10) as reply:
+        assert reply.headers["Content-Type"].startswith("text/html")  # opens in the browser, not a download
+        assert b"round one" in reply.read()
+    local = ArtifactStore(tmp_path)
+    local.child("round-a").write_text("report.html", "x")
+    assert local.folders() == ["round-a"] and local.presigned_url("round-a/report.html", 60) is None
+    assert report_link(local.child("round-a")) == (str(tmp_path / "round-a" / "report.html"), "report.html")

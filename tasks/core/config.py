@@ -3,7 +3,7 @@
 Unknown keys are errors that name the key, the file and the line where it was written,
 so a typo in an included model registry points at the registry, not at the run config.
 API keys are never part of the config: a model names the environment variable that
-holds its key (``api_key_env``).
+holds its key (``api_key_env``); ``api_base`` and ``cache.url`` may name variables (core/envexpand.py).
 
 Names that refer to registered things (a cache backend, a retrieval strategy, an embedder,
 an evaluation spec) are checked by the package that owns the registry: it adds a function to
@@ -24,7 +24,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
+from refusalbench.tasks.core.cache_policy import CachePolicy
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.limits_config import LimitsConfig
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.textinput import read_text
 from refusalbench.tasks.core.eval_spec import EvalSpec
@@ -54,9 +57,9 @@ RULES_PROVIDER = "rules/"  # ``model: rules/<set>``: the model-free generator of
 RULE_SETS = ("v1",)  # the rule sets a config may name; one so far
 
 
-class ModelConfig(Strict):
+class ModelConfig(Strict, ExpandedApiBase):
     model: str = Field(description="any LiteLLM model string, e.g. openai/gpt-4o; or rules/<set>, the rule-based generator")
-    api_base: str | None = None
+    api_base: str | None = None  # ${NAME} / ${NAME:-default} are expanded at load (ExpandedApiBase)
     api_key_env: str | None = Field(default=None, description="name of the env var that holds the key (never the key)")
     max_concurrency: int = Field(default=4, ge=1)
     rpm: int | None = Field(default=None, ge=1)
@@ -234,11 +237,28 @@ class KnowOrNotConfig(Strict):
         return self
 
 
+class RefreshConfig(Strict):
+    """Statistics of refresh rounds: the trend's change flags and the error bound of a round (README,
+    Tracking models over time)."""
+
+    fdr: float = Field(default=0.05, gt=0, lt=1, description="false-discovery rate of the trend's change flags "
+                                                             "(Benjamini-Hochberg across models x metrics)")
+    rounds: int = Field(default=52, ge=1, description="T of Theorem 3.1: the rounds the error guarantee covers")
+    delta: float = Field(default=0.05, gt=0, lt=1, description="delta of Theorem 3.1: the chance that any of those "
+                                                               "rounds misses by more than epsilon")
+
+
 class CacheConfig(Strict):
     backend: str = Field(default="sqlite", description="a registered cache backend: sqlite, redis, none, ... "
                                                        "(checked by tasks/llm/callcache.py)")
     path: str | None = Field(default=None, description="sqlite file; default <cache dir>/calls.sqlite")
-    url: str | None = Field(default=None, description="redis://host:port/db for the shared cache")
+    url: str | None = Field(default=None, description="redis://host:port/db for the shared cache (${NAME:-default} "
+                                                       "is read from the environment)")
+    _expand_url = field_validator("url")(expand_references)
+    policy: CachePolicy = Field(default_factory=CachePolicy, description="per role (generation, pretest, targets, "
+                                "judge): forever | round | {ttl: 7d}; unset: the run's default (tasks/core/cache_policy.py)")
+    round: str | None = Field(default=None, description="the refresh round (set by the refresh flow): `round` keys with it")
+    fresh: dict[str, str] = Field(default_factory=dict, description="roles asked afresh (--fresh) -> the run's salt")
 
 
 class RunConfig(Strict):
@@ -248,6 +268,9 @@ class RunConfig(Strict):
     evaluation: EvaluationConfig | None = None
     knowornot: KnowOrNotConfig | None = None
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="where max_concurrency, rpm and tpm "
+                                 "are counted: per process or across processes in Redis (tasks/core/limits_config.py)")
+    refresh: RefreshConfig = Field(default_factory=RefreshConfig)
     runner: Literal["thread", "dask"] = "thread"
     skip_unavailable: bool = False
     source: str | None = Field(default=None, exclude=True, description="file the config was read from")
@@ -313,12 +336,16 @@ CONFIG_CHECKS: Registry[ConfigCheck] = Registry("config check")
 
 def _run_config_checks(config: RunConfig, located: "_Located") -> None:
     """The first problem any registered check finds, as an InputError at the line of its key."""
-    for check in CONFIG_CHECKS.values():
-        found = check(config)
-        if found is not None:
-            field, problem = found
-            file, line = located.find(tuple(field.split(".")))
-            raise InputError(file, problem, line=line, field=field)
+    done: set[str] = set()
+    # A check may import a package that registers more checks (knowornot's import tasks/llm): run those too.
+    while pending := [name for name in CONFIG_CHECKS if name not in done]:
+        done.update(pending)
+        for name in pending:
+            found = CONFIG_CHECKS[name](config)
+            if found is not None:
+                field, problem = found
+                file, line = located.find(tuple(field.split(".")))
+                raise InputError(file, problem, line=line, field=field)
 
 
 # ---------------------------------------------------------------- YAML with positions

@@ -5,7 +5,12 @@
   resamples drawn as multinomial counts over row types), ``bootstrap_means``,
   ``percentile_interval`` / ``row_percentiles`` and ``standard_error`` of resampled values;
 - ``cohens_kappa``, ``fleiss_kappa``, ``fleiss_matrix``: agreement between raters;
-- ``z_value``: the two-sided normal quantile of a confidence level.
+- ``z_value``: the two-sided normal quantile of a confidence level;
+- ``independent_difference``: the difference of two independent estimates, its interval and p-value;
+- ``rounds_sample_size`` / ``rounds_epsilon``: the error bound of fresh rounds (paper, Theorem 3.1);
+- clustered designs: ``cluster_resample_counts`` (one resample-index matrix over clusters),
+  ``resampled_cluster_sums`` (resampled sums of per-cluster statistics), ``ratio_design_effects``
+  (the design effect of a clustered ratio, for effective-size Wilson intervals).
 
 RefusalBench's scoring and KnowOrNot's rates both use these, so an interval means the same
 in both reports.
@@ -178,3 +183,172 @@ def fleiss_matrix(ratings: Sequence[Sequence[str]], categories: Sequence[str]) -
         for rating in item:
             matrix[i, index[rating]] += 1
     return matrix
+
+
+# -- Multiple comparisons: many models x metrics are tested each round; a correction keeps
+# the share of false alarms at the level the team chose instead of one per comparison.
+
+def holm_adjust(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control): reject where adjusted <= alpha.
+
+    NaN p-values (comparisons that could not be made) stay NaN and do not count in the family.
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    if m == 0:
+        return out
+    order = np.argsort(p[ok], kind="stable")
+    ranked = p[ok][order] * (m - np.arange(m))
+    adjusted = np.minimum(np.maximum.accumulate(ranked), 1.0)  # step-down: never below an earlier one
+    back = np.empty(m)
+    back[order] = adjusted
+    out[ok] = back
+    return out
+
+
+def bh_adjust(p_values: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (false-discovery-rate control): reject where adjusted <= q.
+
+    NaN p-values stay NaN and do not count in the family.
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    if m == 0:
+        return out
+    order = np.argsort(p[ok], kind="stable")
+    ranked = p[ok][order] * m / np.arange(1, m + 1)
+    adjusted = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)  # step-up: never above a later one
+    back = np.empty(m)
+    back[order] = adjusted
+    out[ok] = back
+    return out
+
+
+def bootstrap_p_value(differences: np.ndarray, observed: float) -> float:
+    """Two-sided p-value of "no difference" from bootstrap replicates of a difference.
+
+    The share of replicates on the far side of zero, doubled (the percentile-bootstrap test
+    that matches the percentile interval: p <= alpha exactly when the 1-alpha interval
+    excludes 0); at least 1/(B+1) so a finite number of replicates never claims p = 0.
+    """
+    d = np.asarray(differences, dtype=float)
+    d = d[~np.isnan(d)]
+    if d.size == 0 or np.isnan(observed):
+        return float("nan")
+    below = (np.sum(d <= 0) + 1) / (d.size + 1)
+    above = (np.sum(d >= 0) + 1) / (d.size + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def independent_difference(estimate_a: np.ndarray, se_a: np.ndarray, estimate_b: np.ndarray, se_b: np.ndarray,
+                           level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """b - a for two estimates from independent samples: (difference, interval low, high, two-sided p-value).
+
+    The standard error of the difference is sqrt(se_a² + se_b²) (independent samples: no
+    covariance term) and the test is the normal (Wald) one. Elementwise over arrays; NaN
+    where an input is NaN. A zero standard error on both sides (every resample the same, e.g.
+    0 of n and n of n) makes any nonzero difference certain (p = 0) and no difference p = 1.
+    """
+    a, b = np.asarray(estimate_a, dtype=float), np.asarray(estimate_b, dtype=float)
+    se = np.sqrt(np.asarray(se_a, dtype=float) ** 2 + np.asarray(se_b, dtype=float) ** 2)
+    difference = b - a
+    half = z_value(level) * se
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.abs(difference) / se
+    z = np.where((se == 0) & (difference == 0), 0.0, z)  # 0/0: nothing changed
+    p = np.vectorize(lambda value: math.nan if math.isnan(value) else 2 * NormalDist().cdf(-value), otypes=[float])(z)
+    return difference, difference - half, difference + half, p
+
+
+# -- The error bound of fresh rounds (RefusalBench paper, Theorem 3.1, App. B): Hoeffding's
+# inequality per round and a union bound over T rounds give, for per-item scores in [0, 1],
+# P(max over T rounds |estimate - truth| > epsilon) <= 2T exp(-2 n epsilon²).
+
+def rounds_sample_size(epsilon: float, delta: float, rounds: int = 1) -> int:
+    """The fewest items per round, n >= ln(2T/delta) / (2 epsilon²), that keep every one of
+    ``rounds`` rounds within ``epsilon`` of the truth with probability 1 - delta."""
+    if not (0 < epsilon and 0 < delta < 1 and rounds >= 1):
+        raise ValueError("need epsilon > 0, 0 < delta < 1 and rounds >= 1")
+    return math.ceil(math.log(2 * rounds / delta) / (2 * epsilon * epsilon))
+
+
+def rounds_epsilon(n: int, delta: float, rounds: int = 1) -> float:
+    """The epsilon that ``n`` items per round achieve under the same bound: sqrt(ln(2T/delta) / (2n)); NaN for n = 0."""
+    if n <= 0:
+        return math.nan
+    return math.sqrt(math.log(2 * rounds / delta) / (2 * n))
+
+
+# -- Clustered designs: benchmark items written from one base item are not independent (they share
+# its question and context), so intervals resample whole clusters (Field & Welsh 2007; Cameron,
+# Gelbach & Miller 2008), and closed-form intervals use the design effect (Kish 1965).
+
+def cluster_resample_counts(rng: np.random.Generator, n_clusters: int, n_resamples: int) -> np.ndarray:
+    """(n_resamples × n_clusters) times each cluster is drawn when ``n_clusters`` clusters are drawn with
+    replacement: one resample-index matrix that every statistic of the same clusters can reuse
+    (resampled sums = counts @ per-cluster sums)."""
+    counts = np.zeros((n_resamples, n_clusters))
+    if n_clusters == 0:
+        return counts
+    chunk = max(1, min(n_resamples, 4_000_000 // n_clusters))
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        drawn = rng.integers(0, n_clusters, size=(size, n_clusters)) + (np.arange(size) * n_clusters)[:, None]
+        counts[start:start + size] = np.bincount(drawn.ravel(), minlength=size * n_clusters).reshape(size, n_clusters)
+    return counts
+
+
+def resampled_cluster_sums(per_cluster: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """(n_resamples × S) sums of (K × S) per-cluster statistics over resamples of the K clusters
+    with replacement.
+
+    Clusters with identical statistics are one type, and drawing K clusters is drawing counts over
+    the types: a multinomial draw when the types are few (one- or two-item clusters), K uniform
+    indices per resample otherwise; the sums are then counts @ per-type statistics.
+    """
+    per_cluster = np.asarray(per_cluster, dtype=np.float64)
+    n_clusters, width = per_cluster.shape
+    if n_clusters == 0:
+        return np.zeros((n_resamples, width))
+    types, type_of, type_counts = np.unique(per_cluster, axis=0, return_inverse=True, return_counts=True)
+    type_of = type_of.reshape(-1)
+    n_types = len(types)
+    out = np.empty((n_resamples, width))
+    chunk = max(1, min(n_resamples, 4_000_000 // max(n_clusters, n_types)))
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        if 2 * n_types < n_clusters:  # a multinomial costs ~2x a uniform index per category drawn
+            drawn = resample_counts(rng, type_counts, size)
+        else:
+            index = type_of[rng.integers(0, n_clusters, size=(size, n_clusters))] + (np.arange(size) * n_types)[:, None]
+            drawn = np.bincount(index.ravel(), minlength=size * n_types).reshape(size, n_types).astype(np.float64)
+        out[start:start + size] = drawn @ types
+    return out
+
+
+def ratio_design_effects(numerators: np.ndarray, denominators: np.ndarray, groups: np.ndarray,
+                         n_groups: int) -> np.ndarray:
+    """Design effect of each group's ratio Σy/Σn from its clusters' sums (y_k, n_k): the cluster
+    variance over the i.i.d. binomial variance, at least 1; 1 where it cannot be estimated
+    (rate 0 or 1, no rows). ``groups[k]``: the group of cluster-sum k (a cluster may appear in several).
+
+    The cluster variance is the linearised with-replacement one, Σ(y_k − r·n_k)² / (Σn)²: what a
+    cluster bootstrap of the ratio estimates; for one-row clusters it equals r(1−r)/n, so the design
+    effect is 1. Floored at 1, so a noisy estimate in a small group never claims more precision than
+    independent rows would give. Wilson's interval on n / deff rows is the effective-size Wilson
+    interval for clustered proportions (Korn & Graubard 1998; Dean & Pagano 2015).
+    """
+    y = np.asarray(numerators, dtype=np.float64)
+    n = np.asarray(denominators, dtype=np.float64)
+    total_y = np.bincount(groups, weights=y, minlength=n_groups)
+    total_n = np.bincount(groups, weights=n, minlength=n_groups)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(total_n > 0, total_y / np.where(total_n > 0, total_n, 1), 0.0)
+        spread = np.bincount(groups, weights=(y - rate[groups] * n) ** 2, minlength=n_groups)
+        binomial = rate * (1 - rate) * total_n  # r(1-r)/N, times N² like the spread
+        deff = np.where(binomial > 0, spread / np.where(binomial > 0, binomial, 1), 1.0)
+    return np.maximum(deff, 1.0)

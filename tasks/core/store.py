@@ -5,8 +5,11 @@
 written under a temporary local name and only then moved (local) or uploaded in one PUT
 (object storage), so no half-written artifact is ever visible under its final name.
 Parquet is written and read in row batches so large tables never need one big buffer.
-S3 endpoint and credentials come from the environment (``AWS_ENDPOINT_URL`` or
-``REFUSALBENCH_S3_ENDPOINT``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
+S3 endpoint and credentials come from the environment: the store's own variables
+(``REFUSALBENCH_S3_ENDPOINT_URL``, ``REFUSALBENCH_S3_ACCESS_KEY_ID``, ``REFUSALBENCH_S3_SECRET_ACCESS_KEY``,
+``REFUSALBENCH_S3_SESSION_TOKEN``, ``REFUSALBENCH_S3_REGION``), else the standard AWS ones (``AWS_ENDPOINT_URL``, the AWS credential chain).
+The store's own are what a cluster sets for its MinIO: the AWS ones also reach LiteLLM's Bedrock
+provider, and a MinIO user there makes every Bedrock call fail.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import fsspec
+import fsspec.config
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
@@ -32,15 +36,45 @@ from refusalbench.tasks.core.tables import from_table, to_table
 ROW_BATCH = 50_000
 
 
+# The store's S3 settings, each with the variables read in order (the older REFUSALBENCH_S3_ENDPOINT too).
+S3_ENDPOINT_ENV = ("REFUSALBENCH_S3_ENDPOINT_URL", "REFUSALBENCH_S3_ENDPOINT", "AWS_ENDPOINT_URL")
+S3_REGION_ENV = "REFUSALBENCH_S3_REGION"
+S3_KEY_ENV = {"key": "REFUSALBENCH_S3_ACCESS_KEY_ID", "secret": "REFUSALBENCH_S3_SECRET_ACCESS_KEY",
+              "token": "REFUSALBENCH_S3_SESSION_TOKEN"}
+_installed_s3_keys: dict[str, str] = {}
+
+
 def storage_options(uri: str) -> dict[str, Any]:
+    """fsspec options for ``uri``: for S3, the endpoint and region (no secret: Prefect saves these
+    with a result-storage block). The store's own keys are installed process-wide (below)."""
     if uri.startswith(("s3://", "s3a://")):
-        endpoint = os.environ.get("REFUSALBENCH_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-        options: dict[str, Any] = {}
+        install_s3_credentials()
+        endpoint = next((os.environ[name] for name in S3_ENDPOINT_ENV if os.environ.get(name)), None)
+        region = os.environ.get(S3_REGION_ENV)
+        client_kwargs = {k: v for k, v in (("endpoint_url", endpoint), ("region_name", region)) if v}
+        options: dict[str, Any] = {"client_kwargs": client_kwargs} if client_kwargs else {}
         if endpoint:
-            options["client_kwargs"] = {"endpoint_url": endpoint}
             options["endpoint_url"] = endpoint
         return options
     return {}
+
+
+def install_s3_credentials() -> None:
+    """Give every s3fs filesystem of this process the store's own keys (REFUSALBENCH_S3_ACCESS_KEY_ID ...).
+
+    Through fsspec's per-protocol defaults rather than the options: a filesystem Prefect builds from
+    a result-storage block it loaded by id gets them too, and they never leave the process (the
+    options are saved on the server with the block). Unset, s3fs reads the AWS chain as before.
+    """
+    wanted = {kwarg: os.environ[name] for kwarg, name in S3_KEY_ENV.items() if os.environ.get(name)}
+    if wanted == _installed_s3_keys:
+        return
+    defaults = fsspec.config.conf.setdefault("s3", {})
+    for kwarg in _installed_s3_keys:
+        defaults.pop(kwarg, None)
+    defaults.update(wanted)
+    _installed_s3_keys.clear()
+    _installed_s3_keys.update(wanted)
 
 
 def _json_default(value: Any) -> Any:
@@ -102,6 +136,25 @@ class ArtifactStore:
             return []
         return sorted(p[len(base) + 1 :] if p.startswith(base) else p for p in found)
 
+    def folders(self) -> list[str]:
+        """The names of the folders directly under this one, sorted (one listing, not a walk)."""
+        try:
+            entries = self.fs.ls(self.base, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+
+    def presigned_url(self, name: str, expires_s: int, content_type: str | None = None) -> str | None:
+        """An HTTP(S) URL that opens ``name`` in a browser for ``expires_s`` seconds, signed with this
+        store's credentials; None for a local folder or a filesystem that cannot sign URLs."""
+        if self.is_local:
+            return None
+        extra = {"ResponseContentType": content_type} if content_type else {}
+        try:
+            return self.fs.url(self.path(name), expires=expires_s, **extra)
+        except (AttributeError, NotImplementedError, TypeError):
+            return None
+
     def delete(self, name: str) -> None:
         if self.exists(name):
             self.fs.rm(self.path(name))
@@ -126,7 +179,8 @@ class ArtifactStore:
             folder = Path(self.path(name)).parent
             folder.mkdir(parents=True, exist_ok=True)
             return str(folder / f".{Path(name).name}.{uuid.uuid4().hex}.tmp")
-        fd, path = tempfile.mkstemp(suffix=".tmp")
+        # The name's extension last: the upload's Content-Type is guessed from it (a report opens in a browser).
+        fd, path = tempfile.mkstemp(suffix=".tmp" + Path(name).suffix)
         os.close(fd)
         return path
 

@@ -34,6 +34,8 @@ class CallSpec(BaseModel):
     schema_: type[BaseModel] | None = Field(default=None, alias="schema")
     params: dict[str, Any] = Field(default_factory=dict)
     tag: str | None = Field(default=None, description="caller's id for the call (not part of the cache key)")
+    role: str | None = Field(default=None, description="what the call is for (core.cache_policy.CACHE_ROLES): its "
+                                                      "cache scope; None: cached forever")
 
 
 class CallResult(BaseModel):
@@ -97,14 +99,15 @@ def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 
 def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None,
-                *, deployment: bool = True) -> str:
+                *, deployment: bool = True, scope: str | None = None) -> str:
     """Cache key: what determines the reply, the deployment included: a configured ``api_base``
     (normalised) and the ``extra_headers`` that select a deployment (``endpoints``), so one model
     string on two hosts is two models. Credentials are not part of it (a rotated key still hits
     the cache), nor is an endpoint found at run time (a local server started on a new port each
     run); a model at its provider's own endpoint keeps the key it always had. ``deployment=False``
     gives the key such a call had before the deployment was part of it (the gateway migrates
-    those entries)."""
+    those entries). ``scope``: what a narrower cache scope adds (the round, a ``--fresh`` salt;
+    ``cache_scope``); None, as for every ``forever`` call, leaves the key as it always was."""
     payload = {
         "v": CACHE_VERSION,
         "model": cfg.model,
@@ -112,6 +115,7 @@ def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[s
         "params": {**cfg.params, **params},
         "schema": json_schema(schema) if schema is not None else None,
         **(endpoint_identity(cfg) if deployment else {}),
+        **({"scope": scope} if scope is not None else {}),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 

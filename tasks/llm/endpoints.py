@@ -5,6 +5,12 @@ region), all under the same LiteLLM model string. Their replies differ, so the c
 tell them apart: a configured ``api_base`` and the headers that pick a deployment are part of
 the key. Credentials are not (a rotated key must still hit the cache), and neither is the
 endpoint the run itself discovers for a local server it started (a new port each run).
+
+An ``api_base`` that names environment variables (``${REFUSALBENCH_MODELS_URL:-http://models:8080/v1}``)
+is keyed as written, not as expanded: the variable is where this deployment is reached from here
+(the compose network, the local cluster's port), and moving it there is not a different deployment,
+for the same reason a local server's own port is not part of the key. Changing what is written (the
+variable or its default) is.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.core.envexpand import has_references
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Header names that carry credentials, never a deployment (compared lower-case) ...
@@ -57,8 +64,9 @@ def endpoint_identity(cfg: ModelConfig) -> dict[str, Any]:
     ``api_base`` of its own, ``headers`` when its ``extra_headers`` select one. Empty for a model
     reached at its provider's default endpoint, so its keys are what they always were."""
     identity: dict[str, Any] = {}
-    if cfg.api_base:
-        identity["endpoint"] = normalised_endpoint(cfg.api_base)
+    written = cfg.api_base_as_written
+    if written:  # a template is its own spelling: its parts are not a URL's until expanded
+        identity["endpoint"] = written.strip() if has_references(written) else normalised_endpoint(written)
     headers = deployment_headers(cfg.extra_headers)
     if headers:
         identity["headers"] = headers

@@ -4,8 +4,8 @@
   switched off and this module retries instead, so attempts per call stay bounded.
   Self-hosted models behind an OpenAI-compatible ``api_base`` take a direct path
   (``transport``): the same request body, posted without LiteLLM's per-call machinery.
-- Per-model concurrency, requests-per-minute and tokens-per-minute limits, process-wide: all
-  calls run on one background event loop, whichever Prefect worker thread asked for them.
+- Per-model concurrency, requests- and tokens-per-minute limits: process-wide (every call runs on
+  one background event loop) or, with ``limits_url``, across all processes, in Redis (``shared_limits``).
 - Exponential backoff with full jitter on 5xx/timeouts/garbled replies, up to ``max_attempts``.
   A 429 is no error: it waits as long as the provider says (``rate_limits``: Retry-After as
   seconds or an HTTP-date, retry-after-ms, the reset headers), pausing every call of the model,
@@ -19,7 +19,8 @@
   ``retry_truncated_max_tokens``; never when blocked. A structured call's such reply is never
   cached (a re-run asks again).
 - A persistent call cache keyed by (model, deployment, messages, parameters, response schema),
-  written as each call completes; identical requests in flight are sent once.
+  scoped per role (``cache_scope``: forever, per round, ttl), written as each call completes;
+  identical requests in flight are sent once.
 - Provider quirks (structured-output mode, credentials, parameter rewrites, retriable
   statuses, the direct path) come from the model's provider profile (``providers``).
 - Structured output: a pydantic schema becomes the ``response_format`` the profile's mode asks
@@ -50,9 +51,10 @@ from refusalbench.tasks.llm.callcache import CallCache, NullCache
 # What a call is lives in ``calls``; the stages import these names from here too.
 from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
                                           parse_structured, request_key, schema_name)
-from refusalbench.tasks.llm.endpoints import sole_deployment
+from refusalbench.tasks.llm.cache_scope import CacheScope
 from refusalbench.tasks.llm.context_limits import overflow, prompt_tokens
-from refusalbench.tasks.llm.rate_limits import MARGIN_S, ModelLimiter
+from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits
+from refusalbench.tasks.llm.shared_limits import RedisLimits, SharedModelLimits
 from refusalbench.tasks.llm.structured_modes import StructuredModes
 from refusalbench.tasks.llm.reply_outcomes import (OK, TOO_LONG, cacheable, final_outcome, outcome_error,
                                                    reply_outcome, retry_params)
@@ -111,9 +113,12 @@ class Gateway:
         backoff_max_s: float = 30.0,
         api_bases: dict[str, str] | None = None,
         direct_http: bool = True,
+        scope: CacheScope | None = None,
+        limits_url: str | None = None, lease_s: float = 30.0,
     ):
         self.models = models
         self.cache: CallCache = cache if cache is not None else NullCache()
+        self.scope = scope if scope is not None else CacheScope()  # each role's cache scope (cache_scope)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         # Endpoints discovered at run time (a local llama.cpp server we started).
@@ -123,8 +128,9 @@ class Gateway:
         self._loop = _LoopThread()
         self._direct = DirectClient()
         self._loop.cleanups.append(self._direct.close)
-        self._semaphores: dict[str, asyncio.Semaphore] = {}
-        self._limiters: dict[str, ModelLimiter] = {}
+        self._limits: dict[str, ProcessLimits | SharedModelLimits] = {}  # each model's, counted here or in Redis
+        self._shared_limits = RedisLimits(limits_url, lease_s) if limits_url else None
+        self._loop.cleanups += [self._shared_limits.close] if self._shared_limits else []
         self._structured = StructuredModes()
         self._inflight: dict[str, asyncio.Future] = {}
         self.stats: dict[str, Counter] = defaultdict(Counter)
@@ -167,15 +173,6 @@ class Gateway:
 
     # ------------------------------------------------------------ internals
 
-    def _migrated(self, spec: CallSpec, cfg: ModelConfig, key: str) -> dict[str, Any] | None:
-        """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``)."""
-        if not sole_deployment(cfg, self.models.values()):
-            return None
-        legacy = self.cache.get(request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
-        if legacy is not None:
-            self.cache.put(key, legacy)
-        return legacy
-
     def _count(self, model: str, **amounts: float) -> None:
         with self._stats_lock:
             for name, amount in amounts.items():
@@ -190,12 +187,8 @@ class Gateway:
             return CallResult(model=spec.model, key="", tag=spec.tag, error_kind="call_error",
                               error=f"{spec.model!r} is the rule-based generator ({cfg.model}): it answers no prompt "
                                     "and can only be listed under generation.generators")
-        key = request_key(cfg, spec.messages, spec.params, spec.schema_)
-        cached = self.cache.get(key)
-        if cached is None:
-            cached = self._migrated(spec, cfg, key)
-        if cached is not None and not cacheable(cached, structured=spec.schema_ is not None):
-            cached = None  # cached before truncated or blocked replies were told apart: ask again
+        key = self.scope.key(cfg, spec)
+        cached = self.scope.cached_reply(self.cache, key, spec, cfg, self.models)  # in scope, usable, migrated
         if cached is not None:
             self._count(spec.model, cache_hits=1)
             return self._finish(spec, key, cached, cached=True, attempts=0)
@@ -214,7 +207,7 @@ class Gateway:
             try:
                 value, attempts, error = await self._send_for_outcome(spec, cfg)
                 if value is not None and cacheable(value, structured=spec.schema_ is not None):
-                    self.cache.put(key, value)
+                    self.cache.put(key, self.scope.stamped(value))
                 pending.set_result((value, attempts, error))
             except BaseException as exc:  # pragma: no cover - defensive: never leave waiters hanging
                 pending.set_result((None, 0, f"{type(exc).__name__}: {exc}"))
@@ -292,11 +285,11 @@ class Gateway:
             second["retried_with"] = {k: v for k, v in params.items() if spec.params.get(k) != v}
         return second, attempts + more, None
 
-    def _semaphore(self, model: str, cfg: ModelConfig) -> asyncio.Semaphore:
-        if model not in self._semaphores:
-            self._semaphores[model] = asyncio.Semaphore(cfg.max_concurrency)
-            self._limiters[model] = ModelLimiter(cfg.rpm, cfg.tpm)
-        return self._semaphores[model]
+    def _limits_for(self, model: str, cfg: ModelConfig) -> ProcessLimits | SharedModelLimits:
+        if model not in self._limits:
+            self._limits[model] = (self._shared_limits.for_model(model, cfg) if self._shared_limits
+                                   else ProcessLimits(cfg.max_concurrency, cfg.rpm, cfg.tpm))
+        return self._limits[model]
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -382,7 +375,7 @@ class Gateway:
         else:  # nothing announced: back off, growing with this call's 429s
             ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (limited - 1))
             wait = ceiling / 2 + random.uniform(0, ceiling / 2)
-        limiter = self._limiters[spec.model]
+        limiter = self._limits_for(spec.model, cfg)
         limiter.pause(wait)
         waited = time.monotonic() - limited_since
         if waited + limiter.paused_for > cfg.max_rate_limit_wait_s:
@@ -405,9 +398,7 @@ class Gateway:
         return prompt_tokens(cfg.model, spec.messages) + (budget or 0)
 
     async def _send_once(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> dict[str, Any]:
-        semaphore = self._semaphore(spec.model, cfg)
-        async with semaphore:
-            await self._limiters[spec.model].wait(self._tpm_tokens(spec, cfg))
+        async with self._limits_for(spec.model, cfg).slot(self._tpm_tokens(spec, cfg)):
             self._count(spec.model, http_calls=1)
             api_base = self.api_bases.get(spec.model) or cfg.api_base
             profile = profile_for(cfg.model, api_base)
@@ -471,7 +462,9 @@ def gateway_for(config: RunConfig | dict[str, Any], api_bases: dict[str, str] | 
     """The shared gateway of a RunConfig (stage tasks receive the typed config; a JSON dump
     of one, as some callers still pass, is validated first)."""
     cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config)
-    return shared_gateway(cfg.models, cfg.cache.backend, cfg.cache.path, cfg.cache.url, api_bases)
+    return shared_gateway(cfg.models, cfg.cache.backend, cfg.cache.path, cfg.cache.url, api_bases,
+                          CacheScope.of(cfg.cache), limits_url=cfg.limits.shared_url(cfg.cache.backend, cfg.cache.url),
+                          lease_s=cfg.limits.lease_s)
 
 
 _GATEWAYS: dict[str, Gateway] = {}
@@ -479,20 +472,24 @@ _GATEWAYS_LOCK = threading.Lock()
 
 
 def shared_gateway(models: dict[str, ModelConfig], cache_backend: str = "sqlite", cache_path: str | None = None,
-                   cache_url: str | None = None, api_bases: dict[str, str] | None = None) -> Gateway:
-    """One gateway per registry and cache in this process, so limits hold across tasks."""
+                   cache_url: str | None = None, api_bases: dict[str, str] | None = None,
+                   scope: CacheScope | None = None, *, limits_url: str | None = None,
+                   lease_s: float = 30.0) -> Gateway:
+    """One gateway per registry, cache and cache scope in this process, so limits hold across tasks."""
     from refusalbench.tasks.llm.callcache import open_cache
 
     ident = hashlib.sha256(
         json.dumps(
-            [{k: v.model_dump(mode="json") for k, v in sorted(models.items())}, cache_backend, cache_path, cache_url],
+            [{k: v.model_dump(mode="json") for k, v in sorted(models.items())}, cache_backend, cache_path, cache_url,
+             *([scope.identity()] if scope is not None else []), *([limits_url, lease_s] if limits_url else [])],
             sort_keys=True,
         ).encode()
     ).hexdigest()
     with _GATEWAYS_LOCK:
         gateway = _GATEWAYS.get(ident)
         if gateway is None:
-            gateway = Gateway(models, open_cache(cache_backend, path=cache_path, url=cache_url), api_bases=api_bases)
+            gateway = Gateway(models, open_cache(cache_backend, path=cache_path, url=cache_url), api_bases=api_bases,
+                              scope=scope, limits_url=limits_url, lease_s=lease_s)
             _GATEWAYS[ident] = gateway
         elif api_bases:
             gateway.api_bases.update(api_bases)

@@ -173,3 +173,50 @@ class ModelLimiter:
             owed = -self._level
         if owed > 0:
             await asyncio.sleep(owed / rate)
+
+
+class Slot:
+    """``async with limits.slot(tokens):`` holds one of a model's concurrency slots, paced, for one request."""
+
+    __slots__ = ("limits", "tokens", "token")
+
+    def __init__(self, limits: Any, tokens: int):  # ProcessLimits, or shared_limits.SharedModelLimits
+        self.limits = limits
+        self.tokens = tokens
+        self.token: Any = None
+
+    async def __aenter__(self) -> None:
+        self.token = await self.limits.acquire(self.tokens)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.limits.release(self.token)
+
+
+class ProcessLimits:
+    """One model's ``max_concurrency``, ``rpm``, ``tpm`` and 429 pause, counted in this process
+    alone (the embedded default; ``shared_limits`` counts them across processes)."""
+
+    def __init__(self, max_concurrency: int, rpm: int | None = None, tpm: int | None = None):
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        self.limiter = ModelLimiter(rpm, tpm)
+
+    def slot(self, tokens: int = 0) -> Slot:
+        return Slot(self, tokens)
+
+    async def acquire(self, tokens: int = 0) -> None:
+        await self._semaphore.acquire()
+        try:
+            await self.limiter.wait(tokens)
+        except BaseException:
+            self._semaphore.release()
+            raise
+
+    def release(self, token: None = None) -> None:
+        self._semaphore.release()
+
+    def pause(self, seconds: float) -> None:
+        self.limiter.pause(seconds)
+
+    @property
+    def paused_for(self) -> float:
+        return self.limiter.paused_for

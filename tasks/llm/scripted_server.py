@@ -114,7 +114,9 @@ class ScriptedLLMServer:
     ``calls`` logs every request as it arrived: ``time``, ``wire`` (``openai`` | ``anthropic``),
     ``model``, ``messages`` and ``response_format`` (chat-completions shape), ``params`` (the rest),
     ``headers`` (authentication, API version), ``fault``, ``status``, ``billed`` (the tokens the
-    reply billed; zero for errors) and, for a reply, its ``finish``."""
+    reply billed; zero for errors), ``inflight`` (requests in flight at the server as it arrived,
+    itself included; ``max_inflight`` is the peak), ``finished`` (when the reply or error went out)
+    and, for a reply, its ``finish``."""
 
     responder: Responder = echo_responder
     latency_s: float = 0.0
@@ -157,6 +159,28 @@ class ScriptedLLMServer:
 
     def calls_for(self, model: str) -> list[dict[str, Any]]:
         return [c for c in self.calls if c["model"] == model]
+
+    def peak_inflight(self, model: str | None = None) -> int:
+        """The most requests (to ``model``, or to all) in flight at once, from each request's arrival
+        to its reply (``time`` to ``finished``): what a provider's concurrency limit counts."""
+        edges = sorted(edge for c in self.calls if model is None or c["model"] == model
+                       for edge in ((c["time"], 1), (c.get("finished", float("inf")), -1)))
+        peak = level = 0
+        for _, step in edges:  # at one instant a reply (-1) sorts before an arrival (+1)
+            level += step
+            peak = max(peak, level)
+        return peak
+
+    def busiest_window(self, seconds: float, model: str | None = None) -> int:
+        """The most requests (to ``model``, or to all) that arrived within any ``seconds`` long
+        window: what a provider's requests-per-minute limit counts, with ``seconds=60``."""
+        times = sorted(c["time"] for c in self.calls if model is None or c["model"] == model)
+        most, first = 0, 0
+        for last, arrived in enumerate(times):
+            while arrived - times[first] >= seconds:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
 
     def billed(self, model: str | None = None) -> dict[str, int]:
         """Tokens billed so far (to ``model``, or to all): prompt, completion, reasoning, cached."""
@@ -314,10 +338,12 @@ class ScriptedLLMServer:
             # What the reply billed; filled in when one is sent (errors bill nothing).
             "billed": {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cached_tokens": 0},
         }
-        self._log(entry)
+        # In flight at this server (all models): the peak is what a provider's concurrency limit sees.
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
+        entry["inflight"] = self.inflight
         try:
+            self._log(entry)
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
             if rejection is not None:
@@ -348,6 +374,7 @@ class ScriptedLLMServer:
             return web.json_response(anthropic_body(reply, tool) if wire == "anthropic" else openai_body(reply))
         finally:
             self.inflight -= 1
+            entry["finished"] = time.time()
 
 
 def main(argv: list[str] | None = None) -> None:

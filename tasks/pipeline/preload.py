@@ -1,7 +1,7 @@
 """Modules a later stage needs, loaded in a background thread while the command waits.
 
-A session's first command waits for the local API server to boot (``prefect_api``,
-~2 s here) before its flow can start. The report's plotting stack (matplotlib and the
+A session's first command waits for Prefect's background server to boot (``prefect_server``,
+a few seconds here) before its flow can start. The report's plotting stack (matplotlib and the
 report package, ~0.25 s of imports on 2 cores) loads meanwhile instead of after the
 last stage. Only while the command waits: a thread importing beside one that works and
 talks to the API slows both (the GIL hands over every 5 ms), which measured ~0.1 s

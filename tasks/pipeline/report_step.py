@@ -20,11 +20,13 @@ def report_results(run: StageRun, result: ScoreResult) -> str:
         report_uri = write_report(run.store, result)
         run.recorder.artifact(runfolder.REPORT)
     publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals, result.standard_errors,
-                                                  min_coverage=result.min_coverage),
+                                                  min_coverage=result.min_coverage, pairwise=result.pairwise or None),
                   "Models ranked by calibrated refusal score; incomplete models (coverage below min_coverage) "
-                  "last, unranked")
+                  "last, unranked. rank_range and group (tied with #1: not significantly below the leader) come "
+                  "from paired cluster-bootstrap comparisons, Holm-corrected; intervals resample base items")
     publish_markdown("leaderboard-md", leaderboard_markdown(result.metrics, result.intervals,
-                                                            min_coverage=result.min_coverage), "Leaderboard")
+                                                            min_coverage=result.min_coverage,
+                                                            pairwise=result.pairwise or None), "Leaderboard")
     publish_link("report", _link(report_uri), runfolder.REPORT.name, "Self-contained HTML report")
     story("report: %s", _link(report_uri))
     return report_uri

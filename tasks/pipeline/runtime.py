@@ -1,7 +1,8 @@
 """How the project runs on Prefect: environment, task runner, caching, results, call accounting.
 
-- Embedded mode: Prefect's ephemeral API on SQLite, a project-local PREFECT_HOME,
-  telemetry off, a generous server start-up timeout (2-core machines are slow to boot it).
+- Embedded mode: Prefect's background server (with its UI) on SQLite in a project-local
+  PREFECT_HOME (``prefect_server``), telemetry off, a generous server start-up timeout
+  (2-core machines are slow to boot it).
 - A bounded task runner (threads by default; Dask for task-level distribution).
 - The cache policy: task inputs + task source. TASK_SOURCE only sees the task's own code,
   so the content hashes it misses (prompt templates, lever catalogue, input files) are
@@ -33,7 +34,6 @@ PREFECT_DEFAULTS = {
     # get_run_logger never leave the process), so the run's story for the UI's Logs tab
     # has its own logger straight to the API (ui.story), at INFO whatever this is.
     "PREFECT_LOGGING_LEVEL": "WARNING",
-    "PREFECT_UI_ENABLED": "false",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
 }
 
@@ -120,6 +120,12 @@ def _gateway_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     return gateway_for(config).stats_snapshot()
 
 
+def _gateway_roles(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, int]]:
+    from refusalbench.tasks.llm.gateway import gateway_for
+
+    return gateway_for(config).scope.role_stats()
+
+
 def _gateway_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
     from refusalbench.tasks.llm.gateway import gateway_for
 
@@ -176,6 +182,11 @@ def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     return merge_call_stats(_from_every_process(_gateway_stats, config, "call statistics"))
 
 
+def run_role_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
+    """Calls per cache role (``tasks/llm/cache_scope.py``: calls, from_earlier_rounds), every process summed."""
+    return merge_call_stats(_from_every_process(_gateway_roles, config, "calls by role"))
+
+
 def call_stats_since(start: dict[str, dict[str, float]],
                      now: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """What the counters of ``now`` counted after the snapshot ``start``; a counter, or a model,
@@ -202,6 +213,7 @@ class CallCounter:
     def __init__(self, config: "RunConfig | dict[str, Any]"):
         self.config = config
         self.at_start = run_call_stats(config)
+        self.roles_at_start = run_role_stats(config)
 
     def since_start(self) -> dict[str, dict[str, float]]:
         return call_stats_since(self.at_start, run_call_stats(self.config))
@@ -217,3 +229,6 @@ class CallCounter:
         """Write this run's calls and structured-output fallbacks into ``recorder``'s manifest."""
         stats = self.since_start()
         recorder.calls(stats, self.structured_output_fallbacks(stats))
+        by_role = call_stats_since(self.roles_at_start, run_role_stats(self.config))
+        if by_role:  # what each cache role asked, and how much of it earlier rounds' entries served
+            recorder.count(calls_by_role={role: {name: int(n) for name, n in c.items()} for role, c in by_role.items()})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from refusalbench.tasks.core.runfolder import Artifact, RunManifest
 from refusalbench.tasks.refusalbench.documents import (AuditDocument, AuditLabel, FilterDecisions, GVAnalysis,
-                                                       MetricsDocument, TrendDocument)
+                                                       FreshnessDocument, MetricsDocument, TrendDocument)
 from refusalbench.tasks.refusalbench.records import (Assignment, BaseItem, BenchmarkItem, Candidate, Judgment,
                                                      PretestRow, Response, Verification)
 
@@ -41,7 +41,8 @@ JUDGMENTS = Artifact("judgments.parquet", "parquet", "responses with the judge's
 JUDGED = Artifact("judged.parquet", "parquet", "every row to score (DESIGN.md §6 judged-responses columns) with its "
                   "outcome and treatment: outcome ok is scored, the rest (truncated, blocked, failed, ...) are counted")
 METRICS = Artifact("metrics.json", "json", "per-model metrics of Appendix D with 95% bootstrap intervals and "
-                   "standard errors, response distribution, FRR-MRR correlation", MetricsDocument)
+                   "standard errors (base items resampled; i.i.d. figures beside them), pairwise model comparisons "
+                   "(Holm-corrected), response distribution, FRR-MRR correlation", MetricsDocument)
 BREAKDOWN = Artifact("breakdown.parquet", "parquet", "metrics per model x class / intensity / lever / domain / generator, "
                      "with intervals")
 CONFUSION = Artifact("confusion.parquet", "parquet", "expected x decided code counts per model")
@@ -54,9 +55,13 @@ RESPONSE_DISTRIBUTION = Artifact("response_distribution.parquet", "parquet",
                                  "false/missed refusal) with Wilson intervals")
 
 # ---------------------------------------------------------------- RefusalBench: refresh rounds
-ROUND_TREND = Artifact("round_trend.parquet", "parquet", "metrics with intervals per model and round")
-TREND = Artifact("trend.json", "json", "rounds compared and models that moved beyond their interval",
-                 TrendDocument)
+ROUND_TREND = Artifact("round_trend.parquet", "parquet", "metrics with intervals and standard errors per model and "
+                       "round")
+TREND = Artifact("trend.json", "json", "rounds compared, significant changes since the previous round (FDR-controlled), "
+                 "incomplete rounds, the round's error bound", TrendDocument)
+FRESHNESS = Artifact("freshness.json", "json", "items and (base item, lever) pairs seen in earlier rounds, calls "
+                     "served from earlier rounds' cache entries per role, the cache policy, model fingerprints",
+                     FreshnessDocument)
 
 
 # ---------------------------------------------------------------- RefusalBench: human audit (paper App. C.2)
@@ -72,6 +77,6 @@ AUDIT = Artifact("audit.json", "json", "human audit: pass rate per class / inten
 ARTIFACTS: tuple[Artifact, ...] = (
     METRICS, PRETEST, BASE_ITEMS, ASSIGNMENTS, CANDIDATES, VERIFICATIONS, FILTER_DECISIONS, BENCHMARK, GV_ANALYSIS,
     GENERATION_MANIFEST, RESPONSES, JUDGMENTS, JUDGED, BREAKDOWN, CONFUSION, CALIBRATION, CLASS_INTENSITY,
-    REFUSAL_BY_INTENSITY, DOMAIN_CHAMPIONS, RESPONSE_DISTRIBUTION, ROUND_TREND, TREND, AUDIT_SAMPLE, AUDIT_LABELS,
-    AUDIT,
+    REFUSAL_BY_INTENSITY, DOMAIN_CHAMPIONS, RESPONSE_DISTRIBUTION, ROUND_TREND, TREND, FRESHNESS, AUDIT_SAMPLE,
+    AUDIT_LABELS, AUDIT,
 )

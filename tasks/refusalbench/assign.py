@@ -6,13 +6,18 @@ k..2k-1, and so on (k = levers per stratum). Consecutive positions of one cycle 
 enough items every lever is used, use counts within a stratum differ by at most one, and the k
 levers of one item are distinct. The order depends only on the seed and the stratum, so a run is
 reproducible and a new seed gives a new, equally balanced assignment.
+
+A refresh round passes the (base item, lever) pairs earlier rounds assigned (``avoid``): an item
+then walks on along the cycle past its avoided levers and takes the next ones it has not had,
+repeating an earlier pair only when its stratum has no other lever left for it (the pool is
+exhausted). Without ``avoid`` the assignment is exactly the cycle's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError
@@ -72,12 +77,15 @@ def assign_levers(
     seed: int,
     levers_per_stratum: int = 1,
     strata: Sequence[Stratum] | None = None,
+    avoid: Collection[tuple[str, str]] = (),
 ) -> list[Assignment]:
     """Assignments for every item × selected stratum × ``levers_per_stratum`` levers (see module doc).
 
     Output order: item by item (input order), stratum by stratum (the given order, default the
     taxonomy's), levers in cycle order. A stratum with fewer levers than asked gives each item all of
-    them. Raises ValueError on duplicate item ids, an unknown stratum or a stratum without levers.
+    them. ``avoid``: (base id, lever id) pairs taken only when the stratum has no other lever left
+    for the item (see module doc). Raises ValueError on duplicate item ids, an unknown stratum or a
+    stratum without levers.
     """
     if levers_per_stratum < 1:
         raise ValueError(f"levers_per_stratum must be ≥ 1, got {levers_per_stratum}")
@@ -104,8 +112,10 @@ def assign_levers(
         for stratum in selected:
             cycle = cycles[stratum]
             k = min(levers_per_stratum, len(cycle))
-            for offset in range(k):
-                lever = cycle[(position * k + offset) % len(cycle)]
+            walk = [cycle[(position * k + offset) % len(cycle)] for offset in range(len(cycle))]
+            if avoid:  # the item's unused levers first, in cycle order; earlier pairs only to fill up
+                walk = sorted(walk, key=lambda lever: (item.id, lever.id) in avoid)
+            for lever in walk[:k]:
                 out.append(
                     Assignment(
                         assignment_id=assignment_id(item.id, lever.id),
@@ -129,8 +139,10 @@ def configured_strata(cfg: RunConfig) -> list[Stratum] | None:
 
 
 def draw_assignments(pool: Sequence[BaseItem], levers: Sequence[Lever], strata: Sequence[Stratum] | None,
-                     base_sample: int | None, levers_per_stratum: int,
-                     seed: int) -> tuple[list[BaseItem], list[Assignment]]:
-    """The generation's draw: ``base_sample`` items of ``pool`` by seed, and their lever assignment."""
+                     base_sample: int | None, levers_per_stratum: int, seed: int,
+                     avoid: Collection[tuple[str, str]] = ()) -> tuple[list[BaseItem], list[Assignment]]:
+    """The generation's draw: ``base_sample`` items of ``pool`` by seed, and their lever assignment
+    (avoiding earlier rounds' pairs ``avoid`` while the pool allows)."""
     items = sample_base_items(pool, base_sample, seed)
-    return items, assign_levers(items, levers, seed=seed, levers_per_stratum=levers_per_stratum, strata=strata)
+    return items, assign_levers(items, levers, seed=seed, levers_per_stratum=levers_per_stratum, strata=strata,
+                                avoid=avoid)

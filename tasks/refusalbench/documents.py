@@ -102,6 +102,8 @@ class BootstrapSettings(Document):
     method: str
     standard_error: str | None = Field(default=None, description="how ``standard_errors`` were computed")
     breakdown_intervals: str | None = Field(default=None, description="how breakdown.parquet's intervals were computed")
+    unit: str | None = Field(default=None, description="what a resample draws: base items (clusters) with all their items")
+    iid: str | None = Field(default=None, description="what intervals_iid and standard_errors_iid are")
 
 
 class MetricCorrelation(Document):
@@ -121,12 +123,49 @@ class CoverageSummary(Document):
     no_scored_rows: list[str] = Field(default_factory=list, description="models none of whose rows could be scored")
 
 
+class PairedDifference(Document):
+    """One metric of one pair: model_a − model_b on the same resampled base items."""
+    difference: Rate
+    ci: list[Rate]
+    se: Rate
+    p_value: Rate
+    p_adjusted: Rate = Field(description="Holm-adjusted over the pairs of this metric")
+    significant: bool = Field(description="p_adjusted <= alpha")
+
+
+class PairwiseComparison(Document):
+    model_a: str
+    model_b: str
+    n_items: int = Field(description="the items both were evaluated on")
+    same_items: bool
+    metrics: dict[str, PairedDifference]
+
+
+class PairwiseComparisons(Document):
+    """The ``pairwise`` block of metrics.json (``scoring.pairwise``)."""
+    metrics: list[str]
+    method: str
+    correction: str
+    alpha: float
+    level: float
+    n_resamples: int
+    comparisons: list[PairwiseComparison] = Field(default_factory=list)
+
+
 class MetricsDocument(Document):
     """``metrics.json`` of RefusalBench (DESIGN.md §6): per-model metrics and 95% intervals."""
     models: dict[str, dict[str, Rate]]
     intervals: dict[str, dict[str, list[Rate]]] = Field(default_factory=dict)
     standard_errors: dict[str, dict[str, Rate]] = Field(
         default_factory=dict, description="bootstrap standard error per model and metric (paper App. G)")
+    intervals_iid: dict[str, dict[str, list[Rate]]] = Field(
+        default_factory=dict, description="95% intervals with each model's rows resampled as if independent "
+                                          "(``intervals`` resample base items)")
+    standard_errors_iid: dict[str, dict[str, Rate]] = Field(
+        default_factory=dict, description="standard errors with rows resampled as if independent")
+    pairwise: PairwiseComparisons | None = Field(
+        default=None, description="every pair of models on the same items: paired differences with cluster-bootstrap "
+                                  "intervals and Holm-corrected p-values")
     counts: dict[str, Any] = Field(default_factory=dict)
     response_distribution: dict[str, dict[str, Rate]] = Field(
         default_factory=dict, description="per model: share of each of the six outcomes (App. F.8) and of rows with "
@@ -147,21 +186,82 @@ class MetricsDocument(Document):
 # ---------------------------------------------------------------- refresh rounds
 
 class TrendFlag(Document):
+    """A significant change of one model's metric between its previous round and the latest."""
     model: str
     metric: str
     previous_round: str
     round: str
     previous: float
-    previous_interval: list[float]
+    previous_interval: list[Rate] = Field(default_factory=list, description="the previous round's 95% interval")
     latest: float
-    direction: str
+    direction: str = Field(description="up | down")
+    better: bool | None = Field(default=None, description="whether the change is for the better; None: neither")
+    difference: Rate = None
+    difference_interval: list[Rate] = Field(default_factory=list,
+                                            description="95% interval of latest - previous (independent samples)")
+    p_value: Rate = None
+    adjusted_p_value: Rate = Field(default=None, description="Benjamini-Hochberg across every model x metric compared")
+
+
+class IncompleteRound(Document):
+    """A round under the root that is not in the trend, and why."""
+    round: str
+    status: str = Field(description="round.json's status (running, failed, ...), or unrecorded")
+    reason: str
+
+
+class RoundError(Document):
+    """What the round's size guarantees (paper, Theorem 3.1): every one of ``rounds`` rounds of ``items``
+    items is within ``epsilon`` of the truth with probability 1 - ``delta``."""
+    items: int
+    rounds: int
+    delta: float
+    epsilon: float
 
 
 class TrendDocument(Document):
-    """``trend.json`` of a refresh round: the rounds compared and the models that moved."""
+    """``trend.json`` of a refresh round: the rounds compared, the significant changes, the incomplete rounds."""
     rounds: list[str]
     flags: list[TrendFlag]
-    metric: str
+    metric: str = Field(description="the headline metric (the trend plot's)")
+    metrics: list[str] = Field(default_factory=list, description="the metrics compared")
+    test: str = ""
+    fdr: float | None = Field(default=None, description="false-discovery rate of the flags (config refresh.fdr)")
+    comparisons: int = Field(default=0, description="models x metrics compared (the BH family)")
+    incomplete_rounds: list[IncompleteRound] = Field(default_factory=list)
+    round_error: RoundError | None = None
+    freshness: FreshnessDocument | None = Field(default=None, description="the round's freshness.json, when recorded")
+    fingerprint_changes: list[FingerprintChange] = Field(
+        default_factory=list, description="models whose provider fingerprint differs from the previous round's")
+
+
+class RoleCalls(Document):
+    """One cache role's calls in a round, and how many of them earlier rounds' cache entries served."""
+    calls: int = 0
+    from_earlier_rounds: int = 0
+
+
+class FingerprintChange(Document):
+    """A model whose provider-reported fingerprint (system_fingerprint or served model) changed between rounds."""
+    model: str
+    before: list[str]
+    after: list[str]
+
+
+class FreshnessDocument(Document):
+    """``freshness.json`` of a refresh round: how much of it is new (tasks/refusalbench/freshness.py)."""
+    round_id: str
+    items_total: int = Field(description="benchmark items (question + context digest)")
+    items_seen_before: int = Field(description="of them, in an earlier round's benchmark under the same root")
+    pairs_total: int = Field(description="(base item, lever) pairs assigned")
+    pairs_seen_before: int = Field(description="of them, assigned in an earlier round")
+    pool_exhausted: bool = Field(description="assignment had to repeat earlier rounds' pairs: the pool ran out")
+    calls_total: int
+    calls_from_earlier_rounds: int = Field(description="calls the cache served from entries an earlier round wrote")
+    by_role: dict[str, RoleCalls]
+    cache_policy: dict[str, str] = Field(description="role -> forever | round | ttl:<seconds>s")
+    fingerprints: dict[str, list[str]] = Field(description="model -> its replies' fingerprints (system_fingerprint, "
+                                                           "else the served model name)")
 
 
 # ---------------------------------------------------------------- human audit (paper App. C.2)
@@ -217,3 +317,6 @@ class AuditDocument(Document):
     annotator_agreement: dict[str, Any]
     verifier_rule: str
     verifier_agreement: dict[str, Any]
+
+
+TrendDocument.model_rebuild()  # it names FreshnessDocument and FingerprintChange, declared after it

@@ -51,7 +51,8 @@ def generation_calls(
     for assignment in assignments:
         item, lever = items[assignment.base_id], levers[assignment.lever_id]
         schema = GeneratorMultiOutput if item.variant == "multi" else GeneratorSingleOutput
-        specs.append(CallSpec(model=generator, messages=generation_messages(item, lever), schema=schema, tag=assignment.assignment_id))
+        specs.append(CallSpec(model=generator, messages=generation_messages(item, lever), schema=schema, tag=assignment.assignment_id,
+                              role="generation"))
     return specs
 
 

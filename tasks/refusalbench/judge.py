@@ -78,12 +78,13 @@ def judgment_from_result(item: BenchmarkItem, response: Response, judge: str, re
 
 
 def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses: list[Response], judge: str,
-                    on_result: Callable[[CallResult], None] | None = None) -> list[Judgment]:
+                    on_result: Callable[[CallResult], None] | None = None, role: str = "judge") -> list[Judgment]:
+    """The judge's decision on every response that needs one; ``role``: the calls' cache scope."""
     to_judge = [r for r in responses if needs_judge(items[r.item_id], r)]
     specs = [
         CallSpec(model=judge, messages=judge_messages(items[r.item_id], r),
                  schema=JudgeMultiOutput if items[r.item_id].variant == "multi" else JudgeSingleOutput,
-                 tag=f"{r.model}|{r.item_id}")
+                 tag=f"{r.model}|{r.item_id}", role=role)
         for r in to_judge
     ]
     results = dict(zip((id(r) for r in to_judge), gateway.complete_many(specs, on_result=on_result)))

@@ -29,6 +29,8 @@ JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", 
 OUTCOME_COLUMNS = ["outcome", "treatment"]
 # The multi-document judge's scores and the item's variant (single|multi): optional for scoring.
 MULTI_DOCUMENT_COLUMNS = ["raf", "eligibility", "factuality", "variant"]
+# The base item each benchmark item was written from (with ``items``): intervals resample base items.
+CLUSTER_COLUMNS = ["base_id"]
 
 
 def judged_frame(judgments: list[Judgment],
@@ -38,19 +40,23 @@ def judged_frame(judgments: list[Judgment],
     Each row says its ``outcome`` (``ok``: scored; otherwise why not: truncated, blocked, a
     failed call, ...) and its ``treatment`` (how the scoring counts it), so a target none of
     whose rows could be scored is still listed. With ``items``, each row carries its item's
-    ``variant``, which tells the multi-document metrics which rows are theirs; the judge's
+    ``variant``, which tells the multi-document metrics which rows are theirs, and its ``base_id``,
+    which the bootstrap resamples; the judge's
     ``raf``, ``eligibility`` and ``factuality`` come along whenever some row has one.
     """
     frame = pd.DataFrame([j.model_dump() for j in judgments], columns=list(Judgment.model_fields))
-    variants = {item.item_id: item.variant for item in items or ()}
+    items = list(items or ())
+    variants = {item.item_id: item.variant for item in items}
     frame["variant"] = frame["item_id"].map(variants) if variants else None
+    # The base item of each row: the bootstrap resamples base items (scoring.clusters).
+    frame["base_id"] = frame["item_id"].map({item.item_id: item.base_id for item in items}) if items else None
     errors = frame["error"].notna()
     excluded = frame[errors].groupby("model").size().to_dict() if errors.any() else {}
     # Judgments written before outcomes were recorded: an error is a failed call, else scored.
     legacy = frame["outcome"].isna()
     frame.loc[legacy, "outcome"] = errors[legacy].map({True: CALL_ERROR, False: OK})
     frame["treatment"] = frame["outcome"].map(OUTCOME_TREATMENT)
-    optional = [c for c in MULTI_DOCUMENT_COLUMNS if frame[c].notna().any()]
+    optional = [c for c in MULTI_DOCUMENT_COLUMNS + CLUSTER_COLUMNS if frame[c].notna().any()]
     columns = JUDGED_COLUMNS + OUTCOME_COLUMNS + optional
     return frame[columns].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
 
@@ -79,6 +85,7 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     html = build_report(ReportInputs.from_score(
         result, manifest=manifest.model_dump(mode="json") if manifest else None,
         gv_analysis=gv.model_dump(mode="json") if gv else None, round_trend=_optional(store, rb_files.ROUND_TREND),
+        trend=trend.model_dump(mode="json") if (trend := _optional(store, rb_files.TREND)) else None,
         audit=audit.model_dump(mode="json") if audit else None,
         generation_counts=generation.counts if generation else None, title=title,
         responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None))

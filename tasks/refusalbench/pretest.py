@@ -49,11 +49,11 @@ def pretest_answers(gateway: Gateway, items: list[BaseItem], model: str, judge: 
                     progress: ProgressFactory | None = None) -> list[PretestRow]:
     """``model`` answers every item unperturbed and ``judge`` scores each answer: one row per item."""
     shown = [unperturbed_item(item) for item in items]
-    responses = respond(gateway, shown, model, confidence=False,
+    responses = respond(gateway, shown, model, confidence=False, role="pretest",
                         on_result=progress(f"{model} pre-test", len(shown)) if progress else None)
     by_id = {item.item_id: item for item in shown}
     to_judge = sum(needs_judge(by_id[r.item_id], r) for r in responses)
-    judgments = judge_responses(gateway, by_id, responses, judge,
+    judgments = judge_responses(gateway, by_id, responses, judge, role="pretest",
                                 on_result=progress(f"judge {model} pre-test", to_judge) if progress else None)
     return [row_from_judgment(item, judgment, response.raw, response.cached)
             for item, response, judgment in zip(shown, responses, judgments)]

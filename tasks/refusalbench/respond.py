@@ -37,7 +37,9 @@ def response_from_result(item: BenchmarkItem, model: str, result: CallResult, co
 
 
 def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confidence: bool = False,
-            on_result: Callable[[CallResult], None] | None = None) -> list[Response]:
-    specs = [CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id) for item in items]
+            on_result: Callable[[CallResult], None] | None = None, role: str = "targets") -> list[Response]:
+    """``model`` answers every item; ``role``: the calls' cache scope (the pre-test's are ``pretest``)."""
+    specs = [CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id, role=role)
+             for item in items]
     results = gateway.complete_many(specs, on_result=on_result)
     return [response_from_result(item, model, result, confidence) for item, result in zip(items, results)]

@@ -43,7 +43,7 @@ def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) ->
 def verification_calls(candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever], verifier: str) -> list[CallSpec]:
     return [
         CallSpec(model=verifier, messages=verification_messages(c, items[c.base_id], levers[c.lever_id]),
-                 schema=VerifierOutput, tag=c.candidate_id)
+                 schema=VerifierOutput, tag=c.candidate_id, role="generation")
         for c in candidates
     ]
 

@@ -186,23 +186,3 @@ def refusal_error_bars(metrics: Mapping[str, Mapping[str, float]], order: Sequen
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return png_base64(fig)
-
-
-def round_trend_plot(trend: pd.DataFrame) -> str | None:
-    """The headline metric per round and model; None if the trend lacks the columns."""
-    metric = next((m for m in ("calibrated_refusal_score", "refusal_accuracy", "answer_accuracy")
-                   if m in trend.columns), None)
-    if metric is None or "round" not in trend.columns or "model" not in trend.columns:
-        return None
-    fig = Figure(figsize=(6.5, 4.5))
-    ax = fig.add_subplot()
-    for model, part in trend.groupby("model", sort=True):
-        part = part.sort_values("round")
-        ax.plot(part["round"].astype(str), part[metric].astype(float), marker="o", label=plot_text(model))
-    ax.set_xlabel("round")
-    ax.set_ylabel(metric.replace("_", " "))
-    ax.set_title(f"{metric.replace('_', ' ').capitalize()} by round")
-    ax.tick_params(axis="x", rotation=30)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return png_base64(fig)

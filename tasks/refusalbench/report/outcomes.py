@@ -101,8 +101,10 @@ def distribution_section(table: pd.DataFrame | None, order: Sequence[str]) -> st
 
 
 def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] | None,
-                            order: Sequence[str]) -> str | None:
-    """Bootstrap standard errors of the leaderboard metrics, one row per model."""
+                            order: Sequence[str],
+                            iid: Mapping[str, Mapping[str, float]] | None = None) -> str | None:
+    """Bootstrap standard errors of the leaderboard metrics, one row per model; with ``iid`` (rows
+    resampled as if independent), that figure beneath each cluster one."""
     if not standard_errors:
         return None
     names = [(n, label) for n, label in leaderboard_metrics(standard_errors)
@@ -111,16 +113,22 @@ def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] |
         return None
     head = "<tr><th class='name'>Model</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in names) + "</tr>"
     rows = []
+    def text(value: Any, name: str) -> str:
+        return "—" if is_nan(value) else (f"{100 * float(value):.1f} pp" if shown_as_percent(name)
+                                          else f"{float(value):.3f}")
+
     for model in [m for m in order if m in standard_errors] + sorted(set(standard_errors) - set(order)):
         cells = [f"<td class='name'>{escape(model)}</td>"]
         for name, _ in names:
-            value = standard_errors[model].get(name)
-            text = "—" if is_nan(value) else (f"{100 * float(value):.1f} pp" if shown_as_percent(name)
-                                               else f"{float(value):.3f}")
-            cells.append(f"<td>{text}</td>")
+            beside = (iid or {}).get(model, {}).get(name)
+            note = f"<br><span class='ci'>i.i.d. {text(beside, name)}</span>" if iid and model in iid else ""
+            cells.append(f"<td>{text(standard_errors[model].get(name), name)}{note}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    lead = ("<p>Standard error of each metric: the standard deviation of its bootstrap resamples "
-            "(items resampled within each model), as in the paper's Appendix G.</p>")
+    lead = ("<p>Standard error of each metric: the standard deviation of its bootstrap resamples, as in the "
+            "paper's Appendix G, with base items resampled (each with all of its benchmark items, the same "
+            "draws for every model)"
+            + ("; beneath it, the figure with items resampled as if independent, too small where items "
+               "of one base item succeed or fail together" if iid else "") + ".</p>")
     return section("Standard errors", lead + f"<table>{head}{''.join(rows)}</table>")
 
 

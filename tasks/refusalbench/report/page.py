@@ -23,20 +23,24 @@ from refusalbench.tasks.refusalbench.report.figures import (
     intensity_curves,
     refusal_error_bars,
     reliability_diagrams,
-    round_trend_plot,
     scatter_plot,
 )
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
 from refusalbench.tasks.refusalbench.report.gv import gv_section_html, unverified_note
 from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
 from refusalbench.tasks.refusalbench.report.leaderboard import (
+    INTERVAL_NOTE,
+    SIGNIFICANCE_NOTE,
     format_interval,
     format_value,
+    group_text,
     incomplete_models,
     incomplete_note,
     leaderboard_metrics,
     model_ranks,
+    rank_range_text,
     ranked_models,
+    significance,
 )
 from refusalbench.tasks.refusalbench.report.outcomes import (
     correlation_note,
@@ -44,7 +48,9 @@ from refusalbench.tasks.refusalbench.report.outcomes import (
     multi_document_section,
     standard_errors_section,
 )
+from refusalbench.tasks.refusalbench.report.pairwise_section import pairwise_section
 from refusalbench.tasks.refusalbench.report.responses import responses_section
+from refusalbench.tasks.refusalbench.report.trend_section import trend_section
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
@@ -66,6 +72,7 @@ class ReportInputs:
     gv_analysis: Mapping[str, Any] | None = None
     generation_counts: Mapping[str, Any] | None = None  # the generate manifest's counts (default: manifest's)
     round_trend: pd.DataFrame | None = None
+    trend: Mapping[str, Any] | None = None  # trend.json of a refresh round (changes, incomplete rounds)
     audit: Mapping[str, Any] | None = None  # audit.json (human audit of generated items)
     title: str = "RefusalBench report"
     generated_at: str | None = None
@@ -81,6 +88,10 @@ class ReportInputs:
     min_coverage: float = DEFAULT_MIN_COVERAGE
     # responses.parquet: the replies, their reasoning and reasoning tokens (a sample and a per-model table).
     responses: pd.DataFrame | None = None
+    # Standard errors with rows resampled as if independent (shown beside the cluster ones), and
+    # metrics.json's pairwise block (rank ranges, the leader's group, the pairwise table).
+    standard_errors_iid: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    pairwise: Mapping[str, Any] | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
@@ -96,6 +107,8 @@ class ReportInputs:
             champions=result.champions,
             generated_at=result.generated_at,
             standard_errors=result.standard_errors,
+            standard_errors_iid=result.standard_errors_iid,
+            pairwise=result.pairwise or None,
             response_distribution=result.response_distribution,
             frr_mrr_correlation=result.frr_mrr_correlation,
             multi_document=result.multi_document,
@@ -107,8 +120,10 @@ class ReportInputs:
 
 def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
     columns = leaderboard_metrics(inputs.metrics)
-    head = "<tr><th>#</th><th class='name'>Model</th>" + "".join(
-        f"<th>{escape(label)}</th>" for _, label in columns) + "<th>n</th></tr>"
+    groups = significance(inputs.metrics, inputs.pairwise, inputs.min_coverage) if inputs.pairwise else None
+    head = ("<tr><th>#</th><th class='name'>Model</th>" + ("<th>Rank range</th><th>Group</th>" if groups is not None
+                                                           else "")
+            + "".join(f"<th>{escape(label)}</th>" for _, label in columns) + "<th>n</th></tr>")
     rows = []
     incomplete = incomplete_models(inputs.metrics, inputs.min_coverage)
     for model, rank in model_ranks(inputs.metrics, inputs.min_coverage):
@@ -116,6 +131,9 @@ def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
         mark = (f" <span class='ci'>({escape(incomplete_note(incomplete[model]))})</span>"
                 if model in incomplete else "")
         cells = [f"<td>{'—' if rank is None else rank}</td>", f"<td class='name'>{escape(model)}{mark}</td>"]
+        if groups is not None:
+            cells += [f"<td>{escape(rank_range_text(groups.get(model)))}</td>",
+                      f"<td>{escape(group_text(groups.get(model)))}</td>"]
         for name, _ in columns:
             ci = format_interval(inputs.intervals.get(model, {}).get(name), name)
             ci_html = f"<br><span class='ci'>{escape(ci)}</span>" if ci else ""
@@ -214,7 +232,9 @@ def build_report(run: ReportInputs) -> str:
     sections: list[str] = []
 
     lead = f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer " \
-           "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
+           "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>" \
+           f"<p class='note'>Intervals and standard errors: {escape(INTERVAL_NOTE)}" \
+           + (f" {escape(SIGNIFICANCE_NOTE)}" if run.pairwise else "") + "</p>"
     incomplete = incomplete_models(run.metrics, run.min_coverage)
     if incomplete:
         lead += (f"<p class='note'>{len(incomplete)} model(s) scored on less than {100 * run.min_coverage:.0f}% of "
@@ -224,7 +244,8 @@ def build_report(run: ReportInputs) -> str:
     if coverage:
         sections.append(coverage)
     sections.extend(filter(None, [
-        standard_errors_section(run.standard_errors, order),
+        standard_errors_section(run.standard_errors, order, run.standard_errors_iid),
+        pairwise_section(run.pairwise, order),
         multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
 
     scatter_a = scatter_plot(run.metrics, "answer_accuracy", "refusal_accuracy", "Answer vs refusal accuracy",
@@ -294,9 +315,7 @@ def build_report(run: ReportInputs) -> str:
     sections.append(_comparison_section(run))
 
     if run.round_trend is not None and not run.round_trend.empty:
-        trend_plot = round_trend_plot(run.round_trend)
-        body = (image_tag(trend_plot, "trend across rounds") if trend_plot else "") + frame_table(run.round_trend)
-        sections.append(section("Trend across rounds", body))
+        sections.append(trend_section(run.round_trend, run.trend))
 
     sections.extend(_generation_sections(run))
 

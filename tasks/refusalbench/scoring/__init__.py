@@ -25,7 +25,9 @@ refusal)                                      per model in :mod:`.metrics`
 Reliability diagrams                          :mod:`.breakdowns` (``calibration_table``);
                                               drawn by :mod:`refusalbench.tasks.refusalbench.report`
 Confidence intervals (bootstrap 95%) and      :mod:`.bootstrap` (per model);
-standard errors (App. G)                      :mod:`.intervals` (per breakdown row)
+standard errors (App. G)                      :mod:`.intervals` (per breakdown row);
+                                              base items resampled: :mod:`.clusters`
+Which models differ (pairwise, Holm)          :mod:`.pairwise`
 Breakdowns by class, intensity, lever,        :mod:`.breakdowns`
 domain, generator; confusion; champions
 Response distribution (App. F.8), FRR-MRR     :mod:`.summary`
@@ -37,7 +39,8 @@ The multi-document metrics are NaN on single-document rows, never 0.
 The decisions the contract leaves open are documented in the module that makes them.
 """
 
-from refusalbench.tasks.refusalbench.scoring.bootstrap import bootstrap_intervals, bootstrap_standard_errors, bootstrap_summary
+from refusalbench.tasks.refusalbench.scoring.bootstrap import (bootstrap_figures, bootstrap_intervals,
+                                                              bootstrap_standard_errors, bootstrap_summary)
 from refusalbench.tasks.refusalbench.scoring.breakdowns import (
     BREAKDOWN_COLUMNS,
     CHAMPION_METRICS,
@@ -88,6 +91,7 @@ from refusalbench.tasks.refusalbench.scoring.metrics import (
     run_metrics,
     single_document_metrics,
 )
+from refusalbench.tasks.refusalbench.scoring.pairwise import PAIRWISE_METRICS, pairwise_comparisons
 from refusalbench.tasks.refusalbench.scoring.result import ScoreResult, score_frame
 from refusalbench.tasks.refusalbench.scoring.summary import (
     OUTCOME_TREATMENT,
@@ -115,6 +119,7 @@ __all__ = [
     "N_VERBAL_BINS",
     "OUTCOMES",
     "OUTCOME_TREATMENT",
+    "PAIRWISE_METRICS",
     "PREPARED_COLUMNS",
     "REQUIRED_COLUMNS",
     "TABLE_FILES",
@@ -123,6 +128,7 @@ __all__ = [
     "ScoreResult",
     "all_metrics",
     "bin_label",
+    "bootstrap_figures",
     "bootstrap_intervals",
     "bootstrap_standard_errors",
     "bootstrap_summary",
@@ -147,6 +153,7 @@ __all__ = [
     "multi_document_metrics",
     "outcome_counts_by_model",
     "overall_rows",
+    "pairwise_comparisons",
     "prepare",
     "read_judged",
     "read_metrics_json",

@@ -1,5 +1,14 @@
-"""Bootstrap 95% intervals of every metric, items resampled within each model.
+"""Bootstrap 95% intervals and standard errors of every metric: base items resampled (clusters).
 
+Two figures per model and metric: the *cluster* one, which every interval of the score uses,
+resamples base items with all their benchmark items (:mod:`.clusters`: the items of one base item
+are not independent), the same draws for every model; the *i.i.d.* one resamples the model's
+rows as if independent, and is kept beside it in metrics.json so the difference shows. The
+cluster figure multiplies one resample-index matrix (resamples × base items) with each model's
+per-base-item sufficient statistics: one product for many models, no loop over resamples.
+
+The i.i.d. figure (and the cluster figure of a model whose base items hold one row each, where
+the two are the same) is computed as follows.
 The bootstrap draws, per model, multinomial counts over the model's distinct row *types*
 (a type = the indicator flags + confidence bin + confidence value) — the same
 distribution as resampling rows with replacement — and multiplies them with the per-type
@@ -8,8 +17,9 @@ sufficient statistics: 1,000 resamples cost one small matrix product, not 1,000 
 Decisions the contract leaves open:
 - Percentile intervals; resamples where a metric is undefined (e.g. no refusal drawn) are
   ignored for that metric; the interval is NaN if all are.
-- Each model uses its own generator seeded by (seed, crc32(model)), so adding a model
-  leaves the others' intervals unchanged.
+- The i.i.d. figure: each model uses its own generator seeded by (seed, crc32(model)); the
+  cluster figure: one resample-index matrix seeded by (seed, "base items") over the sorted base
+  items. Either way adding a model evaluated on the same items leaves the others' intervals unchanged.
 - When a model has more than ``MAX_EXACT_TYPES`` distinct types (float confidences are
   nearly all distinct), numeric confidences are grouped on a 1/``FLOAT_GRID`` grid for the
   bootstrap only, each group carrying its exact mean; bins stay exact. The point
@@ -29,6 +39,7 @@ import pandas as pd
 
 from refusalbench.tasks.core.stats import percentile_interval, resample_counts, seeded_rng, standard_error
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
+from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes, cluster_counts, multi_row_groups
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.metrics import (
     METRIC_SPECS,
@@ -91,16 +102,65 @@ def _bootstrap_one(rows: Mapping[str, np.ndarray], n_resamples: int,
     return metrics_from_stats(np.concatenate(pieces, axis=0))
 
 
-def bootstrap_summary(
+Intervals = dict[str, dict[str, tuple[float, float]]]
+Errors = dict[str, dict[str, float]]
+CLUSTER, IID = "cluster", "iid"
+_MODELS_PER_PRODUCT = 64  # models whose resampled statistics are computed in one product
+
+
+def _iid_summary(rows: Mapping[str, np.ndarray], models: Sequence[str], order: np.ndarray, bounds: np.ndarray,
+                 wanted: Sequence[str], n_resamples: int, seed: int, level: float) -> tuple[Intervals, Errors]:
+    """Items resampled within each model, as if independent (the figure beside the cluster one)."""
+    intervals: Intervals = {}
+    errors: Errors = {}
+    for i, model in enumerate(models):
+        idx = order[bounds[i]:bounds[i + 1]]
+        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, seeded_rng(seed, model))
+        intervals[model] = {name: percentile_interval(sample[name], level) for name in wanted}
+        errors[model] = {name: standard_error(sample[name]) for name in wanted}
+    return intervals, errors
+
+
+def _cluster_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequence[str], order: np.ndarray,
+                     bounds: np.ndarray, wanted: Sequence[str], n_resamples: int, seed: int, level: float,
+                     iid: tuple[Intervals, Errors], clusters: np.ndarray, n_clusters: int) -> tuple[Intervals, Errors]:
+    """Base items resampled, the same draws for every model (:mod:`.clusters`).
+
+    A model none of whose base items holds two of its rows keeps its i.i.d. figure: for it,
+    drawing clusters is drawing rows. The others: per-cluster statistics (clusters × statistics)
+    per model, times the one resample-index matrix, in one product per batch of models.
+    """
+    intervals, errors = dict(iid[0]), dict(iid[1])
+    grouped = np.flatnonzero(multi_row_groups(codes, clusters, len(models)))
+    if grouped.size == 0:
+        return intervals, errors
+    counts = cluster_counts(n_clusters, n_resamples, seed)
+    for start in range(0, grouped.size, _MODELS_PER_PRODUCT):
+        batch = grouped[start:start + _MODELS_PER_PRODUCT]
+        per_cluster = []
+        for i in batch:
+            idx = order[bounds[i]:bounds[i + 1]]
+            per_cluster.append(sufficient_stats(clusters[idx], n_clusters, {k: v[idx] for k, v in rows.items()}))
+        width = per_cluster[0].shape[1]
+        resampled = (counts @ np.concatenate(per_cluster, axis=1)).reshape(n_resamples, len(batch), width)
+        sample = metrics_from_stats(resampled)  # each metric: (resamples × models of the batch)
+        for j, i in enumerate(batch):
+            intervals[models[i]] = {name: percentile_interval(sample[name][:, j], level) for name in wanted}
+            errors[models[i]] = {name: standard_error(sample[name][:, j]) for name in wanted}
+    return intervals, errors
+
+
+def bootstrap_figures(
     df: pd.DataFrame,
     metrics: Sequence[str] | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-) -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, dict[str, float]]]:
-    """({model: {metric: (low, high)}}, {model: {metric: standard error}}) from one set of resamples.
+) -> dict[str, tuple[Intervals, Errors]]:
+    """{"cluster": (intervals, standard errors), "iid": (intervals, standard errors)} per model and metric.
 
-    Percentile intervals and bootstrap standard deviations, items resampled within each model.
+    ``cluster`` resamples base items (the figure every interval of the score uses); ``iid``
+    resamples each model's rows as if independent, kept beside it so the difference shows.
     """
     df = ensure_prepared(df)
     wanted = list(metrics) if metrics is not None else list(single_document_metrics())
@@ -111,14 +171,27 @@ def bootstrap_summary(
     rows = row_arrays(df)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
-    intervals: dict[str, dict[str, tuple[float, float]]] = {}
-    errors: dict[str, dict[str, float]] = {}
-    for i, model in enumerate(models):
-        idx = order[bounds[i]:bounds[i + 1]]
-        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, seeded_rng(seed, model))
-        intervals[model] = {name: percentile_interval(sample[name], level) for name in wanted}
-        errors[model] = {name: standard_error(sample[name]) for name in wanted}
-    return intervals, errors
+    iid = _iid_summary(rows, models, order, bounds, wanted, n_resamples, seed, level)
+    clusters, n_clusters = cluster_codes(df)
+    cluster = _cluster_summary(rows, codes, models, order, bounds, wanted, n_resamples, seed, level, iid,
+                               clusters, n_clusters)
+    return {CLUSTER: cluster, IID: iid}
+
+
+def bootstrap_summary(
+    df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    unit: str = CLUSTER,
+) -> tuple[Intervals, Errors]:
+    """({model: {metric: (low, high)}}, {model: {metric: standard error}}) from one set of resamples.
+
+    Percentile intervals and bootstrap standard deviations; ``unit`` "cluster" (default) resamples
+    base items, "iid" each model's rows as if independent.
+    """
+    return bootstrap_figures(df, metrics, n_resamples=n_resamples, seed=seed, level=level)[unit]
 
 
 def bootstrap_intervals(
@@ -127,9 +200,10 @@ def bootstrap_intervals(
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-) -> dict[str, dict[str, tuple[float, float]]]:
-    """{model: {metric: (low, high)}}: percentile intervals, items resampled within each model."""
-    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed, level=level)[0]
+    unit: str = CLUSTER,
+) -> Intervals:
+    """{model: {metric: (low, high)}}: percentile intervals, base items resampled (``unit`` "iid": rows)."""
+    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed, level=level, unit=unit)[0]
 
 
 def bootstrap_standard_errors(
@@ -137,6 +211,7 @@ def bootstrap_standard_errors(
     metrics: Sequence[str] | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
-) -> dict[str, dict[str, float]]:
-    """{model: {metric: SE}}: the bootstrap standard deviation of each metric (App. G)."""
-    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed)[1]
+    unit: str = CLUSTER,
+) -> Errors:
+    """{model: {metric: SE}}: the bootstrap standard deviation of each metric (App. G), base items resampled."""
+    return bootstrap_summary(df, metrics, n_resamples=n_resamples, seed=seed, unit=unit)[1]

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.refusalbench.scoring.calibration import N_VERBAL_BINS, bin_label
+from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.intervals import breakdown_intervals
 from refusalbench.tasks.refusalbench.scoring.metrics import (
@@ -54,8 +55,8 @@ def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *
     Rows whose ``by`` value is missing are left out; an absent or all-missing column gives
     an empty frame. ``group`` is the dimension name; ``n`` the rows in that model × value.
     ``metrics`` defaults to :func:`~.metrics.run_metrics`. Intervals: Wilson for
-    proportions, ``n_resamples`` bootstrap resamples within the group for the rest
-    (see :mod:`.intervals`).
+    proportions, ``n_resamples`` bootstrap resamples within the group for the rest, both
+    respecting base items where a group holds several rows of one (see :mod:`.intervals`).
     """
     df = ensure_prepared(df)
     if by not in df.columns or df[by].isna().all():
@@ -76,7 +77,9 @@ def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *
     model_of = np.asarray(models, dtype=object)[used // n_values]
     value_of = np.asarray([str(v) for v in values_found], dtype=object)[used % n_values]
     labels = [f"{by}\0{m}\0{v}" for m, v in zip(model_of, value_of)]
-    bounds = breakdown_intervals(stats, keys, rows, used, labels, names, n_resamples, seed, level)
+    clusters, n_clusters = cluster_codes(df)
+    bounds = breakdown_intervals(stats, keys, rows, used, labels, names, n_resamples, seed, level,
+                                 clusters=clusters[present], n_clusters=n_clusters)
     frames = [
         pd.DataFrame({
             "model": model_of, "group": by, "value": value_of, "metric": name,

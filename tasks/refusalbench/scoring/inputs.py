@@ -12,6 +12,9 @@ Decisions the contract leaves open:
   absent only when no answerable item got an answer attempt.
 - An empty/absent reply parses as an answer attempt (no code), judged like any other.
 
+An optional ``base_id`` (the base item the benchmark item was written from) is kept: the
+intervals resample base items (:mod:`.clusters`); a row without one is its own cluster.
+
 Rows may carry an ``outcome`` (``tasks/llm/reply_outcomes.py``; missing = ``ok``): a row whose
 outcome is not ``ok`` has no usable response (truncated, provider_blocked, too_long, empty)
 or failed (call_error, judge_error). It needs no decision, is ``scored = False`` and enters
@@ -48,6 +51,9 @@ BREAKDOWN_DIMENSIONS: tuple[str, ...] = (
     "domain",
     "generator",
 )
+# The base item a benchmark item was written from: items of one base item share its question and
+# context, so the bootstrap resamples base items (:mod:`.clusters`). Optional; kept as text.
+CLUSTER_COLUMN = "base_id"
 PREPARED_COLUMNS: tuple[str, ...] = (
     "model", "item_id", "expected", "decision", "answerable", "refused", "answer_correct",
     "answered_correctly", "right_code", "correct", "confidence", "confidence_value",
@@ -291,7 +297,7 @@ def prepare(
     duplicated = out.duplicated(["model", "item_id"]).to_numpy()
     _fail(source, line_of, duplicated, "item_id",
           lambda i: f"duplicate (model, item_id) = ({out['model'].iat[i]!r}, {out['item_id'].iat[i]!r})")
-    for dim in BREAKDOWN_DIMENSIONS:
+    for dim in (*BREAKDOWN_DIMENSIONS, CLUSTER_COLUMN):
         if dim in columns:
             codes, mapped = _per_unique(df[dim], _group_text)
             out[dim] = _categorical(codes, mapped)

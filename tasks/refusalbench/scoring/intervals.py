@@ -18,6 +18,18 @@ Decisions the contract leaves open:
 - Each group draws from its own generator seeded by (seed, crc32 of its dimension, model
   and value), so a group's interval does not depend on the other groups.
 - No resamples (``n_resamples`` 0): composite intervals are NaN; Wilson intervals remain.
+
+Base items (:mod:`.clusters`): where some base item holds several rows of a group (a domain
+holds all 18 items of its base items; a perturbation class several), rows are not independent:
+
+- the Wilson interval of a ratio is computed on the effective number of rows, rows / design
+  effect (:func:`~refusalbench.tasks.core.stats.ratio_design_effects`: the cluster variance of
+  the ratio over the binomial one, at least 1);
+- a formula's bootstrap resamples base items, each with all of the group's rows in it, using
+  the score's one resample-index matrix (the per-model intervals use it too).
+
+A group with one row per base item (a lever, or any group when the rows carry no base id) keeps
+the computation above: there the two designs are the same.
 """
 
 from __future__ import annotations
@@ -28,9 +40,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.core.stats import resample_counts, row_percentiles, seeded_rng, wilson_interval
-
+from refusalbench.tasks.core.stats import (ratio_design_effects, resample_counts, row_percentiles, seeded_rng,
+                                           wilson_interval)
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
+from refusalbench.tasks.refusalbench.scoring.clusters import cluster_counts, multi_row_groups
 from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, metrics_from_stats, proportion_parts, sufficient_stats
 
 # ``scored`` last: constant where every row is scored, so the types keep their order. Unscored rows
@@ -123,6 +136,53 @@ def group_bootstrap(
     return out
 
 
+def _cluster_parts(groups: np.ndarray, clusters: np.ndarray, n_clusters: int, rows: Mapping[str, np.ndarray],
+                   chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group, cluster, sufficient statistics) of every (group, cluster) with rows, for the groups in
+    ``chosen`` (a mask over group numbers); sorted by group, then cluster."""
+    take = chosen[groups]
+    keys = groups[take].astype(np.int64) * n_clusters + clusters[take]
+    codes, uniques = pd.factorize(keys, sort=True)
+    stats = sufficient_stats(codes, len(uniques), {k: v[take] for k, v in rows.items()})
+    return uniques // n_clusters, uniques % n_clusters, stats
+
+
+def cluster_group_bootstrap(part_group: np.ndarray, part_cluster: np.ndarray, part_stats: np.ndarray,
+                            counts: np.ndarray, wanted_groups: np.ndarray, metrics: Sequence[str],
+                            level: float = 0.95) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Percentile intervals of ``metrics`` per wanted group from the score's resample-index matrix
+    ``counts`` (resamples × clusters): each resample's statistics are its draws of the group's clusters
+    times their statistics (``part_*``: per (group, cluster), sorted by group)."""
+    size = len(wanted_groups)
+    out = {name: (np.full(size, np.nan), np.full(size, np.nan)) for name in metrics}
+    n_resamples = counts.shape[0]
+    if n_resamples == 0 or size == 0 or not metrics:
+        return out
+    starts = np.searchsorted(part_group, wanted_groups, side="left")
+    ends = np.searchsorted(part_group, wanted_groups, side="right")
+    tail = (1 - level) / 2 * 100
+    pending: list[tuple[int, np.ndarray]] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        values = metrics_from_stats(np.concatenate([stats for _, stats in pending], axis=0))
+        positions = [position for position, _ in pending]
+        for name in metrics:
+            low, high = row_percentiles(values[name].reshape(len(pending), n_resamples), [tail, 100 - tail])
+            out[name][0][positions], out[name][1][positions] = low, high
+        pending.clear()
+
+    for position in range(size):
+        start, end = starts[position], ends[position]
+        if end > start:
+            pending.append((position, counts[:, part_cluster[start:end]] @ part_stats[start:end]))
+            if len(pending) * n_resamples >= _BATCH_ROWS:
+                flush()
+    flush()
+    return out
+
+
 def breakdown_intervals(
     stats: np.ndarray,
     groups: np.ndarray,
@@ -133,16 +193,48 @@ def breakdown_intervals(
     n_resamples: int,
     seed: int = 0,
     level: float = 0.95,
+    clusters: np.ndarray | None = None,
+    n_clusters: int = 0,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{metric: (low, high)} per wanted group: Wilson for ratios, group bootstrap for formulas.
 
-    ``stats`` holds the sufficient statistics of the wanted groups, in their order.
+    ``stats`` holds the sufficient statistics of the wanted groups, in their order (ascending).
+    ``clusters`` (each row's base item, :mod:`.clusters`): in a group where some base item holds
+    several rows, a ratio's Wilson interval uses the effective number of rows (rows / design
+    effect) and a formula's bootstrap resamples the group's base items with the score's one
+    resample-index matrix; a group of one row per base item is unchanged (the two designs agree).
     """
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    size = len(wanted_groups)
+    n_groups = int(max(groups.max(initial=-1), wanted_groups.max(initial=-1))) + 1
+    multi = np.zeros(n_groups, dtype=bool)
+    if clusters is not None and len(groups):
+        multi[wanted_groups] = multi_row_groups(groups, clusters, n_groups)[wanted_groups]
+    clustered = multi[wanted_groups]
+    if clustered.any():
+        part_group, part_cluster, part_stats = _cluster_parts(groups, clusters, n_clusters, rows, multi)
+        part_position = np.searchsorted(wanted_groups, part_group)
     ratios = [name for name in metrics if metric_spec(name).is_ratio]
     for name in ratios:
-        out[name] = wilson_interval(*proportion_parts(stats, name), level=level)
+        successes, trials = proportion_parts(stats, name)
+        if clustered.any():
+            numerators, denominators = proportion_parts(part_stats, name)
+            deff = ratio_design_effects(numerators, denominators, part_position, size)
+            successes, trials = successes / deff, trials / deff  # deff 1 outside the clustered groups
+        out[name] = wilson_interval(successes, trials, level=level)
     formulas = [name for name in metrics if name not in ratios]
-    out.update(group_bootstrap(groups, rows, wanted_groups, labels, formulas, n_resamples, seed, level))
+    alone = np.flatnonzero(~clustered)
+    bounds = group_bootstrap(groups, rows, wanted_groups[alone], [labels[i] for i in alone], formulas,
+                             n_resamples, seed, level)
+    for name in formulas:
+        out[name] = (np.full(size, np.nan), np.full(size, np.nan))
+        out[name][0][alone], out[name][1][alone] = bounds[name]
+    if clustered.any() and formulas and n_resamples > 0:
+        chosen = np.flatnonzero(clustered)
+        with _one_blas_thread():
+            bounds = cluster_group_bootstrap(part_group, part_cluster, part_stats,
+                                             cluster_counts(n_clusters, n_resamples, seed),
+                                             wanted_groups[chosen], formulas, level)
+        for name in formulas:
+            out[name][0][chosen], out[name][1][chosen] = bounds[name]
     return out
-

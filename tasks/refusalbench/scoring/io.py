@@ -23,6 +23,7 @@ from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import open_bytes, open_text, text_lines
+from refusalbench.tasks.refusalbench.scoring.clusters import UNIT_DESCRIPTION
 from refusalbench.tasks.refusalbench.scoring.inputs import LineOf, prepare, row_line
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE, ScoreResult
 from refusalbench.tasks.refusalbench.scoring.summary import OUTCOME_TREATMENT, distribution_by_model
@@ -124,14 +125,40 @@ TABLE_FILES: dict[str, str] = {  # ScoreResult attribute -> Parquet file
     "response_distribution": rb_files.RESPONSE_DISTRIBUTION.name,
 }
 STANDARD_ERROR_METHOD = "bootstrap standard deviation (ddof 1) of the same resamples (paper App. G)"
-BREAKDOWN_INTERVAL_METHOD = ("Wilson score for proportions; percentile bootstrap within the group for "
+BREAKDOWN_INTERVAL_METHOD = ("Wilson score for proportions (on rows / design effect where a base item holds "
+                             "several rows of the group); percentile bootstrap of the group's base items for "
                              "F1, hierarchical score, CRS and ECE")
+IID_METHOD = ("intervals_iid, standard_errors_iid: each model's rows resampled as if independent (too narrow when "
+              "items share a base item); kept beside the cluster figures for comparison")
 
 
 def _json_number(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+def _json_tree(value: Any) -> Any:
+    """``value`` with every NaN inside it (dicts, lists) as None."""
+    if isinstance(value, dict):
+        return {k: _json_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_tree(v) for v in value]
+    return _json_number(value)
+
+
+def _nan_tree(value: Any) -> Any:
+    """The inverse of :func:`_json_tree` for numbers: None back to NaN (booleans and text kept)."""
+    if isinstance(value, dict):
+        return {k: _nan_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_tree(v) for v in value]
+    return math.nan if value is None else value
+
+
+def _interval_table(intervals: Mapping[str, Mapping[str, tuple[float, float]]]) -> dict[str, dict[str, list[Any]]]:
+    return {m: {k: [_json_number(lo), _json_number(hi)] for k, (lo, hi) in values.items()}
+            for m, values in intervals.items()}
 
 
 def metrics_document(result: ScoreResult) -> dict[str, Any]:
@@ -142,11 +169,12 @@ def metrics_document(result: ScoreResult) -> dict[str, Any]:
     correlation = result.frr_mrr_correlation
     return {
         "models": numbers(result.metrics),
-        "intervals": {
-            m: {k: [_json_number(lo), _json_number(hi)] for k, (lo, hi) in values.items()}
-            for m, values in result.intervals.items()
-        },
+        # Base items resampled (clusters); the *_iid figures beside them resample rows as if independent.
+        "intervals": _interval_table(result.intervals),
         "standard_errors": numbers(result.standard_errors),
+        "intervals_iid": _interval_table(result.intervals_iid),
+        "standard_errors_iid": numbers(result.standard_errors_iid),
+        "pairwise": _json_tree(result.pairwise) if result.pairwise else None,
         "counts": result.counts,
         "response_distribution": numbers(distribution_by_model(result.response_distribution))
         if not result.response_distribution.empty else {},
@@ -160,7 +188,8 @@ def metrics_document(result: ScoreResult) -> dict[str, Any]:
                      "no_scored_rows": result.unscorable},
         "bootstrap": {"n_resamples": result.n_resamples, "seed": result.seed, "level": 0.95,
                       "method": "percentile", "standard_error": STANDARD_ERROR_METHOD,
-                      "breakdown_intervals": BREAKDOWN_INTERVAL_METHOD},
+                      "breakdown_intervals": BREAKDOWN_INTERVAL_METHOD, "unit": UNIT_DESCRIPTION,
+                      "iid": IID_METHOD},
         "undefined_as": "null",
         "generated_at": result.generated_at,
     }
@@ -206,7 +235,13 @@ def read_metrics_json(content: bytes | str) -> dict[str, Any]:
         m: {k: (_nan_number(v[0]), _nan_number(v[1])) for k, v in values.items()}
         for m, values in document.get("intervals", {}).items()
     }
-    for key in ("standard_errors", "response_distribution"):
+    document["intervals_iid"] = {
+        m: {k: (_nan_number(v[0]), _nan_number(v[1])) for k, v in values.items()}
+        for m, values in (document.get("intervals_iid") or {}).items()
+    }
+    if document.get("pairwise"):
+        document["pairwise"] = _nan_tree(document["pairwise"])
+    for key in ("standard_errors", "standard_errors_iid", "response_distribution"):
         document[key] = {m: {k: _nan_number(v) for k, v in values.items()}
                          for m, values in (document.get(key) or {}).items()}
     correlation = document.get("frr_mrr_correlation")
@@ -228,6 +263,9 @@ def load_score_outputs(files: Mapping[str, bytes]) -> ScoreResult:
         metrics=document["models"],
         intervals=document["intervals"],
         standard_errors=document["standard_errors"],
+        intervals_iid=document["intervals_iid"],
+        standard_errors_iid=document["standard_errors_iid"],
+        pairwise=document.get("pairwise") or {},
         frr_mrr_correlation=document.get("frr_mrr_correlation") or {},
         multi_document=document.get("multi_document") or {},
         outcomes=document.get("outcomes") or {},

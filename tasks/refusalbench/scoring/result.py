@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core.config import EvaluationConfig
-from refusalbench.tasks.refusalbench.scoring.bootstrap import bootstrap_summary
+from refusalbench.tasks.refusalbench.scoring.bootstrap import CLUSTER, IID, bootstrap_figures
 from refusalbench.tasks.refusalbench.scoring.breakdowns import (
     breakdown,
     calibration_table,
@@ -24,6 +24,7 @@ from refusalbench.tasks.refusalbench.scoring.breakdowns import (
 from refusalbench.tasks.refusalbench.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.metrics import (COUNTS, all_metrics, compute_metrics, coverage_metrics,
                                                             model_stats, run_metrics)
+from refusalbench.tasks.refusalbench.scoring.pairwise import pairwise_comparisons
 from refusalbench.tasks.refusalbench.scoring.summary import (
     frr_mrr_correlation,
     multi_document_counts,
@@ -58,6 +59,13 @@ class ScoreResult:
     outcomes: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     # A model whose scored share of rows (``coverage``) is below this is incomplete.
     min_coverage: float = DEFAULT_MIN_COVERAGE
+    # ``intervals`` and ``standard_errors`` resample base items (clusters); these resample each
+    # model's rows as if independent, kept beside them so the difference shows.
+    intervals_iid: dict[str, dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    standard_errors_iid: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # Every pair of models on the same items: paired differences, intervals, Holm-corrected p-values
+    # (``scoring.pairwise``); empty without resamples.
+    pairwise: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, dict[str, int]]:
@@ -87,6 +95,9 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
                 generated_at: str | None = None, min_coverage: float = DEFAULT_MIN_COVERAGE) -> ScoreResult:
     """Metrics, intervals and standard errors, breakdowns (overall + each present dimension) and tables.
 
+    Intervals and standard errors resample base items (``base_id``; :mod:`.clusters`), with the
+    i.i.d. figures beside them; every pair of models is compared (:mod:`.pairwise`).
+
     Every model carries the multi-document metrics (NaN on a single-document run); intervals,
     standard errors and breakdown rows cover them only when the run has multi-document rows.
     Rows without a usable response (``outcome`` not ok) enter the outcome rates and the response
@@ -97,8 +108,9 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
     names = run_metrics(df)
     per_model = model_stats(df)
     metrics = compute_metrics(df, all_metrics() + coverage_metrics(), per_model)
-    intervals, errors = (bootstrap_summary(df, names, n_resamples=n_resamples, seed=seed)
-                         if n_resamples > 0 else ({}, {}))
+    figures = (bootstrap_figures(df, names, n_resamples=n_resamples, seed=seed) if n_resamples > 0
+               else {CLUSTER: ({}, {}), IID: ({}, {})})
+    intervals, errors = figures[CLUSTER]
     parts = [overall_rows(metrics, intervals, names)] + [
         breakdown(df, by, names, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS]
     parts = [p for p in parts if not p.empty]
@@ -108,6 +120,9 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
         metrics=metrics,
         intervals=intervals,
         standard_errors=errors,
+        intervals_iid=figures[IID][0],
+        standard_errors_iid=figures[IID][1],
+        pairwise=pairwise_comparisons(df, n_resamples=n_resamples, seed=seed) if n_resamples > 0 else {},
         breakdown=table,
         confusion=confusion(scored),
         calibration=calibration_table(scored),

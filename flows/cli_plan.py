@@ -1,0 +1,34 @@
+"""``refusalbench plan``: what a run of a config would take (DESIGN.md §4), and with ``--rounds`` how
+large a refresh round must be for the error a team accepts (``tasks/refusalbench/round_sizing.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def plan_output(config: Path, *, as_json: bool, latency: float, benchmark: str | None, all_models: bool,
+                rounds: int | None = None, epsilon: float | None = None, delta: float | None = None,
+                per_stratum: bool = False) -> str:
+    """The plan as text or JSON; the round sizing added (``round_sizing``) when any of its options is given."""
+    from refusalbench.flows.common import usable_models
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.refusalbench.plan import plan_run, plan_table
+    from refusalbench.tasks.refusalbench.round_sizing import round_sizing, sizing_text
+
+    cfg = load_config(config)
+    available = None
+    if cfg.skip_unavailable and not all_models:
+        # The run would skip these: credentials and cached weights only, no endpoint probe.
+        available = usable_models(cfg, cfg.used_models(), probe=False)
+    result = plan_run(cfg, latency_s=latency, benchmark=benchmark, available=available)
+    sizing = None
+    if rounds is not None or epsilon is not None or delta is not None or per_stratum:
+        sizing = round_sizing(cfg, rounds or cfg.refresh.rounds, epsilon if epsilon is not None else 0.05,
+                              delta if delta is not None else cfg.refresh.delta, per_stratum=per_stratum)
+    if as_json:
+        document = result.model_dump(mode="json")
+        if sizing is not None:
+            document["round_sizing"] = sizing.model_dump(mode="json")
+        return json.dumps(document, indent=2)
+    return plan_table(result) + ("\n\n" + sizing_text(sizing) if sizing is not None else "")

@@ -1,0 +1,119 @@
+"""The call cache as one run sees it: each role's scope, the run's round, the roles it asks afresh.
+
+The config's side (roles, scopes, defaults) is ``tasks/core/cache_policy.py``; here is what a
+scope does to a call (a call's role comes with its ``CallSpec``):
+
+- its key: a ``round`` role's key also holds the round id, a ``--fresh`` role's the run's salt;
+  a ``forever`` or ``ttl`` call's key is byte-identical to the key it always had, so existing
+  caches keep hitting;
+- which cached reply serves it: a ``ttl`` role's only while younger than the limit (by the
+  entry's ``created_at``; an entry without one is of unknown age and asked again); a reply
+  cached before the deployment joined the key is migrated only for a call whose key has no
+  scope (``endpoints``);
+- what the entry says: written in a round, it records the round, so a later round can tell
+  which of its calls an earlier round's entries served (``freshness.json``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from refusalbench.tasks.core.cache_policy import ROUND, ttl_seconds
+from refusalbench.tasks.core.config import CacheConfig, ModelConfig
+from refusalbench.tasks.llm.callcache import CallCache
+from refusalbench.tasks.llm.calls import CallSpec, request_key
+from refusalbench.tasks.llm.endpoints import sole_deployment
+from refusalbench.tasks.llm.reply_outcomes import cacheable
+
+# Where a cached value records the round that wrote it.
+ROUND_FIELD = "round"
+
+
+class CacheScope:
+    """Each role's scope (``cache.policy`` resolved), the run's round and ``--fresh`` salts, and how
+    many calls of each role the cache served from entries an earlier round wrote."""
+
+    def __init__(self, policy: dict[str, str] | None = None, round_id: str | None = None,
+                 fresh: dict[str, str] | None = None):
+        self.policy = dict(policy or {})
+        self.round_id = round_id
+        self.fresh = dict(fresh or {})
+        self._lock = threading.Lock()
+        self._by_role: dict[str, Counter] = {}
+
+    @classmethod
+    def of(cls, cache: CacheConfig) -> "CacheScope":
+        """The scope a run's ``cache`` section gives (a config never scoped by a flow: everything forever)."""
+        return cls(cache.policy.resolved(refresh=cache.round is not None), cache.round, cache.fresh)
+
+    def identity(self) -> list[Any]:
+        """What tells two scopes apart (one shared gateway per scope in a process)."""
+        return [sorted(self.policy.items()), self.round_id, sorted(self.fresh.items())]
+
+    def salt(self, role: str | None) -> str | None:
+        """What the role's calls add to their key: the round (``round``), the ``--fresh`` salt; None: nothing."""
+        if role is None:
+            return None
+        parts = []
+        if self.policy.get(role) == ROUND and self.round_id:
+            parts.append(f"round:{self.round_id}")
+        if role in self.fresh:
+            parts.append(f"fresh:{self.fresh[role]}")
+        return "|".join(parts) or None
+
+    def key(self, cfg: ModelConfig, spec: CallSpec) -> str:
+        return request_key(cfg, spec.messages, spec.params, spec.schema_, scope=self.salt(spec.role))
+
+    def cached_reply(self, cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig,
+                     models: dict[str, ModelConfig]) -> dict[str, Any] | None:
+        """The cached reply that may serve ``spec`` (None: ask the model), counted for its role."""
+        value = cache.get(key)
+        if value is None and self.salt(spec.role) is None:
+            value = _migrated(cache, key, spec, cfg, models)
+        if value is not None and not cacheable(value, structured=spec.schema_ is not None):
+            value = None  # cached before truncated or blocked replies were told apart: ask again
+        if value is not None and not self._young_enough(spec.role, value):
+            value = None  # older than the role's ttl: asked again, and the new reply replaces it
+        self._tally(spec.role, value)
+        return value
+
+    def stamped(self, value: dict[str, Any]) -> dict[str, Any]:
+        """``value`` as the cache keeps it: with the round that wrote it, when the run is a round."""
+        if self.round_id is not None:
+            value[ROUND_FIELD] = self.round_id
+        return value
+
+    def role_stats(self) -> dict[str, dict[str, int]]:
+        """{role: {"calls": n, "from_earlier_rounds": m}} of the calls this scope has seen."""
+        with self._lock:
+            return {role: dict(counter) for role, counter in self._by_role.items()}
+
+    def _young_enough(self, role: str | None, value: dict[str, Any]) -> bool:
+        limit = ttl_seconds(self.policy.get(role, "")) if role is not None else None
+        if limit is None:
+            return True
+        created = value.get("created_at")
+        return created is not None and time.time() - float(created) <= limit
+
+    def _tally(self, role: str | None, value: dict[str, Any] | None) -> None:
+        if role is None:
+            return
+        earlier = value is not None and self.round_id is not None and value.get(ROUND_FIELD) != self.round_id
+        with self._lock:
+            counter = self._by_role.setdefault(role, Counter())
+            counter["calls"] += 1
+            counter["from_earlier_rounds"] += int(earlier)
+
+
+def _migrated(cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig,
+              models: dict[str, ModelConfig]) -> dict[str, Any] | None:
+    """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``)."""
+    if not sole_deployment(cfg, models.values()):
+        return None
+    legacy = cache.get(request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
+    if legacy is not None:
+        cache.put(key, legacy)
+    return legacy

@@ -1,0 +1,434 @@
+"""Prefect's API in embedded mode: Prefect's own background server, with its UI, one per ``PREFECT_HOME``.
+
+With no ``PREFECT_API_URL``, Prefect would boot a temporary API server without a UI for
+every process that runs a flow and stop it at exit (~3 s on 2 cores each time), leaving
+nothing to look at. Instead the first command that needs an API runs ``prefect server start
+--background`` under the project's ``PREFECT_HOME``; Prefect records the server's pid in
+``PREFECT_HOME/server.pid``, and every later command finds it there and uses it at once.
+It serves the Prefect UI at http://127.0.0.1:PORT and keeps running until ``prefect server
+stop`` (``refusalbench api stop`` is the same under the project's ``PREFECT_HOME``).
+
+- The server is started as the command starts, so it boots while the flow's modules import
+  and the inputs are checked; the flow waits for it (``wait_until_ready``) just before it
+  starts. Prefect's own ``start`` process holds this module's start lock until it has
+  written the pid file, so commands started together start one server.
+- Port: ``PREFECT_SERVER_API_PORT`` if set, else Prefect's 4200 if free, else a free one.
+- The settings a server was started under (database URL and other server settings,
+  ``PREFECT_PROFILE``, Prefect version, Python) are recorded beside the pid file. A server
+  started under others is not reused: it is stopped and a new one started, unless another
+  command is using it (a shared lock each command holds while it lives), which is an error.
+  A server started by hand with ``prefect server start --background`` is used if its Prefect
+  version is this one.
+- A command that fails its input checks (exit 2) before any flow used a server it started
+  stops that server again (unless another command has begun to use it): a typo leaves
+  nothing behind.
+- A user who set ``PREFECT_API_URL`` (a server, Prefect Cloud, a test harness) keeps it:
+  nothing is started then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator, TypeVar
+
+from refusalbench.tasks.pipeline.preload import preload
+
+Launch = TypeVar("Launch", bound=Callable[..., Any])
+
+PID_FILE = "server.pid"  # Prefect's own (prefect.cli._server_utils.SERVER_PID_FILE_NAME)
+RECORD = "refusalbench-server.json"  # the port and settings of the server this module started
+START_LOCK = "refusalbench-server.lock"
+USERS_LOCK = "refusalbench-server.users"
+LOG = "refusalbench-server.log"  # what `prefect server start` printed (the server's own output goes nowhere)
+SERVER_APP = b"prefect.server.api.server:create_app"  # in the background server's command line
+DEFAULT_PORT = 4200
+# Settings that shape what the server is (which database, which Prefect): a server started
+# under others is not reused.
+_SERVER_SETTINGS = ("PREFECT_SERVER_", "PREFECT_API_DATABASE_", "PREFECT_PROFILE")
+
+_users: IO[str] | None = None  # this process's shared lock on USERS_LOCK: held while it uses the server
+_entry: dict[str, Any] | None = None  # the server this process uses
+_spawned: subprocess.Popen[bytes] | None = None  # this process's `prefect server start`, if it started one
+_used = False  # a flow has been started against it
+
+
+def prefect_home() -> Path:
+    return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+
+
+def prefect_version() -> str:
+    return metadata.version("prefect")
+
+
+def server_fingerprint() -> str:
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith(_SERVER_SETTINGS))
+    return hashlib.sha256(repr((sys.executable, prefect_version(), settings)).encode()).hexdigest()[:16]
+
+
+def _api_configured() -> bool:
+    """An API URL in the environment, or in Prefect's settings (a test harness sets it there; a
+    profile or settings file may too: then Prefect is asked, at the price of importing it first)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return True
+    if "prefect.settings" in sys.modules or settings_files_mention_api():
+        from prefect.settings import PREFECT_API_URL
+
+        return bool(PREFECT_API_URL.value())
+    return False
+
+
+_API_TABLE = re.compile(r"^\s*\[(tool\.prefect\.)?api\]", re.MULTILINE)
+
+
+def settings_files_mention_api(cwd: Path | None = None) -> bool:
+    """Whether a file Prefect reads its settings from (the active profiles file, ./prefect.toml,
+    ./.env, ./pyproject.toml) may set the API URL."""
+    cwd = cwd or Path.cwd()
+    home = prefect_home()
+    files = [Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser(),
+             cwd / "prefect.toml", cwd / ".env", cwd / "pyproject.toml"]
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "PREFECT_API_URL" in text or _API_TABLE.search(text):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- the server Prefect recorded
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError, OverflowError):
+        return False
+    return True
+
+
+def _command_line(pid: int) -> list[bytes] | None:
+    """The process's arguments, or None where there is no /proc to read them from."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return None if not Path("/proc/self").exists() else []
+    except OSError:
+        return []
+
+
+def _option(arguments: list[bytes] | None, name: str) -> str | None:
+    if arguments and name.encode() in arguments[:-1]:
+        return arguments[arguments.index(name.encode()) + 1].decode()
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
+def server_urls(host: str, port: int) -> dict[str, str]:
+    base = f"http://{_connect_host(host)}:{port}"
+    return {"url": f"{base}/api", "ui": base}
+
+
+def running_server(home: Path | None = None) -> dict[str, Any] | None:
+    """The background server Prefect recorded for ``home`` (pid, port, url, ui, and the
+    fingerprint if this module started it), or None if none runs."""
+    home = home or prefect_home()
+    try:
+        pid = int((home / PID_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not _alive(pid):
+        return None
+    arguments = _command_line(pid)
+    if arguments is not None and SERVER_APP not in arguments:
+        return None  # the pid now belongs to another process
+    record = _read_json(home / RECORD) or {}
+    port = _option(arguments, "--port") or record.get("port") or DEFAULT_PORT
+    host = _option(arguments, "--host") or record.get("host") or "127.0.0.1"
+    ours = str(record.get("port")) == str(port)
+    return {"pid": pid, "port": int(port), "host": host, **server_urls(host, int(port)),
+            "fingerprint": record.get("fingerprint") if ours else None, "log": str(home / LOG)}
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as `prefect server start` checks it
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _choose_port(host: str) -> int:
+    configured = os.environ.get("PREFECT_SERVER_API_PORT")
+    if configured:
+        return int(configured)
+    if _port_free(host, DEFAULT_PORT):
+        return DEFAULT_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _ui_static_directory(home: Path) -> str | None:
+    """Where the server may copy Prefect's UI files: Prefect's own folder in site-packages
+    unless this user cannot write there (a shared or system install), then ``PREFECT_HOME/ui``.
+    Prefect copies them on a server's first start and serves no UI where the copy fails."""
+    if os.environ.get("PREFECT_UI_STATIC_DIRECTORY") or os.environ.get("PREFECT_SERVER_UI_STATIC_DIRECTORY"):
+        return None
+    spec = importlib.util.find_spec("prefect")
+    server_folder = Path(spec.origin).parent / "server" if spec and spec.origin else None
+    if server_folder is None or os.access(server_folder, os.W_OK):
+        return None
+    return str(home / "ui")
+
+
+def _spawn_server(home: Path, fingerprint: str, start_lock: IO[str]) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Run ``prefect server start --background`` without waiting for it. It inherits the start
+    lock and holds it until it has written the pid file and exited."""
+    host = os.environ.get("PREFECT_SERVER_API_HOST") or "127.0.0.1"
+    port = _choose_port(host)
+    env = dict(os.environ)
+    static = _ui_static_directory(home)
+    if static:
+        env["PREFECT_UI_STATIC_DIRECTORY"] = static
+    entry = {"port": port, "host": host, **server_urls(host, port), "fingerprint": fingerprint,
+             "prefect": prefect_version(), "log": str(home / LOG), "started_at": time.time()}
+    staging = home / f".{RECORD}.{os.getpid()}"
+    staging.write_text(json.dumps(entry))
+    staging.replace(home / RECORD)
+    with open(home / LOG, "wb") as output:
+        # Its own session: a Ctrl-C in the terminal stops the command, not the server.
+        process = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "--no-prompt", "server", "start", "--background", "--port", str(port)],
+            env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            pass_fds=(start_lock.fileno(),))
+    return process, entry
+
+
+def _in_use_by_others(users: IO[str]) -> bool:
+    """Whether another command holds its shared lock (this process's own becomes exclusive
+    only if no one else holds one; it is made shared again at once)."""
+    try:
+        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(users, fcntl.LOCK_SH)
+    return False
+
+
+def start_embedded_api() -> bool:
+    """Use this PREFECT_HOME's background server, starting one if there is none (or none that
+    fits); True if this call pointed PREFECT_API_URL at it, False if an API was configured."""
+    global _users, _entry, _spawned, _used
+    if _entry is not None or _api_configured():
+        return False
+    home = prefect_home()
+    home.mkdir(parents=True, exist_ok=True)
+    fingerprint = server_fingerprint()
+    users = open(home / USERS_LOCK, "a+")
+    with open(home / START_LOCK, "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)  # one command at a time finds or starts the server
+        fcntl.flock(users, fcntl.LOCK_SH)  # from here on no other command stops it under this one
+        entry, spawned = running_server(home), None
+        if entry is not None and entry["fingerprint"] not in (None, fingerprint):
+            if _in_use_by_others(users):
+                users.close()
+                raise RuntimeError(
+                    f"Prefect's background server for {home} (pid {entry['pid']}) was started under other server "
+                    "settings and another command is using it: wait for that command, or give this one its own "
+                    "PREFECT_HOME")
+            _stop(entry["pid"], home)
+        if entry is None or entry["fingerprint"] not in (None, fingerprint):
+            (home / PID_FILE).unlink(missing_ok=True)  # a stale one: `prefect server start` refuses to start beside it
+            spawned, entry = _spawn_server(home, fingerprint, start)
+    _users, _entry, _spawned, _used = users, entry, spawned, False
+    os.environ["PREFECT_API_URL"] = entry["url"]
+    return True
+
+
+def embedded_api(launch: Launch) -> Launch:
+    """Decorator for the CLI's ``run_*``: the server is found or started as the call starts and
+    this process stops using it as the call ends. A call that fails before its flow used a
+    server it started (bad input: exit 2) stops that server, unless another command uses it."""
+    @functools.wraps(launch)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        started = start_embedded_api()
+        unused = True
+        try:
+            with local_server_settings() if _entry is not None else contextlib.nullcontext():
+                result = launch(*args, **kwargs)
+            unused = False
+            return result
+        finally:
+            if started:
+                release_embedded_api(stop_unused=unused and not _used)
+
+    return call  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def local_server_settings() -> Iterator[None]:
+    """Prefect settings for flows run against the embedded server: no flow-run heartbeats.
+    They serve an automation that marks runs whose heartbeats stop as crashed (server mode
+    deploys one: ``deployments/automations.py``); the embedded server has none, yet every
+    flow run's end waits up to a second for its heartbeat thread."""
+    from prefect.settings import temporary_settings
+
+    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+        yield
+
+
+def wait_until_ready(timeout_s: float | None = None) -> None:
+    """Return once the server this process uses answers its health check (at once if it uses none)."""
+    global _used
+    if _entry is None:
+        return
+    first_wait = not _used
+    _used = True
+    limit = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"))
+    deadline = time.monotonic() + limit
+    waiting = False
+    while not _answers(_entry["url"] + "/health"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Prefect's background server did not answer within {limit:.0f} s: {_log_tail(_entry)}")
+        if not waiting:  # the server is still booting: load what the flow needs later meanwhile
+            waiting = True
+            preload()
+        _check_still_starting(_entry)
+        time.sleep(0.05)
+    if first_wait and _entry.get("fingerprint") is None:
+        _check_version(_entry)
+    if first_wait and _spawned is not None:
+        print(f"Prefect server started in the background for {prefect_home()}: UI at {_entry['ui']} "
+              "(stop it with `refusalbench api stop`)", file=sys.stderr, flush=True)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def _check_still_starting(entry: dict[str, Any]) -> None:
+    if _spawned is not None:
+        code = _spawned.poll()
+        if code is None:
+            return  # `prefect server start` itself is still at work
+        if code != 0:
+            raise RuntimeError(f"`prefect server start --background` failed (exit {code}): {_log_tail(entry)}")
+    server = running_server()
+    if server is None or server["port"] != entry["port"]:
+        raise RuntimeError(f"Prefect's background server exited while starting; to see why, run `prefect server "
+                           f"start` in the foreground with PREFECT_HOME={prefect_home()}")
+
+
+def _check_version(entry: dict[str, Any]) -> None:
+    """A server started by hand: its Prefect must be this one."""
+    try:
+        with urllib.request.urlopen(entry["url"] + "/admin/version", timeout=5) as reply:
+            version = json.loads(reply.read())
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return
+    if version != prefect_version():
+        raise RuntimeError(f"the background Prefect server for {prefect_home()} (pid {entry.get('pid')}) runs Prefect "
+                           f"{version}, this command Prefect {prefect_version()}: stop it with `refusalbench api stop`")
+
+
+def _log_tail(entry: dict[str, Any]) -> str:
+    try:
+        text = Path(entry["log"]).read_text(encoding="utf-8", errors="replace")
+    except (OSError, KeyError):
+        text = ""
+    return text[-1500:].strip() or "(nothing in its log)"
+
+
+def release_embedded_api(stop_unused: bool = False) -> None:
+    """Stop using the server (idempotent): PREFECT_API_URL is unset and this process's lock dropped.
+    With ``stop_unused``, a server this process started is stopped if no other command uses it."""
+    global _users, _entry, _spawned
+    users, entry, spawned = _users, _entry, _spawned
+    _users = _entry = _spawned = None
+    if entry is not None and os.environ.get("PREFECT_API_URL") == entry["url"]:
+        del os.environ["PREFECT_API_URL"]  # a later flow in this process must not look for a stopped server
+    if users is None:
+        return
+    with users:
+        if stop_unused and spawned is not None:
+            _stop_if_unused(spawned, users)
+
+
+def _stop_if_unused(spawned: subprocess.Popen[bytes], users: IO[str]) -> None:
+    home = prefect_home()
+    if spawned.poll() is None:
+        # `prefect server start` still holds the start lock, so no other command has found the
+        # server yet: its process group (it and the server it started) goes.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(spawned.pid, signal.SIGKILL)
+        spawned.wait()
+        (home / PID_FILE).unlink(missing_ok=True)
+        return
+    with open(home / START_LOCK, "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)  # no command is finding it meanwhile
+        if _in_use_by_others(users):
+            return
+        server = running_server(home)
+        if server is not None:
+            _stop(server["pid"], home)
+
+
+def _stop(pid: int, home: Path, timeout_s: float = 10.0) -> None:
+    """What `prefect server stop` does (SIGTERM, pid file removed), then wait for the exit."""
+    (home / PID_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def stop_background_server(home: Path | None = None, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """Stop ``home``'s background server (``refusalbench api stop``) and wait for it to exit:
+    its entry, or None if none ran. The pid file goes first, under the start lock, so no
+    command finds the server as it stops."""
+    home = home or prefect_home()
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / START_LOCK, "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)
+        entry = running_server(home)
+        (home / PID_FILE).unlink(missing_ok=True)
+        if entry is not None:
+            _stop(entry["pid"], home, timeout_s)
+    return entry
