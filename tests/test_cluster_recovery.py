@@ -157,6 +157,7 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
                                    "tgt": lambda req: "REFUSE_INFO_MISSING", "judge": judge_by_reference})
     rig = RecoveryRig(api_url, env, folder)
     times: dict[str, float] = {}
+    deployment_id = None
     try:
         rig.cli("-m", "refusalbench.deployments.automations", "--within", str(CRASH_WITHIN_S))
         deployment_id = rig.copy_refresh_deployment()
@@ -229,6 +230,8 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
         return times
     finally:
         rig.stop_all()
+        if deployment_id:  # the session cluster keeps exactly the deployments register.sh made
+            rig.api("DELETE", f"/deployments/{deployment_id}")
 
 
 def test_lost_worker_round_completes_without_repeats_or_leaks(local_cluster, fake_llm, tmp_path):

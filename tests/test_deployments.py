@@ -282,6 +282,9 @@ def prefect_env(tmp_path: Path, api_url: str) -> dict[str, str]:
         "PREFECT_CLI_WRAP_LINES": "false",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "PYTHONPATH": str(ROOT),
+        # The worker runs as a user starts one: in the project's environment (its bin first on PATH),
+        # since prefect.yaml's job command `python -m prefect.engine` is looked up on PATH.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
         "REFUSALBENCH_PROJECT_DIR": str(ROOT),
         "REFUSALBENCH_CACHE_DIR": str(tmp_path / "cache"),
         "COLUMNS": "200",
