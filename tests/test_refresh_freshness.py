@@ -105,6 +105,7 @@ def test_refresh_defaults_ask_a_changed_model_again_and_forever_does_not(tmp_pat
     page = (second[0] / "report.html").read_text()
     assert "drift: drift / fp_1 -&gt; drift / fp_2" in page or "drift: drift / fp_1 -> drift / fp_2" in page
     assert f"items seen in earlier rounds: {fresh['items_seen_before']:,} of {fresh['items_total']:,}" in page
+    read_the_trend_section(second[0] / "report.html", tmp_path / "trend-section.png", fresh)
 
     # Forever: round 2 sends the target the same prompts and the cache answers them as in round 1.
     root = scoped["forever"][0] / "rounds"
@@ -135,3 +136,19 @@ def test_fresh_targets_asks_only_the_targets_again_and_a_resume_repeats_nothing(
     assert run_main(config, str(folder / "again"), fresh=["targets"])["report"] == result["report"]
     assert len(fake_llm.calls) == after
     assert json.loads((folder / "again" / "manifest.json").read_text())["config"]["cache"]["fresh"] == {"targets": salt}
+
+
+def read_the_trend_section(report, shot, fresh) -> None:
+    """The report's trend section as a person reads it in headless Chromium: freshness and fingerprint change."""
+    from tests.browser import Browser
+
+    script = """(() => {
+      const section = Array.from(document.querySelectorAll('section'))
+        .find(s => s.querySelector('h2') && s.querySelector('h2').innerText.trim() === 'Trend across rounds');
+      return section ? section.innerText : null;
+    })()"""
+    with Browser() as browser:
+        text = browser.look(f"file://{report}", script=script, screenshot=shot)
+    assert text and "drift: drift / fp_1 -> drift / fp_2" in text
+    assert f"items seen in earlier rounds: {fresh['items_seen_before']:,} of {fresh['items_total']:,}" in text
+    assert shot.exists()
