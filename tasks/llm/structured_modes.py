@@ -2,7 +2,7 @@
 
 A model's provider profile says how a response schema is sent (``json_schema``, ``tool``,
 ``json_object``, ``none``). Some providers, or some models behind an OpenAI-compatible server,
-answer that mode with a 400 (H7's scripted server words it as they do: ``response_format``
+answer that mode with a 400 (the scripted server words it as they do: ``response_format``
 for chat completions, ``output_format`` for the Messages API). The profile recognises the 400
 (``rejects_structured_output``) and names the next mode (``fallback_mode``); this module remembers
 the fallback for the rest of the run, for every call of the model in the process, so the 400 is
