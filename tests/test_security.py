@@ -166,7 +166,8 @@ def test_hostile_text_stays_inside_its_fence(secure_run: SecureRun):
         for block in fenced(user, "context"):
             if FAKE_SYSTEM_LINE in block:
                 saw_context += 1
-                assert "{{ 7*7 }}" in block and "49" not in block  # never rendered as a template
+                # never rendered as a template (the block also holds a temp path, which may contain "49")
+                assert "Template: {{ 7*7 }} and" in block and "Template: 49" not in block
                 assert "{% if true %}jinja{% endif %}" in block
         # The fake system line only ever appears inside a fenced block.
         outside = re.sub(r"<(context|passage)(?:\s[^>]*)?>.*?</\1>", "", user, flags=re.DOTALL)
