@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from statistics import NormalDist
 from typing import overload
 
@@ -188,11 +188,9 @@ def fleiss_matrix(ratings: Sequence[Sequence[str]], categories: Sequence[str]) -
 # -- Multiple comparisons: many models x metrics are tested each round; a correction keeps
 # the share of false alarms at the level the team chose instead of one per comparison.
 
-def holm_adjust(p_values: Sequence[float]) -> np.ndarray:
-    """Holm's step-down adjusted p-values (family-wise error control): reject where adjusted <= alpha.
-
-    NaN p-values (comparisons that could not be made) stay NaN and do not count in the family.
-    """
+def _adjust_present(p_values: Sequence[float], adjust_sorted: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
+    """Apply ``adjust_sorted`` (ascending p-values, family size m -> adjusted values) to the p-values
+    that are present; NaN ones stay NaN and do not count in the family."""
     p = np.asarray(p_values, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
@@ -200,12 +198,19 @@ def holm_adjust(p_values: Sequence[float]) -> np.ndarray:
     if m == 0:
         return out
     order = np.argsort(p[ok], kind="stable")
-    ranked = p[ok][order] * (m - np.arange(m))
-    adjusted = np.minimum(np.maximum.accumulate(ranked), 1.0)  # step-down: never below an earlier one
     back = np.empty(m)
-    back[order] = adjusted
+    back[order] = np.minimum(adjust_sorted(p[ok][order], m), 1.0)
     out[ok] = back
     return out
+
+
+def holm_adjust(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control): reject where adjusted <= alpha.
+
+    NaN p-values (comparisons that could not be made) stay NaN and do not count in the family.
+    """
+    # step-down: never below an earlier one
+    return _adjust_present(p_values, lambda p, m: np.maximum.accumulate(p * (m - np.arange(m))))
 
 
 def bh_adjust(p_values: Sequence[float]) -> np.ndarray:
@@ -213,19 +218,8 @@ def bh_adjust(p_values: Sequence[float]) -> np.ndarray:
 
     NaN p-values stay NaN and do not count in the family.
     """
-    p = np.asarray(p_values, dtype=float)
-    out = np.full(p.shape, np.nan)
-    ok = ~np.isnan(p)
-    m = int(ok.sum())
-    if m == 0:
-        return out
-    order = np.argsort(p[ok], kind="stable")
-    ranked = p[ok][order] * m / np.arange(1, m + 1)
-    adjusted = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)  # step-up: never above a later one
-    back = np.empty(m)
-    back[order] = adjusted
-    out[ok] = back
-    return out
+    # step-up: never above a later one
+    return _adjust_present(p_values, lambda p, m: np.minimum.accumulate((p * m / np.arange(1, m + 1))[::-1])[::-1])
 
 
 def bootstrap_p_value(differences: np.ndarray, observed: float) -> float:
