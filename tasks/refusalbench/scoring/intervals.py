@@ -88,6 +88,34 @@ def _one_blas_thread() -> contextlib.AbstractContextManager:
     return threadpool_limits(limits=1, user_api="blas")
 
 
+class _PercentileBatch:
+    """Resampled statistics of several groups, turned into metrics and percentile intervals together
+    (``_BATCH_ROWS`` resample rows at a time: one vectorised metric call, bounded memory); the
+    intervals go into ``out`` ({metric: (low, high)}) at each group's position."""
+
+    def __init__(self, out: dict[str, tuple[np.ndarray, np.ndarray]], metrics: Sequence[str],
+                 n_resamples: int, level: float) -> None:
+        self.out, self.metrics, self.n_resamples = out, metrics, n_resamples
+        self.tail = (1 - level) / 2 * 100
+        self.pending: list[tuple[int, np.ndarray]] = []
+
+    def add(self, position: int, stats: np.ndarray) -> None:
+        self.pending.append((position, stats))
+        if len(self.pending) * self.n_resamples >= _BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        values = metrics_from_stats(np.concatenate([stats for _, stats in self.pending], axis=0))
+        positions = [position for position, _ in self.pending]
+        for name in self.metrics:
+            low, high = row_percentiles(values[name].reshape(len(self.pending), self.n_resamples),
+                                        [self.tail, 100 - self.tail])
+            self.out[name][0][positions], self.out[name][1][positions] = low, high
+        self.pending.clear()
+
+
 def group_bootstrap(
     groups: np.ndarray,
     rows: Mapping[str, np.ndarray],
@@ -110,18 +138,7 @@ def group_bootstrap(
     type_group, counts, per_type = _group_types(groups, rows)
     starts = np.searchsorted(type_group, wanted_groups, side="left")
     ends = np.searchsorted(type_group, wanted_groups, side="right")
-    tail = (1 - level) / 2 * 100
-    pending: list[tuple[int, np.ndarray]] = []
-
-    def flush() -> None:
-        if not pending:
-            return
-        values = metrics_from_stats(np.concatenate([stats for _, stats in pending], axis=0))
-        positions = [position for position, _ in pending]
-        for name in metrics:
-            low, high = row_percentiles(values[name].reshape(len(pending), n_resamples), [tail, 100 - tail])
-            out[name][0][positions], out[name][1][positions] = low, high
-        pending.clear()
+    batch = _PercentileBatch(out, metrics, n_resamples, level)
 
     with _one_blas_thread():
         for position in range(size):
@@ -129,10 +146,8 @@ def group_bootstrap(
             if end <= start:
                 continue
             drawn = resample_counts(seeded_rng(seed, labels[position]), counts[start:end], n_resamples)
-            pending.append((position, drawn @ per_type[start:end]))
-            if len(pending) * n_resamples >= _BATCH_ROWS:
-                flush()
-        flush()
+            batch.add(position, drawn @ per_type[start:end])
+        batch.flush()
     return out
 
 
@@ -160,26 +175,13 @@ def cluster_group_bootstrap(part_group: np.ndarray, part_cluster: np.ndarray, pa
         return out
     starts = np.searchsorted(part_group, wanted_groups, side="left")
     ends = np.searchsorted(part_group, wanted_groups, side="right")
-    tail = (1 - level) / 2 * 100
-    pending: list[tuple[int, np.ndarray]] = []
-
-    def flush() -> None:
-        if not pending:
-            return
-        values = metrics_from_stats(np.concatenate([stats for _, stats in pending], axis=0))
-        positions = [position for position, _ in pending]
-        for name in metrics:
-            low, high = row_percentiles(values[name].reshape(len(pending), n_resamples), [tail, 100 - tail])
-            out[name][0][positions], out[name][1][positions] = low, high
-        pending.clear()
+    batch = _PercentileBatch(out, metrics, n_resamples, level)
 
     for position in range(size):
         start, end = starts[position], ends[position]
         if end > start:
-            pending.append((position, counts[:, part_cluster[start:end]] @ part_stats[start:end]))
-            if len(pending) * n_resamples >= _BATCH_ROWS:
-                flush()
-    flush()
+            batch.add(position, counts[:, part_cluster[start:end]] @ part_stats[start:end])
+    batch.flush()
     return out
 
 
