@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
 from refusalbench.tasks.core.cache_policy import CachePolicy
@@ -30,11 +30,12 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.limits_config import LimitsConfig
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.textinput import read_text
-from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
+    EvaluationConfig, FilterRule, GenerationConfig, KnowledgeBaseSource, KnowOrNotConfig, PretestConfig,
+    RefreshConfig, Strict, SystemPromptName,
+)
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class LocalModelSpec(Strict):
@@ -118,134 +119,6 @@ class ModelConfig(Strict, ExpandedApiBase):
         if self.api_base or self.api_key_env or self.local:
             raise ValueError(f"{self.model} runs in process: it takes no api_base, api_key_env or local")
         return self
-
-
-FilterRule = Literal["unanimous", "majority", "none"]
-
-
-class PretestConfig(Strict):
-    """The paper's base-set filter: keep only items every one of ``models`` answers correctly unperturbed."""
-
-    models: list[str] = Field(min_length=1, description="models that must all answer a base item correctly")
-    judge: str = Field(description="model that scores the pre-test answers (NQ: quality >= 4; GaRAGe: RAF = 1)")
-
-
-class GenerationConfig(Strict):
-    base_set: str
-    generators: list[str] = Field(min_length=1)
-    verifiers: list[str] = Field(min_length=1)
-    filter: FilterRule = "unanimous"
-    verification: Literal["exhaustive", "short_circuit"] = "exhaustive"
-    seed: int = 0
-    base_sample: int | None = Field(default=None, ge=1, description="draw this many base items (by seed); all if unset")
-    levers_per_stratum: int = Field(default=1, ge=1)
-    strata: list[str] | None = Field(default=None, description="subset like ['P-Ambiguity/LOW']; all 18 if unset")
-    target_size: int | None = Field(default=None, ge=1, description="benchmark size after stratified sampling")
-    shard_size: int = Field(default=64, ge=1)
-    pretest: PretestConfig | None = Field(default=None, description="pre-test the base set before lever assignment")
-    balance: Literal["natural", "generator"] = Field(
-        default="natural",
-        description="'generator': equal counts per generator within each stratum (RefusalBench-NQ); "
-                    "'natural': whatever the verifiers accept (RefusalBench-GaRAGe)")
-
-    def referenced_models(self) -> list[tuple[str, str]]:
-        """(config key, model name) for every model this section names, for the registry check."""
-        refs = [("generation.generators", m) for m in self.generators]
-        refs += [("generation.verifiers", m) for m in self.verifiers]
-        if self.pretest:
-            refs += [("generation.pretest.models", m) for m in self.pretest.models]
-            refs.append(("generation.pretest.judge", self.pretest.judge))
-        return refs
-
-
-class EvaluationConfig(Strict):
-    targets: list[str] = Field(min_length=1)
-    judge: str
-    confidence: bool = False
-    shard_size: int = Field(default=128, ge=1)
-    bootstrap: int = Field(default=1000, ge=0)
-    seed: int = 0
-    min_coverage: float = Field(default=0.95, ge=0, le=1,
-                                description="a target whose scorable share of rows is below this is marked incomplete "
-                                            "on the leaderboard (and fails evaluate --strict)")
-
-
-SystemPromptName = Literal["basic", "conservative", "opinion"]
-
-
-class KnowledgeBaseSource(Strict):
-    """One knowledge base of a multi-base KnowOrNot run: its documents or its QA file."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                      description="a simple name: the base's sub-folder (kb/<name>/) and its question ids' prefix")
-    documents: list[str] | None = None
-    qa_pairs: str | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "KnowledgeBaseSource":
-        if bool(self.documents) == bool(self.qa_pairs):
-            raise ValueError(f"knowledge base {self.name!r}: give either documents or qa_pairs")
-        return self
-
-
-class KnowOrNotConfig(Strict):
-    documents: list[str] | None = None
-    qa_pairs: str | None = None
-    knowledge_bases: list[KnowledgeBaseSource] | None = Field(
-        default=None, min_length=1,
-        description="several knowledge bases in one run, each leave-one-out within itself (instead of documents/qa_pairs)")
-    retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
-                                 description="registered retrieval strategies (tasks/knowornot/retrieval.py; "
-                                             "checked by tasks/knowornot/config_checks.py)")
-    prompts: list[SystemPromptName] = Field(default_factory=lambda: ["basic", "conservative", "opinion"])
-    targets: list[str] = Field(min_length=1)
-    evaluator: str
-    extractor: str | None = Field(default=None, description="model for fact extraction / QA / HyDE (default: evaluator)")
-    k: int = Field(default=5, ge=1)
-    filters: list[Literal["keyword", "semantic"]] = Field(default_factory=lambda: ["keyword", "semantic"])
-    keyword_threshold: float = Field(default=0.3, ge=0, le=1)
-    semantic_threshold: float = Field(default=0.3, ge=0, le=2)
-    max_questions: int | None = Field(default=None, ge=1)
-    max_sentences: int | None = Field(
-        default=None, ge=1,
-        description="turn at most this many document sentences into facts, taken in turn from each document "
-                    "(demos, cost control); all if unset")
-    synthetic_ookb: int = Field(default=0, ge=0, description="extra synthetic out-of-KB questions")
-    hyde_answers: int = Field(default=3, ge=1)
-    label_sample: int = Field(default=200, ge=0, description="responses drawn for human labels (the paper: 200, "
-                                                            "labelled by two annotators)")
-    evaluations: list[EvalSpec] = Field(
-        default_factory=list,
-        description="the run's own evaluation specs, applied after abstention and factuality: name, tag, "
-                    "outcomes (or values), prompt, optional input_fields and applies_to (all | answered)")
-    embedder: str = Field(
-        default="minilm",
-        description="a registered embedder: 'minilm' (all-MiniLM-L6-v2, offline); 'hashing' is a model-free stand-in for tests")
-    seed: int = 0
-    shard_size: int = Field(default=128, ge=1)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "KnowOrNotConfig":
-        if self.knowledge_bases:
-            if self.documents or self.qa_pairs:
-                raise ValueError("give knowledge_bases or documents/qa_pairs, not both")
-            names = [kb.name for kb in self.knowledge_bases]
-            if len(set(names)) != len(names):
-                raise ValueError(f"knowledge base names must differ: {', '.join(names)}")
-        elif not self.documents and not self.qa_pairs:
-            raise ValueError("give either documents or qa_pairs (or knowledge_bases)")
-        return self
-
-
-class RefreshConfig(Strict):
-    """Statistics of refresh rounds: the trend's change flags and the error bound of a round (README,
-    Tracking models over time)."""
-
-    fdr: float = Field(default=0.05, gt=0, lt=1, description="false-discovery rate of the trend's change flags "
-                                                             "(Benjamini-Hochberg across models x metrics)")
-    rounds: int = Field(default=52, ge=1, description="T of Theorem 3.1: the rounds the error guarantee covers")
-    delta: float = Field(default=0.05, gt=0, lt=1, description="delta of Theorem 3.1: the chance that any of those "
-                                                               "rounds misses by more than epsilon")
 
 
 class CacheConfig(Strict):
