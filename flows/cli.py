@@ -308,17 +308,23 @@ def knowornot_run(
 def knowornot_label(
     run_dir: str = typer.Argument(..., help="KnowOrNot run folder (local)"),
     annotator: str = typer.Option(..., "--annotator", help="your name or id"),
-    spec: str = typer.Option("abstention", "--spec", help="an evaluation spec: abstention, factuality or a registered one"),
+    spec: str = typer.Option("abstention", "--spec", help="an evaluation spec: abstention, factuality or a registered "
+                             "one; ookb_validity: are the synthetic out-of-KB questions really outside the KB?"),
     web: bool = typer.Option(False, "--web", help="serve a labelling page on loopback instead of the terminal"),
     port: int = typer.Option(8765, "--port"),
+    consensus: bool = typer.Option(False, "--consensus", help="consensus pass: only the items the annotators labelled "
+                                   "differently, with their labels; records the agreed label"),
 ) -> None:
-    """Label the stratified sample; every label is saved at once, a restart resumes."""
+    """Label the stratified sample of a spec; every label is saved at once, a restart resumes."""
     import time
 
     from refusalbench.tasks.knowornot.label_screens import label_in_terminal, serve_labelling
     from refusalbench.tasks.knowornot.labels import open_label_session
+    from refusalbench.tasks.knowornot.ookb import OOKB_VALIDITY, open_validity_session
 
-    session = open_label_session(run_dir, spec)
+    # Validity labels are per synthetic question (App. D.2), not per response of the label sample.
+    session = (open_validity_session(run_dir) if spec == OOKB_VALIDITY.name
+               else open_label_session(run_dir, spec, consensus))
     if web:
         server = serve_labelling(session.items, session.labels_path, annotator, port=port)
         out.print(f"labelling page: {server.url}  (Ctrl-C to stop)")

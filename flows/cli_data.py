@@ -22,7 +22,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from refusalbench.tasks.core.errors import InputError
 
 data_app = typer.Typer(help="Base sets: check one, or build one from the public sources.", no_args_is_help=True)
-import_app = typer.Typer(help="Build a base set from a public source (the paper's App. C.1 curation).",
+import_app = typer.Typer(help="Build a base set from a public source (the paper's App. C.1 curation), or bring in "
+                              "the KnowOrNot paper's released PolicyBench question sets.",
                          no_args_is_help=True)
 data_app.add_typer(import_app, name="import")
 
@@ -126,3 +127,23 @@ def import_garage(
     with _byte_bar("garage") as on_progress:
         items = run_import(source, n=n, seed=seed, on_progress=on_progress, stats=counts)
     _write(items, out_file, source, counts, [("not_sampled", "not sampled"), ("domain_shortfall", "domain shortfall")])
+
+
+@import_app.command("policybench")
+def import_policybench(
+    source: Path = typer.Argument(..., help="folder with the released PolicyBench files (BTT_QA.json, "
+                                  "CPF_filtered_qa.json, ICA_filtered_qa.json, medishield_QA.json)"),
+    out_dir: Path = typer.Option(Path("data/policybench"), "--out", help="where configs/paper-policybench.yaml "
+                                 "reads them"),
+) -> None:
+    """KnowOrNot's PolicyBench: check the four released QA files and copy them, unchanged, for the paper's config."""
+    from refusalbench.tasks.knowornot.sources import POLICYBENCH_FILES
+    from refusalbench.tasks.knowornot.sources import import_policybench as run_import
+
+    counts = run_import(source, out_dir)
+    for name, n in counts.items():
+        if n != POLICYBENCH_FILES[name]:
+            err.print(f"note: {name} has {n} questions; the paper's release has {POLICYBENCH_FILES[name]}",
+                      markup=False, highlight=False)
+    listed = ", ".join(f"{name} {n}" for name, n in counts.items())
+    out.print(f"{out_dir}: {sum(counts.values())} questions in {len(counts)} files ({listed})", highlight=False)

@@ -4,7 +4,8 @@ documents -> sentences (NLTK, offline) -> atomic facts (LLM) -> QA pairs (LLM)
   [or a QA file] -> diversity filters (TF-IDF + MiniLM) -> FAISS index (built once per KB,
   kept in the run folder) -> experiment grid (targets x retrieval x system prompt, the
   question's own pair never in its context) -> target answers -> evaluator (abstention,
-  then factuality for answers) -> rates with bootstrap intervals -> a sample to label.
+  then factuality for answers) -> rates with bootstrap intervals -> a sample to label per spec
+  [-> the knowornot.evaluator_comparison models judge that sample, App. D.3].
 
 The stages are Prefect tasks in ``tasks/pipeline/knowornot_steps.py`` (files in, files out, so a
 stage can be re-run alone and finished stages are served from cache); results, rates and
@@ -17,15 +18,15 @@ from typing import Any
 
 from prefect import flow
 
-from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.flows.common import check_or_raise, model_endpoints, usable_models
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.llm.gateway import gateway_for
+from refusalbench.tasks.knowornot.embeddings import embedder_for
 from refusalbench.tasks.pipeline.knowornot_bases import each_base, failures_of, knowledge_bases, merge_bases, summed
 from refusalbench.tasks.knowornot.report import publish_report, write_results
-from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, check_knowornot_inputs, input_digest,
-                                                 knowornot_models, save_stage_failures, stage_tasks,
-                                                 with_resolved_sources)
+from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, check_knowornot_inputs, compare_evaluators,
+                                                 input_digest, knowornot_models, save_stage_failures, stage_tasks,
+                                                 with_resolved_sources, with_targets)
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
@@ -40,13 +41,14 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
     store = ArtifactStore(out)
     recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=cfg.knowornot.seed)
     recorder.hashes(prompts=all_template_hashes())
-    run_cfg = with_resolved_sources(cfg)  # what the tasks get: KB paths resolved against the config's folder
+    # What the tasks get: KB paths resolved against the config's folder, the targets that can run (skip_unavailable).
+    run_cfg = with_targets(with_resolved_sources(cfg), usable_models(cfg, cfg.knowornot.targets))
     digest = input_digest(run_cfg.knowornot, recorder.manifest.prompt_hashes)
     bases = knowledge_bases(run_cfg, out, lambda kon: input_digest(kon, recorder.manifest.prompt_hashes))
     stage = stage_tasks(out)
     with recorder.run():
-        check_or_raise(cfg, knowornot_models(cfg.knowornot))
-        with model_endpoints(cfg, knowornot_models(cfg.knowornot)) as api_bases:
+        usable = check_or_raise(cfg, knowornot_models(cfg.knowornot) + cfg.knowornot.evaluator_comparison)
+        with model_endpoints(cfg, knowornot_models(run_cfg.knowornot)) as api_bases:
             with recorder.stage("knowledge base"):
                 kbs = each_base(stage.knowledge_base, bases, api_bases)
                 recorder.count(qa_pairs_all=sum(kb.pairs for kb in kbs))
@@ -60,8 +62,11 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
             with recorder.stage("answer + evaluate"):
                 recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases))
         with recorder.stage("metrics"):
-            report = publish_report(store, write_results(store, run_cfg.knowornot, gateway_for(cfg).cache),
+            report = publish_report(store, write_results(store, run_cfg.knowornot, embedder_for(cfg)),
                                     recorder.manifest.counts)
+        if comparison := [m for m in run_cfg.knowornot.evaluator_comparison if m in usable]:  # App. D.3
+            with recorder.stage("evaluator comparison"), model_endpoints(cfg, comparison) as api_bases:
+                recorder.count(**compare_evaluators(run_cfg, out, digest, api_bases, comparison))
         counter.record(recorder)
     return {"metrics": store.uri(kon_files.KON_METRICS.name), "report": report,
             "experiments": sum(g.experiments for g in grids)}

@@ -20,6 +20,7 @@ from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.outputs import write_generation_report
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.budget import budget_span
 from refusalbench.tasks.pipeline.ui import story
 
 
@@ -27,7 +28,7 @@ from refusalbench.tasks.pipeline.ui import story
 def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
               fresh: list[str] | None = None) -> dict[str, Any]:
     cfg = load_config(config_path)
-    with model_endpoints(cfg, cfg.used_models()):
+    with model_endpoints(cfg, cfg.used_models()), budget_span(cfg):  # one budget_usd for both flows
         generated = configured(generation_flow, cfg, out)(config_path, out, seed, round_id, fresh)
         story("benchmark: %d items (%d accepted of %d candidates)", generated["sampled"], generated["accepted"],
               generated["candidates"])

@@ -20,7 +20,13 @@ from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
-from refusalbench.tasks.pipeline.assign_step import GenerationInputs, base_set_funnel, prepare_inputs, record_funnel
+from refusalbench.tasks.pipeline.assign_step import (
+    GenerationInputs,
+    base_set_funnel,
+    prepare_inputs,
+    record_domain_draw,
+    record_funnel,
+)
 from refusalbench.tasks.pipeline.pretest_step import pretest_base_set
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench import artifacts as rb_files
@@ -55,8 +61,10 @@ def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> 
         with model_endpoints(cfg, [*models, judge]) as api_bases:
             run = StageRun(cfg, out, recorder, api_bases)
             outcome = pretest_base_set(run, inputs.base_set, models, judge)
-        funnel = base_set_funnel(inputs.drawn_from(outcome.kept), outcome.funnel)
+        drawn = inputs.drawn_from(outcome.kept)  # the draw a generation run of this config would make
+        funnel = base_set_funnel(drawn, outcome.funnel)
         record_funnel(recorder, funnel)
+        record_domain_draw(recorder, drawn)
         counter.record(recorder)
     return {"pretest": run.store.uri(rb_files.PRETEST.name), "kept": [item.id for item in outcome.kept],
             "funnel": funnel, "run": run.store.uri("")}

@@ -146,6 +146,7 @@ class _Page:
 PAGE_FACTS = """(() => ({
   images: document.images.length,
   broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length,
+  alts: Array.from(document.images).map(i => i.alt),
   headings: Array.from(document.querySelectorAll('h1,h2,h3')).map(h => h.innerText.trim()),
   text: document.body.innerText,
 }))()"""

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
-from refusalbench.tasks.llm.scripted_server import dry_run_responder, fenced, last_user_text, requested_schema
+from refusalbench.tasks.llm.scripted_server import (dry_run_responder, fenced, last_user_text, requested_schema,
+                                                     scripted_judge_reply)
 
 __all__ = [
     "by_model", "dry_run_responder", "fenced", "generator_reply", "intensity_of",
@@ -65,11 +66,14 @@ def by_model(table: dict[str, Callable[[dict[str, Any]], str]]) -> Callable[[dic
 
 
 def judge_by_reference(request: dict[str, Any]) -> str:
-    """Scripted judge: quality 5 when the response contains a reference answer, else 1."""
+    """Scripted judge: quality 5 when the response contains a reference answer, else 1; the
+    answer-vs-refusal classification is the scripted server's (``scripted_judge_reply``)."""
     text = last_user_text(request)
     references = fenced(text, "reference_answer")
     (response,) = fenced(text, "response")
     hit = any(ref.lower() in response.lower() for ref in references)
     if requested_schema(request) == "JudgeMultiOutput":
-        return json.dumps({"eligibility": int(hit), "factuality": int(hit), "raf": int(hit), "rationale": ""})
-    return json.dumps({"quality": 5 if hit else 1, "rationale": ""})
+        grade = {"eligibility": int(hit), "factuality": int(hit), "raf": int(hit), "rationale": ""}
+    else:
+        grade = {"quality": 5 if hit else 1, "rationale": ""}
+    return json.dumps(scripted_judge_reply(request, grade))

@@ -184,6 +184,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "refusalbench evaluate --config CFG --benchmark FILE --out DIR",
     "score": "refusalbench score FILE --out DIR",
     "knowornot-qa": "refusalbench knowornot run --config CFG --out DIR  (CFG: knowornot.qa_pairs = FILE)",
+    "knowornot-docs": "refusalbench knowornot run --config CFG --out DIR  (CFG: knowornot.documents = [FILE])",
 }
 
 NOT_UTF8_BASE = b'{"id": "a", "question": "q", "answers": ["x"], "context": "c"}\n{"id": "b", "question": "caf\xe9?", "answers": ["x"], "context": "c"}\n'
@@ -317,6 +318,36 @@ CASES: list[Case] = [
          2, "-", "line is longer than 10 MiB"),
 ]
 
+
+
+def _pdf(encrypt: bool = False, blank: bool = False) -> bytes:
+    """A PDF of the knowledge-base fixture, encrypted with a password, or one blank page (no text layer)."""
+    import io
+
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter() if blank else PdfWriter(clone_from=PdfReader(ROOT / "tests/fixtures/knowornot_docs/clinic-handbook.pdf"))
+    if blank:
+        writer.add_blank_page(612, 792)
+    if encrypt:
+        writer.encrypt("secret", algorithm="RC4-128")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+CASES += [
+    # ---- KnowOrNot documents (PDF and HTML knowledge bases)
+    Case("doc-pdf-encrypted", "knowornot-docs", "PDF encrypted with a user password",
+         bytes_file("handbook.pdf", lambda: _pdf(encrypt=True)), None, "-", "PDF is encrypted with a password"),
+    Case("doc-pdf-corrupt", "knowornot-docs", "PDF cut off after 300 bytes",
+         bytes_file("handbook.pdf", lambda: _pdf()[:300]), None, "-", "not a readable PDF"),
+    Case("doc-pdf-no-text", "knowornot-docs", "PDF of one image-only (blank) page",
+         bytes_file("handbook.pdf", lambda: _pdf(blank=True)), None, "-", "PDF has no text layer"),
+    Case("doc-html-not-utf8", "knowornot-docs", "Latin-1 byte in line 2 of an HTML page",
+         bytes_file("fees.html", lambda: b"<h1>Fees</h1>\n<p>caf\xe9</p>\n"), 2, "-", "not UTF-8 (byte 0xe9 at column 7)"),
+]
+
 CASES_BY_ID = {case.id: case for case in CASES}
 
 # Final artifact names no failed run may leave behind.
@@ -359,6 +390,10 @@ def prepare(case: Case, folder: Path) -> Prepared:
         config = folder / "kon.yaml"
         config.write_text(config_text(f"knowornot:\n  qa_pairs: {bad.name}\n  targets: [gen]\n  evaluator: ver\n"))
         return Prepared(["knowornot", "run", "--config", str(config), "--out", str(out)], str(bad), out)
+    if case.kind == "knowornot-docs":
+        config = folder / "kon.yaml"
+        config.write_text(config_text(f"knowornot:\n  documents: [{bad.name}]\n  targets: [gen]\n  evaluator: ver\n"))
+        return Prepared(["knowornot", "run", "--config", str(config), "--out", str(out)], str(bad.resolve()), out)
     raise AssertionError(f"unknown kind {case.kind}")
 
 

@@ -110,8 +110,9 @@ def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
 
     judgments = pd.read_parquet(out / "judgments.parquet")
     assert len(judgments) == 30
-    # The judge is only asked about answers to answerable items: 4 for answerer, 4 for oracle.
-    assert len(fake_llm.calls_for("judge")) == 8
+    # The judge classifies every reply that is not only a refusal code (decision: judge): the refuser's
+    # codes come with prose, so all 10 replies of each of the three targets.
+    assert len(fake_llm.calls_for("judge")) == 30
     assert judgments.loc[(judgments.model == "oracle") & (judgments.item_id == "item3"), "raf"].item() == 1
     report = (out / "report.html").read_text()
     assert all(name in report for name in ("refuser", "answerer", "oracle"))
@@ -148,6 +149,9 @@ def test_failed_calls_are_recorded_not_dropped(tmp_path, fake_llm, benchmark):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["excluded_from_metrics"] == {"refuser": 1}
     assert manifest["counts"]["response_errors"] == {"refuser": 1}
+    # confidence is off: no calibration pass, no call of its own (10 target calls in all)
+    assert not (out / "calibration_responses.parquet").exists() and "calibrate" not in manifest["timings_s"]
+    assert len(fake_llm.calls_for("refuser")) == 9 + 2  # 9 items once, the outage's item twice (max_attempts 2)
 
 
 def test_stage_timings_are_the_stages_own(tmp_path, fake_llm, benchmark):

@@ -94,6 +94,11 @@ def test_unanimous_counts(tmp_path, fake_llm):
     assert gv["pass_rate_matrix"]["gen-a"]["ver-b"] == pytest.approx(3 / 6)
     assert gv["pass_rate_matrix"]["gen-a"]["ver-a"] == 1.0
     assert gv["pass_rate_matrix"]["gen-b"]["ver-b"] == 1.0
+    # The matched set (paper §4.2 RQ1): all 6 assignments, and gen-b's 2 parse errors count as FAIL there.
+    matched = gv["matched_set"]
+    assert (matched["assignments"], matched["matched_assignments"]) == (6, 6)
+    assert matched["by_generator"]["gen-b"] == {"candidates": 6, "unparsed": 2, "precheck_rejects": 0}
+    assert matched["pass_rate_matrix"]["gen-b"] == {"ver-a": pytest.approx(4 / 6), "ver-b": pytest.approx(4 / 6)}
     # ver-a always passes: no variance, kappa undefined with a reason.
     (kappa,) = gv["verifier_kappa"]
     assert kappa["kappa"] is None and "no variance" in kappa["reason"]

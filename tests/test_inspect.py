@@ -118,11 +118,13 @@ def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect
     assert [log.status for log in logs] == ["success"] * len(TARGETS)
     log_files = sorted(inspect_env.glob("*.eval"))
     assert len(log_files) == len(TARGETS)
-    # Same requests as evaluate: 4 targets x 10 items, plus the judge on each answer to an answerable item
-    # (answerer 4, oracle 4, hedger 2), and the empty reply is not re-asked (inspect keeps it as it is).
+    # Same requests as evaluate: 4 targets x 10 items, plus the judge classifying every reply that is not
+    # only a refusal code (decision: judge): refuser 10 (its code comes with prose), answerer 10, oracle 10,
+    # hedger 4 (its even items are bare codes); the empty reply is not re-asked (inspect keeps it as it is).
     inspect_calls = fake_llm.calls[evaluate_calls:]
-    assert len(inspect_calls) == 40 + 10
-    assert all(c["response_format"]["json_schema"]["name"] in ("JudgeSingleOutput", "JudgeMultiOutput")
+    assert len(inspect_calls) == 40 + 34
+    assert all(c["response_format"]["json_schema"]["name"] in ("JudgeSingleOutput", "JudgeMultiOutput",
+                                                               "JudgeDecisionOutput")
                for c in inspect_calls if c["model"] == "judge")
 
     out = tmp_path / "from-inspect"
@@ -140,8 +142,14 @@ def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect
     assert ours["hedger"]["ece"] is not None and ours["refuser"]["category_accuracy"] == pytest.approx(0.5)
 
     # Stronger: the judged-responses frames are the same rows (so every table, interval and figure is too).
+    # evaluate's main replies are never asked for a confidence: its confidences are its calibration
+    # pass's (the same replies here), which inspect's single confidence-asking pass states.
     renamed = pd.read_parquet(evaluated / "judged.parquet").assign(
         model=lambda f: f["model"].map(lambda m: f"{provider}/{m}"))
+    assert renamed["confidence"].isna().all()
+    calibration = pd.read_parquet(evaluated / "calibration_judgments.parquet").set_index(["model", "item_id"])
+    renamed["confidence"] = [calibration["confidence"].get((m.split("/")[-1], i))
+                             for m, i in zip(renamed["model"], renamed["item_id"])]
     from_logs = pd.read_parquet(out / "judged.parquet")
     key = ["model", "item_id"]
     pd.testing.assert_frame_equal(from_logs.sort_values(key).reset_index(drop=True),

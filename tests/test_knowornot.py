@@ -16,7 +16,8 @@ import pytest
 
 from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.core import stats
-from refusalbench.tasks.knowornot import diversity, evaluation, label_screens, labels, retrieval, sentences
+from refusalbench.tasks.knowornot import (diversity, document_readers, evaluation, label_screens, labels, retrieval,
+                                          sentences)
 from refusalbench.tasks.labelling import agreement
 from refusalbench.tasks.labelling.label_store import LabelStore
 from refusalbench.tasks.knowornot.embeddings import HashingEmbedder, normalise_rows
@@ -95,7 +96,7 @@ def test_read_documents_markdown_and_text(tmp_path):
     txt = tmp_path / "sub" / "policy.txt"
     txt.parent.mkdir()
     txt.write_text("Line one wraps\nhere. Second sentence.\n", encoding="utf-8")
-    docs = sentences.read_documents([md, txt])
+    docs = document_readers.read_documents([md, txt])
     assert [d.doc_id for d in docs] == ["policy", "policy-2"]
     assert docs[0].text.split("\n\n") == [
         "Coverage",
@@ -114,20 +115,81 @@ def test_read_documents_markdown_and_text(tmp_path):
 
 def test_read_documents_errors(tmp_path):
     with pytest.raises(InputError, match="file not found"):
-        sentences.read_documents([tmp_path / "missing.md"])
+        document_readers.read_documents([tmp_path / "missing.md"])
     empty = tmp_path / "empty.txt"
     empty.write_text("  \n\n", encoding="utf-8")
     with pytest.raises(InputError, match="empty"):
-        sentences.read_documents([empty])
+        document_readers.read_documents([empty])
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("first line\ncaf\xe9 second".encode("latin-1"))
     with pytest.raises(InputError) as info:
-        sentences.read_documents([bad])
+        document_readers.read_documents([bad])
     assert str(info.value) == f"{bad}:2: -: not UTF-8 (byte 0xe9 at column 4)"
-    pdf = tmp_path / "x.pdf"
-    pdf.write_bytes(b"%PDF")
-    with pytest.raises(InputError, match="unsupported document type"):
-        sentences.read_documents([pdf])
+    docx = tmp_path / "x.docx"
+    docx.write_bytes(b"PK")
+    with pytest.raises(InputError, match=r"unsupported document type '\.docx' \(expected \.txt, \.md, .*\.pdf, \.html"):
+        document_readers.read_documents([docx])
+
+
+KB_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "knowornot_docs"
+
+
+def test_pdf_document_keeps_headings_apart_and_joins_wrapped_lines():
+    (doc,) = document_readers.read_documents([KB_FIXTURES / "clinic-handbook.pdf"])
+    assert doc.doc_id == "clinic-handbook"
+    assert doc.text.split("\n\n") == [
+        "Harbour Clinic Handbook",
+        "The Harbour Clinic opens at eight in the morning on weekdays and closes at six in the evening. A first visit "
+        "costs twenty dollars for adults. Children under twelve are seen free of charge.",
+        "Appointments",
+        "Appointments are booked by phone or at the front desk. A missed appointment without notice costs a fee of "
+        "ten dollars.",
+    ]
+    assert [s.text for s in sentences.document_sentences(doc)][:2] == [
+        "Harbour Clinic Handbook", "The Harbour Clinic opens at eight in the morning on weekdays and closes at six "
+                                   "in the evening."]
+
+
+def test_html_document_drops_page_machinery_and_keeps_blocks():
+    (doc,) = document_readers.read_documents([KB_FIXTURES / "clinic-fees.html"])
+    assert doc.text.split("\n\n") == [
+        "Clinic fees",
+        "A first visit costs twenty dollars & a follow-up costs ten dollars.",
+        "Fees are paid at the front desk.",
+        "Visit; Fee",
+        "First visit; $20",
+    ]
+
+
+def test_unreadable_pdfs_and_html_are_one_line_input_errors(tmp_path):
+    from pypdf import PdfReader, PdfWriter
+
+    def problem(name: str, data: bytes) -> str:
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(InputError) as info:
+            document_readers.read_documents([path])
+        assert re.match(rf"{re.escape(str(path))}(:\d+)?: -: ", str(info.value)) and "\n" not in str(info.value)
+        return info.value.problem
+
+    locked = PdfWriter(clone_from=PdfReader(KB_FIXTURES / "clinic-handbook.pdf"))
+    locked.encrypt("secret", algorithm="RC4-128")
+    assert "encrypted with a password" in problem("locked.pdf", _pdf_bytes(locked))
+    scan = PdfWriter()
+    scan.add_blank_page(612, 792)
+    assert problem("scan.pdf", _pdf_bytes(scan)).startswith("PDF has no text layer (1 page of images")
+    assert problem("cut.pdf", (KB_FIXTURES / "clinic-handbook.pdf").read_bytes()[:300]).startswith("not a readable PDF")
+    assert problem("junk.pdf", b"<html>not a pdf</html>").startswith("not a readable PDF")
+    assert problem("latin1.html", "<p>caf\xe9</p>".encode("latin-1")) == "not UTF-8 (byte 0xe9 at column 7)"
+    assert problem("chrome.html", b"<nav>Home</nav><script>x()</script>") == "document has no text once markup is removed"
+
+
+def _pdf_bytes(writer) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
 
 
 # ----------------------------------------------------------------- records and loaders
@@ -172,10 +234,11 @@ def test_load_policybench_format(tmp_path):
     path.write_text(json.dumps({"knowledge_base_identifier": "kb", "questions": [
         {"question": "Q?", "answer": "A.", "identifier": "kb_0"},
         {"question": "Q2?", "answer": "", "identifier": "kb_1"},
-    ]}), encoding="utf-8")
+    ]}, indent=2), encoding="utf-8")
     with pytest.raises(InputErrors) as info:
         load_policybench(path)
-    assert info.value.lines() == [f"{path}: questions[1].answer: must not be blank"]
+    # The line where the question's object starts.
+    assert info.value.lines() == [f"{path}:9: questions[1].answer: must not be blank"]
 
 
 @pytest.mark.skipif(not POLICYBENCH.is_dir(), reason="PolicyBench reference data not present")
@@ -525,6 +588,49 @@ def test_evaluator_vs_human_confusion_and_annotator_agreement():
     # ann vs bob agree on 3/4; p_e = 0.5*0.25 + 0.5*0.75 = 0.5 -> kappa 0.5
     assert result["pairwise"]["ann|bob"]["kappa"] == pytest.approx(0.5)
     assert result["fleiss_items"] == 4
+
+
+def test_consensus_settles_disagreements_and_scores_an_evaluator():
+    t = pd.Timestamp("2025-01-01", tz="UTC").to_pydatetime()
+    human = [HumanLabel(item_id=i, spec="factuality", annotator=who, label=lab, labelled_at=t)
+             for who, row in (("ann", ["tier_3", "tier_1", "tier_3"]), ("bob", ["tier_3", "tier_3", "tier_2"]))
+             for i, lab in zip("abc", row)]
+    assert agreement.disagreements(human, "factuality") == {"b": {"ann": "tier_1", "bob": "tier_3"},
+                                                            "c": {"ann": "tier_3", "bob": "tier_2"}}
+    settled = [HumanLabel(item_id="b", spec="factuality", annotator="ann+bob", label=lab, labelled_at=t)
+               for lab in ("tier_1", "tier_3")]  # recorded twice: the latest wins; c stays open
+    consensus = agreement.consensus_labels(human, settled, "factuality")
+    assert consensus == {"a": "tier_3", "b": "tier_3"}
+    # Positive = tier_3 (Table 4); an unparsable verdict (None) is left out of n.
+    scores = agreement.binary_scores(consensus | {"d": "tier_1"}, {"a": "tier_1", "b": "tier_3", "d": None},
+                                     evaluation.FACTUALITY.positive_outcome)
+    assert (scores.n, scores.tp, scores.tn, scores.fp, scores.fn) == (2, 1, 0, 0, 1)
+    assert (scores.precision, scores.recall, scores.f1) == (1.0, 0.5, pytest.approx(2 / 3))
+    assert scores.precision_ci[1] == 1.0 and 0 < scores.recall_ci[0] < 0.5 < scores.recall_ci[1]
+
+
+def test_eval_spec_positive_outcome_and_evaluator_comparison_models_are_checked():
+    from refusalbench.tasks.core.config import RunConfig
+
+    assert (evaluation.ABSTENTION.positive_outcome, evaluation.FACTUALITY.positive_outcome) == ("yes", "tier_3")
+    with pytest.raises(ValueError, match="positive 'maybe' is not one of the outcomes"):
+        EvalSpec(name="x", tag="x", outcomes=["yes", "no"], prompt="P", positive="maybe")
+    models = {"m": {"model": "openai/m"}}
+    kon = {"qa_pairs": "qa.jsonl", "targets": ["m"], "evaluator": "m", "evaluator_comparison": ["other"]}
+    with pytest.raises(ValueError, match="knowornot.evaluator_comparison: model 'other' is not in the registry"):
+        RunConfig(models=models, knowornot=kon)
+
+
+def test_factuality_label_sample_holds_no_abstention():
+    frame = pd.DataFrame({"experiment_id": [f"e{i}" for i in range(8)], "target": "m", "retrieval": "direct",
+                          "prompt": "basic", "question": "Q?", "response": "R",
+                          "expected_answer": ["A"] * 6 + [None] * 2,  # two synthetic questions: nothing to compare with
+                          "abstention": ["yes", "no"] * 4})
+    sample = labels.label_samples(frame, evaluation.BUILT_IN_SPECS, 4, seed=3)
+    by_spec = {spec: set(rows.experiment_id) for spec, rows in sample.groupby("label_spec")}
+    assert by_spec["factuality"] == {"e1", "e3", "e5"}  # answered, with an expected answer: only 3 exist
+    assert list(sample[sample.label_spec == "abstention"].experiment_id) == list(
+        labels.stratified_label_sample(frame, 4, seed=3).experiment_id)  # the abstention sample is drawn as before
 
 
 # ----------------------------------------------------------------- labelling

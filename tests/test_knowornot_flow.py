@@ -50,12 +50,15 @@ def test_knowornot_flow(tmp_path, fake_llm):
                                              "When are salaries paid?"]})  # the last repeats a known question
         return json.dumps({"answers": ["A warranty lasts years."]})
 
-    fake_llm.responder = by_model({"tgt": target, "hyde": helper_model, "eval": evaluator})
-    config = run_config(tmp_path, fake_llm.url, ["tgt", "hyde", "eval"], """
+    fake_llm.responder = by_model({"tgt": target, "hyde": helper_model, "eval": evaluator,
+                                   "strict": lambda r: "<abstained>yes</abstained> <tier>tier_3</tier>",
+                                   "lenient": lambda r: "<abstained>no</abstained> <tier>tier_1</tier>"})
+    config = run_config(tmp_path, fake_llm.url, ["tgt", "hyde", "eval", "strict", "lenient"], """
 knowornot:
   qa_pairs: qa.jsonl
   targets: [tgt]
   evaluator: eval
+  evaluator_comparison: [strict, lenient]
   extractor: hyde
   retrieval: [direct, long_context, basic_rag, hyde_rag]
   prompts: [basic, conservative]
@@ -90,9 +93,29 @@ knowornot:
     assert len(metrics) == 4 * 2
     assert results[results.ookb].factuality.isna().all()  # nothing to compare a synthetic question's answer with
     row = metrics.iloc[0]
-    assert row["abstention_rate"] == pytest.approx(1 / 8)
+    # Leave-one-out and synthetic out-of-KB are two experiments (App. D.2): the salaries question is 1 of the
+    # 6 leave-one-out questions; the 2 synthetic questions (answered) have rates of their own, never pooled.
+    assert row["n"] == 6 and row["abstention_rate"] == pytest.approx(1 / 6)
     assert row["factuality_rate"] == pytest.approx(1.0)
-    assert len(pd.read_parquet(out / "label_sample.parquet")) == 4
+    synthetic = pd.DataFrame(json.loads((out / "metrics.json").read_text())["synthetic_ookb"])
+    assert len(synthetic) == 4 * 2 and set(synthetic["n"]) == {2}
+    assert (synthetic["abstention_rate"] == 0).all() and synthetic["factuality_rate"].isna().all()
+    assert "Synthetic out-of-KB questions (their own experiment)" in (out / "report.html").read_text()
+    from refusalbench.tasks.knowornot.ookb import open_validity_session
+
+    validity = open_validity_session(str(out))  # what `knowornot label --spec ookb_validity` shows
+    assert sorted(item.question for item in validity.items) == ["What is the dress code on Fridays?",
+                                                                "Who runs the canteen?"]
+    assert all(len(item.context.splitlines()) == 2 for item in validity.items)  # the k = 2 closest pairs
+    # One sample per spec, each from the rows it applies to: factuality never shows an abstention.
+    sample = pd.read_parquet(out / "label_sample.parquet")
+    assert sample.groupby("label_spec").size().to_dict() == {"abstention": 4, "factuality": 4}
+    assert (sample[sample.label_spec == "factuality"].abstention == "no").all()
+    # The comparison evaluators judged exactly the sample: each spec on its own sample's rows.
+    compared = pd.read_parquet(out / "evaluator_comparison.parquet")
+    assert compared.groupby(["evaluator", "spec"]).size().to_dict() == {
+        (e, s): 4 for e in ("strict", "lenient") for s in ("abstention", "factuality")}
+    assert json.loads((out / "manifest.json").read_text())["counts"]["comparison_evaluations"] == 16
     assert "KnowOrNot" in (out / "report.html").read_text()
     # A second run reuses everything: no new calls.
     sent = len(fake_llm.calls)
@@ -111,11 +134,32 @@ knowornot:
         assert done.returncode == 0, done.stderr
     labels = (out / "labels" / "abstention.jsonl").read_text().splitlines()
     assert len(labels) == 8
+    # They disagree on the second item only: the consensus pass shows just that one, with both labels.
+    from refusalbench.tasks.knowornot.labels import open_label_session
+
+    (pending,) = open_label_session(str(out), "abstention", consensus=True).items
+    assert pending.shown_labels == "ann: yes · bob: no"
+    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out),
+                           "--annotator", "ann+bob", "--consensus"], input="1\n", capture_output=True, text=True,
+                          cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not open_label_session(str(out), "abstention", consensus=True).items
     done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "agreement", str(out)],
                           capture_output=True, text=True, cwd=root, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "agreement-abstention.json").read_text())
     assert set(report["evaluator_vs_human"]) >= {"ann", "bob"}
+    assert report["disagreements_open"] == [] and report["evaluator_vs_human"]["consensus"]["n"] == 4
+    pair = report["annotators"]["pairwise"]["ann|bob"]
+    assert pair["percent_agreement"] == 0.75 and pair["kappa"] == pytest.approx(0.5)
+    assert pair["percent_agreement_ci"][0] < 0.75 < pair["percent_agreement_ci"][1] and len(pair["kappa_ci"]) == 2
+    # Consensus yes, yes, no, no: "strict" always says abstained, "lenient" never (App. D.3, Table 3).
+    rows = {r["evaluator"]: r for r in report["evaluator_comparison"]}
+    assert [rows[e]["role"] for e in ("eval", "strict", "lenient")] == ["run", "comparison", "comparison"]
+    assert {k: rows["strict"][k] for k in ("n", "tp", "tn", "fp", "fn")} == {"n": 4, "tp": 2, "tn": 0, "fp": 2, "fn": 0}
+    assert rows["strict"]["precision"] == 0.5 and rows["strict"]["recall"] == 1 and rows["strict"]["f1"] == pytest.approx(2 / 3)
+    assert {k: rows["lenient"][k] for k in ("tp", "tn", "fp", "fn", "f1")} == {"tp": 0, "tn": 2, "fp": 0, "fn": 2, "f1": 0}
+    assert "Evaluators against the human consensus" in (out / "report.html").read_text()
 
 
 # ---------------------------------------------------------------- the shipped demo, from documents
@@ -194,7 +238,7 @@ def look_at_report_in_a_browser(report, shot, images: int) -> None:
 
 def test_demo_config_loads_and_its_documents_exist():
     from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.knowornot.sentences import read_documents
+    from refusalbench.tasks.knowornot.document_readers import read_documents
     from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs, with_resolved_sources
 
     cfg = load_config(DEMO_CONFIG)
@@ -262,7 +306,8 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
 
     # The label command finds the run's own spec (from eval_specs.json, not the registry).
     session = open_label_session(str(out), "cites_context")
-    assert session.spec.tag == "cited" and len(session.items) == len(pd.read_parquet(out / "label_sample.parquet"))
+    sample = pd.read_parquet(out / "label_sample.parquet")
+    assert session.spec.tag == "cited" and len(session.items) == (sample.label_spec == "cites_context").sum()
     done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out),
                            "--annotator", "ann", "--spec", "cites_context"],
                           input="1\n" * len(session.items), capture_output=True, text=True, cwd=ROOT, timeout=120)

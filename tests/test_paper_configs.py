@@ -37,11 +37,12 @@ def test_nq_is_balanced_by_generator_and_garage_keeps_the_natural_imbalance():
     nq, garage = (load_config(packaged_config(n)).generation for n in ("paper-nq.yaml", "paper-garage.yaml"))
     assert nq.target_size == 1600 and nq.balance == "generator"  # 4 generators x 400
     assert garage.target_size is None and garage.balance == "natural"  # the paper's run kept 1,506
+    assert garage.base_sample_by == "domain" and nq.base_sample_by is None  # GaRAGe: 20 per domain (App. C.1)
 
 
 def test_pretest_and_balance_default_to_todays_behaviour():
     gen = GenerationConfig(base_set="b.jsonl", generators=["g"], verifiers=["v"])
-    assert gen.pretest is None and gen.balance == "natural"
+    assert gen.pretest is None and gen.balance == "natural" and gen.base_sample_by is None
 
 
 def _write(path: Path, text: str) -> Path:
@@ -83,13 +84,15 @@ def test_paper_config_can_be_planned(tmp_path, name, stand_in):
     cfg = load_config(config)
     items = min(100, len(load_base_set(ROOT / "data" / stand_in)))
     plan = plan_run(cfg)
+    # confidence: true -> the calibration pass (App. F.2) asks the targets again; DESIGN §4 names the
+    # stages, so its calls count in respond (twice the benchmark) and judge
     assert list(plan.stages) == ["pretest", "generate", "verify", "respond", "judge"]
     assert plan.stages["generate"].calls == items * 18 * 4
     assert plan.stages["generate"].by_model == {m: items * 18 for m in PAPER_MODELS}
     respond = plan.stages["respond"]
     assert len(respond.by_model) == len(cfg.evaluation.targets)
     per_target = min(1600, items * 18 * 4) if name == "paper-nq.yaml" else items * 18 * 4
-    assert set(respond.by_model.values()) == {per_target}
+    assert set(respond.by_model.values()) == {2 * per_target} and "calibration pass" in respond.note
     # the open-weight models have no price: the total says unknown, not zero
     assert plan.total.cost_usd is None and plan.total.priced_cost_usd > 0
     assert "qwen1.5-7b-chat" in plan.total.unpriced_models

@@ -53,7 +53,6 @@ generation:
 evaluation:
   targets: [gen-a, priced]
   judge: ver-a
-  confidence: true
 """
     path = tmp_path / "run.yaml"
     path.write_text(text)
@@ -82,10 +81,31 @@ def test_outcome_dependent_stages_are_upper_bounds(tmp_path):
     assert verify.upper_bound and verify.by_model == {"ver-a": 12, "priced": 12}
     # target_size 4 over 2 strata: quota 2 each, 6 candidates each -> at most 4 items per target
     assert respond.upper_bound and respond.by_model == {"gen-a": 4, "priced": 4}
-    # only the LOW stratum is answerable: at most 2 items x 2 targets reach the judge
-    assert judge.upper_bound and judge.by_model == {"ver-a": 4}
-    assert plan.total.calls == 12 + 24 + 8 + 4 and plan.total.upper_bound
+    # decision: judge (the default): the judge classifies every reply, at most 4 items x 2 targets
+    assert judge.upper_bound and judge.by_model == {"ver-a": 8}
+    assert plan.total.calls == 12 + 24 + 8 + 8 and plan.total.upper_bound
     assert list(plan.stages) == ["generate", "verify", "respond", "judge"]
+    # decision: codes: only the LOW stratum is answerable, at most 2 items x 2 targets reach the judge
+    cfg = write_config(tmp_path)
+    cfg.evaluation.decision = "codes"
+    assert plan_run(cfg).stages["judge"].by_model == {"ver-a": 4}
+
+
+def test_the_calibration_pass_counts_in_respond_and_judge(tmp_path):
+    """evaluation.confidence adds the calibration pass (App. F.2): the respond and judge calls again,
+    the targets' prompts longer by the confidence instructions. DESIGN §4 names plan's stages, so
+    the pass counts inside respond and judge, and their notes say so."""
+    cfg = write_config(tmp_path)
+    plain = plan_run(cfg)
+    cfg.evaluation.confidence = True
+    plan = plan_run(cfg)
+    assert list(plan.stages) == list(plain.stages)
+    before, after = plain.stages["respond"], plan.stages["respond"]
+    assert after.by_model == {m: 2 * n for m, n in before.by_model.items()} and after.upper_bound
+    assert after.models["gen-a"].input_tokens > 2 * before.models["gen-a"].input_tokens
+    assert plan.stages["judge"].by_model == {m: 2 * n for m, n in plain.stages["judge"].by_model.items()}
+    assert "calibration pass" in after.note and "calibration pass" in plan.stages["judge"].note
+    assert plan.total.calls == plain.total.calls + before.calls + plain.stages["judge"].calls
 
 
 def test_cost_is_none_for_an_unknown_price_and_a_number_for_gpt_4o(tmp_path):
@@ -172,7 +192,10 @@ def test_plan_of_a_benchmark_file_is_exact_for_respond(tmp_path):
     plan = plan_run(cfg, benchmark=str(tmp_path / "benchmark.parquet"))
     assert list(plan.stages) == ["respond", "judge"]
     assert plan.stages["respond"].by_model == {"gen-a": 3, "priced": 3} and not plan.stages["respond"].upper_bound
-    assert plan.stages["judge"].by_model == {"ver-a": 4} and plan.stages["judge"].upper_bound
+    # decision: judge: every reply of 3 items x 2 targets; codes: the 2 answerable items' answers
+    assert plan.stages["judge"].by_model == {"ver-a": 6} and plan.stages["judge"].upper_bound
+    cfg.evaluation.decision = "codes"
+    assert plan_run(cfg, benchmark=str(tmp_path / "benchmark.parquet")).stages["judge"].by_model == {"ver-a": 4}
 
 
 def test_evaluation_only_config_needs_the_benchmark(tmp_path):

@@ -43,7 +43,8 @@ BASE = [
 ]  # base_sample 5 of 6 keeps at least one multi-document item, which beta garbles
 
 STAGE_OF_SCHEMA = {"GeneratorSingleOutput": "generate", "GeneratorMultiOutput": "generate",
-                   "VerifierOutput": "verify", "JudgeSingleOutput": "judge", "JudgeMultiOutput": "judge", None: "respond"}
+                   "VerifierOutput": "verify", "JudgeSingleOutput": "judge", "JudgeMultiOutput": "judge",
+                   "JudgeDecisionOutput": "judge", None: "respond"}
 
 
 def write_config(tmp_path: Path, url: str, extra: str = "") -> Path:
@@ -61,7 +62,6 @@ generation:
 {extra}evaluation:
   targets: [beta, delta]
   judge: gamma
-  confidence: true
   bootstrap: 50
   shard_size: 4
 """, max_concurrency=4, max_attempts=1, params={"max_tokens": 256})
@@ -77,10 +77,10 @@ def responder(request: dict) -> str:
         return generator_reply(request, f"{model} {fingerprint}")  # distinct perturbations, distinct prompts later
     if schema == "VerifierOutput":
         return verifier_reply("FAIL" if model == "gamma" and intensity_of(request) == "HIGH" else "PASS")
-    if schema in ("JudgeSingleOutput", "JudgeMultiOutput"):
+    if schema in ("JudgeSingleOutput", "JudgeMultiOutput", "JudgeDecisionOutput"):
         return judge_by_reference(request)
     if model == "delta":
-        return "The context does not say. REFUSE_INFO_MISSING_IN_CONTEXT"  # refusals are never judged
+        return "REFUSE_INFO_MISSING_IN_CONTEXT"  # a reply that is only a code is never judged
     return f"It might be 1932 ({fingerprint}). Confidence: high"
 
 

@@ -57,7 +57,7 @@ def open_tab(name: str, showing: str) -> str:
 
 def write_config(tmp_path: Path, url: str) -> Path:
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    return run_config(tmp_path, url, MODELS, f"""
+    return run_config(tmp_path, url, MODELS, """
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]

@@ -39,7 +39,8 @@ from refusalbench.tasks.llm.prompting import (
 )
 from refusalbench.tasks.refusalbench.records import Lever, LeverExample, Passage
 from refusalbench.tasks.refusalbench.decisions import CONFIDENCE_LEVELS
-from refusalbench.tasks.refusalbench.prompt_vocabulary import TARGET_VOCABULARY, VERIFIER_VOCABULARY, answer_constraint_text
+from refusalbench.tasks.refusalbench.prompt_vocabulary import (JUDGE_VOCABULARY, TARGET_VOCABULARY, VERIFIER_VOCABULARY,
+                                                               answer_constraint_text)
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES
 
 # Untrusted text that tries every trick: Jinja syntax, fake roles, our own delimiters, chat tokens.
@@ -99,8 +100,11 @@ def variables_for(name: str, text: str = "plain text", big: str | None = None) -
         },
         "target_single.j2": {"question": text, "context": context, "confidence": False, **TARGET_VOCABULARY},
         "target_multi.j2": {"question": text, "passages": passages, "confidence": True, **TARGET_VOCABULARY},
-        "judge_single.j2": {"question": text, "context": context, "answers": [text], "response": text},
-        "judge_multi.j2": {"question": text, "passages": passages, "answers": [text], "response": text},
+        "judge_single.j2": {"question": text, "context": context, "answers": [text], "response": text,
+                            **JUDGE_VOCABULARY},
+        "judge_multi.j2": {"question": text, "passages": passages, "answers": [text], "response": text,
+                           **JUDGE_VOCABULARY},
+        "judge_decision.j2": {"question": text, "response": text, **JUDGE_VOCABULARY},
         "kon_fact_extraction.j2": {"sentence": text, "sentence_index": 7, "document_context": context},
         "kon_qa_generation.j2": {"fact": text},
         "kon_hyde.j2": {"question": text, "n": 3},

@@ -15,6 +15,10 @@ from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_C
 
 EVIL = "<script>alert(1)</script>"
 IMG = '<img src="data:image/png;base64,'
+# The paper's cross-model figures a report drawn from scores alone has: dashboards, refusal-accuracy
+# ranking, class difficulty, model x domain, confusion across models (benchmark domains and confusion
+# by intensity need the run folder's benchmark and judged rows).
+PAPER = 5
 
 
 def judged(models, with_confidence=True, n_items=72, seed=0):
@@ -50,7 +54,10 @@ def scored():
 def test_report_embeds_every_plot_and_every_model(scored):
     page = build_report(ReportInputs.from_score(scored))
     # 2 scatters + FRR/MRR bars + 3 heatmaps + intensity curves + 3 confusion matrices + reliability
-    assert page.count(IMG) == 2 + 1 + 3 + 1 + 3 + 1 + 1 + 1   # + response distribution, domain difficulty
+    # + Fig. 7 (ECE answers vs refusals)
+    # + response distribution, domain difficulty, and the cross-model figures (PAPER): dashboards,
+    # refusal-accuracy ranking, class difficulty, model x domain, confusion across models
+    assert page.count(IMG) == 2 + 1 + 3 + 1 + 3 + 1 + 1 + 1 + 1 + PAPER
     leaderboard = page.split("<h2>Leaderboard</h2>")[1].split("</table>")[0]
     for model in ("alpha", "&lt;script&gt;alert(1)&lt;/script&gt;", "beta &amp; co"):
         assert f"<td class='name'>{model}</td>" in leaderboard
@@ -70,7 +77,7 @@ def test_untrusted_text_is_escaped_everywhere(scored):
     page = build_report(inputs)
     assert EVIL not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert page.count(IMG) == 13 + 1   # plus the round-trend plot
+    assert page.count(IMG) == 14 + PAPER + 1   # plus the round-trend plot
     assert "Run metadata" in page and "Generator × verifier analysis" in page
 
 
@@ -78,15 +85,16 @@ def test_report_without_confidences_says_so():
     result = score_frame(judged(["alpha", "beta"], with_confidence=False), n_resamples=20)
     page = build_report(ReportInputs.from_score(result))
     assert "No confidences were elicited" in page
-    assert page.count(IMG) == 2 + 1 + 2 + 1 + 2 + 1 + 1   # no reliability diagram
+    assert page.count(IMG) == 2 + 1 + 2 + 1 + 2 + 1 + 1 + PAPER   # no reliability diagram
 
 
 def test_report_from_files_and_from_metrics_only(scored):
     files = render_score_outputs(scored)
     page = build_report(ReportInputs.from_score(load_score_outputs(files)))
-    assert page.count(IMG) == 13
+    assert page.count(IMG) == 14 + PAPER
     bare = build_report(ReportInputs(metrics=scored.metrics))
-    assert bare.count(IMG) == 3   # the two scatters and the error bars need only metrics
+    # the two scatters, the error bars, the dashboards and the refusal-accuracy ranking need only metrics
+    assert bare.count(IMG) == 3 + 2
     assert "alpha" in bare
 
 

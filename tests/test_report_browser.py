@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -22,6 +23,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 CODES = ["REFUSE_INFO_MISSING", "REFUSE_AMBIGUOUS", "REFUSE_FALSE_PREMISE"]
 LEVELS = ["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN"]
+# The alt texts of the paper figures (report.paper_figures): Figs. 8, 11, 13, 16, 23, 24-25, confusion by intensity.
+PAPER_FIGURES = ["confusion matrix across models", "confusion by intensity across models",
+                 "model by domain specialisation heatmaps", "benchmark items per domain", "class difficulty ranking",
+                 "refusal accuracy ranking", "model dashboards"]
 
 
 def target(kind: str):
@@ -75,6 +80,13 @@ def test_report_renders_every_figure_in_a_browser(tmp_path, fake_llm):
     assert "not enough data" not in facts["text"].lower(), [
         line for line in facts["text"].splitlines() if "not enough data" in line.lower()]
     assert shot.stat().st_size > 50_000  # a real full-page photograph, not a blank tab
+    # The paper's figures across models (27.5): each drawn once for the whole run, none left out.
+    for alt in PAPER_FIGURES:
+        assert facts["alts"].count(alt) == 1, (alt, facts["alts"])
+    assert "Figures not drawn" not in facts["headings"], facts["text"].split("Figures not drawn")[-1][:500]
+    shares = re.findall(r"^(ANSWER|REFUSE_\w+)\t([\d.]+)%$", facts["text"].split("Share of all predictions")[1].split(
+        "By intensity")[0], flags=re.MULTILINE)
+    assert shares and sum(float(share) for _, share in shares) == pytest.approx(100, abs=0.5), shares
     keep = os.environ.get("REFUSALBENCH_SCREENSHOTS")
     if keep:
         shutil.copy(shot, os.path.join(keep, "report.png"))

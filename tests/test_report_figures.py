@@ -51,8 +51,10 @@ VERDICTS = {"c1": ("PASS", "PASS"), "c2": ("PASS", "FAIL"), "c3": ("PASS", "PASS
 
 def analysis(verifiers=("g1", "v2"), generators=("g1", "g2"), accepted=("c1", "c3")) -> dict:
     """gv_analysis.json of the synthetic run, as the report reads it (JSON form)."""
-    candidates = pd.DataFrame([{"candidate_id": c, "generator": g, "perturbation_class": k, "intensity": i,
-                                "status": "ok", "precheck_failures": []} for c, g, k, i in CANDIDATES])
+    # c1 and c4 perturb the same assignment: the matched set (Fig. 3) is that one.
+    candidates = pd.DataFrame([{"candidate_id": c, "assignment_id": {"c4": "c1"}.get(c, c), "generator": g,
+                                "perturbation_class": k, "intensity": i, "status": "ok", "precheck_failures": []}
+                               for c, g, k, i in CANDIDATES])
     generator_of = {c: g for c, g, _, _ in CANDIDATES}
     rows = [{"candidate_id": c, "generator": generator_of[c], "verifier": v, "verdict": verdict,
              "stated_verdict": None if verdict == "ERROR" else verdict, "consistent": None if verdict == "ERROR" else True}
@@ -96,8 +98,8 @@ def test_generation_tables_by_hand():
 
 def test_every_generation_figure_is_drawn_when_the_run_allows():
     page = generation_figures_html(analysis())
-    # composition, contributions, pass rate by class and by intensity, self-evaluation bias, kappa
-    assert page.count(IMG) == 6
+    # composition, contributions, pass rate by class and by intensity, self vs cross, self-evaluation bias, kappa
+    assert page.count(IMG) == 7
     assert "class='note'" not in page
 
 
@@ -106,6 +108,8 @@ def test_generation_figures_left_out_say_what_is_missing():
     assert "Self-evaluation bias by class: needs a model that is both a generator and a verifier " \
            "(this run: generators g2; verifiers v2)." in page
     assert "Verifier agreement: needs at least two verifiers (this run: v2)." in page
+    assert "Self vs cross pass rate: needs a model that is both a generator and a verifier " \
+           "(this run: generators g2; verifiers v2)." in page
     # Nothing accepted: no composition, no contributions, each said in one line.
     assert "Benchmark composition: the benchmark holds no item." in page
     assert "Generator contributions: no candidate was accepted." in page
@@ -209,16 +213,17 @@ def test_full_report_takes_the_registry_from_the_manifest():
                                      gv_analysis=analysis()))
     comparison = page.split("<h2>Model comparison</h2>")[1].split("</section>")[0]
     generation = page.split("<h2>Benchmark generation</h2>")[1].split("</section>")[0]
-    assert comparison.count(IMG) == 4 and generation.count(IMG) == 6
+    assert comparison.count(IMG) == 4 and generation.count(IMG) == 7
     # The drawn tables are not repeated as raw JSON in the G-V section.
     gv_section = page.split("<h2>Generator × verifier analysis</h2>")[1].split("</section>")[0]
     assert "self_evaluation_by_class" not in gv_section and "Funnel" in gv_section
+    assert "Matched-set comparison" in gv_section and "criterion_failure_rates" not in gv_section
 
 
 def test_generation_only_report_has_no_evaluation_sections():
     page = build_generation_report(ReportInputs(metrics={}, gv_analysis=analysis(), manifest={"run_id": "r"},
                                                 title="RefusalBench report (generation only)"))
-    assert page.count(IMG) == 6
+    assert page.count(IMG) == 7
     assert "Leaderboard" not in page and "Model comparison" not in page and "not enough data" not in page.lower()
     assert "<h2>Run metadata</h2>" in page
 
@@ -244,8 +249,13 @@ def test_generate_leaves_a_generation_report(tmp_path, fake_llm):
     page = (out / "report.html").read_text()
     assert "<title>RefusalBench report (generation only)</title>" in page
     generation = page.split("<h2>Benchmark generation</h2>")[1].split("</section>")[0]
-    assert generation.count(IMG) == 6, generation
+    assert generation.count(IMG) == 7, generation
     gv = json.loads((out / "gv_analysis.json").read_text())
+    # Both generators attempted every assignment: all are matched; gen-a passes all its own candidates.
+    matched = gv["matched_set"]
+    assert matched["matched_assignments"] == matched["assignments"] > 0
+    assert matched["self_evaluation"]["gen-a"]["self_pass_rate"] == matched["self_pass_rate"] == 1.0
+    assert "Matched-set comparison" in page
     # gen-a passes all its own candidates; ver-b fails its 3 HIGH ones (P-MissingInfo): +100pp there, 0 elsewhere.
     bias = gv["self_evaluation_by_class"]["gen-a"]
     assert bias["P-MissingInfo"]["self_evaluation_bias"] == pytest.approx(1.0)

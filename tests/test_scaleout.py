@@ -147,9 +147,10 @@ def test_redis_cache(tmp_path, fake_llm, benchmark, redis_url):
     run_eval(config, benchmark, str(first))
     calls = len(fake_llm.calls)
     assert calls > 0
-    # Every completed call is in Redis (10 items x 3 targets + 8 judge calls), beside the models'
-    # shared limits (limits.backend auto: counted where the cache is shared).
-    assert len(redis.Redis.from_url(redis_url).keys("refusalbench:call:*")) == calls == len(ITEMS) * len(TARGETS) + 8
+    # Every completed call is in Redis (10 items x 3 targets, and one judge call per reply: the judge
+    # classifies every reply that is not a bare code, and none is), beside the models' shared limits
+    # (limits.backend auto: counted where the cache is shared).
+    assert len(redis.Redis.from_url(redis_url).keys("refusalbench:call:*")) == calls == 2 * len(ITEMS) * len(TARGETS)
 
     # Another run folder (so Prefect's task cache cannot help): everything from Redis.
     second = tmp_path / "second"
@@ -219,6 +220,7 @@ def test_dask_runner(tmp_path, fake_llm, benchmark, monkeypatch):
     assert judged["dask"] == judged["threads"]
     manifests = {f: json.loads((tmp_path / f / "manifest.json").read_text()) for f in ("threads", "dask")}
     assert manifests["dask"]["status"] == "completed"
-    # Call accounting is collected from the worker processes, where the calls were made.
+    # Call accounting is collected from the worker processes, where the calls were made (the judge
+    # classifies all 30 replies: none is a bare code).
     http_calls = {f: {m: c.get("http_calls", 0) for m, c in manifests[f]["calls"].items()} for f in manifests}
-    assert http_calls["dask"] == http_calls["threads"] == {"refuser": 10, "answerer": 10, "oracle": 10, "judge": 8}
+    assert http_calls["dask"] == http_calls["threads"] == {"refuser": 10, "answerer": 10, "oracle": 10, "judge": 30}

@@ -58,6 +58,22 @@ RULES_PROVIDER = "rules/"  # ``model: rules/<set>``: the model-free generator of
 RULE_SETS = ("v1",)  # the rule sets a config may name; one so far
 
 
+class ModelPrice(Strict):
+    """The user's price of a model, in USD per million tokens; it overrides LiteLLM's offline map."""
+
+    input_per_mtok: float = Field(ge=0, description="prompt tokens")
+    output_per_mtok: float = Field(ge=0, description="completion tokens (reasoning included)")
+    cached_input_per_mtok: float | None = Field(default=None, ge=0, description="prompt tokens read from the "
+                                                "provider's prompt cache (default: input_per_mtok)")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """USD for one call's tokens (``cached_tokens``: the part of the prompt served from the provider's cache)."""
+        cached = min(max(cached_tokens, 0), prompt_tokens)
+        cached_price = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+        return ((prompt_tokens - cached) * self.input_per_mtok + cached * cached_price
+                + completion_tokens * self.output_per_mtok) / 1e6
+
+
 class ModelConfig(Strict, ExpandedApiBase):
     model: str = Field(description="any LiteLLM model string, e.g. openai/gpt-4o; or rules/<set>, the rule-based generator")
     api_base: str | None = None  # ${NAME} / ${NAME:-default} are expanded at load (ExpandedApiBase)
@@ -84,6 +100,8 @@ class ModelConfig(Strict, ExpandedApiBase):
                                                          "the provider's profile would send the JSON schema (without it, "
                                                          "a 400 rejecting the schema makes the model fall back for the run)")
     local: LocalModelSpec | None = None
+    price: ModelPrice | None = Field(default=None, description="USD per million tokens (input_per_mtok, "
+                                     "output_per_mtok, cached_input_per_mtok); overrides LiteLLM's price map")
     description: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
     reasoning: ReasoningMode | None = Field(
@@ -145,6 +163,9 @@ class RunConfig(Strict):
                                  "are counted: per process or across processes in Redis (tasks/core/limits_config.py)")
     refresh: RefreshConfig = Field(default_factory=RefreshConfig)
     runner: Literal["thread", "dask"] = "thread"
+    budget_usd: float | None = Field(default=None, gt=0, description="the most a run (generate + evaluate; each "
+                                     "refresh round) may spend on model calls: checked before each shard is sent "
+                                     "(tasks/pipeline/budget.py); unset: no limit")
     skip_unavailable: bool = False
     source: str | None = Field(default=None, exclude=True, description="file the config was read from")
 
@@ -176,6 +197,9 @@ class RunConfig(Strict):
             refs.append(("knowornot.evaluator", self.knowornot.evaluator))
             if self.knowornot.extractor:
                 refs.append(("knowornot.extractor", self.knowornot.extractor))
+            refs += [("knowornot.evaluator_comparison", m) for m in self.knowornot.evaluator_comparison]
+            if self.knowornot.embedding_model:
+                refs.append(("knowornot.embedding_model", self.knowornot.embedding_model))
         return refs
 
     def used_models(self) -> list[str]:

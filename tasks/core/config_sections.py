@@ -34,6 +34,9 @@ class GenerationConfig(Strict):
     verification: Literal["exhaustive", "short_circuit"] = "exhaustive"
     seed: int = 0
     base_sample: int | None = Field(default=None, ge=1, description="draw this many base items (by seed); all if unset")
+    base_sample_by: Literal["domain"] | None = Field(
+        default=None, description="'domain': draw base_sample with equal counts per domain, after the pre-test "
+                                  "(shortfalls reported); unset: a uniform draw")
     levers_per_stratum: int = Field(default=1, ge=1)
     strata: list[str] | None = Field(default=None, description="subset like ['P-Ambiguity/LOW']; all 18 if unset")
     target_size: int | None = Field(default=None, ge=1, description="benchmark size after stratified sampling")
@@ -57,6 +60,10 @@ class GenerationConfig(Strict):
 class EvaluationConfig(Strict):
     targets: list[str] = Field(min_length=1)
     judge: str
+    decision: Literal["judge", "codes"] = Field(
+        default="judge", description="who decides answer vs refusal: the judge classifies each reply (the paper's "
+                                     "protocol; a reply that is only a refusal code skips the call), or 'codes': the "
+                                     "refusal-code parser alone, judge-free (the judge grades answers only)")
     confidence: bool = False
     shard_size: int = Field(default=128, ge=1)
     bootstrap: int = Field(default=1000, ge=0)
@@ -76,6 +83,21 @@ class KnowledgeBaseSource(Strict):
                       description="a simple name: the base's sub-folder (kb/<name>/) and its question ids' prefix")
     documents: list[str] | None = None
     qa_pairs: str | None = None
+    # Each base may carry its own diversity filtering (the paper built CPF with 0.4, the others with
+    # 0.3; a released set that is already filtered takes `filters: []`). Unset: the run-wide values.
+    filters: list[Literal["keyword", "semantic"]] | None = Field(
+        default=None, description="this base's diversity filters ([] keeps every pair); default: knowornot.filters")
+    keyword_threshold: float | None = Field(default=None, ge=0, le=1,
+                                            description="this base's keyword threshold; default: knowornot's")
+    semantic_threshold: float | None = Field(default=None, ge=0, le=1,
+                                             description="this base's semantic threshold; default: knowornot's")
+
+    def filtering(self, run: "KnowOrNotConfig") -> dict[str, object]:
+        """This base's filters and thresholds: its own where it sets them, the run's otherwise."""
+        return {"filters": run.filters if self.filters is None else self.filters,
+                "keyword_threshold": run.keyword_threshold if self.keyword_threshold is None else self.keyword_threshold,
+                "semantic_threshold": run.semantic_threshold if self.semantic_threshold is None
+                else self.semantic_threshold}
 
     @model_validator(mode="after")
     def _one_source(self) -> "KnowledgeBaseSource":
@@ -108,15 +130,23 @@ class KnowOrNotConfig(Strict):
                     "(demos, cost control); all if unset")
     synthetic_ookb: int = Field(default=0, ge=0, description="extra synthetic out-of-KB questions")
     hyde_answers: int = Field(default=3, ge=1)
-    label_sample: int = Field(default=200, ge=0, description="responses drawn for human labels (the paper: 200, "
-                                                            "labelled by two annotators)")
+    label_sample: int = Field(default=200, ge=0, description="responses drawn for human labels per evaluation spec, "
+                                                            "from the rows it applies to (the paper: 200, labelled "
+                                                            "by two annotators)")
+    evaluator_comparison: list[str] = Field(
+        default_factory=list, description="evaluator models (registry names) that also judge the label sample, each "
+                                          "scored against the human consensus like the evaluator (App. D.3)")
     evaluations: list[EvalSpec] = Field(
         default_factory=list,
         description="the run's own evaluation specs, applied after abstention and factuality: name, tag, "
                     "outcomes (or values), prompt, optional input_fields and applies_to (all | answered)")
     embedder: str = Field(
         default="minilm",
-        description="a registered embedder: 'minilm' (all-MiniLM-L6-v2, offline); 'hashing' is a model-free stand-in for tests")
+        description="a registered embedder: 'minilm' (all-MiniLM-L6-v2, offline); 'api' (an embedding model of the "
+                    "registry through LiteLLM, named by embedding_model); 'hashing' is a model-free stand-in for tests")
+    embedding_model: str | None = Field(
+        default=None, description="the models: entry the 'api' embedder calls, e.g. one with "
+                                  "model: openai/text-embedding-3-large (the KnowOrNot paper's)")
     seed: int = 0
     shard_size: int = Field(default=128, ge=1)
 
@@ -130,6 +160,14 @@ class KnowOrNotConfig(Strict):
                 raise ValueError(f"knowledge base names must differ: {', '.join(names)}")
         elif not self.documents and not self.qa_pairs:
             raise ValueError("give either documents or qa_pairs (or knowledge_bases)")
+        return self
+
+    @model_validator(mode="after")
+    def _embedding_model_for_api(self) -> "KnowOrNotConfig":
+        if self.embedder == "api" and not self.embedding_model:
+            raise ValueError("embedder 'api' calls an embedding model: name it in knowornot.embedding_model")
+        if self.embedding_model and self.embedder != "api":
+            raise ValueError(f"embedding_model is called only by embedder 'api' (this config's embedder: {self.embedder!r})")
         return self
 
 

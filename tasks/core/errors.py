@@ -41,3 +41,8 @@ class ModelUnavailable(Exception):
 class RunIncomplete(Exception):
     """A run that ended without the result asked for: an empty benchmark because model calls
     failed, or (``--strict``) a target scored on too few of its rows. One line, exit code 1."""
+
+
+class BudgetExceeded(RunIncomplete):
+    """A run stopped before the shard that would take its spend past ``budget_usd``: what was done is
+    cached, and a re-run with a larger budget goes on from there. One line, exit code 1."""

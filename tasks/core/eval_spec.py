@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from refusalbench.tasks.core.tables import Record
 
@@ -39,6 +39,9 @@ class EvalSpec(Record):
                                     description=f"shown to the evaluator, from: {', '.join(EVAL_INPUT_FIELDS)}")
     applies_to: Literal["all", "answered"] = Field(
         default="all", description="'all' responses, or only those the abstention spec judged answered")
+    positive: str | None = Field(
+        default=None, description="the outcome counted as positive when an evaluator is compared with the human "
+                                  "consensus (true/false positives, precision, recall, F1); default: the first outcome")
 
     @field_validator("name", "prompt")
     @classmethod
@@ -68,6 +71,17 @@ class EvalSpec(Record):
                 raise ValueError(f"outcome {outcome!r} is listed twice (outcomes are case-insensitive)")
             seen.add(key)
         return value
+
+    @model_validator(mode="after")
+    def _positive_is_an_outcome(self) -> "EvalSpec":
+        if self.positive is not None and self.positive not in self.outcomes:
+            raise ValueError(f"positive {self.positive!r} is not one of the outcomes {self.outcomes}")
+        return self
+
+    @property
+    def positive_outcome(self) -> str:
+        """The outcome an evaluator comparison counts as positive (the paper: abstained; factuality tier_3)."""
+        return self.positive or self.outcomes[0]
 
     @field_validator("input_fields")
     @classmethod

@@ -125,6 +125,15 @@ class ManifestRecorder:
             self.note(f"{model}: its provider rejected the structured-output mode with a 400; its calls used "
                       f"{mode} instead{hint}")
 
+    def costs(self, costs: dict[str, Any]) -> None:
+        """The run's tokens and cost per stage and model (``accounting.cost_summary``), with its budget."""
+        self.manifest.costs = costs
+        total = costs.get("total") or {}
+        if total.get("unpriced_calls"):
+            unpriced = sorted(m for m, c in (costs.get("by_model") or {}).items() if c.get("unpriced_calls"))
+            self.note(f"cost unknown (no price in the config or LiteLLM's map) for {total['unpriced_calls']} call(s) "
+                      f"of {', '.join(unpriced)}: the total counts only the priced calls (priced_cost_usd)")
+
     def save(self) -> str:
         return self.store.save(runfolder.MANIFEST, self.manifest)
 
@@ -167,4 +176,6 @@ def calls_text(counters: dict[str, float]) -> str:
               ("errors", "errors"), ("parse_errors", "parse errors"))]
     tokens = int(counters.get("prompt_tokens", 0) + counters.get("completion_tokens", 0))
     cost = counters.get("cost_usd", 0.0)
-    return ", ".join(shown) + f", {tokens} tokens" + (f", ${cost:.4f}" if cost else "")
+    unpriced = int(counters.get("unpriced_calls", 0))
+    return (", ".join(shown) + f", {tokens} tokens" + (f", ${cost:.4f}" if cost else "")
+            + (f", cost unknown for {unpriced} call(s)" if unpriced else ""))

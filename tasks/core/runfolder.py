@@ -88,6 +88,9 @@ class RunManifest(Record):
     timings_s: dict[str, float] = Field(default_factory=dict)
     counts: dict[str, Any] = Field(default_factory=dict)
     calls: dict[str, Any] = Field(default_factory=dict)
+    costs: dict[str, Any] = Field(default_factory=dict, description="this run's tokens and cost: total, by_stage "
+                                  "(each by_model), by_model (tasks/llm/accounting.py); cost_usd null when a call "
+                                  "was unpriced; budget_usd when the config set one")
     structured_output_fallbacks: dict[str, str] = Field(
         default_factory=dict, description="model -> the structured-output mode it fell back to after its provider "
                                           "rejected the richer one with a 400 (json_object, none)")

@@ -6,9 +6,11 @@ The pipeline's parts, one module per concern (the flow is ``flows/knowornot.py``
 - ``documents``     typed JSON documents of the run folder (metrics, overlap audit, specs, agreement)
 - ``artifacts``     every file of a KnowOrNot run folder, declared once
 - ``sources``       QA files (JSONL, PolicyBench JSON) and pairs made from facts
-- ``sentences``     reading .txt/.md documents and offline NLTK Punkt sentence splitting
+- ``document_readers`` .txt, .md, .pdf (pypdf) and .html documents as text blocks (``DOCUMENT_READERS``)
+- ``sentences``     offline NLTK Punkt sentence splitting
 - ``diversity``     keyword (TF-IDF) and semantic (embedding) diversity filters
-- ``embeddings``    all-MiniLM-L6-v2 loaded offline, a deterministic test embedder, ``EMBEDDERS``
+- ``embeddings``    all-MiniLM-L6-v2 loaded offline, an embedding model through LiteLLM (``api``),
+  a deterministic test embedder, ``EMBEDDERS``
 - ``retrieval``     FAISS index, retrieval strategies (``RETRIEVERS``) with leave-one-out, grid
 - ``evaluation``    evaluation specs (``EVAL_SPECS``), tag extraction, abstention/factuality metrics
 - ``config_checks`` the config's knowornot names checked against the registries (imported here)
@@ -20,7 +22,7 @@ The pipeline's parts, one module per concern (the flow is ``flows/knowornot.py``
 - ``report``        results table, rates, audit and label sample of a run
 - ``report_page``   the HTML report, rebuilt from the run folder (``report_figures``: its plots)
 
-Only ``model_steps`` (through the gateway) calls models; everything else
+Only ``model_steps`` (through the gateway) and the ``api`` embedder call models; everything else
 takes the model's texts (or their embeddings) as arguments.
 Submodules are not imported here because some of them pull in heavy libraries
 (faiss, torch) that not every caller needs; only ``config_checks`` (light) is, so that a

@@ -42,19 +42,24 @@ RUN_SPECS = Artifact("eval_specs.json", "json", "the evaluation specs the run ap
 STAGE_FAILURES = Artifact("stage_failures.json", "json", "items an LLM stage could not process",
                           StageFailures, "knowornot")
 RESULTS = Artifact("results.parquet", "parquet", "one row per experiment: inputs, reply, outcomes", None, "knowornot")
-KON_METRICS_TABLE = Artifact("metrics.parquet", "parquet", "abstention and factuality rates per configuration",
-                             None, "knowornot")
+KON_METRICS_TABLE = Artifact("metrics.parquet", "parquet", "abstention and factuality rates per configuration "
+                             "(leave-one-out questions; synthetic out-of-KB ones apart in metrics.json)", None,
+                             "knowornot")
 SPEC_RATES = Artifact("spec_rates.parquet", "parquet", "share of each outcome of each evaluation spec per "
                      "configuration, with 95% bootstrap intervals", None, "knowornot")
 KON_METRICS = Artifact("metrics.json", "json", "the rates per configuration and per spec outcome, the filter report "
                        "and the duplicate-overlap audit", KnowOrNotMetricsDocument, "knowornot")
-LABEL_SAMPLE = Artifact("label_sample.parquet", "parquet", "the stratified sample for human labels", None, "knowornot")
+LABEL_SAMPLE = Artifact("label_sample.parquet", "parquet", "the stratified samples for human labels, one per "
+                        "evaluation spec (label_spec) from the rows it applies to", None, "knowornot")
+LABEL_SAMPLE_SPEC = "label_spec"  # the label sample's column naming the spec a row was drawn for
+EVALUATOR_COMPARISON = Artifact("evaluator_comparison.parquet", "parquet", "the outcomes of the "
+                                "knowornot.evaluator_comparison models on the label sample", EvalOutcome, "knowornot")
 
 # A KnowOrNot run folder's files, in the README's order.
 ARTIFACTS: tuple[Artifact, ...] = (
     SENTENCES, FACTS, QA_PAIRS_ALL, QA_PAIRS, FILTER_REPORT, KB_INDEX, KB_INDEX_META, HYDE_ANSWERS, OOKB_QUESTIONS,
     EXPERIMENT_INPUTS, EXPERIMENT_OUTPUTS, EVALUATIONS, RUN_SPECS, STAGE_FAILURES, RESULTS, KON_METRICS_TABLE,
-    SPEC_RATES, KON_METRICS, LABEL_SAMPLE,
+    SPEC_RATES, KON_METRICS, LABEL_SAMPLE, EVALUATOR_COMPARISON,
 )
 
 
@@ -63,6 +68,12 @@ ARTIFACTS: tuple[Artifact, ...] = (
 def labels_file(spec: str) -> Artifact:
     """``labels/<spec>.jsonl``: human labels, one JSON line per label, appended as they are given."""
     return Artifact(f"labels/{spec}.jsonl", "jsonl", f"human labels for the {spec} spec", HumanLabel, "knowornot")
+
+
+def consensus_file(spec: str) -> Artifact:
+    """``labels/consensus/<spec>.jsonl``: the label agreed for each item the annotators labelled differently."""
+    return Artifact(f"labels/consensus/{spec}.jsonl", "jsonl", f"consensus labels for the {spec} spec's disagreements",
+                    HumanLabel, "knowornot")
 
 
 def agreement_file(spec: str) -> Artifact:

@@ -17,7 +17,8 @@ Semantic filter. Greedy, in input order: a pair is kept only if its cosine dista
 pair is always kept; earlier pairs take precedence over their later near-duplicates.
 
 Both filters run keyword first, then semantic on what remains (the original library's
-order). Default threshold 0.3 for each.
+order). Default threshold 0.3 for each (the paper's Table 1; CPF used 0.4). A multi-base
+run filters each base on its own, with that base's filters and thresholds where it sets them.
 """
 
 from __future__ import annotations
@@ -111,6 +112,20 @@ def semantic_filter(embeddings: np.ndarray, threshold: float = DEFAULT_THRESHOLD
                 continue
         kept.append(i)
     return kept
+
+
+def filter_method(filters: Sequence[str]) -> FilterMethod:
+    """The method a config's ``filters`` list names: both, one of them, or none (``[]``: a released set
+    that its authors already filtered is used as it is)."""
+    chosen = set(filters)
+    if chosen == {"keyword", "semantic"}:
+        return "both"
+    if not chosen:
+        return "none"
+    (only,) = chosen
+    if only not in ("keyword", "semantic"):
+        raise ValueError(f"unknown diversity filter {only!r} (keyword, semantic)")
+    return only  # type: ignore[return-value]
 
 
 def diversity_filter(

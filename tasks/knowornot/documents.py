@@ -54,7 +54,8 @@ class OverlapAudit(Document):
 
 
 class KnowOrNotMetricsDocument(Document):
-    """``metrics.json`` of KnowOrNot: rates per configuration and the diversity-filter report."""
+    """``metrics.json`` of KnowOrNot: leave-one-out rates per configuration (synthetic out-of-KB apart) and the
+    diversity-filter report."""
     configurations: list[dict[str, Any]]
     filter_report: dict[str, Any]
     spec_rates: list[dict[str, Any]] = Field(default_factory=list,
@@ -62,6 +63,9 @@ class KnowOrNotMetricsDocument(Document):
     overlap_audit: OverlapAudit | None = None
     configurations_by_knowledge_base: list[dict[str, Any]] = Field(
         default_factory=list, description="the same rates per knowledge base (multi-base runs; configurations pools them)")
+    synthetic_ookb: list[dict[str, Any]] = Field(
+        default_factory=list, description="the synthetic out-of-KB questions' rates per configuration, their own "
+                                          "experiment (App. D.2); configurations hold the leave-one-out questions only")
 
 
 class EvalSpecsDocument(RootModel[list[EvalSpec]]):
@@ -76,3 +80,8 @@ class AgreementDocument(Document):
     """``agreement-<spec>.json``: kappa between annotators and evaluator-vs-human agreement."""
     annotators: dict[str, Any]
     evaluator_vs_human: dict[str, Any]
+    disagreements_open: list[str] = Field(default_factory=list,
+                                          description="items labelled differently and not yet settled by a consensus pass")
+    evaluator_comparison: list[dict[str, Any]] = Field(
+        default_factory=list, description="each evaluator against the human consensus: TP/TN/FP/FN, accuracy, "
+                                          "precision, recall, F1 (App. D.3)")

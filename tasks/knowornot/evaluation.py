@@ -10,7 +10,9 @@ known by name through ``EVAL_SPECS`` (``register_eval_spec``); the built-ins are
 Metrics per (target, retrieval, prompt):
   abstention_rate  = abstained / responses with an abstention verdict
   factuality_rate  = (tier_1 + tier_2) / non-abstained responses with a factuality verdict
-with seeded percentile-bootstrap 95% intervals; NaN where a denominator is zero.
+with seeded percentile-bootstrap 95% intervals; NaN where a denominator is zero. Leave-one-out
+questions and synthetic out-of-KB questions are two experiments (the paper's App. D.2):
+``split_experiments`` parts them, and their rates are never pooled.
 ``outcome_rates`` gives, for any spec, the share of each outcome among the responses
 it judged, per configuration, with the same intervals.
 """
@@ -78,6 +80,7 @@ ABSTENTION = register_eval_spec(EvalSpec(
     prompt=ABSTENTION_PROMPT,
     prompt_template="kon_eval_abstention.j2",
     input_fields=["question", "response"],
+    positive="yes",  # App. D.3, Table 3: detecting an abstention
 ))
 
 FACTUALITY = register_eval_spec(EvalSpec(
@@ -88,6 +91,7 @@ FACTUALITY = register_eval_spec(EvalSpec(
     prompt_template="kon_eval_factuality.j2",
     input_fields=["question", "expected_answer", "response"],
     applies_to="answered",
+    positive="tier_3",  # App. D.3, Table 4: precision and recall in flagging unacceptable (tier 3) answers
 ))
 
 BUILT_IN_SPECS = (ABSTENTION, FACTUALITY)
@@ -226,6 +230,18 @@ def parse_eval_reply(spec: EvalSpec, text: str | None) -> tuple[str | None, str 
 # ----------------------------------------------------------------- metrics
 
 METRIC_KEYS = ("target", "retrieval", "prompt")
+
+LEAVE_ONE_OUT = "leave_one_out"
+SYNTHETIC_OOKB = "synthetic_ookb"
+
+
+def split_experiments(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The results' rows per experiment: leave-one-out (a question whose own pair is withheld) and
+    synthetic out-of-KB (a generated question meant to lie outside the KB, App. D.2). Their
+    abstentions mean different things (the second depends on the question really being out of
+    the KB), so each gets its own rates."""
+    synthetic = df["ookb"].fillna(False).astype(bool) if "ookb" in df.columns else pd.Series(False, index=df.index)
+    return {LEAVE_ONE_OUT: df[~synthetic], SYNTHETIC_OOKB: df[synthetic]}
 
 
 def _bootstrap_interval(values: np.ndarray, rng: np.random.Generator, n_boot: int, confidence: float) -> tuple[float, float]:

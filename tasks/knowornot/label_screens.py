@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from refusalbench.tasks.core.human_labels import HumanLabel, LabelItem
+from refusalbench.tasks.knowornot.ookb import OOKB_VALIDITY, VALIDITY_CONTEXT_TITLE, VALIDITY_INSTRUCTION
 from refusalbench.tasks.labelling.form_server import LabellingServer, check_serve_args, serve_form
 from refusalbench.tasks.labelling.label_store import LabelStore
 
@@ -58,12 +59,18 @@ def label_in_terminal(
     for position, item in enumerate(pending, start=1):
         output_fn("")
         output_fn(f"[{position}/{len(pending)}] {item.spec} · {item.item_id}")
+        validity = item.spec == OOKB_VALIDITY.name  # a synthetic question itself, no response to judge
+        if validity:
+            output_fn(VALIDITY_INSTRUCTION)
         output_fn(f"Question: {item.question}")
         if item.context:
-            output_fn(f"Context:\n{item.context}")
+            output_fn(f"{VALIDITY_CONTEXT_TITLE if validity else 'Context'}:\n{item.context}")
         if item.expected_answer:
             output_fn(f"Expected answer: {item.expected_answer}")
-        output_fn(f"Response: {item.response}")
+        if not validity:
+            output_fn(f"Response: {item.response}")
+        if item.shown_labels:
+            output_fn(f"Annotators' labels: {item.shown_labels}  (record the label you agreed on)")
         choices = "  ".join(f"{i}) {o}" for i, o in enumerate(item.outcomes, start=1))
         while True:
             try:
@@ -95,11 +102,19 @@ def _item_html(item: LabelItem, token: str) -> str:
         f'<p class="meta">{esc(item.spec)} · {esc(item.item_id)}</p>',
         f'<h2>Question</h2><div class="box">{esc(item.question)}</div>',
     ]
-    if item.context:
+    validity = item.spec == OOKB_VALIDITY.name  # a synthetic question itself, no response to judge
+    if validity:
+        parts.insert(1, f'<p class="note">{esc(VALIDITY_INSTRUCTION)}</p>')
+        if item.context:
+            parts.append(f'<h2>{esc(VALIDITY_CONTEXT_TITLE)}</h2><div class="box">{esc(item.context)}</div>')
+    elif item.context:
         parts.append(f'<details><summary>Context given to the model</summary><div class="box">{esc(item.context)}</div></details>')
     if item.expected_answer:
         parts.append(f'<h2>Expected answer</h2><div class="box">{esc(item.expected_answer)}</div>')
-    parts.append(f'<h2>Model response</h2><div class="box">{esc(item.response)}</div>')
+    if not validity:
+        parts.append(f'<h2>Model response</h2><div class="box">{esc(item.response)}</div>')
+    if item.shown_labels:
+        parts.append(f'<h2>Annotators\' labels (record the label you agreed on)</h2><div class="box">{esc(item.shown_labels)}</div>')
     buttons = "".join(f'<button type="submit" name="label" value="{esc(o)}">{esc(o)}</button>' for o in item.outcomes)
     parts.append(
         '<form method="post" action="/label">'

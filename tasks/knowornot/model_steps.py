@@ -12,7 +12,7 @@ Every call's failure stays in its row.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.knowornot.evaluation import EvalSpec, parse_eval_reply, render_eval_messages
@@ -138,9 +138,14 @@ def _context_text(row: ExperimentInput, pairs: dict[str, QAPair] | None) -> str 
 
 def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec], rows: Sequence[ExperimentInput],
                      outputs: Sequence[ExperimentOutput], on_result: OnResult = None,
-                     pairs: dict[str, QAPair] | None = None) -> list[EvalOutcome]:
+                     pairs: dict[str, QAPair] | None = None,
+                     judge_only: Mapping[str, Collection[str]] | None = None) -> list[EvalOutcome]:
     """Apply each spec in order; a spec that ``applies_to`` answered responses (factuality) only
-    where ``abstention``, applied before it, said "no". ``pairs`` lets a spec read the context."""
+    where ``abstention``, applied before it, said "no". ``pairs`` lets a spec read the context.
+
+    ``judge_only`` (spec name -> experiment ids): each spec judges exactly those responses, whatever
+    this evaluator's own abstention verdict (an evaluator comparison scores every candidate on the
+    same label sample)."""
     by_id = {row.experiment_id: row for row in rows}
     outcomes: list[EvalOutcome] = []
     abstained: dict[str, str | None] = {}
@@ -148,11 +153,13 @@ def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec]
         calls, owners = [], []
         for output in outputs:
             row = by_id[output.experiment_id]
+            if judge_only is not None and output.experiment_id not in judge_only.get(spec.name, ()):
+                continue
             if output.error is not None:
                 outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
                                             error=f"no response: {output.error}"))
                 continue
-            if spec.applies_to == "answered" and abstained.get(output.experiment_id) != "no":
+            if judge_only is None and spec.applies_to == "answered" and abstained.get(output.experiment_id) != "no":
                 continue  # e.g. factuality is only defined for answers that were given
             fields = {"question": row.question, "response": output.response, "expected_answer": row.expected_answer,
                       "context": _context_text(row, pairs) if "context" in spec.input_fields else None}

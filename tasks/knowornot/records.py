@@ -14,7 +14,7 @@ the human labels are ``tasks.core.human_labels`` (shared with the RefusalBench a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -73,7 +73,8 @@ class HypotheticalAnswers(Record):
 
 
 class FilterReport(Record):
-    method: Literal["keyword", "semantic", "both", "none"]
+    # "per_knowledge_base": a multi-base run whose bases filtered differently (see by_knowledge_base).
+    method: Literal["keyword", "semantic", "both", "none", "per_knowledge_base"]
     n_input: int
     n_kept: int
     removed_keyword: int
@@ -83,6 +84,13 @@ class FilterReport(Record):
     kept_ids: list[str]
     removed_keyword_ids: list[str] = Field(default_factory=list)
     removed_semantic_ids: list[str] = Field(default_factory=list)
+    by_knowledge_base: list[dict[str, Any]] = Field(
+        default_factory=list, description="multi-base runs: each base's method, thresholds and counts")
+
+
+# What a multi-base run's filter report keeps of each base's own (``by_knowledge_base``).
+BASE_FILTER_FIELDS = ("method", "keyword_threshold", "semantic_threshold", "n_input", "n_kept", "removed_keyword",
+                      "removed_semantic")
 
 
 # ----------------------------------------------------------------- experiments

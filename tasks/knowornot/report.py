@@ -2,8 +2,9 @@
 
 ``write_results`` joins the stage outputs into one row per experiment (one column per
 evaluation spec the run applied), computes the rates per configuration (abstention and
-factuality, and the share of every outcome of every spec, with bootstrap intervals), the
-duplicate-overlap audit of the kept questions and the sample for human labels;
+factuality, and the share of every outcome of every spec, with bootstrap intervals) of the
+leave-one-out questions, the synthetic out-of-KB questions' rates apart (App. D.2), the
+duplicate-overlap audit of the kept questions and the samples for human labels (one per spec);
 ``publish_report`` writes the self-contained ``report.html`` (``report_page``) and shows
 the rates and a link to the page in the Prefect UI.
 """
@@ -18,11 +19,11 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.llm.callcache import CallCache
 from refusalbench.tasks.core.config import KnowOrNotConfig
-from refusalbench.tasks.knowornot.embeddings import make_embedder
-from refusalbench.tasks.knowornot.evaluation import BUILT_IN_SPECS, METRIC_KEYS, knowornot_metrics, outcome_rates, run_specs
-from refusalbench.tasks.knowornot.labels import stratified_label_sample
+from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
+from refusalbench.tasks.knowornot.evaluation import (BUILT_IN_SPECS, LEAVE_ONE_OUT, METRIC_KEYS, SYNTHETIC_OOKB,
+                                                     knowornot_metrics, outcome_rates, run_specs, split_experiments)
+from refusalbench.tasks.knowornot.labels import label_samples
 from refusalbench.tasks.knowornot.overlap import overlap_audit
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
 from refusalbench.tasks.knowornot.report_page import write_knowornot_report
@@ -46,29 +47,33 @@ def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], 
     return frame
 
 
-def write_results(store: ArtifactStore, kon: KnowOrNotConfig, cache: CallCache | None = None) -> pd.DataFrame:
+def write_results(store: ArtifactStore, kon: KnowOrNotConfig, embedder: Embedder | None = None) -> pd.DataFrame:
     """Results, rates (Parquet and JSON), the overlap audit and the label sample from the stage outputs; returns the rates."""
     specs = run_specs(kon.evaluations)
     pairs = store.load(kon_files.QA_PAIRS)
     frame = results_frame(store.load(kon_files.EXPERIMENT_INPUTS), store.load(kon_files.EXPERIMENT_OUTPUTS),
                           store.load(kon_files.EVALUATIONS), pairs, [s.name for s in specs])
     store.save(kon_files.RESULTS, frame)
-    metrics = knowornot_metrics(frame, seed=kon.seed)
+    # Leave-one-out is the run's experiment; synthetic out-of-KB questions are their own (App. D.2), never pooled.
+    experiments = split_experiments(frame)
+    loo, synthetic = experiments[LEAVE_ONE_OUT], experiments[SYNTHETIC_OOKB]
+    metrics = knowornot_metrics(loo, seed=kon.seed)
     store.save(kon_files.KON_METRICS_TABLE, metrics)
-    rates = outcome_rates(frame, specs, seed=kon.seed)
+    synthetic_metrics = knowornot_metrics(synthetic, seed=kon.seed)
+    rates = outcome_rates(loo, specs, seed=kon.seed)
     store.save(kon_files.SPEC_RATES, rates)
     filter_report = store.load(kon_files.FILTER_REPORT)
-    audit = overlap_audit(pairs, make_embedder(kon.embedder, cache=cache), filter_report)
+    audit = overlap_audit(pairs, embedder or make_embedder(kon.embedder), filter_report)
     # Several bases: the configurations pool them (the figures' view); each base's own rates come beside.
-    by_base = knowornot_metrics(frame, by=("knowledge_base", *METRIC_KEYS), seed=kon.seed) if kon.knowledge_bases else None
+    by_base = knowornot_metrics(loo, by=("knowledge_base", *METRIC_KEYS), seed=kon.seed) if kon.knowledge_bases else None
     store.save(kon_files.KON_METRICS, {"configurations": metrics.to_dict(orient="records"),
                                        "filter_report": filter_report.model_dump(mode="json"),
                                        "spec_rates": rates.to_dict(orient="records"),
                                        "overlap_audit": audit.model_dump(mode="json"),
                                        "configurations_by_knowledge_base":
-                                           [] if by_base is None else by_base.to_dict(orient="records")})
-    store.save(kon_files.LABEL_SAMPLE,
-               stratified_label_sample(frame[frame["response"].notna()], kon.label_sample, seed=kon.seed))
+                                           [] if by_base is None else by_base.to_dict(orient="records"),
+                                       "synthetic_ookb": synthetic_metrics.to_dict(orient="records")})
+    store.save(kon_files.LABEL_SAMPLE, label_samples(frame, specs, kon.label_sample, seed=kon.seed))
     return metrics
 
 

@@ -1,7 +1,8 @@
 """The KnowOrNot report page, built from a run folder: one self-contained ``report.html``.
 
-Sections: what the filters kept; abstention and factuality per retrieval x prompt x
-target as figures with 95% intervals and as a table; the outcomes of every further
+Sections: what the filters kept; abstention and factuality of the leave-one-out questions per
+retrieval x prompt x target as figures with 95% intervals and as a table; the synthetic
+out-of-KB questions apart (``report_ookb``); the outcomes of every further
 evaluation spec; the label sample and the agreement of its annotators with each other and
 with the evaluator (from ``agreement-<spec>.json``, when the labels are in); the
 duplicate-overlap audit of the question set; the run's counts. ``write_knowornot_report``
@@ -23,12 +24,16 @@ from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.documents import AgreementDocument, OverlapAudit
 from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section
 from refusalbench.tasks.knowornot.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
+from refusalbench.tasks.knowornot.evaluator_comparison import comparison_html
 from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.core.human_labels import HumanLabel
+from refusalbench.tasks.knowornot.ookb import OOKB_VALIDITY, validity_summary
+from refusalbench.tasks.knowornot.report_ookb import synthetic_ookb_html
 from refusalbench.tasks.knowornot.report_figures import outcome_shares, overlap_histogram, rate_bars
 from refusalbench.tasks.core.store import ArtifactStore
 
-RATE_NOTE = ("abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
+RATE_NOTE = ("Leave-one-out questions (synthetic out-of-KB ones have their own section below). "
+             "abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
              "responses judged (the paper's definition); 95% seeded percentile-bootstrap intervals.")
 
 
@@ -44,8 +49,11 @@ class KnowOrNotReportInputs:
     spec_rates: pd.DataFrame | None = None
     overlap: OverlapAudit | None = None
     label_sample_size: int | None = None
+    label_sample_per_spec: Mapping[str, int] = dataclasses.field(default_factory=dict)  # rows drawn for each spec
     agreements: Mapping[str, AgreementDocument] = dataclasses.field(default_factory=dict)
     labels_per_spec: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    synthetic_ookb: pd.DataFrame | None = None  # the synthetic out-of-KB questions' rates (their own experiment)
+    ookb_validity: Sequence[Mapping[str, Any]] = ()  # their validity labels per annotator (ookb.validity_summary)
 
 
 def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | None = None) -> str:
@@ -58,6 +66,7 @@ def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | Non
                   if store.has(kon_files.agreement_file(s.name))}
     labels = {s.name: _labels_per_annotator(store.read_text(kon_files.labels_file(s.name).name)) for s in specs
               if store.has(kon_files.labels_file(s.name))}
+    sample = store.load(kon_files.LABEL_SAMPLE) if store.has(kon_files.LABEL_SAMPLE) else None
     inputs = KnowOrNotReportInputs(
         metrics=store.load(kon_files.KON_METRICS_TABLE),
         filter_report=document.filter_report,
@@ -67,9 +76,14 @@ def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | Non
         specs=specs,
         spec_rates=store.load(kon_files.SPEC_RATES) if store.has(kon_files.SPEC_RATES) else None,
         overlap=document.overlap_audit,
-        label_sample_size=len(store.load(kon_files.LABEL_SAMPLE)) if store.has(kon_files.LABEL_SAMPLE) else None,
+        label_sample_size=len(sample) if sample is not None else None,
+        label_sample_per_spec=sample.groupby(kon_files.LABEL_SAMPLE_SPEC).size().to_dict()
+        if sample is not None and kon_files.LABEL_SAMPLE_SPEC in sample.columns else {},
         agreements=agreements,
         labels_per_spec=labels,
+        synthetic_ookb=pd.DataFrame(document.synthetic_ookb) if document.synthetic_ookb else None,
+        ookb_validity=validity_summary(store.read_text(kon_files.labels_file(OOKB_VALIDITY.name).name))
+        if store.has(kon_files.labels_file(OOKB_VALIDITY.name)) else (),
     )
     return store.save(runfolder.REPORT, knowornot_report(inputs))
 
@@ -90,6 +104,8 @@ def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
     """The self-contained HTML page (no script, images inline)."""
     sections = [
         section("Abstention and factuality per configuration", _rates_html(inputs)),
+        section("Synthetic out-of-KB questions (their own experiment)",
+                synthetic_ookb_html(inputs.synthetic_ookb, inputs.ookb_validity)),
         section("Factuality tiers and the run's own evaluation specs", _specs_html(inputs)),
         section("Human labels and agreement", _agreement_html(inputs)),
         section("Duplicate-overlap audit of the question set", _overlap_html(inputs)),
@@ -110,9 +126,16 @@ def _filter_line(report: Mapping[str, Any], counts: Mapping[str, Any], bases: in
     cut = f", of which the first {used} were used (max_questions)" if used != report.get("n_kept") else ""
     where = (f"over a knowledge base of {used} QA pairs" if bases == 1
              else f"within each of {bases} knowledge bases, {used} QA pairs in all")
+    # Each base filters with its own settings (e.g. `filters: []` for a released, already filtered set).
+    per_base = "; ".join(
+        f"{b['knowledge_base']} {b['method']}"
+        + "".join(f" {name} {b[f'{name}_threshold']}" for name in ("keyword", "semantic")
+                  if b.get(f"{name}_threshold") is not None)
+        + f", kept {b['n_kept']} of {b['n_input']}" for b in report.get("by_knowledge_base") or [])
     return (f"Leave-one-out {where}: the diversity filters kept {report.get('n_kept')} "
             f"of {report.get('n_input')}{cut}; the keyword filter removed {report.get('removed_keyword')}, the "
-            f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}).")
+            f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}"
+            + (f"; per base: {per_base}" if per_base else "") + ").")
 
 
 def _rates_html(inputs: KnowOrNotReportInputs) -> str:
@@ -201,9 +224,13 @@ def _outcome_table(rates: pd.DataFrame, spec: EvalSpec) -> str:
 
 def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
     size = inputs.label_sample_size
-    parts = [f"<p>Label sample: {size if size is not None else 'none'} responses drawn evenly across the "
+    per_spec = ", ".join(f"{escape(spec)} {n}" for spec, n in inputs.label_sample_per_spec.items())
+    drawn = (f"{per_spec} responses, each spec's drawn from the responses it applies to (factuality: answered ones "
+             "only)" if per_spec else f"{size if size is not None else 'none'} responses")
+    parts = [f"<p>Label sample: {drawn}, evenly across the "
              "configurations (the paper labelled 200, each by two annotators). Label with "
-             "<code>refusalbench knowornot label RUN --annotator NAME [--spec SPEC]</code>; "
+             "<code>refusalbench knowornot label RUN --annotator NAME [--spec SPEC]</code>; settle the "
+             "disagreements with <code>... label RUN --annotator NAME --spec SPEC --consensus</code>; "
              "<code>refusalbench knowornot agreement RUN [--spec SPEC]</code> computes the agreement and "
              "rebuilds this page.</p>"]
     for spec, counts in inputs.labels_per_spec.items():
@@ -216,7 +243,9 @@ def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
     for spec, document in inputs.agreements.items():
         annotators = document.annotators
         pairs = [{"annotators": pair.replace("|", " vs "), "items": r.get("n"), "agreement": r.get("percent_agreement"),
-                  "Cohen's kappa": r.get("kappa")} for pair, r in (annotators.get("pairwise") or {}).items()]
+                  "agreement 95% CI": _interval(r.get("percent_agreement_ci")), "Cohen's kappa": r.get("kappa"),
+                  "kappa 95% CI": _interval(r.get("kappa_ci"))}
+                 for pair, r in (annotators.get("pairwise") or {}).items()]
         versus = [{"human": who, "items": r.get("n"), "agreement": r.get("percent_agreement"),
                    "Cohen's kappa": r.get("kappa")} for who, r in document.evaluator_vs_human.items()]
         parts.append(f"<h3>{escape(spec)}</h3><p>Annotators: {escape(', '.join(annotators.get('annotators', [])))}; "
@@ -227,7 +256,12 @@ def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
         if versus:
             parts.append("<p>Evaluator against each annotator and against their consensus:</p>"
                          + frame_table(pd.DataFrame(versus)))
+        parts.append(comparison_html(document.evaluator_comparison, document.disagreements_open))
     return "".join(parts)
+
+
+def _interval(bounds: Sequence[float] | None) -> str:
+    return "–" if not bounds else f"[{_number(bounds[0])}, {_number(bounds[1])}]"
 
 
 def _number(value: Any) -> str:

@@ -1,4 +1,6 @@
-"""Reading knowledge-base documents and splitting them into sentences, fully offline.
+"""Splitting knowledge-base documents into sentences, fully offline.
+
+Documents are read into plain-text blocks by ``document_readers`` (one reader per file type).
 
 Sentence splitting is NLTK's Punkt tokenizer, as in the KnowOrNot paper. NLTK normally
 downloads its English model (``punkt_tab``) at run time; instead the model parameters
@@ -17,16 +19,13 @@ import functools
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
-from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.textinput import read_text
 from refusalbench.tasks.knowornot.records import Sentence, SourceDocument
 
-DOCUMENT_SUFFIXES = (".txt", ".md", ".markdown")
 NLTK_DATA_ENV = "REFUSALBENCH_NLTK_DATA"
 # Abbreviations common in policy and FAQ text that NLTK's English model lacks (it would
 # end a sentence at "e.g." before a lowercase word). Stored as Punkt stores them:
@@ -150,156 +149,3 @@ def spread_sentences(sentences: Sequence[Sentence], limit: int | None) -> list[S
 def numbered_sentences(sentences: Sequence[Sentence]) -> str:
     """The sentences as ``[index] text`` lines: what the fact-extraction prompt cites by index."""
     return "\n".join(f"[{s.index}] {s.text}" for s in sentences)
-
-
-# ----------------------------------------------------------------- markdown
-
-_FENCE = re.compile(r"^(```|~~~)")
-_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
-_RULE_OR_UNDERLINE = re.compile(r"^(?:[-*_]\s*){3,}$|^=+$|^-+$")
-_LIST_ITEM = re.compile(r"^(?:[-*+]|\d{1,9}[.)])\s+(.*)$")
-_TABLE_SEPARATOR = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?$")
-_QUOTE = re.compile(r"^(?:>\s?)+")
-
-_INLINE_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"<!--.*?-->", re.S), " "),  # comments
-    (re.compile(r"!\[[^\]]*\]\([^)]*\)"), " "),  # images carry no text facts
-    (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),  # [text](url)
-    (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # [text][ref]
-    (re.compile(r"<(https?://[^>\s]+)>"), r"\1"),  # <http://autolink>
-    (re.compile(r"</?[A-Za-z][^<>]*>"), " "),  # inline HTML tags
-    (re.compile(r"`+([^`]+?)`+"), r"\1"),  # `code`
-    (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # **strong** / __strong__
-    (re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?![\w*])"), r"\1"),  # *em*
-    (re.compile(r"(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)"), r"\1"),  # _em_ (not snake_case)
-    (re.compile(r"~~(.+?)~~"), r"\1"),  # ~~strike~~
-    (re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])"), r"\1"),  # backslash escapes
-]
-
-
-def _clean_inline(text: str) -> str:
-    for pattern, replacement in _INLINE_RULES:
-        text = pattern.sub(replacement, text)
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-def markdown_to_text(markdown: str) -> str:
-    """Plain prose from Markdown: one block per heading, paragraph, list item or table row.
-
-    Front matter, fenced code, rules and images are dropped; links keep their text;
-    emphasis, inline code and HTML tags lose their markup. Headings stay as their own
-    block (they give facts their topic) but are never glued to the next sentence.
-    """
-    lines = markdown.splitlines()
-    if lines and lines[0].strip() == "---":  # YAML front matter
-        for j in range(1, len(lines)):
-            if lines[j].strip() in ("---", "..."):
-                lines = lines[j + 1 :]
-                break
-    blocks: list[str] = []
-    current: list[str] = []
-
-    def flush() -> None:
-        if current:
-            cleaned = _clean_inline(" ".join(current))
-            if cleaned:
-                blocks.append(cleaned)
-            current.clear()
-
-    in_fence = False
-    for line in lines:
-        stripped = line.strip()
-        if _FENCE.match(stripped):
-            flush()
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue  # code is not prose
-        stripped = _QUOTE.sub("", stripped).strip()
-        if not stripped:
-            flush()
-            continue
-        if _RULE_OR_UNDERLINE.match(stripped):
-            flush()  # a setext underline turns the lines above into a heading block
-            continue
-        heading = _HEADING.match(stripped)
-        if heading:
-            flush()
-            current.append(heading.group(1))
-            flush()
-            continue
-        if stripped.startswith("|") or stripped.count("|") >= 2:
-            flush()
-            if not _TABLE_SEPARATOR.match(stripped):
-                cells = [c.strip() for c in stripped.strip("|").split("|")]
-                current.append("; ".join(c for c in cells if c))
-                flush()
-            continue
-        item = _LIST_ITEM.match(stripped)
-        if item:
-            flush()
-            current.append(item.group(1))
-            continue
-        current.append(stripped)
-    flush()
-    return "\n\n".join(blocks)
-
-
-def plain_text_blocks(text: str) -> str:
-    """Plain text with hard-wrapped lines joined; paragraphs stay separated by a blank line."""
-    blocks = (_WHITESPACE.sub(" ", b).strip() for b in _BLANK_LINES.split(text))
-    return "\n\n".join(b for b in blocks if b)
-
-
-# ----------------------------------------------------------------- documents
-
-
-def _expand(paths: Iterable[str | Path]) -> list[Path]:
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES)
-            if not found:
-                raise InputError(str(path), "folder holds no .txt or .md documents")
-            out.extend(found)
-        else:
-            out.append(path)
-    return out
-
-
-def _doc_id(path: Path, taken: set[str]) -> str:
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem).strip("_") or "doc"
-    doc_id, n = base, 2
-    while doc_id in taken:
-        doc_id, n = f"{base}-{n}", n + 1
-    taken.add(doc_id)
-    return doc_id
-
-
-def read_document(path: str | Path, doc_id: str | None = None) -> SourceDocument:
-    """One .txt or .md file as a SourceDocument; InputError for a missing, unreadable, non-UTF-8 or empty file."""
-    path = Path(path)
-    file = str(path)
-    suffix = path.suffix.lower()
-    if suffix not in DOCUMENT_SUFFIXES:
-        raise InputError(file, f"unsupported document type {suffix or '(none)'!r} (expected .txt or .md)")
-    text = read_text(path)
-    if not text.strip():
-        raise InputError(file, "document is empty")
-    cleaned = markdown_to_text(text) if suffix != ".txt" else plain_text_blocks(text)
-    if not cleaned:
-        raise InputError(file, "document has no text once markup is removed")
-    return SourceDocument(doc_id=doc_id or _doc_id(path, set()), path=file, text=cleaned)
-
-
-def read_documents(paths: Iterable[str | Path]) -> list[SourceDocument]:
-    """Documents from files or folders (a folder contributes its .txt/.md files, sorted).
-
-    Doc ids are the file stems, made unique with a ``-2``, ``-3`` suffix when stems repeat.
-    """
-    files = _expand(paths)
-    if not files:
-        raise InputError("documents", "no documents given")
-    taken: set[str] = set()
-    return [read_document(path, _doc_id(path, taken)) for path in files]

@@ -1,5 +1,8 @@
 """Where QA pairs come from: a QA file (JSONL or PolicyBench JSON), or facts an LLM wrote.
 
+``import_policybench`` checks the KnowOrNot paper's released PolicyBench files and copies
+them where ``configs/paper-policybench.yaml`` reads them (``refusalbench data import policybench``).
+
 File loaders check every line and report all problems of a file at once
 (``InputErrors``, each ``FILE:LINE: field: problem``), before a run writes anything.
 """
@@ -7,6 +10,7 @@ File loaders check every line and report all problems of a file at once
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,16 +94,44 @@ def load_qa_jsonl(path: str | Path) -> list[QAPair]:
     return pairs
 
 
+def _element_lines(text: str, key: str) -> list[int]:
+    """The line on which each element of the top-level object's ``key`` array starts (the text is
+    valid JSON: ``json.loads`` read it already), so a problem in one element names its line."""
+    decoder = json.JSONDecoder()
+    space = re.compile(r"[\s,:]*")
+
+    def skip(at: int) -> int:
+        return space.match(text, at).end()  # type: ignore[union-attr]
+
+    lines: list[int] = []
+    at = skip(text.index("{") + 1)
+    while at < len(text) and text[at] != "}":
+        name, at = decoder.raw_decode(text, at)
+        at = skip(at)
+        if name != key or text[at] != "[":
+            _, at = decoder.raw_decode(text, at)
+            at = skip(at)
+            continue
+        lines, at = [], skip(at + 1)  # a repeated key: json.loads keeps the last, and so does this
+        while text[at] != "]":
+            lines.append(text.count("\n", 0, at) + 1)
+            _, at = decoder.raw_decode(text, at)
+            at = skip(at)
+        at = skip(at + 1)
+    return lines
+
+
 def load_policybench(path: str | Path) -> list[QAPair]:
     """QA pairs from a PolicyBench JSON file.
 
     The file is one object with ``knowledge_base_identifier`` and ``questions``, a list of
     ``{question, answer, identifier}``; the identifier becomes the pair id. Problems are
-    reported as ``FILE: questions[i].field: problem`` (JSON has no useful line here).
+    reported as ``FILE:LINE: questions[i].field: problem``, LINE where the question's object starts.
     """
     file = str(path)
+    text = read_text(path)
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(file, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
@@ -108,14 +140,16 @@ def load_policybench(path: str | Path) -> list[QAPair]:
     errors: list[InputError] = []
     pairs: list[QAPair] = []
     seen: set[str] = set()
+    lines = _element_lines(text, "questions")
     for i, item in enumerate(data["questions"]):
-        where = f"questions[{i}]."
+        where, line = f"questions[{i}].", lines[i] if i < len(lines) else None
         if not isinstance(item, dict):
-            errors.append(InputError(file, f"expected an object, got {type(item).__name__}", field=f"questions[{i}]"))
+            errors.append(InputError(file, f"expected an object, got {type(item).__name__}", line=line,
+                                     field=f"questions[{i}]"))
             continue
         values: dict[str, str] = {}
         for name in ("identifier", "question", "answer"):
-            value, err = _text_field(item, name, file, None, where)
+            value, err = _text_field(item, name, file, line, where)
             if err is not None:
                 errors.append(err)
             elif value is not None:
@@ -123,7 +157,8 @@ def load_policybench(path: str | Path) -> list[QAPair]:
         if len(values) != 3:
             continue
         if values["identifier"] in seen:
-            errors.append(InputError(file, f"duplicate identifier {values['identifier']!r}", field=f"{where}identifier"))
+            errors.append(InputError(file, f"duplicate identifier {values['identifier']!r}", line=line,
+                                     field=f"{where}identifier"))
             continue
         seen.add(values["identifier"])
         pairs.append(QAPair(id=values["identifier"], question=values["question"], answer=values["answer"], source="file"))
@@ -142,6 +177,54 @@ def load_qa_pairs(path: str | Path) -> list[QAPair]:
     if suffix == ".json":
         return load_policybench(path)
     raise InputError(str(path), f"unsupported QA file type {suffix or '(none)'!r} (expected .jsonl or .json)")
+
+
+# ----------------------------------------------------------------- the released PolicyBench
+
+# The KnowOrNot paper's released question sets (§4, App. C), already through its diversity
+# filters: file name -> questions in the release (331 in all).
+POLICYBENCH_FILES = {"BTT_QA.json": 55, "CPF_filtered_qa.json": 112, "ICA_filtered_qa.json": 135,
+                     "medishield_QA.json": 29}
+
+
+def policybench_import_hint(out_dir: str) -> str:
+    """The command that puts the released PolicyBench files where a config reads them."""
+    return f"import the released PolicyBench files first: refusalbench data import policybench DIR --out {out_dir}"
+
+
+def import_policybench(source_dir: str | Path, out_dir: str | Path) -> dict[str, int]:
+    """Check the released PolicyBench files in ``source_dir`` and copy them, unchanged, to ``out_dir``.
+
+    Every file is read through ``load_policybench`` first (all problems of all files raised
+    together, ``FILE:LINE: field: problem``), so a bad source writes nothing; each copy goes
+    through a temporary file and a rename. Returns the questions per file.
+    """
+    source, out = Path(source_dir), Path(out_dir)
+    if not source.is_dir():
+        raise InputError(str(source), "not a folder (give the folder that holds the released PolicyBench files)")
+    errors: list[InputError] = []
+    counts: dict[str, int] = {}
+    for name in POLICYBENCH_FILES:
+        path = source / name
+        if not path.is_file():
+            errors.append(InputError(str(path), f"file not found (the release has {', '.join(POLICYBENCH_FILES)})"))
+            continue
+        try:
+            counts[name] = len(load_policybench(path))
+        except InputErrors as exc:
+            errors += exc.errors
+        except InputError as exc:
+            errors.append(exc)
+    if errors:
+        raise InputErrors(errors)
+    if out.resolve() == source.resolve():
+        raise InputError(str(out), "the output folder is the source folder", field="--out")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in POLICYBENCH_FILES:
+        partial = out / f".{name}.partial"
+        partial.write_bytes((source / name).read_bytes())
+        partial.replace(out / name)
+    return counts
 
 
 # ----------------------------------------------------------------- pairs from facts

@@ -36,6 +36,8 @@ class CallSpec(BaseModel):
     tag: str | None = Field(default=None, description="caller's id for the call (not part of the cache key)")
     role: str | None = Field(default=None, description="what the call is for (core.cache_policy.CACHE_ROLES): its "
                                                       "cache scope; None: cached forever")
+    stage: str | None = Field(default=None, description="the stage the call's tokens and cost count for (not part of "
+                                                       "the cache key); None: the caller's tag (tasks/llm/accounting.py)")
 
 
 class CallResult(BaseModel):
@@ -54,7 +56,9 @@ class CallResult(BaseModel):
     latency_s: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cost_usd: float | None = None
+    cost_usd: float | None = Field(default=None, description="what the call billed, a re-asked reply included; "
+                                                            "None: unpriced")
+    cached_tokens: int | None = Field(default=None, description="prompt tokens the provider served from its prompt cache")
     # The reply's metadata (issue 24): why it stopped, the reasoning split off ``text``, and who served it.
     finish_reason: str | None = Field(default=None, description="the provider's finish reason (stop, length, content_filter, ...)")
     reasoning: str | None = Field(default=None, description="the model's reasoning, split off the final answer in `text`")
@@ -75,9 +79,15 @@ class CallResult(BaseModel):
         """The reply's metadata as record fields, each name after ``prefix`` (a judgment's are ``judge_...``)."""
         return {prefix + name: getattr(self, name) for name in REPLY_METADATA}
 
+    def billing(self, prefix: str = "") -> dict[str, Any]:
+        """What the call billed as record fields (tokens, cost, whether the cache served it), each after ``prefix``."""
+        return {prefix + name: getattr(self, name) for name in REPLY_BILLING}
+
 
 # The reply's metadata every table holding a reply carries, under these names (CallResult.metadata).
 REPLY_METADATA: tuple[str, ...] = ("finish_reason", "reasoning", "reasoning_tokens", "served_model", "system_fingerprint")
+# What a call billed, under these names, in the tables whose rows are calls (CallResult.billing).
+REPLY_BILLING: tuple[str, ...] = ("cached", "prompt_tokens", "completion_tokens", "cost_usd")
 
 
 def schema_name(schema: type[BaseModel]) -> str:

@@ -6,6 +6,8 @@
   (``transport``): the same request body, posted without LiteLLM's per-call machinery.
 - Per-model concurrency, requests- and tokens-per-minute limits: process-wide (every call runs on
   one background event loop) or, with ``limits_url``, across all processes, in Redis (``shared_limits``).
+- Accounting (``accounting``): calls, tokens and cost per model and per stage (the caller's tag, not
+  the time), priced by the model's ``price`` in the config over LiteLLM's map; unknown is None.
 - Exponential backoff with full jitter on 5xx/timeouts/garbled replies, up to ``max_attempts``.
   A 429 is no error: it waits as long as the provider says (``rate_limits``: Retry-After as
   seconds or an HTTP-date, retry-after-ms, the reset headers), pausing every call of the model,
@@ -33,8 +35,6 @@
 from __future__ import annotations
 
 import asyncio
-import atexit
-import concurrent.futures
 import hashlib
 import json
 import logging
@@ -42,12 +42,13 @@ import os
 import random
 import threading
 import time
-from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel
 
+from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.callcache import CallCache, NullCache
+from refusalbench.tasks.llm.loop_thread import LoopThread
 # What a call is lives in ``calls``; the stages import these names from here too.
 from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
                                           parse_structured, request_key, schema_name)
@@ -66,40 +67,6 @@ from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, di
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
-
-class _LoopThread:
-    """A private event loop on a daemon thread; all gateway coroutines run here."""
-
-    def __init__(self) -> None:
-        self.cleanups: list[Callable[[], Any]] = []  # coroutine functions run before the loop stops
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="refusalbench-gateway", daemon=True)
-        self.thread.start()
-        atexit.register(self.close)
-
-    def submit(self, coro) -> concurrent.futures.Future:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def close(self) -> None:
-        """Cancel background tasks (LiteLLM's logging worker) and stop the loop, quietly."""
-        if not self.loop.is_running():
-            return
-
-        async def cancel_all() -> None:
-            for cleanup in self.cleanups:
-                await cleanup()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        try:
-            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout=5)
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
 
 class Gateway:
     """Process-wide access to the models of one registry."""
@@ -125,7 +92,7 @@ class Gateway:
         self.api_bases: dict[str, str] = dict(api_bases or {})
         # False: every call through LiteLLM (benchmarks compare the two paths).
         self.direct_http = direct_http
-        self._loop = _LoopThread()
+        self._loop = LoopThread()
         self._direct = DirectClient()
         self._loop.cleanups.append(self._direct.close)
         self._limits: dict[str, ProcessLimits | SharedModelLimits] = {}  # each model's, counted here or in Redis
@@ -133,8 +100,7 @@ class Gateway:
         self._loop.cleanups += [self._shared_limits.close] if self._shared_limits else []
         self._structured = StructuredModes()
         self._inflight: dict[str, asyncio.Future] = {}
-        self.stats: dict[str, Counter] = defaultdict(Counter)
-        self._stats_lock = threading.Lock()
+        self.usage = accounting.UsageCounters()  # per model and per stage, for the run's manifest
 
     # ------------------------------------------------------------ public API
 
@@ -144,7 +110,7 @@ class Gateway:
         on_result: Callable[[CallResult], None] | None = None,
     ) -> list[CallResult]:
         """Run many calls concurrently (within each model's limits); results in input order."""
-        futures = [self._loop.submit(self._complete(spec)) for spec in specs]
+        futures = [self._loop.submit(self._complete(spec)) for spec in accounting.tagged(specs)]
         results: list[CallResult] = []
         for fut in futures:
             result = fut.result()
@@ -154,7 +120,7 @@ class Gateway:
         return results
 
     async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
-        futures = [asyncio.wrap_future(self._loop.submit(self._complete(spec))) for spec in specs]
+        futures = [asyncio.wrap_future(self._loop.submit(self._complete(spec))) for spec in accounting.tagged(specs)]
         return list(await asyncio.gather(*futures))
 
     def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
@@ -164,8 +130,11 @@ class Gateway:
         return (await self.acomplete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)]))[0]
 
     def stats_snapshot(self) -> dict[str, dict[str, float]]:
-        with self._stats_lock:
-            return {model: dict(counter) for model, counter in self.stats.items()}
+        return self.usage.snapshot()
+
+    def stage_snapshot(self) -> dict[str, dict[str, dict[str, float]]]:
+        """{stage: {model: counters}}: calls, tokens and cost by the stage each call was tagged with."""
+        return self.usage.stage_snapshot()
 
     def structured_output_fallbacks(self) -> dict[str, str]:
         """{model: mode} for each model whose provider rejected its structured-output mode in this process."""
@@ -173,11 +142,8 @@ class Gateway:
 
     # ------------------------------------------------------------ internals
 
-    def _count(self, model: str, **amounts: float) -> None:
-        with self._stats_lock:
-            for name, amount in amounts.items():
-                if amount:
-                    self.stats[model][name] += amount
+    def _count(self, model: str, stage: str | None = None, **amounts: float) -> None:
+        self.usage.count(model, stage, **amounts)
 
     async def _complete(self, spec: CallSpec) -> CallResult:
         cfg = self.models.get(spec.model)
@@ -190,7 +156,7 @@ class Gateway:
         key = self.scope.key(cfg, spec)
         cached = self.scope.cached_reply(self.cache, key, spec, cfg, self.models)  # in scope, usable, migrated
         if cached is not None:
-            self._count(spec.model, cache_hits=1)
+            self._count(spec.model, spec.stage, cache_hits=1)
             return self._finish(spec, key, cached, cached=True, attempts=0)
         too_long = self._too_long(spec, cfg)
         if too_long is not None:  # the provider could not answer it: not sent, not cached
@@ -231,6 +197,7 @@ class Gateway:
             prompt_tokens=value.get("prompt_tokens"),
             completion_tokens=value.get("completion_tokens"),
             cost_usd=value.get("cost_usd"),
+            cached_tokens=value.get("cached_tokens"),
             finish_reason=value.get("finish_reason"),
         )
         if self._record_outcome(spec.model, result, value):
@@ -281,6 +248,7 @@ class Gateway:
         second, more, _ = await self._send_with_retries(spec.model_copy(update={"params": params}), cfg)
         if second is None:  # the second try failed outright: the first reply says more about the row
             return value, attempts + more, None
+        second = accounting.add_billing(value, second)  # the first reply was billed too
         if params != spec.params:
             second["retried_with"] = {k: v for k, v in params.items() if spec.params.get(k) != v}
         return second, attempts + more, None
@@ -399,7 +367,7 @@ class Gateway:
 
     async def _send_once(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> dict[str, Any]:
         async with self._limits_for(spec.model, cfg).slot(self._tpm_tokens(spec, cfg)):
-            self._count(spec.model, http_calls=1)
+            self._count(spec.model, spec.stage, http_calls=1)
             api_base = self.api_bases.get(spec.model) or cfg.api_base
             profile = profile_for(cfg.model, api_base)
             params = profile.rewrite_params({**cfg.params, **spec.params})
@@ -428,25 +396,26 @@ class Gateway:
                     kwargs["response_format"] = response_format
                 reply = await litellm_completion(cfg.model, spec.messages, cfg.timeout_s, kwargs, profile)
             latency = time.perf_counter() - started
-        return self._value(spec.model, reply, latency)
+        return self._value(spec, cfg, reply, latency)
 
-    def _value(self, model: str, reply: Reply, latency: float) -> dict[str, Any]:
+    def _value(self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float) -> dict[str, Any]:
         """The cached value of a completed call (the same layout on both paths), whatever its
         outcome: a truncated, blocked or empty reply is billed like any other, so it is counted."""
-        self._count(model, prompt_tokens=reply.prompt_tokens or 0, completion_tokens=reply.completion_tokens or 0,
-                    cost_usd=reply.cost_usd or 0.0)
-        return {
+        value = {
             "text": None if reply.text is None else str(reply.text),
             "outcome": reply_outcome(reply.text, reply.finish_reason, reply.refusal),
             "refusal": reply.refusal,
             "latency_s": round(latency, 4),
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
-            "cost_usd": reply.cost_usd,
+            "cost_usd": accounting.reply_cost(cfg, reply, reply.cached_tokens),  # the config's price first
+            "cached_tokens": reply.cached_tokens,
             "finish_reason": reply.finish_reason,
             **reply_metadata(reply),
             "created_at": time.time(),
         }
+        self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
+        return value
 
 
 def reply_metadata(reply: Reply) -> dict[str, Any]:

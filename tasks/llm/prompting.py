@@ -35,6 +35,7 @@ TEMPLATES: tuple[str, ...] = (
     "target_multi.j2",
     "judge_single.j2",
     "judge_multi.j2",
+    "judge_decision.j2",
     "kon_fact_extraction.j2",
     "kon_qa_generation.j2",
     "kon_hyde.j2",

@@ -5,6 +5,7 @@ The OpenAI chat-completions and Anthropic Messages API shapes of a reply (``open
 request read as the chat-completions dict responders read (``from_anthropic``); and how one
 scripted model shapes its replies (:class:`Behaviour`, :class:`RateLimit`): reasoning, truncation,
 safety blocks, rejected ``json_schema``, served model names and the tokens each reply bills.
+The OpenAI embeddings API's reply (``embeddings_body``) carries ``scripted_embedding`` vectors.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import base64
 import hashlib
 import json
 import math
+import struct
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -362,3 +364,33 @@ def rate_limit_rejection(limit: RateLimit, wire: WireFormat, model: str, now: fl
         headers[f"x-ratelimit-reset-{kind}"] = go_duration(wait)
     message = f"Rate limit reached for {kind} per min on model {model}. Please try again in {go_duration(wait)}."
     return Rejection(429, error_body(wire, 429, message, kind=kind, code="rate_limit_exceeded"), headers)
+
+
+# ---------------------------------------------------------------- the OpenAI embeddings API
+
+SCRIPTED_EMBEDDING_DIMENSIONS = 64
+
+
+def scripted_embedding(text: str, dimensions: int = SCRIPTED_EMBEDDING_DIMENSIONS) -> list[float]:
+    """A deterministic unit vector for ``text``: each word hashed to a signed coordinate, so texts
+    sharing words are near and texts sharing none are far (retrieval behaves as with a real model)."""
+    vector = [0.0] * dimensions
+    for word in "".join(c if c.isalnum() else " " for c in text.lower()).split():
+        value = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+        vector[value % dimensions] += 1.0 if (value >> 63) & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm else [1.0] + [0.0] * (dimensions - 1)
+
+
+def embeddings_body(model: str, vectors: list[list[float]], encoding_format: str | None,
+                    prompt_tokens: int) -> dict[str, Any]:
+    """An OpenAI ``/v1/embeddings`` reply; ``encoding_format: base64`` (the OpenAI SDK's default)
+    sends each vector as little-endian float32 bytes, as OpenAI does."""
+    def encoded(vector: list[float]) -> Any:
+        if encoding_format == "base64":
+            return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+        return vector
+
+    return {"object": "list", "model": model,
+            "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}

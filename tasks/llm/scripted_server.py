@@ -1,7 +1,8 @@
 """A scripted model server: dry runs of a config without spending money, and the test suite's provider.
 
-It speaks the OpenAI chat-completions API (``POST /v1/chat/completions``) and the Anthropic
-Messages API (``POST /v1/messages``). Start it, point the models of a config at it and run the
+It speaks the OpenAI chat-completions API (``POST /v1/chat/completions``), the Anthropic
+Messages API (``POST /v1/messages``) and the OpenAI embeddings API (``POST /v1/embeddings``:
+deterministic vectors hashed from each text's words, ``scripted_embedding``). Start it, point the models of a config at it and run the
 config: every stage runs for real, over HTTP, and no provider is called::
 
     python -m refusalbench.tasks.llm.scripted_server --port 8099
@@ -61,12 +62,14 @@ from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     ShapedReply,
     WireFormat,
     anthropic_body,
+    embeddings_body,
     error_body,
     from_anthropic,
     go_duration,
     openai_body,
     prompt_filtered_rejection,
     rate_limit_rejection,
+    scripted_embedding,
     shape_reply,
 )
 from refusalbench.tasks.llm.scripted_replies import (  # noqa: F401
@@ -78,6 +81,8 @@ from refusalbench.tasks.llm.scripted_replies import (  # noqa: F401
     last_user_text,
     request_fingerprint,
     requested_schema,
+    scripted_classification,
+    scripted_judge_reply,
 )
 
 
@@ -201,6 +206,8 @@ class ScriptedLLMServer:
             app.router.add_post("/v1/chat/completions", self._handle_openai)
             app.router.add_post("/chat/completions", self._handle_openai)
             app.router.add_post("/v1/messages", self._handle_anthropic)
+            app.router.add_post("/v1/embeddings", self._handle_embeddings)
+            app.router.add_post("/embeddings", self._handle_embeddings)
             app.router.add_get("/v1/models", self._models)
             app.router.add_get("/health", self._health)
             self._runner = web.AppRunner(app, access_log=None)
@@ -307,6 +314,36 @@ class ScriptedLLMServer:
 
     async def _handle_anthropic(self, http: web.Request) -> web.StreamResponse:
         return await self._serve(http, "anthropic")
+
+    async def _handle_embeddings(self, http: web.Request) -> web.StreamResponse:
+        """``POST /v1/embeddings``: a ``scripted_embedding`` per input text (queued and drawn faults
+        apply; the call is logged with ``wire: embeddings`` and its ``input`` texts)."""
+        body = await http.json()
+        texts = [body.get("input")] if isinstance(body.get("input"), str) else body.get("input")
+        fault = self._draw_fault()
+        entry = {"time": time.time(), "wire": "embeddings", "model": body.get("model"), "input": texts,
+                 "messages": None, "response_format": None,
+                 "params": {k: v for k, v in body.items() if k not in ("model", "input")},
+                 "fault": fault.kind if fault else None, "status": fault.status if fault else 200,
+                 "authorization": http.headers.get("Authorization"), "headers": {},
+                 "billed": {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cached_tokens": 0}}
+        try:
+            self._log(entry)
+            if fault is not None and fault.kind == "status":
+                headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
+                return web.json_response(error_body("openai", fault.status, f"injected {fault.status}", kind="injected"),
+                                         status=fault.status, headers=headers)
+            if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+                entry["status"] = 400
+                return web.json_response(error_body("openai", 400, "input must be a string or a list of strings",
+                                                    kind="invalid_request_error", param="input"), status=400)
+            dimensions = body.get("dimensions") if isinstance(body.get("dimensions"), int) else None
+            vectors = [scripted_embedding(t, *([dimensions] if dimensions else [])) for t in texts]
+            entry["billed"]["prompt_tokens"] = tokens = sum(len(t.split()) for t in texts)
+            return web.json_response(embeddings_body(str(body.get("model")), vectors, body.get("encoding_format"),
+                                                     tokens))
+        finally:
+            entry["finished"] = time.time()
 
     async def _serve(self, http: web.Request, wire: WireFormat) -> web.StreamResponse:
         received = time.time()

@@ -95,16 +95,42 @@ class VerifierOutput(LLMOutput):
 
 # ----------------------------------------------------------------- judging
 
-class JudgeSingleOutput(LLMOutput):
-    rationale: str = ""  # first, so the judge reasons before scoring
+# The judge's classification of a reply (paper App. D): an answer attempt, or a refusal with its
+# category. The codes repeat ``refusalbench.taxonomy.REFUSAL_CODES`` because this layer may not import
+# the method (tests/test_judge_decision.py keeps the two equal); the judge stage reads any code alias.
+ANSWER_ATTEMPT = "ANSWER_ATTEMPT"
+JUDGE_CLASSIFICATIONS: tuple[str, ...] = (
+    ANSWER_ATTEMPT, "REFUSE_AMBIGUOUS_QUERY", "REFUSE_CONTRADICTORY_CONTEXT", "REFUSE_INFO_MISSING_IN_CONTEXT",
+    "REFUSE_FALSE_PREMISE_IN_QUERY", "REFUSE_GRANULARITY_MISMATCH", "REFUSE_NONFACTUAL_QUERY", "REFUSE_OTHER",
+)
+
+
+class JudgeDecisionOutput(LLMOutput):
+    """The judge's classification of a reply: answer attempt or refusal (with its category and reasons).
+
+    ``classification`` is "" in a reply written before the judge classified (old cached or scripted
+    replies): the judge stage then keeps the code parser's decision.
+    """
+
+    rationale: str = ""  # first, so the judge reasons before classifying
+    classification: str = Field(default="", json_schema_extra={"enum": list(JUDGE_CLASSIFICATIONS)})
+    refusal_reasons: str = ""
+
+    @field_validator("classification", mode="before")
+    @classmethod
+    def _code_like(cls, value: Any) -> Any:
+        # "answer attempt", "refuse_missing": the judge stage maps spellings to canonical codes.
+        return re.sub(r"[\s-]+", "_", value.strip()).upper() if isinstance(value, str) else value
+
+
+class JudgeSingleOutput(JudgeDecisionOutput):
     quality: int = Field(ge=1, le=5)
 
 
 RAF_WITHOUT_ELIGIBILITY = "raf = 1 with eligibility = 0 is impossible (RAF requires eligibility)"
 
 
-class JudgeMultiOutput(LLMOutput):
-    rationale: str = ""  # first, so the judge reasons before scoring
+class JudgeMultiOutput(JudgeDecisionOutput):
     eligibility: int = Field(ge=0, le=1)
     factuality: int = Field(ge=0, le=1)
     raf: int = Field(ge=0, le=1)

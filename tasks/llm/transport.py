@@ -76,6 +76,7 @@ class Reply(NamedTuple):
     # What the provider said when it withheld the reply: OpenAI's refusal channel, or the message of
     # a 400 saying the content was filtered (:func:`filtered_reply`). The gateway's outcome reads it.
     refusal: str | None = None
+    cached_tokens: int | None = None  # prompt tokens read from the provider's prompt cache
 
 
 # ---------------------------------------------------------------- through LiteLLM
@@ -155,7 +156,9 @@ def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:
                             extra.get("reasoning_content") if isinstance(extra, dict) else None,
                             extra.get("reasoning") if isinstance(extra, dict) else None)
     details = getattr(getattr(response, "usage", None), "completion_tokens_details", None)
+    prompt_details = getattr(getattr(response, "usage", None), "prompt_tokens_details", None)
     return {"reasoning": reasoning, "reasoning_tokens": _count(getattr(details, "reasoning_tokens", None)),
+            "cached_tokens": _count(getattr(prompt_details, "cached_tokens", None)),
             "served_model": _first_text(getattr(response, "model", None)),
             "system_fingerprint": _first_text(getattr(response, "system_fingerprint", None))}
 
@@ -166,8 +169,10 @@ def json_metadata(reply: dict[str, Any], choice: dict[str, Any]) -> dict[str, An
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
     details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
+    prompt_details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
     return {"reasoning": _first_text(message.get("reasoning_content"), message.get("reasoning")),
             "reasoning_tokens": _count(details.get("reasoning_tokens")),
+            "cached_tokens": _count(prompt_details.get("cached_tokens")),
             "served_model": _first_text(reply.get("model")),
             "system_fingerprint": _first_text(reply.get("system_fingerprint"))}
 

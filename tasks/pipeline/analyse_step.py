@@ -14,6 +14,7 @@ from refusalbench.tasks.refusalbench.gv_analysis import (
     self_evaluation_class_rows,
     summary_markdown,
 )
+from refusalbench.tasks.refusalbench.gv_matched import matched_rows
 from refusalbench.tasks.refusalbench.outputs import write_generation_report
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.select_step import Selection
@@ -36,6 +37,9 @@ def analyse(run: StageRun, selection: Selection, generators: list[str], verifier
                       "Verdicts that contradict the verifier's own criteria (a contradicted PASS counts as FAIL)")
         publish_table("gv-self-evaluation-by-class", self_evaluation_class_rows(analysis),
                       "Self pass rate minus cross pass rate, per model that generates and verifies, by class")
+        if analysis.get("matched_set"):
+            publish_table("gv-matched-self-vs-cross", matched_rows(analysis),
+                          "Matched set: self vs cross pass rate (pre-check rejects count as FAIL; paper Fig. 3)")
         publish_markdown("gv-summary", summary_markdown(analysis), "Generator-verifier analysis")
     with run.recorder.stage("report"):  # after the manifest is saved: the report shows it
         write_generation_report(run.store)

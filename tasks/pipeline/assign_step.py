@@ -7,6 +7,9 @@ assignment are then the run's first artifacts.
 The draw: ``base_sample`` items by seed from the pool, then the levers for each. The pool is
 the whole base set, or, with ``generation.pretest``, the items the pre-test kept
 (:meth:`GenerationInputs.drawn_from`): the paper draws its 100 items from those that passed.
+With ``generation.base_sample_by: domain`` the draw gives each domain an equal share (GaRAGe's
+20 per domain, App. C.1); a domain with fewer items left than its share is reported in the
+manifest (``base_sample_by_domain``, ``base_sample_shortfall``), the UI and the report.
 A refresh round's assignment avoids the (base item, lever) pairs earlier rounds assigned while
 the pool allows (``avoid``); when it must repeat some, the run's log and manifest say so.
 """
@@ -19,6 +22,7 @@ from functools import cached_property
 
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.assign import configured_strata, draw_assignments
+from refusalbench.tasks.refusalbench.base_sampling import domain_draw, shortfalls, without_domain
 from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError
@@ -42,6 +46,8 @@ class GenerationInputs:
     base_sample: int | None = None
     levers_per_stratum: int = 1
     avoid: frozenset[tuple[str, str]] = field(default_factory=frozenset)  # earlier rounds' (base item, lever) pairs
+    base_sample_by: str | None = None  # "domain": equal counts per domain of the base set
+    pool: list[BaseItem] | None = None  # what the items were drawn from (None: the base set)
 
     @cached_property
     def items_by_id(self) -> dict[str, BaseItem]:
@@ -52,11 +58,23 @@ class GenerationInputs:
         """Catalogue and template hashes: part of every generation task's content digest."""
         return {"catalogue": catalogue_hash(self.levers), "prompts": all_template_hashes()}
 
+    @property
+    def domains(self) -> list[str] | None:
+        """The base set's domains, which a draw by domain balances over (None: not drawn by domain)."""
+        return sorted({item.domain for item in self.base_set if item.domain}) if self.base_sample_by else None
+
+    def domain_draw(self) -> dict[str, dict[str, int]] | None:
+        """Per domain: share, available, sampled, shortfall (None: not drawn by domain)."""
+        if self.base_sample_by != "domain":
+            return None
+        pool = self.base_set if self.pool is None else self.pool  # a pre-test may have kept nothing
+        return domain_draw(pool, self.items, self.base_sample, self.seed, self.domains)
+
     def drawn_from(self, pool: list[BaseItem]) -> "GenerationInputs":
         """The same inputs with the items drawn from ``pool`` (e.g. what the pre-test kept) instead."""
         items, assignments = draw_assignments(pool, self.levers, self.strata, self.base_sample, self.levers_per_stratum,
-                                              self.seed, self.avoid)
-        return replace(self, items=items, assignments=assignments)
+                                              self.seed, self.avoid, self.base_sample_by, self.domains)
+        return replace(self, items=items, assignments=assignments, pool=pool)
 
 
 def prepare_inputs(cfg: RunConfig, seed: int, avoid: frozenset[tuple[str, str]] = frozenset()) -> GenerationInputs:
@@ -70,12 +88,14 @@ def prepare_inputs(cfg: RunConfig, seed: int, avoid: frozenset[tuple[str, str]] 
     base_set = load_base_set(cfg.resolve_path(gen.base_set))
     levers = load_catalogue()
     strata = configured_strata(cfg)
+    if gen.base_sample_by == "domain" and (missing := without_domain(base_set)):
+        raise InputError(str(cfg.source), f"base_sample_by: domain needs a domain on every item of {gen.base_set}; "
+                                          f"{len(missing)} have none (e.g. {missing[0]})", field="generation.base_sample_by")
     # Drawn from the whole base set now, so every check runs before a call; a pre-test redraws
     # from what it kept (drawn_from), with the same seed and settings.
-    items, assignments = draw_assignments(base_set, levers, strata, gen.base_sample, gen.levers_per_stratum, seed,
-                                          avoid)
-    return GenerationInputs(seed, items, levers, assignments, strata, base_set, gen.base_sample, gen.levers_per_stratum,
-                            avoid)
+    undrawn = GenerationInputs(seed, [], levers, [], strata, base_set, gen.base_sample, gen.levers_per_stratum, avoid,
+                               gen.base_sample_by)
+    return undrawn.drawn_from(base_set)
 
 
 def base_set_funnel(inputs: GenerationInputs, pretest: dict[str, int] | None = None) -> dict[str, int]:
@@ -99,8 +119,25 @@ def record_inputs(recorder: ManifestRecorder, inputs: GenerationInputs, pretest:
         recorder.store.save(rb_files.ASSIGNMENTS, inputs.assignments)
         recorder.count(base_items=len(inputs.items), assignments=len(inputs.assignments))
         record_funnel(recorder, base_set_funnel(inputs, pretest))
+        record_domain_draw(recorder, inputs)
         if inputs.avoid:
             record_repeats(recorder, inputs)
+
+
+def record_domain_draw(recorder: ManifestRecorder, inputs: GenerationInputs) -> None:
+    """With ``base_sample_by: domain``: the draw per domain into the manifest and the UI, and a note
+    naming each domain that had fewer items left (after the pre-test) than its share."""
+    draw = inputs.domain_draw()
+    if draw is None:
+        return
+    short = shortfalls(draw)
+    recorder.count(base_sample_by_domain=draw, base_sample_shortfall=short)
+    publish_table("base-sample-by-domain", [{"domain": domain, **row} for domain, row in draw.items()],
+                  "Base sample by domain: share, items available (after the pre-test), sampled, shortfall")
+    if short:
+        recorder.note("base sample by domain: fewer items than the domain's share in "
+                      + ", ".join(f"{domain} ({draw[domain]['sampled']} of {draw[domain]['share']})"
+                                  for domain in short) + "; import more items per domain")
 
 
 def record_repeats(recorder: ManifestRecorder, inputs: GenerationInputs) -> None:

@@ -25,14 +25,17 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pydantic import BaseModel
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.pipeline.ui import Progress, story, task_run_name
+from refusalbench.tasks.pipeline.ui import Progress, stage_of_task, story, task_run_name
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.pipeline.budget import Budget
 
 
 def content_digest(*parts: Any) -> str:
@@ -72,6 +75,7 @@ class Shard:
 
     name: Any
     digest: str
+    rows: int | None = None  # how many rows it holds, where known before it is written (the budget's estimate)
 
 
 @dataclass
@@ -81,6 +85,7 @@ class Fanout:
     cfg: RunConfig
     out: str
     api_bases: dict[str, str] = field(default_factory=dict)
+    budget: "Budget | None" = None  # checked before each shard is sent (tasks/pipeline/budget.py)
 
     @cached_property
     def store(self) -> ArtifactStore:
@@ -99,7 +104,7 @@ class Fanout:
         for index, chunk in enumerate(chunks(rows, size)):
             name = runfolder.input_shard(kind, index)
             self.store.write_records(name, chunk, record_type)
-            shards.append(Shard(name, digest(chunk)))
+            shards.append(Shard(name, digest(chunk), len(chunk)))
         return shards
 
     def submit(self, task: Any, models: list[str], shards: list[Shard] | Callable[[str], list[Shard]], *,
@@ -110,6 +115,7 @@ class Fanout:
         upstream futures of that model). When the models in ``sharing`` (default:
         ``models``) share one local server, each model's tasks finish before the next starts.
         """
+        stage = stage_of_task(task.name)
         task = task.with_options(result_storage=self._result_storage)
         inputs = {model: shards(model) if callable(shards) else shards for model in models}
         futures: dict[str, list[Any]] = {model: [] for model in models}
@@ -120,7 +126,13 @@ class Fanout:
             name = shard_run_name(task.name, model, index, len(inputs[model]))
             named = task.with_options(task_run_name=name.replace("{", "{{").replace("}", "}}"))
             shard = inputs[model][index]
-            return named.submit(self.cfg, self.out, model, shard.name, shard.digest, self.api_bases)
+            if self.budget is None:
+                return named.submit(self.task_config, self.out, model, shard.name, shard.digest, self.api_bases)
+            rows = shard.rows if shard.rows is not None else self._shard_size
+            estimate = self.budget.admit(stage, model, index, len(inputs[model]), rows, models)
+            future = named.submit(self.task_config, self.out, model, shard.name, shard.digest, self.api_bases)
+            self.budget.track(future, estimate)
+            return future
 
         counts = sorted({len(v) for v in inputs.values()})
         story("%s: %d task(s), %d model(s) × %s shard(s)", task.name.removesuffix("-shard"),
@@ -139,6 +151,18 @@ class Fanout:
                 if index < len(inputs[model]):
                     futures[model].append(submit_one(model, index))
         return futures
+
+    @cached_property
+    def task_config(self) -> RunConfig:
+        """The config the tasks get: without ``budget_usd``, the flow's business, so a re-run with
+        another budget finds the tasks it already ran in Prefect's task cache (whose key holds the inputs)."""
+        return self.cfg if self.cfg.budget_usd is None else self.cfg.model_copy(update={"budget_usd": None})
+
+    @property
+    def _shard_size(self) -> int:
+        """Rows of a shard not written yet (an upstream task's output): at most the configured shard size."""
+        sections = (self.cfg.generation, self.cfg.evaluation, self.cfg.knowornot)
+        return max((section.shard_size for section in sections if section is not None), default=1)
 
     def gather(self, futures: dict[str, list[Any]], record_type: type[BaseModel]) -> list:
         """The records of every output shard, model by model, in shard order."""

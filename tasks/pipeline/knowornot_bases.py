@@ -20,7 +20,7 @@ from prefect import Task
 
 from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
 from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.knowornot.records import ExperimentInput, FilterReport, QAPair
+from refusalbench.tasks.knowornot.records import BASE_FILTER_FIELDS, ExperimentInput, FilterReport, QAPair
 from refusalbench.tasks.core.store import ArtifactStore
 
 
@@ -43,7 +43,7 @@ def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConf
     bases = []
     for source in kon.knowledge_bases:
         narrowed = kon.model_copy(update={"documents": source.documents, "qa_pairs": source.qa_pairs,
-                                          "knowledge_bases": None})
+                                          "knowledge_bases": None, **source.filtering(kon)})
         bases.append(KnowledgeBaseSlice(source.name, cfg.model_copy(update={"knowornot": narrowed}),
                                    ArtifactStore(out).uri(f"kb/{source.name}"), digest_of(narrowed)))
     return bases
@@ -74,10 +74,16 @@ def _inputs(name: str, rows: list[ExperimentInput]) -> list[ExperimentInput]:
 
 
 def merged_filter_report(reports: list[tuple[str, FilterReport]]) -> FilterReport:
-    """The bases' filter reports as one: counts summed, ids prefixed (method and thresholds are the run's)."""
-    first = reports[0][1]
+    """The bases' filter reports as one: counts summed, ids prefixed; each base's own method and thresholds
+    kept beside (``by_knowledge_base``), and the merged ones only where every base used the same."""
+    def shared(field: str) -> Any:
+        values = {getattr(r, field) for _, r in reports}
+        return values.pop() if len(values) == 1 else None
+
     return FilterReport(
-        method=first.method, keyword_threshold=first.keyword_threshold, semantic_threshold=first.semantic_threshold,
+        method=shared("method") or "per_knowledge_base", keyword_threshold=shared("keyword_threshold"),
+        semantic_threshold=shared("semantic_threshold"),
+        by_knowledge_base=[{"knowledge_base": n, **r.model_dump(include=set(BASE_FILTER_FIELDS))} for n, r in reports],
         n_input=sum(r.n_input for _, r in reports), n_kept=sum(r.n_kept for _, r in reports),
         removed_keyword=sum(r.removed_keyword for _, r in reports),
         removed_semantic=sum(r.removed_semantic for _, r in reports),

@@ -2,7 +2,8 @@
 
 knowledge base -> diversity filter + FAISS index -> experiment grid -> answers (per
 target x input shard) -> evaluations (per answer shard: the built-in specs, then the
-config's ``evaluations``). Each task reads what the stage
+config's ``evaluations``) -> after the label sample, the ``evaluator_comparison`` candidates
+on its responses (per candidate x shard). Each task reads what the stage
 before it wrote (declared in ``runfolder``) and returns a small summary for the manifest,
 so a stage can be re-run alone and a finished stage is served from Prefect's cache. Tasks
 get the typed run config with the knowledge-base paths resolved (``with_resolved_sources``);
@@ -23,19 +24,21 @@ from pydantic import BaseModel
 from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
 from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.documents import IndexMeta
-from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.errors import InputError, ModelUnavailable
 from refusalbench.tasks.llm.gateway import gateway_for
-from refusalbench.tasks.knowornot.diversity import diversity_filter
-from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
+from refusalbench.tasks.knowornot.diversity import diversity_filter, filter_method
+from refusalbench.tasks.knowornot.embeddings import Embedder, embedder_for
 from refusalbench.tasks.knowornot.evaluation import run_specs
+from refusalbench.tasks.knowornot.labels import sample_ids_per_spec
 from refusalbench.tasks.knowornot.model_steps import (answer_experiments, evaluate_outputs, extract_facts, generate_qa,
                                                      hyde_answers, synthetic_ookb_questions)
 from refusalbench.tasks.knowornot.records import (EvalOutcome, ExperimentInput, ExperimentOutput, HypotheticalAnswers,
                                                   OOKBQuestion, QAPair)
 from refusalbench.tasks.knowornot.retrieval import (build_experiment_inputs, build_index, index_from_bytes, index_to_bytes,
                                                     kb_fingerprint, loo_violations, pair_text, strategies_need)
-from refusalbench.tasks.knowornot.sentences import document_sentences, read_documents, spread_sentences
-from refusalbench.tasks.knowornot.sources import load_qa_pairs
+from refusalbench.tasks.knowornot.document_readers import read_documents
+from refusalbench.tasks.knowornot.sentences import document_sentences, spread_sentences
+from refusalbench.tasks.knowornot.sources import POLICYBENCH_FILES, load_qa_pairs, policybench_import_hint
 from refusalbench.tasks.pipeline.runtime import cache_policy, result_storage
 from refusalbench.tasks.core.provenance import package_version
 from refusalbench.tasks.pipeline.fanout import Fanout, Shard, content_digest, progress_callback, write_output_shard
@@ -45,6 +48,8 @@ from refusalbench.tasks.core.store import ArtifactStore
 INPUT_SHARDS = "kon-inputs"
 ANSWER_SHARDS = "kon-answers"
 EVALUATION_SHARDS = "kon-evaluations"
+COMPARISON_INPUTS = "kon-comparison-inputs"
+COMPARISON_SHARDS = "kon-comparison-evaluations"
 
 # Inputs + task source; the endpoints of local servers change from run to run.
 STAGE_CACHE = cache_policy() - "api_bases"
@@ -85,11 +90,20 @@ def check_knowornot_inputs(cfg: RunConfig) -> None:
         raise InputError(str(cfg.source), "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
                          field="knowornot")
     kon = with_resolved_sources(cfg).knowornot
-    for source in kon.knowledge_bases or [kon]:
+    written = cfg.knowornot.knowledge_bases or [cfg.knowornot]
+    for source, as_written in zip(kon.knowledge_bases or [kon], written):
         if source.qa_pairs:
+            _check_imported(source.qa_pairs, str(as_written.qa_pairs))
             load_qa_pairs(source.qa_pairs)
         else:
             read_documents(source.documents or [])
+
+
+def _check_imported(path: str, as_written: str) -> None:
+    """A released PolicyBench file that is not there yet: the one line says how to import it."""
+    if Path(path).name in POLICYBENCH_FILES and "://" not in path and not Path(path).exists():
+        raise InputError(as_written, "file not found (beside the config, nor in the working folder): "
+                                     + policybench_import_hint(str(Path(as_written).parent)))
 
 
 def with_resolved_sources(cfg: RunConfig) -> RunConfig:
@@ -106,9 +120,19 @@ def with_resolved_sources(cfg: RunConfig) -> RunConfig:
     return cfg.model_copy(update={"knowornot": kon})
 
 
+def with_targets(cfg: RunConfig, usable: list[str]) -> RunConfig:
+    """The config with only the targets that can run (``skip_unavailable`` left the others out)."""
+    targets = [t for t in cfg.knowornot.targets if t in usable]
+    if not targets:
+        raise ModelUnavailable(f"{cfg.source or 'config'}: knowornot.targets: none of "
+                               f"{', '.join(cfg.knowornot.targets)} can run")
+    return cfg.model_copy(update={"knowornot": cfg.knowornot.model_copy(update={"targets": targets})})
+
+
 def knowornot_models(kon: KnowOrNotConfig) -> list[str]:
-    """The models a run calls: targets, evaluator and extractor, each once."""
-    return list(dict.fromkeys(kon.targets + [kon.evaluator] + ([kon.extractor] if kon.extractor else [])))
+    """The models a run calls: targets, evaluator, extractor and embedding model, each once."""
+    helpers = [m for m in (kon.extractor, kon.embedding_model) if m]
+    return list(dict.fromkeys(kon.targets + [kon.evaluator] + helpers))
 
 
 def input_digest(kon: KnowOrNotConfig, templates: dict[str, str]) -> str:
@@ -161,8 +185,8 @@ def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSumma
     kon = cfg.knowornot
     store = ArtifactStore(out)
     pairs = store.load(kon_files.QA_PAIRS_ALL)
-    embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
-    method = "both" if len(kon.filters) == 2 else (kon.filters[0] if kon.filters else "none")
+    embedder = embedder_for(cfg)
+    method = filter_method(kon.filters)  # a multi-base run's slice carries its base's own filters and thresholds
     question_vectors = embedder.embed([p.question for p in pairs]) if method in ("both", "semantic") else None
     kept, report = diversity_filter(pairs, question_vectors, method=method, keyword_threshold=kon.keyword_threshold,
                                     semantic_threshold=kon.semantic_threshold)
@@ -193,7 +217,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
     kon = cfg.knowornot
     store = ArtifactStore(out)
     pairs = store.load(kon_files.QA_PAIRS)
-    embedder = make_embedder(kon.embedder, cache=gateway_for(cfg).cache)
+    embedder = embedder_for(cfg, api_bases)
     model = kon.extractor or kon.evaluator
     hyde: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = []
@@ -296,6 +320,46 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
     fanout.store.save(kon_files.EVALUATIONS, outcomes)
     return {"responses": len(outputs), "response_errors": sum(o.error is not None for o in outputs),
             "evaluations": len(outcomes), "evaluation_errors": sum(o.error is not None for o in outcomes)}
+
+
+# ---------------------------------------------------------------- evaluator comparison (App. D.3)
+
+@task(name="kon-compare-evaluators-shard", task_run_name="kon-compare-evaluators {evaluator} {shard}",
+      cache_policy=STAGE_CACHE, retries=1, retry_delay_seconds=2)
+def compare_evaluator_shard(cfg: RunConfig, out: str, evaluator: str, shard: str, input_digest: str,
+                            api_bases: dict[str, str]) -> str:
+    """One candidate evaluator judges one shard of the label sample's responses, each spec on its own
+    sample's rows (the same evaluation code as the run's evaluator); returns the outcome shard."""
+    store = ArtifactStore(out)
+    outputs = store.read_records(shard, ExperimentOutput)
+    specs = run_specs(cfg.knowornot.evaluations)
+    pairs = {p.id: p for p in store.load(kon_files.QA_PAIRS)}
+    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), evaluator, specs, store.load(kon_files.EXPERIMENT_INPUTS),
+                                outputs, on_result=progress_callback(f"{evaluator} (comparison)", len(outputs)),
+                                pairs=pairs, judge_only=sample_ids_per_spec(store.load(kon_files.LABEL_SAMPLE)))
+    return write_output_shard(out, COMPARISON_SHARDS, evaluator, shard, outcomes, EvalOutcome)
+
+
+def compare_evaluators(cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str],
+                       evaluators: list[str]) -> dict[str, int]:
+    """The ``knowornot.evaluator_comparison`` models that can run (``evaluators``) judge the label
+    sample's responses, written to ``evaluator_comparison.parquet``; the human labels come after the
+    run, so the scores against them are computed by ``knowornot agreement``. Returns the counts for
+    the manifest."""
+    kon = cfg.knowornot
+    fanout = Fanout(cfg, out, api_bases)
+    per_spec = sample_ids_per_spec(fanout.store.load(kon_files.LABEL_SAMPLE))
+    wanted = set().union(*per_spec.values()) if per_spec else set()
+    outputs = [o for o in fanout.store.load(kon_files.EXPERIMENT_OUTPUTS) if o.experiment_id in wanted]
+    # The shard's digest carries which spec each of its rows is sampled for: the task reads that from the sample.
+    shards = fanout.write_shards(COMPARISON_INPUTS, outputs, ExperimentOutput, kon.shard_size, lambda chunk: content_digest(
+        digest, "compare", [(o.experiment_id, sorted(s for s, ids in per_spec.items() if o.experiment_id in ids))
+                            for o in chunk]))
+    futures = fanout.submit(compare_evaluator_shard, evaluators, shards)
+    outcomes: list[EvalOutcome] = fanout.gather(futures, EvalOutcome)
+    fanout.store.save(kon_files.EVALUATOR_COMPARISON, outcomes)
+    return {"comparison_evaluations": len(outcomes),
+            "comparison_evaluation_errors": sum(o.error is not None for o in outcomes)}
 
 
 # ---------------------------------------------------------------- the tasks of one run

@@ -1,10 +1,17 @@
-"""Stage: respond + judge. Every target answers every item; the judge decides each answer.
+"""Stage: respond + judge (+ calibrate). Every target answers every item; the judge decides each answer.
 
 One respond task per (target, shard) and one judge task per respond task: a judge task
 gets its respond task's future as input, so it starts as soon as that shard is answered
 and judging overlaps with the other targets' responses (unless one local server holds
 the models, then they take turns). The two stages overlap, so each one's time is the
 span of its own tasks, measured from their completion times (see :class:`Spans`).
+
+With ``evaluation.confidence`` the calibration pass (paper App. F.2) runs beside them: the
+same items asked again with the confidence-eliciting prompt, judged by the same judge, in
+tasks submitted with the main ones (so both passes share each model's limits), written to
+``calibration_responses/judgments.parquet`` and timed as its own stage ``calibrate``. The
+main responses never depend on it: their prompts, shard digests and cache keys are those of
+a run without ``confidence``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from refusalbench.tasks.core.provenance import package_version
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.stage_outcomes import outcome_summary, tell_outcomes
-from refusalbench.tasks.pipeline.shard_tasks import judge_shard, respond_shard
+from refusalbench.tasks.pipeline.shard_tasks import calibrate_shard, calibration_judge_shard, judge_shard, respond_shard
 from refusalbench.tasks.pipeline.fanout import Shard, content_digest
 from refusalbench.tasks.pipeline.stage_run import StageRun
 
@@ -46,11 +53,15 @@ class Spans:
 
 def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[str],
                       judge: str) -> tuple[list[Response], list[Judgment]]:
-    """Responses and judgments of every target; written to responses/judgments.parquet."""
+    """Responses and judgments of every target; written to responses/judgments.parquet.
+
+    With ``evaluation.confidence`` the calibration pass runs alongside and writes its own files.
+    """
     ev, fanout = run.cfg.evaluation, run.fanout
     templates = run.recorder.manifest.prompt_hashes  # hashed once, when the run started
+    # No ``ev.confidence`` here: the main pass is the same with or without a calibration pass.
     shards = fanout.write_shards("items", items, BenchmarkItem, ev.shard_size, lambda chunk: content_digest(
-        [i.model_dump() for i in chunk], templates, ev.confidence, package_version()))
+        [i.model_dump() for i in chunk], templates, package_version()))
     judge_digest = content_digest(run.cfg.models[judge].model_dump(mode="json"), templates, package_version())
     sharing = targets + [judge]
 
@@ -62,6 +73,7 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
                                                             for future, shard in zip(responded[t], shards)],
                            sharing=sharing)
     judge_spans = Spans(judged)
+    calibration = submit_calibration(run, targets, shards, judge_digest, sharing) if ev.confidence else None
     responses: list[Response] = fanout.gather(responded, Response)
     judgments: list[Judgment] = fanout.gather(judged, Judgment)
     # Respond: submission -> its last task done. Judge: the moment its first task could
@@ -76,5 +88,42 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     outcomes = outcome_summary(responses)
     run.recorder.count(respond_outcomes=outcomes)
     tell_outcomes("respond", outcomes)
+    if calibration is not None:
+        calibration.finish(run)
     return responses, judgments
+
+
+class CalibrationPass:
+    """The calibration pass's submitted tasks: its responses, their judgments, when it began."""
+
+    def __init__(self, responded: dict[str, list[Any]], judged: dict[str, list[Any]], submitted: float):
+        self.responded, self.judged, self.submitted = responded, judged, submitted
+        self.spans = Spans({**{f"r:{t}": fs for t, fs in responded.items()},
+                            **{f"j:{t}": fs for t, fs in judged.items()}})
+
+    def finish(self, run: StageRun) -> None:
+        """Gather, write calibration_responses/judgments.parquet, record the ``calibrate`` stage."""
+        responses: list[Response] = run.fanout.gather(self.responded, Response)
+        judgments: list[Judgment] = run.fanout.gather(self.judged, Judgment)
+        # Calibrate: submission -> its last task (respond or judge) done.
+        run.recorder.timing("calibrate", self.spans.last(self.submitted) - self.submitted)
+        run.store.save(rb_files.CALIBRATION_RESPONSES, responses)
+        run.store.save(rb_files.CALIBRATION_JUDGMENTS, judgments)
+        run.recorder.artifact(rb_files.CALIBRATION_RESPONSES, rb_files.CALIBRATION_JUDGMENTS)
+        outcomes = outcome_summary(responses)
+        run.recorder.count(calibration_responses=len(responses), calibration_outcomes=outcomes)
+        tell_outcomes("calibrate", outcomes)
+
+
+def submit_calibration(run: StageRun, targets: list[str], shards: list[Shard], judge_digest: str,
+                       sharing: list[str]) -> CalibrationPass:
+    """Submit the calibration pass over the main pass's item shards: its own tasks, digests and calls."""
+    submitted = time.perf_counter()
+    # Its own digest: its tasks read the same item shards but ask with the confidence prompt.
+    inputs = [Shard(shard.name, content_digest("calibration", shard.digest)) for shard in shards]
+    responded = run.fanout.submit(calibrate_shard, targets, inputs, sharing=sharing)
+    judged = run.fanout.submit(calibration_judge_shard, targets, lambda t: [
+        Shard(future, content_digest(judge_digest, shard.digest)) for future, shard in zip(responded[t], inputs)],
+        sharing=sharing)
+    return CalibrationPass(responded, judged, submitted)
 

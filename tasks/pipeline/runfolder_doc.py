@@ -23,8 +23,10 @@ def runfolder_markdown() -> str:
         shape = artifact.schema.__name__ if artifact.schema is not None else {"parquet": "table"}.get(artifact.format, "-")
         lines.append(f"| `{artifact.name}` | {artifact.method} | {artifact.format} | {shape} | {artifact.about} |")
     lines.append("| `labels/<spec>.jsonl` | knowornot | jsonl | HumanLabel | human labels, appended one per line |")
-    lines.append("| `agreement-<spec>.json` | knowornot | json | AgreementDocument | agreement between annotators and "
-                 "with the evaluator |")
+    lines.append("| `labels/consensus/<spec>.jsonl` | knowornot | jsonl | HumanLabel | the label agreed in a consensus "
+                 "pass for each item the annotators labelled differently (`knowornot label --consensus`) |")
+    lines.append("| `agreement-<spec>.json` | knowornot | json | AgreementDocument | agreement between annotators (kappa "
+                 "with intervals), open disagreements, and every evaluator against the human consensus |")
     lines.append("| `kb/<name>/...` | knowornot | (as above) | - | a multi-base run (`knowornot.knowledge_bases`): each "
                  "base's own sentences, facts, QA pairs, filter report and FAISS index; the run folder's files merge "
                  "them, ids prefixed `<name>/` |")

@@ -120,6 +120,12 @@ def _gateway_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     return gateway_for(config).stats_snapshot()
 
 
+def _gateway_stages(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, dict[str, float]]]:
+    from refusalbench.tasks.llm.gateway import gateway_for
+
+    return gateway_for(config).stage_snapshot()
+
+
 def _gateway_roles(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, int]]:
     from refusalbench.tasks.llm.gateway import gateway_for
 
@@ -187,6 +193,22 @@ def run_role_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     return merge_call_stats(_from_every_process(_gateway_roles, config, "calls by role"))
 
 
+def run_stage_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, dict[str, float]]]:
+    """Calls, tokens and cost per stage and model (``tasks/llm/accounting.py``), every process summed."""
+    merged: dict[str, dict[str, dict[str, float]]] = {}
+    for snapshot in _from_every_process(_gateway_stages, config, "costs by stage"):
+        for stage, models in snapshot.items():
+            merged[stage] = merge_call_stats([merged.get(stage, {}), models])
+    return merged
+
+
+def stage_stats_since(start: dict[str, dict[str, dict[str, float]]],
+                      now: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """:func:`call_stats_since` for each stage; a stage with no change is left out."""
+    since = {stage: call_stats_since(start.get(stage, {}), models) for stage, models in now.items()}
+    return {stage: models for stage, models in since.items() if models}
+
+
 def call_stats_since(start: dict[str, dict[str, float]],
                      now: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """What the counters of ``now`` counted after the snapshot ``start``; a counter, or a model,
@@ -214,9 +236,25 @@ class CallCounter:
         self.config = config
         self.at_start = run_call_stats(config)
         self.roles_at_start = run_role_stats(config)
+        self.stages_at_start = run_stage_stats(config)
 
     def since_start(self) -> dict[str, dict[str, float]]:
         return call_stats_since(self.at_start, run_call_stats(self.config))
+
+    def stages_since_start(self) -> dict[str, dict[str, dict[str, float]]]:
+        """{stage: {model: counters}} of this run's calls: tokens and cost by the stage each call was for."""
+        return stage_stats_since(self.stages_at_start, run_stage_stats(self.config))
+
+    def costs(self) -> dict[str, Any]:
+        """This run's costs as the manifest records them (``accounting.cost_summary``), with its budget."""
+        from refusalbench.tasks.llm.accounting import cost_summary
+
+        budget = getattr(self.config, "budget_usd", None)
+        return {**cost_summary(self.stages_since_start()), **({"budget_usd": budget} if budget is not None else {})}
+
+    def spent_usd(self) -> float:
+        """What this run's priced calls cost so far (unpriced ones cannot count)."""
+        return sum(c.get("cost_usd", 0.0) for models in self.stages_since_start().values() for c in models.values())
 
     def structured_output_fallbacks(self, stats: dict[str, dict[str, float]] | None = None) -> dict[str, str]:
         """The structured-output fallbacks in force for the models this run called (``stats``: its
@@ -229,6 +267,7 @@ class CallCounter:
         """Write this run's calls and structured-output fallbacks into ``recorder``'s manifest."""
         stats = self.since_start()
         recorder.calls(stats, self.structured_output_fallbacks(stats))
+        recorder.costs(self.costs())
         by_role = call_stats_since(self.roles_at_start, run_role_stats(self.config))
         if by_role:  # what each cache role asked, and how much of it earlier rounds' entries served
             recorder.count(calls_by_role={role: {name: int(n) for name, n in c.items()} for role, c in by_role.items()})

@@ -24,7 +24,7 @@ from refusalbench.tasks.refusalbench.judge import judge_responses, needs_judge
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.prechecks import awaits_verification
 from refusalbench.tasks.refusalbench.pretest import pretest_answers
-from refusalbench.tasks.refusalbench.respond import respond
+from refusalbench.tasks.refusalbench.respond import calibrate, respond
 from refusalbench.tasks.refusalbench.verify import verify_candidates
 
 
@@ -73,9 +73,32 @@ def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str
     templates and the package version.
     """
     items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
-    rows = respond(gateway_for(config, api_bases), items, target, confidence=config.evaluation.confidence,
+    # Always the plain prompt: confidence is elicited by the calibration pass (calibrate_shard).
+    rows = respond(gateway_for(config, api_bases), items, target,
                    on_result=progress_callback(f"{target} responds", len(items)))
     return write_output_shard(run_root, "responses", target, items_name, rows, Response)
+
+
+@task(name="calibrate-shard", task_run_name="calibrate {target} {items_name}",
+      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+def calibrate_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
+                    api_bases: dict[str, str]) -> str:
+    """The calibration pass (``evaluation.confidence``): one target answers one shard of items
+    with the confidence-eliciting prompt; returns the output shard's name."""
+    items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
+    rows = calibrate(gateway_for(config, api_bases), items, target,
+                     on_result=progress_callback(f"{target} calibration", len(items)))
+    return write_output_shard(run_root, "calibration_responses", target, items_name, rows, Response)
+
+
+@task(name="calibration-judge-shard", task_run_name="judge calibration {target} {responses_name}",
+      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+def calibration_judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
+                            api_bases: dict[str, str]) -> str:
+    """The judge decides one target's shard of calibration responses, through the same
+    ``judge_responses`` as the main pass; returns the output shard's name."""
+    rows = judged_rows(config, api_bases, run_root, responses_name, f"judge {target} calibration")
+    return write_output_shard(run_root, "calibration_judgments", target, responses_name, rows, Judgment)
 
 
 @task(name="judge-shard", task_run_name="judge {target} {responses_name}",
@@ -86,14 +109,20 @@ def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: s
 
     Passed the respond task's future as ``responses_name``, it starts when that shard is done.
     """
+    rows = judged_rows(config, api_bases, run_root, responses_name, f"judge {target}")
+    return write_output_shard(run_root, "judgments", target, responses_name, rows, Judgment)
+
+
+def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, responses_name: str,
+                title: str) -> list[Judgment]:
+    """The judge's judgments of one shard of responses: the main pass's and the calibration pass's alike."""
     store = ArtifactStore(run_root)
     responses = store.read_records(responses_name, Response)
     items = {item.item_id: item for item in store.load(rb_files.BENCHMARK)}
-    judge = config.evaluation.judge
-    total = sum(needs_judge(items[r.item_id], r) for r in responses)
-    rows = judge_responses(gateway_for(config, api_bases), items, responses, judge,
-                           on_result=progress_callback(f"judge {target}", total))
-    return write_output_shard(run_root, "judgments", target, responses_name, rows, Judgment)
+    judge, decision = config.evaluation.judge, config.evaluation.decision
+    total = sum(needs_judge(items[r.item_id], r, decision) for r in responses)
+    return judge_responses(gateway_for(config, api_bases), items, responses, judge,
+                           on_result=progress_callback(title, total), decision=decision)
 
 
 @task(name="pretest-shard", task_run_name="pretest {model} {items_name}",

@@ -19,6 +19,7 @@ from functools import cached_property
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.pipeline.budget import Budget
 from refusalbench.tasks.pipeline.fanout import Fanout
 from refusalbench.tasks.core.store import ArtifactStore
 
@@ -31,6 +32,11 @@ class StageRun:
     out: str
     recorder: ManifestRecorder
     api_bases: dict[str, str] = field(default_factory=dict)
+    # ``budget_usd``'s check, counting from here: a run makes its StageRun before any call.
+    budget: Budget | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.budget = Budget.of(self.cfg, self.recorder)
 
     @property
     def store(self) -> ArtifactStore:
@@ -38,7 +44,7 @@ class StageRun:
 
     @cached_property
     def fanout(self) -> Fanout:
-        return Fanout(self.cfg, self.out, self.api_bases)
+        return Fanout(self.cfg, self.out, self.api_bases, self.budget)
 
 
 __all__ = ["StageRun"]

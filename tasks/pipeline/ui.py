@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from refusalbench.tasks.core import narration
+from refusalbench.tasks.llm import accounting
 
 log = logging.getLogger("refusalbench")
 
@@ -120,6 +121,26 @@ class PrefectSink:
 
 narration.install(PrefectSink())
 
+# The stage a task's calls count for, where it is not its name less ``-shard`` (accounting per stage).
+STAGE_OF_TASK = {"calibration-judge-shard": "calibrate"}
+
+
+def stage_of_task(name: str) -> str:
+    """The stage a task's calls count for: ``respond-shard`` -> ``respond``."""
+    return STAGE_OF_TASK.get(name, name.removesuffix("-shard"))
+
+
+def task_stage() -> str | None:
+    """The stage of the running task, or None outside a task run: the gateway tags each call with
+    it, so overlapping stages (respond and judge) are each charged their own calls."""
+    from prefect.context import TaskRunContext
+
+    context = TaskRunContext.get()
+    return stage_of_task(context.task.name) if context is not None else None
+
+
+accounting.install_stage_resolver(task_stage)
+
 
 # Where progress lines go besides Prefect (the CLI points this at the terminal).
 PROGRESS_ECHO: Any = None
@@ -173,3 +194,27 @@ class Progress:
             except Exception:
                 pass
         log.debug("%s: %d/%d (%.0f%%)", self.title, done, total, percent)
+
+
+class SpendDisplay:
+    """Spend against the run's budget in the Prefect UI: one progress artifact (``budget-spend``, the
+    share of the budget spent), its description the dollars and the stage, updated before each shard."""
+
+    def __init__(self) -> None:
+        self._artifact_id = None
+
+    def show(self, spent: float, budget: float, stage: str) -> None:
+        if not in_run():
+            return
+        percent = min(100.0, 100.0 * spent / budget)
+        description = f"spent ${spent:,.4f} of the ${budget:,.2f} budget (stage {stage})"
+        try:
+            from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+            if self._artifact_id is None:
+                self._artifact_id = create_progress_artifact(progress=percent, key="budget-spend",
+                                                             description=description)
+            else:
+                update_progress_artifact(artifact_id=self._artifact_id, progress=percent, description=description)
+        except Exception:  # the display must never break the work
+            log.debug("could not show the spend: %s", description)

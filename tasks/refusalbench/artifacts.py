@@ -28,16 +28,21 @@ FILTER_DECISIONS = Artifact("filter_decisions.json", "json", "the consensus filt
                             FilterDecisions)
 BENCHMARK = Artifact("benchmark.parquet", "parquet", "the accepted, stratified benchmark items", BenchmarkItem)
 GV_ANALYSIS = Artifact("gv_analysis.json", "json", "generator x verifier pass rates, self-evaluation bias, kappa, "
-                       "verdict consistency, pre-check rejections, funnel",
+                       "verdict consistency, pre-check rejections, funnel, the matched-set self vs cross comparison",
                        GVAnalysis)
 GENERATION_MANIFEST = Artifact("generation_manifest.json", "json",
                                "the generate stage's manifest, kept when evaluate runs in the same folder",
                                RunManifest)
 
 # ---------------------------------------------------------------- RefusalBench: evaluate
-RESPONSES = Artifact("responses.parquet", "parquet", "every target reply: decision, confidence, tokens, error",
-                     Response)
+RESPONSES = Artifact("responses.parquet", "parquet", "every target reply to the plain prompt: decision, tokens, "
+                     "error", Response)
 JUDGMENTS = Artifact("judgments.parquet", "parquet", "responses with the judge's verdict", Judgment)
+CALIBRATION_RESPONSES = Artifact("calibration_responses.parquet", "parquet", "the calibration pass (evaluation."
+                                 "confidence): every target reply to the confidence-eliciting prompt, with its stated "
+                                 "confidence", Response)
+CALIBRATION_JUDGMENTS = Artifact("calibration_judgments.parquet", "parquet", "the calibration pass's responses with "
+                                 "the judge's verdict: the only source of ECE", Judgment)
 JUDGED = Artifact("judged.parquet", "parquet", "every row to score (DESIGN.md §6 judged-responses columns) with its "
                   "outcome and treatment: outcome ok is scored, the rest (truncated, blocked, failed, ...) are counted")
 METRICS = Artifact("metrics.json", "json", "per-model metrics of Appendix D with 95% bootstrap intervals and "
@@ -76,7 +81,7 @@ AUDIT = Artifact("audit.json", "json", "human audit: pass rate per class / inten
 # A RefusalBench run folder's files, in the README's order.
 ARTIFACTS: tuple[Artifact, ...] = (
     METRICS, PRETEST, BASE_ITEMS, ASSIGNMENTS, CANDIDATES, VERIFICATIONS, FILTER_DECISIONS, BENCHMARK, GV_ANALYSIS,
-    GENERATION_MANIFEST, RESPONSES, JUDGMENTS, JUDGED, BREAKDOWN, CONFUSION, CALIBRATION, CLASS_INTENSITY,
+    GENERATION_MANIFEST, RESPONSES, JUDGMENTS, CALIBRATION_RESPONSES, CALIBRATION_JUDGMENTS, JUDGED, BREAKDOWN, CONFUSION, CALIBRATION, CLASS_INTENSITY,
     REFUSAL_BY_INTENSITY, DOMAIN_CHAMPIONS, RESPONSE_DISTRIBUTION, ROUND_TREND, TREND, FRESHNESS, AUDIT_SAMPLE,
     AUDIT_LABELS, AUDIT,
 )

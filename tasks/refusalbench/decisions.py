@@ -1,5 +1,9 @@
 """Reading a target model's raw reply: its refusal decision and its stated confidence.
 
+The code parser here is the judge-free decision and, in ``evaluate``, the cheap first pass: with
+``evaluation.decision: judge`` the judge classifies every reply except one that is nothing but a
+refusal code (:func:`bare_code`), and the parser's agreement with the judge is reported.
+
 Decision (DESIGN.md §6): a reply that contains a refusal code — any spelling listed in
 ``taxonomy.CODE_ALIASES``, any case, wrapped in markdown or prose — is a refusal with that
 code; when several distinct codes appear, the one written last counts. A reply without a
@@ -15,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 
+from refusalbench.tasks.llm.structured_outputs import ANSWER_ATTEMPT
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, CODE_ALIASES
 
 ANSWER = "ANSWER"
@@ -53,15 +58,36 @@ def parse_decision(text: str | None) -> str:
     return CODE_ALIASES[match.group(1).upper()] if match else ANSWER
 
 
+# A last line that states a confidence ("CONFIDENCE: CONFIDENT", "**Confidence:** 0.8").
+_CONFIDENCE_LINE = re.compile(r"\n[\s*_`#>-]*confidence(?:[\s_-]*level)?[\s*_`]*[:=][^\n]*\s*\Z", re.IGNORECASE)
+_CODE_MARKUP = " \t\r\n*_`\"'.,;:!()[]{}<>#-"
+
+
+def bare_code(text: str | None) -> str | None:
+    """The canonical code when a reply is nothing but one refusal code, else None.
+
+    Markup around the code (``**REFUSE_MISSING**``, a trailing full stop, quotes) and one final
+    CONFIDENCE line are allowed. Such a reply is unambiguous: the judge stage takes it as the
+    refusal it names without asking the judge (``decision_source: parser``).
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+    body = _CONFIDENCE_LINE.sub("", "\n" + text.strip()).strip(_CODE_MARKUP)
+    return CODE_ALIASES.get(body.upper())
+
+
 def normalise_decision(value: object) -> str | None:
     """A ``decision`` cell as ANSWER or a canonical code; None when it is neither.
 
-    Accepts ANSWER / ANSWER_CORRECTLY (any case) and every refusal-code alias.
+    Accepts ANSWER / ANSWER_CORRECTLY / ANSWER_ATTEMPT (the judge's word; any case) and every
+    refusal-code alias.
     """
     if not isinstance(value, str):
         return None
     key = value.strip().upper()
     if key in (ANSWER, ANSWER_CORRECTLY):
+        return ANSWER
+    if key in (ANSWER_ATTEMPT, "ANSWER ATTEMPT"):
         return ANSWER
     return CODE_ALIASES.get(key)
 

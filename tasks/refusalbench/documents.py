@@ -62,6 +62,36 @@ class PassCount(Document):
     pass_rate: Rate
 
 
+class MatchedSelfEvaluation(SelfEvaluation):
+    self_interval: list[Rate] = Field(description="Wilson 95% interval of the self pass rate")
+    cross_interval: list[Rate] = Field(description="Wilson 95% interval of the cross pass rate")
+
+
+class MatchedGenerator(Document):
+    candidates: int
+    unparsed: int = Field(description="matched candidates not parsed: counted as FAIL from every verifier")
+    precheck_rejects: int = Field(description="matched candidates a pre-check rejected: counted as FAIL from every verifier")
+
+
+class MatchedSet(Document):
+    """The matched-set generator-verifier comparison (paper §4.2 RQ1, Fig. 3; ``tasks.refusalbench.gv_matched``)."""
+    assignments: int = Field(description="assignments any generator attempted")
+    matched_assignments: int = Field(description="assignments every generator attempted without a call error")
+    excluded_assignments: dict[str, int]
+    by_generator: dict[str, MatchedGenerator]
+    unjudged: int = Field(description="(matched candidate, verifier) cells without a verdict (ERROR, SKIPPED)")
+    pass_rate_matrix: dict[str, dict[str, Rate]]
+    judged_counts: dict[str, dict[str, int]]
+    self_evaluation: dict[str, MatchedSelfEvaluation]
+    self_pass_rate: Rate = Field(description="mean self pass rate over the models that generate and verify")
+    cross_pass_rate: Rate = Field(description="mean cross pass rate over the same models")
+    verifier_kappa: list[VerifierKappa]
+    mean_kappa: Rate = Field(description="mean of the defined pairwise kappas (off-diagonal)")
+    kappa_pairs_defined: int
+    criterion_failure_rates: dict[str, dict[str, Rate]] = Field(description="verifier -> criterion -> share judged false")
+    criterion_verdicts: dict[str, int] = Field(description="verdicts per verifier behind the criterion failure rates")
+
+
 class GVAnalysis(Document):
     """``gv_analysis.json``: the generator-verifier analysis, computed from the run's tables."""
     pass_rate_matrix: dict[str, dict[str, Rate]]
@@ -91,6 +121,8 @@ class GVAnalysis(Document):
         default_factory=dict, description="candidates the filter accepted, per generator -> class (Fig. 12)")
     sampled_by_generator_class: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="benchmark items per generator -> class (Fig. 12)")
+    matched_set: MatchedSet | None = Field(
+        default=None, description="the matched-set comparison, pre-check rejects counted as failures (Fig. 3)")
 
 
 # ---------------------------------------------------------------- evaluation
@@ -173,6 +205,10 @@ class MetricsDocument(Document):
     frr_mrr_correlation: MetricCorrelation | None = None
     multi_document: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="per model with multi-document items: the multi-document metrics' counts")
+    calibration: dict[str, Any] | None = Field(
+        default=None, description="where ECE came from (source: the calibration pass or the responses' own "
+                                  "confidences), the maximum confidence (max_confidence) and per model the rows with a "
+                                  "confidence, how many at maximum, their share and accuracy (App. F.2)")
     outcomes: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="per model: rows per outcome (ok, truncated, provider_blocked, too_long, "
                                           "empty, call_error, parse_error, judge_error)")

@@ -12,6 +12,8 @@
 - the tables behind the report's generation figures: pass rate per generator x class and
   generator x intensity, self-evaluation bias per class, the benchmark's class x intensity
   counts and each generator's accepted and sampled items per class
+- ``matched_set``: the paper's matched-set comparison (§4.2 RQ1, Fig. 3) with pre-check rejects
+  counted as failures (``tasks.refusalbench.gv_matched``)
 (and a markdown summary of it for the Prefect UI)
 """
 
@@ -24,23 +26,12 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core.stats import cohens_kappa
+from refusalbench.tasks.refusalbench.gv_matched import matched_set, verifier_kappa
 from refusalbench.tasks.refusalbench.prechecks import rule_name
 
 
 def _rate(passes: int, judged: int) -> float:
     return passes / judged if judged else math.nan
-
-
-def verifier_kappa(a: list[str], b: list[str]) -> tuple[float, str | None]:
-    """Cohen's kappa of two verifiers over the candidates both judged; (nan, reason) when not informative."""
-    if not a:
-        return math.nan, "no candidate judged by both"
-    constant = [name for name, ratings in (("first", a), ("second", b)) if len(set(ratings)) == 1]
-    if constant:
-        # With a constant rater kappa is 0 or undefined whatever the other does: not informative.
-        return math.nan, f"no variance: {' and '.join(constant)} verifier gave a single verdict"
-    return cohens_kappa(a, b), None
 
 
 def _precheck_failures(parsed: pd.DataFrame) -> pd.Series:
@@ -171,7 +162,16 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
         "benchmark_composition": counts_by(sampled, "perturbation_class", "intensity"),
         "accepted_by_generator_class": counts_by(accepted, "generator", "perturbation_class"),
         "sampled_by_generator_class": counts_by(sampled, "generator", "perturbation_class"),
+        **_matched(candidates, verifications, generators, verifiers),
     }
+
+
+def _matched(candidates: pd.DataFrame, verifications: pd.DataFrame, generators: list[str],
+             verifiers: list[str]) -> dict[str, Any]:
+    """``{"matched_set": ...}``; nothing for tables without assignment ids (hand-built, not a run's)."""
+    if "assignment_id" not in candidates.columns:
+        return {}
+    return {"matched_set": matched_set(candidates, verifications, generators, verifiers)}
 
 
 def matrix_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
@@ -221,4 +221,12 @@ def summary_markdown(analysis: dict[str, Any]) -> str:
     lines += ["", "## Verifier agreement (Cohen's kappa)", "", "| a | b | kappa | n | note |", "|---|---|---|---|---|"]
     for row in analysis["verifier_kappa"]:
         lines.append(f"| {row['verifier_a']} | {row['verifier_b']} | {row['kappa']:.3f} | {row['n']} | {row['reason'] or ''} |")
+    matched = analysis.get("matched_set")
+    if matched:
+        rejects = ", ".join(f"{gen}: {row['precheck_rejects']}" for gen, row in matched["by_generator"].items())
+        lines += ["", "## Matched set (paper §4.2 RQ1)", "",
+                  f"{matched['matched_assignments']} of {matched['assignments']} assignments matched (every generator attempted them, no call error); "
+                  f"unparsed and pre-check-rejected candidates count as FAIL (pre-check rejects: {rejects or 'none'}).", "",
+                  f"Averaged self pass rate **{_fmt(matched['self_pass_rate'])}** vs cross **{_fmt(matched['cross_pass_rate'])}**; "
+                  f"mean verifier kappa {_fmt(matched['mean_kappa'])}."]
     return "\n".join(lines)

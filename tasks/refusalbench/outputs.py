@@ -62,12 +62,26 @@ def judged_frame(judgments: list[Judgment],
 
 
 def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int,
-                 min_coverage: float = DEFAULT_MIN_COVERAGE) -> ScoreResult:
-    """Score ``frame``; metrics.json and the breakdown tables go into the run folder."""
-    result = score_frame(frame, n_resamples=bootstrap, seed=seed, min_coverage=min_coverage)
+                 min_coverage: float = DEFAULT_MIN_COVERAGE, calibration: pd.DataFrame | None = None) -> ScoreResult:
+    """Score ``frame``; metrics.json and the breakdown tables go into the run folder.
+
+    ``calibration``: the calibration pass's rows (:func:`calibration_frame`), ECE's only source when given.
+    """
+    result = score_frame(frame, n_resamples=bootstrap, seed=seed, min_coverage=min_coverage, calibration=calibration)
     for name, blob in render_score_outputs(result).items():
         store.write_bytes(name, blob)
     return result
+
+
+def calibration_frame(store: ArtifactStore, confidence: bool,
+                      items: Iterable[BenchmarkItem] | None = None) -> pd.DataFrame | None:
+    """The calibration pass's judgments as rows to score, when the run asked for one
+    (``evaluation.confidence``) and wrote them; else None (ECE then comes from the main rows)."""
+    if not confidence or not store.has(rb_files.CALIBRATION_JUDGMENTS):
+        return None
+    if items is None and store.has(rb_files.BENCHMARK):
+        items = store.load(rb_files.BENCHMARK)
+    return judged_frame(store.load(rb_files.CALIBRATION_JUDGMENTS), items)[0]
 
 
 def _optional(store: ArtifactStore, artifact: runfolder.Artifact):
@@ -88,8 +102,18 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
         trend=trend.model_dump(mode="json") if (trend := _optional(store, rb_files.TREND)) else None,
         audit=audit.model_dump(mode="json") if audit else None,
         generation_counts=generation.counts if generation else None, title=title,
-        responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None))
+        responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None,
+        judged=store.read_frame(rb_files.JUDGED.name) if store.has(rb_files.JUDGED) else None,
+        benchmark=_benchmark_columns(store)))
     return store.save(runfolder.REPORT, html)
+
+
+def _benchmark_columns(store: ArtifactStore) -> pd.DataFrame | None:
+    """The benchmark's item ids and domains (the report's domain figure; no texts read), or None."""
+    if not store.has(rb_files.BENCHMARK):
+        return None
+    table = store.read_table(rb_files.BENCHMARK.name)
+    return table.select([c for c in ("item_id", "domain") if c in table.column_names]).to_pandas()
 
 
 def write_generation_report(store: ArtifactStore) -> str:
@@ -123,5 +147,6 @@ def build_report_for(run_dir: str) -> str:
     manifest = _optional(store, runfolder.MANIFEST)
     ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
     result = score_frame(store.load(rb_files.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0),
-                         min_coverage=ev.get("min_coverage", DEFAULT_MIN_COVERAGE))
+                         min_coverage=ev.get("min_coverage", DEFAULT_MIN_COVERAGE),
+                         calibration=calibration_frame(store, bool(ev.get("confidence"))))
     return write_report(store, result)

@@ -16,8 +16,11 @@ Exact counts and upper bounds (``upper_bound`` says which):
   ``short_circuit``, neither are those an earlier verifier failed).
 - respond: at most the benchmark size per target, itself at most the sum over strata of
   min(stratum quota, candidates); exact when the benchmark file is given.
-- judge: at most one call per response to an answerable (LOW intensity) item: refusals, answers
-  to unanswerable items and failed calls need none.
+- judge: with ``evaluation.decision: judge``, at most one call per response (a reply that is only a
+  refusal code and a failed call need none); with ``codes``, at most one per response to an
+  answerable (LOW intensity) item: refusals and answers to unanswerable items need none.
+- the calibration pass (``evaluation.confidence``): counted in respond and judge, which it doubles (the
+  targets asked again with the confidence-eliciting prompt; the main responses keep the plain one).
 
 Estimates, and what they assume: tokens are characters / 4 of the rendered messages plus the JSON
 schema where the model's provider profile sends it (no tokenizer can be fetched offline); later
@@ -54,13 +57,12 @@ from refusalbench.tasks.llm.context_limits import overflow
 from refusalbench.tasks.llm.gateway import json_schema
 from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
 from refusalbench.tasks.refusalbench.generate import generation_messages, rule_candidates
-from refusalbench.tasks.refusalbench.judge import judge_messages
+from refusalbench.tasks.refusalbench.judge import judge_messages, judge_schema
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, BenchmarkItem, Candidate, Lever, Response
 from refusalbench.tasks.refusalbench.respond import target_messages
 from refusalbench.tasks.refusalbench.select import stratum_quotas
-from refusalbench.tasks.llm.structured_outputs import (GeneratorMultiOutput, GeneratorSingleOutput, JudgeMultiOutput,
-                                                   JudgeSingleOutput, VerifierOutput)
+from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput, VerifierOutput
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, STRATA, expected_behaviour
 from refusalbench.tasks.refusalbench.verify import verification_messages
 
@@ -170,7 +172,7 @@ def _stand_in(item: BaseItem) -> BenchmarkItem:
                          domain=item.domain)
 
 
-def _target_prompts(items: list[BenchmarkItem], confidence: bool) -> list[Prompt]:
+def _target_prompts(items: list[BenchmarkItem], confidence: bool = False) -> list[Prompt]:
     return [_prompt(target_messages(item, confidence), None) for item in items]
 
 
@@ -178,8 +180,7 @@ def _judge_prompts(items: list[BenchmarkItem]) -> list[Prompt]:
     prompts: list[Prompt] = []
     for item in items:
         stand_in = Response(item_id=item.item_id, model="-", raw=item.answers[0] if item.answers else "")
-        schema = JudgeMultiOutput if item.variant == "multi" else JudgeSingleOutput
-        prompts.append(_prompt(judge_messages(item, stand_in), schema))
+        prompts.append(_prompt(judge_messages(item, stand_in), judge_schema(item)))
     return prompts
 
 
@@ -225,7 +226,7 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
     all_items = load_base_set(cfg.resolve_path(gen.base_set))
     catalogue = load_catalogue()
     items, assignments = draw_assignments(all_items, catalogue, configured_strata(cfg), gen.base_sample,
-                                          gen.levers_per_stratum, seed)
+                                          gen.levers_per_stratum, seed, by=gen.base_sample_by)
     drawn = _Generation(all_items, items, assignments, {lever.id: lever for lever in catalogue})
     per_stratum = Counter((a.perturbation_class, a.intensity) for a in assignments)
     ordered = [s for s in STRATA if s in per_stratum]
@@ -283,32 +284,51 @@ def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, b
     ev, models = cfg.evaluation, cfg.models
     if benchmark is not None:
         answerable = [item for item in benchmark if item.expected == ANSWER_CORRECTLY]
-        size, judged, exact = len(benchmark), len(answerable), True
-        respond_prompts, judge_prompts = _target_prompts(benchmark, ev.confidence), _judge_prompts(answerable)
+        shown_to_judge = benchmark if ev.decision == "judge" else answerable  # the judge classifies every reply
+        size, judged, exact = len(benchmark), len(shown_to_judge), True
+        respond_prompts, judge_prompts = _target_prompts(benchmark), _judge_prompts(shown_to_judge)
+        calibration_prompts = _target_prompts(benchmark, confidence=True) if ev.confidence else []
         respond_note = f"{size} benchmark items x {len(targets)} targets (exact)"
     else:
         stand_ins = [_stand_in(item) for item in drawn.items]
-        size, judged, exact = drawn.benchmark_max, drawn.answerable_max, False
-        respond_prompts, judge_prompts = _target_prompts(stand_ins, ev.confidence), _judge_prompts(stand_ins)
+        size, exact = drawn.benchmark_max, False
+        judged = size if ev.decision == "judge" else drawn.answerable_max
+        respond_prompts, judge_prompts = _target_prompts(stand_ins), _judge_prompts(stand_ins)
+        calibration_prompts = _target_prompts(stand_ins, confidence=True) if ev.confidence else []
         respond_note = (f"at most {size} benchmark items (the sum over strata of min(quota, candidates)) "
                         f"x {len(targets)} targets")
     respond = _StageWork(respond_note)
     for model in targets:
         respond.add(model, models[model], size, respond_prompts, bounded=not exact)
-    judge_work = _StageWork(f"at most {judged} answerable items x {len(targets)} targets: only answers to "
-                            "answerable items are judged")
+    judge_work = _StageWork(f"at most {judged} items x {len(targets)} targets: the judge classifies every reply "
+                            "but one that is only a refusal code" if ev.decision == "judge" else
+                            f"at most {judged} answerable items x {len(targets)} targets: only answers to "
+                            "answerable items are judged (decision: codes)")
     if judge is not None:
         judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True)
-    return {"respond": respond, "judge": judge_work}
+    if ev.confidence:
+        # The calibration pass (App. F.2): every item again with the confidence prompt, judged alike. DESIGN
+        # §4 names plan's stages, so its calls count in respond and judge, and their notes say so.
+        for model in targets:
+            respond.add(model, models[model], size, calibration_prompts, bounded=not exact)
+        if judge is not None:
+            judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True)
+        respond.note += "; twice with the calibration pass (evaluation.confidence: the confidence prompt)"
+        judge_work.note += "; twice with the calibration pass"
+    work = {"respond": respond, "judge": judge_work}
+    return work
 
 
 def _prices(cfg: RunConfig, names: Collection[str]) -> dict[str, tuple[float, float] | None]:
-    """(input, output) USD per token from LiteLLM's offline price map; None when it has no price."""
+    """(input, output) USD per token: the config's ``price``, else LiteLLM's offline map; None: unknown, never $0."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     prices: dict[str, tuple[float, float] | None] = {}
     for name in names:
+        if (price := cfg.models[name].price) is not None:  # the user's price overrides the map
+            prices[name] = (price.input_per_mtok / 1e6, price.output_per_mtok / 1e6)
+            continue
         if cfg.models[name].local is not None and not cfg.models[name].api_base:
             prices[name] = (0.0, 0.0)  # our own llama.cpp server: no provider bills these calls
             continue
@@ -415,7 +435,7 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
     no_price = sorted({name for name in unpriced if prices.get(name) is None})
     no_ceiling = sorted(set(unpriced) - set(no_price))
     if no_price:
-        notes.append(f"no price in LiteLLM's map (cost unknown, not zero): {', '.join(no_price)}")
+        notes.append(f"no price in the config or LiteLLM's map (cost unknown, not zero): {', '.join(no_price)}")
     if no_ceiling:
         notes.append(f"no params.max_tokens, so output is unbounded: {', '.join(no_ceiling)}")
     outs = [s.output_tokens_max for s in stages.values()]

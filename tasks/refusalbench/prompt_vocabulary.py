@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from refusalbench.tasks.llm.structured_outputs import ANSWER_ATTEMPT
 from refusalbench.tasks.refusalbench.decisions import CONFIDENCE_LEVELS
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSE_OTHER
 
@@ -73,5 +74,8 @@ TARGET_VOCABULARY: dict[str, Any] = {
     "REFUSAL_CODE_HELP": REFUSAL_CODE_HELP,
     "CONFIDENCE_LEVELS": tuple(CONFIDENCE_LEVELS),
 }
+# What judge_single.j2 / judge_multi.j2 / judge_decision.j2 classify a reply as: an answer attempt or a
+# refusal category (structured_outputs.JUDGE_CLASSIFICATIONS, the codes in REFUSAL_CODE_HELP's order).
+JUDGE_VOCABULARY: dict[str, Any] = {"ANSWER_ATTEMPT": ANSWER_ATTEMPT, "REFUSAL_CODE_HELP": REFUSAL_CODE_HELP}
 # What verifier_single.j2 / verifier_multi.j2 compare the expected response with.
 VERIFIER_VOCABULARY: dict[str, Any] = {"ANSWER_CORRECTLY": ANSWER_CORRECTLY}

@@ -156,6 +156,10 @@ class Verification(Record):
                                                           "provider_blocked, empty, too_long, call_error, parse_error")
     raw: str | None = None
     cached: bool = False
+    # What the call billed (CallResult.billing): the run's costs add up over these rows.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
     # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
     finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
     reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
@@ -211,7 +215,14 @@ class Judgment(Record):
     item_id: str
     model: str
     expected: str
-    decision: str | None
+    decision: str | None = Field(description="ANSWER or a canonical refusal code: what scoring reads (the judge's "
+                                             "classification, or the code parser's; see decision_source)")
+    parser_decision: str | None = Field(default=None, description="the code parser's decision on the same reply "
+                                                                  "(Response.decision)")
+    decision_source: Literal["judge", "parser"] | None = Field(
+        default=None, description="who decided: the judge's classification, or the code parser (evaluation.decision: "
+                                  "codes, a reply that is nothing but a code, or a judge reply without a classification)")
+    refusal_reasons: str | None = Field(default=None, description="the judge's short account of a refusal's reasons")
     answer_correct: bool | None = None
     refusal_correct: bool | None = None
     quality: int | None = None
@@ -235,3 +246,8 @@ class Judgment(Record):
     judge_reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
     judge_served_model: str | None = Field(default=None, description="the model name the provider says answered")
     judge_system_fingerprint: str | None = None
+    # What the judge's call billed (CallResult.billing("judge_")); a row the judge did not see has none.
+    judge_cached: bool = False
+    judge_prompt_tokens: int | None = None
+    judge_completion_tokens: int | None = None
+    judge_cost_usd: float | None = None

@@ -1,9 +1,14 @@
 """Stage: respond. Every target model answers (or refuses) every benchmark item.
 
 The target sees only the perturbed question and context (or passages) and must answer
-from them or reply with exactly one refusal code; optionally it states a verbal
-confidence level. Replies are parsed here into a decision (ANSWER or a canonical code);
-a failed call is a ``Response`` with ``error`` set, so every (item, model) pair has a row.
+from them or reply with exactly one refusal code. Replies are parsed here into a decision
+(ANSWER or a canonical code); a failed call is a ``Response`` with ``error`` set, so every
+(item, model) pair has a row.
+
+The main responses always use the paper's plain prompt. With ``evaluation.confidence`` a
+separate calibration pass (App. F.2) asks the same items again with the prompt that also
+elicits a verbal confidence level (:func:`calibrate`): its own calls, its own files, the
+only source of ECE, so the headline metrics never see the modified prompt.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from refusalbench.tasks.refusalbench.prompt_vocabulary import TARGET_VOCABULARY
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Response
 
 
-def target_messages(item: BenchmarkItem, confidence: bool) -> list[dict[str, str]]:
+def target_messages(item: BenchmarkItem, confidence: bool = False) -> list[dict[str, str]]:
+    """The target's prompt for ``item``; ``confidence``: the calibration pass's (asks for a CONFIDENCE line)."""
     if item.variant == "multi":
         return render_messages("target_multi.j2", question=item.question, passages=item.passages, confidence=confidence,
                                **TARGET_VOCABULARY)
@@ -38,8 +44,21 @@ def response_from_result(item: BenchmarkItem, model: str, result: CallResult, co
 
 def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confidence: bool = False,
             on_result: Callable[[CallResult], None] | None = None, role: str = "targets") -> list[Response]:
-    """``model`` answers every item; ``role``: the calls' cache scope (the pre-test's are ``pretest``)."""
+    """``model`` answers every item; ``role``: the calls' cache scope (the pre-test's are ``pretest``).
+
+    ``confidence``: the calibration pass's prompt and its parsed confidence (see :func:`calibrate`).
+    """
     specs = [CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id, role=role)
              for item in items]
     results = gateway.complete_many(specs, on_result=on_result)
     return [response_from_result(item, model, result, confidence) for item, result in zip(items, results)]
+
+
+def calibrate(gateway: Gateway, items: list[BenchmarkItem], model: str, *,
+              on_result: Callable[[CallResult], None] | None = None) -> list[Response]:
+    """The calibration pass: ``model`` answers every item with the confidence-eliciting prompt.
+
+    Its messages differ from the main pass's, so its calls have their own cache keys (role
+    ``targets``); the responses carry the stated ``confidence`` and are judged like the main ones.
+    """
+    return respond(gateway, items, model, confidence=True, on_result=on_result)

@@ -66,7 +66,7 @@ def effective_verdict(stated: str, flags: dict[str, bool | None], required: tupl
 
 def verification_from_result(candidate: Candidate, verifier: str, result: CallResult) -> Verification:
     base = dict(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
-                raw=result.text, cached=result.cached, **result.metadata())
+                raw=result.text, **result.billing(), **result.metadata())
     output = result.parsed
     if not result.ok or output is None:
         return Verification(verdict="ERROR", error=result.error or "no output",

@@ -29,11 +29,12 @@ from refusalbench.tasks.llm.gateway import CallResult
 from refusalbench.tasks.llm.providers import PLACEHOLDER_KEY, profile_for, response_format_for
 from refusalbench.tasks.llm.reply_outcomes import OK, outcome_error, reply_outcome
 from refusalbench.tasks.integrations.inspect.sample_metadata import ITEM_KEY, SCORE_KEY
-from refusalbench.tasks.refusalbench.judge import judge_messages, judgment_from_result, judgment_without_model, needs_judge
+from refusalbench.tasks.refusalbench.judge import (DecisionMode, judge_messages, judge_schema, judgment_from_result,
+                                                  judgment_without_model, needs_judge)
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.respond import response_from_result, target_messages
 from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics
-from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, JudgeSingleOutput, json_schema_for, parse_output
+from refusalbench.tasks.llm.structured_outputs import json_schema_for, parse_output
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
 
@@ -58,22 +59,19 @@ def response_of(item: BenchmarkItem, model: str, text: str | None, confidence: b
                                 confidence)
 
 
-def judge_schema(item: BenchmarkItem) -> type[BaseModel]:
-    return JudgeMultiOutput if item.variant == "multi" else JudgeSingleOutput
-
-
-def judge_request(item: BenchmarkItem, response: Response) -> tuple[list[dict[str, str]], str, dict[str, Any]] | None:
+def judge_request(item: BenchmarkItem, response: Response,
+                  decision: DecisionMode = "judge") -> tuple[list[dict[str, str]], str, dict[str, Any]] | None:
     """(messages, schema name, JSON schema) when the judge model must decide, else None (no call)."""
-    if not needs_judge(item, response):
+    if not needs_judge(item, response, decision):
         return None
-    schema = judge_schema(item)
+    schema: type[BaseModel] = judge_schema(item)
     return judge_messages(item, response), schema.__name__, json_schema_for(schema)
 
 
 def judgment_of(item: BenchmarkItem, response: Response, judge: str | None = None, text: str | None = None,
-                error: str | None = None) -> Judgment:
+                error: str | None = None, decision: DecisionMode = "judge") -> Judgment:
     """The judgment of one response: without a call where none is needed, else from the judge's reply."""
-    if not needs_judge(item, response):
+    if not needs_judge(item, response, decision):
         return judgment_without_model(item, response)
     parsed = None
     if error is None:
@@ -81,7 +79,7 @@ def judgment_of(item: BenchmarkItem, response: Response, judge: str | None = Non
         if parsed is None:
             error = f"parse error: {problem}"
     result = CallResult(model=judge or "", key="", text=text, parsed=parsed, error=error)
-    return judgment_from_result(item, response, judge or "", result)
+    return judgment_from_result(item, response, judge or "", result, decision)
 
 
 def is_correct(judgment: Judgment) -> bool | None:
@@ -101,8 +99,9 @@ def score_fields(item: BenchmarkItem, response: Response, judgment: Judgment) ->
                                  f"judge RAF {judgment.raf}" if judgment.raf is not None else "no judge call")
     return {
         "value": value,
-        "answer": response.decision,
-        "explanation": f"expected {item.expected}, decision {response.decision}; {verdict}",
+        "answer": judgment.decision,
+        "explanation": f"expected {item.expected}, decision {judgment.decision} (by the "
+                       f"{judgment.decision_source or 'parser'}); {verdict}",
         "metadata": {SCORE_KEY: {"judgment": judgment.model_dump(mode="json"), "variant": item.variant,
                                  "response_error": response.error}},
     }

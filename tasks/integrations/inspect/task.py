@@ -76,7 +76,7 @@ def chat_messages(messages: list[dict[str, str]]) -> list[ChatMessage]:
 
 @task
 def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str | None = None,
-                 confidence: bool = False) -> Task:
+                 confidence: bool = False, decision: str = "judge") -> Task:
     """RefusalBench over a ``benchmark.parquet`` (a local path or s3:// URI).
 
     Args:
@@ -84,7 +84,11 @@ def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str |
         judge: the judge model (any inspect model); default: the ``grader`` model role.
         judge_base_url: base URL for the judge model, if it needs one.
         confidence: ask targets for a verbal confidence (calibration metrics).
+        decision: ``judge`` (the judge classifies answer vs refusal, as ``evaluation.decision``) or
+            ``codes`` (the refusal-code parser decides; the judge grades answers only).
     """
+    if decision not in ("judge", "codes"):
+        raise ValueError(f"decision must be 'judge' or 'codes', not {decision!r}")
     items = read_benchmark(benchmark)
     samples = []
     for item in items:
@@ -94,7 +98,8 @@ def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str |
     return Task(
         dataset=MemoryDataset(samples, name=Path(benchmark).stem, location=str(benchmark)),
         solver=generate(),
-        scorer=refusalbench_judge(judge=judge, judge_base_url=judge_base_url, confidence=confidence),
+        scorer=refusalbench_judge(judge=judge, judge_base_url=judge_base_url, confidence=confidence,
+                                  decision=decision),
         metadata={"refusalbench_prompt_hashes": all_template_hashes()},
     )
 
@@ -137,19 +142,20 @@ async def _ask_judge(judge: str | None, judge_base_url: str | None, request: tup
 
 
 @scorer(metrics=TASK_METRICS)
-def refusalbench_judge(judge: str | None = None, judge_base_url: str | None = None, confidence: bool = False):
+def refusalbench_judge(judge: str | None = None, judge_base_url: str | None = None, confidence: bool = False,
+                       decision: str = "judge"):
     """The project's refusal parsing and judging; C/I per sample, N when left out of the metrics."""
 
     async def score(state: TaskState, target: Target) -> Score:
         item = item_of(state.metadata)
         response = bridge.response_of(item, str(state.model), state.output.completion, confidence,
                                       stop_reason=state.output.stop_reason)
-        request = bridge.judge_request(item, response)
+        request = bridge.judge_request(item, response, decision)
         if request is None:
-            judgment = bridge.judgment_of(item, response)
+            judgment = bridge.judgment_of(item, response, decision=decision)
         else:
             name, text, error = await _ask_judge(judge, judge_base_url, request)
-            judgment = bridge.judgment_of(item, response, judge or name, text, error)
+            judgment = bridge.judgment_of(item, response, judge or name, text, error, decision)
         return Score(**bridge.score_fields(item, response, judgment))
 
     return score

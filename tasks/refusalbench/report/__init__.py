@@ -14,6 +14,8 @@ mathtext.
 - :mod:`.gv`: the generator × verifier section (funnel, verdict consistency, pre-checks).
 - :mod:`.generation_figures`: composition, contributions, pass rates, self-evaluation bias, verifier kappa.
 - :mod:`.comparison_figures`: scaling, SFT vs DPO, thinking budget, domain difficulty (from the registry).
+- :mod:`.paper_figures` (tables: :mod:`.paper_tables`): dashboards, refusal-accuracy ranking, class difficulty,
+  domains, confusion across models and by intensity; figures left out, with reasons.
 - ``core.html_page``: HTML building blocks (style sheet, escaping, tables, sections), shared with KnowOrNot.
 """
 

@@ -17,7 +17,8 @@ from refusalbench.tasks.refusalbench.decisions import ANSWER
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
 
 
-def _short_code(code: str) -> str:
+def short_code(code: str) -> str:
+    """A refusal code without its REFUSE_ prefix (axis labels)."""
     return code.removeprefix("REFUSE_") if code.startswith("REFUSE_") else code
 
 
@@ -108,9 +109,9 @@ def confusion_plot(table: pd.DataFrame, model: str) -> str:
             if matrix[i, j]:
                 ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=8,
                         color="white" if shares[i, j] > 0.6 else "black")
-    ax.set_xticks(range(len(predicted)), [plot_text(_short_code(p)) for p in predicted],
+    ax.set_xticks(range(len(predicted)), [plot_text(short_code(p)) for p in predicted],
                   rotation=40, ha="right")
-    ax.set_yticks(range(len(expected)), [plot_text(_short_code(e)) for e in expected])
+    ax.set_yticks(range(len(expected)), [plot_text(short_code(e)) for e in expected])
     ax.set_xlabel("predicted (REFUSE_ prefix dropped)")
     ax.set_ylabel("expected")
     ax.set_title(f"Confusion matrix — {plot_text(model)}\n(colour = row share, text = count)")

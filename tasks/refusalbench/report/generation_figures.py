@@ -5,6 +5,7 @@
 - pass rate per generator x class and generator x intensity (Figs. 4, 15)
 - self-evaluation bias per class, for models that both generate and verify (Fig. 17)
 - verifier agreement: pairwise Cohen's kappa (Fig. 14)
+- self vs cross pass rate per model and averaged, on the matched set (Fig. 3; ``matched_set``)
 
 The tables come from the run's candidates and verifications (``tasks.gv_analysis``, effective
 verdicts); here they are shaped into frames (pure functions, tested) and drawn. A figure the
@@ -73,6 +74,22 @@ def self_bias_table(analysis: Mapping[str, Any]) -> pd.DataFrame:
     table = _grid({m: {k: c.get("self_evaluation_bias") for k, c in v.items()} for m, v in cells.items()},
                   sorted(cells), PERTURBATION_CLASSES)
     return table.astype(float)
+
+
+def self_cross_table(analysis: Mapping[str, Any]) -> pd.DataFrame:
+    """Self and cross pass rate (and their Wilson bounds) per model that generates and verifies, on the
+    matched set, then their mean (the paper's headline pair); empty without a matched set."""
+    matched = analysis.get("matched_set") or {}
+    rows = {model: {"self": row.get("self_pass_rate"), "cross": row.get("cross_pass_rate"),
+                    "self_low": (row.get("self_interval") or [None, None])[0],
+                    "self_high": (row.get("self_interval") or [None, None])[1],
+                    "cross_low": (row.get("cross_interval") or [None, None])[0],
+                    "cross_high": (row.get("cross_interval") or [None, None])[1]}
+            for model, row in (matched.get("self_evaluation") or {}).items()}
+    if not rows:
+        return pd.DataFrame()
+    rows["mean"] = {"self": matched.get("self_pass_rate"), "cross": matched.get("cross_pass_rate")}
+    return pd.DataFrame.from_dict(rows, orient="index").astype(float)
 
 
 def kappa_matrix(analysis: Mapping[str, Any]) -> pd.DataFrame:
@@ -153,6 +170,33 @@ def heatmap(values: pd.DataFrame, title: str, *, xlabel: str, ylabel: str, vmin:
     return png_base64(fig)
 
 
+def self_cross_plot(table: pd.DataFrame) -> str:
+    """Paired bars per model (self, cross) with Wilson intervals, the mean pair last (Fig. 3)."""
+    positions = np.arange(len(table.index))
+    fig = Figure(figsize=(max(4.5, 0.9 * len(positions) + 2.5), 3.6))
+    ax = fig.add_subplot()
+    for offset, column, label in ((-0.2, "self", "self (own candidates)"), (0.2, "cross", "cross (others' candidates)")):
+        values = table[column].to_numpy(dtype=float)
+        low = table.get(f"{column}_low", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
+        high = table.get(f"{column}_high", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
+        ax.bar(positions + offset, np.nan_to_num(values), 0.4, label=label)
+        bounded = ~np.isnan(low) & ~np.isnan(high)  # the mean pair has no interval
+        ax.errorbar((positions + offset)[bounded], values[bounded],
+                    yerr=np.vstack([values - low, high - values])[:, bounded], fmt="none", ecolor="black",
+                    elinewidth=0.8, capsize=2)
+        for x, value, top in zip(positions + offset, values, np.where(bounded, high, values)):
+            if not np.isnan(value):
+                ax.text(x, top + 0.02, _percent(value), ha="center", va="bottom", fontsize=7)
+    ax.axvline(len(positions) - 1.5, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xticks(positions, [plot_text(i) for i in table.index], rotation=30, ha="right")
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel("pass rate (matched set)")
+    ax.set_title("Self vs cross pass rate (Fig. 3 form)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return png_base64(fig)
+
+
 def _percent(value: float) -> str:
     return f"{100 * value:.0f}%"
 
@@ -169,6 +213,19 @@ def _names(values: Sequence[str]) -> str:
 
 def _reason(title: str, why: str) -> str:
     return f"<p class='note'>{escape(title)}: {escape(why)}.</p>"
+
+
+def _self_cross_figure(analysis: Mapping[str, Any], generators: list[str], verifiers: list[str]) -> str:
+    title = "Self vs cross pass rate"
+    table = self_cross_table(analysis)
+    if not table.empty and table[["self", "cross"]].notna().any().any():
+        return image_tag(self_cross_plot(table), "self vs cross pass rate on the matched set")
+    if "matched_set" not in analysis or analysis["matched_set"] is None:
+        return _reason(title, _EARLIER)
+    if table.empty:
+        return _reason(title, "needs a model that is both a generator and a verifier "
+                              f"(this run: generators {_names(generators)}; verifiers {_names(verifiers)})")
+    return _reason(title, "no matched candidate of " + _names(list(table.index[:-1])) + " has a verdict")
 
 
 def generation_figures_html(analysis: Mapping[str, Any]) -> str:
@@ -203,6 +260,8 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
         parts.append(image_tag(heatmap(rates, f"{title} ({figure} form)", xlabel=axis_label, ylabel="generator",
                                        vmin=0, vmax=1, cmap="RdYlGn", label="pass rate (PASS / PASS+FAIL)",
                                        cell=_percent, counts=judged), title.lower()))
+
+    parts.append(_self_cross_figure(analysis, generators, verifiers))
 
     bias = self_bias_table(analysis)
     if not bias.empty:

@@ -16,18 +16,19 @@ import pandas as pd
 from refusalbench.tasks.core.html_page import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
 from refusalbench.tasks.core.plotting import ordered
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
+from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
 from refusalbench.tasks.refusalbench.report.figures import (
     class_intensity_heatmap,
     confusion_plot,
     intensity_curves,
     refusal_error_bars,
-    reliability_diagrams,
     scatter_plot,
 )
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
-from refusalbench.tasks.refusalbench.report.gv import gv_section_html, unverified_note
+from refusalbench.tasks.refusalbench.report.gv import base_sample_domains_html, gv_section_html, unverified_note
 from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
+from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     INTERVAL_NOTE,
     SIGNIFICANCE_NOTE,
@@ -48,6 +49,7 @@ from refusalbench.tasks.refusalbench.report.outcomes import (
     multi_document_section,
     standard_errors_section,
 )
+from refusalbench.tasks.refusalbench.report.paper_figures import paper_figures
 from refusalbench.tasks.refusalbench.report.pairwise_section import pairwise_section
 from refusalbench.tasks.refusalbench.report.responses import responses_section
 from refusalbench.tasks.refusalbench.report.trend_section import trend_section
@@ -92,6 +94,13 @@ class ReportInputs:
     # metrics.json's pairwise block (rank ranges, the leader's group, the pairwise table).
     standard_errors_iid: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     pairwise: Mapping[str, Any] | None = None
+    # judged.parquet (confusion by intensity) and benchmark.parquet (items per domain): the paper figures.
+    judged: pd.DataFrame | None = None
+    benchmark: pd.DataFrame | None = None
+    # Where the confidences came from (the calibration pass or the scored responses) and, per model,
+    # the share of them at maximum confidence with their accuracy (``scoring.calibration``).
+    calibration_source: str | None = None
+    max_confidence: Mapping[str, Mapping[str, Any]] | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
@@ -114,6 +123,8 @@ class ReportInputs:
             multi_document=result.multi_document,
             outcomes=result.outcomes,
             min_coverage=result.min_coverage,
+            calibration_source=result.calibration_source,
+            max_confidence=result.max_confidence,
             **optional,
         )
 
@@ -187,6 +198,7 @@ def _base_set_section(run: ReportInputs) -> str | None:
         frame = pd.DataFrame.from_dict(by_model, orient="index")
         frame.insert(0, "model", frame.index.astype(str))
         body += "<h3>Pre-test answers per model</h3>" + frame_table(frame)
+    body += base_sample_domains_html(counts)
     return section("Base set", body)
 
 
@@ -243,6 +255,7 @@ def build_report(run: ReportInputs) -> str:
     coverage = coverage_section(run.metrics, run.outcomes, run.min_coverage, order)
     if coverage:
         sections.append(coverage)
+    sections.extend(filter(None, [decision_section(run.manifest, order)]))
     sections.extend(filter(None, [
         standard_errors_section(run.standard_errors, order, run.standard_errors_iid),
         pairwise_section(run.pairwise, order),
@@ -283,6 +296,8 @@ def build_report(run: ReportInputs) -> str:
         sections.append(section("Refusal rate by intensity",
                                 image_tag(intensity_curves(intensity), "refusal rate by intensity curves")))
 
+    paper = paper_figures(run, order)  # dashboards, rankings, domains, confusion across models
+    sections.extend(paper.sections)
     if _non_empty(run.confusion):
         figures = [image_tag(confusion_plot(run.confusion[run.confusion["model"] == m], m),
                              f"confusion matrix for {m}")
@@ -290,20 +305,7 @@ def build_report(run: ReportInputs) -> str:
         sections.append(section("Confusion matrices (expected × predicted)",
                                 "<div class='figs'>" + "".join(figures) + "</div>"))
 
-    if _non_empty(run.calibration):
-        ece_rows = "".join(
-            f"<tr><td class='name'>{escape(m)}</td>"
-            + "".join(f"<td>{format_value(run.metrics[m].get(k), k)}</td>"
-                      for k in ("ece", "ece_answer", "ece_refusal"))
-            + f"<td>{int(run.metrics[m].get('n_confidence', 0))}</td></tr>"
-            for m in order)
-        table = ("<table><tr><th class='name'>Model</th><th>ECE</th><th>ECE (answers)</th>"
-                 f"<th>ECE (refusals)</th><th>n with confidence</th></tr>{ece_rows}</table>")
-        diagrams = image_tag(reliability_diagrams(run.calibration, run.metrics), "reliability diagrams")
-        sections.append(section("Calibration", table + diagrams))
-    else:
-        sections.append(section("Calibration", "<p class='note'>No confidences were elicited in this run, "
-                                "so there is no reliability diagram and ECE is undefined.</p>"))
+    sections.append(calibration_section(run.metrics, run.calibration, run.max_confidence, run.calibration_source, order))
 
     if _non_empty(run.breakdown):
         tables = _breakdown_tables(run.breakdown)
@@ -318,6 +320,7 @@ def build_report(run: ReportInputs) -> str:
         sections.append(trend_section(run.round_trend, run.trend))
 
     sections.extend(_generation_sections(run))
+    sections.extend(filter(None, [paper.left_out_section()]))
 
     if run.manifest:
         sections.append(section("Run metadata", mapping_html(run.manifest)))

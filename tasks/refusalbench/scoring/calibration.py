@@ -10,6 +10,16 @@ like every other metric and comes out of the same sufficient statistics (see
 :mod:`refusalbench.tasks.refusalbench.scoring.metrics`). Rows without a confidence are left out; ECE is
 NaN when no row has one; every bin is weighted by its share of all the model's rows with a
 confidence.
+
+Where the confidences come from: the paper (App. F.2) elicits them with a separately
+modified prompt, so an evaluation run with ``evaluation.confidence`` has a calibration pass
+of its own (``calibration_judgments.parquet``) and the metrics declared ``calibration=True``
+(ECE, ECE answers, ECE refusals) are computed from its rows alone; every other metric from
+the main judgments (``scoring.result.score_frame(calibration=...)``). A judged-responses file
+given to ``score`` keeps its own confidences, so there ECE comes from that file.
+
+Beside ECE, :func:`max_confidence_summary` gives the share of predictions at maximum
+confidence and their accuracy (App. F.2: ">73% of predictions occur at maximum confidence").
 """
 
 from __future__ import annotations
@@ -27,6 +37,11 @@ N_VERBAL_BINS = len(LEVELS_ASCENDING)
 N_FLOAT_BINS = 10
 N_BINS = N_VERBAL_BINS + N_FLOAT_BINS
 NO_BIN = -1
+# Maximum confidence: the top verbal level (VERY_CONFIDENT, .95), or a number from .95 up.
+MAX_CONFIDENCE = CONFIDENCE_LEVELS[LEVELS_ASCENDING[-1]]
+# Where a score's ECE came from (metrics.json's ``calibration.source``).
+FROM_CALIBRATION_PASS = "calibration pass"
+FROM_RESPONSES = "responses"
 
 
 def bin_label(bin_index: int) -> str:
@@ -70,3 +85,21 @@ def ece(block: np.ndarray) -> np.ndarray:
     total = block[..., 0].sum(axis=-1)
     gap = np.abs(block[..., 1] - block[..., 2]).sum(axis=-1)
     return np.divide(gap, total, out=np.full(np.shape(gap), np.nan), where=total > 0)
+
+
+def max_confidence_summary(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per model of a prepared frame: rows with a confidence (``n``), how many were at maximum
+    confidence (``n_max_confidence``: VERY_CONFIDENT or a number >= .95), their share
+    (``max_confidence_share``) and accuracy (``max_confidence_accuracy``); NaN when undefined."""
+    has = (df["confidence_bin"].to_numpy() >= 0) & df["scored"].to_numpy(dtype=bool)
+    at_max = has & (df["confidence_value"].to_numpy(dtype=np.float64) >= MAX_CONFIDENCE - 1e-9)
+    frame = pd.DataFrame({"model": df["model"].astype(str).to_numpy(), "has": has, "at_max": at_max,
+                          "correct_at_max": at_max & df["correct"].to_numpy(dtype=bool)})
+    sums = frame.groupby("model", sort=True).sum()
+    summary: dict[str, dict[str, float]] = {}
+    for model, row in sums.iterrows():
+        n, n_max, right = int(row["has"]), int(row["at_max"]), int(row["correct_at_max"])
+        summary[str(model)] = {"n": n, "n_max_confidence": n_max,
+                               "max_confidence_share": n_max / n if n else math.nan,
+                               "max_confidence_accuracy": right / n_max if n_max else math.nan}
+    return summary

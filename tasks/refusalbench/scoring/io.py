@@ -23,6 +23,7 @@ from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import open_bytes, open_text, text_lines
+from refusalbench.tasks.refusalbench.scoring.calibration import FROM_RESPONSES, MAX_CONFIDENCE
 from refusalbench.tasks.refusalbench.scoring.clusters import UNIT_DESCRIPTION
 from refusalbench.tasks.refusalbench.scoring.inputs import LineOf, prepare, row_line
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE, ScoreResult
@@ -180,6 +181,10 @@ def metrics_document(result: ScoreResult) -> dict[str, Any]:
         if not result.response_distribution.empty else {},
         "frr_mrr_correlation": {k: _json_number(v) for k, v in correlation.items()} if correlation else None,
         "multi_document": result.multi_document,
+        # Where ECE came from (the calibration pass or the rows' own confidences) and App. F.2's
+        # share of predictions at maximum confidence with their accuracy.
+        "calibration": {"source": result.calibration_source, "max_confidence": MAX_CONFIDENCE,
+                        "models": numbers(result.max_confidence)},
         # Rows without a usable response or whose call failed: counted per model, and how each was treated.
         "outcomes": result.outcomes,
         "outcome_treatment": OUTCOME_TREATMENT,
@@ -268,6 +273,9 @@ def load_score_outputs(files: Mapping[str, bytes]) -> ScoreResult:
         pairwise=document.get("pairwise") or {},
         frr_mrr_correlation=document.get("frr_mrr_correlation") or {},
         multi_document=document.get("multi_document") or {},
+        calibration_source=str((document.get("calibration") or {}).get("source", FROM_RESPONSES)),
+        max_confidence={m: {k: math.nan if v is None else v for k, v in values.items()}
+                        for m, values in ((document.get("calibration") or {}).get("models") or {}).items()},
         outcomes=document.get("outcomes") or {},
         min_coverage=float((document.get("coverage") or {}).get("min_coverage", DEFAULT_MIN_COVERAGE)),
         n_resamples=int(bootstrap.get("n_resamples", 0)),

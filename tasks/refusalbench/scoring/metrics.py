@@ -144,6 +144,9 @@ class MetricSpec:
     # in metrics.json beside the others, without bootstrap intervals or breakdown rows.
     coverage: bool = False
     percent: bool = True  # shown as a percentage; else as a number with three decimals (ECE)
+    # Read from stated confidences: computed from the calibration pass's rows when a run has one
+    # (``scoring.calibration``), from the scored rows' own confidences otherwise.
+    calibration: bool = False
 
     def __post_init__(self) -> None:
         if not self.title:
@@ -221,6 +224,11 @@ def multi_document_metrics() -> tuple[str, ...]:
     return tuple(name for name, spec in METRIC_SPECS.items() if spec.multi_document)
 
 
+def calibration_metrics() -> tuple[str, ...]:
+    """The metrics of stated confidences (ECE): a run's calibration pass feeds them when it has one."""
+    return tuple(name for name, spec in METRIC_SPECS.items() if spec.calibration)
+
+
 def all_metrics() -> tuple[str, ...]:
     """Every declared metric, in metrics.json's order: the single-document ones, then GaRAGe's."""
     return single_document_metrics() + multi_document_metrics()
@@ -268,13 +276,13 @@ declare(MetricSpec("calibrated_refusal_score", label="CRS", title="Calibrated re
                    leaderboard=True, compared=True))
 declare(MetricSpec("ece", label="ECE", title="Expected calibration error",
                    formula=lambda stats: ece(confidence_block(stats).sum(axis=-3)),
-                   higher_is_better=False, leaderboard=True, percent=False))
+                   higher_is_better=False, leaderboard=True, percent=False, calibration=True))
 declare(MetricSpec("ece_answer", label="ECE (answers)", title="ECE over answer attempts",
                    formula=lambda stats: ece(confidence_block(stats)[..., 0, :, :]),
-                   higher_is_better=False, percent=False))
+                   higher_is_better=False, percent=False, calibration=True))
 declare(MetricSpec("ece_refusal", label="ECE (refusals)", title="ECE over refusals",
                    formula=lambda stats: ece(confidence_block(stats)[..., 1, :, :]),
-                   higher_is_better=False, percent=False))
+                   higher_is_better=False, percent=False, calibration=True))
 
 # ----------------------------------------------------------------- outcomes (issue 24)
 # What became of all the rows, scored or not: a row without a usable response (truncated,

@@ -1,0 +1,165 @@
+"""What the model calls cost: the gateway's counters per model and per stage, and each reply's price.
+
+- Every counter is kept twice: per model (the manifest's ``calls``) and per (stage, model) (its
+  ``costs``). A call's stage is the caller's tag, never the time it ran: respond and judge overlap,
+  and each call still counts for its own stage. The tag is set on the spec (``CallSpec.stage``), or
+  taken from :func:`stage` around the calls, or from the resolver the pipeline installs (the
+  Prefect task's name); without any of them the call's cache role stands in.
+- A reply's cost: the model's ``price`` in the config (USD per million tokens, cached prompt tokens
+  at their own price) overrides LiteLLM's offline map; the map's price (LiteLLM's
+  ``completion_cost``) otherwise; our own llama.cpp server costs nothing; anything else is
+  unknown: ``None``, counted as an unpriced call, never as $0.
+- A billed reply the gateway rejects (empty, filtered, truncated) keeps its tokens and cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from refusalbench.tasks.core.config import ModelConfig
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.llm.calls import CallSpec
+    from refusalbench.tasks.llm.transport import Reply
+
+# The counters a stage keeps per model (the per-model ``calls`` keep these and the rest: retries, errors ...).
+STAGE_COUNTERS = ("http_calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+                  "cached_tokens", "cost_usd", "unpriced_calls")
+TOKEN_COUNTERS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens")
+UNTAGGED = "other"  # the stage of a call nobody tagged and that has no cache role
+
+_stage: ContextVar[str | None] = ContextVar("refusalbench_call_stage", default=None)
+_stage_resolver: list[Callable[[], str | None]] = []  # the pipeline's: the running Prefect task's stage
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Tag the calls made inside this block (in this thread or task) with stage ``name``."""
+    token = _stage.set(name)
+    try:
+        yield
+    finally:
+        _stage.reset(token)
+
+
+def install_stage_resolver(resolver: Callable[[], str | None]) -> None:
+    """Where untagged calls learn their stage (the pipeline: the running task's name); one at a time."""
+    _stage_resolver[:] = [resolver]
+
+
+def current_stage(role: str | None = None) -> str:
+    """The stage of a call made here now: :func:`stage`'s tag, the resolver's, else ``role``."""
+    tagged = _stage.get()
+    if tagged is None and _stage_resolver:
+        try:
+            tagged = _stage_resolver[0]()
+        except Exception:  # accounting must never fail a call
+            tagged = None
+    return tagged or role or UNTAGGED
+
+
+def tagged(specs: Iterable["CallSpec"]) -> list["CallSpec"]:
+    """``specs`` each with its stage: read in the caller's thread, since the calls run on the gateway's loop."""
+    out = []
+    for spec in specs:
+        out.append(spec if spec.stage else spec.model_copy(update={"stage": current_stage(spec.role)}))
+    return out
+
+
+# ---------------------------------------------------------------- prices
+
+def reply_cost(cfg: ModelConfig, reply: "Reply", cached_tokens: int | None) -> float | None:
+    """What ``reply`` cost in USD: the config's ``price``, else LiteLLM's, else 0 on our own llama.cpp
+    server; None when unknown. A reply the provider withheld with a 400 (no usage) billed nothing."""
+    if reply.prompt_tokens is None and reply.completion_tokens is None and reply.finish_reason == "content_filter":
+        return 0.0
+    if cfg.price is not None:
+        if reply.prompt_tokens is None and reply.completion_tokens is None:
+            return None  # no usage reported: the user's price has nothing to multiply
+        return cfg.price.cost(reply.prompt_tokens or 0, reply.completion_tokens or 0, cached_tokens or 0)
+    if reply.cost_usd is not None:
+        return float(reply.cost_usd)
+    if cfg.local is not None and not cfg.api_base:
+        return 0.0  # our own llama.cpp server: no provider bills these calls (as ``plan`` prices them)
+    return None
+
+
+def billed_amounts(value: dict[str, Any]) -> dict[str, float]:
+    """The counters one billed reply adds (its cached value's tokens and cost)."""
+    amounts: dict[str, float] = {name: value.get(name) or 0 for name in TOKEN_COUNTERS}
+    if value.get("cost_usd") is None:
+        amounts["unpriced_calls"] = 1
+    else:
+        amounts["cost_usd"] = value["cost_usd"]
+    return amounts
+
+
+def add_billing(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """``second`` (a reply asked again) carrying what both replies billed: a record's tokens and
+    cost are what its call cost in all, so records add up to the manifest's totals."""
+    merged = dict(second)
+    for name in TOKEN_COUNTERS:
+        if first.get(name) is not None or second.get(name) is not None:
+            merged[name] = (first.get(name) or 0) + (second.get(name) or 0)
+    both = (first.get("cost_usd"), second.get("cost_usd"))
+    merged["cost_usd"] = None if None in both else both[0] + both[1]
+    return merged
+
+
+# ---------------------------------------------------------------- counters
+
+class UsageCounters:
+    """The gateway's counters: per model, and per (stage, model) for :data:`STAGE_COUNTERS`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_model: dict[str, Counter] = defaultdict(Counter)
+        self.by_stage: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+
+    def count(self, model: str, stage_name: str | None = None, **amounts: float) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                if amount:
+                    self.by_model[model][name] += amount
+                    if stage_name is not None and name in STAGE_COUNTERS:
+                        self.by_stage[stage_name][model][name] += amount
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            return {model: dict(counter) for model, counter in self.by_model.items()}
+
+    def stage_snapshot(self) -> dict[str, dict[str, dict[str, float]]]:
+        """{stage: {model: counters}} so far."""
+        with self._lock:
+            return {name: {model: dict(c) for model, c in models.items()} for name, models in self.by_stage.items()}
+
+
+# ---------------------------------------------------------------- a run's cost summary
+
+def cost_entry(counters: Iterable[dict[str, float]]) -> dict[str, Any]:
+    """Calls, tokens and cost of some counters summed: ``cost_usd`` is None as soon as one call
+    was unpriced (``priced_cost_usd`` then sums the priced ones, ``unpriced_calls`` says how many)."""
+    total: Counter = Counter()
+    for c in counters:
+        total.update({name: c.get(name, 0) for name in STAGE_COUNTERS})
+    priced = round(float(total["cost_usd"]), 10)
+    unpriced = int(total["unpriced_calls"])
+    entry: dict[str, Any] = {"http_calls": int(total["http_calls"]), "cache_hits": int(total["cache_hits"])}
+    entry.update({name: int(total[name]) for name in TOKEN_COUNTERS})
+    entry.update(cost_usd=None if unpriced else priced, priced_cost_usd=priced, unpriced_calls=unpriced)
+    return entry
+
+
+def cost_summary(by_stage: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """A run's costs (the manifest's ``costs``): ``total``, ``by_stage`` (each with ``by_model``) and
+    ``by_model``, from its per-stage counters; the total is the sum of the stages by construction."""
+    stages = {name: {**cost_entry(models.values()), "by_model": {m: cost_entry([c]) for m, c in sorted(models.items())}}
+              for name, models in sorted(by_stage.items())}
+    models = sorted({m for per_model in by_stage.values() for m in per_model})
+    by_model = {m: cost_entry([per_model[m] for per_model in by_stage.values() if m in per_model]) for m in models}
+    return {"total": cost_entry([c for per_model in by_stage.values() for c in per_model.values()]),
+            "by_stage": stages, "by_model": by_model}

@@ -1,0 +1,127 @@
+"""Embedding requests through LiteLLM's embedding call, one batch of texts per request.
+
+A model of the registry (``models:``) that serves embeddings (``openai/text-embedding-3-large``,
+an OpenAI-compatible ``/v1/embeddings`` behind an ``api_base``) is called the way the gateway
+calls a chat model: its provider profile gives the key and says which failures are worth another
+attempt (``transport.classify``); errors are retried with full-jitter backoff up to the model's
+``max_attempts``; a 429 waits as long as the provider says, within ``max_rate_limit_wait_s``;
+``rpm`` spaces the requests. The SDK's own retries are off, so attempts stay bounded.
+
+Requests go one after another: a knowledge base's texts are embedded in a few large batches, and
+the caller (``knowornot.embeddings``) keeps every vector in the call cache, so a re-run sends none.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.core.errors import RunIncomplete
+from refusalbench.tasks.llm.endpoints import endpoint_identity
+from refusalbench.tasks.llm.providers import profile_for
+from refusalbench.tasks.llm.transport import CallFailed, classify, litellm_module
+
+# LiteLLM's price map from the package, not fetched at import (as the gateway sets it).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+class EmbeddingFailed(RunIncomplete):
+    """A batch the model did not embed after every attempt it was allowed: the run cannot build its
+    index without it, so it ends (one line, exit 1); every vector already embedded stays cached."""
+
+
+def embedding_identity(cfg: ModelConfig) -> dict[str, Any]:
+    """What the vectors of ``cfg`` depend on, for the call-cache key: the LiteLLM model string, the
+    deployment (``endpoints.endpoint_identity``: a written ``api_base``, deployment headers) and the
+    parameters (``dimensions`` changes every vector). Credentials are not part of it."""
+    return {"model": cfg.model, **endpoint_identity(cfg), "params": dict(sorted(cfg.params.items()))}
+
+
+class EmbeddingClient:
+    """Sends batches of texts to one embedding model and returns one float vector per text."""
+
+    def __init__(self, cfg: ModelConfig, api_base: str | None = None):
+        self.cfg = cfg
+        self.api_base = api_base or cfg.api_base  # a run-time endpoint (a local server) wins
+        self.profile = profile_for(cfg.model, self.api_base)
+        self.requests = 0  # requests sent (attempts included), for the caller's accounting
+        self._lock = threading.Lock()
+        self._last_sent = 0.0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of ``texts`` in their order, from one request (retried as the model allows)."""
+        errors, limited_since, last = 0, None, "no attempt made"
+        while True:
+            try:
+                return self._send(list(texts))
+            except CallFailed as failure:
+                last = str(failure)
+                if failure.rate_limited and failure.retriable:
+                    limited_since = limited_since if limited_since is not None else time.monotonic()
+                    wait = failure.retry_after if failure.retry_after is not None else BACKOFF_BASE_S
+                    if time.monotonic() - limited_since + wait <= self.cfg.max_rate_limit_wait_s:
+                        time.sleep(wait)
+                        continue
+                    last += f"; still rate limited after {self.cfg.max_rate_limit_wait_s:g} s"
+                    break
+                errors += 1
+                if not failure.retriable or errors >= self.cfg.max_attempts:
+                    break
+                retry_after = failure.retry_after
+                time.sleep(min(max(retry_after, 0.0), BACKOFF_MAX_S) if retry_after is not None
+                           else random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (errors - 1))))
+        raise EmbeddingFailed(f"embedding model {self.cfg.model}: {last} (after {self.requests} request"
+                              f"{'s' if self.requests != 1 else ''})")
+
+    def _pace(self) -> None:
+        """Space requests ``60 / rpm`` seconds apart (the model's requests-per-minute limit)."""
+        if not self.cfg.rpm:
+            return
+        with self._lock:
+            wait = self._last_sent + 60.0 / self.cfg.rpm - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self._last_sent = time.monotonic()
+
+    def _send(self, texts: list[str]) -> list[list[float]]:
+        litellm = litellm_module()
+        # LiteLLM's OpenAI embedding path reads ``max_retries or DEFAULT_MAX_RETRIES``: the 0 passed
+        # below would become 2 and the SDK would retry behind this module's back. The project never
+        # lets an SDK retry (the gateway passes 0 to every call), so its default is 0 too.
+        litellm.DEFAULT_MAX_RETRIES = 0
+        kwargs: dict[str, Any] = dict(self.cfg.params)
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        api_key = self.profile.api_key(self.cfg, self.api_base)
+        if api_key:
+            kwargs["api_key"] = api_key
+        if self.cfg.extra_headers:
+            kwargs["extra_headers"] = self.cfg.extra_headers
+        self._pace()
+        self.requests += 1
+        try:
+            response = litellm.embedding(model=self.cfg.model, input=texts, timeout=self.cfg.timeout_s,
+                                         max_retries=0, **kwargs)
+        except Exception as exc:  # provider errors of every kind become a CallFailed
+            raise classify(exc, self.profile) from None
+        try:
+            rows = sorted(response.data, key=lambda row: _field(row, "index"))
+            vectors = [list(_field(row, "embedding")) for row in rows]
+        except (AttributeError, KeyError, TypeError):
+            raise CallFailed("malformed reply: no embeddings", retriable=True) from None
+        if len(vectors) != len(texts):
+            raise CallFailed(f"malformed reply: {len(vectors)} embeddings for {len(texts)} texts", retriable=True)
+        return vectors
+
+
+def _field(row: Any, name: str) -> Any:
+    """A field of one embedding row (LiteLLM gives dicts or objects, by provider)."""
+    return row[name] if isinstance(row, dict) else getattr(row, name)
