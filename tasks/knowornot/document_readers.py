@@ -149,24 +149,25 @@ def plain_text_blocks(text: str) -> str:
     return "\n\n".join(b for b in blocks if b)
 
 
+def _document_text(path: Path) -> str:
+    """A text document's content (``read_text``); an empty one is an InputError."""
+    text = read_text(path)
+    if not text.strip():
+        raise InputError(str(path), "document is empty")
+    return text
+
 
 @register_document_reader(".txt")
 def read_plain_text(path: Path) -> str:
     """A plain-text file: hard-wrapped lines joined, paragraphs kept."""
-    text = read_text(path)
-    if not text.strip():
-        raise InputError(str(path), "document is empty")
-    return plain_text_blocks(text)
+    return plain_text_blocks(_document_text(path))
 
 
 @register_document_reader(".markdown")
 @register_document_reader(".md")
 def read_markdown(path: Path) -> str:
     """A Markdown file as prose (``markdown_to_text``)."""
-    text = read_text(path)
-    if not text.strip():
-        raise InputError(str(path), "document is empty")
-    return markdown_to_text(text)
+    return markdown_to_text(_document_text(path))
 
 
 # ----------------------------------------------------------------- PDF
@@ -302,9 +303,7 @@ class _HTMLProse(HTMLParser):
 @register_document_reader(".html")
 def read_html(path: Path) -> str:
     """An HTML page's prose: scripts, styles, navigation, footers and forms dropped, blocks kept."""
-    text = read_text(path)
-    if not text.strip():
-        raise InputError(str(path), "document is empty")
+    text = _document_text(path)
     parser = _HTMLProse()
     parser.feed(text)
     parser.close()
