@@ -14,7 +14,6 @@ the caller (``knowornot.embeddings``) keeps every vector in the call cache, so a
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.core.errors import RunIncomplete
 from refusalbench.tasks.llm.endpoints import endpoint_identity
 from refusalbench.tasks.llm.providers import profile_for
+from refusalbench.tasks.llm.rate_limits import retry_delay
 from refusalbench.tasks.llm.transport import CallFailed, classify, litellm_module
 
 # LiteLLM's price map from the package, not fetched at import (as the gateway sets it).
@@ -75,9 +75,7 @@ class EmbeddingClient:
                 errors += 1
                 if not failure.retriable or errors >= self.cfg.max_attempts:
                     break
-                retry_after = failure.retry_after
-                time.sleep(min(max(retry_after, 0.0), BACKOFF_MAX_S) if retry_after is not None
-                           else random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (errors - 1))))
+                time.sleep(retry_delay(errors, failure.retry_after, BACKOFF_BASE_S, BACKOFF_MAX_S))
         raise EmbeddingFailed(f"embedding model {self.cfg.model}: {last} (after {self.requests} request"
                               f"{'s' if self.requests != 1 else ''})")
 

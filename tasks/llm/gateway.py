@@ -54,7 +54,7 @@ from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallRes
                                           parse_structured, request_key, schema_name)
 from refusalbench.tasks.llm.cache_scope import CacheScope
 from refusalbench.tasks.llm.context_limits import overflow, prompt_tokens
-from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits
+from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits, retry_delay
 from refusalbench.tasks.llm.shared_limits import RedisLimits, SharedModelLimits
 from refusalbench.tasks.llm.structured_modes import StructuredModes
 from refusalbench.tasks.llm.reply_outcomes import (OK, TOO_LONG, cacheable, final_outcome, outcome_error,
@@ -260,10 +260,7 @@ class Gateway:
         return self._limits[model]
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self.backoff_max_s)
-        # Full jitter: spreads retries of many concurrent calls instead of synchronising them.
-        return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+        return retry_delay(attempt, retry_after, self.backoff_base_s, self.backoff_max_s)
 
     async def _send_with_retries(self, spec: CallSpec, cfg: ModelConfig) -> tuple[dict[str, Any] | None, int, str | None]:
         """Send until a reply comes; (value, requests sent, error). Errors are retried up to

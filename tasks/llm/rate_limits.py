@@ -19,12 +19,22 @@ tokens to ``tpm``.
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
+
+def retry_delay(attempt: int, retry_after: float | None, base_s: float, max_s: float) -> float:
+    """Seconds before retrying a failed call's ``attempt``-th error: the provider's ``retry_after`` when
+    it gave one (capped at ``max_s``), else exponential backoff with full jitter, which spreads the
+    retries of many concurrent calls instead of synchronising them."""
+    if retry_after is not None:
+        return min(max(retry_after, 0.0), max_s)
+    return random.uniform(0, min(max_s, base_s * 2 ** (attempt - 1)))
+
 
 # Added to every announced wait: an HTTP-date is rounded to the second and a sleep may end a
 # hair early, so a retry at the exact instant could still be refused.
