@@ -4,8 +4,9 @@ The shape: N base items x all 18 strata (one lever each), 4 generators, 4 verifi
 (unanimous; the scripted verifiers pass everything, so every candidate enters the
 benchmark), T targets and a judge, every model at ``max_concurrency`` C, every reply after
 L seconds. With an empty call cache, the real main job (``flows.launch.run_main``, what
-``refusalbench run`` calls) runs in a child process, as the CLI would (its own ephemeral
-Prefect API); the scripted server runs in this process and logs every request.
+``refusalbench run`` calls) runs in a child process, as the CLI would (embedded mode: Prefect's
+background server in the run's own ``PREFECT_HOME``, started before the measured run unless
+``--cold-api``, and stopped after it); the scripted server runs in this process and logs every request.
 
 Per stage (generate, verify, respond, judge) it prints:
 
@@ -20,10 +21,14 @@ Per stage (generate, verify, respond, judge) it prints:
   against models x C.
 
 Then the fixed cost: the run's wall time minus the time with at least one request in flight
-(start-up, Prefect, Parquet, scoring, report), and the child process's wall time.
+(start-up, Prefect, Parquet, scoring, report), and the child process's wall time; the evaluate
+flow alone against its bound; and where the time goes, stage by stage (``overheads.py``: wall,
+calls in flight, start-up, Parquet I/O, Prefect per task, bootstrap, figures, the rest). With
+several ``--targets`` a last table shows how each part grows with the number of models.
 
     python benchmarks/paper_scale.py --quick                  # N=2, L=0.1 s, 6 targets: a smoke run
     python benchmarks/paper_scale.py                          # N=10, L=1 s, 30 targets, C=16
+    python benchmarks/paper_scale.py --targets 3 10 30        # the same at 3, 10 and 30 targets: how each part grows
     python benchmarks/paper_scale.py --items 4 --latency 0.5 --py-spy /tmp/run.txt   # profile the run
 """
 
@@ -44,6 +49,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from overheads import breakdown, child_figures, instrument, print_breakdown  # noqa: E402
 
 GENERATORS = [f"gen-{i}" for i in range(1, 5)]
 VERIFIERS = [f"ver-{i}" for i in range(1, 5)]
@@ -118,6 +126,7 @@ def child(config: str, out: str) -> None:
     from refusalbench.tasks.core import runfolder
     from refusalbench.tasks.refusalbench import artifacts as rb_files
 
+    instrumented = instrument()  # imports what the run imports later: counted as imports
     imported = time.perf_counter()
     run_main(config, out)
     wall = time.perf_counter() - started
@@ -127,7 +136,8 @@ def child(config: str, out: str) -> None:
         if path.exists():
             timings.update(json.loads(path.read_text()).get("timings_s", {}))
     print(json.dumps({"started_at": started_at, "import_s": imported - started, "wall_s": wall, "timings": timings,
-                      "finished_at": time.time(), "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "finished_at": time.time(), "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "instrumented": instrumented, **child_figures(out)}))
 
 
 def run_child(config: Path, out: Path, env: dict[str, str], py_spy: str | None) -> dict[str, Any]:
@@ -143,10 +153,12 @@ def run_child(config: Path, out: Path, env: dict[str, str], py_spy: str | None) 
     process_started = time.time()
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=6 * 3600)
     process_ended = time.time()
-    if done.returncode != 0:
+    # The child's figures are its last JSON line (py-spy, when it wraps the child, prints after it;
+    # py-spy exits 0 whatever the child did, so a missing line is a failed run too).
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
         raise RuntimeError(f"the run failed:\n{done.stderr[-4000:]}")
-    # The child's figures are its last JSON line (py-spy, when it wraps the child, prints after it).
-    result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    result = json.loads(lines[-1])
     result.update(process_started=process_started, process_wall_s=process_ended - process_started)
     return result
 
@@ -210,12 +222,22 @@ def stage_rows(calls: list[dict[str, Any]], timings: dict[str, float], shape: Sh
 # ----------------------------------------------------------------- driver
 
 
-def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool) -> dict[str, Any]:
+def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api: bool = False) -> dict[str, Any]:
     from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, dry_run_responder
+    from refusalbench.tasks.pipeline.prefect_server import stop_background_server
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(work / "prefect-home"),
                REFUSALBENCH_CACHE_DIR=str(work / "cache"))
-    env.pop("PREFECT_API_URL", None)  # the CLI's own ephemeral API, as a user's run would have
+    env.pop("PREFECT_API_URL", None)  # the CLI's own embedded API, as a user's run would have
+    env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")  # a loaded machine boots it slowly
+    if not cold_api:
+        # As for every command after a user's first: Prefect's background server already runs
+        # (its first start, database creation included, is fixed_cost.py's measure).
+        # The child's environment settings first: a server started under other settings is restarted.
+        subprocess.run([sys.executable, "-c", "from refusalbench.tasks.pipeline.runtime import configure_prefect_env; "
+                        "configure_prefect_env(); from refusalbench.tasks.pipeline.prefect_server import "
+                        "start_embedded_api, wait_until_ready; start_embedded_api(); wait_until_ready()"],
+                       env=env, check=True, capture_output=True, timeout=900)
     with ScriptedLLMServer(responder=dry_run_responder, latency_s=shape.latency) as server:
         config = write_config(work, server.url, shape)
         first = run_child(config, work / "run1", env, py_spy)
@@ -224,6 +246,7 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool) -> dict[s
         if rerun:
             second = run_child(config, work / "run2", env, None)
             second["calls"] = len(server.calls) - len(calls)
+    stop_background_server(work / "prefect-home")  # each measurement starts its own: leave none behind
     rows = stage_rows(calls, first["timings"], shape)
     by = {r["stage"]: r for r in rows}
     bound = by["generate"]["bound_s"] + by["verify"]["bound_s"] + max(by["respond"]["bound_s"], by["judge"]["bound_s"])
@@ -240,9 +263,25 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool) -> dict[s
         "rerun": second and {"wall_s": second["wall_s"], "process_wall_s": second["process_wall_s"],
                              "calls": second["calls"]},
         "run_started_at": first["started_at"],
+        "evaluate": evaluate_figures(first, by),
+        "breakdown": breakdown({**first, "spawn_s": first["started_at"] - first["process_started"]},
+                               [(c["time"], c["model"], stage_of(c)) for c in calls], shape.latency, busy_seconds),
+        "cpu_s": first["cpu_s"], "instrumented": first["instrumented"],
         # Every request as (seconds since the run started, model, stage): enough to replay what was in flight.
         "requests": [(round(c["time"] - first["started_at"], 4), c["model"], stage_of(c)) for c in calls],
     }
+
+
+def evaluate_figures(first: dict[str, Any], by: dict[str, dict[str, Any]]) -> dict[str, float] | None:
+    """The evaluate flow alone: its wall (its manifest's creation to its end) against its bound."""
+    ev = first["manifests"].get("evaluation")
+    if not ev or not ev.get("finished_at"):
+        return None
+    from overheads import _epoch
+
+    wall = _epoch(ev["finished_at"]) - _epoch(ev["created_at"])
+    bound = max(by["respond"]["bound_s"], by["judge"]["bound_s"])
+    return {"wall_s": wall, "bound_s": bound, "ratio": bound / wall if wall else float("nan")}
 
 
 def print_report(result: dict[str, Any]) -> None:
@@ -267,6 +306,30 @@ def print_report(result: dict[str, Any]) -> None:
     if result["rerun"]:
         r = result["rerun"]
         print(f"cached re-run: {r['wall_s']:.1f} s run wall, {r['process_wall_s']:.1f} s process, {r['calls']} calls sent")
+    ev = result["evaluate"]
+    if ev:
+        print(f"evaluate flow alone: {ev['wall_s']:.1f} s wall against its {ev['bound_s']:.1f} s bound = "
+              f"**{100 * ev['ratio']:.0f}%**")
+    print(f"\n#### Where the time goes ({s['targets']} targets; CPU of the run's process {result['cpu_s']:.1f} s)")
+    print_breakdown(result["breakdown"], result["bound_s"], result["run_wall_s"])
+
+
+def print_growth(results: list[dict[str, Any]]) -> None:
+    """The parts that grow with the number of targets, one row per measured run."""
+    print("\n### Growth with the number of targets\n")
+    print("| targets | run wall s | bound s | % of bound | evaluate wall s | evaluate % of bound | respond tasks "
+          "| Prefect per task s | score s | bootstrap s | report s | figures s | process CPU s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        by = {row["stage"]: row for row in r["breakdown"]}
+        respond, score, report = by.get("respond", {}), by.get("score", {}), by.get("report", {})
+        ev = r["evaluate"] or {"wall_s": float("nan"), "ratio": float("nan")}
+        per_task = respond.get("prefect_per_task_s")
+        print(f"| {r['shape']['targets']} | {r['run_wall_s']:.1f} | {r['bound_s']:.1f} | {100 * r['ratio']:.0f}% "
+              f"| {ev['wall_s']:.1f} | {100 * ev['ratio']:.0f}% | {respond.get('tasks', '')} "
+              f"| {'' if per_task is None else f'{per_task:.3f}'} | {score.get('wall_s', 0):.2f} "
+              f"| {score.get('bootstrap_s', 0):.2f} | {report.get('wall_s', 0):.2f} | {report.get('figures_s', 0):.2f} "
+              f"| {r['cpu_s']:.1f} |")
 
 
 def main() -> None:
@@ -275,9 +338,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0, help="seconds before each reply")
     parser.add_argument("--concurrency", type=int, default=16, help="max_concurrency of every model")
     parser.add_argument("--judge-concurrency", type=int, help="max_concurrency of the judge (default: --concurrency)")
-    parser.add_argument("--targets", type=int, default=30)
+    parser.add_argument("--targets", type=int, nargs="+", default=[30],
+                        help="targets; several (e.g. 3 10 30) measure one run each and print how the parts grow")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 items, 0.1 s, 6 targets")
+    parser.add_argument("--cold-api", action="store_true",
+                        help="measure the start of Prefect's background server too (a fresh PREFECT_HOME: its database "
+                             "created); by default it is started before the measured run, as for any later command")
     parser.add_argument("--rerun", action="store_true", help="also time a second run from the call cache")
     parser.add_argument("--py-spy", metavar="FILE",
                         help="profile the run with py-spy, idle samples included: FILE.json speedscope, else collapsed stacks")
@@ -291,19 +358,28 @@ def main() -> None:
         child(args.config, args.out)
         return
     if args.quick:
-        args.items, args.latency, args.targets = 2, 0.1, 6
-    shape = Shape(args.items, args.latency, args.concurrency, args.targets,
-                  args.judge_concurrency or args.concurrency, args.bootstrap)
-    if args.keep:
-        work = Path(args.keep).resolve()
-        work.mkdir(parents=True, exist_ok=False)
-        result = measure(shape, work, args.py_spy, args.rerun)
-    else:
-        with tempfile.TemporaryDirectory(prefix="refusalbench-paper-scale-") as tmp:
-            result = measure(shape, Path(tmp), args.py_spy, args.rerun)
-    print_report(result)
+        args.items, args.latency, args.targets = 2, 0.1, [6]
+    results = []
+    for targets in args.targets:
+        shape = Shape(args.items, args.latency, args.concurrency, targets,
+                      args.judge_concurrency or args.concurrency, args.bootstrap)
+        # Several runs: each in its own folder (DIR/targets-N), profiled to FILE with N before the suffix.
+        py_spy = args.py_spy
+        if py_spy and len(args.targets) > 1:
+            py_spy = str(Path(py_spy).with_stem(f"{Path(py_spy).stem}-{targets}"))
+        if args.keep:
+            work = Path(args.keep).resolve() / (f"targets-{targets}" if len(args.targets) > 1 else "")
+            work.mkdir(parents=True, exist_ok=False)
+            result = measure(shape, work, py_spy, args.rerun, args.cold_api)
+        else:
+            with tempfile.TemporaryDirectory(prefix="refusalbench-paper-scale-") as tmp:
+                result = measure(shape, Path(tmp), py_spy, args.rerun, args.cold_api)
+        print_report(result)
+        results.append(result)
+    if len(results) > 1:
+        print_growth(results)
     if args.json:
-        Path(args.json).write_text(json.dumps(result))
+        Path(args.json).write_text(json.dumps(results[0] if len(results) == 1 else results))
 
 
 if __name__ == "__main__":

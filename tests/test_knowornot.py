@@ -895,3 +895,43 @@ def test_cached_embedder_computes_each_text_once_across_processes_worth_of_cache
     other = HashingEmbedder(dimension=32)
     other.name = "another-model"
     assert CachedEmbedder(other, second.cache).key("a cat") != second.key("a cat")
+
+
+def test_the_model_warms_up_in_the_background_only_when_some_vector_is_not_cached(tmp_path):
+    from refusalbench.tasks.core.config import RunConfig
+    from refusalbench.tasks.knowornot.embeddings import CachedEmbedder, MiniLMEmbedder, embedder_for
+    from refusalbench.tasks.knowornot.retrieval import pair_text
+    from refusalbench.tasks.llm.callcache import open_cache
+    from refusalbench.tasks.pipeline.knowornot_steps import warm_up_embedder
+
+    class LoadCounting(MiniLMEmbedder):
+        """MiniLM's background load, with the model left out: counts the loads started."""
+
+        loads = 0
+
+        def _load(self):
+            with self._lock:
+                LoadCounting.loads += 1
+                self._model = HashingEmbedder(dimension=32)
+                return self._model
+
+    cache = open_cache("sqlite", path=str(tmp_path / "calls.sqlite"))
+    embedder = CachedEmbedder(LoadCounting(), cache)
+    assert embedder.missing(["a cat"]) and not embedder.missing([])
+    embedder.inner.load_in_background()
+    embedder.inner._loader.join(10)
+    embedder.inner.load_in_background()  # loaded already: no second load
+    assert LoadCounting.loads == 1
+    # The run's warm-up: no load for the hashing stand-in, nor for a MiniLM run whose pair texts are all cached.
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"id": "q1", "question": "Who?", "answer": "Ann."}\n')
+    cfg = RunConfig.model_validate({"models": {"m": {"model": "openai/m"}}, "cache": {"path": str(tmp_path / "c.sqlite")},
+                                    "knowornot": {"targets": ["m"], "evaluator": "m", "qa_pairs": str(qa),
+                                                  "embedder": "hashing"}})
+    warm_up_embedder(cfg)  # nothing to load, nothing raised
+    minilm = cfg.model_copy(update={"knowornot": cfg.knowornot.model_copy(update={"embedder": "minilm"})})
+    run_embedder = embedder_for(minilm)
+    run_embedder.cache.put_many({run_embedder.key(pair_text(load_qa_pairs(str(qa))[0])): {"vector": ""}})
+    started = run_embedder.inner._loader  # the process-wide MiniLM: another test may have loaded it
+    warm_up_embedder(minilm)
+    assert run_embedder.inner._loader is started

@@ -90,6 +90,8 @@ def variables_for(name: str, text: str = "plain text", big: str | None = None) -
     table: dict[str, dict[str, Any]] = {
         "generator_single.j2": {**item, "context": context},
         "generator_multi.j2": {**item, "passages": passages, "strategy": lever.multi_document},
+        "generator_single_edit.j2": {**item, "context": context},
+        "generator_multi_edit.j2": {**item, "passages": passages, "strategy": lever.multi_document},
         "verifier_single.j2": {
             **verifier_item, "context": context, "perturbed_question": text, "perturbed_context": context,
             "changes": "- Question: unchanged.", **VERIFIER_VOCABULARY,

@@ -116,3 +116,14 @@ def test_leaderboard_rows_and_markdown_rank_by_crs():
     assert "high\\|pipe" in lines[2] and "70.0% [60.0, 80.0]" in lines[2]
     assert lines[4].count("—") >= 1
     assert leaderboard_markdown({EVIL: {"calibrated_refusal_score": 0.5, "n": 1}}).count("<script>") == 0
+
+
+def test_per_model_figures_become_small_multiples_beyond_a_few_models():
+    from refusalbench.tasks.refusalbench.report.figures import PER_MODEL_FIGURES
+
+    models = [f"m{i}" for i in range(PER_MODEL_FIGURES + 1)]
+    page = build_report(ReportInputs.from_score(score_frame(judged(models), n_resamples=0)))
+    # one image each for the class x intensity heatmaps and the confusion matrices, whatever the model count
+    assert page.count("one panel per model") == 2
+    assert "heatmap for m0" not in page and "confusion matrix for m0" not in page
+    assert page.count(IMG) == 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + PAPER

@@ -66,12 +66,42 @@ class ModelPrice(Strict):
     cached_input_per_mtok: float | None = Field(default=None, ge=0, description="prompt tokens read from the "
                                                 "provider's prompt cache (default: input_per_mtok)")
 
-    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
-        """USD for one call's tokens (``cached_tokens``: the part of the prompt served from the provider's cache)."""
+    batch_input_per_mtok: float | None = Field(default=None, ge=0, description="prompt tokens sent through the "
+                                               "provider's batch API (default: half of input_per_mtok)")
+    batch_output_per_mtok: float | None = Field(default=None, ge=0, description="completion tokens of a batch "
+                                                "reply (default: half of output_per_mtok)")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, *, batch: bool = False) -> float:
+        """USD for one call's tokens (``cached_tokens``: the part of the prompt served from the provider's cache;
+        ``batch``: sent through the batch API, priced at the batch price, which the published APIs set at half)."""
         cached = min(max(cached_tokens, 0), prompt_tokens)
         cached_price = self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
-        return ((prompt_tokens - cached) * self.input_per_mtok + cached * cached_price
-                + completion_tokens * self.output_per_mtok) / 1e6
+        input_price, output_price = self.input_per_mtok, self.output_per_mtok
+        if batch:
+            scale = BATCH_PRICE_SHARE
+            input_price = self.batch_input_per_mtok if self.batch_input_per_mtok is not None else input_price * scale
+            output_price = self.batch_output_per_mtok if self.batch_output_per_mtok is not None else output_price * scale
+            cached_price = min(cached_price, input_price)
+        return ((prompt_tokens - cached) * input_price + cached * cached_price
+                + completion_tokens * output_price) / 1e6
+
+
+# What a batch call costs against the same call sent synchronously, where neither the config nor LiteLLM's
+# map says: OpenAI, Anthropic, Bedrock, Vertex and Azure all publish half the price for their batch APIs.
+BATCH_PRICE_SHARE = 0.5
+
+CallMode = Literal["sync", "batch"]
+
+
+class BatchSettings(Strict):
+    """How a model's batch jobs are sent and waited for (``mode: batch``)."""
+
+    poll_interval_s: float = Field(default=60.0, gt=0, description="seconds between two looks at a running batch")
+    max_wait_s: float = Field(default=86400.0, gt=0, description="how long a batch may run (the providers' window "
+                                                               "is 24 h); items still unanswered then are sent "
+                                                               "synchronously")
+    max_items: int = Field(default=50000, ge=1, description="requests per batch job (OpenAI and Anthropic allow "
+                                                           "up to 50,000 and 100,000)")
 
 
 class ModelConfig(Strict, ExpandedApiBase):
@@ -102,6 +132,11 @@ class ModelConfig(Strict, ExpandedApiBase):
     local: LocalModelSpec | None = None
     price: ModelPrice | None = Field(default=None, description="USD per million tokens (input_per_mtok, "
                                      "output_per_mtok, cached_input_per_mtok); overrides LiteLLM's price map")
+    mode: CallMode | dict[str, CallMode] = Field(
+        default="sync", description="sync: every call to the chat endpoint; batch: through the provider's batch API "
+                                    "(half the price, answers within max_wait_s); or per stage, e.g. "
+                                    "{judge: batch, verify: batch} (a stage not named is sync)")
+    batch: BatchSettings = Field(default_factory=BatchSettings)
     description: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
     reasoning: ReasoningMode | None = Field(
@@ -122,6 +157,12 @@ class ModelConfig(Strict, ExpandedApiBase):
         if value is not None and not value.replace("_", "").isalnum():
             raise ValueError("must be the NAME of an environment variable (letters, digits, _), not a key")
         return value
+
+    def batch_mode(self, stage: str | None) -> bool:
+        """Whether this model's calls of ``stage`` (accounting's stage names) go through the batch API."""
+        if isinstance(self.mode, str):
+            return self.mode == "batch"
+        return stage is not None and self.mode.get(stage) == "batch"
 
     @property
     def rule_based(self) -> bool:

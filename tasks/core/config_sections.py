@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from refusalbench.tasks.core.eval_spec import EvalSpec
 
@@ -17,6 +17,8 @@ class Strict(BaseModel):
 
 
 FilterRule = Literal["unanimous", "majority", "none"]
+# The generator templates that have an edit-style variant (``generation.edit_style``).
+EDIT_STYLE_TEMPLATES: tuple[str, ...] = ("generator_single", "generator_multi")
 
 
 class PretestConfig(Strict):
@@ -46,6 +48,26 @@ class GenerationConfig(Strict):
         default="natural",
         description="'generator': equal counts per generator within each stratum (RefusalBench-NQ); "
                     "'natural': whatever the verifiers accept (RefusalBench-GaRAGe)")
+    edit_style: str | list[str] = Field(
+        default_factory=list,
+        description="generator templates whose generators reply with find-and-replace edits that code applies "
+                    "(fewer output tokens) instead of the whole rewritten item: 'generator_single', "
+                    "'generator_multi', or 'all'; [] (default): full rewrites")
+
+    @field_validator("edit_style")
+    @classmethod
+    def _known_edit_templates(cls, value: str | list[str]) -> str | list[str]:
+        choices = f"{', '.join(EDIT_STYLE_TEMPLATES)} (a list of them) or 'all'"
+        if isinstance(value, str) and value != "all":
+            raise ValueError(f"{value!r} is not a list of generator templates: choose from {choices}")
+        for name in [] if isinstance(value, str) else value:
+            if name not in EDIT_STYLE_TEMPLATES:
+                raise ValueError(f"unknown generator template {name!r}: choose from {choices}")
+        return value
+
+    def edit_templates(self) -> frozenset[str]:
+        """The generator templates (names without .j2) generated in edit style."""
+        return frozenset(EDIT_STYLE_TEMPLATES if self.edit_style == "all" else self.edit_style)
 
     def referenced_models(self) -> list[tuple[str, str]]:
         """(config key, model name) for every model this section names, for the registry check."""

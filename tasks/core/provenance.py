@@ -21,7 +21,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core import clocks, runfolder
 from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.core.narration import story
@@ -58,6 +58,7 @@ class ManifestRecorder:
             seed=seed,
         )
         self._started = time.perf_counter()
+        self._clocks_at_start = clocks.snapshot()  # this run's clocks only: a process may run several flows
         self._stage_counts: dict[str, Any] | None = None  # counts recorded inside the open stage
 
     @contextmanager
@@ -67,7 +68,8 @@ class ManifestRecorder:
         outer, self._stage_counts = self._stage_counts, {}
         started = time.perf_counter()
         try:
-            yield
+            with clocks.clock_scope(name), clocks.timed("stage"):  # the flow thread's wall and CPU in it
+                yield
         except BaseException as exc:
             seconds = time.perf_counter() - started
             story("stage %s: failed after %.1f s: %s: %s", name, seconds, type(exc).__name__, exc, level=logging.ERROR)
@@ -135,6 +137,7 @@ class ManifestRecorder:
                       f"of {', '.join(unpriced)}: the total counts only the priced calls (priced_cost_usd)")
 
     def save(self) -> str:
+        self.manifest.timings = clocks.since(self._clocks_at_start)
         return self.store.save(runfolder.MANIFEST, self.manifest)
 
     def finish(self, status: str = "completed") -> str:

@@ -86,6 +86,9 @@ class RunManifest(Record):
     prompt_hashes: dict[str, str] = Field(default_factory=dict)
     seed: int | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)
+    timings: dict[str, Any] = Field(default_factory=dict, description="what the clocks (core/clocks.py) counted in "
+                                    "this run's process, by scope/clock: wall_s, cpu_s, n (Parquet reads and writes, "
+                                    "task bodies, Prefect submissions ...)")
     counts: dict[str, Any] = Field(default_factory=dict)
     calls: dict[str, Any] = Field(default_factory=dict)
     costs: dict[str, Any] = Field(default_factory=dict, description="this run's tokens and cost: total, by_stage "

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.clocks import timed
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.runfolder import Artifact
 from refusalbench.tasks.core.tables import from_table, to_table
@@ -200,6 +201,10 @@ class ArtifactStore:
         return self.write_bytes(name, text.encode("utf-8"))
 
     def write_json(self, name: str, obj: Any) -> str:
+        with timed("json_write"):
+            return self._write_json(name, obj)
+
+    def _write_json(self, name: str, obj: Any) -> str:
         text = json.dumps(_nan_to_none(json.loads(json.dumps(obj, default=_json_default))), indent=2, sort_keys=False)
         return self.write_text(name, text + "\n")
 
@@ -219,10 +224,12 @@ class ArtifactStore:
         return self.write_batches(name, table.schema, table.to_batches(max_chunksize=row_batch))
 
     def write_records(self, name: str, records: list[BaseModel], record_type: type[BaseModel]) -> str:
-        return self.write_table(name, to_table(records, record_type))
+        with timed("parquet_write"):  # records -> Arrow -> file: what a run spends writing its tables
+            return self.write_table(name, to_table(records, record_type))
 
     def write_frame(self, name: str, frame: "Any") -> str:
-        return self.write_table(name, pa.Table.from_pandas(frame, preserve_index=False))
+        with timed("parquet_write"):
+            return self.write_table(name, pa.Table.from_pandas(frame, preserve_index=False))
 
     # ------------------------------------------------------------ reads
 
@@ -253,10 +260,12 @@ class ArtifactStore:
             yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size)
 
     def read_records(self, name: str, record_type: type[BaseModel]) -> list[Any]:
-        return from_table(self.read_table(name), record_type)
+        with timed("parquet_read"):
+            return from_table(self.read_table(name), record_type)
 
     def read_frame(self, name: str) -> "Any":
-        return self.read_table(name).to_pandas()
+        with timed("parquet_read"):
+            return self.read_table(name).to_pandas()
 
     # ------------------------------------------------------------ declared artifacts (runfolder.py)
 

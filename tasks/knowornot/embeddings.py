@@ -119,12 +119,27 @@ class CachedEmbedder:
                 vectors[text] = np.frombuffer(base64.b64decode(hit["vector"]), dtype=np.float32)
         missing = [t for t in distinct if t not in vectors]
         if missing:
+            computed = {}
             for text, row in zip(missing, self.inner.embed(missing)):
                 row = np.ascontiguousarray(row, dtype=np.float32)
-                self.cache.put(self.key(text), {"vector": base64.b64encode(row.tobytes()).decode("ascii")})
+                computed[self.key(text)] = {"vector": base64.b64encode(row.tobytes()).decode("ascii")}
                 vectors[text] = row
+            # One transaction for the batch where the backend has one (SQLite: one commit, not one per text).
+            put_many = getattr(self.cache, "put_many", None)
+            if put_many is not None:
+                put_many(computed)
+            else:
+                for key, value in computed.items():
+                    self.cache.put(key, value)
         self._seen_dimension = len(vectors[texts[0]])
         return np.stack([vectors[t] for t in texts])
+
+    def missing(self, texts: Sequence[str]) -> bool:
+        """Whether some of ``texts`` has no cached vector (so the model would have to run)."""
+        return any(self.cache.get(self.key(text)) is None for text in dict.fromkeys(texts))
+
+    def load_in_background(self) -> None:
+        start_loading(self.inner)
 
 
 def normalise_rows(vectors: np.ndarray) -> np.ndarray:
@@ -159,6 +174,26 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self._model: Any = None
         self._lock = threading.Lock()
+        # One encode at a time: the bases' stage tasks run in threads, and two encodes at once
+        # on 2 cores oversubscribe torch's own threads (spinning, not encoding). Each call keeps
+        # its own batches, so a text's vector is the same bits as when encoded alone.
+        self._encoding = threading.Lock()
+        self._loader: threading.Thread | None = None
+
+    def load_in_background(self) -> None:
+        """Start loading the model on a thread (imports and weights, seconds), so the first
+        ``embed`` finds it loaded; the run's start-up and first calls go on meanwhile."""
+        with self._lock:
+            if self._model is not None or self._loader is not None:
+                return
+            self._loader = threading.Thread(target=self._load_quietly, name="minilm-load", daemon=True)
+            self._loader.start()
+
+    def _load_quietly(self) -> None:
+        try:
+            self._load()
+        except Exception:  # noqa: BLE001 - the first embed loads again and raises it where it is handled
+            pass
 
     def _load(self) -> Any:
         with self._lock:
@@ -176,13 +211,14 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self._load()
-        vectors = model.encode(
-            texts,
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        with self._encoding:
+            vectors = model.encode(
+                texts,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
         return normalise_rows(vectors)
 
 
@@ -261,3 +297,11 @@ def get_embedder() -> MiniLMEmbedder:
 def embed(texts: Sequence[str]) -> np.ndarray:
     """Normalised float32 MiniLM embeddings, shape (len(texts), 384)."""
     return get_embedder().embed(texts)
+
+
+def start_loading(embedder: Embedder) -> None:
+    """Start loading ``embedder``'s model in the background where it has one to load (MiniLM);
+    otherwise nothing."""
+    load = getattr(embedder, "load_in_background", None)
+    if load is not None:
+        load()

@@ -10,17 +10,27 @@
   ``completion_cost``) otherwise; our own llama.cpp server costs nothing; anything else is
   unknown: ``None``, counted as an unpriced call, never as $0.
 - A billed reply the gateway rejects (empty, filtered, truncated) keeps its tokens and cost.
+- A reply through a batch API (``batch_calls``) costs the batch price: the config's ``batch_*`` prices
+  (default half), else LiteLLM's ``*_cost_per_token_batches``, else half; ``batch_savings_usd`` is
+  its synchronous price less that.
+- Prompt caching (``prompt_cache``): prompt tokens read from the provider's cache (``cached_tokens``)
+  cost the cached price (the config's ``cached_input_per_mtok``, else LiteLLM's
+  ``cache_read_input_token_cost``), tokens written to it (``cache_write_tokens``, Anthropic's cache
+  creation) :data:`CACHE_WRITE_PRICE_SHARE` of the input price; ``cached_savings_usd`` is what the
+  cached tokens would have cost at the full input price less what they cost, the write premium
+  taken off.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig
 
 if TYPE_CHECKING:
     from refusalbench.tasks.llm.calls import CallSpec
@@ -28,8 +38,17 @@ if TYPE_CHECKING:
 
 # The counters a stage keeps per model (the per-model ``calls`` keep these and the rest: retries, errors ...).
 STAGE_COUNTERS = ("http_calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens",
-                  "cached_tokens", "cost_usd", "unpriced_calls")
-TOKEN_COUNTERS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens")
+                  "cached_tokens", "cache_write_tokens", "cost_usd", "unpriced_calls", "cached_savings_usd")
+TOKEN_COUNTERS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens", "cache_write_tokens")
+# The counters in USD a run's cost summary sums beside ``cost_usd`` (the batch path's, where it counts them).
+SAVINGS_COUNTERS = ("cached_savings_usd", "batch_savings_usd")
+# What a prompt-cache write costs against the input price: Anthropic (and Bedrock's Claude) bill a
+# 5-minute cache write at 1.25x; providers with automatic caching report no writes and bill none.
+CACHE_WRITE_PRICE_SHARE = 1.25
+# The batch path's counters (``batch_calls``), kept per stage too: replies a batch API answered, requests
+# a batch failed that were sent synchronously instead, what the batch price saved against the sync price.
+BATCH_COUNTERS = ("batch_calls", "batch_fallbacks", "batch_savings_usd")
+STAGE_COUNTERS += BATCH_COUNTERS
 UNTAGGED = "other"  # the stage of a call nobody tagged and that has no cache role
 
 _stage: ContextVar[str | None] = ContextVar("refusalbench_call_stage", default=None)
@@ -53,44 +72,126 @@ def install_stage_resolver(resolver: Callable[[], str | None]) -> None:
 
 def current_stage(role: str | None = None) -> str:
     """The stage of a call made here now: :func:`stage`'s tag, the resolver's, else ``role``."""
+    return _tag() or role or UNTAGGED
+
+
+def _tag() -> str | None:
     tagged = _stage.get()
     if tagged is None and _stage_resolver:
         try:
             tagged = _stage_resolver[0]()
         except Exception:  # accounting must never fail a call
             tagged = None
-    return tagged or role or UNTAGGED
+    return tagged
 
 
 def tagged(specs: Iterable["CallSpec"]) -> list["CallSpec"]:
-    """``specs`` each with its stage: read in the caller's thread, since the calls run on the gateway's loop."""
+    """``specs`` each with its stage: read in the caller's thread, since the calls run on the gateway's loop
+    (once per batch: the resolver asks Prefect's context)."""
     out = []
+    unread, tag = True, None
     for spec in specs:
-        out.append(spec if spec.stage else spec.model_copy(update={"stage": current_stage(spec.role)}))
+        if not spec.stage and unread:
+            unread, tag = False, _tag()
+        out.append(spec if spec.stage else spec.model_copy(update={"stage": tag or spec.role or UNTAGGED}))
     return out
 
 
 # ---------------------------------------------------------------- prices
 
-def reply_cost(cfg: ModelConfig, reply: "Reply", cached_tokens: int | None) -> float | None:
+def reply_cost(cfg: ModelConfig, reply: "Reply", cached_tokens: int | None, *, batch: bool = False) -> float | None:
     """What ``reply`` cost in USD: the config's ``price``, else LiteLLM's, else 0 on our own llama.cpp
-    server; None when unknown. A reply the provider withheld with a 400 (no usage) billed nothing."""
+    server; None when unknown. A reply the provider withheld with a 400 (no usage) billed nothing.
+    ``batch``: it came through a batch API, at the batch price (``batch_cost``)."""
     if reply.prompt_tokens is None and reply.completion_tokens is None and reply.finish_reason == "content_filter":
         return 0.0
     if cfg.price is not None:
         if reply.prompt_tokens is None and reply.completion_tokens is None:
             return None  # no usage reported: the user's price has nothing to multiply
-        return cfg.price.cost(reply.prompt_tokens or 0, reply.completion_tokens or 0, cached_tokens or 0)
+        written = min(reply.cache_write_tokens or 0, reply.prompt_tokens or 0)
+        premium = written * cfg.price.input_per_mtok * (CACHE_WRITE_PRICE_SHARE - 1) / 1e6
+        return cfg.price.cost(reply.prompt_tokens or 0, reply.completion_tokens or 0, cached_tokens or 0,
+                              batch=batch) + premium
     if reply.cost_usd is not None:
-        return float(reply.cost_usd)
+        return map_batch_cost(cfg.model, reply) if batch else float(reply.cost_usd)
     if cfg.local is not None and not cfg.api_base:
         return 0.0  # our own llama.cpp server: no provider bills these calls (as ``plan`` prices them)
     return None
 
 
+def map_batch_cost(model: str, reply: "Reply") -> float:
+    """A batch reply's price from LiteLLM's map: its ``*_cost_per_token_batches`` where the map has
+    them, else half of each token's price (LiteLLM's own batch rule); the share of the synchronous
+    cost where the map cannot price it per token."""
+    from litellm.cost_calculator import batch_cost_calculator
+
+    from refusalbench.tasks.llm.transport import litellm_module
+
+    usage = litellm_module().Usage(prompt_tokens=reply.prompt_tokens or 0, completion_tokens=reply.completion_tokens or 0,
+                                   total_tokens=(reply.prompt_tokens or 0) + (reply.completion_tokens or 0))
+    try:
+        prompt, completion = batch_cost_calculator(usage, model)
+    except Exception:  # a model the map names differently: the published batch share of what it cost
+        prompt = completion = 0.0
+    if not prompt and not completion:
+        return float(reply.cost_usd or 0) * BATCH_PRICE_SHARE
+    return float(prompt + completion)
+
+
+def batch_billing(cfg: ModelConfig, reply: "Reply") -> dict[str, Any]:
+    """What a batch reply adds to its cached value: the mark, and ``batch_savings_usd`` (its synchronous
+    price less its batch price; None when either is unknown)."""
+    sync, batch = reply_cost(cfg, reply, reply.cached_tokens), reply_cost(cfg, reply, reply.cached_tokens, batch=True)
+    return {"batch": True, "batch_savings_usd": None if sync is None or batch is None else round(sync - batch, 12)}
+
+
+def prompt_cache_billing(cfg: ModelConfig, reply: "Reply") -> dict[str, Any]:
+    """What a reply's prompt-cache tokens add to its cached value: the tokens written to the cache and
+    ``cached_savings_usd`` (None when the model's prices are unknown); nothing when it used no cache."""
+    read, written = reply.cached_tokens or 0, reply.cache_write_tokens or 0
+    if not read and not written:
+        return {}
+    prices = _token_prices(cfg)
+    savings = None
+    if prices is not None:
+        full, cached, write = prices
+        savings = round(read * (full - cached) - written * (write - full), 12)
+    return {"cache_write_tokens": written or None, "cached_savings_usd": savings}
+
+
+def _token_prices(cfg: ModelConfig) -> tuple[float, float, float] | None:
+    """USD per prompt token of ``cfg``: (full, read from the cache, written to it); None when unknown."""
+    if cfg.price is not None:
+        full = cfg.price.input_per_mtok / 1e6
+        cached = full if cfg.price.cached_input_per_mtok is None else cfg.price.cached_input_per_mtok / 1e6
+        return full, cached, full * CACHE_WRITE_PRICE_SHARE
+    return _map_token_prices(cfg.model)
+
+
+@functools.lru_cache(maxsize=256)
+def _map_token_prices(model: str) -> tuple[float, float, float] | None:
+    """LiteLLM's map's prices for ``model`` (read once per model: a priced reply came through LiteLLM,
+    so it is imported already)."""
+    from refusalbench.tasks.llm.transport import litellm_module
+
+    try:
+        info = litellm_module().get_model_info(model=model)
+    except Exception:  # not in the map: the savings are unknown, as the cost is
+        return None
+    full = info.get("input_cost_per_token")
+    if not full:
+        return None
+    cached = info.get("cache_read_input_token_cost")
+    write = info.get("cache_creation_input_token_cost")
+    return float(full), float(full if cached is None else cached), float(full * CACHE_WRITE_PRICE_SHARE if write is None else write)
+
+
 def billed_amounts(value: dict[str, Any]) -> dict[str, float]:
     """The counters one billed reply adds (its cached value's tokens and cost)."""
     amounts: dict[str, float] = {name: value.get(name) or 0 for name in TOKEN_COUNTERS}
+    amounts["cached_savings_usd"] = value.get("cached_savings_usd") or 0
+    if value.get("batch"):
+        amounts.update(batch_calls=1, batch_savings_usd=value.get("batch_savings_usd") or 0)
     if value.get("cost_usd") is None:
         amounts["unpriced_calls"] = 1
     else:
@@ -107,6 +208,8 @@ def add_billing(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]
             merged[name] = (first.get(name) or 0) + (second.get(name) or 0)
     both = (first.get("cost_usd"), second.get("cost_usd"))
     merged["cost_usd"] = None if None in both else both[0] + both[1]
+    if first.get("cached_savings_usd") or second.get("cached_savings_usd"):
+        merged["cached_savings_usd"] = (first.get("cached_savings_usd") or 0) + (second.get("cached_savings_usd") or 0)
     return merged
 
 
@@ -144,13 +247,17 @@ def cost_entry(counters: Iterable[dict[str, float]]) -> dict[str, Any]:
     """Calls, tokens and cost of some counters summed: ``cost_usd`` is None as soon as one call
     was unpriced (``priced_cost_usd`` then sums the priced ones, ``unpriced_calls`` says how many)."""
     total: Counter = Counter()
-    for c in counters:
+    counted = list(counters)
+    for c in counted:
         total.update({name: c.get(name, 0) for name in STAGE_COUNTERS})
     priced = round(float(total["cost_usd"]), 10)
     unpriced = int(total["unpriced_calls"])
     entry: dict[str, Any] = {"http_calls": int(total["http_calls"]), "cache_hits": int(total["cache_hits"])}
     entry.update({name: int(total[name]) for name in TOKEN_COUNTERS})
     entry.update(cost_usd=None if unpriced else priced, priced_cost_usd=priced, unpriced_calls=unpriced)
+    # What prompt caching and the batch API saved against full-price synchronous calls (priced calls only).
+    entry.update({name: round(float(sum(c.get(name, 0) for c in counted)), 10) for name in SAVINGS_COUNTERS})
+    entry.update({name: int(sum(c.get(name, 0) for c in counted)) for name in ("batch_calls", "batch_fallbacks")})
     return entry
 
 

@@ -43,6 +43,9 @@ class CacheScope:
         self.fresh = dict(fresh or {})
         self._lock = threading.Lock()
         self._by_role: dict[str, Counter] = {}
+        # {model: (its config, the registry, its size, whether it is its model string's sole deployment)}: asked on
+        # every cache miss, it compares the model with every other one, so it is worked out once.
+        self._sole: dict[str, tuple[ModelConfig, Any, int, bool]] = {}
 
     @classmethod
     def of(cls, cache: CacheConfig) -> "CacheScope":
@@ -72,7 +75,7 @@ class CacheScope:
         """The cached reply that may serve ``spec`` (None: ask the model), counted for its role."""
         value = cache.get(key)
         if value is None and self.salt(spec.role) is None:
-            value = _migrated(cache, key, spec, cfg, models)
+            value = _migrated(cache, key, spec, cfg) if self._sole_deployment(spec.model, cfg, models) else None
         if value is not None and not cacheable(value, structured=spec.schema_ is not None):
             value = None  # cached before truncated or blocked replies were told apart: ask again
         if value is not None and not self._young_enough(spec.role, value):
@@ -91,6 +94,12 @@ class CacheScope:
         with self._lock:
             return {role: dict(counter) for role, counter in self._by_role.items()}
 
+    def _sole_deployment(self, name: str, cfg: ModelConfig, models: dict[str, ModelConfig]) -> bool:
+        known = self._sole.get(name)
+        if known is None or known[0] is not cfg or known[1] is not models or known[2] != len(models):
+            known = self._sole[name] = (cfg, models, len(models), sole_deployment(cfg, models.values()))
+        return known[3]
+
     def _young_enough(self, role: str | None, value: dict[str, Any]) -> bool:
         limit = ttl_seconds(self.policy.get(role, "")) if role is not None else None
         if limit is None:
@@ -108,11 +117,9 @@ class CacheScope:
             counter["from_earlier_rounds"] += int(earlier)
 
 
-def _migrated(cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig,
-              models: dict[str, ModelConfig]) -> dict[str, Any] | None:
-    """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``)."""
-    if not sole_deployment(cfg, models.values()):
-        return None
+def _migrated(cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig) -> dict[str, Any] | None:
+    """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``);
+    for the sole deployment of its model string only."""
     legacy = cache.get(request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
     if legacy is not None:
         cache.put(key, legacy)

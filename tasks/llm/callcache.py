@@ -1,7 +1,8 @@
 """Persistent cache of completed LLM calls, with backends chosen by name from a registry.
 
-Every successful call is written the moment it completes, so a crash or SIGKILL loses
-nothing and a re-run repeats no finished call. Backends share one tiny Protocol so a
+Every successful call is written as it completes (the gateway commits the calls that complete
+together in one transaction, ``WriteBehind``, before any of their results is handed back), so a
+crash or SIGKILL loses nothing a caller saw and a re-run repeats no finished call. Backends share one tiny Protocol so a
 single machine uses SQLite (WAL mode, safe across threads and processes) and a fleet of
 workers shares Redis.
 
@@ -19,6 +20,7 @@ before the config is loaded. A name already taken is an error unless ``replace=T
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -88,6 +90,9 @@ class NullCache:
         return None
 
 
+_INSERT = "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)"
+
+
 class SQLiteCache:
     """One row per call in a local SQLite file; one connection per thread."""
 
@@ -115,10 +120,21 @@ class SQLiteCache:
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        self._connection().execute(
-            "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)",
-            (key, json.dumps(value), time.time()),
-        )
+        self._connection().execute(_INSERT, (key, json.dumps(value), time.time()))
+
+    def put_many(self, items: dict[str, dict[str, Any]]) -> None:
+        """Write ``items`` in one transaction: one commit for the calls that completed together."""
+        now = time.time()
+        rows = [(key, json.dumps(value), now) for key, value in items.items()]
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_INSERT, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def __len__(self) -> int:
         return self._connection().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
@@ -148,11 +164,71 @@ class RedisCache:
     def put(self, key: str, value: dict[str, Any]) -> None:
         self._client.set(self.prefix + key, json.dumps(value))
 
+    def put_many(self, items: dict[str, dict[str, Any]]) -> None:
+        """Write ``items`` in one round trip."""
+        self._client.mset({self.prefix + key: json.dumps(value) for key, value in items.items()})
+
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "prefix": self.prefix}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["url"], state["prefix"])
+
+
+def put_many(cache: CallCache, items: dict[str, dict[str, Any]]) -> None:
+    """Write ``items`` to ``cache``: together where the backend can (``put_many``), else one by one."""
+    many = getattr(cache, "put_many", None)
+    if many is not None:
+        many(items)
+    else:
+        for key, value in items.items():
+            cache.put(key, value)
+
+
+class WriteBehind:
+    """A cache as the gateway's event loop writes it: the replies that complete in one turn of the
+    loop are written together (SQLite: one transaction, not one per call), before the next request
+    goes out (:meth:`flush`, called by the gateway as it sends) or at the end of that turn.
+
+    So a crash loses no more than before: the calls still in flight. A call awaits :meth:`committed`
+    before its result is handed back; until then :meth:`get` serves a pending reply from memory, so
+    an identical call that comes meanwhile is not sent again. Loop-only.
+    """
+
+    def __init__(self, cache: CallCache):
+        self.cache = cache
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._flushed: asyncio.Future | None = None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        value = self._pending.get(key)
+        return dict(value) if value is not None else self.cache.get(key)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._pending[key] = value
+        if self._flushed is None:
+            loop = asyncio.get_running_loop()
+            self._flushed = loop.create_future()
+            loop.call_soon(self.flush)  # after every callback ready now: the calls completing together
+
+    async def committed(self) -> None:
+        """Return once every write made so far is in the cache (raising what the cache raised)."""
+        if self._flushed is not None:
+            await asyncio.shield(self._flushed)
+
+    def flush(self) -> None:
+        """Write what is pending now."""
+        if self._flushed is None:
+            return
+        pending, self._pending = self._pending, {}
+        flushed, self._flushed = self._flushed, None
+        try:
+            put_many(self.cache, pending)
+        except Exception as exc:  # each call that wrote raises it, as a failed put always did
+            flushed.set_exception(exc)  # type: ignore[union-attr]
+            flushed.exception()  # type: ignore[union-attr]  # retrieved: the awaiting calls report it
+        else:
+            flushed.set_result(None)  # type: ignore[union-attr]
 
 
 def default_cache_dir() -> Path:

@@ -15,6 +15,7 @@ variable or its default) is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie
 _CREDENTIAL_WORDS = ("key", "token", "secret", "auth", "password", "signature", "cookie")
 
 
+@functools.lru_cache(maxsize=1024)  # on every call's cache key: parse each endpoint once
 def normalised_endpoint(api_base: str) -> str:
     """``api_base`` as one spelling per endpoint: lower-case scheme and host, the port only when it
     is not the scheme's default, the path without a trailing slash, the query kept, credentials
@@ -67,7 +69,7 @@ def endpoint_identity(cfg: ModelConfig) -> dict[str, Any]:
     written = cfg.api_base_as_written
     if written:  # a template is its own spelling: its parts are not a URL's until expanded
         identity["endpoint"] = written.strip() if has_references(written) else normalised_endpoint(written)
-    headers = deployment_headers(cfg.extra_headers)
+    headers = deployment_headers(cfg.extra_headers) if cfg.extra_headers else None
     if headers:
         identity["headers"] = headers
     return identity

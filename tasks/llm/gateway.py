@@ -21,7 +21,8 @@
   ``retry_truncated_max_tokens``; never when blocked. A structured call's such reply is never
   cached (a re-run asks again).
 - A persistent call cache keyed by (model, deployment, messages, parameters, response schema),
-  scoped per role (``cache_scope``: forever, per round, ttl), written as each call completes;
+  scoped per role (``cache_scope``: forever, per round, ttl), written as each call completes (the
+  calls completing together in one transaction, before the next request goes out: ``WriteBehind``);
   identical requests in flight are sent once.
 - Provider quirks (structured-output mode, credentials, parameter rewrites, retriable
   statuses, the direct path) come from the model's provider profile (``providers``).
@@ -30,6 +31,7 @@
   rejecting the mode lowers it for the rest of the run (``structured_modes``) and the call is
   sent again in the lower mode.
 - A failed call returns a ``CallResult`` with ``error`` set; it never raises into the batch.
+- A model's calls in ``mode: batch`` for their stage go through its provider's batch API (``batch_calls``).
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ from typing import Any, Callable, Iterable
 from pydantic import BaseModel
 
 from refusalbench.tasks.llm import accounting
-from refusalbench.tasks.llm.callcache import CallCache, NullCache
-from refusalbench.tasks.llm.loop_thread import LoopThread
+from refusalbench.tasks.llm.batch_calls import BatchCalls
+from refusalbench.tasks.llm.callcache import CallCache, NullCache, WriteBehind
+from refusalbench.tasks.llm.loop_thread import Handoff, LoopThread
 # What a call is lives in ``calls``; the stages import these names from here too.
 from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
                                           parse_structured, request_key, schema_name)
 from refusalbench.tasks.llm.cache_scope import CacheScope
-from refusalbench.tasks.llm.context_limits import overflow, prompt_tokens
+from refusalbench.tasks.llm.context_limits import context_window, overflow, prompt_tokens
 from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits, retry_delay
 from refusalbench.tasks.llm.shared_limits import RedisLimits, SharedModelLimits
 from refusalbench.tasks.llm.structured_modes import StructuredModes
@@ -63,10 +66,13 @@ from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.llm.providers import (SCHEMA_MODES, ProviderProfile, profile_for, reasoning_mode,
                                               response_format_for, structured_mode)
 from refusalbench.tasks.llm.reasoning import split_reasoning
-from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, direct_model, litellm_completion
+from refusalbench.tasks.llm.prompt_cache import marked_messages
+from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, Request, direct_model, litellm_completion
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
+# What a result takes from its cached value as it is.
+VALUE_FIELDS = ("latency_s", "prompt_tokens", "completion_tokens", "cost_usd", "cached_tokens", "finish_reason")
 
 class Gateway:
     """Process-wide access to the models of one registry."""
@@ -85,6 +91,7 @@ class Gateway:
     ):
         self.models = models
         self.cache: CallCache = cache if cache is not None else NullCache()
+        self._writes = WriteBehind(self.cache)  # the loop's reads and writes: one commit per turn of the loop
         self.scope = scope if scope is not None else CacheScope()  # each role's cache scope (cache_scope)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -101,6 +108,7 @@ class Gateway:
         self._structured = StructuredModes()
         self._inflight: dict[str, asyncio.Future] = {}
         self.usage = accounting.UsageCounters()  # per model and per stage, for the run's manifest
+        self._batches = BatchCalls(self)  # the calls of models in mode: batch
 
     # ------------------------------------------------------------ public API
 
@@ -109,19 +117,25 @@ class Gateway:
         specs: Iterable[CallSpec],
         on_result: Callable[[CallResult], None] | None = None,
     ) -> list[CallResult]:
-        """Run many calls concurrently (within each model's limits); results in input order."""
-        futures = [self._loop.submit(self._complete(spec)) for spec in accounting.tagged(specs)]
+        """Run many calls concurrently (within each model's limits); results in input order. A model's
+        calls in ``mode: batch`` for their stage go through its batch API (``batch_calls``)."""
+        specs = accounting.tagged(specs)
+        batched = self._batches.futures(specs)  # {index: future} of the batch-mode specs, already sent
+        handoff = Handoff(len(specs))  # the rest: one submission to the loop for all of them
+        self._loop.submit(handoff.fill([(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]))
         results: list[CallResult] = []
-        for fut in futures:
-            result = fut.result()
+        for i in range(len(specs)):
+            result = batched[i].result() if i in batched else handoff.get(i)
             if on_result is not None:
                 on_result(result)
             results.append(result)
         return results
 
     async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
-        futures = [asyncio.wrap_future(self._loop.submit(self._complete(spec))) for spec in accounting.tagged(specs)]
-        return list(await asyncio.gather(*futures))
+        specs = accounting.tagged(specs)
+        handoff = Handoff(len(specs))
+        await asyncio.wrap_future(self._loop.submit(handoff.fill([(i, self._complete, s) for i, s in enumerate(specs)])))
+        return [handoff.get(i) for i in range(len(specs))]
 
     def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
         return self.complete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)])[0]
@@ -146,6 +160,12 @@ class Gateway:
         self.usage.count(model, stage, **amounts)
 
     async def _complete(self, spec: CallSpec) -> CallResult:
+        """One call's result, once its reply (and every reply before it) is in the call cache."""
+        result = await self._answer(spec)
+        await self._writes.committed()
+        return result
+
+    async def _answer(self, spec: CallSpec) -> CallResult:
         cfg = self.models.get(spec.model)
         if cfg is None:
             return CallResult(model=spec.model, key="", tag=spec.tag, error=f"unknown model {spec.model!r}", error_kind="call_error")
@@ -154,7 +174,7 @@ class Gateway:
                               error=f"{spec.model!r} is the rule-based generator ({cfg.model}): it answers no prompt "
                                     "and can only be listed under generation.generators")
         key = self.scope.key(cfg, spec)
-        cached = self.scope.cached_reply(self.cache, key, spec, cfg, self.models)  # in scope, usable, migrated
+        cached = self.scope.cached_reply(self._writes, key, spec, cfg, self.models)  # in scope, usable, migrated
         if cached is not None:
             self._count(spec.model, spec.stage, cache_hits=1)
             return self._finish(spec, key, cached, cached=True, attempts=0)
@@ -164,7 +184,8 @@ class Gateway:
             return CallResult(model=spec.model, key=key, tag=spec.tag, error=too_long, error_kind=TOO_LONG)
         # Identical request already on its way: share its reply instead of sending again.
         pending = self._inflight.get(key)
-        if pending is not None:
+        shared = pending is not None  # then served by its twin's reply, billed once: ``cached`` as a cache hit is
+        if shared:
             self._count(spec.model, deduplicated=1)
             value, attempts, error = await asyncio.shield(pending)
         else:
@@ -173,7 +194,7 @@ class Gateway:
             try:
                 value, attempts, error = await self._send_for_outcome(spec, cfg)
                 if value is not None and cacheable(value, structured=spec.schema_ is not None):
-                    self.cache.put(key, self.scope.stamped(value))
+                    self._writes.put(key, self.scope.stamped(value))  # committed before any result is handed back
                 pending.set_result((value, attempts, error))
             except BaseException as exc:  # pragma: no cover - defensive: never leave waiters hanging
                 pending.set_result((None, 0, f"{type(exc).__name__}: {exc}"))
@@ -183,23 +204,12 @@ class Gateway:
         if value is None:
             self._count(spec.model, errors=1)
             return CallResult(model=spec.model, key=key, tag=spec.tag, error=error, error_kind="call_error", attempts=attempts)
-        return self._finish(spec, key, value, cached=False, attempts=attempts)
+        return self._finish(spec, key, value, cached=shared, attempts=attempts)
 
     def _finish(self, spec: CallSpec, key: str, value: dict[str, Any], *, cached: bool, attempts: int) -> CallResult:
-        result = CallResult(
-            model=spec.model,
-            key=key,
-            tag=spec.tag,
-            **self._answer_and_reasoning(spec.model, value),
-            attempts=attempts,
-            cached=cached,
-            latency_s=value.get("latency_s"),
-            prompt_tokens=value.get("prompt_tokens"),
-            completion_tokens=value.get("completion_tokens"),
-            cost_usd=value.get("cost_usd"),
-            cached_tokens=value.get("cached_tokens"),
-            finish_reason=value.get("finish_reason"),
-        )
+        result = CallResult(model=spec.model, key=key, tag=spec.tag, **self._answer_and_reasoning(spec.model, value),
+                            attempts=attempts, cached=cached, batch=bool(value.get("batch")),
+                            **{name: value.get(name) for name in VALUE_FIELDS})
         if self._record_outcome(spec.model, result, value):
             return result
         if spec.schema_ is not None:
@@ -236,10 +246,12 @@ class Gateway:
         self._count(model, **{outcome: 1})
         return True
 
-    async def _send_for_outcome(self, spec: CallSpec, cfg: ModelConfig) -> tuple[dict[str, Any] | None, int, str | None]:
+    async def _send_for_outcome(self, spec: CallSpec, cfg: ModelConfig, first: tuple[dict[str, Any], int, None] | None = None
+                                ) -> tuple[dict[str, Any] | None, int, str | None]:
         """Send (with retries on errors), then once more if the reply's outcome is worth it
-        (``reply_outcomes.retry_params``): an empty, truncated or blocked reply is sent at most twice."""
-        value, attempts, error = await self._send_with_retries(spec, cfg)
+        (``reply_outcomes.retry_params``): an empty, truncated or blocked reply is sent at most twice.
+        ``first``: the first reply, already come (from a batch), as (value, attempts, None)."""
+        value, attempts, error = first or await self._send_with_retries(spec, cfg)
         profile = profile_for(cfg.model, self.api_bases.get(spec.model) or cfg.api_base)
         params = retry_params(value, cfg, spec.params, profile) if value is not None else None
         if params is None:
@@ -350,6 +362,8 @@ class Gateway:
 
     def _too_long(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
         """Why this call's prompt does not fit the model's context window (``context_limits``), or None."""
+        if context_window(cfg) is None:  # nothing to check against (most self-hosted models): no schema to build
+            return None
         mode = self._structured_mode(spec, cfg)
         schema = json_schema(spec.schema_) if spec.schema_ is not None and mode in SCHEMA_MODES else None
         budget = self._profile(spec.model, cfg).max_output_tokens({**cfg.params, **spec.params})
@@ -364,40 +378,53 @@ class Gateway:
 
     async def _send_once(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> dict[str, Any]:
         async with self._limits_for(spec.model, cfg).slot(self._tpm_tokens(spec, cfg)):
+            self._writes.flush()  # the replies come so far are committed before another request goes out
             self._count(spec.model, spec.stage, http_calls=1)
-            api_base = self.api_bases.get(spec.model) or cfg.api_base
-            profile = profile_for(cfg.model, api_base)
-            params = profile.rewrite_params({**cfg.params, **spec.params})
-            api_key = profile.api_key(cfg, api_base)
-            response_format = None
-            if spec.schema_ is not None:
-                response_format = response_format_for(mode or structured_mode(cfg, profile),  # type: ignore[arg-type]
-                                                      schema_name(spec.schema_), json_schema(spec.schema_))
-            direct = direct_model(cfg.model, api_base, params, spec.messages) if self.direct_http and api_key else None
+            request = self._request(spec, cfg, mode)
             started = time.perf_counter()
-            if direct is not None:
-                body = {"messages": spec.messages, "model": direct, **params}
-                if response_format is not None:
-                    body["response_format"] = response_format
-                headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", **cfg.extra_headers}
-                reply = await self._direct.complete(api_base, body, headers, cfg.timeout_s, profile)
+            if request.body is not None:
+                headers = {"Authorization": f"Bearer {request.api_key}", "Content-Type": "application/json",
+                           **cfg.extra_headers}
+                reply = await self._direct.complete(request.api_base, request.body, headers, cfg.timeout_s,
+                                                    request.profile)
             else:
-                kwargs = dict(params)
-                if api_base:
-                    kwargs["api_base"] = api_base
-                if api_key:
-                    kwargs["api_key"] = api_key
-                if cfg.extra_headers:
-                    kwargs["extra_headers"] = cfg.extra_headers
-                if response_format is not None:
-                    kwargs["response_format"] = response_format
-                reply = await litellm_completion(cfg.model, spec.messages, cfg.timeout_s, kwargs, profile)
+                reply = await litellm_completion(cfg.model, request.messages, cfg.timeout_s, request.kwargs,
+                                                 request.profile)
             latency = time.perf_counter() - started
         return self._value(spec, cfg, reply, latency)
 
-    def _value(self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float) -> dict[str, Any]:
-        """The cached value of a completed call (the same layout on both paths), whatever its
-        outcome: a truncated, blocked or empty reply is billed like any other, so it is counted."""
+    def _request(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> Request:
+        """What an attempt of ``spec`` sends (the batch path's request lines are built from it too)."""
+        api_base = self.api_bases.get(spec.model) or cfg.api_base
+        profile = profile_for(cfg.model, api_base)
+        params = profile.rewrite_params({**cfg.params, **spec.params})
+        api_key = profile.api_key(cfg, api_base)
+        response_format = None
+        if spec.schema_ is not None:
+            response_format = response_format_for(mode or structured_mode(cfg, profile),  # type: ignore[arg-type]
+                                                  schema_name(spec.schema_), json_schema(spec.schema_))
+        direct = direct_model(cfg.model, api_base, params, spec.messages) if self.direct_http and api_key else None
+        if direct is not None:
+            body = {"messages": spec.messages, "model": direct, **params}
+            if response_format is not None:
+                body["response_format"] = response_format
+            return Request(api_base, profile, api_key, direct, body, spec.messages, {})
+        kwargs = dict(params)
+        if api_base:
+            kwargs["api_base"] = api_base
+        if api_key:
+            kwargs["api_key"] = api_key
+        if cfg.extra_headers:
+            kwargs["extra_headers"] = cfg.extra_headers
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        messages = marked_messages(profile, cfg.model, spec.messages)  # cache_control: not in the key
+        return Request(api_base, profile, api_key, None, None, messages, kwargs)
+
+    def _value(self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float, *, batch: bool = False) -> dict[str, Any]:
+        """The cached value of a completed call (the same layout on all paths), whatever its outcome: a
+        truncated, blocked or empty reply is billed like any other, so it is counted. ``batch``: it came
+        through a batch API (priced at the batch price, marked)."""
         value = {
             "text": None if reply.text is None else str(reply.text),
             "outcome": reply_outcome(reply.text, reply.finish_reason, reply.refusal),
@@ -405,11 +432,13 @@ class Gateway:
             "latency_s": round(latency, 4),
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
-            "cost_usd": accounting.reply_cost(cfg, reply, reply.cached_tokens),  # the config's price first
+            "cost_usd": accounting.reply_cost(cfg, reply, reply.cached_tokens, batch=batch),  # the config's price first
             "cached_tokens": reply.cached_tokens,
+            **accounting.prompt_cache_billing(cfg, reply),  # cache writes and savings, when the prompt cache served
             "finish_reason": reply.finish_reason,
             **reply_metadata(reply),
             "created_at": time.time(),
+            **(accounting.batch_billing(cfg, reply) if batch else {}),
         }
         self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
         return value

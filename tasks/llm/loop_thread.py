@@ -1,4 +1,5 @@
-"""The gateway's private event loop: one daemon thread per gateway on which every call's coroutine runs."""
+"""The gateway's private event loop: one daemon thread per gateway on which every call's coroutine runs,
+and the hand-off of a batch's results from it to the thread that asked for them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 
 class LoopThread:
@@ -41,3 +42,50 @@ class LoopThread:
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
+
+
+_EMPTY = object()
+
+
+class Handoff:
+    """The results of one batch of calls, from the loop to the thread that asked, in input order.
+
+    One submission per batch (:meth:`fill`) instead of one per call: submitting a coroutine across
+    threads costs a future, a lock and a wake-up of the loop each time. The asking thread is woken
+    only when the result it waits for next arrives, and then takes every one ready after it.
+    """
+
+    def __init__(self, size: int):
+        self._slots: list[Any] = [_EMPTY] * size
+        self._ready = threading.Condition()
+        self._wanted = -1
+
+    async def fill(self, calls: list[tuple[int, Callable[[Any], Awaitable[Any]], Any]]) -> None:
+        """Run each ``(index, call, argument)`` at once on the loop; each result (or error) goes to its slot."""
+        async def one(index: int, call: Callable[[Any], Awaitable[Any]], argument: Any) -> None:
+            try:
+                self._put(index, (False, await call(argument)))
+            except BaseException as exc:  # the asking thread raises it when it reaches this result
+                self._put(index, (True, exc))
+                if not isinstance(exc, Exception):
+                    raise
+
+        await asyncio.gather(*(one(*call) for call in calls))
+
+    def _put(self, index: int, slot: tuple[bool, Any]) -> None:
+        with self._ready:
+            self._slots[index] = slot
+            if index == self._wanted:
+                self._ready.notify()
+
+    def get(self, index: int) -> Any:
+        """The result at ``index``, once it is there (its error raised here)."""
+        with self._ready:
+            while self._slots[index] is _EMPTY:
+                self._wanted = index
+                self._ready.wait()
+            self._wanted = -1
+            (failed, value), self._slots[index] = self._slots[index], None
+        if failed:
+            raise concurrent.futures.CancelledError() if isinstance(value, asyncio.CancelledError) else value
+        return value

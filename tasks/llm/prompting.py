@@ -29,6 +29,8 @@ from refusalbench.prompts import TEMPLATE_DIR
 TEMPLATES: tuple[str, ...] = (
     "generator_single.j2",
     "generator_multi.j2",
+    "generator_single_edit.j2",
+    "generator_multi_edit.j2",
     "verifier_single.j2",
     "verifier_multi.j2",
     "target_single.j2",

@@ -216,6 +216,7 @@ class ShapedReply:
     completion_tokens: int
     reasoning_tokens: int
     cached_tokens: int
+    cache_write_tokens: int = 0  # prompt tokens written to the prompt cache (``scripted_prompt_cache``)
 
 
 def _words(text: Any) -> int:
@@ -331,8 +332,9 @@ def anthropic_body(reply: ShapedReply, tool: str | None) -> dict[str, Any]:
     return {
         "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}", "type": "message", "role": "assistant",
         "model": reply.served_model, "content": blocks, "stop_reason": stop_reason, "stop_sequence": None,
-        "usage": {"input_tokens": reply.prompt_tokens - reply.cached_tokens, "output_tokens": reply.completion_tokens,
-                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": reply.cached_tokens,
+        "usage": {"input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
+                  "output_tokens": reply.completion_tokens,
+                  "cache_creation_input_tokens": reply.cache_write_tokens, "cache_read_input_tokens": reply.cached_tokens,
                   "service_tier": "standard"}}
 
 

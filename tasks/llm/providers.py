@@ -16,7 +16,9 @@ provider. What a profile holds:
   (:mod:`transport`'s direct path: the provider speaks OpenAI's chat-completions format unchanged);
 - failures: which HTTP statuses are worth another attempt;
 - reasoning: where its reasoning models put their reasoning (:data:`ReasoningMode`), so the
-  gateway splits it off the answer before anything parses it (a model's ``reasoning`` overrides).
+  gateway splits it off the answer before anything parses it (a model's ``reasoning`` overrides);
+- prompt caching: whether the shared prefix of a prompt is marked cacheable (:data:`PromptCaching`,
+  ``prompt_cache``), left to the provider's automatic prefix caching, or not cached at all.
 
 A new provider is one subclass that sets what differs, plus one decorator::
 
@@ -40,6 +42,12 @@ from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
+# How a provider caches the prompt prefixes calls share (``prompt_cache``):
+#   explicit   only what the request marks with ``cache_control`` (Anthropic, Bedrock): the gateway marks
+#              the system prompt, the part every call of a stage shares, at send time;
+#   automatic  the provider caches long repeated prefixes by itself (OpenAI, Azure, DeepSeek): nothing to mark;
+#   none       no discounted prompt cache (self-hosted servers may reuse a prefix, but bill nothing).
+PromptCaching = Literal["explicit", "automatic", "none"]
 # The modes from the most to the least the request says about its output (a fallback only moves down).
 MODES_BY_STRENGTH: tuple[StructuredMode, ...] = ("json_schema", "tool", "json_object", "none")
 # The modes in which the whole JSON schema travels with the request.
@@ -134,6 +142,15 @@ class ProviderProfile:
     # llama.cpp, Ollama) often write DeepSeek-R1's and Qwen3's tags into the text, and splitting
     # them is harmless where none come.
     reasoning: ReasoningMode = "field"
+
+    # ------------------------------------------------------------ prompt caching
+    # How the provider discounts a prompt prefix it has seen (:data:`PromptCaching`). Marking never
+    # changes the call's cache key, and an ``automatic`` or ``none`` provider receives the messages as built.
+    prompt_caching: PromptCaching = "none"
+
+    def marks_prompt_cache(self, model: str) -> bool:
+        """Whether calls to ``model`` (a LiteLLM model string) carry ``cache_control`` on their shared prefix."""
+        return self.prompt_caching == "explicit"
 
     # ------------------------------------------------------------ failures
     # 4xx statuses worth another attempt; every 5xx, timeout, dropped connection and reply that
@@ -272,6 +289,7 @@ class OpenAI(ProviderProfile):
     key_env = ("OPENAI_API_KEY",)
     direct_http = True
     own_endpoint_profile = "openai_compatible"
+    prompt_caching = "automatic"  # prefixes of 1,024 tokens and more, in 128-token steps
 
 
 @register_provider("openai_compatible")
@@ -295,6 +313,7 @@ class Azure(ProviderProfile):
     key_env = ("AZURE_OPENAI_API_KEY", "AZURE_API_KEY")
     credential_env = ("AZURE_AD_TOKEN", "AZURE_CLIENT_SECRET")
     keyless_endpoints = False
+    prompt_caching = "automatic"
 
 
 @register_provider("anthropic")
@@ -304,6 +323,7 @@ class Anthropic(ProviderProfile):
     structured_output = "tool"
     key_env = ("ANTHROPIC_API_KEY",)
     models_path = "/v1/models"
+    prompt_caching = "explicit"  # cache_control blocks; reads at 0.1x the input price, writes at 1.25x
 
 
 @register_provider("bedrock")
@@ -315,6 +335,12 @@ class Bedrock(ProviderProfile):
                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
+    prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
+
+    def marks_prompt_cache(self, model: str) -> bool:
+        # Only Bedrock's Claude and Nova models take a cache point; others would reject the field.
+        name = model.lower()
+        return "anthropic." in name or "claude" in name or "nova" in name
 
 
 @register_provider("vertex_ai")
@@ -323,6 +349,12 @@ class VertexAI(ProviderProfile):
 
     credential_env = ("GOOGLE_APPLICATION_CREDENTIALS", "VERTEXAI_PROJECT", "VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT")
     keyless_endpoints = False
+    prompt_caching = "automatic"  # Gemini's implicit caching; Claude on Vertex AI caches marked prefixes
+
+    def marks_prompt_cache(self, model: str) -> bool:
+        # LiteLLM sends Claude on Vertex AI through Anthropic's Messages format, cache_control included;
+        # Gemini would take the mark as a request to create a context cache: not marked.
+        return "claude" in model.lower()
 
 
 @register_provider("gemini")
@@ -360,6 +392,7 @@ class DeepSeek(ProviderProfile):
 
     structured_output = "json_object"
     key_env = ("DEEPSEEK_API_KEY",)
+    prompt_caching = "automatic"
     reasoning = "think_tags"  # R1 through third-party hosts and old API versions writes its tags inline
 
 

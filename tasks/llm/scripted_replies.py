@@ -2,7 +2,9 @@
 
 A judge request (its schema has a ``classification``) is answered with a deterministic
 classification of the reply it shows (:func:`scripted_classification`), so scripted runs exercise
-the judge's answer-vs-refusal decision.
+the judge's answer-vs-refusal decision. An edit-style generator request gets edits that quote the
+item it shows (:func:`scripted_generator_reply`, which also answers full-rewrite generator
+requests with the same change for ``scripted_generator_responder``).
 
 Responders read every request in the chat-completions shape (``scripted_server`` translates an
 Anthropic request first) and return the reply's text; they depend only on the request, so a
@@ -131,6 +133,8 @@ _LABEL_LINE = re.compile(r"^<([A-Za-z_][\w-]*)>([^<>\n]+)</\1>\s*$", re.MULTILIN
 
 def dry_run_responder(request: dict[str, Any]) -> str:
     """A plausible reply for any role, decided by the request alone (see the module docstring)."""
+    if requested_schema(request) in GENERATOR_EDIT_SCHEMAS:  # edits must quote the item to apply
+        return scripted_generator_reply(request) or ""
     fingerprint = request_fingerprint(request)
     schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("schema")
     if isinstance(schema, dict):
@@ -145,3 +149,94 @@ def dry_run_responder(request: dict[str, Any]) -> str:
         # Spread the verdicts over the labels, so a dry run reaches every branch that depends on them.
         return f"Scripted verdict. <{tag}>{choices[int(fingerprint, 16) % len(choices)]}</{tag}>"
     return f"Scripted answer {fingerprint[:6]}."
+
+
+# ----------------------------------------------------------------- the scripted generator (full rewrite or edits)
+
+GENERATOR_SCHEMAS: tuple[str, ...] = ("GeneratorSingleOutput", "GeneratorMultiOutput")
+GENERATOR_EDIT_SCHEMAS: tuple[str, ...] = ("GeneratorSingleEdit", "GeneratorMultiEdit")
+SCRIPTED_CONTEXT_CHANGE = "Accounts of this differ."
+SCRIPTED_NEW_PASSAGE = "Another source gives a different account of this."
+_PASSAGE_FENCE = re.compile(r'<passage index="(\d+)" relevant="(true|false)">\n(.*?)\n</passage>', re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _prompt_field(text: str, pattern: str) -> str:
+    match = re.search(pattern, text)
+    return match.group(1).strip() if match else ""
+
+
+def _unique_opening(text: str) -> str:
+    """The shortest run of opening words that occurs once in ``text`` (an edit's ``find``)."""
+    words = text.split(" ")
+    for count in range(1, len(words) + 1):
+        opening = " ".join(words[:count])
+        if text.count(opening) == 1:
+            return opening
+    return text
+
+
+def _scripted_edits(text: str, change_question: bool, question: str) -> dict[str, Any]:
+    """What the scripted generator changes: the question's opening words (when the lever may change the
+    question) and the first sentence of the text it edits (when the lever may change the context)."""
+    edits: dict[str, Any] = {"question": [], "text": []}
+    if change_question:
+        opening = _unique_opening(question)
+        edits["question"].append({"find": opening, "replace": "In the text given, " + opening[:1].lower() + opening[1:]})
+    if text:
+        edits["text"].append({"find": _SENTENCE_END.split(text.strip(), 1)[0], "replace": SCRIPTED_CONTEXT_CHANGE})
+    return edits
+
+
+def _spliced(text: str, edits: list[dict[str, str]]) -> str:
+    for edit in edits:
+        text = text.replace(edit["find"], edit["replace"], 1)
+    return text
+
+
+def scripted_generator_reply(request: dict[str, Any]) -> str | None:
+    """The scripted generator's reply to a generator request, as a full rewrite or as edits (whichever
+    schema the request asks for); None for any other request.
+
+    Both styles carry the same change, so a run in either style yields the same candidates: the
+    question's opening words reworded unless the lever is context-only, the first sentence of the
+    context (multi: of the first relevant passage) replaced unless it is question-only, and for a
+    HIGH lever on passages one new relevant passage.
+    """
+    schema = requested_schema(request)
+    if schema not in GENERATOR_SCHEMAS + GENERATOR_EDIT_SCHEMAS:
+        return None
+    prompt = last_user_text(request)
+    where = _prompt_field(prompt, r"Where to make the change: ([^\n(]*)")
+    question = (fenced(prompt, "question") or [""])[0]
+    passages = [(int(n), flag == "true", body) for n, flag, body in _PASSAGE_FENCE.findall(prompt)]
+    multi = schema in ("GeneratorMultiOutput", "GeneratorMultiEdit")
+    target = next((n for n, relevant, _ in passages if relevant), passages[0][0] if passages else 1)
+    text = (dict((n, body) for n, _, body in passages).get(target, "") if multi
+            else (fenced(prompt, "context") or [""])[0])
+    edits = _scripted_edits("" if where.endswith("question only") else text,
+                            not where.endswith(("context only", "passages only")), question)
+    new_passages = ([{"text": SCRIPTED_NEW_PASSAGE, "relevant": True}]
+                    if multi and _prompt_field(prompt, r"Intensity: (\w+)") == "HIGH" and edits["text"] else [])
+    tail = {"lever_applied": _prompt_field(prompt, r"- Name: ([^\n]*)"),
+            "rationale": "Scripted: the opening of the question or the context was reworded.",
+            "answer_constraint_holds": True,
+            "expected_behaviour": _prompt_field(prompt, r"should respond with: (\S+)")}
+    if schema == "GeneratorSingleEdit":
+        return json.dumps({"question_edits": edits["question"], "context_edits": edits["text"], **tail})
+    if schema == "GeneratorMultiEdit":
+        return json.dumps({"question_edits": edits["question"],
+                           "passage_edits": [{"passage": target, **edit} for edit in edits["text"]],
+                           "new_passages": new_passages, **tail})
+    new_question = _spliced(question, edits["question"])
+    if schema == "GeneratorSingleOutput":
+        return json.dumps({"perturbed_question": new_question, "perturbed_context": _spliced(text, edits["text"]), **tail})
+    full = [{"index": n, "text": _spliced(body, edits["text"]) if n == target else body, "relevant": relevant}
+            for n, relevant, body in passages]
+    full += [{"index": len(passages) + i, **new} for i, new in enumerate(new_passages, 1)]
+    return json.dumps({"perturbed_question": new_question, "passages": full, **tail})
+
+
+def scripted_generator_responder(request: dict[str, Any]) -> str:
+    """Generators answered by :func:`scripted_generator_reply`, every other role by the dry run's replies."""
+    return scripted_generator_reply(request) or dry_run_responder(request)

@@ -29,7 +29,8 @@ killed process) with the wire format, the time it arrived, the headers that matt
 each reply, the tokens it billed.
 
 The providers' wire shapes and :class:`Behaviour` live in ``provider_wire``, the responders in
-``scripted_replies``; both are importable from here too.
+``scripted_replies``; both are importable from here too. The batch APIs (OpenAI files + batches,
+Anthropic message batches; ``server.batches``) are in ``scripted_batches``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     scripted_embedding,
     shape_reply,
 )
+from refusalbench.tasks.llm.scripted_batches import BatchDesk
+from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 from refusalbench.tasks.llm.scripted_replies import (  # noqa: F401
     Responder,
     dry_run_responder,
@@ -121,7 +124,9 @@ class ScriptedLLMServer:
     ``headers`` (authentication, API version), ``fault``, ``status``, ``billed`` (the tokens the
     reply billed; zero for errors), ``inflight`` (requests in flight at the server as it arrived,
     itself included; ``max_inflight`` is the peak), ``finished`` (when the reply or error went out)
-    and, for a reply, its ``finish``."""
+    and, for a reply, its ``finish``; a Messages API request with ``cache_control`` marks has
+    ``cache_control`` (where they were: ``system``, ``messages[i]``) and, when it wrote its prefix to
+    the scripted prompt cache, ``cache_written`` (tokens)."""
 
     responder: Responder = echo_responder
     latency_s: float = 0.0
@@ -133,6 +138,9 @@ class ScriptedLLMServer:
     port: int = 0
     behaviours: dict[str, Behaviour] = field(default_factory=dict)
     known_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Cached prompt prefixes reported as the providers do (``scripted_prompt_cache``): marked ones on the
+    # Messages API, repeated ones on chat completions, from 1,024 tokens (``prompt_cache.min_tokens``).
+    prompt_cache: ScriptedPromptCache = field(default_factory=ScriptedPromptCache)
 
     def __post_init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -145,6 +153,7 @@ class ScriptedLLMServer:
         self._rate_limited: dict[str, int] = {}  # 429s served so far, per model
         self.inflight = 0
         self.max_inflight = 0
+        self.batches = BatchDesk(self)  # the batch APIs' jobs, delay and scripted failures (scripted_batches)
 
     # ------------------------------------------------------------ control
 
@@ -210,6 +219,7 @@ class ScriptedLLMServer:
             app.router.add_post("/embeddings", self._handle_embeddings)
             app.router.add_get("/v1/models", self._models)
             app.router.add_get("/health", self._health)
+            self.batches.register(app)
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
@@ -402,6 +412,7 @@ class ScriptedLLMServer:
             try:
                 answer = shaping.content if shaping.content is not None else self.responder(request)
                 reply = shape_reply(request, answer, shaping)
+                self.prompt_cache.apply(wire, body, request, reply, entry)
             except Exception as exc:  # a broken script is a server error, visible to the test
                 entry["status"] = 500
                 return web.json_response(error_body(wire, 500, f"responder failed: {exc}"), status=500)

@@ -50,6 +50,45 @@ class GeneratorMultiOutput(LLMOutput):
     expected_behaviour: str = ""
 
 
+# Edit-style generation (``generation.edit_style``): the generator writes only what changes, as
+# find-and-replace edits on the original text; ``refusalbench/edits.py`` applies them in code.
+
+class TextEdit(LLMOutput):
+    find: str = Field(description="a piece of the original text, copied exactly; it must occur there once")
+    replace: str = Field(description="what takes its place ('' deletes it)")
+
+
+class PassageTextEdit(LLMOutput):
+    # Fields in this order: constrained decoding names the passage before copying from it.
+    passage: int = Field(description="the passage's number as shown, from 1")
+    find: str
+    replace: str
+
+
+class NewPassage(LLMOutput):
+    text: str
+    relevant: bool
+
+
+class GeneratorSingleEdit(LLMOutput):
+    question_edits: list[TextEdit]
+    context_edits: list[TextEdit]
+    lever_applied: str = ""
+    rationale: str = ""
+    answer_constraint_holds: bool
+    expected_behaviour: str = ""
+
+
+class GeneratorMultiEdit(LLMOutput):
+    question_edits: list[TextEdit]
+    passage_edits: list[PassageTextEdit]
+    new_passages: list[NewPassage] = Field(description="passages to append after the last one ([] for none)")
+    lever_applied: str = ""
+    rationale: str = ""
+    answer_constraint_holds: bool
+    expected_behaviour: str = ""
+
+
 # ----------------------------------------------------------------- verification
 
 VERIFIER_CRITERIA: tuple[str, ...] = (
@@ -281,19 +320,21 @@ def _loads_lenient(candidate: str) -> Any:
         return json.loads(_TRAILING_COMMA.sub(r"\1", candidate))
 
 
-def _candidate_texts(text: str) -> list[str]:
+def _candidate_texts(text: str) -> Iterator[str]:
     """The pieces of a reply that may be the JSON answer, the last one first.
 
     The whole reply, then fenced blocks and balanced spans by where they end, latest first (an
     enclosing object before the objects inside it): a model that drafts an object and corrects
-    it, in prose or in reasoning left in the text, means the one it wrote last.
+    it, in prose or in reasoning left in the text, means the one it wrote last. Lazily: a reply
+    that is bare JSON (most) is never scanned for spans.
     """
+    yield text.strip()
     spans = [(match.end(), match.end() - match.start(), match.group(1).strip())
              for match in _FENCED_BLOCK.finditer(text)]
     for opener, closer in ("{}", "[]"):
         spans += [(end, end - begin, text[begin:end]) for begin, end in _balanced_spans(text, opener, closer)]
     spans.sort(key=lambda span: (span[0], span[1]), reverse=True)
-    return [text.strip()] + [candidate for _, _, candidate in spans]
+    yield from (candidate for _, _, candidate in spans)
 
 
 def _single_list_field(model_cls: type[BaseModel]) -> str | None:

@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from refusalbench.tasks.llm.http_post import PostClient
 from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
 from refusalbench.tasks.llm.rate_limits import announced_wait
 
@@ -38,6 +39,8 @@ PASS_THROUGH_PARAMS = frozenset({
 })
 # OpenAI's own model names: LiteLLM rewrites their parameters (o-series, GPT-5) even behind an api_base.
 _OPENAI_FAMILIES = re.compile(r"^(o\d|gpt-|chatgpt|ft:|text-|davinci|babbage|codex|computer-use)")
+# Statuses aiohttp follows as a redirect: the lean client hands such a call to it.
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # The exception names LiteLLM gives these statuses, so error messages read the same on both paths.
 _STATUS_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                  404: "NotFoundError", 408: "Timeout", 422: "UnprocessableEntityError", 429: "RateLimitError",
@@ -77,6 +80,22 @@ class Reply(NamedTuple):
     # a 400 saying the content was filtered (:func:`filtered_reply`). The gateway's outcome reads it.
     refusal: str | None = None
     cached_tokens: int | None = None  # prompt tokens read from the provider's prompt cache
+    # Prompt tokens written to it (Anthropic's cache_creation_input_tokens, billed above the input price).
+    cache_write_tokens: int | None = None
+
+
+class Request(NamedTuple):
+    """What one attempt sends (``Gateway._request``), on the direct path (``body``, posted as is) or
+    through LiteLLM (``messages`` and ``kwargs``: the parameters, endpoint, key, headers, response
+    format); the batch path writes its request lines from the same."""
+
+    api_base: str | None
+    profile: ProviderProfile
+    api_key: str | None
+    direct: str | None  # the model name the direct path posts; None: through LiteLLM
+    body: dict[str, Any] | None
+    messages: list[dict[str, Any]]
+    kwargs: dict[str, Any]
 
 
 # ---------------------------------------------------------------- through LiteLLM
@@ -112,6 +131,12 @@ async def litellm_completion(model: str, messages: list[dict[str, str]], timeout
         if profile.blocks_content(getattr(exc, "status_code", None), str(exc)):
             return filtered_reply(f"HTTP 400 {type(exc).__name__}: {_first_line(str(exc))}")
         raise classify(exc, profile) from None
+    return litellm_reply(response)
+
+
+def litellm_reply(response: Any) -> Reply:
+    """A LiteLLM response as a :class:`Reply` (the batch path reads its results through this too)."""
+    litellm = litellm_module()
     try:
         choice = response.choices[0]
         text = choice.message.content
@@ -155,10 +180,15 @@ def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:
     reasoning = _first_text(getattr(message, "reasoning_content", None), thinking,
                             extra.get("reasoning_content") if isinstance(extra, dict) else None,
                             extra.get("reasoning") if isinstance(extra, dict) else None)
-    details = getattr(getattr(response, "usage", None), "completion_tokens_details", None)
-    prompt_details = getattr(getattr(response, "usage", None), "prompt_tokens_details", None)
+    usage = getattr(response, "usage", None)
+    details = getattr(usage, "completion_tokens_details", None)
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    # LiteLLM reads Anthropic's cache_read_input_tokens into prompt_tokens_details.cached_tokens and
+    # its cache_creation_input_tokens into cache_creation_tokens (and onto the usage itself).
+    written = _count(getattr(prompt_details, "cache_creation_tokens", None))
     return {"reasoning": reasoning, "reasoning_tokens": _count(getattr(details, "reasoning_tokens", None)),
             "cached_tokens": _count(getattr(prompt_details, "cached_tokens", None)),
+            "cache_write_tokens": written if written is not None else _count(getattr(usage, "cache_creation_input_tokens", None)),
             "served_model": _first_text(getattr(response, "model", None)),
             "system_fingerprint": _first_text(getattr(response, "system_fingerprint", None))}
 
@@ -173,6 +203,7 @@ def json_metadata(reply: dict[str, Any], choice: dict[str, Any]) -> dict[str, An
     return {"reasoning": _first_text(message.get("reasoning_content"), message.get("reasoning")),
             "reasoning_tokens": _count(details.get("reasoning_tokens")),
             "cached_tokens": _count(prompt_details.get("cached_tokens")),
+            "cache_write_tokens": _count(usage.get("cache_creation_input_tokens")),
             "served_model": _first_text(reply.get("model")),
             "system_fingerprint": _first_text(reply.get("system_fingerprint"))}
 
@@ -276,10 +307,13 @@ def direct_model(model: str, api_base: str | None, params: dict[str, Any], messa
 
 
 class DirectClient:
-    """Posts chat completions over one aiohttp session, created on first use inside the gateway's loop."""
+    """Posts chat completions: to ``http://`` endpoints over the lean keep-alive client (``http_post``),
+    to ``https://`` ones (and wherever a reply redirects) over one aiohttp session, created on
+    first use inside the gateway's loop."""
 
     def __init__(self) -> None:
         self._session: Any = None
+        self._lean = PostClient()
 
     def _client(self) -> Any:
         if self._session is None:
@@ -290,6 +324,7 @@ class DirectClient:
         return self._session
 
     async def close(self) -> None:
+        self._lean.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -298,36 +333,62 @@ class DirectClient:
                        profile: ProviderProfile) -> Reply:
         """POST ``body`` to ``api_base``/chat/completions; the reply, or a :class:`CallFailed`
         (retried as ``profile`` says)."""
-        import aiohttp
-
-        # Per phase, like the OpenAI SDK's timeout: no single connect or read may take longer.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
         url = api_base.rstrip("/") + "/chat/completions"
-        try:
-            async with self._client().post(url, data=json.dumps(body), headers=headers, timeout=timeout) as answer:
-                raw = await answer.read()
-                status, retry_after = answer.status, announced_wait(answer.headers)
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
-        except aiohttp.ClientError as exc:  # refused, reset, dropped mid-reply: try again
-            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+        data = json.dumps(body).encode()
+        status, raw, reply_headers = (await self._post_lean(url, data, headers, timeout_s)
+                                      if PostClient.handles(url) else (None, b"", None))
+        if status is None or status in _REDIRECTS:  # https, or a redirect: aiohttp follows it
+            status, raw, reply_headers = await self._post_aiohttp(url, data, headers, timeout_s)
+        retry_after = announced_wait(reply_headers) if status >= 400 else None
         if status == 400 and profile.blocks_content(status, raw.decode("utf-8", "replace")):
             return filtered_reply(status_failure(status, raw, retry_after, profile).args[0])
         if status >= 400:
             raise status_failure(status, raw, retry_after, profile)
         try:
             reply = json.loads(raw)
-            choice = reply["choices"][0]
-            text = choice["message"]["content"]
         except ValueError:
             raise CallFailed(f"APIError: the reply is not JSON: {_first_line(raw.decode('utf-8', 'replace'))}",
                              retriable=True) from None
-        except (KeyError, IndexError, TypeError):
-            raise CallFailed("malformed reply: no choices", retriable=True) from None
-        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-        # Direct calls go only to models LiteLLM has no price for: cost unknown, as it would say.
-        return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"),
-                     **json_metadata(reply, choice), refusal=_first_text((choice.get("message") or {}).get("refusal")))
+        return json_reply(reply)
+
+    async def _post_lean(self, url: str, data: bytes, headers: dict[str, str],
+                         timeout_s: float) -> tuple[int, bytes, dict[str, str]]:
+        try:
+            status, reply_headers, raw = await self._lean.post(url, data, headers, connect_timeout=timeout_s,
+                                                               read_timeout=timeout_s)
+        except TimeoutError:
+            raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
+        except OSError as exc:  # refused, reset, dropped mid-reply: try again
+            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+        return status, raw, reply_headers
+
+    async def _post_aiohttp(self, url: str, data: bytes, headers: dict[str, str],
+                            timeout_s: float) -> tuple[int, bytes, Any]:
+        import aiohttp
+
+        # Per phase, like the OpenAI SDK's timeout: no single connect or read may take longer.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        try:
+            async with self._client().post(url, data=data, headers=headers, timeout=timeout) as answer:
+                return answer.status, await answer.read(), answer.headers
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
+        except aiohttp.ClientError as exc:  # refused, reset, dropped mid-reply: try again
+            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+
+
+def json_reply(reply: Any) -> Reply:
+    """A chat completion's JSON as a :class:`Reply`, as the direct path reads it (and the batch path
+    a direct-path request's batch result)."""
+    try:
+        choice = reply["choices"][0]
+        text = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise CallFailed("malformed reply: no choices", retriable=True) from None
+    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+    # Direct calls go only to models LiteLLM has no price for: cost unknown, as it would say.
+    return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"),
+                 **json_metadata(reply, choice), refusal=_first_text((choice.get("message") or {}).get("refusal")))
 
 
 def status_failure(status: int, raw: bytes, retry_after: float | None, profile: ProviderProfile) -> CallFailed:

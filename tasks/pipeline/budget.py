@@ -4,9 +4,11 @@
   generation and evaluation share one budget: :func:`budget_span`), of each refresh round, or of
   a ``generate`` / ``evaluate`` run on its own. Calls served from a cache cost nothing.
 - The next shard: ``plan``'s per-call ceiling (the model's prompts rendered as ``plan`` renders
-  them, at most ``max_tokens`` out, the config's price over LiteLLM's map) times the shard's rows,
-  for the model the shard is for and the stage's models no shard is for (the judge of a target's
-  answers). Shards sent and not done count at that estimate until they are.
+  them, at most ``max_tokens`` out, the config's price over LiteLLM's map; calls a model sends
+  through the batch API at the batch price) times the shard's rows, for the model the shard is for
+  and the stage's models no shard is for (the judge of a target's answers). Shards sent and not
+  done count at that estimate until they are; a batch-mode model's one shard of a stage (its
+  whole batch job) is checked as one.
 - When the next shard would take the spend past the budget, nothing more is sent: the shards on
   their way finish (their calls go into the call cache, their results into Prefect's task cache),
   the manifest records the calls and costs so far, and the run stops with :class:`BudgetExceeded`
@@ -50,7 +52,9 @@ def budget_span(cfg: RunConfig) -> Iterator[None]:
 
 
 def per_call_costs(plan: Any) -> dict[str, dict[str, float | None]]:
-    """{stage: {model: USD per call}} of a ``refusalbench.plan.Plan``: each model's ceiling over its calls."""
+    """{stage: {model: USD per call}} of a ``refusalbench.plan.Plan``: each model's ceiling over its calls,
+    as configured (a batch-mode model's calls at the batch price; a model whose respond and calibrate
+    differ in mode: their average)."""
     return {name: {model: None if m.cost_usd is None else m.cost_usd / max(m.calls, 1)
                    for model, m in stage.models.items()} for name, stage in plan.stages.items()}
 

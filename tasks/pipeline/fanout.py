@@ -15,23 +15,36 @@ folder however the flow was started (CLI, deployment, serve).
 What a person sees in the Prefect UI: each task run is named for its stage, model and
 shard (``respond | answerer | shard 3/8``), and at its end it logs what the gateway did
 for it (``64 calls (10 cached), 2 retried, 0 failed``) to the flow run's Logs tab.
+
+Batch mode (a model's ``mode: batch`` for the stage): the model's shards of the stage go to one
+task (``respond | answerer | batch of 8 shards``), which reads them all, so the gateway sends
+them as one batch job instead of one per shard. That task holds one task-runner thread while the
+gateway polls on its own event loop: no model concurrency or rate-limit slot (the gateway frees
+them while it waits) and no Prefect global-concurrency slot (no task here takes one); a thread
+costs no core, and ``flows/common.runner_slots`` gives every model four, more than the tasks one
+model has in batch mode at once (respond, judge, calibrate and its judge).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pydantic import BaseModel
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core import clocks, runfolder
 from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.plan_prices import sends_batches
 from refusalbench.tasks.pipeline.ui import Progress, stage_of_task, story, task_run_name
 
 if TYPE_CHECKING:
@@ -66,16 +79,42 @@ def shard_run_name(task_name: str, model: str, index: int, count: int) -> str:
     return f"{task_name.removesuffix('-shard')} | {model} | shard {index + 1}/{count}"
 
 
+# The models whose calls one task makes, by task name, given the config and the model the task is
+# fanned out for (the judge's tasks are fanned out over targets); registered beside the tasks.
+BATCH_CALLERS: Registry[Callable[[RunConfig, str], list[str]]] = Registry("shard task's calling models")
+
+
+def batch_task(cfg: RunConfig, task_name: str, model: str) -> bool:
+    """Whether a task of ``task_name`` for ``model`` sends its stage's calls through the batch API."""
+    callers = BATCH_CALLERS.get(task_name)
+    stage = stage_of_task(task_name)
+    return callers is not None and any(sends_batches(cfg.models[m], stage) for m in callers(cfg, model)
+                                       if m in cfg.models)
+
+
 # ---------------------------------------------------------------- flow side: the fan-out
+
+# A stage's default shards (no ``shard_size`` in the config): at most this many tasks per model ...
+TASKS_PER_MODEL = 4
+# ... each at least this many rounds of its model's max_concurrency long.
+ROUNDS_PER_SHARD = 8
 
 @dataclass(frozen=True)
 class Shard:
     """One task input: a shard's name in the run folder (or the upstream future that will
     return it) and the digest of the content the task will read."""
 
-    name: Any
+    name: Any  # a list of them: a batch-mode model's shards of a stage, read by one task (``whole``)
     digest: str
     rows: int | None = None  # how many rows it holds, where known before it is written (the budget's estimate)
+
+
+def whole(shards: list[Shard]) -> list[Shard]:
+    """A stage's shards as one task input (a batch-mode model's): the task reads them all, in order."""
+    if len(shards) <= 1:
+        return shards  # one shard: the same task input (and cache key) as in synchronous mode
+    rows = None if any(s.rows is None for s in shards) else sum(s.rows for s in shards)
+    return [Shard([s.name for s in shards], content_digest([s.digest for s in shards]), rows)]
 
 
 @dataclass
@@ -86,6 +125,8 @@ class Fanout:
     out: str
     api_bases: dict[str, str] = field(default_factory=dict)
     budget: "Budget | None" = None  # checked before each shard is sent (tasks/pipeline/budget.py)
+    _given: dict[tuple[str, str], list[Shard]] = field(default_factory=dict)  # (task, model) -> its task inputs
+    _sizes: list[int] = field(default_factory=list)  # the shard sizes :meth:`shard_size` chose
 
     @cached_property
     def store(self) -> ArtifactStore:
@@ -118,17 +159,24 @@ class Fanout:
         stage = stage_of_task(task.name)
         task = task.with_options(result_storage=self._result_storage)
         inputs = {model: shards(model) if callable(shards) else shards for model in models}
+        # A batch-mode model's shards go to one task: one batch job carries the stage's calls.
+        inputs = {model: whole(given) if batch_task(self.cfg, task.name, model) else given
+                  for model, given in inputs.items()}
+        self._given.update({(task.name, model): given for model, given in inputs.items()})
         futures: dict[str, list[Any]] = {model: [] for model in models}
 
         def submit_one(model: str, index: int) -> Any:
             # Named per submission: the shard count is the fan-out's, not a task parameter.
             # The name is no part of the cache key (task inputs + source), so caching holds.
-            name = shard_run_name(task.name, model, index, len(inputs[model]))
-            named = task.with_options(task_run_name=name.replace("{", "{{").replace("}", "}}"))
             shard = inputs[model][index]
+            name = shard_run_name(task.name, model, index, len(inputs[model]))
+            if isinstance(shard.name, list):
+                name = f"{name.rsplit(' | ', 1)[0]} | batch of {len(shard.name)} shards"
+            named = task.with_options(task_run_name=name.replace("{", "{{").replace("}", "}}"))
             if self.budget is None:
                 return named.submit(self.task_config, self.out, model, shard.name, shard.digest, self.api_bases)
-            rows = shard.rows if shard.rows is not None else self._shard_size
+            parts = len(shard.name) if isinstance(shard.name, list) else 1
+            rows = shard.rows if shard.rows is not None else self._shard_size * parts
             estimate = self.budget.admit(stage, model, index, len(inputs[model]), rows, models)
             future = named.submit(self.task_config, self.out, model, shard.name, shard.digest, self.api_bases)
             self.budget.track(future, estimate)
@@ -137,6 +185,13 @@ class Fanout:
         counts = sorted({len(v) for v in inputs.values()})
         story("%s: %d task(s), %d model(s) × %s shard(s)", task.name.removesuffix("-shard"),
               sum(map(len, inputs.values())), len(models), "/".join(map(str, counts)) or "0")
+        # The task runner copies this context into each task's thread: the tasks' clocks
+        # (their Parquet reads and writes, their bodies) count under the stage's name.
+        with clocks.clock_scope(stage), clocks.timed("submit"):
+            return self._submit_all(models, inputs, futures, spanned(f"{stage}/task_span", submit_one), sharing)
+
+    def _submit_all(self, models: list[str], inputs: dict[str, list[Shard]], futures: dict[str, list[Any]],
+                    submit_one: Callable[[str, int], Any], sharing: Iterable[str] | None) -> dict[str, list[Any]]:
         if one_model_at_a_time(self.cfg, list(sharing) if sharing is not None else models):
             for model in models:
                 futures[model] = [submit_one(model, index) for index in range(len(inputs[model]))]
@@ -152,6 +207,11 @@ class Fanout:
                     futures[model].append(submit_one(model, index))
         return futures
 
+    def inputs_of(self, task: Any, model: str) -> list[Shard]:
+        """The inputs ``model``'s tasks of ``task`` were given, one per future :meth:`submit` returned
+        (one, when the model is in batch mode for the stage): a downstream stage pairs its shards with them."""
+        return self._given[(task.name, model)]
+
     @cached_property
     def task_config(self) -> RunConfig:
         """The config the tasks get: without ``budget_usd``, the flow's business, so a re-run with
@@ -160,23 +220,70 @@ class Fanout:
 
     @property
     def _shard_size(self) -> int:
-        """Rows of a shard not written yet (an upstream task's output): at most the configured shard size."""
+        """Rows of a shard not written yet (an upstream task's output): at most the largest shard size
+        configured or chosen (:meth:`shard_size`) in this run."""
         sections = (self.cfg.generation, self.cfg.evaluation, self.cfg.knowornot)
-        return max((section.shard_size for section in sections if section is not None), default=1)
+        return max([*(section.shard_size for section in sections if section is not None), *self._sizes], default=1)
+
+    def shard_size(self, section: Any, rows: int, models: Iterable[str]) -> int:
+        """Rows per shard of a stage over ``rows`` rows that ``models`` work on.
+
+        The config's ``shard_size`` where the config sets one. By default, enough rows that each
+        model has at most ``TASKS_PER_MODEL`` tasks in the stage (the runner's slots per model:
+        ``flows/common.runner_slots``, so none waits for a slot) and each task keeps its model's
+        ``max_concurrency`` busy for ``ROUNDS_PER_SHARD`` rounds; never fewer rows than the section's
+        default. The stage's Prefect tasks then number with its models, not with its items: each
+        task costs Prefect's engine (states, cache key, result file) and a shard file each way.
+        """
+        if "shard_size" in section.model_fields_set:
+            return section.shard_size
+        concurrency = max((self.cfg.models[m].max_concurrency for m in models if m in self.cfg.models), default=1)
+        size = max(section.shard_size, ROUNDS_PER_SHARD * concurrency, -(-rows // TASKS_PER_MODEL))
+        self._sizes.append(size)
+        return size
 
     def gather(self, futures: dict[str, list[Any]], record_type: type[BaseModel]) -> list:
         """The records of every output shard, model by model, in shard order."""
-        return [row for model_futures in futures.values() for future in model_futures
-                for row in self.store.read_records(future.result(), record_type)]
+        rows: list = []
+        for model_futures in futures.values():
+            for future in model_futures:
+                with clocks.timed("gather_wait"):  # the flow waits for the task (its calls, its Prefect states)
+                    name = future.result()
+                rows.extend(self.store.read_records(name, record_type))
+        return rows
+
+
+def spanned(clock: str, submit: Callable[[str, int], Any]) -> Callable[[str, int], Any]:
+    """``submit``, each future's time from submission to done on ``clock``: the task's body, what
+    Prefect does around it, and its wait for a runner slot or an upstream task."""
+    def submit_one(model: str, index: int) -> Any:
+        submitted = time.perf_counter()
+        future = submit(model, index)
+        future.add_done_callback(lambda _: clocks.add(clock, time.perf_counter() - submitted))
+        return future
+
+    return submit_one
 
 
 # ---------------------------------------------------------------- task side
 
+def timed_body(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A shard task's body on the ``task_body`` clock (under its stage, from the fan-out's
+    scope): the task's own time, apart from what Prefect does around it."""
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        with clocks.timed("task_body"):
+            return fn(*args, **kwargs)
+
+    return body
+
+
 class ShardCalls:
     """What the gateway did for one shard task: calls, cache hits, calls retried, calls failed.
 
-    A call the gateway deduplicated shares its twin's outcome, so it counts as retried or
-    failed with it (the manifest's ``calls`` counts HTTP attempts instead).
+    A call the gateway deduplicated shares its twin's outcome, so it counts as cached (its
+    twin's reply served it), and as retried or failed with it (the manifest's ``calls``
+    counts HTTP attempts instead).
     """
 
     def __init__(self) -> None:
@@ -214,10 +321,41 @@ def _attempt() -> Any:
     return (context.task_run.id, context.task_run.run_count)
 
 
-def write_output_shard(run_root: str, kind: str, model: str, input_name: str, rows: list[BaseModel],
+def read_input(run_root: str, input_name: str | list[str], record_type: type[BaseModel]) -> list:
+    """A task's input rows: its shard's, or (a batch-mode model's task) its shards' in order."""
+    store = ArtifactStore(run_root)
+    names = [input_name] if isinstance(input_name, str) else input_name
+    return [row for name in names for row in store.read_records(name, record_type)]
+
+
+# Run-folder files every task of a stage reads (the benchmark for each judge task): parsed once per
+# process while the file is unchanged, by (path, mtime, size); only the latest version is kept.
+_read_once: dict[tuple[str, str], tuple[tuple[int, int], Any]] = {}
+_read_once_lock = threading.Lock()
+
+
+def read_shared(run_root: str, artifact: runfolder.Artifact) -> Any:
+    """A declared artifact as ``store.load`` returns it, read once per process while its local file is
+    unchanged (a 30-target run has over a hundred judge tasks, each needing the whole benchmark:
+    ~30 ms of CPU per parse of 720 items). Callers must not change what it returns."""
+    store = ArtifactStore(run_root)
+    if not store.is_local:
+        return store.load(artifact)
+    path = store.path(artifact.name)
+    with _read_once_lock:  # one parse, however many tasks start at once
+        stat = os.stat(path)
+        version = (stat.st_mtime_ns, stat.st_size)
+        known = _read_once.get((path, artifact.name))
+        if known is None or known[0] != version:
+            known = _read_once[(path, artifact.name)] = (version, store.load(artifact))
+        return known[1]
+
+
+def write_output_shard(run_root: str, kind: str, model: str, input_name: str | list[str], rows: list[BaseModel],
                        record_type: type[BaseModel]) -> str:
-    """Write a task's output shard; the shard's calls go to the run's Logs tab."""
-    name = runfolder.output_shard(kind, model, runfolder.shard_index(input_name))
+    """Write a task's output shard (named after its first input shard); its calls go to the run's Logs tab."""
+    first = input_name if isinstance(input_name, str) else input_name[0]
+    name = runfolder.output_shard(kind, model, runfolder.shard_index(first))
     ArtifactStore(run_root).write_records(name, rows, record_type)
     with _shard_calls_lock:
         calls = _shard_calls.pop(_attempt(), None) or ShardCalls()

@@ -33,8 +33,8 @@ def generate_stage(run: StageRun, inputs: GenerationInputs, generators: list[str
                               inputs.hashes, package_version(), *rules)
 
     with run.recorder.stage("generate"):
-        shards = run.fanout.write_shards("assignments", inputs.assignments, Assignment, run.cfg.generation.shard_size,
-                                         digest)
+        size = run.fanout.shard_size(run.cfg.generation, len(inputs.assignments), generators)
+        shards = run.fanout.write_shards("assignments", inputs.assignments, Assignment, size, digest)
         candidates: list[Candidate] = run.fanout.gather(run.fanout.submit(generate_shard, generators, shards), Candidate)
         run.store.save(rb_files.CANDIDATES, candidates)
         run.recorder.artifact(rb_files.CANDIDATES)

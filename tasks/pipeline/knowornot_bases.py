@@ -58,6 +58,22 @@ def each_base(stage: Task, bases: list[KnowledgeBaseSlice], *args: Any) -> list[
     return [future.result() for future in futures]
 
 
+def each_base_then(first: Task, then: Task, bases: list[KnowledgeBaseSlice], *then_args: Any
+                   ) -> tuple[list[Any], Callable[[], list[Any]]]:
+    """``first`` for every base, and ``then`` for each base as soon as its own ``first`` is done (the
+    bases' encodes take turns on the one embedding model, so one base's HyDE calls are in flight while
+    the next base encodes): the results of ``first`` in the bases' order, and a function that waits
+    for those of ``then``."""
+    if len(bases) == 1:
+        only = bases[0]
+        done = first(only.cfg, only.out, only.digest)
+        return [done], lambda: [then(only.cfg, only.out, only.digest, *then_args)]
+    firsts = [first.submit(base.cfg, base.out, base.digest) for base in bases]
+    thens = [then.submit(base.cfg, base.out, base.digest, *then_args, wait_for=[future])
+             for base, future in zip(bases, firsts)]
+    return [future.result() for future in firsts], lambda: [future.result() for future in thens]
+
+
 def prefixed(name: str, identifier: str) -> str:
     return f"{name}/{identifier}"
 

@@ -14,6 +14,7 @@ in as ``input_digest``. The run-time endpoints (``api_bases``) are left out of t
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from refusalbench.tasks.knowornot.documents import IndexMeta
 from refusalbench.tasks.core.errors import InputError, ModelUnavailable
 from refusalbench.tasks.llm.gateway import gateway_for
 from refusalbench.tasks.knowornot.diversity import diversity_filter, filter_method
-from refusalbench.tasks.knowornot.embeddings import Embedder, embedder_for
+from refusalbench.tasks.knowornot.embeddings import Embedder, embedder_for, start_loading
 from refusalbench.tasks.knowornot.evaluation import run_specs
 from refusalbench.tasks.knowornot.labels import sample_ids_per_spec
 from refusalbench.tasks.knowornot.model_steps import (answer_experiments, evaluate_outputs, extract_facts, generate_qa,
@@ -140,6 +141,26 @@ def input_digest(kon: KnowOrNotConfig, templates: dict[str, str]) -> str:
     return content_digest(kon.model_dump(mode="json"), source_digest(kon), templates, package_version())
 
 
+def warm_up_embedder(cfg: RunConfig) -> None:
+    """Start loading the embedding model in the background if this run will encode texts its call
+    cache does not hold, so the model loads (seconds on 2 cores) while the flow run starts and the
+    first stages run; a re-run over cached vectors never loads it. A base built from documents has
+    its pairs only after its LLM calls, so it counts as needing the model."""
+    kon = with_resolved_sources(cfg).knowornot
+    embedder = embedder_for(cfg)
+    if not hasattr(getattr(embedder, "inner", embedder), "load_in_background"):
+        return  # nothing to load (an API model, the hashing stand-in)
+    texts: list[str] = []
+    for source in kon.knowledge_bases or [kon]:
+        if not source.qa_pairs:
+            start_loading(embedder)
+            return
+        texts += [pair_text(p) for p in load_qa_pairs(source.qa_pairs)]
+    missing = getattr(embedder, "missing", None)
+    if missing is None or missing(texts):
+        start_loading(embedder)
+
+
 def source_digest(kon: KnowOrNotConfig) -> str:
     """Content hash of the knowledge-base files (Prefect's cache cannot see file contents)."""
     digest = hashlib.sha256()
@@ -221,11 +242,14 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
     model = kon.extractor or kon.evaluator
     hyde: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = []
-    if strategies_need(kon.retrieval, "hyde_embeddings"):
-        answers, failures = hyde_answers(gateway_for(cfg, api_bases), model, pairs, kon.hyde_answers,
-                                         on_result=progress_callback("HyDE answers", len(pairs)))
-        store.save(kon_files.HYDE_ANSWERS, answers)
-        hyde = _embedded_answers(embedder, answers)
+    with ThreadPoolExecutor(1, thread_name_prefix="kon-questions") as encoder:
+        # The questions are encoded while the HyDE calls are in flight (the same vectors either way).
+        question_vectors = encoder.submit(embedder.embed, [p.question for p in pairs])
+        if strategies_need(kon.retrieval, "hyde_embeddings"):
+            answers, failures = hyde_answers(gateway_for(cfg, api_bases), model, pairs, kon.hyde_answers,
+                                             on_result=progress_callback("HyDE answers", len(pairs)))
+            store.save(kon_files.HYDE_ANSWERS, answers)
+            hyde = _embedded_answers(embedder, answers)
     ookb: list[OOKBQuestion] = []
     if kon.synthetic_ookb:
         ookb, ookb_failures = synthetic_ookb_questions(gateway_for(cfg, api_bases), model, pairs, kon.synthetic_ookb,
@@ -238,7 +262,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
             extra, extra_failures = hyde_answers(gateway_for(cfg, api_bases), model, ookb_pairs, kon.hyde_answers)
             failures += extra_failures
             hyde.update(_embedded_answers(embedder, extra))
-    rows = build_experiment_inputs(pairs, embedder.embed([p.question for p in pairs]),
+    rows = build_experiment_inputs(pairs, question_vectors.result(),
                                    index_from_bytes(store.load(kon_files.KB_INDEX)), kon.targets, kon.retrieval,
                                    kon.prompts, k=kon.k, hyde_embeddings=hyde, ookb_questions=ookb,
                                    ookb_embeddings=embedder.embed([q.question for q in ookb]) if ookb else None)

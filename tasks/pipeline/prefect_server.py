@@ -47,6 +47,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, TypeVar
 
+from refusalbench.tasks.core.clocks import timed
 from refusalbench.tasks.pipeline.preload import preload
 
 Launch = TypeVar("Launch", bound=Callable[..., Any])
@@ -280,7 +281,8 @@ def embedded_api(launch: Launch) -> Launch:
     server it started (bad input: exit 2) stops that server, unless another command uses it."""
     @functools.wraps(launch)
     def call(*args: Any, **kwargs: Any) -> Any:
-        started = start_embedded_api()
+        with timed("api_start"):  # find the server, or spawn one (not waiting for it to answer)
+            started = start_embedded_api()
         unused = True
         try:
             with local_server_settings() if _entry is not None else contextlib.nullcontext():
@@ -308,9 +310,14 @@ def local_server_settings() -> Iterator[None]:
 
 def wait_until_ready(timeout_s: float | None = None) -> None:
     """Return once the server this process uses answers its health check (at once if it uses none)."""
-    global _used
     if _entry is None:
         return
+    with timed("api_wait"):  # a server this command spawned boots meanwhile (the flow's modules load)
+        _wait_until_ready(timeout_s)
+
+
+def _wait_until_ready(timeout_s: float | None) -> None:
+    global _used
     first_wait = not _used
     _used = True
     limit = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"))

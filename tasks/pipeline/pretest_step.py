@@ -46,7 +46,8 @@ def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], ju
     fixed = content_digest({name: template_hash(name) for name in PRETEST_TEMPLATES},
                            run.cfg.models[judge].model_dump(mode="json"), package_version())
     with run.recorder.stage("pretest"):
-        shards = run.fanout.write_shards("pretest-items", items, BaseItem, gen.shard_size,
+        size = run.fanout.shard_size(gen, len(items), [*models, judge])
+        shards = run.fanout.write_shards("pretest-items", items, BaseItem, size,
                                          lambda chunk: content_digest([i.model_dump() for i in chunk], fixed))
         futures = run.fanout.submit(pretest_shard, models, shards if items else [], sharing=[*models, judge])
         answered: list[PretestRow] = run.fanout.gather(futures, PretestRow)

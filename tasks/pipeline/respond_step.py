@@ -60,7 +60,8 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     ev, fanout = run.cfg.evaluation, run.fanout
     templates = run.recorder.manifest.prompt_hashes  # hashed once, when the run started
     # No ``ev.confidence`` here: the main pass is the same with or without a calibration pass.
-    shards = fanout.write_shards("items", items, BenchmarkItem, ev.shard_size, lambda chunk: content_digest(
+    size = fanout.shard_size(ev, len(items), targets + [judge])
+    shards = fanout.write_shards("items", items, BenchmarkItem, size, lambda chunk: content_digest(
         [i.model_dump() for i in chunk], templates, package_version()))
     judge_digest = content_digest(run.cfg.models[judge].model_dump(mode="json"), templates, package_version())
     sharing = targets + [judge]
@@ -69,9 +70,9 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     responded = fanout.submit(respond_shard, targets, shards, sharing=sharing)
     respond_spans = Spans(responded)
     judge_submitted = time.perf_counter()
-    judged = fanout.submit(judge_shard, targets, lambda t: [Shard(future, content_digest(judge_digest, shard.digest))
-                                                            for future, shard in zip(responded[t], shards)],
-                           sharing=sharing)
+    judged = fanout.submit(judge_shard, targets, lambda t: [
+        Shard(future, content_digest(judge_digest, shard.digest))
+        for future, shard in zip(responded[t], fanout.inputs_of(respond_shard, t))], sharing=sharing)
     judge_spans = Spans(judged)
     calibration = submit_calibration(run, targets, shards, judge_digest, sharing) if ev.confidence else None
     responses: list[Response] = fanout.gather(responded, Response)
@@ -123,7 +124,7 @@ def submit_calibration(run: StageRun, targets: list[str], shards: list[Shard], j
     inputs = [Shard(shard.name, content_digest("calibration", shard.digest)) for shard in shards]
     responded = run.fanout.submit(calibrate_shard, targets, inputs, sharing=sharing)
     judged = run.fanout.submit(calibration_judge_shard, targets, lambda t: [
-        Shard(future, content_digest(judge_digest, shard.digest)) for future, shard in zip(responded[t], inputs)],
-        sharing=sharing)
+        Shard(future, content_digest(judge_digest, shard.digest))
+        for future, shard in zip(responded[t], run.fanout.inputs_of(calibrate_shard, t))], sharing=sharing)
     return CalibrationPass(responded, judged, submitted)
 

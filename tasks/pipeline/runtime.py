@@ -264,10 +264,15 @@ class CallCounter:
         return {model: mode for model, mode in run_structured_fallbacks(self.config).items() if model in called}
 
     def record(self, recorder: Any) -> None:
-        """Write this run's calls and structured-output fallbacks into ``recorder``'s manifest."""
+        """Write this run's calls, costs and structured-output fallbacks into ``recorder``'s manifest, and
+        its costs into the Prefect UI (the ``run-costs`` table)."""
+        from refusalbench.tasks.pipeline.ui import publish_run_costs
+
         stats = self.since_start()
         recorder.calls(stats, self.structured_output_fallbacks(stats))
-        recorder.costs(self.costs())
+        costs = self.costs()
+        recorder.costs(costs)
+        publish_run_costs(costs)  # the run-costs table in the Prefect UI
         by_role = call_stats_since(self.roles_at_start, run_role_stats(self.config))
         if by_role:  # what each cache role asked, and how much of it earlier rounds' entries served
             recorder.count(calls_by_role={role: {name: int(n) for name, n in c.items()} for role, c in by_role.items()})

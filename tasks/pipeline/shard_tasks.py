@@ -4,7 +4,9 @@ Each task reads its input shard from the run folder, runs the pure function of i
 (``tasks/refusalbench/<stage>.py``) through the gateway, and writes one output shard;
 ``tasks/pipeline/fanout.py`` submits them over models x shards and gathers what they wrote.
 ``content_hash`` carries what the task's arguments cannot show (the shard's items, the
-templates, the catalogue, the package version), so Prefect's cache key sees it.
+templates, the catalogue, the package version), so Prefect's cache key sees it. A task's shard
+argument is a list of shards when its model sends the stage through the batch API (the fan-out
+gives such a model's shards of a stage to one task: ``fanout.BATCH_CALLERS``, registered below).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from refusalbench.tasks.refusalbench.records import (Assignment, BaseItem, Bench
                                                      PretestRow, Response, Verification)
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.gateway import gateway_for
-from refusalbench.tasks.pipeline.fanout import progress_callback, write_output_shard
+from refusalbench.tasks.pipeline.fanout import (BATCH_CALLERS, progress_callback, read_input, read_shared, timed_body,
+                                                write_output_shard)
 from refusalbench.tasks.pipeline.runtime import cache_policy
 from refusalbench.tasks.refusalbench.generate import generate_candidates, rule_candidates
 from refusalbench.tasks.refusalbench.judge import judge_responses, needs_judge
@@ -30,6 +33,7 @@ from refusalbench.tasks.refusalbench.verify import verify_candidates
 
 @task(name="generate-shard", task_run_name="generate {generator} {assignments_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def generate_shard(config: RunConfig, run_root: str, generator: str, assignments_name: str, content_hash: str,
                    api_bases: dict[str, str]) -> str:
     """Generate one shard of assignments with one generator; returns the output shard's name.
@@ -38,24 +42,26 @@ def generate_shard(config: RunConfig, run_root: str, generator: str, assignments
     base items, the catalogue, the prompt templates and the rule set (Prefect's cache key uses it).
     """
     store = ArtifactStore(run_root)
-    assignments = store.read_records(assignments_name, Assignment)
+    assignments = read_input(run_root, assignments_name, Assignment)
     items = {item.id: item for item in store.load(rb_files.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     if config.models[generator].rule_based:
         candidates = rule_candidates(assignments, items, levers, generator)
     else:
         candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
-                                         on_result=progress_callback(f"generate with {generator}", len(assignments)))
+                                         on_result=progress_callback(f"generate with {generator}", len(assignments)),
+                                         edit_templates=config.generation.edit_templates() if config.generation else ())
     return write_output_shard(run_root, "candidates", generator, assignments_name, candidates, Candidate)
 
 
 @task(name="verify-shard", task_run_name="verify {verifier} {candidates_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_name: str, content_hash: str,
                  api_bases: dict[str, str]) -> str:
     """Verify one shard of candidates with one verifier; returns the output shard's name."""
     store = ArtifactStore(run_root)
-    candidates = store.read_records(candidates_name, Candidate)
+    candidates = read_input(run_root, candidates_name, Candidate)
     items = {item.id: item for item in store.load(rb_files.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
     rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
@@ -65,6 +71,7 @@ def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_nam
 
 @task(name="respond-shard", task_run_name="respond {target} {items_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
                   api_bases: dict[str, str]) -> str:
     """One target answers one shard of benchmark items; returns the output shard's name.
@@ -72,7 +79,7 @@ def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str
     ``content_hash`` covers what the cache key cannot see: the shard's items, the
     templates and the package version.
     """
-    items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
+    items = read_input(run_root, items_name, BenchmarkItem)
     # Always the plain prompt: confidence is elicited by the calibration pass (calibrate_shard).
     rows = respond(gateway_for(config, api_bases), items, target,
                    on_result=progress_callback(f"{target} responds", len(items)))
@@ -81,11 +88,12 @@ def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str
 
 @task(name="calibrate-shard", task_run_name="calibrate {target} {items_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def calibrate_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
                     api_bases: dict[str, str]) -> str:
     """The calibration pass (``evaluation.confidence``): one target answers one shard of items
     with the confidence-eliciting prompt; returns the output shard's name."""
-    items = ArtifactStore(run_root).read_records(items_name, BenchmarkItem)
+    items = read_input(run_root, items_name, BenchmarkItem)
     rows = calibrate(gateway_for(config, api_bases), items, target,
                      on_result=progress_callback(f"{target} calibration", len(items)))
     return write_output_shard(run_root, "calibration_responses", target, items_name, rows, Response)
@@ -93,6 +101,7 @@ def calibrate_shard(config: RunConfig, run_root: str, target: str, items_name: s
 
 @task(name="calibration-judge-shard", task_run_name="judge calibration {target} {responses_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def calibration_judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
                             api_bases: dict[str, str]) -> str:
     """The judge decides one target's shard of calibration responses, through the same
@@ -103,6 +112,7 @@ def calibration_judge_shard(config: RunConfig, run_root: str, target: str, respo
 
 @task(name="judge-shard", task_run_name="judge {target} {responses_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
                 api_bases: dict[str, str]) -> str:
     """The judge decides one target's shard of responses; returns the output shard's name.
@@ -116,9 +126,8 @@ def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: s
 def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, responses_name: str,
                 title: str) -> list[Judgment]:
     """The judge's judgments of one shard of responses: the main pass's and the calibration pass's alike."""
-    store = ArtifactStore(run_root)
-    responses = store.read_records(responses_name, Response)
-    items = {item.item_id: item for item in store.load(rb_files.BENCHMARK)}
+    responses = read_input(run_root, responses_name, Response)
+    items = {item.item_id: item for item in read_shared(run_root, rb_files.BENCHMARK)}
     judge, decision = config.evaluation.judge, config.evaluation.decision
     total = sum(needs_judge(items[r.item_id], r, decision) for r in responses)
     return judge_responses(gateway_for(config, api_bases), items, responses, judge,
@@ -127,6 +136,7 @@ def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, res
 
 @task(name="pretest-shard", task_run_name="pretest {model} {items_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@timed_body
 def pretest_shard(config: RunConfig, run_root: str, model: str, items_name: str, content_hash: str,
                   api_bases: dict[str, str]) -> str:
     """One pre-test model answers one shard of base items and the judge scores the answers.
@@ -134,7 +144,19 @@ def pretest_shard(config: RunConfig, run_root: str, model: str, items_name: str,
     ``content_hash`` covers what the cache key cannot see: the shard's items, the target
     and judge templates and the package version. Returns the output shard's name.
     """
-    items = ArtifactStore(run_root).read_records(items_name, BaseItem)
+    items = read_input(run_root, items_name, BaseItem)
     judge = config.generation.pretest.judge
     rows = pretest_answers(gateway_for(config, api_bases), items, model, judge, progress=progress_callback)
     return write_output_shard(run_root, "pretest", model, items_name, rows, PretestRow)
+
+
+# Whose calls each task makes: where one of them sends the stage through the batch API, the fan-out
+# gives the task all of its model's shards of the stage (one batch job). The judge's tasks are fanned
+# out over the targets but call the judge; a pre-test task calls its model and the pre-test judge.
+BATCH_CALLERS.add(generate_shard.name, lambda cfg, generator: [generator])
+BATCH_CALLERS.add(verify_shard.name, lambda cfg, verifier: [verifier])
+BATCH_CALLERS.add(respond_shard.name, lambda cfg, target: [target])
+BATCH_CALLERS.add(calibrate_shard.name, lambda cfg, target: [target])
+BATCH_CALLERS.add(judge_shard.name, lambda cfg, target: [cfg.evaluation.judge])
+BATCH_CALLERS.add(calibration_judge_shard.name, lambda cfg, target: [cfg.evaluation.judge])
+BATCH_CALLERS.add(pretest_shard.name, lambda cfg, model: [model, cfg.generation.pretest.judge])

@@ -110,6 +110,19 @@ def publish_link(key: str, link: str, text: str, description: str = "") -> None:
     create_link_artifact(key=artifact_key(key), link=link, link_text=text, description=description)
 
 
+def publish_run_costs(costs: dict[str, Any]) -> None:
+    """The ``run-costs`` table: spend per stage and model, unpriced calls, cached-prefix and batch savings
+    (the manifest's ``costs``, as the report's cost section shows them)."""
+    from refusalbench.tasks.refusalbench.report.cost_section import cost_rows, cost_summary_line
+
+    try:
+        rows = cost_rows(costs)
+        if rows:
+            publish_table("run-costs", rows, description=cost_summary_line(costs))
+    except Exception:  # the display must never break the run; the manifest has the costs
+        log.debug("could not publish the run-costs table", exc_info=True)
+
+
 class PrefectSink:
     """The narration of pure code (``core.narration``) in the Prefect UI: the functions above."""
 

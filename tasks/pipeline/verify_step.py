@@ -74,7 +74,8 @@ def precheck_candidates(run: StageRun, inputs: GenerationInputs, candidates: lis
 def verify_round(run: StageRun, inputs: GenerationInputs, pending: list[Candidate], verifiers: list[str], index: int,
                  *, sharing: list[str]) -> list[Verification]:
     """``verifiers`` check ``pending`` (no task at all when nothing is pending)."""
-    shards = run.fanout.write_shards(f"verify-input-{index:02d}", pending, Candidate, run.cfg.generation.shard_size,
+    size = run.fanout.shard_size(run.cfg.generation, len(pending), verifiers)
+    shards = run.fanout.write_shards(f"verify-input-{index:02d}", pending, Candidate, size,
                                      lambda chunk: content_digest([c.model_dump() for c in chunk], inputs.hashes,
                                                                   package_version()))
     futures = run.fanout.submit(verify_shard, verifiers, shards if pending else [], sharing=sharing)

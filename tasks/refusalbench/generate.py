@@ -5,32 +5,49 @@ becomes a row (ok / parse_error / call_error) with the raw text, so nothing is d
 A rule-based generator (``model: rules/...``, ``tasks.rule_generator``) makes no call: it
 attempts the assignments its rules can realise honestly, and each becomes an ``ok`` row
 built the same way.
+
+Edit style (``generation.edit_style``, per generator template): the generator is asked for
+find-and-replace edits instead of the whole rewritten item (``generator_*_edit.j2``);
+``edits.rewrite_of`` applies them to the base item in code, and the candidate is built from the
+result exactly as from a full rewrite. An edit that does not apply makes the attempt a
+``parse_error`` row whose error starts with ``edits.EDIT_FAILURE`` and says why.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from typing import Any, Callable
+
+from pydantic import BaseModel
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
+from refusalbench.tasks.refusalbench.edits import EDIT_FAILURE, EditFailure, rewrite_of
 from refusalbench.tasks.refusalbench.prompt_vocabulary import answer_constraint_text
 from refusalbench.tasks.llm.prompting import render_messages, template_hash
 from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Candidate, Lever, Passage
 from refusalbench.tasks.refusalbench.rule_generator import NotApplicable, RuleOutput, apply_rule, ruleset_hash
-from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput
+from refusalbench.tasks.llm.structured_outputs import (GeneratorMultiEdit, GeneratorMultiOutput, GeneratorSingleEdit,
+                                                       GeneratorSingleOutput)
 
 
-def generator_template(variant: str) -> str:
-    """The generator template for an item variant (single | multi)."""
-    return "generator_multi.j2" if variant == "multi" else "generator_single.j2"
+def generator_template(variant: str, edit: bool = False) -> str:
+    """The generator template for an item variant (single | multi), in edit style or as a full rewrite."""
+    name = "generator_multi" if variant == "multi" else "generator_single"
+    return f"{name}_edit.j2" if edit else f"{name}.j2"
+
+
+def uses_edit_style(variant: str, edit_templates: Collection[str]) -> bool:
+    """Whether ``variant``'s generator template is in ``edit_templates`` (``GenerationConfig.edit_templates``)."""
+    return generator_template(variant).removesuffix(".j2") in edit_templates
 
 
 def candidate_id(assignment_id: str, generator: str) -> str:
     return hashlib.sha256(f"{assignment_id}|{generator}".encode()).hexdigest()[:16]
 
 
-def generation_messages(item: BaseItem, lever: Lever) -> list[dict[str, str]]:
+def generation_messages(item: BaseItem, lever: Lever, edit: bool = False) -> list[dict[str, str]]:
     expected = lever.expected
     common = dict(
         lever=lever,
@@ -40,18 +57,34 @@ def generation_messages(item: BaseItem, lever: Lever) -> list[dict[str, str]]:
         answer_constraint=answer_constraint_text(expected),
     )
     if item.variant == "multi":
-        return render_messages("generator_multi.j2", passages=item.passages, strategy=lever.multi_document, context=None, **common)
-    return render_messages("generator_single.j2", context=item.context, **common)
+        return render_messages(generator_template("multi", edit), passages=item.passages, strategy=lever.multi_document,
+                               context=None, **common)
+    return render_messages(generator_template("single", edit), context=item.context, **common)
+
+
+def edit_generation_messages(item: BaseItem, lever: Lever) -> list[dict[str, str]]:
+    """The edit-style generator prompt: the same item and lever, the reply asked for as edits."""
+    return generation_messages(item, lever, edit=True)
+
+
+def generation_prompt(item: BaseItem, lever: Lever, edit_templates: Collection[str] = ()
+                      ) -> tuple[list[dict[str, str]], type[BaseModel]]:
+    """The messages and output schema of one generator call (what ``plan`` prices too)."""
+    multi = item.variant == "multi"
+    if uses_edit_style(item.variant, edit_templates):
+        return edit_generation_messages(item, lever), GeneratorMultiEdit if multi else GeneratorSingleEdit
+    # The full rewrite: the same prompt and call (and call-cache key) as before edit style existed.
+    return generation_messages(item, lever), GeneratorMultiOutput if multi else GeneratorSingleOutput
 
 
 def generation_calls(
-    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever], generator: str
+    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever], generator: str,
+    edit_templates: Collection[str] = (),
 ) -> list[CallSpec]:
     specs = []
     for assignment in assignments:
-        item, lever = items[assignment.base_id], levers[assignment.lever_id]
-        schema = GeneratorMultiOutput if item.variant == "multi" else GeneratorSingleOutput
-        specs.append(CallSpec(model=generator, messages=generation_messages(item, lever), schema=schema, tag=assignment.assignment_id,
+        messages, schema = generation_prompt(items[assignment.base_id], levers[assignment.lever_id], edit_templates)
+        specs.append(CallSpec(model=generator, messages=messages, schema=schema, tag=assignment.assignment_id,
                               role="generation"))
     return specs
 
@@ -76,11 +109,14 @@ def _identity(assignment: Assignment, lever: Lever, generator: str) -> dict[str,
     )
 
 
-def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult) -> Candidate:
+def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult,
+                          edited_item: BaseItem | None = None) -> Candidate:
+    """The candidate one generator reply makes; ``edited_item``: the base item an edit-style reply's
+    edits apply to (None: the reply is a full rewrite)."""
     base: dict[str, Any] = dict(
         **_identity(assignment, lever, generator),
         raw=result.text,
-        prompt_hash=template_hash(generator_template(assignment.variant)),
+        prompt_hash=template_hash(generator_template(assignment.variant, edit=edited_item is not None)),
         cached=result.cached,
         latency_s=result.latency_s,
         prompt_tokens=result.prompt_tokens,
@@ -94,6 +130,13 @@ def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, 
     output = result.parsed
     if result.error_kind == "parse_error" or output is None:
         return Candidate(status="parse_error", outcome=PARSE_ERROR, error=result.error or "no output", **base)
+    if isinstance(output, (GeneratorSingleEdit, GeneratorMultiEdit)):
+        if edited_item is None:
+            raise ValueError("an edit-style reply needs the base item its edits apply to (edited_item)")
+        try:
+            output = rewrite_of(edited_item, output)
+        except EditFailure as failure:
+            return Candidate(status="parse_error", outcome=PARSE_ERROR, error=f"{EDIT_FAILURE}: {failure}", **base)
     if not output.perturbed_question.strip():
         return Candidate(status="parse_error", outcome=PARSE_ERROR, error="empty perturbed_question", **base)
     if isinstance(output, GeneratorMultiOutput):
@@ -116,10 +159,15 @@ def generate_candidates(
     levers: dict[str, Lever],
     generator: str,
     on_result: Callable[[CallResult], None] | None = None,
+    edit_templates: Collection[str] = (),
 ) -> list[Candidate]:
-    """One candidate per assignment for this generator (failures included)."""
-    results = gateway.complete_many(generation_calls(assignments, items, levers, generator), on_result=on_result)
-    return [candidate_from_result(a, levers[a.lever_id], generator, r) for a, r in zip(assignments, results)]
+    """One candidate per assignment for this generator (failures included); the generator templates
+    in ``edit_templates`` are asked for edits (``GenerationConfig.edit_templates``)."""
+    calls = generation_calls(assignments, items, levers, generator, edit_templates)
+    results = gateway.complete_many(calls, on_result=on_result)
+    return [candidate_from_result(a, levers[a.lever_id], generator, r,
+                                  items[a.base_id] if uses_edit_style(a.variant, edit_templates) else None)
+            for a, r in zip(assignments, results)]
 
 
 def candidate_from_rule(assignment: Assignment, lever: Lever, generator: str, output: RuleOutput) -> Candidate:

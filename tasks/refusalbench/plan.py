@@ -36,17 +36,23 @@ less its ``max_tokens`` exactly as the gateway checks it before a call (``contex
 config's ``context_window`` or LiteLLM's, LiteLLM's token counter); ``too_long`` counts the calls
 that would be recorded ``too_long`` instead of sent (scaled like the calls where stand-in prompts
 are used), and the table lists them.
+
+Batch mode (a model's ``mode: batch``, or per stage): its calls of that stage are priced at the
+batch price (``plan_prices``: the config's, LiteLLM's map's, else half the synchronous price) and
+bounded in time by its ``batch.max_wait_s`` (the provider's window) instead of its concurrency.
+``cost_usd`` is the run as configured; ``sync_cost_usd`` every call synchronous; ``batch_cost_usd``
+every model in batch mode (a provider without a batch API the gateway speaks stays synchronous);
+``batch_calls`` how many calls the config sends as batches.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from refusalbench.tasks.refusalbench.assign import configured_strata, draw_assignments
 from refusalbench.tasks.refusalbench.basesets import load_base_set
@@ -58,6 +64,9 @@ from refusalbench.tasks.llm.gateway import json_schema
 from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
 from refusalbench.tasks.refusalbench.generate import generation_messages, rule_candidates
 from refusalbench.tasks.refusalbench.judge import judge_messages, judge_schema
+from refusalbench.tasks.refusalbench.plan_models import ModelPlan, Plan, PlanTotal, StagePlan
+from refusalbench.tasks.refusalbench.plan_prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
+from refusalbench.tasks.refusalbench.plan_text import plan_table
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, BenchmarkItem, Candidate, Lever, Response
 from refusalbench.tasks.refusalbench.respond import target_messages
@@ -73,51 +82,6 @@ STAGES = ("pretest", "generate", "verify", "respond", "judge")
 Prompt = tuple[int, type[BaseModel] | None, list[dict[str, str]]]
 
 
-class ModelPlan(BaseModel):
-    calls: int
-    upper_bound: bool
-    input_tokens: int
-    output_tokens_max: int | None = Field(description="calls x max_tokens; None when max_tokens is not set")
-    input_cost_usd: float | None = Field(description="the input's cost; None when the price is unknown")
-    cost_usd: float | None = Field(description="input + output ceiling; None when the price or max_tokens is unknown")
-    time_bound_s: float
-    too_long: int = Field(default=0, description="calls whose prompt does not fit the model's context window less "
-                                                 "max_tokens: recorded too_long, not sent (context_limits)")
-
-
-class StagePlan(BaseModel):
-    calls: int
-    by_model: dict[str, int]
-    upper_bound: bool = Field(description="calls depend on earlier outcomes: the count is a ceiling")
-    input_tokens: int
-    output_tokens_max: int | None
-    input_cost_usd: float | None
-    cost_usd: float | None
-    time_bound_s: float
-    models: dict[str, ModelPlan]
-    note: str
-
-
-class PlanTotal(BaseModel):
-    calls: int
-    upper_bound: bool
-    input_tokens: int
-    output_tokens_max: int | None
-    input_cost_usd: float | None
-    cost_usd: float | None = Field(description="None as soon as one model's cost is unknown; never a silent 0")
-    priced_cost_usd: float = Field(description="the ceiling summed over the models whose cost is known")
-    unpriced_models: list[str]
-    time_bound_s: float
-
-
-class Plan(BaseModel):
-    config: str | None
-    latency_s: float
-    stages: dict[str, StagePlan]
-    total: PlanTotal
-    notes: list[str]
-
-
 @dataclass
 class _StageWork:
     """Calls and input characters per model of one stage, before pricing."""
@@ -128,15 +92,22 @@ class _StageWork:
     chars: Counter[str] = field(default_factory=Counter)
     bounded: set[str] = field(default_factory=set)  # models whose count is a ceiling
     too_long: Counter[str] = field(default_factory=Counter)  # calls whose prompt exceeds the model's window
+    batch_calls: Counter[str] = field(default_factory=Counter)  # of the calls, those sent through the batch API
+    batch_chars: Counter[str] = field(default_factory=Counter)
 
-    def add(self, model: str, cfg: ModelConfig, calls: int, prompts: list[Prompt], *, bounded: bool) -> None:
-        """``calls`` calls whose prompts look like ``prompts`` on average (all of them when equal in number)."""
+    def add(self, model: str, cfg: ModelConfig, calls: int, prompts: list[Prompt], *, bounded: bool,
+            stage: str) -> None:
+        """``calls`` calls whose prompts look like ``prompts`` on average (all of them when equal in number);
+        ``stage``: the stage they count for (accounting's name: the calibration pass's is ``calibrate``)."""
+        batch = sends_batches(cfg, stage)
         self.calls[model] += calls
+        self.batch_calls[model] += calls if batch else 0
         if bounded:
             self.bounded.add(model)
         if prompts and calls:
             total = sum(chars + _schema_chars(cfg, schema) for chars, schema, _ in prompts)
             self.chars[model] += round(total * calls / len(prompts))
+            self.batch_chars[model] += round(total * calls / len(prompts)) if batch else 0
             over = sum(_too_long(cfg, messages, schema) for _, schema, messages in prompts)
             self.too_long[model] += round(over * calls / len(prompts))
 
@@ -252,9 +223,9 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
         stand_ins = [_stand_in(item) for item in drawn.all_items]
         answer_prompts, judge_prompts = _target_prompts(stand_ins, False), _judge_prompts(stand_ins)
         for model in pretest:
-            work.add(model, models[model], n, answer_prompts, bounded=False)
+            work.add(model, models[model], n, answer_prompts, bounded=False, stage="pretest")
         if judge is not None:
-            work.add(judge, models[judge], n * len(pretest), judge_prompts, bounded=True)
+            work.add(judge, models[judge], n * len(pretest), judge_prompts, bounded=True, stage="pretest")
         stages["pretest"] = work
 
     a = len(drawn.assignments)
@@ -263,7 +234,7 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
     prompts = _generation_prompts(drawn.assignments, drawn.items_by_id, drawn.levers)
     llm_generators = [m for m in generators if not models[m].rule_based]  # the rule generator makes no call
     for model in llm_generators:
-        work.add(model, models[model], a, prompts, bounded=gen.pretest is not None)
+        work.add(model, models[model], a, prompts, bounded=gen.pretest is not None, stage="generate")
     stages["generate"] = work
 
     candidates = a * len(llm_generators) + sum(len(rule_candidates(drawn.assignments, drawn.items_by_id, drawn.levers, m))
@@ -274,7 +245,7 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
                       sequential=short_circuit)
     prompts = _verification_prompts(drawn.assignments, drawn.items_by_id, drawn.levers)
     for model in verifiers:
-        work.add(model, models[model], candidates, prompts, bounded=True)
+        work.add(model, models[model], candidates, prompts, bounded=True, stage="verify")
     stages["verify"] = work
     return stages
 
@@ -299,47 +270,25 @@ def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, b
                         f"x {len(targets)} targets")
     respond = _StageWork(respond_note)
     for model in targets:
-        respond.add(model, models[model], size, respond_prompts, bounded=not exact)
+        respond.add(model, models[model], size, respond_prompts, bounded=not exact, stage="respond")
     judge_work = _StageWork(f"at most {judged} items x {len(targets)} targets: the judge classifies every reply "
                             "but one that is only a refusal code" if ev.decision == "judge" else
                             f"at most {judged} answerable items x {len(targets)} targets: only answers to "
                             "answerable items are judged (decision: codes)")
     if judge is not None:
-        judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True)
+        judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True, stage="judge")
     if ev.confidence:
         # The calibration pass (App. F.2): every item again with the confidence prompt, judged alike. DESIGN
         # §4 names plan's stages, so its calls count in respond and judge, and their notes say so.
         for model in targets:
-            respond.add(model, models[model], size, calibration_prompts, bounded=not exact)
+            respond.add(model, models[model], size, calibration_prompts, bounded=not exact, stage="calibrate")
         if judge is not None:
-            judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True)
+            judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True,
+                           stage="calibrate")
         respond.note += "; twice with the calibration pass (evaluation.confidence: the confidence prompt)"
         judge_work.note += "; twice with the calibration pass"
     work = {"respond": respond, "judge": judge_work}
     return work
-
-
-def _prices(cfg: RunConfig, names: Collection[str]) -> dict[str, tuple[float, float] | None]:
-    """(input, output) USD per token: the config's ``price``, else LiteLLM's offline map; None: unknown, never $0."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    prices: dict[str, tuple[float, float] | None] = {}
-    for name in names:
-        if (price := cfg.models[name].price) is not None:  # the user's price overrides the map
-            prices[name] = (price.input_per_mtok / 1e6, price.output_per_mtok / 1e6)
-            continue
-        if cfg.models[name].local is not None and not cfg.models[name].api_base:
-            prices[name] = (0.0, 0.0)  # our own llama.cpp server: no provider bills these calls
-            continue
-        try:
-            info = litellm.get_model_info(cfg.models[name].model)
-        except Exception:  # "This model isn't mapped yet": self-hosted and local models
-            prices[name] = None
-            continue
-        unit_in, unit_out = info.get("input_cost_per_token"), info.get("output_cost_per_token")
-        prices[name] = None if unit_in is None or unit_out is None else (float(unit_in), float(unit_out))
-    return prices
 
 
 def _max_tokens(cfg: ModelConfig) -> int | None:
@@ -353,35 +302,47 @@ def time_bound(cfg: ModelConfig, calls: int, latency_s: float) -> float:
     return max(by_concurrency, by_rate)
 
 
-def _sum_or_none(values: list[float | None]) -> float | None:
-    return None if any(v is None for v in values) else round(sum(values), 6)
+def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | None,
+                 latency_s: float) -> ModelPlan:
+    """One model's calls of a stage: tokens, cost at each call's mode's price, and time."""
+    calls, batch_calls = work.calls[name], work.batch_calls[name]
+    tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
+    batch_in = -(-work.batch_chars[name] // CHARS_PER_TOKEN)
+    ceiling = _max_tokens(mcfg)
+    tokens_out = None if ceiling is None else calls * ceiling
+    batch_out = None if ceiling is None else batch_calls * ceiling
+    sync_out = None if ceiling is None else tokens_out - batch_out
+    cost_in = cost = sync_cost = batch_cost = None
+    if rates is not None:  # the synchronous calls at the synchronous price, the batch calls at the batch price
+        sync_in, sync_total = rates.cost(tokens_in - batch_in, sync_out, batch=False)
+        queued_in, queued_total = rates.cost(batch_in, batch_out, batch=True)
+        cost_in, cost = round(sync_in + queued_in, 6), sum_or_none([sync_total, queued_total])
+        sync_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=False)[1]])
+        batch_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=batch_provider(mcfg))[1]])
+    # Batch calls are waited for up to the model's batch window, whatever its concurrency.
+    seconds = time_bound(mcfg, calls - batch_calls, latency_s)
+    if batch_calls:
+        seconds = max(seconds, mcfg.batch.max_wait_s)
+    return ModelPlan(calls=calls, upper_bound=name in work.bounded, input_tokens=tokens_in,
+                     output_tokens_max=tokens_out, input_cost_usd=cost_in, cost_usd=cost,
+                     time_bound_s=round(seconds, 3), too_long=work.too_long[name], batch_calls=batch_calls,
+                     sync_cost_usd=sync_cost, batch_cost_usd=batch_cost)
 
 
-def _price_stage(cfg: RunConfig, work: _StageWork, prices: dict[str, tuple[float, float] | None],
-                 latency_s: float) -> StagePlan:
-    models: dict[str, ModelPlan] = {}
-    for name, calls in work.calls.items():
-        mcfg = cfg.models[name]
-        tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
-        ceiling = _max_tokens(mcfg)
-        tokens_out = None if ceiling is None else calls * ceiling
-        price = prices.get(name)
-        cost_in = None if price is None else round(tokens_in * price[0], 6)
-        cost = None if price is None or tokens_out is None else round(tokens_in * price[0] + tokens_out * price[1], 6)
-        models[name] = ModelPlan(calls=calls, upper_bound=name in work.bounded, input_tokens=tokens_in,
-                                 output_tokens_max=tokens_out, input_cost_usd=cost_in, cost_usd=cost,
-                                 time_bound_s=round(time_bound(mcfg, calls, latency_s), 3),
-                                 too_long=work.too_long[name])
+def _price_stage(cfg: RunConfig, work: _StageWork, rates: dict[str, Rates | None], latency_s: float) -> StagePlan:
+    models = {name: _price_model(cfg.models[name], work, name, rates.get(name), latency_s) for name in work.calls}
     times = [m.time_bound_s for m in models.values()]
     outs = [m.output_tokens_max for m in models.values()]
     return StagePlan(
         calls=sum(m.calls for m in models.values()), by_model={k: m.calls for k, m in models.items()},
         upper_bound=bool(work.bounded), input_tokens=sum(m.input_tokens for m in models.values()),
         output_tokens_max=None if None in outs else sum(outs),
-        input_cost_usd=_sum_or_none([m.input_cost_usd for m in models.values()]),
-        cost_usd=_sum_or_none([m.cost_usd for m in models.values()]),
+        input_cost_usd=sum_or_none([m.input_cost_usd for m in models.values()]),
+        cost_usd=sum_or_none([m.cost_usd for m in models.values()]),
         time_bound_s=round(sum(times) if work.sequential else max(times, default=0.0), 3),
-        models=models, note=work.note)
+        models=models, note=work.note, batch_calls=sum(m.batch_calls for m in models.values()),
+        sync_cost_usd=sum_or_none([m.sync_cost_usd for m in models.values()]),
+        batch_cost_usd=sum_or_none([m.batch_cost_usd for m in models.values()]))
 
 
 def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None, benchmark: str | None = None,
@@ -428,7 +389,7 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
         if skipped:
             notes.append(f"left out as unavailable: {', '.join(skipped)}")
 
-    prices = _prices(cfg, {m for w in work.values() for m in w.calls})
+    prices = model_rates(cfg, {m for w in work.values() for m in w.calls})
     stages = {name: _price_stage(cfg, work[name], prices, latency_s) for name in STAGES if name in work}
     per_model = [m for s in stages.values() for m in s.models.items()]
     unpriced = sorted({name for name, m in per_model if m.cost_usd is None})
@@ -438,62 +399,32 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
         notes.append(f"no price in the config or LiteLLM's map (cost unknown, not zero): {', '.join(no_price)}")
     if no_ceiling:
         notes.append(f"no params.max_tokens, so output is unbounded: {', '.join(no_ceiling)}")
+    no_batch_api = sorted({name for name, _ in per_model if not batch_provider(cfg.models[name])})
+    unbatched = [name for name in no_batch_api if cfg.models[name].mode != "sync"]
+    if unbatched:
+        notes.append(f"mode: batch, but no batch API the gateway speaks (OpenAI-style and Anthropic have one): "
+                     f"{', '.join(unbatched)}: sent, priced and timed synchronously")
+    if no_batch_api:
+        notes.append(f"batch_cost_usd (every model in mode: batch) keeps these synchronous, their providers having no "
+                     f"batch API the gateway speaks: {', '.join(no_batch_api)}")
     outs = [s.output_tokens_max for s in stages.values()]
     total = PlanTotal(
         calls=sum(s.calls for s in stages.values()), upper_bound=any(s.upper_bound for s in stages.values()),
         input_tokens=sum(s.input_tokens for s in stages.values()),
         output_tokens_max=None if None in outs else sum(outs),
-        input_cost_usd=_sum_or_none([s.input_cost_usd for s in stages.values()]),
-        cost_usd=_sum_or_none([s.cost_usd for s in stages.values()]),
+        input_cost_usd=sum_or_none([s.input_cost_usd for s in stages.values()]),
+        cost_usd=sum_or_none([s.cost_usd for s in stages.values()]),
         priced_cost_usd=round(sum(m.cost_usd for _, m in per_model if m.cost_usd is not None), 6),
-        unpriced_models=unpriced, time_bound_s=round(sum(s.time_bound_s for s in stages.values()), 3))
+        unpriced_models=unpriced, time_bound_s=round(sum(s.time_bound_s for s in stages.values()), 3),
+        batch_calls=sum(s.batch_calls for s in stages.values()),
+        sync_cost_usd=sum_or_none([s.sync_cost_usd for s in stages.values()]),
+        batch_cost_usd=sum_or_none([s.batch_cost_usd for s in stages.values()]),
+        priced_sync_cost_usd=round(sum(m.sync_cost_usd for _, m in per_model if m.sync_cost_usd is not None), 6),
+        priced_batch_cost_usd=round(sum(m.batch_cost_usd for _, m in per_model if m.batch_cost_usd is not None), 6))
+    if total.batch_calls:
+        notes.append("batch-mode calls are priced at the batch price and take up to the model's batch.max_wait_s "
+                     "(the provider's window; most batches finish sooner); items a batch fails are sent synchronously")
     return Plan(config=cfg.source, latency_s=latency_s, stages=stages, total=total, notes=notes)
 
 
-# ---------------------------------------------------------------- text rendering
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
-def _row(stage: str, model: str, part: ModelPlan | StagePlan | PlanTotal) -> tuple[str, ...]:
-    money = "unknown" if part.cost_usd is None else f"{part.cost_usd:,.2f}"
-    out = "unbounded" if part.output_tokens_max is None else f"{part.output_tokens_max:,}"
-    return (stage, model, f"{'<=' if part.upper_bound else ''}{part.calls:,}", f"{part.input_tokens:,}", out, money,
-            _duration(part.time_bound_s))
-
-
-def plan_table(plan: Plan) -> str:
-    """The plan as a text table: a row per stage and model, per stage and in total; then the notes."""
-    header = ("stage", "model", "calls", "input tok", "output tok <=", "cost $ <=", "time")
-    rows: list[tuple[str, ...]] = []
-    for name, stage in plan.stages.items():
-        rows += [_row(name, model, m) for model, m in stage.models.items()] + [_row(name, "(stage)", stage)]
-    rows.append(_row("total", "", plan.total))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    out = [f"Plan for {plan.config or 'config'} (<= : upper bound, the count depends on earlier outcomes)",
-           line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
-    priced = {m for stage in plan.stages.values() for m in stage.models} - set(plan.total.unpriced_models)
-    if plan.total.cost_usd is None:
-        known = f"cost of the priced models: <= ${plan.total.priced_cost_usd:,.2f}; " if priced else ""
-        out.append(f"{known}cost unknown for: {', '.join(plan.total.unpriced_models)}")
-    too_long = [f"  {name}: {model}: {m.too_long:,} of {m.calls:,}" for name, stage in plan.stages.items()
-                for model, m in stage.models.items() if m.too_long]
-    if too_long:
-        out += ["prompts too long for the model's context window less max_tokens (recorded too_long, not sent):",
-                *too_long]
-    out += ["stage notes:", *(f"  {name}: {stage.note}" for name, stage in plan.stages.items())]
-    out += ["assumptions:", *(f"  - {note}" for note in plan.notes)]
-    return "\n".join(out)
+__all__ = ["CHARS_PER_TOKEN", "ModelPlan", "Plan", "PlanTotal", "StagePlan", "plan_run", "plan_table", "time_bound"]

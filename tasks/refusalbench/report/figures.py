@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,12 @@ from refusalbench.tasks.core.html_page import is_nan
 from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 from refusalbench.tasks.refusalbench.decisions import ANSWER
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
+
+
+# Per-model figures (class × intensity, confusion) are drawn one image per model up to this many
+# models, and as one image of small multiples beyond: at 30 targets, two images instead of 60.
+PER_MODEL_FIGURES = 4
+PANEL_COLUMNS = 5  # small multiples to a row
 
 
 def short_code(code: str) -> str:
@@ -116,6 +123,86 @@ def confusion_plot(table: pd.DataFrame, model: str) -> str:
     ax.set_ylabel("expected")
     ax.set_title(f"Confusion matrix — {plot_text(model)}\n(colour = row share, text = count)")
     fig.colorbar(image, ax=ax, label="share of row")
+    return png_base64(fig)
+
+
+def _panel_grid(count: int, panel: tuple[float, float], columns: int = PANEL_COLUMNS) -> tuple[Figure, list[Any]]:
+    """A figure of ``count`` panels of ``panel`` inches, ``columns`` to a row (small multiples)."""
+    columns = max(1, min(columns, count))
+    rows = math.ceil(count / columns)
+    height = panel[1] * rows + 0.9
+    fig = Figure(figsize=(panel[0] * columns + 1.6, height))
+    fig.subplots_adjust(top=1 - 0.95 / height, bottom=0.5 / height, hspace=0.35)  # the title just above the panels
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax in axes[count:]:
+        ax.set_axis_off()
+    return fig, list(axes[:count])
+
+
+def _outer_ticks(ax: Any, index: int, count: int, columns: int, x_labels: Sequence[str], y_labels: Sequence[str],
+                 **x_style: Any) -> None:
+    """Tick labels on the bottom panels (x) and the first column (y) only; the inner panels get no tick
+    objects at all (creating ticks is most of the cost of a panel)."""
+    if index >= count - columns:
+        ax.set_xticks(range(len(x_labels)), x_labels, fontsize=7, **x_style)
+    else:
+        ax.set_xticks([])
+    if index % columns == 0:
+        ax.set_yticks(range(len(y_labels)), y_labels, fontsize=7)
+    else:
+        ax.set_yticks([])
+
+
+def class_intensity_panels(grid: pd.DataFrame, models: Sequence[str]) -> str:
+    """:func:`class_intensity_heatmap` of every model as one figure of small multiples (same cells and text),
+    class and intensity labels on the outer panels only, one colour bar."""
+    rows = ordered(grid["perturbation_class"].astype(str).tolist(), PERTURBATION_CLASSES)
+    cols = ordered(grid["intensity"].astype(str).tolist(), INTENSITIES)
+    fig, axes = _panel_grid(len(models), (1.1 * len(cols) + 0.9, 0.42 * len(rows) + 1.0))
+    columns = min(PANEL_COLUMNS, len(models))
+    for index, (ax, model) in enumerate(zip(axes, models)):
+        part = grid[grid["model"] == model]
+        table = part.pivot_table(index="perturbation_class", columns="intensity", values="correct_rate",
+                                 aggfunc="mean").reindex(index=rows, columns=cols)
+        counts = part.pivot_table(index="perturbation_class", columns="intensity", values="n",
+                                  aggfunc="sum").reindex(index=rows, columns=cols)
+        values = table.to_numpy(dtype=float)
+        image = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto",
+                          interpolation="nearest")
+        for i, j in np.argwhere(~np.isnan(values)):
+            ax.text(j, i, f"{100 * values[i, j]:.0f}%\n(n={int(counts.iat[i, j])})", ha="center", va="center",
+                    fontsize=6.5)
+        _outer_ticks(ax, index, len(models), columns, [plot_text(c) for c in cols], [plot_text(r) for r in rows])
+        ax.set_title(plot_text(model), fontsize=8)
+    fig.suptitle("Correct responses per perturbation class (rows) × intensity (columns)", fontsize=10)
+    fig.colorbar(image, ax=axes, label="share correct", shrink=0.6)
+    return png_base64(fig)
+
+
+def confusion_panels(confusion: pd.DataFrame, models: Sequence[str]) -> str:
+    """:func:`confusion_plot` of every model as one figure of small multiples (same counts, coloured by
+    share of the row), the union of the expected and predicted codes on every panel, one colour bar."""
+    expected = ordered(confusion["expected"].tolist(), [ANSWER_CORRECTLY, *REFUSAL_CODES])
+    predicted = ordered(confusion["predicted"].tolist(), [ANSWER, *REFUSAL_CODES])
+    fig, axes = _panel_grid(len(models), (0.42 * len(predicted) + 1.0, 0.36 * len(expected) + 1.2))
+    columns = min(PANEL_COLUMNS, len(models))
+    for index, (ax, model) in enumerate(zip(axes, models)):
+        counts = confusion[confusion["model"] == model].pivot_table(
+            index="expected", columns="predicted", values="count", aggfunc="sum", fill_value=0
+        ).reindex(index=expected, columns=predicted, fill_value=0)
+        matrix = counts.to_numpy(dtype=float)
+        totals = matrix.sum(axis=1, keepdims=True)
+        shares = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
+        image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
+        for i, j in zip(*np.nonzero(matrix)):
+            ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=6.5,
+                    color="white" if shares[i, j] > 0.6 else "black")
+        _outer_ticks(ax, index, len(models), columns, [plot_text(short_code(p)) for p in predicted],
+                     [plot_text(short_code(e)) for e in expected], rotation=40, ha="right")
+        ax.set_title(plot_text(model), fontsize=8)
+    fig.suptitle("Confusion matrices: expected (rows) × predicted (columns, REFUSE_ prefix dropped); "
+                 "colour = row share, text = count", fontsize=10)
+    fig.colorbar(image, ax=axes, label="share of row", shrink=0.6)
     return png_base64(fig)
 
 

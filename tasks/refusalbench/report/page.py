@@ -19,7 +19,10 @@ from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
 from refusalbench.tasks.refusalbench.report.figures import (
+    PER_MODEL_FIGURES,
     class_intensity_heatmap,
+    class_intensity_panels,
+    confusion_panels,
     confusion_plot,
     intensity_curves,
     refusal_error_bars,
@@ -28,6 +31,7 @@ from refusalbench.tasks.refusalbench.report.figures import (
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
 from refusalbench.tasks.refusalbench.report.gv import base_sample_domains_html, gv_section_html, unverified_note
 from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
+from refusalbench.tasks.refusalbench.report.cost_section import cost_section
 from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     INTERVAL_NOTE,
@@ -232,7 +236,7 @@ def _page(run: ReportInputs, sections: Sequence[str]) -> str:
 
 def build_generation_report(run: ReportInputs) -> str:
     """The report of a run with no scores (after ``generate``): what generation made, and its metadata."""
-    sections = _generation_sections(run)
+    sections = _generation_sections(run) + list(filter(None, [cost_section(run.manifest)]))
     if run.manifest:
         sections.append(section("Run metadata", mapping_html(run.manifest)))
     return _page(run, sections)
@@ -281,9 +285,10 @@ def build_report(run: ReportInputs) -> str:
 
     if _non_empty(run.class_intensity):
         grid = run.class_intensity
-        figures = [image_tag(class_intensity_heatmap(grid[grid["model"] == m], m),
-                             f"class by intensity heatmap for {m}")
-                   for m in sorted(grid["model"].unique())]
+        models = sorted(grid["model"].unique())
+        figures = ([image_tag(class_intensity_heatmap(grid[grid["model"] == m], m), f"class by intensity heatmap for {m}")
+                    for m in models] if len(models) <= PER_MODEL_FIGURES else
+                   [image_tag(class_intensity_panels(grid, models), "class by intensity heatmaps, one panel per model")])
         body = "<p>Share of correct responses per class and intensity (LOW items are answerable).</p>"
         sections.append(section("Perturbation class × intensity", body + "<div class='figs'>"
                                 + "".join(figures) + "</div>"))
@@ -299,9 +304,10 @@ def build_report(run: ReportInputs) -> str:
     paper = paper_figures(run, order)  # dashboards, rankings, domains, confusion across models
     sections.extend(paper.sections)
     if _non_empty(run.confusion):
-        figures = [image_tag(confusion_plot(run.confusion[run.confusion["model"] == m], m),
-                             f"confusion matrix for {m}")
-                   for m in sorted(run.confusion["model"].unique())]
+        models = sorted(run.confusion["model"].unique())
+        figures = ([image_tag(confusion_plot(run.confusion[run.confusion["model"] == m], m), f"confusion matrix for {m}")
+                    for m in models] if len(models) <= PER_MODEL_FIGURES else
+                   [image_tag(confusion_panels(run.confusion, models), "confusion matrices, one panel per model")])
         sections.append(section("Confusion matrices (expected × predicted)",
                                 "<div class='figs'>" + "".join(figures) + "</div>"))
 
@@ -320,7 +326,7 @@ def build_report(run: ReportInputs) -> str:
         sections.append(trend_section(run.round_trend, run.trend))
 
     sections.extend(_generation_sections(run))
-    sections.extend(filter(None, [paper.left_out_section()]))
+    sections.extend(filter(None, [paper.left_out_section(), cost_section(run.manifest)]))
 
     if run.manifest:
         sections.append(section("Run metadata", mapping_html(run.manifest)))

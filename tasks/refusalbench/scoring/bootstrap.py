@@ -62,44 +62,49 @@ _FLAG_NAMES: tuple[str, ...] = (
 )
 
 
-def _row_types(rows: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Collapse rows into distinct types: (count per type, one representative row per type).
+def _row_types(rows: Mapping[str, np.ndarray], codes: np.ndarray,
+               n_models: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Collapse every model's rows into its distinct types in one pass: (model of each type, count per
+    type, per-type statistics), sorted by model, so one model's types are a contiguous slice.
 
-    A type is (indicator flags, confidence bin, confidence). With more than
-    MAX_EXACT_TYPES types, numeric confidences are grouped on a 1/FLOAT_GRID grid and a
-    type's confidence is the exact mean of its rows (bins stay exact).
+    A type is (indicator flags, confidence bin, confidence). A model with more than
+    MAX_EXACT_TYPES types has its numeric confidences grouped on a 1/FLOAT_GRID grid, a type's
+    confidence being the exact mean of its rows (bins stay exact). Each model's types, counts and
+    means are those of grouping its rows alone (a group's rows keep their order).
     """
     flags = sum(rows[name].astype(np.int64) << bit for bit, name in enumerate(_FLAG_NAMES))
     key = flags * (N_BINS + 1) + (rows["conf_bin"].astype(np.int64) + 1)
     conf = np.where(rows["conf_bin"] >= 0, rows["conf_value"], -1.0)
-    table = pd.DataFrame({"key": key, "grid": conf, "conf": conf})
-    if len(table.drop_duplicates(["key", "grid"])) > MAX_EXACT_TYPES:
-        table["grid"] = np.where(conf >= 0, np.round(conf * FLOAT_GRID), -1.0)
-    types = table.groupby(["key", "grid"], sort=True).agg(count=("conf", "size"), conf=("conf", "mean"))
+    table = pd.DataFrame({"model": codes, "key": key, "grid": conf, "conf": conf})
+    exact_types = table.drop_duplicates(["model", "key", "grid"])["model"].value_counts()
+    coarse = np.zeros(n_models + 1, dtype=bool)
+    coarse[exact_types.index[exact_types.to_numpy() > MAX_EXACT_TYPES].to_numpy()] = True
+    table["grid"] = np.where(coarse[codes] & (conf >= 0), np.round(conf * FLOAT_GRID), conf)
+    types = table.groupby(["model", "key", "grid"], sort=True).agg(count=("conf", "size"), conf=("conf", "mean"))
     type_key = types.index.get_level_values("key").to_numpy()
     type_flags, type_bin = type_key // (N_BINS + 1), type_key % (N_BINS + 1) - 1
     representative = {name: (type_flags >> bit & 1).astype(bool) for bit, name in enumerate(_FLAG_NAMES)}
     representative["correct"] = representative["answered_correctly"] | representative["right_code"]
     representative["conf_value"] = np.where(type_bin >= 0, types["conf"].to_numpy(), np.nan)
     representative["conf_bin"] = type_bin
-    return types["count"].to_numpy(), representative
+    n_types = len(types)
+    per_type = sufficient_stats(np.arange(n_types), n_types, representative)  # (T × K), one row per type
+    return types.index.get_level_values("model").to_numpy(), types["count"].to_numpy(), per_type
 
 
-def _bootstrap_one(rows: Mapping[str, np.ndarray], n_resamples: int,
-                   rng: np.random.Generator, chunk: int = 250) -> dict[str, np.ndarray]:
-    """Metric values of ``n_resamples`` resamples (with replacement) of one model's rows.
+def _bootstrap_one(type_counts: np.ndarray, per_type: np.ndarray, n_resamples: int, rng: np.random.Generator,
+                   wanted: Sequence[str], chunk: int = 250) -> dict[str, np.ndarray]:
+    """Metric values of ``n_resamples`` resamples (with replacement) of one model's rows, given
+    as its row types (:func:`_row_types`).
 
     Drawing n rows with replacement = drawing multinomial counts over the row types with
     probabilities count/n; the resample's statistics are then counts @ per-type statistics.
     """
-    type_counts, representative = _row_types(rows)
-    n_types = len(type_counts)
-    per_type = sufficient_stats(np.arange(n_types), n_types, representative)  # (T × K)
     pieces = []
     for start in range(0, n_resamples, chunk):
         size = min(chunk, n_resamples - start)
         pieces.append(resample_counts(rng, type_counts, size) @ per_type)  # (size × T) @ (T × K)
-    return metrics_from_stats(np.concatenate(pieces, axis=0))
+    return metrics_from_stats(np.concatenate(pieces, axis=0), wanted)
 
 
 Intervals = dict[str, dict[str, tuple[float, float]]]
@@ -108,14 +113,19 @@ CLUSTER, IID = "cluster", "iid"
 _MODELS_PER_PRODUCT = 64  # models whose resampled statistics are computed in one product
 
 
-def _iid_summary(rows: Mapping[str, np.ndarray], models: Sequence[str], order: np.ndarray, bounds: np.ndarray,
-                 wanted: Sequence[str], n_resamples: int, seed: int, level: float) -> tuple[Intervals, Errors]:
-    """Items resampled within each model, as if independent (the figure beside the cluster one)."""
+def _iid_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequence[str], wanted: Sequence[str],
+                 n_resamples: int, seed: int, level: float) -> tuple[Intervals, Errors]:
+    """Items resampled within each model, as if independent (the figure beside the cluster one).
+
+    The row types of every model come from one grouping; each model then draws from its own generator."""
     intervals: Intervals = {}
     errors: Errors = {}
+    type_model, type_counts, per_type = _row_types(rows, codes, len(models))
+    starts = np.searchsorted(type_model, np.arange(len(models) + 1))
     for i, model in enumerate(models):
-        idx = order[bounds[i]:bounds[i + 1]]
-        sample = _bootstrap_one({k: v[idx] for k, v in rows.items()}, n_resamples, seeded_rng(seed, model))
+        start, end = starts[i], starts[i + 1]
+        sample = _bootstrap_one(type_counts[start:end], per_type[start:end].copy(), n_resamples,
+                                seeded_rng(seed, model), wanted)
         intervals[model] = {name: percentile_interval(sample[name], level) for name in wanted}
         errors[model] = {name: standard_error(sample[name]) for name in wanted}
     return intervals, errors
@@ -143,7 +153,7 @@ def _cluster_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: 
             per_cluster.append(sufficient_stats(clusters[idx], n_clusters, {k: v[idx] for k, v in rows.items()}))
         width = per_cluster[0].shape[1]
         resampled = (counts @ np.concatenate(per_cluster, axis=1)).reshape(n_resamples, len(batch), width)
-        sample = metrics_from_stats(resampled)  # each metric: (resamples × models of the batch)
+        sample = metrics_from_stats(resampled, wanted)  # each metric: (resamples × models of the batch)
         for j, i in enumerate(batch):
             intervals[models[i]] = {name: percentile_interval(sample[name][:, j], level) for name in wanted}
             errors[models[i]] = {name: standard_error(sample[name][:, j]) for name in wanted}
@@ -171,7 +181,7 @@ def bootstrap_figures(
     rows = row_arrays(df)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
-    iid = _iid_summary(rows, models, order, bounds, wanted, n_resamples, seed, level)
+    iid = _iid_summary(rows, codes, models, wanted, n_resamples, seed, level)
     clusters, n_clusters = cluster_codes(df)
     cluster = _cluster_summary(rows, codes, models, order, bounds, wanted, n_resamples, seed, level, iid,
                                clusters, n_clusters)

@@ -72,7 +72,7 @@ def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *
     stats = sufficient_stats(keys, len(models) * n_values, rows)
     used = np.flatnonzero(stats[:, 0] > 0)
     stats = stats[used]
-    values = metrics_from_stats(stats)
+    values = metrics_from_stats(stats, names)
     sizes = stats[:, 0].astype(np.int64)
     model_of = np.asarray(models, dtype=object)[used // n_values]
     value_of = np.asarray([str(v) for v in values_found], dtype=object)[used % n_values]

@@ -83,6 +83,8 @@ def ece(block: np.ndarray) -> np.ndarray:
     NaN where no row of the group has a confidence (N = 0).
     """
     total = block[..., 0].sum(axis=-1)
+    if not (total > 0).any():  # no confidence at all (a run without them): skip the gaps
+        return np.full(np.shape(total), np.nan)
     gap = np.abs(block[..., 1] - block[..., 2]).sum(axis=-1)
     return np.divide(gap, total, out=np.full(np.shape(gap), np.nan), where=total > 0)
 

@@ -44,7 +44,8 @@ from refusalbench.tasks.core.stats import (ratio_design_effects, resample_counts
                                            wilson_interval)
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_counts, multi_row_groups
-from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, metrics_from_stats, proportion_parts, sufficient_stats
+from refusalbench.tasks.refusalbench.scoring.metrics import (STAT_INDEX, confidence_block, metric_spec, metrics_from_stats,
+                                                            proportion_parts, sufficient_stats)
 
 # ``scored`` last: constant where every row is scored, so the types keep their order. Unscored rows
 # enter no formula metric; they are a type of their own so a resample draws them in their share.
@@ -88,14 +89,37 @@ def _one_blas_thread() -> contextlib.AbstractContextManager:
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def read_columns(metrics: Sequence[str], stats: np.ndarray) -> np.ndarray | None:
+    """The columns of (…, statistics) ``stats`` that ``metrics`` read, or None when they need all of them
+    (a formula of the statistics themselves, such as ECE where some row states a confidence).
+
+    Resampled counts are integers, so a product restricted to these columns gives the very same sums
+    (integer sums are exact in any order); a run without confidences leaves ECE's block out (all zero).
+    """
+    columns: set[int] = set()
+    pending = list(metrics)
+    no_confidence = not confidence_block(stats)[..., 0].any()
+    while pending:
+        spec = metric_spec(pending.pop())
+        if spec.is_ratio:
+            columns.update(STAT_INDEX[name] for name in spec.numerator + spec.denominator)
+        elif spec.of:
+            pending.extend(spec.of)
+        elif not (spec.calibration and no_confidence):
+            return None
+    return np.array(sorted(columns), dtype=np.int64)
+
+
 class _PercentileBatch:
     """Resampled statistics of several groups, turned into metrics and percentile intervals together
     (``_BATCH_ROWS`` resample rows at a time: one vectorised metric call, bounded memory); the
-    intervals go into ``out`` ({metric: (low, high)}) at each group's position."""
+    intervals go into ``out`` ({metric: (low, high)}) at each group's position. With ``columns``
+    (:func:`read_columns`), the statistics added are those columns only, of ``width`` in all."""
 
     def __init__(self, out: dict[str, tuple[np.ndarray, np.ndarray]], metrics: Sequence[str],
-                 n_resamples: int, level: float) -> None:
+                 n_resamples: int, level: float, columns: np.ndarray | None = None, width: int = 0) -> None:
         self.out, self.metrics, self.n_resamples = out, metrics, n_resamples
+        self.columns, self.width = columns, width
         self.tail = (1 - level) / 2 * 100
         self.pending: list[tuple[int, np.ndarray]] = []
 
@@ -107,7 +131,11 @@ class _PercentileBatch:
     def flush(self) -> None:
         if not self.pending:
             return
-        values = metrics_from_stats(np.concatenate([stats for _, stats in self.pending], axis=0))
+        stacked = np.concatenate([stats for _, stats in self.pending], axis=0)
+        if self.columns is not None:  # the columns no metric reads stay 0
+            stacked, read = np.zeros((len(stacked), self.width)), stacked
+            stacked[:, self.columns] = read
+        values = metrics_from_stats(stacked, self.metrics)
         positions = [position for position, _ in self.pending]
         for name in self.metrics:
             low, high = row_percentiles(values[name].reshape(len(self.pending), self.n_resamples),
@@ -138,7 +166,9 @@ def group_bootstrap(
     type_group, counts, per_type = _group_types(groups, rows)
     starts = np.searchsorted(type_group, wanted_groups, side="left")
     ends = np.searchsorted(type_group, wanted_groups, side="right")
-    batch = _PercentileBatch(out, metrics, n_resamples, level)
+    columns = read_columns(metrics, per_type)
+    batch = _PercentileBatch(out, metrics, n_resamples, level, columns, per_type.shape[1])
+    read = per_type if columns is None else per_type[:, columns]
 
     with _one_blas_thread():
         for position in range(size):
@@ -146,7 +176,7 @@ def group_bootstrap(
             if end <= start:
                 continue
             drawn = resample_counts(seeded_rng(seed, labels[position]), counts[start:end], n_resamples)
-            batch.add(position, drawn @ per_type[start:end])
+            batch.add(position, drawn @ read[start:end])
         batch.flush()
     return out
 
@@ -175,12 +205,14 @@ def cluster_group_bootstrap(part_group: np.ndarray, part_cluster: np.ndarray, pa
         return out
     starts = np.searchsorted(part_group, wanted_groups, side="left")
     ends = np.searchsorted(part_group, wanted_groups, side="right")
-    batch = _PercentileBatch(out, metrics, n_resamples, level)
+    columns = read_columns(metrics, part_stats)
+    batch = _PercentileBatch(out, metrics, n_resamples, level, columns, part_stats.shape[1])
+    read = part_stats if columns is None else part_stats[:, columns]
 
     for position in range(size):
         start, end = starts[position], ends[position]
         if end > start:
-            batch.add(position, counts[:, part_cluster[start:end]] @ part_stats[start:end])
+            batch.add(position, counts[:, part_cluster[start:end]] @ read[start:end])
     batch.flush()
     return out
 

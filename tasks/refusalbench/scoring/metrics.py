@@ -274,14 +274,22 @@ declare(MetricSpec("hierarchical_score", label="Hierarchical", title="Hierarchic
 declare(MetricSpec("calibrated_refusal_score", label="CRS", title="Calibrated refusal score",
                    formula=lambda answer, refusal: (answer + refusal) / 2, of=("answer_accuracy", "refusal_accuracy"),
                    leaderboard=True, compared=True))
+def _stated_ece(stats: np.ndarray, scope: int | None = None) -> np.ndarray:
+    """ECE of (..., _N_STATS) statistics over both scopes (None), answer attempts (0) or refusals (1)."""
+    block = confidence_block(stats)
+    if not block[..., 0].any():  # no stated confidence in any stack (a run without them): NaN, no arithmetic
+        return np.full(stats.shape[:-1], np.nan)
+    return ece(block.sum(axis=-3) if scope is None else block[..., scope, :, :])
+
+
 declare(MetricSpec("ece", label="ECE", title="Expected calibration error",
-                   formula=lambda stats: ece(confidence_block(stats).sum(axis=-3)),
+                   formula=_stated_ece,
                    higher_is_better=False, leaderboard=True, percent=False, calibration=True))
 declare(MetricSpec("ece_answer", label="ECE (answers)", title="ECE over answer attempts",
-                   formula=lambda stats: ece(confidence_block(stats)[..., 0, :, :]),
+                   formula=lambda stats: _stated_ece(stats, 0),
                    higher_is_better=False, percent=False, calibration=True))
 declare(MetricSpec("ece_refusal", label="ECE (refusals)", title="ECE over refusals",
-                   formula=lambda stats: ece(confidence_block(stats)[..., 1, :, :]),
+                   formula=lambda stats: _stated_ece(stats, 1),
                    higher_is_better=False, percent=False, calibration=True))
 
 # ----------------------------------------------------------------- outcomes (issue 24)
@@ -414,7 +422,10 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def _sum(stats: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
-    return sum(stats[..., STAT_INDEX[name]] for name in names)
+    total = stats[..., STAT_INDEX[names[0]]]  # no 0 + first: the same sums without a copy (counts are >= 0)
+    for name in names[1:]:
+        total = total + stats[..., STAT_INDEX[name]]
+    return total
 
 
 def proportion_parts(stats: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -423,13 +434,20 @@ def proportion_parts(stats: np.ndarray, metric: str) -> tuple[np.ndarray, np.nda
     return _sum(stats, spec.numerator), _sum(stats, spec.denominator)
 
 
-def metrics_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:
+def metrics_from_stats(stats: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Every declared metric (:func:`all_metrics`, then :func:`coverage_metrics`) from a stack
-    (..., _N_STATS) of sufficient statistics."""
+    (..., _N_STATS) of sufficient statistics; with ``names``, only those (and what they are made of):
+    the bootstrap asks for the few it summarises, on stacks of a million resampled rows."""
+    wanted = all_metrics() + coverage_metrics() if names is None else tuple(names)
+    needed = set(wanted)
+    for name in reversed(list(METRIC_SPECS)):  # a formula's inputs are declared before it
+        if name in needed:
+            needed.update(METRIC_SPECS[name].of)
     values: dict[str, np.ndarray] = {}
     for name, spec in METRIC_SPECS.items():  # declaration order: a formula's inputs come before it
-        values[name] = spec.values(stats, values)
-    return {name: values[name] for name in all_metrics() + coverage_metrics()}
+        if name in needed:
+            values[name] = spec.values(stats, values)
+    return {name: values[name] for name in wanted}
 
 
 def _counts_from_stats(stats: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,0 +1,102 @@
+"""``plan``'s prices: what one token costs each model, sent synchronously and through the batch API.
+
+The config's ``price`` overrides LiteLLM's offline map; our own llama.cpp server costs nothing;
+a model in neither is unknown (None), never $0. The batch price: the config's
+``batch_input_per_mtok`` / ``batch_output_per_mtok``, else the map's ``*_cost_per_token_batches``,
+else ``BATCH_PRICE_SHARE`` of the synchronous price (the share the providers publish).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig, RunConfig
+from refusalbench.tasks.llm.batch_calls import ANTHROPIC, OPENAI_STYLE
+from refusalbench.tasks.llm.providers import provider_prefix
+
+# (input, output) USD per token
+TokenPrice = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Rates:
+    """One model's USD per token: synchronous and through the provider's batch API."""
+
+    sync: TokenPrice
+    batch: TokenPrice
+
+    def of(self, batch: bool) -> TokenPrice:
+        return self.batch if batch else self.sync
+
+    def cost(self, input_tokens: int, output_tokens: int | None, *, batch: bool) -> tuple[float, float | None]:
+        """(the input's cost, input + output) of these tokens; the second None when output is unbounded."""
+        unit_in, unit_out = self.of(batch)
+        cost_in = input_tokens * unit_in
+        return cost_in, None if output_tokens is None else cost_in + output_tokens * unit_out
+
+
+def batch_provider(cfg: ModelConfig) -> bool:
+    """Whether ``cfg``'s provider has a batch API the gateway speaks (``llm.batch_calls``: OpenAI-style, Anthropic)."""
+    provider = provider_prefix(cfg.model)
+    return not cfg.rule_based and (provider in OPENAI_STYLE or provider == ANTHROPIC)
+
+
+def sends_batches(cfg: ModelConfig, stage: str | None) -> bool:
+    """Whether ``cfg``'s calls of ``stage`` go through a batch API: in batch mode for the stage, with a provider
+    that has one; a model of another provider in batch mode is sent synchronously, as the gateway sends it."""
+    return cfg.batch_mode(stage) and batch_provider(cfg)
+
+
+def _share(price: TokenPrice) -> TokenPrice:
+    return price[0] * BATCH_PRICE_SHARE, price[1] * BATCH_PRICE_SHARE
+
+
+def _config_rates(cfg: ModelConfig) -> Rates:
+    price = cfg.price
+    unit = (price.input_per_mtok / 1e6, price.output_per_mtok / 1e6)
+    batch_in, batch_out = _share(unit)
+    if price.batch_input_per_mtok is not None:
+        batch_in = price.batch_input_per_mtok / 1e6
+    if price.batch_output_per_mtok is not None:
+        batch_out = price.batch_output_per_mtok / 1e6
+    return Rates(unit, (batch_in, batch_out))
+
+
+def model_rates(cfg: RunConfig, names: Collection[str]) -> dict[str, Rates | None]:
+    """Each model's :class:`Rates`; None: its price is unknown."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    rates: dict[str, Rates | None] = {}
+    for name in names:
+        model = cfg.models[name]
+        if model.price is not None:  # the user's price overrides the map
+            rates[name] = _config_rates(model)
+            continue
+        if model.local is not None and not model.api_base:
+            rates[name] = Rates((0.0, 0.0), (0.0, 0.0))  # our own llama.cpp server: no provider bills these calls
+            continue
+        try:
+            info = litellm.get_model_info(model.model)
+        except Exception:  # "This model isn't mapped yet": self-hosted and local models
+            rates[name] = None
+            continue
+        unit_in, unit_out = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+        if unit_in is None or unit_out is None:
+            rates[name] = None
+            continue
+        sync = (float(unit_in), float(unit_out))
+        batch_in, batch_out = _share(sync)
+        if info.get("input_cost_per_token_batches") is not None:
+            batch_in = float(info["input_cost_per_token_batches"])
+        if info.get("output_cost_per_token_batches") is not None:
+            batch_out = float(info["output_cost_per_token_batches"])
+        rates[name] = Rates(sync, (batch_in, batch_out))
+    return rates
+
+
+def sum_or_none(values: list[float | None]) -> float | None:
+    """The sum, rounded to a millionth of a dollar; None as soon as one value is unknown."""
+    return None if any(v is None for v in values) else round(sum(values), 6)
