@@ -67,6 +67,7 @@ class Shape:
     targets: int
     judge_concurrency: int
     bootstrap: int
+    decision: str = "judge"  # evaluation.decision: judge classifies every reply; codes: only answer attempts
 
     @property
     def target_names(self) -> list[str]:
@@ -109,6 +110,7 @@ evaluation:
   targets: [{', '.join(shape.target_names)}]
   judge: {JUDGE}
   bootstrap: {shape.bootstrap}
+  decision: {shape.decision}
 """, encoding="utf-8")
     return config
 
@@ -288,7 +290,7 @@ def print_report(result: dict[str, Any]) -> None:
     s = result["shape"]
     print(f"\n### Main job at the paper's shape: {s['items']} base items x 18 strata, 4 generators + 4 verifiers "
           f"(unanimous), {s['targets']} targets + judge, max_concurrency {s['concurrency']} "
-          f"(judge {s['judge_concurrency']}), {s['latency']:g} s per reply\n")
+          f"(judge {s['judge_concurrency']}), {s['latency']:g} s per reply, decision {s.get('decision', 'judge')}\n")
     print("| stage | wall s | calls | models | calls of the busiest model | bound s | bound/wall | peak in flight |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in result["stages"]:
@@ -337,6 +339,10 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10, help="base items (each gets all 18 strata)")
     parser.add_argument("--latency", type=float, default=1.0, help="seconds before each reply")
     parser.add_argument("--concurrency", type=int, default=16, help="max_concurrency of every model")
+    parser.add_argument("--decision", choices=["judge", "codes"], default="judge",
+                        help="evaluation.decision (default judge, the product's: the judge classifies every reply "
+                             "that is no bare code; codes: the judge grades only answer attempts, the shape of the "
+                             "measurements before issue 27)")
     parser.add_argument("--judge-concurrency", type=int, help="max_concurrency of the judge (default: --concurrency)")
     parser.add_argument("--targets", type=int, nargs="+", default=[30],
                         help="targets; several (e.g. 3 10 30) measure one run each and print how the parts grow")
@@ -362,7 +368,7 @@ def main() -> None:
     results = []
     for targets in args.targets:
         shape = Shape(args.items, args.latency, args.concurrency, targets,
-                      args.judge_concurrency or args.concurrency, args.bootstrap)
+                      args.judge_concurrency or args.concurrency, args.bootstrap, args.decision)
         # Several runs: each in its own folder (DIR/targets-N), profiled to FILE with N before the suffix.
         py_spy = args.py_spy
         if py_spy and len(args.targets) > 1:
