@@ -24,10 +24,13 @@ __all__ = [
 ]
 
 
-def run_config(tmp_path: Path, url: str, models: Iterable[str], sections: str, **model_fields: Any) -> Path:
+def run_config(tmp_path: Path, url: str, models: Iterable[str], sections: str, *,
+               per_model: dict[str, dict[str, Any]] | None = None, **model_fields: Any) -> Path:
     """Write ``tmp_path/run.yaml``: each named model served by the scripted server at ``url``
-    (plus ``model_fields``), the call cache inside ``tmp_path``, then ``sections`` (YAML)."""
-    entries = "".join(f"  {name}: {json.dumps({'model': f'openai/{name}', 'api_base': url, **model_fields})}\n"
+    (plus ``model_fields``, and its own fields in ``per_model``), the call cache inside ``tmp_path``,
+    then ``sections`` (YAML)."""
+    own = per_model or {}
+    entries = "".join(f"  {name}: {json.dumps({'model': f'openai/{name}', 'api_base': url, **model_fields, **own.get(name, {})})}\n"
                       for name in models)
     config = tmp_path / "run.yaml"
     config.write_text(f"models:\n{entries}cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n"

@@ -16,7 +16,7 @@ import pytest
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, load_config
 from refusalbench.tasks.pipeline.budget import per_call_costs
 from refusalbench.tasks.refusalbench.plan import plan_run, plan_table
-from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
+from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 from tests.test_bad_input import run_in_process
 from tests.test_generation_flow import BASE
 
@@ -27,16 +27,13 @@ BATCH_MODES = {"ver-a": "batch", "answerer": {"respond": "batch"}, "judge": {"ju
 
 
 def write_config(tmp_path, url: str, name: str, modes: dict[str, object]):
-    """A tiny run: 2 strata of 3 base items, one generator, verifier, target and judge, shards of 2 rows."""
-    (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    lines = []
-    for model in ("gen-a", "ver-a", "answerer", "judge"):
-        entry = {"model": f"openai/{model}", "api_base": url, "params": {"max_tokens": 200}, "price": PRICE,
-                 "mode": modes.get(model, "sync"), "batch": {"poll_interval_s": 0.05}}
-        lines.append(f"  {model}: {json.dumps(entry)}\n")
-    config = tmp_path / f"{name}.yaml"
-    config.write_text("models:\n" + "".join(lines) + f"cache:\n  path: {json.dumps(str(tmp_path / f'{name}.sqlite'))}\n"
-                      + """
+    """A tiny run: 2 strata of 3 base items, one generator, verifier, target and judge, shards of 2 rows;
+    in its own folder ``name-config``, with its own call cache."""
+    folder = tmp_path / f"{name}-config"
+    folder.mkdir()
+    (folder / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
+    models = ("gen-a", "ver-a", "answerer", "judge")
+    return run_config(folder, url, models, """
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -48,8 +45,8 @@ evaluation:
   judge: judge
   bootstrap: 20
   shard_size: 2
-""")
-    return config
+""", per_model={model: {"mode": modes.get(model, "sync")} for model in models}, params={"max_tokens": 200},
+        price=PRICE, batch={"poll_interval_s": 0.05})
 
 
 @pytest.mark.usefixtures("prefect_harness")

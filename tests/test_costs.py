@@ -16,7 +16,7 @@ from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway
 from refusalbench.tasks.llm.scripted_server import Behaviour
-from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
+from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 from tests.test_bad_input import run_in_process
 from tests.test_generation_flow import BASE
 
@@ -101,15 +101,8 @@ DEAR = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
 
 def write_run_config(tmp_path, url, budget: float):
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    entries = {"gen-a": CHEAP, "ver-a": DEAR, "answerer": DEAR, "judge": None}  # the judge is unpriced
-    lines = []
-    for name, price in entries.items():
-        entry = {"model": f"openai/{name}", "api_base": url, "params": {"max_tokens": 200},
-                 **({"price": price} if price else {})}
-        lines.append(f"  {name}: {json.dumps(entry)}\n")
-    config = tmp_path / "run.yaml"
-    config.write_text("models:\n" + "".join(lines) + f"cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n"
-                      + f"budget_usd: {budget}\n" + """
+    prices = {"gen-a": CHEAP, "ver-a": DEAR, "answerer": DEAR, "judge": None}  # the judge is unpriced
+    return run_config(tmp_path, url, prices, f"budget_usd: {budget}\n" + """
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -120,8 +113,7 @@ evaluation:
   judge: judge
   bootstrap: 20
   shard_size: 2
-""")
-    return config
+""", per_model={name: {"price": price} for name, price in prices.items() if price}, params={"max_tokens": 200})
 
 
 def budget_artifact():
