@@ -2,11 +2,17 @@
 
 The run: the 331 released PolicyBench questions, all four knowledge bases in one KnowOrNot run
 (``knowornot.knowledge_bases``, each base leave-one-out within itself), 4 retrieval modes x 1
-prompt x 1 target, MiniLM, filters off, HyDE from an extractor model, an evaluator; every model
-at concurrency 32 against the scripted server at 100 ms per reply (``benchmarks/throughput.py``'s
-replies and config). The run is one child process started as a user starts the command; the
-Prefect API is a temporary one in this process, already up (as embedded mode's background
+prompt x 1 target, filters off, HyDE from an extractor model, an evaluator; every model at
+concurrency 32 against the scripted server at 100 ms per reply (``benchmarks/throughput.py``'s
+replies and config). ``--embedder api`` (the default) embeds through an embedding model on the same
+server (``/v1/embeddings``, ``text-embedding-3-large``), as the KnowOrNot library does through its
+LLM client's embedding API, so the comparison is like for like; ``--embedder minilm`` encodes with
+all-MiniLM-L6-v2 on this machine's CPUs instead. The run is one child process running the command
+line's ``refusalbench knowornot run`` (its ``main``, garbage collector tuned as the entry point tunes
+it); the Prefect API is a temporary one in this process, already up (as embedded mode's background
 server is after the first command). Then the same run again over the same call cache (0 calls).
+The last line printed (``HEADLINE ...``) is the figure to compare: seconds, x the library, calls,
+the call-phase bound, the cached re-run.
 
 Printed per stage: wall time, the time some call was in flight, and the rest broken down into
 embedding model load, encoding, FAISS, Parquet/JSON I/O, metrics, report and what is left
@@ -20,6 +26,7 @@ on the same server (``--library-s``, 104.8 s) and the ratio is printed against i
     python benchmarks/knowornot_scale.py                         # the headline figure + breakdown
     python benchmarks/knowornot_scale.py --baseline /tmp/old    # also an older checkout, same server
     python benchmarks/knowornot_scale.py --profile py-spy       # + a sampling profile of the first run
+    python benchmarks/knowornot_scale.py --embedder minilm      # MiniLM on the CPUs (its encode is a floor)
 
 ``--baseline DIR`` runs a checkout at DIR (e.g. ``git archive HEAD | tar -x -C DIR``) first,
 through a shim package on PYTHONPATH, so both trees meet the same server and API.
@@ -54,7 +61,9 @@ PACKAGES = ("configs", "deployments", "flows", "levers", "prompts", "tasks")
 # so the script measures older and newer trees alike. Categories may nest (metrics reads Parquet).
 TIMED = {
     "embedding model load": [("refusalbench.tasks.knowornot.embeddings", "MiniLMEmbedder._load")],
-    "embedding encode": [("refusalbench.tasks.knowornot.embeddings", "MiniLMEmbedder.embed")],
+    # The api embedder's time includes its requests; those count as calls in flight, the rest as encode.
+    "embedding encode": [("refusalbench.tasks.knowornot.embeddings", f"{name}.embed")
+                         for name in ("MiniLMEmbedder", "ApiEmbedder")],
     "FAISS": [("refusalbench.tasks.knowornot.retrieval", name) for name in
               ("build_index", "index_to_bytes", "index_from_bytes", "search_excluding")],
     "Parquet/JSON I/O": [("refusalbench.tasks.core.store", f"ArtifactStore.{name}") for name in
@@ -67,24 +76,66 @@ TIMED = {
 # ----------------------------------------------------------------- child: the measured command
 
 def child(config: str, out: str, intervals_path: str) -> None:
-    """One KnowOrNot run as ``refusalbench knowornot run`` makes it, with timers around the parts."""
+    """One KnowOrNot run as ``refusalbench knowornot run`` makes it (the command line's ``main``, with the
+    garbage collector tuned as its ``command`` entry point tunes it), with timers around the parts."""
     started = time.time()
-    from refusalbench.tasks.pipeline.runtime import configure_prefect_env
+    from refusalbench.flows import cli
+    from refusalbench.tasks.pipeline import gc_tuning
 
-    configure_prefect_env()
+    gc_tuning.start_up()
     intervals: list[tuple[str, float, float, float]] = []  # (category, start, end, CPU s of its thread)
     stages: list[tuple[str, float, float]] = []
     tasks = collections.Counter()
-    _instrument(intervals, stages, tasks)
-    imported = time.time()
-    from refusalbench.flows.launch import run_knowornot
+    from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
-    run_knowornot(config, out)
-    finished = time.time()
-    Path(intervals_path).write_text(json.dumps({
-        "started": started, "imported": imported, "finished": finished, "intervals": intervals, "stages": stages,
-        "task_runs": dict(tasks), "cpu_s": time.process_time(),
-        "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    configure_prefect_env()
+    _instrument(intervals, stages, tasks)
+    cpu_samples = _sample_cpu()
+    imported = time.time()
+    try:
+        cli.main(["knowornot", "run", "--config", config, "--out", out])
+    finally:
+        finished = time.time()
+        Path(intervals_path).write_text(json.dumps({
+            "started": started, "imported": imported, "finished": finished, "intervals": intervals, "stages": stages,
+            "task_runs": dict(tasks), "cpu_s": time.process_time(), "cpu_samples": cpu_samples,
+            "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        gc_tuning.at_exit()
+
+
+def _sample_cpu(every_s: float = 0.1) -> list[tuple[float, float]]:
+    """(wall, process CPU s) every ``every_s`` on a daemon thread, so each stage's CPU can be read off."""
+    import threading
+
+    samples = [(time.time(), time.process_time())]
+
+    def sample() -> None:
+        while True:
+            time.sleep(every_s)
+            samples.append((time.time(), time.process_time()))
+
+    threading.Thread(target=sample, name="cpu-sampler", daemon=True).start()
+    return samples
+
+
+def _cpu_between(samples: list[tuple[float, float]], lo: float, hi: float) -> float | None:
+    """Process CPU seconds spent in [lo, hi], from the samples (None outside them)."""
+    import bisect
+
+    if not samples or hi < samples[0][0] or lo > samples[-1][0]:
+        return None
+    walls = [w for w, _ in samples]
+
+    def at(t: float) -> float:
+        i = bisect.bisect_left(walls, t)
+        if i <= 0:
+            return samples[0][1]
+        if i >= len(samples):
+            return samples[-1][1]
+        (w0, c0), (w1, c1) = samples[i - 1], samples[i]
+        return c0 + (c1 - c0) * (t - w0) / (w1 - w0 or 1)
+
+    return at(hi) - at(lo)
 
 
 def _instrument(intervals: list, stages: list, tasks: collections.Counter) -> None:
@@ -204,7 +255,8 @@ def breakdown(run: dict[str, Any]) -> dict[str, Any]:
             # Each category counts only its time outside the calls and the categories before it.
             parts[category] = union(seen + spans[category], lo, hi) - union(seen, lo, hi)
             seen += spans[category]
-        rows.append({"stage": name, "wall_s": hi - lo, "in_flight_s": in_flight, **parts,
+        cpu_s = _cpu_between([tuple(s) for s in run.get("cpu_samples", [])], lo, hi)
+        rows.append({"stage": name, "wall_s": hi - lo, "cpu_s": cpu_s, "in_flight_s": in_flight, **parts,
                      "rest_s": hi - lo - union(seen, lo, hi)})
     per_model = collections.Counter(c["model"] for c in run["calls"])
     return {"rows": rows, "calls": len(run["calls"]), "per_model": dict(per_model), "cpu": dict(cpu),
@@ -225,10 +277,11 @@ def print_breakdown(label: str, result: dict[str, Any], concurrency: int, latenc
           f"({', '.join(f'{m} {n}' for m, n in sorted(result['per_model'].items()))}), first call at "
           f"{result['first_call_s']:.1f} s, peak RSS {result['maxrss_mib']:.0f} MiB\n")
     columns = ["in_flight_s", *TIMED, "rest_s"]
-    print("| stage | wall s | " + " | ".join(c.removesuffix("_s").replace("_", " ") for c in columns) + " |")
-    print("|---|---:|" + "---:|" * len(columns))
+    print("| stage | wall s | CPU s | " + " | ".join(c.removesuffix("_s").replace("_", " ") for c in columns) + " |")
+    print("|---|---:|---:|" + "---:|" * len(columns))
     for row in result["rows"]:
-        print(f"| {row['stage']} | {row['wall_s']:.2f} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + " |")
+        cpu = "" if row.get("cpu_s") is None else f"{row['cpu_s']:.2f}"
+        print(f"| {row['stage']} | {row['wall_s']:.2f} | {cpu} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + " |")
     print("\nCPU s inside the timed parts (threads add up): " + ", ".join(
         f"{k} {v:.2f}" for k, v in sorted(result["cpu"].items())))
     print("Prefect task runs: " + (", ".join(f"{k} {v}" for k, v in sorted(result["task_runs"].items())) or "none")
@@ -297,7 +350,7 @@ def measure(args: argparse.Namespace) -> None:
                 path = shim(code, work) if code != ROOT else str(ROOT)
                 env = dict(os.environ, PYTHONPATH=path, PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
                            REFUSALBENCH_CACHE_DIR=str(work / "cache"))
-                config = write_loo_config(folder, server.url, files, args.concurrency)
+                config = write_loo_config(folder, server.url, files, args.concurrency, args.embedder)
                 first = run_once(server, env, config, folder / "run1", work, args.latency,
                                  args.profile if code == ROOT else None)
                 second = run_once(server, env, config, folder / "run2", work, args.latency, None)
@@ -366,12 +419,22 @@ def _headline(results: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"- baseline tree on the same server: {base['wall_s']:.1f} s ({base['cpu_s']:.1f} s CPU), "
               f"{base['calls']} calls: {base['wall_s'] / first['wall_s']:.2f}x its time now; tables, metrics and "
               f"FAISS indexes vs the baseline's: {first['artifacts_same_as_baseline']}")
+    embedding = sum(n for m, n in first["per_model"].items() if m not in MODELS)
+    # One line to compare run with run: seconds, x the library, calls, bound, the issue's target (<= 15 s).
+    print(f"\nHEADLINE knowornot-loo embedder={args.embedder}: {first['wall_s']:.1f} s{load}, "
+          f"{args.library_s / first['wall_s']:.1f}x the KnowOrNot library ({args.library_s:.1f} s), "
+          f"{first['calls'] - embedding} calls + {embedding} embedding requests, bound {chain:.1f} s, "
+          f"cached re-run {second['wall_s']:.1f} s with {second['calls']} calls, target <= 15 s: "
+          f"{'met' if first['wall_s'] <= 15 else 'not met'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--embedder", choices=["api", "minilm"], default="api",
+                        help="api (default): an embedding model on the same scripted server, as the KnowOrNot library "
+                             "embeds through its client's embedding API; minilm: all-MiniLM-L6-v2 on this machine's CPUs")
     parser.add_argument("--baseline", help="another checkout to run first on the same server (e.g. git archive HEAD)")
     parser.add_argument("--profile", choices=["py-spy", "cprofile"], help="profile the first run of this tree")
     parser.add_argument("--library-s", type=float, default=LIBRARY_S, help="the KnowOrNot library's seconds")

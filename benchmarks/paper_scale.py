@@ -30,6 +30,16 @@ several ``--targets`` a last table shows how each part grows with the number of 
     python benchmarks/paper_scale.py                          # N=10, L=1 s, 30 targets, C=16
     python benchmarks/paper_scale.py --targets 3 10 30        # the same at 3, 10 and 30 targets: how each part grows
     python benchmarks/paper_scale.py --items 4 --latency 0.5 --py-spy /tmp/run.txt   # profile the run
+
+Issue 29's shape (``--issue-shape``): the same generation (720 candidates, a 56 s bound), then a
+benchmark of 180 items (``generation.target_size``: 10 per stratum) and targets that mostly refuse
+with a bare refusal code (``--answer-share``: one reply in 64 is an answer), so the judge, which
+skips bare codes, is light: evaluation's bound is respond's 180 calls / 16 x 1 s = 11.25 s, the
+run's 67 s. It ends with one headline line per run: the run's and the evaluate flow's share of
+their bounds against the issue's targets (>= 85% and >= 70%).
+
+    python benchmarks/paper_scale.py --issue-shape --targets 3 10 30
+    python benchmarks/paper_scale.py --issue-shape --latency 0.2 --targets 3   # a quick look
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +79,9 @@ class Shape:
     judge_concurrency: int
     bootstrap: int
     decision: str = "judge"  # evaluation.decision: judge classifies every reply; codes: only answer attempts
+    benchmark_size: int | None = None  # generation.target_size: stratified sample of the accepted items
+    answer_share: float = 1.0  # share of target replies that answer; the rest are bare refusal codes
+    issue_shape: bool = False  # issue 29's shape (printed as such, with its headline)
 
     @property
     def target_names(self) -> list[str]:
@@ -106,13 +120,32 @@ generation:
   verifiers: [{', '.join(VERIFIERS)}]
   filter: unanimous
   seed: 0
-evaluation:
+{f"  target_size: {shape.benchmark_size}{chr(10)}" if shape.benchmark_size else ""}evaluation:
   targets: [{', '.join(shape.target_names)}]
   judge: {JUDGE}
   bootstrap: {shape.bootstrap}
   decision: {shape.decision}
 """, encoding="utf-8")
     return config
+
+
+def refusing_responder(answer_share: float) -> Callable[[dict[str, Any]], str]:
+    """The dry-run replies, except that a target answers only ``answer_share`` of its items (chosen
+    by the request's fingerprint, so a re-run sends the same) and refuses the rest with a bare
+    refusal code, spread over the codes: replies the judge stage decides without a call."""
+    from refusalbench.tasks.llm.scripted_replies import request_fingerprint
+    from refusalbench.tasks.llm.scripted_server import dry_run_responder
+    from refusalbench.tasks.refusalbench.taxonomy import REFUSAL_CODES
+
+    def respond(request: dict[str, Any]) -> str:
+        if request.get("response_format") or not str(request.get("model", "")).startswith("target-"):
+            return dry_run_responder(request)
+        draw = int(request_fingerprint(request), 16)
+        if (draw % 10_000) < answer_share * 10_000:
+            return dry_run_responder(request)
+        return REFUSAL_CODES[draw // 10_000 % len(REFUSAL_CODES)]
+
+    return respond
 
 
 # ----------------------------------------------------------------- child: the measured run
@@ -240,7 +273,8 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
                         "configure_prefect_env(); from refusalbench.tasks.pipeline.prefect_server import "
                         "start_embedded_api, wait_until_ready; start_embedded_api(); wait_until_ready()"],
                        env=env, check=True, capture_output=True, timeout=900)
-    with ScriptedLLMServer(responder=dry_run_responder, latency_s=shape.latency) as server:
+    responder = dry_run_responder if shape.answer_share >= 1 else refusing_responder(shape.answer_share)
+    with ScriptedLLMServer(responder=responder, latency_s=shape.latency) as server:
         config = write_config(work, server.url, shape)
         first = run_child(config, work / "run1", env, py_spy)
         calls = list(server.calls)
@@ -288,9 +322,13 @@ def evaluate_figures(first: dict[str, Any], by: dict[str, dict[str, Any]]) -> di
 
 def print_report(result: dict[str, Any]) -> None:
     s = result["shape"]
-    print(f"\n### Main job at the paper's shape: {s['items']} base items x 18 strata, 4 generators + 4 verifiers "
-          f"(unanimous), {s['targets']} targets + judge, max_concurrency {s['concurrency']} "
-          f"(judge {s['judge_concurrency']}), {s['latency']:g} s per reply, decision {s.get('decision', 'judge')}\n")
+    title = "Issue 29's paper shape" if s.get("issue_shape") else "Main job at the paper's shape"
+    size = f", a benchmark of {s['benchmark_size']} items" if s.get("benchmark_size") else ""
+    replies = (f", targets answer {100 * s['answer_share']:.1f}% of items and refuse the rest with a bare code"
+               if s.get("answer_share", 1.0) < 1 else "")
+    print(f"\n### {title}: {s['items']} base items x 18 strata, 4 generators + 4 verifiers "
+          f"(unanimous){size}, {s['targets']} targets + judge, max_concurrency {s['concurrency']} "
+          f"(judge {s['judge_concurrency']}), {s['latency']:g} s per reply, decision {s.get('decision', 'judge')}{replies}\n")
     print("| stage | wall s | calls | models | calls of the busiest model | bound s | bound/wall | peak in flight |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in result["stages"]:
@@ -314,6 +352,15 @@ def print_report(result: dict[str, Any]) -> None:
               f"**{100 * ev['ratio']:.0f}%**")
     print(f"\n#### Where the time goes ({s['targets']} targets; CPU of the run's process {result['cpu_s']:.1f} s)")
     print_breakdown(result["breakdown"], result["bound_s"], result["run_wall_s"])
+
+
+def headline(result: dict[str, Any]) -> str:
+    """One line: the run's and the evaluate flow's share of their latency bounds, against issue 29's targets."""
+    s, ev = result["shape"], result["evaluate"] or {"wall_s": float("nan"), "bound_s": float("nan"), "ratio": float("nan")}
+    name = "issue 29 shape" if s.get("issue_shape") else "paper shape"
+    return (f"HEADLINE {name}, {s['targets']} targets, {s['latency']:g} s: run {100 * result['ratio']:.0f}% of its "
+            f"{result['bound_s']:.1f} s bound ({result['run_wall_s']:.1f} s; target >= 85%), evaluate "
+            f"{100 * ev['ratio']:.0f}% of its {ev['bound_s']:.1f} s bound ({ev['wall_s']:.1f} s; target >= 70%)")
 
 
 def print_growth(results: list[dict[str, Any]]) -> None:
@@ -347,6 +394,14 @@ def main() -> None:
     parser.add_argument("--targets", type=int, nargs="+", default=[30],
                         help="targets; several (e.g. 3 10 30) measure one run each and print how the parts grow")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--benchmark-size", type=int,
+                        help="generation.target_size: the benchmark is a stratified sample of this many accepted items")
+    parser.add_argument("--answer-share", type=float, default=1.0,
+                        help="share of the targets' replies that answer; the rest are bare refusal codes, which the "
+                             "judge stage decides without a call (default 1: every reply answers)")
+    parser.add_argument("--issue-shape", action="store_true",
+                        help="issue 29's shape: 10 base items, a benchmark of 180, targets answering 1 item in 64, "
+                             "decision judge (a 67 s bound at 1 s; --targets, --latency still apply)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 items, 0.1 s, 6 targets")
     parser.add_argument("--cold-api", action="store_true",
                         help="measure the start of Prefect's background server too (a fresh PREFECT_HOME: its database "
@@ -365,10 +420,13 @@ def main() -> None:
         return
     if args.quick:
         args.items, args.latency, args.targets = 2, 0.1, [6]
+    if args.issue_shape:
+        args.items, args.benchmark_size, args.answer_share, args.decision = 10, 180, 1 / 64, "judge"
     results = []
     for targets in args.targets:
         shape = Shape(args.items, args.latency, args.concurrency, targets,
-                      args.judge_concurrency or args.concurrency, args.bootstrap, args.decision)
+                      args.judge_concurrency or args.concurrency, args.bootstrap, args.decision,
+                      args.benchmark_size, args.answer_share, args.issue_shape)
         # Several runs: each in its own folder (DIR/targets-N), profiled to FILE with N before the suffix.
         py_spy = args.py_spy
         if py_spy and len(args.targets) > 1:
@@ -384,6 +442,9 @@ def main() -> None:
         results.append(result)
     if len(results) > 1:
         print_growth(results)
+    print()
+    for result in results:
+        print(headline(result))
     if args.json:
         Path(args.json).write_text(json.dumps(results[0] if len(results) == 1 else results))
 

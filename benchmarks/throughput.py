@@ -112,15 +112,25 @@ evaluation:
     return config
 
 
-def write_loo_config(folder: Path, url: str, qa_files: list[Path], concurrency: int) -> Path:
-    """One knowledge base: qa_pairs; several: knowledge_bases, one per file."""
+EMBEDDING_MODEL = "text-embedding-3-large"  # the KnowOrNot library's default embedding model
+
+
+def write_loo_config(folder: Path, url: str, qa_files: list[Path], concurrency: int, embedder: str = "minilm") -> Path:
+    """One knowledge base: qa_pairs; several: knowledge_bases, one per file. ``embedder``: ``minilm``
+    (offline), or ``api``: an embedding model on the same server (``/v1/embeddings``), as the KnowOrNot
+    library embeds through its client's embedding API."""
     config = folder / "loo.yaml"
     source = f"  qa_pairs: {qa_files[0]}\n" if len(qa_files) == 1 else "  knowledge_bases:\n" + "".join(
         f"    - {{name: {f.stem}, qa_pairs: {f}}}\n" for f in qa_files)
-    config.write_text(models_yaml(url, ["target", "hyde", "eval"], concurrency) + f"""cache:
+    models = models_yaml(url, ["target", "hyde", "eval"], concurrency)
+    embedding = f"  embedder: {embedder}\n"
+    if embedder == "api":
+        models += models_yaml(url, [EMBEDDING_MODEL], concurrency).removeprefix("models:\n")
+        embedding += f"  embedding_model: {EMBEDDING_MODEL}\n"
+    config.write_text(models + f"""cache:
   path: {folder / 'calls.sqlite'}
 knowornot:
-{source}  retrieval: [direct, long_context, basic_rag, hyde_rag]
+{source}{embedding}  retrieval: [direct, long_context, basic_rag, hyde_rag]
   prompts: [basic]
   targets: [target]
   evaluator: eval

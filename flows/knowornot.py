@@ -25,9 +25,10 @@ from refusalbench.tasks.knowornot.embeddings import embedder_for
 from refusalbench.tasks.pipeline.knowornot_bases import (each_base, each_base_then, failures_of, knowledge_bases,
                                                         merge_bases, summed)
 from refusalbench.tasks.knowornot.report import publish_report, write_results
-from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, check_knowornot_inputs, compare_evaluators,
-                                                 input_digest, knowornot_models, save_stage_failures, stage_tasks,
-                                                 warm_up_embedder, with_resolved_sources, with_targets)
+from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, audit_beside_calls, check_knowornot_inputs,
+                                                 compare_evaluators, input_digest, knowornot_models,
+                                                 save_stage_failures, stage_tasks, warm_up_embedder,
+                                                 with_resolved_sources, with_targets)
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
@@ -63,9 +64,10 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
                 recorder.count(experiments=sum(g.experiments for g in grids), stage_failures=save_stage_failures(
                     store, failures_of(bases, kbs) + failures_of(bases, grids)))
             with recorder.stage("answer + evaluate"):
+                audit = audit_beside_calls(cfg, out)  # the overlap audit needs no answer: it runs beside the calls
                 recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases))
         with recorder.stage("metrics"):
-            report = publish_report(store, write_results(store, run_cfg.knowornot, embedder_for(cfg)),
+            report = publish_report(store, write_results(store, run_cfg.knowornot, embedder_for(cfg), audit.result()),
                                     recorder.manifest.counts)
         if comparison := [m for m in run_cfg.knowornot.evaluator_comparison if m in usable]:  # App. D.3
             with recorder.stage("evaluator comparison"), model_endpoints(cfg, comparison) as api_bases:

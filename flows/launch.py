@@ -99,11 +99,13 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, see
 @embedded_api
 def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.tasks.pipeline.knowornot_steps import check_knowornot_inputs, warm_up_embedder
+    from refusalbench.tasks.pipeline.knowornot_steps import (check_knowornot_inputs, warm_up_embedder,
+                                                             warm_up_overlap_audit)
 
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)
     warm_up_embedder(cfg)  # the embedding model loads while the flow run starts
+    warm_up_overlap_audit()  # and the audit's libraries are imported
     return announced(configured(knowornot_flow, cfg, out))(config_path, out)
 
 

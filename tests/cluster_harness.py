@@ -248,4 +248,10 @@ def local_cluster():
     try:
         yield cluster
     finally:
+        started = time.monotonic()
         stop_local_cluster(cluster)
+        SESSION_TEARDOWN_S["local_cluster"] = time.monotonic() - started
+
+
+# Seconds each session fixture took to stop (conftest prints them at the end: where the last test's teardown goes).
+SESSION_TEARDOWN_S: dict[str, float] = {}

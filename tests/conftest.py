@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster_harness import SESSION_TEARDOWN_S
 from tests.cluster_harness import local_cluster  # noqa: F401  (the session's local cluster, for tests marked cluster)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,15 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+        started = time.monotonic()
+    SESSION_TEARDOWN_S["prefect_harness"] = time.monotonic() - started
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How long each session fixture took to stop: the last test's teardown time, explained."""
+    if SESSION_TEARDOWN_S:
+        terminalreporter.write_line("session teardown: " + ", ".join(
+            f"{name} {seconds:.1f}s" for name, seconds in SESSION_TEARDOWN_S.items()))
 
 
 @pytest.fixture

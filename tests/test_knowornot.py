@@ -935,3 +935,19 @@ def test_the_model_warms_up_in_the_background_only_when_some_vector_is_not_cache
     started = run_embedder.inner._loader  # the process-wide MiniLM: another test may have loaded it
     warm_up_embedder(minilm)
     assert run_embedder.inner._loader is started
+
+
+def test_a_knowornot_command_starts_without_nltk_plotting_or_litellm():
+    """Start-up is on the critical path of every run: a run from a QA file needs no sentence splitter (NLTK,
+    which brings scikit-learn and SciPy), its figures are drawn at the end (matplotlib) and its calls take the
+    direct path, so pricing an unpriced model's prompt-cache savings must not import LiteLLM either."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.knowornot; "
+             "from refusalbench.tasks.llm.accounting import _map_token_prices; "
+             "assert _map_token_prices('openai/target') is None; "
+             "print(sorted(m for m in ('nltk', 'sklearn', 'matplotlib', 'litellm') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -116,6 +116,32 @@ def test_api_embedder_retrieves_through_litellm_and_a_rerun_sends_nothing(tmp_pa
     assert len(fake_llm.calls) == 4
 
 
+def test_embedding_requests_skip_litellm_where_it_would_send_them_unchanged(fake_llm):
+    """An ``openai/`` model behind an endpoint, with plain parameters, is posted directly: the body LiteLLM's
+    OpenAI path sends (``encoding_format: float``, the name without its prefix, a Bearer key), a 429's
+    Retry-After waited for; other parameters or providers keep LiteLLM."""
+    from refusalbench.tasks.core.config import ModelConfig
+    from refusalbench.tasks.llm.embedding_calls import EmbeddingClient
+
+    model = ModelConfig(model="openai/text-embedding-3-large", api_base=fake_llm.url, params={"dimensions": 16})
+    client = EmbeddingClient(model)
+    assert client.direct
+    fake_llm.fail_next(1, status=429, retry_after=0.05)
+    vectors = client.embed(["canteen hours", "warranty"])
+    calls = [c for c in fake_llm.calls if c["wire"] == "embeddings"]
+    assert [c["status"] for c in calls] == [429, 200] and client.requests == 2
+    assert calls[1]["model"] == "text-embedding-3-large" and calls[1]["input"] == ["canteen hours", "warranty"]
+    assert calls[1]["params"] == {"encoding_format": "float", "dimensions": 16}
+    assert calls[1]["authorization"] == "Bearer no-key"
+    assert len(vectors) == 2 and {len(v) for v in vectors} == {16}
+    fake_llm.fail_next(1, status=400)  # not worth another attempt: the run ends with it
+    with pytest.raises(Exception, match="HTTP 400"):
+        client.embed(["x"])
+    assert not EmbeddingClient(model.model_copy(update={"params": {"input_type": "query"}})).direct
+    assert not EmbeddingClient(model.model_copy(update={"model": "hosted_vllm/e5"})).direct
+    assert not EmbeddingClient(model.model_copy(update={"api_base": None})).direct
+
+
 def test_api_embedder_needs_an_embedding_model_of_the_registry(tmp_path):
     from refusalbench.tasks.core.config import load_config
 

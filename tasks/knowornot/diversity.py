@@ -50,6 +50,14 @@ def _stemmer_and_stop_words() -> tuple[object, frozenset[str]]:
     return PorterStemmer(), frozenset(ENGLISH_STOP_WORDS)
 
 
+def load_text_tools() -> None:
+    """Import what TF-IDF needs (scikit-learn, NLTK's stemmer: seconds of CPU on 2 cores), e.g. on a
+    background thread while a run starts, so the filters and the overlap audit find it loaded."""
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: F401
+
+    _stemmer_and_stop_words()
+
+
 def _content_words(text: str) -> str:
     stemmer, stop_words = _stemmer_and_stop_words()
     words = re.findall(r"[a-z0-9]+", text.lower())

@@ -7,9 +7,10 @@ loaded by path with the Hugging Face hub forced offline, so nothing is ever down
 Every embedder returns L2-normalised float32 rows, so inner product = cosine similarity.
 
 The ``api`` embedder calls the registry's model named by ``knowornot.embedding_model`` (the
-KnowOrNot paper used OpenAI's text-embedding-3-large) through LiteLLM's embedding call
-(``llm.embedding_calls``), in batches; each text's vector is kept in the run's call cache
-under the model, its deployment and its parameters, so a re-run sends no request.
+KnowOrNot paper used OpenAI's text-embedding-3-large) through ``llm.embedding_calls`` (the
+request LiteLLM's embedding call would send, posted directly where it is unchanged), in batches;
+each text's vector is kept in the run's call cache under the model, its deployment and its
+parameters, so a re-run sends no request.
 
 Embedders are chosen by name (the config's ``knowornot.embedder``) from ``EMBEDDERS``: a
 new one is a class or factory function under ``@register_embedder("name")``; it is called

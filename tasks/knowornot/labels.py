@@ -34,7 +34,6 @@ from refusalbench.tasks.knowornot.evaluator_comparison import compare_with_conse
 from refusalbench.tasks.labelling.agreement import (annotator_agreement, consensus_labels, disagreements,
                                                     evaluator_vs_human)
 from refusalbench.tasks.labelling.label_store import LabelStore
-from refusalbench.tasks.knowornot.report_page import write_knowornot_report
 from refusalbench.tasks.core.store import ArtifactStore
 
 # ----------------------------------------------------------------- sampling
@@ -222,5 +221,8 @@ def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
                                                              session.spec)}
     session.store.save(kon_files.agreement_file(spec_name), report)
     if session.store.has(kon_files.KON_METRICS) and session.store.has(kon_files.KON_METRICS_TABLE):
+        # Imported here: the report's figures bring matplotlib, which a run's start-up does not need.
+        from refusalbench.tasks.knowornot.report_page import write_knowornot_report
+
         write_knowornot_report(session.store)
     return report

@@ -23,10 +23,10 @@ from refusalbench.tasks.core.config import KnowOrNotConfig
 from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
 from refusalbench.tasks.knowornot.evaluation import (BUILT_IN_SPECS, LEAVE_ONE_OUT, METRIC_KEYS, SYNTHETIC_OOKB,
                                                      knowornot_metrics, outcome_rates, run_specs, split_experiments)
+from refusalbench.tasks.knowornot.documents import OverlapAudit
 from refusalbench.tasks.knowornot.labels import label_samples
 from refusalbench.tasks.knowornot.overlap import overlap_audit
 from refusalbench.tasks.knowornot.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
-from refusalbench.tasks.knowornot.report_page import write_knowornot_report
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.core.narration import publish_link, publish_table, story
 
@@ -47,8 +47,10 @@ def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], 
     return frame
 
 
-def write_results(store: ArtifactStore, kon: KnowOrNotConfig, embedder: Embedder | None = None) -> pd.DataFrame:
-    """Results, rates (Parquet and JSON), the overlap audit and the label sample from the stage outputs; returns the rates."""
+def write_results(store: ArtifactStore, kon: KnowOrNotConfig, embedder: Embedder | None = None,
+                  audit: OverlapAudit | None = None) -> pd.DataFrame:
+    """Results, rates (Parquet and JSON), the overlap audit and the label sample from the stage outputs; returns the rates.
+    ``audit``: the overlap audit computed already (``run_overlap_audit``, while the calls ran); else it is computed here."""
     specs = run_specs(kon.evaluations)
     pairs = store.load(kon_files.QA_PAIRS)
     frame = results_frame(store.load(kon_files.EXPERIMENT_INPUTS), store.load(kon_files.EXPERIMENT_OUTPUTS),
@@ -63,7 +65,7 @@ def write_results(store: ArtifactStore, kon: KnowOrNotConfig, embedder: Embedder
     rates = outcome_rates(loo, specs, seed=kon.seed)
     store.save(kon_files.SPEC_RATES, rates)
     filter_report = store.load(kon_files.FILTER_REPORT)
-    audit = overlap_audit(pairs, embedder or make_embedder(kon.embedder), filter_report)
+    audit = audit or overlap_audit(pairs, embedder or make_embedder(kon.embedder), filter_report)
     # Several bases: the configurations pool them (the figures' view); each base's own rates come beside.
     by_base = knowornot_metrics(loo, by=("knowledge_base", *METRIC_KEYS), seed=kon.seed) if kon.knowledge_bases else None
     store.save(kon_files.KON_METRICS, {"configurations": metrics.to_dict(orient="records"),
@@ -77,8 +79,18 @@ def write_results(store: ArtifactStore, kon: KnowOrNotConfig, embedder: Embedder
     return metrics
 
 
+def run_overlap_audit(store: ArtifactStore, embedder: Embedder) -> OverlapAudit:
+    """The overlap audit of the run folder's kept questions, with the filters' report: it reads only what the
+    experiment stage left (the pairs, and the questions' vectors the grid cached), so it can run beside the
+    answers and evaluations."""
+    return overlap_audit(store.load(kon_files.QA_PAIRS), embedder, store.load(kon_files.FILTER_REPORT))
+
+
 def publish_report(store: ArtifactStore, metrics: pd.DataFrame, counts: dict[str, Any]) -> str:
     """Write ``report.html``, show the rates and a link to it in the Prefect UI; returns its URI."""
+    # Imported here: the figures bring matplotlib (seconds), which a run's start-up does not need.
+    from refusalbench.tasks.knowornot.report_page import write_knowornot_report
+
     uri = write_knowornot_report(store, counts)
     publish_table("knowornot-rates", _records(metrics), "Abstention and factuality per configuration")
     link = uri if "://" in uri else f"file://{uri}"

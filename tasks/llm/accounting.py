@@ -171,9 +171,13 @@ def _token_prices(cfg: ModelConfig) -> tuple[float, float, float] | None:
 @functools.lru_cache(maxsize=256)
 def _map_token_prices(model: str) -> tuple[float, float, float] | None:
     """LiteLLM's map's prices for ``model`` (read once per model: a priced reply came through LiteLLM,
-    so it is imported already)."""
-    from refusalbench.tasks.llm.transport import litellm_module
+    so it is imported already). A model the direct path may call is one the map has no price for
+    (``transport.unpriced_model``): its savings are unknown without importing LiteLLM (seconds of CPU
+    in a process whose calls all went direct)."""
+    from refusalbench.tasks.llm.transport import litellm_module, unpriced_model
 
+    if unpriced_model(model):
+        return None
     try:
         info = litellm_module().get_model_info(model=model)
     except Exception:  # not in the map: the savings are unknown, as the cost is

@@ -9,28 +9,41 @@ attempt (``transport.classify``); errors are retried with full-jitter backoff up
 
 Requests go one after another: a knowledge base's texts are embedded in a few large batches, and
 the caller (``knowornot.embeddings``) keeps every vector in the call cache, so a re-run sends none.
+
+Where LiteLLM would send the request unchanged - an ``openai/`` model behind an ``api_base`` of its
+own, with at most ``dimensions`` and ``user`` as parameters - the client posts that same body itself
+(``{"model", "input", "encoding_format": "float", ...}``, the key as a Bearer header) and reads the
+same JSON floats, so the vectors are the same bits; importing LiteLLM costs seconds of CPU at start-up
+and nothing else of the run needs it (the gateway's chat calls take their own direct path). A
+redirect, and every other model, goes through LiteLLM.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.core.errors import RunIncomplete
 from refusalbench.tasks.llm.endpoints import endpoint_identity
-from refusalbench.tasks.llm.providers import profile_for
-from refusalbench.tasks.llm.rate_limits import retry_delay
-from refusalbench.tasks.llm.transport import CallFailed, classify, litellm_module
+from refusalbench.tasks.llm.providers import profile_for, provider_prefix
+from refusalbench.tasks.llm.rate_limits import announced_wait, retry_delay
+from refusalbench.tasks.llm.transport import CallFailed, classify, litellm_module, status_failure
 
 # LiteLLM's price map from the package, not fetched at import (as the gateway sets it).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
+# The parameters LiteLLM's OpenAI embedding path passes on unchanged (``encoding_format`` it sets itself).
+DIRECT_PARAMS = frozenset({"dimensions", "user"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class EmbeddingFailed(RunIncomplete):
@@ -53,6 +66,7 @@ class EmbeddingClient:
         self.api_base = api_base or cfg.api_base  # a run-time endpoint (a local server) wins
         self.profile = profile_for(cfg.model, self.api_base)
         self.requests = 0  # requests sent (attempts included), for the caller's accounting
+        self.direct = _posts_directly(cfg, self.api_base)
         self._lock = threading.Lock()
         self._last_sent = 0.0
 
@@ -90,6 +104,54 @@ class EmbeddingClient:
             self._last_sent = time.monotonic()
 
     def _send(self, texts: list[str]) -> list[list[float]]:
+        api_key = self.profile.api_key(self.cfg, self.api_base)
+        if self.direct and api_key:
+            self._pace()
+            self.requests += 1
+            vectors = self._post(texts, api_key)
+            if vectors is not None:
+                return vectors
+            self.direct = False  # redirected: LiteLLM's client follows it, this and later requests go there
+        return self._send_litellm(texts)
+
+    def _post(self, texts: list[str], api_key: str) -> list[list[float]] | None:
+        """One request posted directly: the vectors, a :class:`CallFailed`, or None on a redirect."""
+        assert self.api_base is not None
+        url = urlsplit(self.api_base.rstrip("/") + "/embeddings")
+        body = {"model": self.cfg.model.split("/", 1)[1], "input": texts, "encoding_format": "float",
+                **self.cfg.params}
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {api_key}",
+                   **(self.cfg.extra_headers or {})}
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        # One connection per request: a batch is large and requests are few (a run sends tens).
+        connection = kind(url.hostname or "", url.port, timeout=self.cfg.timeout_s)
+        try:
+            connection.request("POST", url.path + (f"?{url.query}" if url.query else ""), json.dumps(body).encode(),
+                               headers)
+            answer = connection.getresponse()
+            status, raw, reply_headers = answer.status, answer.read(), dict(answer.getheaders())
+        except TimeoutError:
+            raise CallFailed(f"Timeout: no reply within {self.cfg.timeout_s:g} s", retriable=True) from None
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset, dropped mid-reply: try again
+            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {exc}", retriable=True) from None
+        finally:
+            connection.close()
+        if status in _REDIRECTS:
+            return None
+        if status >= 400:
+            raise status_failure(status, raw, announced_wait(reply_headers), self.profile)
+        try:
+            data = json.loads(raw)["data"]
+            vectors = [_field(row, "embedding") for row in sorted(data, key=lambda row: _field(row, "index"))]
+        except (ValueError, KeyError, TypeError):
+            raise CallFailed("malformed reply: no embeddings", retriable=True) from None
+        if not all(isinstance(v, list) for v in vectors):
+            raise CallFailed("malformed reply: embeddings are not lists of floats", retriable=True)
+        if len(vectors) != len(texts):
+            raise CallFailed(f"malformed reply: {len(vectors)} embeddings for {len(texts)} texts", retriable=True)
+        return vectors
+
+    def _send_litellm(self, texts: list[str]) -> list[list[float]]:
         litellm = litellm_module()
         # LiteLLM's OpenAI embedding path reads ``max_retries or DEFAULT_MAX_RETRIES``: the 0 passed
         # below would become 2 and the SDK would retry behind this module's back. The project never
@@ -118,6 +180,14 @@ class EmbeddingClient:
         if len(vectors) != len(texts):
             raise CallFailed(f"malformed reply: {len(vectors)} embeddings for {len(texts)} texts", retriable=True)
         return vectors
+
+
+def _posts_directly(cfg: ModelConfig, api_base: str | None) -> bool:
+    """Whether LiteLLM would send this model's embedding requests unchanged to ``api_base``: its OpenAI
+    path (``openai/`` + an endpoint of one's own, plain ``http(s)``), parameters it passes on as they
+    are, and its default ``encoding_format`` (``float``) not changed through the environment."""
+    return (provider_prefix(cfg.model) == "openai" and str(api_base or "").startswith(("http://", "https://"))
+            and cfg.params.keys() <= DIRECT_PARAMS and not os.environ.get("LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT"))
 
 
 def _field(row: Any, name: str) -> Any:

@@ -146,6 +146,10 @@ def _build_environment() -> SandboxedEnvironment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        # Templates are compiled once per process, not stat-ed on every render (a render per call:
+        # the stat releases the GIL, and on a busy process getting it back costs the call thread up to
+        # the switch interval). A run re-reads them where it records their hashes (all_template_hashes).
+        auto_reload=False,
     )
     env.filters["fence"] = fence
     env.filters["neutralise"] = neutralise
@@ -192,4 +196,7 @@ def template_hash(name: str) -> str:
 
 
 def all_template_hashes() -> dict[str, str]:
+    """The hash of every template, as a run records them; the compiled templates are dropped, so the run
+    renders what it hashed even in a long-lived process where a template changed since an earlier run."""
+    ENV.cache.clear()
     return {name: template_hash(name) for name in TEMPLATES}

@@ -285,6 +285,12 @@ def direct_model_name(model: str, api_base: str | None = None) -> str | None:
     return _unpriced_name(model, prefix)
 
 
+def unpriced_model(model: str) -> bool:
+    """Whether ``model`` is one the direct path may call, so LiteLLM's map has no price for it (the test
+    the direct path's unknown cost rests on)."""
+    return direct_model_name(model) is not None
+
+
 @functools.lru_cache(maxsize=None)
 def _unpriced_name(model: str, prefix: str) -> str | None:
     """``model`` without its prefix, unless LiteLLM prices it or rewrites its family's parameters."""

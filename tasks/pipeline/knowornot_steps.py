@@ -14,7 +14,9 @@ in as ``input_digest``. The run-time endpoints (``api_bases``) are left out of t
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
+import importlib
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +26,14 @@ from pydantic import BaseModel
 
 from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
 from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.knowornot.documents import IndexMeta
+from refusalbench.tasks.knowornot.documents import IndexMeta, OverlapAudit
 from refusalbench.tasks.core.errors import InputError, ModelUnavailable
 from refusalbench.tasks.llm.gateway import gateway_for
-from refusalbench.tasks.knowornot.diversity import diversity_filter, filter_method
+from refusalbench.tasks.knowornot.diversity import diversity_filter, filter_method, load_text_tools
 from refusalbench.tasks.knowornot.embeddings import Embedder, embedder_for, start_loading
 from refusalbench.tasks.knowornot.evaluation import run_specs
 from refusalbench.tasks.knowornot.labels import sample_ids_per_spec
+from refusalbench.tasks.knowornot.report import run_overlap_audit
 from refusalbench.tasks.knowornot.model_steps import (answer_experiments, evaluate_outputs, extract_facts, generate_qa,
                                                      hyde_answers, synthetic_ookb_questions)
 from refusalbench.tasks.knowornot.records import (EvalOutcome, ExperimentInput, ExperimentOutput, HypotheticalAnswers,
@@ -42,7 +45,8 @@ from refusalbench.tasks.knowornot.sentences import document_sentences, spread_se
 from refusalbench.tasks.knowornot.sources import POLICYBENCH_FILES, load_qa_pairs, policybench_import_hint
 from refusalbench.tasks.pipeline.runtime import cache_policy, result_storage
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.pipeline.fanout import Fanout, Shard, content_digest, progress_callback, write_output_shard
+from refusalbench.tasks.pipeline.fanout import (Fanout, Shard, content_digest, progress_callback, read_shared,
+                                                write_output_shard)
 from refusalbench.tasks.core.store import ArtifactStore
 
 # Shard kinds under the run folder's _work/ (runfolder.input_shard / output_shard).
@@ -159,6 +163,17 @@ def warm_up_embedder(cfg: RunConfig) -> None:
     missing = getattr(embedder, "missing", None)
     if missing is None or missing(texts):
         start_loading(embedder)
+
+
+def warm_up_overlap_audit() -> None:
+    """Start importing what the overlap audit needs (scikit-learn, NLTK's stemmer, the report's plotting)
+    on a background thread: the command's start mostly waits on Prefect's API, so the imports cost no
+    wall time there, while beside the calls (``audit_beside_calls``) they would compete for the GIL."""
+    def load() -> None:
+        load_text_tools()
+        importlib.import_module("refusalbench.tasks.knowornot.report_page")
+
+    threading.Thread(target=load, name="kon-audit-imports", daemon=True).start()
 
 
 def source_digest(kon: KnowOrNotConfig) -> str:
@@ -292,13 +307,33 @@ def save_stage_failures(store: ArtifactStore, failures: list[dict[str, Any]]) ->
 
 # ---------------------------------------------------------------- answers and evaluations
 
+def audit_beside_calls(cfg: RunConfig, out: str) -> Future[OverlapAudit]:
+    """The run's overlap audit (``report.run_overlap_audit``), computed on a thread while the answers and
+    evaluations are in flight, and its figure drawn (the report's plotting modules imported with it).
+
+    All are CPU the metrics stage would otherwise spend after the last call: scikit-learn's TF-IDF
+    (seconds to import on 2 cores) and matplotlib. The audit reads only what the experiment stage wrote,
+    so it is the same audit; the calls' own thread mostly waits on the network meanwhile."""
+    def audit() -> OverlapAudit:
+        done = run_overlap_audit(ArtifactStore(out), embedder_for(cfg))
+        importlib.import_module("refusalbench.tasks.knowornot.report_page").overlap_figure(done)
+        return done
+
+    worker = ThreadPoolExecutor(1, thread_name_prefix="kon-audit")
+    try:
+        return worker.submit(audit)
+    finally:
+        worker.shutdown(wait=False)  # the thread ends with its one task
+
+
 @task(name="kon-answer-shard", task_run_name="kon-answer {target} {shard}", cache_policy=STAGE_CACHE, retries=1,
       retry_delay_seconds=2)
 def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]) -> str:
     """One target answers its rows of one input shard; returns the answer shard's name."""
     store = ArtifactStore(out)
     rows = [r for r in store.read_records(shard, ExperimentInput) if r.target == target]
-    pairs = {p.id: p for p in store.load(kon_files.QA_PAIRS)}
+    # The pairs and the grid are parsed once per process, not once per shard task (fanout.read_shared).
+    pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
     outputs = answer_experiments(gateway_for(cfg, api_bases), rows, pairs,
                                  on_result=progress_callback(f"{target} answers", len(rows)))
     return write_output_shard(out, ANSWER_SHARDS, target, shard, outputs, ExperimentOutput)
@@ -312,9 +347,9 @@ def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_di
     returns the outcome shard."""
     store = ArtifactStore(out)
     outputs = store.read_records(answers, ExperimentOutput)
-    rows = store.load(kon_files.EXPERIMENT_INPUTS)
+    rows = read_shared(out, kon_files.EXPERIMENT_INPUTS)
     specs = run_specs(cfg.knowornot.evaluations)
-    pairs = {p.id: p for p in store.load(kon_files.QA_PAIRS)}
+    pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
     outcomes = evaluate_outputs(gateway_for(cfg, api_bases), cfg.knowornot.evaluator, specs, rows, outputs,
                                 on_result=progress_callback("evaluate answers", len(specs) * len(outputs)), pairs=pairs)
     return write_output_shard(out, EVALUATION_SHARDS, target, answers, outcomes, EvalOutcome)
@@ -330,7 +365,7 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
     kon = cfg.knowornot
     fanout = Fanout(cfg, out, api_bases)
     fanout.store.save(kon_files.RUN_SPECS, run_specs(kon.evaluations))
-    rows = fanout.store.load(kon_files.EXPERIMENT_INPUTS)
+    rows = read_shared(out, kon_files.EXPERIMENT_INPUTS)  # the evaluate tasks read the same parse
     shards = fanout.write_shards(INPUT_SHARDS, rows, ExperimentInput, kon.shard_size,
                                  lambda chunk: content_digest(digest, [r.model_dump() for r in chunk]))
     sharing = knowornot_models(kon)
@@ -357,8 +392,8 @@ def compare_evaluator_shard(cfg: RunConfig, out: str, evaluator: str, shard: str
     store = ArtifactStore(out)
     outputs = store.read_records(shard, ExperimentOutput)
     specs = run_specs(cfg.knowornot.evaluations)
-    pairs = {p.id: p for p in store.load(kon_files.QA_PAIRS)}
-    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), evaluator, specs, store.load(kon_files.EXPERIMENT_INPUTS),
+    pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
+    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), evaluator, specs, read_shared(out, kon_files.EXPERIMENT_INPUTS),
                                 outputs, on_result=progress_callback(f"{evaluator} (comparison)", len(outputs)),
                                 pairs=pairs, judge_only=sample_ids_per_spec(store.load(kon_files.LABEL_SAMPLE)))
     return write_output_shard(out, COMPARISON_SHARDS, evaluator, shard, outcomes, EvalOutcome)

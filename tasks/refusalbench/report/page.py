@@ -7,14 +7,15 @@ PNGs, no JavaScript. A section whose table is absent is left out.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from refusalbench.tasks.core.html_page import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
-from refusalbench.tasks.core.plotting import ordered
+from refusalbench.tasks.core.plotting import drawn_aside, ordered
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
@@ -206,11 +207,13 @@ def _base_set_section(run: ReportInputs) -> str | None:
     return section("Base set", body)
 
 
-def _generation_sections(run: ReportInputs) -> list[str]:
-    """Base set, generation figures, the G-V analysis and the human audit: what generation left."""
+def _generation_sections(run: ReportInputs, figures: str | None = None) -> list[str]:
+    """Base set, generation figures (``figures``: drawn already), the G-V analysis and the human audit:
+    what generation left."""
     sections = [s for s in [_base_set_section(run)] if s]
     if run.gv_analysis:
-        sections.append(section("Benchmark generation", generation_figures_html(run.gv_analysis)))
+        figures = generation_figures_html(run.gv_analysis) if figures is None else figures
+        sections.append(section("Benchmark generation", figures))
         tables = {k: v for k, v in run.gv_analysis.items() if k not in FIGURE_KEYS}  # those are drawn above
         sections.append(section("Generator × verifier analysis", gv_section_html(tables)))
     if run.audit:
@@ -242,8 +245,49 @@ def build_generation_report(run: ReportInputs) -> str:
     return _page(run, sections)
 
 
+def _class_intensity_figures(grid: pd.DataFrame) -> list[str]:
+    """One heatmap per model, or beyond ``PER_MODEL_FIGURES`` models one image of small multiples."""
+    models = sorted(grid["model"].unique())
+    if len(models) > PER_MODEL_FIGURES:
+        return [image_tag(class_intensity_panels(grid, models), "class by intensity heatmaps, one panel per model")]
+    return [image_tag(class_intensity_heatmap(grid[grid["model"] == m], m), f"class by intensity heatmap for {m}")
+            for m in models]
+
+
+def _confusion_figures(confusion: pd.DataFrame) -> list[str]:
+    """One confusion matrix per model, or beyond ``PER_MODEL_FIGURES`` models one image of small multiples."""
+    models = sorted(confusion["model"].unique())
+    if len(models) > PER_MODEL_FIGURES:
+        return [image_tag(confusion_panels(confusion, models), "confusion matrices, one panel per model")]
+    return [image_tag(confusion_plot(confusion[confusion["model"] == m], m), f"confusion matrix for {m}")
+            for m in models]
+
+
+def _figures_aside(run: ReportInputs) -> Callable[[], dict[str, Any]]:
+    """The figures that grow with the models (class × intensity, confusion) and the generation figures,
+    about half of the page's drawing, started in a second process (``drawn_aside``) while this one
+    builds the rest; the function returns them by name."""
+    jobs: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+    if _non_empty(run.class_intensity):
+        jobs["class_intensity"] = (_class_intensity_figures, (run.class_intensity,))
+    if _non_empty(run.confusion):
+        jobs["confusion"] = (_confusion_figures, (run.confusion,))
+    if run.gv_analysis:
+        jobs["generation"] = (generation_figures_html, (run.gv_analysis,))
+    results = drawn_aside(list(jobs.values()))
+    return functools.cache(lambda: dict(zip(jobs, results())))
+
+
 def build_report(run: ReportInputs) -> str:
     """The whole report as one self-contained HTML string."""
+    aside = _figures_aside(run)
+    try:
+        return _report_page(run, aside)
+    finally:
+        aside()  # the child collected even when the page failed (its figures kept: no second drawing)
+
+
+def _report_page(run: ReportInputs, aside: Callable[[], dict[str, Any]]) -> str:
     order = ranked_models(run.metrics, run.min_coverage)
     sections: list[str] = []
 
@@ -284,11 +328,7 @@ def build_report(run: ReportInputs) -> str:
         sections.append(replies)
 
     if _non_empty(run.class_intensity):
-        grid = run.class_intensity
-        models = sorted(grid["model"].unique())
-        figures = ([image_tag(class_intensity_heatmap(grid[grid["model"] == m], m), f"class by intensity heatmap for {m}")
-                    for m in models] if len(models) <= PER_MODEL_FIGURES else
-                   [image_tag(class_intensity_panels(grid, models), "class by intensity heatmaps, one panel per model")])
+        figures = aside()["class_intensity"]
         body = "<p>Share of correct responses per class and intensity (LOW items are answerable).</p>"
         sections.append(section("Perturbation class × intensity", body + "<div class='figs'>"
                                 + "".join(figures) + "</div>"))
@@ -304,10 +344,7 @@ def build_report(run: ReportInputs) -> str:
     paper = paper_figures(run, order)  # dashboards, rankings, domains, confusion across models
     sections.extend(paper.sections)
     if _non_empty(run.confusion):
-        models = sorted(run.confusion["model"].unique())
-        figures = ([image_tag(confusion_plot(run.confusion[run.confusion["model"] == m], m), f"confusion matrix for {m}")
-                    for m in models] if len(models) <= PER_MODEL_FIGURES else
-                   [image_tag(confusion_panels(run.confusion, models), "confusion matrices, one panel per model")])
+        figures = aside()["confusion"]
         sections.append(section("Confusion matrices (expected × predicted)",
                                 "<div class='figs'>" + "".join(figures) + "</div>"))
 
@@ -325,7 +362,7 @@ def build_report(run: ReportInputs) -> str:
     if run.round_trend is not None and not run.round_trend.empty:
         sections.append(trend_section(run.round_trend, run.trend))
 
-    sections.extend(_generation_sections(run))
+    sections.extend(_generation_sections(run, aside().get("generation")))
     sections.extend(filter(None, [paper.left_out_section(), cost_section(run.manifest)]))
 
     if run.manifest:

@@ -122,6 +122,17 @@ class _PercentileBatch:
         self.columns, self.width = columns, width
         self.tail = (1 - level) / 2 * 100
         self.pending: list[tuple[int, np.ndarray]] = []
+        self.computed = list(metrics)
+        if columns is not None:
+            # Without confidences, a calibration formula of the statistics (ECE) reads only their zero
+            # confidence block (``read_columns``) and is NaN on every resample, as on these two rows: its
+            # intervals stay the NaN they start as, without checking a million zero rows for a confidence.
+            formulas = [name for name in metrics if metric_spec(name).calibration
+                        and not metric_spec(name).is_ratio and not metric_spec(name).of]
+            probe = np.zeros((2, width))
+            probe[1, columns] = 1.0
+            undefined = metrics_from_stats(probe, formulas) if formulas else {}
+            self.computed = [name for name in metrics if not np.isnan(undefined.get(name, [0.0])).all()]
 
     def add(self, position: int, stats: np.ndarray) -> None:
         self.pending.append((position, stats))
@@ -135,9 +146,9 @@ class _PercentileBatch:
         if self.columns is not None:  # the columns no metric reads stay 0
             stacked, read = np.zeros((len(stacked), self.width)), stacked
             stacked[:, self.columns] = read
-        values = metrics_from_stats(stacked, self.metrics)
+        values = metrics_from_stats(stacked, self.computed)
         positions = [position for position, _ in self.pending]
-        for name in self.metrics:
+        for name in self.computed:
             low, high = row_percentiles(values[name].reshape(len(self.pending), self.n_resamples),
                                         [self.tail, 100 - self.tail])
             self.out[name][0][positions], self.out[name][1][positions] = low, high
