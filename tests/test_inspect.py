@@ -7,6 +7,7 @@ judge), inspect writes real eval logs, and the CLI reads them back.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -206,6 +207,10 @@ def test_bad_logs_are_one_line_exit_2(tmp_path, capsys):
         ([judged, judged], f"{judged}: -: one judged-responses file at a time"),
     ]
     (tmp_path / "empty-folder").mkdir()
+    # Earlier tests' garbage (e.g. LiteLLM's pending logging task of a closed event loop) is collected now, not
+    # during a command below: its "Task was destroyed" log is no output of the command under test.
+    gc.collect()
+    capsys.readouterr()
     for files, expected in cases:
         code, stdout, stderr = cli("score", *map(str, files), "--out", str(tmp_path / "out"), capsys=capsys)
         assert code == 2, (files, stderr)
