@@ -245,22 +245,14 @@ def build_generation_report(run: ReportInputs) -> str:
     return _page(run, sections)
 
 
-def _class_intensity_figures(grid: pd.DataFrame) -> list[str]:
-    """One heatmap per model, or beyond ``PER_MODEL_FIGURES`` models one image of small multiples."""
-    models = sorted(grid["model"].unique())
+def _per_model_figures(frame: pd.DataFrame, draw_one: Callable[[pd.DataFrame, str], str],
+                       draw_panels: Callable[[pd.DataFrame, list[str]], str], one_alt: str, panels_alt: str) -> list[str]:
+    """One figure per model (``one_alt`` names it, with ``{model}``), or beyond ``PER_MODEL_FIGURES``
+    models one image of small multiples."""
+    models = sorted(frame["model"].unique())
     if len(models) > PER_MODEL_FIGURES:
-        return [image_tag(class_intensity_panels(grid, models), "class by intensity heatmaps, one panel per model")]
-    return [image_tag(class_intensity_heatmap(grid[grid["model"] == m], m), f"class by intensity heatmap for {m}")
-            for m in models]
-
-
-def _confusion_figures(confusion: pd.DataFrame) -> list[str]:
-    """One confusion matrix per model, or beyond ``PER_MODEL_FIGURES`` models one image of small multiples."""
-    models = sorted(confusion["model"].unique())
-    if len(models) > PER_MODEL_FIGURES:
-        return [image_tag(confusion_panels(confusion, models), "confusion matrices, one panel per model")]
-    return [image_tag(confusion_plot(confusion[confusion["model"] == m], m), f"confusion matrix for {m}")
-            for m in models]
+        return [image_tag(draw_panels(frame, models), panels_alt)]
+    return [image_tag(draw_one(frame[frame["model"] == m], m), one_alt.format(model=m)) for m in models]
 
 
 def _figures_aside(run: ReportInputs) -> Callable[[], dict[str, Any]]:
@@ -269,9 +261,12 @@ def _figures_aside(run: ReportInputs) -> Callable[[], dict[str, Any]]:
     builds the rest; the function returns them by name."""
     jobs: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
     if _non_empty(run.class_intensity):
-        jobs["class_intensity"] = (_class_intensity_figures, (run.class_intensity,))
+        jobs["class_intensity"] = (_per_model_figures, (run.class_intensity, class_intensity_heatmap, class_intensity_panels,
+                                                        "class by intensity heatmap for {model}",
+                                                        "class by intensity heatmaps, one panel per model"))
     if _non_empty(run.confusion):
-        jobs["confusion"] = (_confusion_figures, (run.confusion,))
+        jobs["confusion"] = (_per_model_figures, (run.confusion, confusion_plot, confusion_panels,
+                                                  "confusion matrix for {model}", "confusion matrices, one panel per model"))
     if run.gv_analysis:
         jobs["generation"] = (generation_figures_html, (run.gv_analysis,))
     results = drawn_aside(list(jobs.values()))
