@@ -61,8 +61,9 @@ def ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
 
 
 def _draw_jobs(send: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    """The child's body: the jobs drawn as the parent would draw them, sent back (None: they failed)."""
     try:
-        results: Any = [draw(*args) for draw, args in jobs]
+        results: Any = _draw_here(jobs)
     except BaseException:  # noqa: BLE001 - the parent draws them itself and raises there
         results = None
     send.send(results)
