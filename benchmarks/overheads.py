@@ -4,7 +4,7 @@ In the measured (child) process, :func:`instrument` puts the parts that grow wit
 models on the clocks of ``tasks/core/clocks.py`` (bootstrap: the resampling functions of the
 scoring package and ``core/stats.py``; figures: matplotlib's
 ``savefig`` and every function of the report package and ``core/plotting.py`` whose name says it
-draws, the wait for the figures a second process draws meanwhile included: ``plotting.drawn_aside``),
+draws, the wait for the figures other processes draw meanwhile included: ``plotting.drawn_spread``),
 counted once however they nest; the pipeline's own clocks (Parquet reads and writes, task
 bodies, task spans, submissions, the API's start) are always on. :func:`child_figures` collects
 the clocks, both manifests and the process's CPU; :func:`breakdown` turns them and the server's

@@ -1,6 +1,9 @@
 #!/bin/sh
 # Register RefusalBench on a Prefect server: the work pool (type process) if it is missing, then
-# every deployment of deployments/prefect.yaml with the parameters the cluster runs it with.
+# every deployment of deployments/prefect.yaml with the parameters the cluster runs it with, then
+# the crash-recovery automations. The pool and the deployments take one Python process
+# (deployments/register.py: Prefect's own `prefect deploy` command per deployment in one interpreter,
+# the flows imported once), not a `prefect` CLI process per step: ~11 s of CPU in all, not ~32 s.
 # The one register script: docker-compose.yml's `register` service and scripts/cluster.sh run it,
 # and re-running it updates the deployments in place.
 #
@@ -25,24 +28,12 @@ command -v prefect >/dev/null 2>&1 || {
   exit 127
 }
 
-if prefect work-pool inspect "$POOL" >/dev/null 2>&1; then
-  echo "work pool $POOL: exists"
-else
-  prefect work-pool create "$POOL" --type process
-fi
-
-# One deploy per deployment: --param applies to a single selected deployment only.
-deploy() {
-  name=$1
-  shift
-  echo "deployment $name: $*"
-  prefect --no-prompt deploy --prefect-file deployments/prefect.yaml --name "$name" --pool "$POOL" "$@"
-}
-
-deploy refresh --param config_path=deployments/cluster.yaml --param "out_root=s3://$BUCKET/refresh"
-deploy generate --param config_path=deployments/cluster.yaml
-deploy evaluate --param config_path=deployments/cluster.yaml
-deploy knowornot --param config_path=deployments/cluster-knowornot.yaml
+# Each deployment with the parameters the cluster runs it with (--param of `prefect deploy`).
+python -m refusalbench.deployments.register --prefect-file deployments/prefect.yaml --pool "$POOL" \
+  --deployment refresh config_path=deployments/cluster.yaml "out_root=s3://$BUCKET/refresh" \
+  --deployment generate config_path=deployments/cluster.yaml \
+  --deployment evaluate config_path=deployments/cluster.yaml \
+  --deployment knowornot config_path=deployments/cluster-knowornot.yaml
 
 # Crash recovery: runs without heartbeats are marked Crashed, crashed runs retried (deployments/automations.py).
 python -m refusalbench.deployments.automations

@@ -28,8 +28,8 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # CPU torch first: a plain 'torch' requirement would pull a multi-GB CUDA build.
 "${PIP[@]}" install "torch==2.13.0"
 # The inspect extra is installed too: tests/test_inspect.py runs an inspect_ai eval.
-"${PIP[@]}" install -c constraints.txt -e ".[test,inspect]"
-
+EXTRAS="test,inspect"
+FIND_LINKS=()
 if [ "$LOCAL" = 1 ]; then
   WHEELHOUSE=${REFUSALBENCH_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/refusalbench/wheelhouse}
   mkdir -p "$WHEELHOUSE"
@@ -40,8 +40,11 @@ if [ "$LOCAL" = 1 ]; then
     CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
       "${PIP[@]}" wheel --no-deps -w "$WHEELHOUSE" "llama-cpp-python==$LLAMA_VERSION"
   fi
-  "${PIP[@]}" install -c constraints.txt --find-links "$WHEELHOUSE" -e ".[test,inspect,local]"
+  EXTRAS="$EXTRAS,local"
+  FIND_LINKS=(--find-links "$WHEELHOUSE")
 fi
+# One resolver run for every extra (a second run for the local extra took ~15 s more to resolve again).
+"${PIP[@]}" install -c constraints.txt "${FIND_LINKS[@]}" -e ".[$EXTRAS]"
 # An editable install is not byte-compiled, and where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's machines) every command would compile the project's modules anew (~0.3 s
 # of each command's start-up on 2 cores): compile them once here, as pip does for an

@@ -155,13 +155,13 @@ SECTIONS = {"refresh_flow": ("generation", "evaluation"), "generation_flow": ("g
 
 
 def register_script_deployments(bucket: str) -> dict[str, dict[str, str]]:
-    """The deployments register.sh registers, name -> the parameters it gives (its `deploy` lines)."""
+    """The deployments register.sh registers, name -> the parameters it gives (its `--deployment` lines)."""
     found: dict[str, dict[str, str]] = {}
     for line in REGISTER.read_text().splitlines():
-        if re.match(r"deploy \w", line):
-            name, *rest = shlex.split(line.replace("$BUCKET", bucket))[1:]
-            assert rest[0::2] == ["--param"] * (len(rest) // 2) and len(rest) % 2 == 0, line
-            found[name] = dict(pair.split("=", 1) for pair in rest[1::2])
+        if re.match(r"\s*--deployment \w", line):
+            name, *rest = shlex.split(line.replace("$BUCKET", bucket).rstrip("\\"))[1:]
+            assert all("=" in pair for pair in rest), line
+            found[name] = dict(pair.split("=", 1) for pair in rest)
     return found
 
 
@@ -245,6 +245,20 @@ def test_register_script_stops_without_its_variables(tmp_path):
         done = subprocess.run(["sh", str(REGISTER)], env={**base, **env}, capture_output=True, text=True, timeout=30)
         assert done.returncode != 0 and missing in done.stderr, (done.returncode, done.stderr)
         assert "deployment" not in done.stdout
+
+
+def test_register_module_takes_each_deployment_with_its_parameters():
+    """deployments/register.py (register.sh's one process): ``--deployment NAME PARAM=VALUE ...`` each;
+    a parameter without a value stops it before any call."""
+    from refusalbench.deployments.register import parse_args
+
+    args = parse_args(["--pool", "p", "--deployment", "a", "x=1", "out_root=s3://b/r=2", "--deployment", "b"])
+    assert (args.pool, args.prefect_file) == ("p", "deployments/prefect.yaml")
+    assert args.deployment == [["a", "x=1", "out_root=s3://b/r=2"], ["b"]]
+    for argv in (["--deployment", "a", "config_path"], []):
+        with pytest.raises(SystemExit) as stop:
+            parse_args(argv)
+        assert stop.value.code == 2
 
 
 def test_refresh_runs_carry_no_scheduled_tag():
@@ -337,10 +351,22 @@ def running_prefect_server(tmp_path: Path, *, ui: bool = False,
         log.close()
 
 
+POOL = "refusalbench"  # prefect.yaml's work pool
+
+
 @pytest.fixture
-def prefect_server(tmp_path):
-    with running_prefect_server(tmp_path) as (api_url, env):
-        yield api_url, env
+def prefect_server(tmp_path, prefect_harness):
+    """The session's Prefect test API (tests/conftest.py) as a server for CLI and worker processes:
+    its URL and their environment (no server of the test's own: its start took 15-35 s). The work
+    pool the test makes and its deployments are deleted after it."""
+    from prefect.settings import PREFECT_API_URL
+
+    api_url = PREFECT_API_URL.value()
+    yield api_url, prefect_env(tmp_path, api_url)
+    pool = {"work_pools": {"name": {"any_": [POOL]}}}
+    for deployment in httpx.post(f"{api_url}/deployments/filter", json=pool, timeout=30).json():
+        httpx.delete(f"{api_url}/deployments/{deployment['id']}", timeout=30)
+    httpx.delete(f"{api_url}/work_pools/{POOL}", timeout=30)
 
 
 def prefect_cli(args: list[str], env: dict[str, str], timeout: float = 120) -> str:

@@ -228,6 +228,37 @@ def test_generation_only_report_has_no_evaluation_sections():
     assert "<h2>Run metadata</h2>" in page
 
 
+def test_the_final_report_shows_the_figures_the_generation_report_drew(tmp_path):
+    """The generation report stores its figures under the digest of all they are drawn from; the run's
+    final report shows that copy instead of drawing them again (another analysis: another digest)."""
+    import datetime as dt
+
+    from refusalbench.tasks.core import runfolder
+    from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.refusalbench import artifacts as rb_files
+    from refusalbench.tasks.refusalbench.outputs import write_generation_report, write_report
+    from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key, generation_figures_html
+    from refusalbench.tasks.refusalbench.scoring import score_frame
+    from tests.test_report import judged
+
+    store = ArtifactStore(str(tmp_path))
+    store.save(rb_files.GV_ANALYSIS, GVAnalysis.model_validate(analysis()))
+    store.save(runfolder.MANIFEST, runfolder.RunManifest(
+        schema_version=runfolder.SCHEMA_VERSION, run_id="r", kind="run", package_version="0", config_hash="h",
+        created_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)))
+    write_generation_report(store)
+    stored = list((tmp_path / runfolder.WORK).glob("generation-figures-*.html"))
+    assert len(stored) == 1 and stored[0].read_text() == generation_figures_html(analysis())
+
+    stored[0].write_text("<div class='figs'>as the generation report drew them</div>")  # told apart from a drawing
+    result = score_frame(judged(["alpha"], with_confidence=False, n_items=18), n_resamples=10, seed=0)
+    page = (tmp_path / write_report(store, result).rsplit("/", 1)[-1]).read_text()
+    assert "as the generation report drew them" in page.split("<h2>Benchmark generation</h2>")[1]
+
+    # Analysed again (or drawn by other code): another digest, so no stored copy, and the figures are drawn.
+    assert drawn_figures_key(analysis(verifiers=("g1",))) != drawn_figures_key(analysis())
+
+
 # ---------------------------------------------------------------- after a scripted generate run
 
 

@@ -40,3 +40,18 @@ def test_bootstrap_p_value_agrees_with_the_percentile_interval():
     assert bootstrap_p_value(centred, 0.0) > 0.5
     assert bootstrap_p_value(np.zeros(0), 0.1) != bootstrap_p_value(np.zeros(0), 0.1)  # NaN
     assert bootstrap_p_value(np.full(99, 1.0), 1.0) == 2 / 100  # never 0 with finite replicates
+
+
+def test_interval_and_error_rows_give_each_row_what_the_row_functions_give():
+    from refusalbench.tasks.core.stats import interval_and_error_rows, percentile_interval, standard_error
+
+    rng = np.random.default_rng(3)
+    values = rng.beta(2, 5, size=(7, 1000))
+    values[1, ::3] = np.nan  # some resamples undefined
+    values[2] = np.nan  # all of them
+    values[3, 1:] = np.nan  # one defined: no standard error
+    for block in (values, values.T.copy().T, values[:, :1]):  # also a transposed layout, and one resample
+        rows = interval_and_error_rows(block, 0.9)
+        for row, (interval, error) in zip(block, rows):
+            expected = (percentile_interval(row, 0.9), standard_error(row))
+            assert repr((interval, error)) == repr(expected)  # bit for bit, NaN where they give NaN

@@ -8,11 +8,13 @@ escaped so a model name cannot switch matplotlib into mathtext, and long names a
 from __future__ import annotations
 
 import base64
-import functools
 import io
 import multiprocessing
 import os
+import re
+import secrets
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ from PIL import Image  # matplotlib's own dependency
 
 _PLOT_TEXT_LIMIT = 40
 _ASIDE_TIMEOUT_S = 300.0  # a child that has not answered by then is killed and its figures drawn here
+_MOST_PROCESSES = 4  # drawing at once, this one included: more adds memory, not speed, at a report's size
 
 
 def plot_text(text: Any) -> str:
@@ -60,55 +63,116 @@ def ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
     return [v for v in preferred if v in present] + sorted(v for v in present if v not in preferred)
 
 
-def _draw_jobs(send: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
-    """The child's body: the jobs drawn as the parent would draw them, sent back (None: they failed)."""
+def _taken_next(taken: Any) -> int:
+    """The position of the next job no process has taken yet (a shared counter, moved on under its lock)."""
+    with taken.get_lock():
+        position = taken.value
+        taken.value += 1
+    return position
+
+
+def _draw_taken(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int], taken: Any,
+                drawn: dict[int, Any]) -> None:
+    """Draw the jobs this process takes, next in ``order`` whichever process asks, into ``drawn`` by index."""
+    while (position := _taken_next(taken)) < len(order):
+        draw, args = jobs[order[position]]
+        drawn[order[position]] = draw(*args)
+
+
+def _child_draws(send: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int],
+                 taken: Any) -> None:
+    """A child's body: the jobs it takes, sent back by index; a job that fails is left out (drawn by the parent)."""
+    drawn: dict[int, Any] = {}
     try:
-        results: Any = _draw_here(jobs)
-    except BaseException:  # noqa: BLE001 - the parent draws them itself and raises there
-        results = None
-    send.send(results)
+        _draw_taken(jobs, order, taken, drawn)
+    except BaseException:  # noqa: BLE001, S110 - the parent draws what is missing and raises there
+        pass
+    send.send(drawn)
     send.close()
 
 
-def drawn_aside(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> Callable[[], list[Any]]:
-    """Start drawing ``jobs`` (function, arguments) in a forked child process, so that a second core
-    draws them while this one builds the rest of the page; returns a function that waits for their
-    results, in order. The same calls give the same images wherever they run. Drawn by that
-    function here instead where fork is not available (not Linux), on one core, or when the child
-    fails or does not answer within ``_ASIDE_TIMEOUT_S``."""
-    here = functools.partial(_draw_here, jobs)
-    if not jobs or not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
-        return here
-    for stream in (sys.stdout, sys.stderr):  # else the child would write the parent's buffered output again
-        if stream is not None:
-            stream.flush()
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_draw_jobs, args=(send, jobs), daemon=True)
+def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
+                 costs: Sequence[float] | None = None) -> list[Any]:
+    """Every job's (function, arguments) result, in order, drawn by this process and by forked children
+    at once, one process per core up to ``_MOST_PROCESSES``: each process takes the next job no other
+    has taken, the costliest first (``costs``: estimates, any unit), so that they finish about together
+    even where the estimates are rough. The same calls give the same images wherever they run.
+
+    Drawn here alone where fork is not available (not Linux), on one core, for one job, or when no
+    child can start; the jobs a child failed on, or had not answered within ``_ASIDE_TIMEOUT_S``, are
+    drawn here (where a job's error is raised)."""
+    order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs else list(range(len(jobs)))
+    cores = len(os.sched_getaffinity(0)) if sys.platform.startswith("linux") else 1
+    context = multiprocessing.get_context("fork") if cores > 1 and len(jobs) > 1 else None
+    drawn: dict[int, Any] = {}
+    children: list[tuple[Any, Any]] = []
+    answered = False
+    taken = context.Value("l", 0) if context else None
     try:
-        child.start()
-    except Exception:  # noqa: BLE001 - no process to spare (or a daemonic process): draw them here
-        receive.close()
-        send.close()
-        return here
-    send.close()
-    return functools.partial(_figures_drawn_aside, receive, child, jobs)
-
-
-def _draw_here(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
-    return [draw(*args) for draw, args in jobs]
-
-
-def _figures_drawn_aside(receive: Any, child: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
-    """The child's results (waited for), or the jobs drawn here when it failed."""
-    try:
-        drawn = receive.recv() if receive.poll(_ASIDE_TIMEOUT_S) else None
-    except (EOFError, OSError):  # the child died before it answered
-        drawn = None
+        if context is not None:
+            for stream in (sys.stdout, sys.stderr):  # else a child would write this process's buffered output again
+                if stream is not None:
+                    stream.flush()
+            for _ in range(min(cores, _MOST_PROCESSES, len(jobs)) - 1):
+                receive, send = context.Pipe(duplex=False)
+                child = context.Process(target=_child_draws, args=(send, jobs, order, taken), daemon=True)
+                try:
+                    child.start()
+                except Exception:  # noqa: BLE001 - no process to spare (or a daemonic process): fewer of them
+                    receive.close()
+                    break
+                finally:
+                    send.close()
+                children.append((receive, child))
+        if taken is not None and children:
+            _draw_taken(jobs, order, taken, drawn)
+        deadline = time.monotonic() + _ASIDE_TIMEOUT_S
+        for receive, _ in children:
+            try:
+                if receive.poll(max(0.0, deadline - time.monotonic())):
+                    drawn.update(receive.recv())
+            except (EOFError, OSError):  # the child died before it answered
+                pass
+        answered = True
     finally:
-        receive.close()
-        child.join(timeout=5)
-        if child.is_alive():
-            child.kill()
-            child.join()
-    return drawn if drawn is not None else _draw_here(jobs)
+        for receive, child in children:
+            receive.close()
+            child.join(timeout=5 if answered else 0)  # a job failed here: the children's figures are not needed
+            if child.is_alive():
+                child.kill()
+                child.join()
+    for index in range(len(jobs)):  # here alone, or what no child drew
+        if index not in drawn:
+            draw, args = jobs[index]
+            drawn[index] = draw(*args)
+    return [drawn[index] for index in range(len(jobs))]
+
+
+class FigureSlots:
+    """The figures of one page, drawn together once the page is built (:func:`drawn_spread`), so that
+    every core draws a share while none waits on the page's tables.
+
+    :meth:`add` returns a placeholder that the page holds where the figure's text goes (a base64 PNG,
+    or an HTML fragment); :meth:`fill` draws every figure and puts each in its placeholder's place."""
+
+    def __init__(self) -> None:
+        self._jobs: list[tuple[Callable[..., str], tuple[Any, ...]]] = []
+        self._costs: list[float] = []
+        self._mark = f"\x00figure-{secrets.token_hex(6)}-"  # text no page holds otherwise
+
+    def add(self, draw: Callable[..., str], *args: Any, cost: float = 1.0) -> str:
+        """A placeholder for ``draw(*args)`` (a string); ``cost``: its drawing time against others', roughly."""
+        self._jobs.append((draw, args))
+        self._costs.append(cost)
+        return f"{self._mark}{len(self._jobs) - 1}\x00"
+
+    def fill(self, page: str) -> str:
+        """``page`` with every placeholder replaced by its figure."""
+        drawn = drawn_spread(self._jobs, self._costs)
+        return re.sub(re.escape(self._mark) + r"(\d+)\x00", lambda found: drawn[int(found.group(1))], page)
+
+
+def drawn_now(draw: Callable[..., str], *args: Any, cost: float = 1.0) -> str:
+    """``draw(*args)`` drawn at once: :meth:`FigureSlots.add`'s signature for a figure with no page to fill."""
+    del cost  # only a hint for spreading figures across processes
+    return draw(*args)

@@ -3,7 +3,8 @@
 - ``wilson_interval``: Wilson score interval of a proportion (elementwise over arrays);
 - bootstrap helpers: ``seeded_rng`` (one generator per group), ``resample_counts`` (row
   resamples drawn as multinomial counts over row types), ``bootstrap_means``,
-  ``percentile_interval`` / ``row_percentiles`` and ``standard_error`` of resampled values;
+  ``percentile_interval`` / ``row_percentiles`` and ``standard_error`` of resampled values
+  (``interval_and_error_rows``: both for many groups' resamples at once; ``bootstrap_p_values``: many p-values);
 - ``cohens_kappa``, ``fleiss_kappa``, ``fleiss_matrix``: agreement between raters;
 - ``z_value``: the two-sided normal quantile of a confidence level;
 - ``independent_difference``: the difference of two independent estimates, its interval and p-value;
@@ -129,6 +130,28 @@ def standard_error(values: np.ndarray) -> float:
     return float(np.std(values, ddof=1)) if values.size > 1 else math.nan
 
 
+def interval_and_error_rows(values: np.ndarray, level: float = 0.95) -> list[tuple[tuple[float, float], float]]:
+    """``(percentile_interval(row, level), standard_error(row))`` of each row of (groups × resamples) ``values``.
+
+    Rows without NaN (most) are computed together, one percentile and one deviation call for all
+    of them, which give each row the same numbers as the calls on that row alone; a row with NaN
+    (some resample left the metric undefined) goes through the row functions.
+    """
+    values = np.ascontiguousarray(values, dtype=np.float64)  # each row contiguous, as a lone row is
+    complete = ~np.isnan(values).any(axis=1)
+    out: list[tuple[tuple[float, float], float]] = [((math.nan, math.nan), math.nan)] * len(values)
+    if complete.any() and values.shape[1] > 0:
+        whole = values[complete]
+        tail = (1 - level) / 2 * 100
+        low, high = np.percentile(whole, [tail, 100 - tail], axis=1)
+        spread = np.std(whole, ddof=1, axis=1) if whole.shape[1] > 1 else np.full(len(whole), math.nan)
+        for row, a, b, c in zip(np.flatnonzero(complete), low.tolist(), high.tolist(), spread.tolist()):
+            out[row] = ((a, b), c)
+    for row in np.flatnonzero(~complete):
+        out[row] = (percentile_interval(values[row], level), standard_error(values[row]))
+    return out
+
+
 # ----------------------------------------------------------------- agreement
 
 
@@ -229,13 +252,18 @@ def bootstrap_p_value(differences: np.ndarray, observed: float) -> float:
     that matches the percentile interval: p <= alpha exactly when the 1-alpha interval
     excludes 0); at least 1/(B+1) so a finite number of replicates never claims p = 0.
     """
+    return float(bootstrap_p_values(np.asarray(differences, dtype=float)[None, :], np.array([observed]))[0])
+
+
+def bootstrap_p_values(differences: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """:func:`bootstrap_p_value` of each row of (comparisons × replicates) ``differences`` and its ``observed``
+    difference, in one pass (NaN replicates left out of a row's counts; NaN where none is left)."""
     d = np.asarray(differences, dtype=float)
-    d = d[~np.isnan(d)]
-    if d.size == 0 or np.isnan(observed):
-        return float("nan")
-    below = (np.sum(d <= 0) + 1) / (d.size + 1)
-    above = (np.sum(d >= 0) + 1) / (d.size + 1)
-    return float(min(1.0, 2 * min(below, above)))
+    size = (~np.isnan(d)).sum(axis=1)  # a NaN is neither <= 0 nor >= 0: the counts below leave it out
+    below = ((d <= 0).sum(axis=1) + 1) / (size + 1)
+    above = ((d >= 0).sum(axis=1) + 1) / (size + 1)
+    p = np.minimum(1.0, 2 * np.minimum(below, above))
+    return np.where((size == 0) | np.isnan(np.asarray(observed, dtype=float)), np.nan, p)
 
 
 def independent_difference(estimate_a: np.ndarray, se_a: np.ndarray, estimate_b: np.ndarray, se_b: np.ndarray,

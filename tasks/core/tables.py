@@ -9,6 +9,7 @@ pydantic fields, so a record and its Parquet file cannot drift apart; ``to_table
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -72,18 +73,20 @@ def _arrow_field(name: str, annotation: Any) -> pa.Field:
     return pa.field(name, _arrow_type(annotation), nullable=optional)
 
 
+@functools.cache  # a record type's fields are fixed once declared; a shard task writes one table per call
 def arrow_schema(record_type: type[BaseModel]) -> pa.Schema:
     """The Parquet schema of a record type, one column per field in declaration order."""
     return pa.schema([_arrow_field(name, field.annotation) for name, field in record_type.model_fields.items()])
 
 
-def _json_fields(record_type: type[BaseModel]) -> list[str]:
+@functools.cache
+def _json_fields(record_type: type[BaseModel]) -> tuple[str, ...]:
     out = []
     for name, field in record_type.model_fields.items():
         ann, _ = _unwrap_optional(field.annotation)
         if get_origin(ann) is dict or ann is Any:
             out.append(name)
-    return out
+    return tuple(out)
 
 
 def to_table(records: list[BaseModel], record_type: type[BaseModel]) -> pa.Table:
@@ -103,10 +106,15 @@ def from_table(table: pa.Table, record_type: type[R]) -> list[R]:
     import json
 
     json_fields = _json_fields(record_type)
+    fields = record_type.model_fields  # once: pydantic's class attribute is a slow property per access
+    extra = [name for name in table.column_names if name not in fields]  # columns the record no longer has
+    validate = record_type.model_validate
     out = []
     for row in table.to_pylist():
         for name in json_fields:
             if isinstance(row.get(name), str):
                 row[name] = json.loads(row[name])
-        out.append(record_type.model_validate({k: v for k, v in row.items() if k in record_type.model_fields}))
+        for name in extra:
+            row.pop(name, None)
+        out.append(validate(row))
     return out

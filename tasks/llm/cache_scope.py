@@ -12,6 +12,10 @@ scope does to a call (a call's role comes with its ``CallSpec``):
   scope (``endpoints``);
 - what the entry says: written in a round, it records the round, so a later round can tell
   which of its calls an earlier round's entries served (``freshness.json``).
+
+A batch of calls (:meth:`CacheScope.reading_ahead`) has its keys worked out and its cached replies
+read in one query before its calls start; each call then takes its key and reply from there
+(``WriteBehind.read_ahead``), through the same rules as a call read alone.
 """
 
 from __future__ import annotations
@@ -19,17 +23,19 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from refusalbench.tasks.core.cache_policy import ROUND, ttl_seconds
 from refusalbench.tasks.core.config import CacheConfig, ModelConfig
-from refusalbench.tasks.llm.callcache import CallCache
+from refusalbench.tasks.llm.callcache import CallCache, WriteBehind, get_many
 from refusalbench.tasks.llm.calls import CallSpec, request_key
 from refusalbench.tasks.llm.endpoints import sole_deployment
 from refusalbench.tasks.llm.reply_outcomes import cacheable
 
 # Where a cached value records the round that wrote it.
 ROUND_FIELD = "round"
+T = TypeVar("T")
 
 
 class CacheScope:
@@ -46,6 +52,12 @@ class CacheScope:
         # {model: (its config, the registry, its size, whether it is its model string's sole deployment)}: asked on
         # every cache miss, it compares the model with every other one, so it is worked out once.
         self._sole: dict[str, tuple[ModelConfig, Any, int, bool]] = {}
+        # {id(spec): (spec, key)}: the keys a batch worked out before its calls start (``reading_ahead``),
+        # each taken by its call's ``key``; the spec is kept so its id is not reused meanwhile. Loop-only.
+        self._keys: dict[int, tuple[CallSpec, str]] = {}
+        # {id(spec): (spec, the entry under its key from before the deployment joined it, or None)}: read with the
+        # batch for the calls its cache did not have; nothing writes such keys any more, so None is final. Loop-only.
+        self._legacy: dict[int, tuple[CallSpec, dict[str, Any] | None]] = {}
 
     @classmethod
     def of(cls, cache: CacheConfig) -> "CacheScope":
@@ -68,14 +80,59 @@ class CacheScope:
         return "|".join(parts) or None
 
     def key(self, cfg: ModelConfig, spec: CallSpec) -> str:
+        known = self._keys.pop(id(spec), None)
+        if known is not None and known[0] is spec:
+            return known[1]
         return request_key(cfg, spec.messages, spec.params, spec.schema_, scope=self.salt(spec.role))
+
+    async def reading_ahead(self, cache: WriteBehind, specs: Sequence[CallSpec], models: dict[str, ModelConfig],
+                            calls: Awaitable[T]) -> T:
+        """Await ``calls`` (the batch ``specs`` on the gateway's loop) after working out their keys and reading
+        their cached replies in one query; what no call took is dropped when they end."""
+        keys = {}
+        for spec in specs:
+            cfg = models.get(spec.model)
+            if cfg is None or cfg.rule_based:  # these end before their key (Gateway._answer)
+                continue
+            try:
+                keys[id(spec)] = (spec, self.key(cfg, spec))
+            except Exception:  # noqa: BLE001, S112 - its call works the key out again and reports the error
+                continue
+        legacy: dict[int, tuple[CallSpec, dict[str, Any] | None]] = {}
+        try:
+            found = cache.read_ahead([key for _, key in keys.values()])
+            legacy = self._legacy_entries(cache, [(i, spec) for i, (spec, key) in keys.items() if key not in found],
+                                          models)
+        except Exception:  # noqa: BLE001, S110 - each call's own read then meets the error and reports it, as before
+            pass
+        self._keys.update(keys)
+        self._legacy.update(legacy)
+        try:
+            return await calls
+        finally:
+            for ident in keys:
+                self._keys.pop(ident, None)
+                self._legacy.pop(ident, None)
+            cache.forget([key for _, key in keys.values()])
+
+    def _legacy_entries(self, cache: WriteBehind, missing: list[tuple[int, CallSpec]],
+                        models: dict[str, ModelConfig]) -> dict[int, tuple[CallSpec, dict[str, Any] | None]]:
+        """{id(spec): (spec, its entry from before the deployment joined the key, or None)} of the specs ``missing``
+        from the cache that such an entry may serve (``cached_reply``), read in one query."""
+        legacy_keys = {}
+        for ident, spec in missing:
+            cfg = models[spec.model]
+            if self.salt(spec.role) is None and self._sole_deployment(spec.model, cfg, models):
+                legacy_keys[ident] = (spec, request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
+        found = get_many(cache.cache, sorted({key for _, key in legacy_keys.values()})) if legacy_keys else {}
+        return {ident: (spec, found.get(key)) for ident, (spec, key) in legacy_keys.items()}
 
     def cached_reply(self, cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig,
                      models: dict[str, ModelConfig]) -> dict[str, Any] | None:
         """The cached reply that may serve ``spec`` (None: ask the model), counted for its role."""
         value = cache.get(key)
         if value is None and self.salt(spec.role) is None:
-            value = _migrated(cache, key, spec, cfg) if self._sole_deployment(spec.model, cfg, models) else None
+            value = self._migrated(cache, key, spec, cfg) if self._sole_deployment(spec.model, cfg, models) else None
         if value is not None and not cacheable(value, structured=spec.schema_ is not None):
             value = None  # cached before truncated or blocked replies were told apart: ask again
         if value is not None and not self._young_enough(spec.role, value):
@@ -93,6 +150,18 @@ class CacheScope:
         """{role: {"calls": n, "from_earlier_rounds": m}} of the calls this scope has seen."""
         with self._lock:
             return {role: dict(counter) for role, counter in self._by_role.items()}
+
+    def _migrated(self, cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig) -> dict[str, Any] | None:
+        """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``);
+        for the sole deployment of its model string only. Read with its batch where it was (``reading_ahead``)."""
+        known = self._legacy.pop(id(spec), None)
+        if known is not None and known[0] is spec:
+            legacy = dict(known[1]) if known[1] is not None else None  # a copy: twins in a batch share the entry read
+        else:
+            legacy = cache.get(request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
+        if legacy is not None:
+            cache.put(key, legacy)
+        return legacy
 
     def _sole_deployment(self, name: str, cfg: ModelConfig, models: dict[str, ModelConfig]) -> bool:
         known = self._sole.get(name)
@@ -115,12 +184,3 @@ class CacheScope:
             counter = self._by_role.setdefault(role, Counter())
             counter["calls"] += 1
             counter["from_earlier_rounds"] += int(earlier)
-
-
-def _migrated(cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig) -> dict[str, Any] | None:
-    """A reply cached before the deployment was part of the key, moved to its new key (``endpoints``);
-    for the sole deployment of its model string only."""
-    legacy = cache.get(request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
-    if legacy is not None:
-        cache.put(key, legacy)
-    return legacy

@@ -86,11 +86,15 @@ class NullCache:
     def get(self, key: str) -> dict[str, Any] | None:
         return None
 
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        return {}
+
     def put(self, key: str, value: dict[str, Any]) -> None:
         return None
 
 
 _INSERT = "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)"
+_KEYS_PER_SELECT = 500  # well under SQLite's limit on bound parameters (999 in older builds)
 
 
 class SQLiteCache:
@@ -118,6 +122,16 @@ class SQLiteCache:
     def get(self, key: str) -> dict[str, Any] | None:
         row = self._connection().execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """{key: value} of the ``keys`` cached (the others left out): one SELECT per 500 keys, not one per key."""
+        conn, found = self._connection(), {}
+        for start in range(0, len(keys), _KEYS_PER_SELECT):
+            chunk = keys[start:start + _KEYS_PER_SELECT]
+            marks = ",".join("?" * len(chunk))
+            for key, value in conn.execute(f"SELECT key, value FROM calls WHERE key IN ({marks})", chunk):
+                found[key] = json.loads(value)
+        return found
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         self._connection().execute(_INSERT, (key, json.dumps(value), time.time()))
@@ -161,6 +175,11 @@ class RedisCache:
         raw = self._client.get(self.prefix + key)
         return json.loads(raw) if raw else None
 
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """{key: value} of the ``keys`` cached, in one round trip (MGET)."""
+        raws = self._client.mget([self.prefix + key for key in keys]) if keys else []
+        return {key: json.loads(raw) for key, raw in zip(keys, raws) if raw}
+
     def put(self, key: str, value: dict[str, Any]) -> None:
         self._client.set(self.prefix + key, json.dumps(value))
 
@@ -185,6 +204,20 @@ def put_many(cache: CallCache, items: dict[str, dict[str, Any]]) -> None:
             cache.put(key, value)
 
 
+def get_many(cache: CallCache, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """{key: value} of the ``keys`` in ``cache``: in one read where the backend can (``get_many``), else
+    one ``get`` per key; keys not cached are left out."""
+    many = getattr(cache, "get_many", None)
+    if many is not None:
+        return many(keys)
+    found = {}
+    for key in keys:
+        value = cache.get(key)
+        if value is not None:
+            found[key] = value
+    return found
+
+
 class WriteBehind:
     """A cache as the gateway's event loop writes it: the replies that complete in one turn of the
     loop are written together (SQLite: one transaction, not one per call), before the next request
@@ -193,18 +226,39 @@ class WriteBehind:
     So a crash loses no more than before: the calls still in flight. A call awaits :meth:`committed`
     before its result is handed back; until then :meth:`get` serves a pending reply from memory, so
     an identical call that comes meanwhile is not sent again. Loop-only.
+
+    :meth:`read_ahead` reads the cached replies of a batch's keys in one query (``get_many``); each
+    is handed out once, by the :meth:`get` of its key, and a key not found is read again by its own
+    ``get`` (an entry another process writes meanwhile still serves it, as before).
     """
 
     def __init__(self, cache: CallCache):
         self.cache = cache
         self._pending: dict[str, dict[str, Any]] = {}
         self._flushed: asyncio.Future | None = None
+        self._read_ahead: dict[str, dict[str, Any]] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
         value = self._pending.get(key)
-        return dict(value) if value is not None else self.cache.get(key)
+        if value is not None:
+            return dict(value)
+        value = self._read_ahead.pop(key, None)
+        return value if value is not None else self.cache.get(key)
+
+    def read_ahead(self, keys: list[str]) -> set[str]:
+        """Read the cached replies of ``keys`` now, in one query, for their :meth:`get` to hand out; the keys
+        found (or pending)."""
+        found = get_many(self.cache, [key for key in keys if key not in self._pending])
+        self._read_ahead.update(found)
+        return {key for key in keys if key in found or key in self._pending}
+
+    def forget(self, keys: list[str]) -> None:
+        """Drop what :meth:`read_ahead` read for ``keys`` and no ``get`` took (a batch that ended early)."""
+        for key in keys:
+            self._read_ahead.pop(key, None)
 
     def put(self, key: str, value: dict[str, Any]) -> None:
+        self._read_ahead.pop(key, None)  # the reply read ahead is no longer the entry
         self._pending[key] = value
         if self._flushed is None:
             loop = asyncio.get_running_loop()

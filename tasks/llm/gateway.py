@@ -122,7 +122,8 @@ class Gateway:
         specs = accounting.tagged(specs)
         batched = self._batches.futures(specs)  # {index: future} of the batch-mode specs, already sent
         handoff = Handoff(len(specs))  # the rest: one submission to the loop for all of them
-        self._loop.submit(handoff.fill([(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]))
+        sent = [(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]  # one cache query:
+        self._loop.submit(self.scope.reading_ahead(self._writes, [c[2] for c in sent], self.models, handoff.fill(sent)))
         results: list[CallResult] = []
         for i in range(len(specs)):
             result = batched[i].result() if i in batched else handoff.get(i)
@@ -134,7 +135,8 @@ class Gateway:
     async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
         specs = accounting.tagged(specs)
         handoff = Handoff(len(specs))
-        await asyncio.wrap_future(self._loop.submit(handoff.fill([(i, self._complete, s) for i, s in enumerate(specs)])))
+        await asyncio.wrap_future(self._loop.submit(self.scope.reading_ahead(
+            self._writes, specs, self.models, handoff.fill([(i, self._complete, s) for i, s in enumerate(specs)]))))
         return [handoff.get(i) for i in range(len(specs))]
 
     def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:

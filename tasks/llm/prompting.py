@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import FileSystemLoader, StrictUndefined
+from jinja2.runtime import new_context
 from jinja2.sandbox import SandboxedEnvironment
 
 from refusalbench.prompts import TEMPLATE_DIR
@@ -95,7 +96,7 @@ def _tag_pattern(names: Iterable[str]) -> re.Pattern[str]:
 
 @lru_cache(maxsize=64)
 def _tag_pattern_cached(names: tuple[str, ...]) -> re.Pattern[str]:
-    return _tag_pattern(names)
+    return _tag_pattern(sorted(set(names)))
 
 
 def neutralise(text: Any, tags: Iterable[str] = FENCE_TAGS) -> str:
@@ -105,7 +106,9 @@ def neutralise(text: Any, tags: Iterable[str] = FENCE_TAGS) -> str:
     to a model, but no longer the delimiter. Control tokens get a space inside (``< |im_start| >``).
     """
     text = str(text)  # a StrictUndefined value raises here, as it should
-    pattern = _tag_pattern_cached(tuple(sorted(set(tags))))
+    if "<" not in text and "|>" not in text:  # every tag and control token holds one of them: nothing to defuse
+        return text
+    pattern = _tag_pattern_cached(tuple(tags))
     text = pattern.sub(lambda m: "<\\" + m.group(1), text)
 
     def _split_token(m: re.Match[str]) -> str:
@@ -159,11 +162,20 @@ def _build_environment() -> SandboxedEnvironment:
 ENV: SandboxedEnvironment = _build_environment()
 
 
+@lru_cache(maxsize=256)
+def _template_globals(template: Any) -> dict[str, Any]:
+    """A template's globals (the environment's and its own) as one plain dict."""
+    return dict(template.globals)
+
+
 def _render_block(template: Any, block: str, variables: dict[str, Any]) -> str:
     render = template.blocks.get(block)
     if render is None:
         return ""
-    context = template.new_context(dict(variables), shared=False)
+    # ``template.new_context(variables)``'s context, built from the globals as a plain dict: Jinja merges its
+    # ChainMap of globals into every context, twice, which cost more than rendering a short block.
+    known = _template_globals(template)
+    context = new_context(template.environment, template.name, template.blocks, {**known, **variables}, True, known)
     return "".join(render(context)).strip()
 
 

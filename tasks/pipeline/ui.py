@@ -179,6 +179,9 @@ class Progress:
         self._last = 0.0
         self._lock = threading.Lock()
         self._artifact_id = None
+        # The artifact shows 0% from its creation: its first update waits the throttle too (or the end), which
+        # spares each shard task a synchronous request to the Prefect API at its first result.
+        self._artifact_last = time.monotonic()
         if in_run() and self.total:
             try:
                 from prefect.artifacts import create_progress_artifact
@@ -196,10 +199,13 @@ class Progress:
                 return
             self._last = now
             done, total = self.done, self.total
+            update = self._artifact_id is not None and (now - self._artifact_last >= self.every_s or done >= total)
+            if update:
+                self._artifact_last = now
         percent = 100.0 * done / total if total else 100.0
         if self.echo is not None:
             self.echo(self.title, done, total)
-        if self._artifact_id is not None:
+        if update:
             try:
                 from prefect.artifacts import update_progress_artifact
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import is_nan
@@ -57,11 +58,15 @@ def scatter_plot(metrics: Mapping[str, Mapping[str, float]], x: str, y: str,
     fig = Figure(figsize=(6.5, 5))
     ax = fig.add_subplot()
     ax.plot([0, 1], [0, 1], ls=":", color="#999", lw=1)
+    leaders = []  # a label moved off its point: a line from the point to the label's left end
     for (model, a, b), (lx, ly) in zip(points, _label_positions([(a, b) for _, a, b in points])):
         ax.scatter([a], [b], s=60, zorder=3)
-        moved = abs(ly - b) > 0.03
-        ax.annotate(plot_text(model), (a, b), xytext=(lx, ly), textcoords="data", fontsize=9,
-                    va="center", arrowprops={"arrowstyle": "-", "color": "#888", "lw": 0.7} if moved else None)
+        if abs(ly - b) > 0.03:
+            leaders.append([(a, b), (lx, ly)])
+        ax.annotate(plot_text(model), (a, b), xytext=(lx, ly), textcoords="data", fontsize=9, va="center")
+    # One line collection, not an arrow per label: an annotation's arrow is clipped to its text box by
+    # bisection, twice per figure (crop and draw), most of a 30-model scatter's time.
+    ax.add_collection(LineCollection(leaders, colors="#888", linewidths=0.7, clip_on=False))  # labels may sit above
     ax.set_xlim(-0.03, 1.03)
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel(xlabel)
@@ -160,18 +165,20 @@ def class_intensity_panels(grid: pd.DataFrame, models: Sequence[str]) -> str:
     cols = ordered(grid["intensity"].astype(str).tolist(), INTENSITIES)
     fig, axes = _panel_grid(len(models), (1.1 * len(cols) + 0.9, 0.42 * len(rows) + 1.0))
     columns = min(PANEL_COLUMNS, len(models))
+    # One table for every model, cut per model below: a pivot per model was a third of the figure's time.
+    keys = ["model", "perturbation_class"]
+    rates = grid.pivot_table(index=keys, columns="intensity", values="correct_rate", aggfunc="mean")
+    sizes = grid.pivot_table(index=keys, columns="intensity", values="n", aggfunc="sum")
     for index, (ax, model) in enumerate(zip(axes, models)):
-        part = grid[grid["model"] == model]
-        table = part.pivot_table(index="perturbation_class", columns="intensity", values="correct_rate",
-                                 aggfunc="mean").reindex(index=rows, columns=cols)
-        counts = part.pivot_table(index="perturbation_class", columns="intensity", values="n",
-                                  aggfunc="sum").reindex(index=rows, columns=cols)
+        table = rates.loc[model].reindex(index=rows, columns=cols)
+        counts = sizes.loc[model].reindex(index=rows, columns=cols)
         values = table.to_numpy(dtype=float)
         image = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto",
                           interpolation="nearest")
         for i, j in np.argwhere(~np.isnan(values)):
+            # Inside its cell: left out of the crop's measure (measuring every cell's text cost a draw's worth).
             ax.text(j, i, f"{100 * values[i, j]:.0f}%\n(n={int(counts.iat[i, j])})", ha="center", va="center",
-                    fontsize=6.5)
+                    fontsize=6.5, in_layout=False)
         _outer_ticks(ax, index, len(models), columns, [plot_text(c) for c in cols], [plot_text(r) for r in rows])
         ax.set_title(plot_text(model), fontsize=8)
     fig.suptitle("Correct responses per perturbation class (rows) × intensity (columns)", fontsize=10)
@@ -186,17 +193,17 @@ def confusion_panels(confusion: pd.DataFrame, models: Sequence[str]) -> str:
     predicted = ordered(confusion["predicted"].tolist(), [ANSWER, *REFUSAL_CODES])
     fig, axes = _panel_grid(len(models), (0.42 * len(predicted) + 1.0, 0.36 * len(expected) + 1.2))
     columns = min(PANEL_COLUMNS, len(models))
+    every = confusion.pivot_table(index=["model", "expected"], columns="predicted", values="count", aggfunc="sum",
+                                  fill_value=0)  # one table for every model, cut per model below
     for index, (ax, model) in enumerate(zip(axes, models)):
-        counts = confusion[confusion["model"] == model].pivot_table(
-            index="expected", columns="predicted", values="count", aggfunc="sum", fill_value=0
-        ).reindex(index=expected, columns=predicted, fill_value=0)
+        counts = every.loc[model].reindex(index=expected, columns=predicted, fill_value=0)
         matrix = counts.to_numpy(dtype=float)
         totals = matrix.sum(axis=1, keepdims=True)
         shares = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
         image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
         for i, j in zip(*np.nonzero(matrix)):
             ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=6.5,
-                    color="white" if shares[i, j] > 0.6 else "black")
+                    color="white" if shares[i, j] > 0.6 else "black", in_layout=False)  # inside its cell
         _outer_ticks(ax, index, len(models), columns, [plot_text(short_code(p)) for p in predicted],
                      [plot_text(short_code(e)) for e in expected], rotation=40, ha="right")
         ax.set_title(plot_text(model), fontsize=8)

@@ -14,13 +14,20 @@ run cannot have is replaced by one line that names what it lacks.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
+import PIL
 from matplotlib.figure import Figure
 
+from refusalbench.tasks.core import html_page, plotting
 from refusalbench.tasks.core.html_page import escape, image_tag, is_nan
 from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
@@ -292,3 +299,14 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
 
     return "<div class='figs'>" + "".join(p for p in parts if p.startswith("<img")) + "</div>" + "".join(
         p for p in parts if not p.startswith("<img"))
+
+
+def drawn_figures_key(analysis: Mapping[str, Any]) -> str:
+    """A digest of all that :func:`generation_figures_html` depends on: the analysis, the code that draws
+    it (this module, the plotting kit) and matplotlib's and Pillow's versions. Equal digests give the same
+    HTML byte for byte, so a copy stored with its digest may stand in for drawing the figures again."""
+    digest = hashlib.sha256(json.dumps(analysis, sort_keys=True, default=str).encode())
+    for module in (sys.modules[__name__], plotting, html_page):
+        digest.update(Path(module.__file__).read_bytes())
+    digest.update(f"{matplotlib.__version__} {PIL.__version__}".encode())
+    return digest.hexdigest()[:20]

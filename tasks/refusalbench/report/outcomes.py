@@ -13,7 +13,7 @@ Each returns None when the run has nothing for it, so the page leaves the sectio
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import escape, image_tag, is_nan, section
-from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.core.plotting import drawn_now, plot_text, png_base64
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     format_interval,
     format_value,
@@ -70,16 +70,24 @@ def distribution_bars(table: pd.DataFrame, order: Sequence[str]) -> str | None:
     return png_base64(fig)
 
 
-def distribution_section(table: pd.DataFrame | None, order: Sequence[str]) -> str | None:
-    """Six-way outcome shares per model: table (with Wilson intervals) and stacked bars."""
+def _distribution_image(table: pd.DataFrame, models: Sequence[str]) -> str:
+    bars = distribution_bars(table, models)
+    return image_tag(bars, "response distribution bars") if bars else ""
+
+
+def distribution_section(table: pd.DataFrame | None, order: Sequence[str],
+                         figure: Callable[..., str] = drawn_now) -> str | None:
+    """Six-way outcome shares per model: table (with Wilson intervals) and stacked bars (drawn by ``figure``:
+    ``plotting.FigureSlots.add`` or at once)."""
     if table is None or table.empty:
         return None
     head = "<tr><th class='name'>Model</th>" + "".join(
         f"<th>{escape(label)}</th>" for label, _ in OUTCOME_STYLE.values()) + "<th>n</th></tr>"
     models = [m for m in order if m in set(table["model"])] + sorted(set(table["model"]) - set(order))
     rows = []
+    by_model = {model: part.set_index("outcome") for model, part in table.groupby("model", sort=False)}
     for model in models:
-        part = table[table["model"] == model].set_index("outcome")
+        part = by_model[model]
         cells = [f"<td class='name'>{escape(model)}</td>"]
         for outcome in OUTCOME_STYLE:
             if outcome not in part.index:
@@ -95,8 +103,7 @@ def distribution_section(table: pd.DataFrame | None, order: Sequence[str]) -> st
             "wrong), refusals of unanswerable items (right or wrong category), false refusals (an "
             "answerable item refused) and missed refusals (an unanswerable item answered). Brackets: "
             "Wilson 95% intervals.</p>")
-    bars = distribution_bars(table, models)
-    body = lead + f"<table>{head}{''.join(rows)}</table>" + (image_tag(bars, "response distribution bars") if bars else "")
+    body = lead + f"<table>{head}{''.join(rows)}</table>" + figure(_distribution_image, table, models)
     return section("Response distribution", body)
 
 

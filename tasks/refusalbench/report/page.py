@@ -7,7 +7,6 @@ PNGs, no JavaScript. A section whose table is absent is left out.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from refusalbench.tasks.core.html_page import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
-from refusalbench.tasks.core.plotting import drawn_aside, ordered
+from refusalbench.tasks.core.plotting import FigureSlots, ordered
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
@@ -106,6 +105,8 @@ class ReportInputs:
     # the share of them at maximum confidence with their accuracy (``scoring.calibration``).
     calibration_source: str | None = None
     max_confidence: Mapping[str, Mapping[str, Any]] | None = None
+    # The generation figures' HTML as drawn already (the generation report's, for the same analysis).
+    generation_figures: str | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
@@ -172,12 +173,14 @@ def _breakdown_tables(breakdown: pd.DataFrame) -> str:
         head = "<tr><th class='name'>" + escape(dimension) + "</th>" + "".join(
             f"<th>{escape(m)}<br><span class='ci'>answer / refusal acc.</span></th>" for m in models) + "</tr>"
         rows = []
+        # Column by column as plain dicts: a cell looked up in the frame (.at, MultiIndex columns) costs
+        # ~0.1 ms, and 30 models x 5 dimensions x 2 metrics make thousands of them.
+        cells_of = {key: column.to_dict() for key, column in wide.items()}
         for value in values:
             cells = [f"<td class='name'>{escape(value)}</td>"]
             for model in models:
                 def pick(metric: str) -> Any:
-                    key = (model, metric)
-                    return wide.at[value, key] if key in wide.columns and value in wide.index else math.nan
+                    return cells_of.get((model, metric), {}).get(value, math.nan)
                 cells.append(f"<td>{format_value(pick('answer_accuracy'), 'answer_accuracy')} / "
                              f"{format_value(pick('refusal_accuracy'), 'refusal_accuracy')}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -212,7 +215,7 @@ def _generation_sections(run: ReportInputs, figures: str | None = None) -> list[
     what generation left."""
     sections = [s for s in [_base_set_section(run)] if s]
     if run.gv_analysis:
-        figures = generation_figures_html(run.gv_analysis) if figures is None else figures
+        figures = figures or run.generation_figures or generation_figures_html(run.gv_analysis)
         sections.append(section("Benchmark generation", figures))
         tables = {k: v for k, v in run.gv_analysis.items() if k not in FIGURE_KEYS}  # those are drawn above
         sections.append(section("Generator × verifier analysis", gv_section_html(tables)))
@@ -246,43 +249,28 @@ def build_generation_report(run: ReportInputs) -> str:
 
 
 def _per_model_figures(frame: pd.DataFrame, draw_one: Callable[[pd.DataFrame, str], str],
-                       draw_panels: Callable[[pd.DataFrame, list[str]], str], one_alt: str, panels_alt: str) -> list[str]:
+                       draw_panels: Callable[[pd.DataFrame, list[str]], str], one_alt: str, panels_alt: str,
+                       figure: Callable[..., str]) -> list[str]:
     """One figure per model (``one_alt`` names it, with ``{model}``), or beyond ``PER_MODEL_FIGURES``
-    models one image of small multiples."""
+    models one image of small multiples (its cost grows with the models: drawn first)."""
     models = sorted(frame["model"].unique())
     if len(models) > PER_MODEL_FIGURES:
-        return [image_tag(draw_panels(frame, models), panels_alt)]
-    return [image_tag(draw_one(frame[frame["model"] == m], m), one_alt.format(model=m)) for m in models]
+        return [image_tag(figure(draw_panels, frame, models, cost=len(models) / 3), panels_alt)]
+    return [image_tag(figure(draw_one, frame[frame["model"] == m], m), one_alt.format(model=m)) for m in models]
 
 
-def _figures_aside(run: ReportInputs) -> Callable[[], dict[str, Any]]:
-    """The figures that grow with the models (class × intensity, confusion) and the generation figures,
-    about half of the page's drawing, started in a second process (``drawn_aside``) while this one
-    builds the rest; the function returns them by name."""
-    jobs: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
-    if _non_empty(run.class_intensity):
-        jobs["class_intensity"] = (_per_model_figures, (run.class_intensity, class_intensity_heatmap, class_intensity_panels,
-                                                        "class by intensity heatmap for {model}",
-                                                        "class by intensity heatmaps, one panel per model"))
-    if _non_empty(run.confusion):
-        jobs["confusion"] = (_per_model_figures, (run.confusion, confusion_plot, confusion_panels,
-                                                  "confusion matrix for {model}", "confusion matrices, one panel per model"))
-    if run.gv_analysis:
-        jobs["generation"] = (generation_figures_html, (run.gv_analysis,))
-    results = drawn_aside(list(jobs.values()))
-    return functools.cache(lambda: dict(zip(jobs, results())))
+def _drawn_or_note(draw: Callable[..., str | None], args: tuple[Any, ...], alt: str) -> str:
+    return figure_or_note(draw(*args), alt)
 
 
 def build_report(run: ReportInputs) -> str:
-    """The whole report as one self-contained HTML string."""
-    aside = _figures_aside(run)
-    try:
-        return _report_page(run, aside)
-    finally:
-        aside()  # the child collected even when the page failed (its figures kept: no second drawing)
+    """The whole report as one self-contained HTML string: the page built first with a placeholder for
+    each figure, then every figure drawn, spread over the cores (``plotting.FigureSlots``)."""
+    figures = FigureSlots()
+    return figures.fill(_report_page(run, figures.add))
 
 
-def _report_page(run: ReportInputs, aside: Callable[[], dict[str, Any]]) -> str:
+def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
     order = ranked_models(run.metrics, run.min_coverage)
     sections: list[str] = []
 
@@ -304,18 +292,18 @@ def _report_page(run: ReportInputs, aside: Callable[[], dict[str, Any]]) -> str:
         pairwise_section(run.pairwise, order),
         multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
 
-    scatter_a = scatter_plot(run.metrics, "answer_accuracy", "refusal_accuracy", "Answer vs refusal accuracy",
-                             "answer accuracy (answerable items)", "refusal accuracy (unanswerable items)")
-    scatter_b = scatter_plot(run.metrics, "detection_f1", "category_accuracy", "Refusal detection vs categorisation",
-                             "detection F1 (whether to refuse)", "category accuracy (why, given a correct refusal)")
+    scatter_a = (run.metrics, "answer_accuracy", "refusal_accuracy", "Answer vs refusal accuracy",
+                 "answer accuracy (answerable items)", "refusal accuracy (unanswerable items)")
+    scatter_b = (run.metrics, "detection_f1", "category_accuracy", "Refusal detection vs categorisation",
+                 "detection F1 (whether to refuse)", "category accuracy (why, given a correct refusal)")
     sections.append(section("Answering vs refusing", "<div class='figs'>"
-                            + figure_or_note(scatter_a, "answer vs refusal accuracy scatter")
-                            + figure_or_note(scatter_b, "detection F1 vs category accuracy scatter") + "</div>"))
+                            + figure(_drawn_or_note, scatter_plot, scatter_a, "answer vs refusal accuracy scatter")
+                            + figure(_drawn_or_note, scatter_plot, scatter_b, "detection F1 vs category accuracy scatter")
+                            + "</div>"))
 
-    bars = refusal_error_bars(run.metrics, order)
-    sections.append(section("False vs missed refusals", figure_or_note(bars, "false and missed refusal rate bars")
-                            + correlation_note(run.frr_mrr_correlation)))
-    distribution = distribution_section(run.response_distribution, order)
+    bars = figure(_drawn_or_note, refusal_error_bars, (run.metrics, order), "false and missed refusal rate bars")
+    sections.append(section("False vs missed refusals", bars + correlation_note(run.frr_mrr_correlation)))
+    distribution = distribution_section(run.response_distribution, order, figure)
     if distribution:
         sections.append(distribution)
     replies = responses_section(run.responses, order)
@@ -323,7 +311,9 @@ def _report_page(run: ReportInputs, aside: Callable[[], dict[str, Any]]) -> str:
         sections.append(replies)
 
     if _non_empty(run.class_intensity):
-        figures = aside()["class_intensity"]
+        figures = _per_model_figures(run.class_intensity, class_intensity_heatmap, class_intensity_panels,
+                                     "class by intensity heatmap for {model}",
+                                     "class by intensity heatmaps, one panel per model", figure)
         body = "<p>Share of correct responses per class and intensity (LOW items are answerable).</p>"
         sections.append(section("Perturbation class × intensity", body + "<div class='figs'>"
                                 + "".join(figures) + "</div>"))
@@ -334,12 +324,13 @@ def _report_page(run: ReportInputs, aside: Callable[[], dict[str, Any]]) -> str:
         intensity = part.rename(columns={"value": "intensity", "estimate": "refusal_rate"})
     if _non_empty(intensity):
         sections.append(section("Refusal rate by intensity",
-                                image_tag(intensity_curves(intensity), "refusal rate by intensity curves")))
+                                image_tag(figure(intensity_curves, intensity), "refusal rate by intensity curves")))
 
-    paper = paper_figures(run, order)  # dashboards, rankings, domains, confusion across models
+    paper = paper_figures(run, order, figure)  # dashboards, rankings, domains, confusion across models
     sections.extend(paper.sections)
     if _non_empty(run.confusion):
-        figures = aside()["confusion"]
+        figures = _per_model_figures(run.confusion, confusion_plot, confusion_panels, "confusion matrix for {model}",
+                                     "confusion matrices, one panel per model", figure)
         sections.append(section("Confusion matrices (expected × predicted)",
                                 "<div class='figs'>" + "".join(figures) + "</div>"))
 
@@ -357,7 +348,10 @@ def _report_page(run: ReportInputs, aside: Callable[[], dict[str, Any]]) -> str:
     if run.round_trend is not None and not run.round_trend.empty:
         sections.append(trend_section(run.round_trend, run.trend))
 
-    sections.extend(_generation_sections(run, aside().get("generation")))
+    # The generation figures: about as costly as five plain ones.
+    generation = (run.generation_figures or figure(generation_figures_html, run.gv_analysis, cost=5)
+                  if run.gv_analysis else None)
+    sections.extend(_generation_sections(run, generation))
     sections.extend(filter(None, [paper.left_out_section(), cost_section(run.manifest)]))
 
     if run.manifest:

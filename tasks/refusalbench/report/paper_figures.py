@@ -21,7 +21,7 @@ its one-line reason for the report's "Figures not drawn" list.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import escape, image_tag, section
-from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.core.plotting import drawn_now, plot_text, png_base64
 from refusalbench.tasks.refusalbench.report.figures import short_code
 from refusalbench.tasks.refusalbench.report.paper_tables import (
     DOMAIN_METRICS,
@@ -268,7 +268,7 @@ def _share_table(shares: pd.Series) -> str:
     return f"<table><tr><th class='name'>Predicted</th><th>Share of all predictions</th></tr>{cells}</table>"
 
 
-def _confusion_sections(out: PaperFigures, run: Any) -> None:
+def _confusion_sections(out: PaperFigures, run: Any, figure: Callable[..., str]) -> None:
     matrix = aggregate_confusion(run.confusion)
     if matrix.empty:
         out.leave_out("Confusion across models", "no scored response in this run")
@@ -276,19 +276,19 @@ def _confusion_sections(out: PaperFigures, run: Any) -> None:
     shares = prediction_shares(matrix)
     body = ("<p>Every model's decisions together: rows are the expected outcome, columns the decision; "
             "the bars give each decision's share of all predictions.</p>"
-            + image_tag(confusion_overview_plot(matrix, shares), "confusion matrix across models")
+            + image_tag(figure(confusion_overview_plot, matrix, shares), "confusion matrix across models")
             + _share_table(shares))
     by_intensity = confusion_by_intensity(run.judged)
     if by_intensity:
         body += ("<h3>By intensity</h3><p>The same matrix per intensity (colour = share of the expected row; "
                  "LOW items are answerable).</p>"
-                 + image_tag(intensity_confusion_plot(by_intensity), "confusion by intensity across models"))
+                 + image_tag(figure(intensity_confusion_plot, by_intensity), "confusion by intensity across models"))
     else:
         out.leave_out("Confusion by intensity", "judged.parquet is absent or its rows carry no intensity")
     out.sections.append(section("Confusion across models", body))
 
 
-def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str]) -> None:
+def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str], figure: Callable[..., str]) -> None:
     parts = []
     # Without benchmark.parquet (a run scored from inspect logs or a judged file) the judged rows name the items.
     items = run.benchmark
@@ -301,11 +301,11 @@ def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str]) -> None:
         out.leave_out("Benchmark domains", "needs items from at least two domains (this benchmark's: "
                       f"{', '.join(distribution['domain']) or 'none'})")
     else:
-        parts.append(image_tag(domain_distribution_plot(distribution), "benchmark items per domain"))
+        parts.append(image_tag(figure(domain_distribution_plot, distribution), "benchmark items per domain"))
     grids = [(metric_title(name), grid) for name in DOMAIN_METRICS
              if not (grid := model_domain_grid(run.breakdown, name, order)).empty]
     if grids and grids[0][1].shape[1] >= 2:
-        parts.append(image_tag(domain_heatmaps(grids), "model by domain specialisation heatmaps"))
+        parts.append(image_tag(figure(domain_heatmaps, grids), "model by domain specialisation heatmaps"))
     else:
         out.leave_out("Model × domain specialisation", "needs scores in at least two domains (the judged rows' "
                       "domain column)")
@@ -315,8 +315,9 @@ def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str]) -> None:
                                     "<div class='figs'>" + "".join(parts) + "</div>"))
 
 
-def paper_figures(run: Any, order: Sequence[str]) -> PaperFigures:
-    """The paper-figure sections of ``run`` (a :class:`~.page.ReportInputs`), models in ``order``."""
+def paper_figures(run: Any, order: Sequence[str], figure: Callable[..., str] = drawn_now) -> PaperFigures:
+    """The paper-figure sections of ``run`` (a :class:`~.page.ReportInputs`), models in ``order``; each
+    image drawn by ``figure`` (``plotting.FigureSlots.add``: a placeholder filled later; default: at once)."""
     out = PaperFigures()
     if not run.metrics:
         return out
@@ -325,21 +326,21 @@ def paper_figures(run: Any, order: Sequence[str]) -> PaperFigures:
         out.sections.append(section("Model dashboards", "<p>One row per model, in the leaderboard's order; one "
                                     "panel per pair of skills the paper sets side by side (its Figs. 24–25). "
                                     "No bar: undefined.</p>"
-                                    + image_tag(dashboard_plot(run.metrics, order, panels), "model dashboards")))
+                                    + image_tag(figure(dashboard_plot, run.metrics, order, panels), "model dashboards")))
     else:
         out.leave_out("Model dashboards", "no model has a defined metric")
     ranking = refusal_ranking(run.metrics)
     if not ranking.empty:
-        out.sections.append(section("Refusal accuracy ranking", image_tag(refusal_ranking_plot(ranking),
+        out.sections.append(section("Refusal accuracy ranking", image_tag(figure(refusal_ranking_plot, ranking),
                                                                           "refusal accuracy ranking")))
     else:
         out.leave_out("Refusal accuracy ranking", "no model has a refusal accuracy (no scored unanswerable item)")
     difficulty = class_difficulty(run.breakdown)
     if not difficulty.empty:
-        plot = class_difficulty_plot(difficulty, class_values(run.breakdown), generation_class_ranking(run.gv_analysis))
+        plot = figure(class_difficulty_plot, difficulty, class_values(run.breakdown), generation_class_ranking(run.gv_analysis))
         out.sections.append(section("Class difficulty", image_tag(plot, "class difficulty ranking")))
     else:
         out.leave_out("Class difficulty", "no refusal accuracy per perturbation class (no scored unanswerable item)")
-    _domain_sections(out, run, order)
-    _confusion_sections(out, run)
+    _domain_sections(out, run, order, figure)
+    _confusion_sections(out, run, figure)
     return out

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.core.stats import percentile_interval, resample_counts, seeded_rng, standard_error
+from refusalbench.tasks.core.stats import interval_and_error_rows, resample_counts, seeded_rng
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes, cluster_counts, multi_row_groups
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
@@ -122,13 +122,21 @@ def _iid_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequ
     errors: Errors = {}
     type_model, type_counts, per_type = _row_types(rows, codes, len(models))
     starts = np.searchsorted(type_model, np.arange(len(models) + 1))
-    for i, model in enumerate(models):
-        start, end = starts[i], starts[i + 1]
-        sample = _bootstrap_one(type_counts[start:end], per_type[start:end].copy(), n_resamples,
-                                seeded_rng(seed, model), wanted)
-        intervals[model] = {name: percentile_interval(sample[name], level) for name in wanted}
-        errors[model] = {name: standard_error(sample[name]) for name in wanted}
+    samples = [_bootstrap_one(type_counts[starts[i]:starts[i + 1]], per_type[starts[i]:starts[i + 1]].copy(),
+                              n_resamples, seeded_rng(seed, model), wanted) for i, model in enumerate(models)]
+    _summarise(models, range(len(models)), {name: np.stack([s[name] for s in samples]) for name in wanted},
+               level, intervals, errors)
     return intervals, errors
+
+
+def _summarise(models: Sequence[str], chosen: Sequence[int], sample: Mapping[str, np.ndarray], level: float,
+               intervals: Intervals, errors: Errors) -> None:
+    """Each chosen model's percentile interval and standard error of every metric, from ``sample``
+    ({metric: (chosen models × resamples)}), into ``intervals`` and ``errors``."""
+    figures = {name: interval_and_error_rows(values, level) for name, values in sample.items()}
+    for j, i in enumerate(chosen):
+        intervals[models[i]] = {name: figures[name][j][0] for name in sample}
+        errors[models[i]] = {name: figures[name][j][1] for name in sample}
 
 
 def _cluster_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequence[str], order: np.ndarray,
@@ -154,9 +162,7 @@ def _cluster_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: 
         width = per_cluster[0].shape[1]
         resampled = (counts @ np.concatenate(per_cluster, axis=1)).reshape(n_resamples, len(batch), width)
         sample = metrics_from_stats(resampled, wanted)  # each metric: (resamples × models of the batch)
-        for j, i in enumerate(batch):
-            intervals[models[i]] = {name: percentile_interval(sample[name][:, j], level) for name in wanted}
-            errors[models[i]] = {name: standard_error(sample[name][:, j]) for name in wanted}
+        _summarise(models, batch, {name: sample[name].T for name in wanted}, level, intervals, errors)
     return intervals, errors
 
 

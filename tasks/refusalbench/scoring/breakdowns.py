@@ -80,14 +80,15 @@ def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *
     clusters, n_clusters = cluster_codes(df)
     bounds = breakdown_intervals(stats, keys, rows, used, labels, names, n_resamples, seed, level,
                                  clusters=clusters[present], n_clusters=n_clusters)
-    frames = [
-        pd.DataFrame({
-            "model": model_of, "group": by, "value": value_of, "metric": name,
-            "estimate": values[name], "ci_low": bounds[name][0], "ci_high": bounds[name][1], "n": sizes,
-        })
-        for name in names
-    ]
-    return pd.concat(frames, ignore_index=True)
+    # One frame of the metrics one after another (the rows and dtypes of one frame per metric, concatenated).
+    k = len(names)
+    return pd.DataFrame({
+        "model": np.tile(model_of, k), "group": by, "value": np.tile(value_of, k),
+        "metric": np.repeat(np.asarray(names, dtype=object), len(used)),
+        "estimate": np.concatenate([values[name] for name in names]),
+        "ci_low": np.concatenate([bounds[name][0] for name in names]),
+        "ci_high": np.concatenate([bounds[name][1] for name in names]), "n": np.tile(sizes, k),
+    })
 
 
 def overall_rows(metrics: Mapping[str, Mapping[str, float]],

@@ -144,7 +144,9 @@ class _PercentileBatch:
             return
         stacked = np.concatenate([stats for _, stats in self.pending], axis=0)
         if self.columns is not None:  # the columns no metric reads stay 0
-            stacked, read = np.zeros((len(stacked), self.width)), stacked
+            # Column-major: each statistic a metric reads is contiguous, and the columns no metric reads
+            # are pages never touched (the same values as a row-major copy, without writing 116 columns).
+            stacked, read = np.zeros((len(stacked), self.width), order="F"), stacked
             stacked[:, self.columns] = read
         values = metrics_from_stats(stacked, self.computed)
         positions = [position for position, _ in self.pending]

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.core.stats import (bootstrap_p_value, holm_adjust, resampled_cluster_sums, row_percentiles,
+from refusalbench.tasks.core.stats import (bootstrap_p_values, holm_adjust, resampled_cluster_sums, row_percentiles,
                                            seeded_rng)
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
@@ -130,7 +130,7 @@ def pairwise_comparisons(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 
     for name in PAIRWISE_METRICS:
         low, high = row_percentiles(drawn[name], [tail, 100 - tail])
         errors = _vector_se(drawn[name])
-        p_values = np.array([bootstrap_p_value(drawn[name][k], observed[name][k]) for k in range(len(pairs))])
+        p_values = bootstrap_p_values(drawn[name], observed[name]).reshape(len(pairs))
         adjusted = holm_adjust(p_values)
         for k, comparison in enumerate(comparisons):
             comparison["metrics"][name] = {

@@ -1,0 +1,116 @@
+"""A batch's cached replies read in one query (``get_many``, ``WriteBehind.read_ahead``): the same
+replies as reading them one by one, the same scope rules (ttl, migration), and no call on a re-run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.cache_scope import CacheScope
+from refusalbench.tasks.llm.callcache import NullCache, SQLiteCache, get_many
+from refusalbench.tasks.llm.gateway import CallSpec, Gateway, request_key
+
+
+class CountingCache:
+    """A SQLite cache that counts its reads: ``get`` per key, ``get_many`` per batch."""
+
+    def __init__(self, path):
+        self.inner = SQLiteCache(path)
+        self.gets = 0
+        self.many: list[int] = []
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        self.gets += 1
+        return self.inner.get(key)
+
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        self.many.append(len(keys))
+        return self.inner.get_many(keys)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.inner.put(key, value)
+
+    def put_many(self, items: dict[str, dict[str, Any]]) -> None:
+        self.inner.put_many(items)
+
+
+class GetOnly:
+    """A backend with only the Protocol's two methods."""
+
+    def __init__(self, entries: dict[str, dict[str, Any]]):
+        self.entries = entries
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.entries[key] = value
+
+
+def test_get_many_gives_what_get_gives_key_by_key(tmp_path):
+    cache = SQLiteCache(tmp_path / "c.sqlite")
+    cache.put_many({f"k{i}": {"text": f"reply {i}", "n": i} for i in range(0, 1200, 2)})
+    keys = [f"k{i}" for i in range(1200)] + ["k4"]  # more keys than one SELECT takes, one twice
+    expected = {key: cache.get(key) for key in keys if cache.get(key) is not None}
+    assert cache.get_many(keys) == expected and len(expected) == 600
+    assert get_many(GetOnly({"a": {"text": "x"}}), ["a", "b"]) == {"a": {"text": "x"}}
+    assert cache.get_many([]) == {} and NullCache().get_many(["a"]) == {}
+
+
+def _specs(n: int, role: str | None = None) -> list[CallSpec]:
+    return [CallSpec(model="m", messages=[{"role": "user", "content": f"Question {i}?"}], role=role) for i in range(n)]
+
+
+def test_a_cached_batch_is_read_in_one_query_and_sends_nothing(fake_llm, tmp_path):
+    fake_llm.responder = lambda request: "answer " + request["messages"][-1]["content"]
+    model = {"m": ModelConfig(model="openai/m", api_base=fake_llm.url)}
+    first = Gateway(model, SQLiteCache(tmp_path / "c.sqlite")).complete_many(_specs(30)[:20])
+    assert len(fake_llm.calls) == 20
+    cache = CountingCache(tmp_path / "c.sqlite")
+    gateway = Gateway(model, cache)
+    again = gateway.complete_many(_specs(30) + _specs(2))  # 20 cached, 10 new, 2 twins of cached ones
+    assert [r.text for r in again[:20]] == [r.text for r in first] and all(r.cached for r in again[:20])
+    assert not any(r.cached for r in again[20:30]) and all(r.cached for r in again[30:])
+    assert len(fake_llm.calls) == 30  # only the 10 new ones were sent
+    # One read for the batch, one for the keys from before the endpoint joined the key of the calls it did not
+    # find; a key it did not find is read again by its call (another process may have written it meanwhile),
+    # and so is a second spec with a key whose entry the first one took.
+    assert cache.many == [32, 10] and cache.gets == 10 + 2
+    assert (gateway.scope._keys, gateway.scope._legacy, gateway._writes._read_ahead) == ({}, {}, {})  # none kept
+    assert all(r.cached for r in gateway.complete_many(_specs(30)))
+    assert len(fake_llm.calls) == 30
+
+
+def test_read_ahead_keeps_the_ttl_and_the_migration_of_entries_from_before_the_endpoint(fake_llm, tmp_path):
+    fake_llm.responder = lambda request: "fresh"
+    path = tmp_path / "c.sqlite"
+    cfg = ModelConfig(model="openai/m", api_base=fake_llm.url)
+    cache = SQLiteCache(path)
+    specs = _specs(3, role="targets")
+    keys = [request_key(cfg, s.messages, {}, None) for s in specs]
+    cache.put(keys[0], {"text": "young", "finish_reason": "stop", "created_at": time.time()})
+    cache.put(keys[1], {"text": "old", "finish_reason": "stop", "created_at": time.time() - 7200})
+    cache.put(request_key(cfg, specs[2].messages, {}, None, deployment=False), {"text": "legacy", "finish_reason": "stop"})
+    results = Gateway({"m": cfg}, cache, scope=CacheScope({"targets": "ttl:3600s"})).complete_many(specs)
+    assert [(r.text, r.cached) for r in results] == [("young", True), ("fresh", False), ("fresh", False)]
+    assert len(fake_llm.calls) == 2  # the legacy entry is of unknown age under a ttl: asked again
+    plain = Gateway({"m": cfg}, SQLiteCache(path)).complete_many(_specs(3))
+    assert [(r.text, r.cached) for r in plain] == [("young", True), ("fresh", True), ("fresh", True)]
+    other = _specs(1)[0].model_copy(update={"messages": [{"role": "user", "content": "Moved?"}]})
+    cache.put(request_key(cfg, other.messages, {}, None, deployment=False), {"text": "legacy", "finish_reason": "stop"})
+    moved, twin = Gateway({"m": cfg}, SQLiteCache(path)).complete_many([other, other.model_copy()])
+    assert (moved.text, moved.cached, twin.text, twin.cached) == ("legacy", True, "legacy", True)
+    assert cache.get(request_key(cfg, other.messages, {}, None))["text"] == "legacy" and len(fake_llm.calls) == 2
+
+
+def test_a_failing_read_ahead_leaves_each_call_to_its_own_read(fake_llm, tmp_path):
+    fake_llm.responder = lambda request: "answer"
+    cache = CountingCache(tmp_path / "c.sqlite")
+
+    def fail(keys):
+        raise RuntimeError("cache down")
+
+    cache.get_many = fail
+    results = Gateway({"m": ModelConfig(model="openai/m", api_base=fake_llm.url)}, cache).complete_many(_specs(3))
+    assert [r.text for r in results] == ["answer"] * 3 and cache.gets == 6  # each key and its legacy key
