@@ -294,3 +294,20 @@ def test_generate_leaves_a_generation_report(tmp_path, fake_llm):
     assert sum(n for row in gv["benchmark_composition"].values() for n in row.values()) == gv["funnel"]["sampled"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert "report.html" in manifest["artifacts"] and "report" in manifest["timings_s"]
+
+
+def test_small_multiples_keep_a_model_whose_every_cell_is_undefined():
+    """The per-model small multiples pivot once for every model: a model whose every rate is NaN
+    (the pivot drops its rows) still gets its panel, empty, as its own pivot gave it."""
+    import base64
+
+    from refusalbench.tasks.refusalbench.report.figures import _rows_of, class_intensity_panels
+
+    grid = pd.DataFrame({"model": ["a", "a", "b"], "perturbation_class": ["P-Ambiguity"] * 3,
+                         "intensity": ["LOW", "MEDIUM", "LOW"], "correct_rate": [0.5, 0.2, math.nan], "n": [2, 3, 0]})
+    rates = grid.pivot_table(index=["model", "perturbation_class"], columns="intensity", values="correct_rate",
+                             aggfunc="mean")
+    assert "b" not in rates.index.get_level_values(0)  # what the pivot does: the case below is real
+    assert _rows_of(rates, "b").reindex(index=["P-Ambiguity"], columns=["LOW"]).isna().all().all()
+    assert _rows_of(rates, "a").loc["P-Ambiguity", "MEDIUM"] == 0.2
+    assert base64.b64decode(class_intensity_panels(grid, ["a", "b"])).startswith(b"\x89PNG")

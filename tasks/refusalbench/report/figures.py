@@ -158,6 +158,14 @@ def _outer_ticks(ax: Any, index: int, count: int, columns: int, x_labels: Sequen
         ax.set_yticks([])
 
 
+def _rows_of(table: pd.DataFrame, model: str) -> pd.DataFrame:
+    """``model``'s part of a table pivoted for every model (indexed by model first), without the model level;
+    empty where the pivot left the model out (every value of it NaN), as its own pivot would have been."""
+    if model in table.index.get_level_values(0):
+        return table.loc[model]
+    return pd.DataFrame(columns=table.columns, dtype=float)
+
+
 def class_intensity_panels(grid: pd.DataFrame, models: Sequence[str]) -> str:
     """:func:`class_intensity_heatmap` of every model as one figure of small multiples (same cells and text),
     class and intensity labels on the outer panels only, one colour bar."""
@@ -170,8 +178,8 @@ def class_intensity_panels(grid: pd.DataFrame, models: Sequence[str]) -> str:
     rates = grid.pivot_table(index=keys, columns="intensity", values="correct_rate", aggfunc="mean")
     sizes = grid.pivot_table(index=keys, columns="intensity", values="n", aggfunc="sum")
     for index, (ax, model) in enumerate(zip(axes, models)):
-        table = rates.loc[model].reindex(index=rows, columns=cols)
-        counts = sizes.loc[model].reindex(index=rows, columns=cols)
+        table = _rows_of(rates, model).reindex(index=rows, columns=cols)
+        counts = _rows_of(sizes, model).reindex(index=rows, columns=cols)
         values = table.to_numpy(dtype=float)
         image = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto",
                           interpolation="nearest")
@@ -196,7 +204,7 @@ def confusion_panels(confusion: pd.DataFrame, models: Sequence[str]) -> str:
     every = confusion.pivot_table(index=["model", "expected"], columns="predicted", values="count", aggfunc="sum",
                                   fill_value=0)  # one table for every model, cut per model below
     for index, (ax, model) in enumerate(zip(axes, models)):
-        counts = every.loc[model].reindex(index=expected, columns=predicted, fill_value=0)
+        counts = _rows_of(every, model).reindex(index=expected, columns=predicted, fill_value=0)
         matrix = counts.to_numpy(dtype=float)
         totals = matrix.sum(axis=1, keepdims=True)
         shares = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
