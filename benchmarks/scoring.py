@@ -203,7 +203,7 @@ def measure_paper(n_models: int, n_base: int, n_resamples: int) -> dict[str, flo
     start, cpu_start, child_start = time.perf_counter(), time.process_time(), _children_cpu()
     html = build_report(ReportInputs.from_score(result, judged=judged, benchmark=items, responses=replies))
     report_s, report_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
-    report_cpu_s += _children_cpu() - child_start  # the figures drawn aside, in a second process
+    report_cpu_s += _children_cpu() - child_start  # the figures the forked children drew (plotting.drawn_spread)
     return {"models": n_models, "rows": len(judged), "score_s": score_s, "score_cpu_s": score_cpu_s,
             "report_s": report_s, "report_cpu_s": report_cpu_s, "report_mb": len(html.encode()) / 2**20,
             "images": html.count("<img "), "output_kb": sum(len(v) for v in files.values()) / 1024}

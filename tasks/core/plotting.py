@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from PIL import Image  # matplotlib's own dependency
 
 _PLOT_TEXT_LIMIT = 40
-_ASIDE_TIMEOUT_S = 300.0  # a child that has not answered by then is killed and its figures drawn here
+_CHILD_TIMEOUT_S = 300.0  # a child that has not answered by then is killed and its figures drawn here
 _MOST_PROCESSES = 4  # drawing at once, this one included: more adds memory, not speed, at a report's size
 
 
@@ -99,7 +99,7 @@ def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
     even where the estimates are rough. The same calls give the same images wherever they run.
 
     Drawn here alone where fork is not available (not Linux), on one core, for one job, or when no
-    child can start; the jobs a child failed on, or had not answered within ``_ASIDE_TIMEOUT_S``, are
+    child can start; the jobs a child failed on, or had not answered within ``_CHILD_TIMEOUT_S``, are
     drawn here (where a job's error is raised)."""
     order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs else list(range(len(jobs)))
     cores = len(os.sched_getaffinity(0)) if sys.platform.startswith("linux") else 1
@@ -126,7 +126,7 @@ def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
                 children.append((receive, child))
         if taken is not None and children:
             _draw_taken(jobs, order, taken, drawn)
-        deadline = time.monotonic() + _ASIDE_TIMEOUT_S
+        deadline = time.monotonic() + _CHILD_TIMEOUT_S
         for receive, _ in children:
             try:
                 if receive.poll(max(0.0, deadline - time.monotonic())):

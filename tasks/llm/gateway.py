@@ -122,7 +122,8 @@ class Gateway:
         specs = accounting.tagged(specs)
         batched = self._batches.futures(specs)  # {index: future} of the batch-mode specs, already sent
         handoff = Handoff(len(specs))  # the rest: one submission to the loop for all of them
-        sent = [(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]  # one cache query:
+        # The rest, their cached replies read in one query before they start (``CacheScope.reading_ahead``).
+        sent = [(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]
         self._loop.submit(self.scope.reading_ahead(self._writes, [c[2] for c in sent], self.models, handoff.fill(sent)))
         results: list[CallResult] = []
         for i in range(len(specs)):
