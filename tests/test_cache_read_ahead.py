@@ -114,3 +114,43 @@ def test_a_failing_read_ahead_leaves_each_call_to_its_own_read(fake_llm, tmp_pat
     cache.get_many = fail
     results = Gateway({"m": ModelConfig(model="openai/m", api_base=fake_llm.url)}, cache).complete_many(_specs(3))
     assert [r.text for r in results] == ["answer"] * 3 and cache.gets == 6  # each key and its legacy key
+
+
+def test_a_batch_longer_than_a_wave_is_read_ahead_wave_by_wave(fake_llm, tmp_path):
+    from refusalbench.tasks.llm.loop_thread import WAVE
+
+    model = {"m": ModelConfig(model="openai/m", api_base=fake_llm.url)}
+    Gateway(model, SQLiteCache(tmp_path / "c.sqlite")).complete_many(_specs(2 * WAVE + 6))
+    sent = len(fake_llm.calls)
+    cache = CountingCache(tmp_path / "c.sqlite")
+    again = Gateway(model, cache).complete_many(_specs(2 * WAVE + 6))
+    assert all(r.cached for r in again) and len(fake_llm.calls) == sent
+    assert cache.many == [WAVE, WAVE, 6] and cache.gets == 0  # each wave read in one query before it starts
+
+
+def test_batches_arriving_together_take_turns_wave_by_wave():
+    """Two batches handed to the loop at once: the second one's first calls start before the first one's
+    second wave, so when every model's batch arrives together none waits for all the others' preparation."""
+    import asyncio
+
+    from refusalbench.tasks.llm.loop_thread import WAVE, Handoff
+
+    started: list[tuple[str, int]] = []
+    prepared: list[tuple[str, int]] = []
+
+    async def call(argument: tuple[str, int]) -> tuple[str, int]:
+        started.append(argument)
+        await asyncio.sleep(0)
+        return argument
+
+    async def both() -> None:
+        batches = {name: Handoff(3 * WAVE) for name in "ab"}
+        await asyncio.gather(*(handoff.fill([(i, call, (name, i)) for i in range(3 * WAVE)],
+                                            lambda wave: prepared.append((wave[0][0], len(wave))))
+                               for name, handoff in batches.items()))
+        for name, handoff in batches.items():
+            assert [handoff.get(i) for i in range(3 * WAVE)] == [(name, i) for i in range(3 * WAVE)]
+
+    asyncio.run(both())
+    assert prepared[:2] == [("a", WAVE), ("b", WAVE)] and len(prepared) == 6
+    assert started.index(("b", 0)) < started.index(("a", WAVE))

@@ -47,6 +47,9 @@ def test_default_shards_follow_the_models_not_the_items(tmp_path):
         size = fanout.shard_size(cfg.evaluation, rows, ["t1", "judge"])
         assert -(-rows // size) <= TASKS_PER_MODEL
     assert fanout._shard_size >= -(-100_000 // TASKS_PER_MODEL)  # the budget's estimate of an unwritten shard
+    # Between one and TASKS_PER_MODEL full shards: the rows split evenly, with no small remainder shard.
+    assert fanout.shard_size(cfg.evaluation, 180, ["t1", "judge"]) == 180  # one shard, not 128 + 52
+    assert fanout.shard_size(cfg.evaluation, 300, ["t1", "judge"]) == 150  # two of 150, not 128 + 128 + 44
 
 
 def test_a_configured_shard_size_is_kept(tmp_path):

@@ -14,8 +14,8 @@ scope does to a call (a call's role comes with its ``CallSpec``):
   which of its calls an earlier round's entries served (``freshness.json``).
 
 A batch of calls (:meth:`CacheScope.reading_ahead`) has its keys worked out and its cached replies
-read in one query before its calls start; each call then takes its key and reply from there
-(``WriteBehind.read_ahead``), through the same rules as a call read alone.
+read in one query before its calls start, part by part (``loop_thread.Handoff.fill``); each call then
+takes its key and reply from there (``WriteBehind.read_ahead``), through the same rules as a call read alone.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from refusalbench.tasks.core.cache_policy import ROUND, ttl_seconds
@@ -85,10 +85,28 @@ class CacheScope:
             return known[1]
         return request_key(cfg, spec.messages, spec.params, spec.schema_, scope=self.salt(spec.role))
 
-    async def reading_ahead(self, cache: WriteBehind, specs: Sequence[CallSpec], models: dict[str, ModelConfig],
-                            calls: Awaitable[T]) -> T:
-        """Await ``calls`` (the batch ``specs`` on the gateway's loop) after working out their keys and reading
-        their cached replies in one query; what no call took is dropped when they end."""
+    async def reading_ahead(self, cache: WriteBehind, models: dict[str, ModelConfig],
+                            calls: Callable[[Callable[[Sequence[CallSpec]], None]], Awaitable[T]]) -> T:
+        """Await ``calls(ahead)`` (a batch's calls on the gateway's loop), which calls ``ahead(specs)`` before it
+        starts each part of the batch: their keys are worked out and their cached replies read in one query.
+        What no call took is dropped when the calls end."""
+        read: list[tuple[int, str]] = []
+
+        def ahead(specs: Sequence[CallSpec]) -> None:
+            read.extend(self._read_ahead(cache, specs, models))
+
+        try:
+            return await calls(ahead)
+        finally:
+            for ident, _ in read:
+                self._keys.pop(ident, None)
+                self._legacy.pop(ident, None)
+            cache.forget([key for _, key in read])
+
+    def _read_ahead(self, cache: WriteBehind, specs: Sequence[CallSpec],
+                    models: dict[str, ModelConfig]) -> list[tuple[int, str]]:
+        """Work out the keys of ``specs`` and read their cached replies (and, for those missing, their entries from
+        before the deployment joined the key) in one query each; [(id(spec), key)] of those read."""
         keys = {}
         for spec in specs:
             cfg = models.get(spec.model)
@@ -107,13 +125,7 @@ class CacheScope:
             pass
         self._keys.update(keys)
         self._legacy.update(legacy)
-        try:
-            return await calls
-        finally:
-            for ident in keys:
-                self._keys.pop(ident, None)
-                self._legacy.pop(ident, None)
-            cache.forget([key for _, key in keys.values()])
+        return [(ident, key) for ident, (_, key) in keys.items()]
 
     def _legacy_entries(self, cache: WriteBehind, missing: list[tuple[int, CallSpec]],
                         models: dict[str, ModelConfig]) -> dict[int, tuple[CallSpec, dict[str, Any] | None]]:

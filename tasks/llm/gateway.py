@@ -122,9 +122,9 @@ class Gateway:
         specs = accounting.tagged(specs)
         batched = self._batches.futures(specs)  # {index: future} of the batch-mode specs, already sent
         handoff = Handoff(len(specs))  # the rest: one submission to the loop for all of them
-        # The rest, their cached replies read in one query before they start (``CacheScope.reading_ahead``).
+        # The rest, their cached replies read a wave at a time, before the wave starts (``CacheScope.reading_ahead``).
         sent = [(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]
-        self._loop.submit(self.scope.reading_ahead(self._writes, [c[2] for c in sent], self.models, handoff.fill(sent)))
+        self._loop.submit(self.scope.reading_ahead(self._writes, self.models, lambda ahead: handoff.fill(sent, ahead)))
         results: list[CallResult] = []
         for i in range(len(specs)):
             result = batched[i].result() if i in batched else handoff.get(i)
@@ -136,8 +136,9 @@ class Gateway:
     async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
         specs = accounting.tagged(specs)
         handoff = Handoff(len(specs))
+        calls = [(i, self._complete, s) for i, s in enumerate(specs)]
         await asyncio.wrap_future(self._loop.submit(self.scope.reading_ahead(
-            self._writes, specs, self.models, handoff.fill([(i, self._complete, s) for i, s in enumerate(specs)]))))
+            self._writes, self.models, lambda ahead: handoff.fill(calls, ahead))))
         return [handoff.get(i) for i in range(len(specs))]
 
     def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:

@@ -46,6 +46,10 @@ class LoopThread:
 
 _EMPTY = object()
 
+# Calls a batch starts at once (:meth:`Handoff.fill`): a model's usual ``max_concurrency`` and then some, so
+# its first wave fills its slots while the rest of its batch waits its turn on the loop.
+WAVE = 32
+
 
 class Handoff:
     """The results of one batch of calls, from the loop to the thread that asked, in input order.
@@ -60,8 +64,15 @@ class Handoff:
         self._ready = threading.Condition()
         self._wanted = -1
 
-    async def fill(self, calls: list[tuple[int, Callable[[Any], Awaitable[Any]], Any]]) -> None:
-        """Run each ``(index, call, argument)`` at once on the loop; each result (or error) goes to its slot."""
+    async def fill(self, calls: list[tuple[int, Callable[[Any], Awaitable[Any]], Any]],
+                   before: Callable[[list[Any]], None] | None = None) -> None:
+        """Run each ``(index, call, argument)`` on the loop; each result (or error) goes to its slot.
+
+        The calls start ``WAVE`` at a time, ``before(arguments)`` called ahead of each wave, with the
+        loop's other work let in between: when every model's batch arrives at once (a stage's tasks
+        starting together), each batch's first requests go out after one wave's preparation, not after
+        the whole of every batch queued ahead of it (30 batches of 180 calls: seconds).
+        """
         async def one(index: int, call: Callable[[Any], Awaitable[Any]], argument: Any) -> None:
             try:
                 self._put(index, (False, await call(argument)))
@@ -70,7 +81,15 @@ class Handoff:
                 if not isinstance(exc, Exception):
                     raise
 
-        await asyncio.gather(*(one(*call) for call in calls))
+        started = []
+        for first in range(0, len(calls), WAVE):
+            wave = calls[first:first + WAVE]
+            if before is not None:
+                before([argument for _, _, argument in wave])
+            started.extend(asyncio.ensure_future(one(*call)) for call in wave)
+            if first + WAVE < len(calls):
+                await asyncio.sleep(0)  # the loop's other ready work (other batches, replies) goes first
+        await asyncio.gather(*started)
 
     def _put(self, index: int, slot: tuple[bool, Any]) -> None:
         with self._ready:

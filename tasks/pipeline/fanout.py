@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel
 
 from refusalbench.tasks.core import clocks, runfolder
@@ -165,6 +166,10 @@ class Fanout:
         self._given.update({(task.name, model): given for model, given in inputs.items()})
         futures: dict[str, list[Any]] = {model: [] for model in models}
 
+        # The config goes in ``quote``d: Prefect then does not walk it looking for futures (it holds none),
+        # which it did twice per task, field by field, as the task started: at 30 targets, a third of
+        # the process's time before the stage's first calls. The task still gets the config itself,
+        # and its cache key, computed after Prefect unwraps it, is the same.
         def submit_one(model: str, index: int) -> Any:
             # Named per submission: the shard count is the fan-out's, not a task parameter.
             # The name is no part of the cache key (task inputs + source), so caching holds.
@@ -174,11 +179,11 @@ class Fanout:
                 name = f"{name.rsplit(' | ', 1)[0]} | batch of {len(shard.name)} shards"
             named = task.with_options(task_run_name=name.replace("{", "{{").replace("}", "}}"))
             if self.budget is None:
-                return named.submit(self.task_config, self.out, model, shard.name, shard.digest, self.api_bases)
+                return named.submit(quote(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
             parts = len(shard.name) if isinstance(shard.name, list) else 1
             rows = shard.rows if shard.rows is not None else self._shard_size * parts
             estimate = self.budget.admit(stage, model, index, len(inputs[model]), rows, models)
-            future = named.submit(self.task_config, self.out, model, shard.name, shard.digest, self.api_bases)
+            future = named.submit(quote(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
             self.budget.track(future, estimate)
             return future
 
@@ -228,17 +233,21 @@ class Fanout:
     def shard_size(self, section: Any, rows: int, models: Iterable[str]) -> int:
         """Rows per shard of a stage over ``rows`` rows that ``models`` work on.
 
-        The config's ``shard_size`` where the config sets one. By default, enough rows that each
-        model has at most ``TASKS_PER_MODEL`` tasks in the stage (the runner's slots per model:
-        ``flows/common.runner_slots``, so none waits for a slot) and each task keeps its model's
-        ``max_concurrency`` busy for ``ROUNDS_PER_SHARD`` rounds; never fewer rows than the section's
-        default. The stage's Prefect tasks then number with its models, not with its items: each
-        task costs Prefect's engine (states, cache key, result file) and a shard file each way.
+        The config's ``shard_size`` where the config sets one. By default, the rows split evenly
+        into as many shards as hold ``ROUNDS_PER_SHARD`` rounds of the models' ``max_concurrency``
+        each, at most ``TASKS_PER_MODEL`` (the runner's slots per model: ``flows/common.runner_slots``,
+        so none waits for a slot), at least one; never fewer rows than the section's default. The
+        count rounds down: 180 rows at 16 make one shard of 180, not one of 128 and a remainder of
+        52 whose task costs as much to start as a full one. The stage's Prefect tasks then number
+        with its models, not with its items: each task costs Prefect's engine (states, cache key,
+        result file), a progress display and a shard file each way, all before its first call.
         """
         if "shard_size" in section.model_fields_set:
             return section.shard_size
         concurrency = max((self.cfg.models[m].max_concurrency for m in models if m in self.cfg.models), default=1)
-        size = max(section.shard_size, ROUNDS_PER_SHARD * concurrency, -(-rows // TASKS_PER_MODEL))
+        per_shard = ROUNDS_PER_SHARD * concurrency
+        shards = min(TASKS_PER_MODEL, max(1, rows // per_shard))
+        size = max(section.shard_size, per_shard, -(-rows // shards))
         self._sizes.append(size)
         return size
 

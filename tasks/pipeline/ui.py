@@ -178,18 +178,14 @@ class Progress:
         self.echo = echo or PROGRESS_ECHO
         self._last = 0.0
         self._lock = threading.Lock()
+        self._shown = in_run() and self.total > 0
+        self._artifact_lock = threading.Lock()  # one request at a time: the artifact is created once
         self._artifact_id = None
-        # The artifact shows 0% from its creation: its first update waits the throttle too (or the end), which
-        # spares each shard task a synchronous request to the Prefect API at its first result.
+        self._description = task_run_name() or title
+        # The artifact is created at the first update, after the throttle (or at the end), not here:
+        # a stage's tasks all start together, and a synchronous request to the Prefect API each (with
+        # its event) held back every model's first calls; a task done within the throttle shows 100%.
         self._artifact_last = time.monotonic()
-        if in_run() and self.total:
-            try:
-                from prefect.artifacts import create_progress_artifact
-
-                self._artifact_id = create_progress_artifact(progress=0.0, key=artifact_key(f"{title} progress"),
-                                                             description=task_run_name() or title)
-            except Exception:  # progress display must never break the work
-                self._artifact_id = None
 
     def advance(self, n: int = 1) -> None:
         with self._lock:
@@ -199,20 +195,29 @@ class Progress:
                 return
             self._last = now
             done, total = self.done, self.total
-            update = self._artifact_id is not None and (now - self._artifact_last >= self.every_s or done >= total)
+            update = self._shown and (now - self._artifact_last >= self.every_s or done >= total)
             if update:
                 self._artifact_last = now
         percent = 100.0 * done / total if total else 100.0
         if self.echo is not None:
             self.echo(self.title, done, total)
         if update:
-            try:
-                from prefect.artifacts import update_progress_artifact
-
-                update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
-            except Exception:
-                pass
+            self._show(percent)
         log.debug("%s: %d/%d (%.0f%%)", self.title, done, total, percent)
+
+    def _show(self, percent: float) -> None:
+        """Create the progress artifact at ``percent``, or move the one created to it."""
+        with self._artifact_lock:
+            try:
+                from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+                if self._artifact_id is None:
+                    self._artifact_id = create_progress_artifact(progress=percent, key=artifact_key(f"{self.title} progress"),
+                                                                 description=self._description)
+                else:
+                    update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
+            except Exception:  # progress display must never break the work
+                pass
 
 
 class SpendDisplay:
