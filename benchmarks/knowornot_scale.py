@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -344,6 +345,9 @@ def measure(args: argparse.Namespace) -> None:
         results = {}
         with prefect_test_harness(server_startup_timeout=180), \
                 ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
+            # As a background server is after a first command: it has answered the version route, which Prefect
+            # sets up at its first request (0.5-1.5 s here) and every flow run's client asks first.
+            urllib.request.urlopen(str(prefect.settings.PREFECT_API_URL.value()) + "/admin/version", timeout=60).read()
             for label, code in trees:
                 folder = work / label.replace(" ", "-")
                 folder.mkdir()

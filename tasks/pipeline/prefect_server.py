@@ -331,7 +331,10 @@ def _wait_until_ready(timeout_s: float | None) -> None:
             preload()
         _check_still_starting(_entry)
         time.sleep(0.05)
-    if first_wait and _entry.get("fingerprint") is None:
+    # A server started by hand is checked for its version; one this command spawned is asked it too: Prefect
+    # sets that route up at its first request (~0.5 s, seconds on a busy machine), and every flow run's client
+    # asks it first, so the spawning command takes that wait here and later commands find it answered.
+    if first_wait and (_entry.get("fingerprint") is None or _spawned is not None):
         _check_version(_entry)
     if first_wait and _spawned is not None:
         print(f"Prefect server started in the background for {prefect_home()}: UI at {_entry['ui']} "
@@ -360,7 +363,7 @@ def _check_still_starting(entry: dict[str, Any]) -> None:
 
 
 def _check_version(entry: dict[str, Any]) -> None:
-    """A server started by hand: its Prefect must be this one."""
+    """The server's Prefect must be this one (a server started by hand may run another)."""
     try:
         with urllib.request.urlopen(entry["url"] + "/admin/version", timeout=5) as reply:
             version = json.loads(reply.read())
