@@ -154,3 +154,33 @@ def test_batches_arriving_together_take_turns_wave_by_wave():
     asyncio.run(both())
     assert prepared[:2] == [("a", WAVE), ("b", WAVE)] and len(prepared) == 6
     assert started.index(("b", 0)) < started.index(("a", WAVE))
+
+
+def test_a_batch_cancelled_between_waves_leaves_no_result_unanswered():
+    """The loop closing while a batch is between waves: every call not started yet, and every one started,
+    hands its asking thread a cancellation instead of leaving it waiting."""
+    import asyncio
+    import concurrent.futures
+
+    from refusalbench.tasks.llm.loop_thread import _EMPTY, WAVE, Handoff
+
+    async def call(argument: int) -> int:
+        await asyncio.sleep(60)
+        return argument
+
+    async def cancelled_in_flight() -> Handoff:
+        handoff = Handoff(2 * WAVE)
+        fill = asyncio.ensure_future(handoff.fill([(i, call, i) for i in range(2 * WAVE)]))
+        await asyncio.sleep(0)  # the first wave started; the fill yields before the second
+        fill.cancel()
+        await asyncio.gather(fill, return_exceptions=True)
+        return handoff
+
+    handoff = asyncio.run(cancelled_in_flight())
+    assert not any(slot is _EMPTY for slot in handoff._slots)  # else ``get`` below would wait for ever
+    for index in (0, WAVE - 1, WAVE, 2 * WAVE - 1):
+        try:
+            handoff.get(index)
+        except concurrent.futures.CancelledError:
+            continue
+        raise AssertionError(f"call {index} was not handed its cancellation")

@@ -81,15 +81,22 @@ class Handoff:
                 if not isinstance(exc, Exception):
                     raise
 
-        started = []
-        for first in range(0, len(calls), WAVE):
-            wave = calls[first:first + WAVE]
-            if before is not None:
-                before([argument for _, _, argument in wave])
-            started.extend(asyncio.ensure_future(one(*call)) for call in wave)
-            if first + WAVE < len(calls):
-                await asyncio.sleep(0)  # the loop's other ready work (other batches, replies) goes first
-        await asyncio.gather(*started)
+        started: list[asyncio.Future] = []
+        try:
+            for first in range(0, len(calls), WAVE):
+                wave = calls[first:first + WAVE]
+                if before is not None:
+                    before([argument for _, _, argument in wave])
+                started.extend(asyncio.ensure_future(one(*call)) for call in wave)
+                if first + WAVE < len(calls):
+                    await asyncio.sleep(0)  # the loop's other ready work (other batches, replies) goes first
+            await asyncio.gather(*started)
+        except asyncio.CancelledError as cancelled:  # the loop closing: no asking thread may wait for ever
+            for task in started:
+                task.cancel()
+            for index, _, _ in calls[len(started):]:
+                self._put(index, (True, cancelled))
+            raise
 
     def _put(self, index: int, slot: tuple[bool, Any]) -> None:
         with self._ready:
