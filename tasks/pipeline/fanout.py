@@ -52,6 +52,15 @@ if TYPE_CHECKING:
     from refusalbench.tasks.pipeline.budget import Budget
 
 
+def task_parameter(cfg: RunConfig) -> Any:
+    """The config as a task's parameter: ``quote``d, so Prefect does not walk it looking for futures (it holds
+    none), which it did twice per task, field by field, as the task started: at 30 targets a third of the
+    process's time before a stage's first calls. The task still gets the config itself, and its cache key,
+    computed after Prefect unwraps it, is the same. Not under Dask: ``prefect_dask`` walks the parameters
+    itself to swap futures and hands a ``quote`` on as a plain tuple."""
+    return cfg if cfg.runner == "dask" else quote(cfg)
+
+
 def content_digest(*parts: Any) -> str:
     """Hash of what a task reads but Prefect's cache key cannot see (file contents, templates)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -166,10 +175,6 @@ class Fanout:
         self._given.update({(task.name, model): given for model, given in inputs.items()})
         futures: dict[str, list[Any]] = {model: [] for model in models}
 
-        # The config goes in ``quote``d: Prefect then does not walk it looking for futures (it holds none),
-        # which it did twice per task, field by field, as the task started: at 30 targets, a third of
-        # the process's time before the stage's first calls. The task still gets the config itself,
-        # and its cache key, computed after Prefect unwraps it, is the same.
         def submit_one(model: str, index: int) -> Any:
             # Named per submission: the shard count is the fan-out's, not a task parameter.
             # The name is no part of the cache key (task inputs + source), so caching holds.
@@ -179,11 +184,11 @@ class Fanout:
                 name = f"{name.rsplit(' | ', 1)[0]} | batch of {len(shard.name)} shards"
             named = task.with_options(task_run_name=name.replace("{", "{{").replace("}", "}}"))
             if self.budget is None:
-                return named.submit(quote(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
+                return named.submit(task_parameter(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
             parts = len(shard.name) if isinstance(shard.name, list) else 1
             rows = shard.rows if shard.rows is not None else self._shard_size * parts
             estimate = self.budget.admit(stage, model, index, len(inputs[model]), rows, models)
-            future = named.submit(quote(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
+            future = named.submit(task_parameter(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
             self.budget.track(future, estimate)
             return future
 

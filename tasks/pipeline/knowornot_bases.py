@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from prefect import Task
-from prefect.utilities.annotations import quote  # the config is no future: Prefect need not walk it (fanout.Fanout.submit)
 
 from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
 from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.records import BASE_FILTER_FIELDS, ExperimentInput, FilterReport, QAPair
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.fanout import task_parameter
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ def each_base(stage: Task, bases: list[KnowledgeBaseSlice], *args: Any) -> list[
     """One stage for every base, all at once; the results in the bases' order."""
     if len(bases) == 1:
         only = bases[0]
-        return [stage(quote(only.cfg), only.out, only.digest, *args)]
-    futures = [stage.submit(quote(base.cfg), base.out, base.digest, *args) for base in bases]
+        return [stage(task_parameter(only.cfg), only.out, only.digest, *args)]
+    futures = [stage.submit(task_parameter(base.cfg), base.out, base.digest, *args) for base in bases]
     return [future.result() for future in futures]
 
 
@@ -67,10 +67,10 @@ def each_base_then(first: Task, then: Task, bases: list[KnowledgeBaseSlice], *th
     for those of ``then``."""
     if len(bases) == 1:
         only = bases[0]
-        done = first(quote(only.cfg), only.out, only.digest)
-        return [done], lambda: [then(quote(only.cfg), only.out, only.digest, *then_args)]
-    firsts = [first.submit(quote(base.cfg), base.out, base.digest) for base in bases]
-    thens = [then.submit(quote(base.cfg), base.out, base.digest, *then_args, wait_for=[future])
+        done = first(task_parameter(only.cfg), only.out, only.digest)
+        return [done], lambda: [then(task_parameter(only.cfg), only.out, only.digest, *then_args)]
+    firsts = [first.submit(task_parameter(base.cfg), base.out, base.digest) for base in bases]
+    thens = [then.submit(task_parameter(base.cfg), base.out, base.digest, *then_args, wait_for=[future])
              for base, future in zip(bases, firsts)]
     return [future.result() for future in firsts], lambda: [future.result() for future in thens]
 
