@@ -174,6 +174,7 @@ class Fanout:
                   for model, given in inputs.items()}
         self._given.update({(task.name, model): given for model, given in inputs.items()})
         futures: dict[str, list[Any]] = {model: [] for model in models}
+        config = task_parameter(self.task_config)
 
         def submit_one(model: str, index: int) -> Any:
             # Named per submission: the shard count is the fan-out's, not a task parameter.
@@ -184,11 +185,11 @@ class Fanout:
                 name = f"{name.rsplit(' | ', 1)[0]} | batch of {len(shard.name)} shards"
             named = task.with_options(task_run_name=name.replace("{", "{{").replace("}", "}}"))
             if self.budget is None:
-                return named.submit(task_parameter(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
+                return named.submit(config, self.out, model, shard.name, shard.digest, self.api_bases)
             parts = len(shard.name) if isinstance(shard.name, list) else 1
             rows = shard.rows if shard.rows is not None else self._shard_size * parts
             estimate = self.budget.admit(stage, model, index, len(inputs[model]), rows, models)
-            future = named.submit(task_parameter(self.task_config), self.out, model, shard.name, shard.digest, self.api_bases)
+            future = named.submit(config, self.out, model, shard.name, shard.digest, self.api_bases)
             self.budget.track(future, estimate)
             return future
 
