@@ -283,41 +283,34 @@ class Gateway:
         ``max_attempts``. A 429 is not an error: the model pauses for as long as the provider asks
         (:meth:`_rate_limited`), within ``max_rate_limit_wait_s``. A 400 rejecting the structured-
         output mode lowers the model's mode (:meth:`_fell_back`) and the call goes again in it."""
-        probe = spec.schema_ is not None and await self._structured.enter(spec.model)
         sent = errors = limited = 0
         limited_since: float | None = None
         last_error = "no attempt made"
-        try:
-            while True:
-                mode = self._structured_mode(spec, cfg)
-                sent += 1
-                try:
-                    return await self._send_once(spec, cfg, mode), sent, None
-                except CallFailed as failure:
-                    last_error = str(failure)
-                    log.debug("call to %s failed (request %d, %d/%d errors): %s", spec.model, sent, errors,
-                              cfg.max_attempts, failure)
-                    if mode is not None and self._fell_back(spec, cfg, mode, failure):
+        while True:
+            sent += 1
+            modes: list[str | None] = []  # the structured mode this attempt went in
+            try:
+                return await self._send_once(spec, cfg, modes), sent, None
+            except CallFailed as failure:
+                mode = modes[0] if modes else None
+                last_error = str(failure)
+                log.debug("call to %s failed (request %d, %d/%d errors): %s", spec.model, sent, errors,
+                          cfg.max_attempts, failure)
+                if mode is not None and self._fell_back(spec, cfg, mode, failure):
+                    continue
+                if failure.rate_limited and failure.retriable:
+                    limited += 1
+                    limited_since = limited_since if limited_since is not None else time.monotonic()
+                    problem = self._rate_limited(spec, cfg, failure, limited, limited_since)
+                    if problem is None:
                         continue
-                    if probe:  # an answer that says nothing against the mode: the waiting calls may go
-                        self._structured.settle(spec.model)
-                        probe = False
-                    if failure.rate_limited and failure.retriable:
-                        limited += 1
-                        limited_since = limited_since if limited_since is not None else time.monotonic()
-                        problem = self._rate_limited(spec, cfg, failure, limited, limited_since)
-                        if problem is None:
-                            continue
-                        last_error = f"{last_error}; {problem}"
-                        break
-                    errors += 1
-                    if not failure.retriable or errors >= cfg.max_attempts:
-                        break
-                    self._count(spec.model, retries=1)
-                    await asyncio.sleep(self._backoff(errors, failure.retry_after))
-        finally:
-            if probe:
-                self._structured.settle(spec.model)
+                    last_error = f"{last_error}; {problem}"
+                    break
+                errors += 1
+                if not failure.retriable or errors >= cfg.max_attempts:
+                    break
+                self._count(spec.model, retries=1)
+                await asyncio.sleep(self._backoff(errors, failure.retry_after))
         return None, sent, f"{last_error} (after {sent} attempt{'s' if sent > 1 else ''})"
 
     def _profile(self, model: str, cfg: ModelConfig) -> ProviderProfile:
@@ -380,10 +373,13 @@ class Gateway:
         budget = self._profile(spec.model, cfg).max_output_tokens({**cfg.params, **spec.params})
         return prompt_tokens(cfg.model, spec.messages) + (budget or 0)
 
-    async def _send_once(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> dict[str, Any]:
+    async def _send_once(self, spec: CallSpec, cfg: ModelConfig, modes: list[str | None]) -> dict[str, Any]:
         async with self._limits_for(spec.model, cfg).slot(self._tpm_tokens(spec, cfg)):
             self._writes.flush()  # the replies come so far are committed before another request goes out
             self._count(spec.model, spec.stage, http_calls=1)
+            # The mode is read once the slot is held: a call that waited for it goes in any
+            # fallback a call in flight has met meanwhile (appended for the caller to see).
+            modes.append(mode := self._structured_mode(spec, cfg))
             request = self._request(spec, cfg, mode)
             started = time.perf_counter()
             if request.body is not None:

@@ -5,27 +5,28 @@ A model's provider profile says how a response schema is sent (``json_schema``, 
 answer that mode with a 400 (the scripted server words it as they do: ``response_format``
 for chat completions, ``output_format`` for the Messages API). The profile recognises the 400
 (``rejects_structured_output``) and names the next mode (``fallback_mode``); this module remembers
-the fallback for the rest of the run, for every call of the model in the process, so the 400 is
-paid once per model and not once per item.
+the fallback for the rest of the run, for every call of the model in the process, so the 400s
+come in one round of a model's calls and not once per item.
 
-Once per model means one probe: the first structured call of a model is sent alone, and the
-other structured calls of the model wait for its answer before they are sent in the mode it
-settled. A fallback is written in the run's manifest (``structured_output_fallbacks``).
+There is no probe: a model's first structured calls all go in the configured mode. Holding them
+back until one call had settled the mode cost every structured model one whole reply in every
+run (a second per stage against the 1 s scripted server, tens of seconds for a reasoning model),
+to save a rare rejecting server a few 400s. Now, when a server rejects the mode, the calls already
+in flight (at most the model's ``max_concurrency``) meet the 400 and are each sent again in the
+fallback; every call sent after the first rejection goes in the fallback. The fallback is recorded
+once per model and written in the run's manifest (``structured_output_fallbacks``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 
 class StructuredModes:
-    """Per model (registry name): the fallback mode in use, and the probe that settles it. Used on
-    the gateway's event loop; :meth:`fallbacks` may be read from any thread."""
+    """Per model (registry name): the fallback mode in use. Thread-safe."""
 
     def __init__(self) -> None:
         self._fallbacks: dict[str, str] = {}
-        self._settled: dict[str, asyncio.Event] = {}
         self._lock = threading.Lock()
 
     def mode(self, model: str, configured: str) -> str:
@@ -37,22 +38,6 @@ class StructuredModes:
         """{model: mode} for every model that fell back in this process."""
         with self._lock:
             return dict(self._fallbacks)
-
-    async def enter(self, model: str) -> bool:
-        """Wait until ``model``'s mode is settled; True when the caller is the one to settle it
-        (its first structured call), which must then call :meth:`settle`."""
-        event = self._settled.get(model)
-        if event is None:
-            self._settled[model] = asyncio.Event()
-            return True
-        await event.wait()
-        return False
-
-    def settle(self, model: str) -> None:
-        """The probe got an answer that is not a rejection of the mode: every waiting call may go."""
-        event = self._settled.get(model)
-        if event is not None:
-            event.set()
 
     def fall_back(self, model: str, rejected: str, fallback: str) -> bool:
         """Use ``fallback`` for ``model`` from now on, unless ``rejected`` is no longer its mode (a
