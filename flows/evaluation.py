@@ -14,6 +14,7 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.outputs import generation_figures_aside
 from refusalbench.tasks.refusalbench.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
 from refusalbench.tasks.refusalbench.records import BenchmarkItem
 from refusalbench.tasks.core.config import RunConfig, load_config
@@ -48,6 +49,7 @@ def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | 
     recorder.hashes(prompts=all_template_hashes())
     with recorder.run():
         place_benchmark(store, benchmark, items)
+        generation_figures = generation_figures_aside(store)  # drawn while the targets answer, if not yet
         targets = check_or_raise(cfg, cfg.evaluation.targets)
         (judge,) = check_or_raise(cfg, [cfg.evaluation.judge])
         with model_endpoints(cfg, targets + [judge]) as api_bases:
@@ -55,6 +57,6 @@ def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | 
             responses, judgments = respond_and_judge(run, items, targets, judge)
         result = score_judgments(run, items, targets, responses, judgments)
         counter.record(recorder)
-        report_uri = report_results(run, result)
+        report_uri = report_results(run, result, generation_figures)
     return {"metrics": store.uri(rb_files.METRICS.name), "report": report_uri, "responses": len(responses),
             "models": result.metrics, "incomplete": result.incomplete, "no_scored_rows": result.unscorable}

@@ -46,7 +46,9 @@ def check_generation_inputs(cfg: RunConfig, seed: int | None = None,
 
 @flow(name="refusalbench-generate", log_prints=True)
 def generation_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
-                    fresh: list[str] | None = None) -> dict[str, Any]:
+                    fresh: list[str] | None = None, report: bool = True) -> dict[str, Any]:
+    """``report``: write the generation-only report.html; the main job's run leaves it to its evaluation,
+    whose final report holds the same figures, drawn while the targets answer."""
     cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     avoid = frozenset(earlier_pairs(out)) if round_id else frozenset()  # new pairs while the pool allows
@@ -65,7 +67,7 @@ def generation_flow(config_path: str, out: str, seed: int | None = None, round_i
             verifications = verify_stage(run, inputs, candidates, verifiers)
         selection = select_benchmark(run, inputs, candidates, verifications, verifiers, generators)
         counter.record(recorder)  # before analyse: its report shows the manifest
-        analyse(run, selection, generators, verifiers)
+        analyse(run, selection, generators, verifiers, report=report)
     if not selection.benchmark and (reason := empty_benchmark_reason(candidates, verifications)):
         raise RunIncomplete(reason)  # after the run folder is whole: its report and manifest say the rest
     return {"benchmark": run.store.uri(rb_files.BENCHMARK.name), "accepted": len(selection.accepted_ids),

@@ -16,6 +16,7 @@ from refusalbench.flows.common import check_or_raise, configured, model_endpoint
 from refusalbench.flows.evaluation import evaluation_flow
 from refusalbench.flows.generation import check_generation_inputs, generation_flow
 from refusalbench.flows.pretest import pretest_models
+from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.outputs import write_generation_report
@@ -29,7 +30,8 @@ def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str
               fresh: list[str] | None = None) -> dict[str, Any]:
     cfg = load_config(config_path)
     with model_endpoints(cfg, cfg.used_models()), budget_span(cfg):  # one budget_usd for both flows
-        generated = configured(generation_flow, cfg, out)(config_path, out, seed, round_id, fresh)
+        # No generation-only report: the final one holds its figures, drawn while the targets answer.
+        generated = configured(generation_flow, cfg, out)(config_path, out, seed, round_id, fresh, report=False)
         story("benchmark: %d items (%d accepted of %d candidates)", generated["sampled"], generated["accepted"],
               generated["candidates"])
         if generated["sampled"] == 0:
@@ -38,10 +40,28 @@ def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str
             report = write_generation_report(ArtifactStore(out))
             raise RuntimeError(f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
                                f"see the generator-verifier analysis in {report}")
-        evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out, round_id, fresh)
+        try:
+            evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out, round_id,
+                                                              fresh)
+        except BaseException:
+            _report_the_generation(ArtifactStore(out))
+            raise
         story("report: %s", evaluated["report"])
     return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
             "generation": generated, "incomplete": evaluated["incomplete"]}
+
+
+def _report_the_generation(store: ArtifactStore) -> None:
+    """After a failed evaluation that wrote no report of its own: report.html of the generation's funnel
+    and analysis (the run skipped it, leaving the figures to the final report), else the folder would
+    keep no report or an earlier run's."""
+    manifest = store.load(runfolder.MANIFEST) if store.has(runfolder.MANIFEST) else None
+    if manifest is not None and manifest.kind == "evaluate" and runfolder.REPORT.name in manifest.artifacts:
+        return
+    try:
+        write_generation_report(store)
+    except Exception as exc:  # noqa: BLE001 - the evaluation's error is the one to raise
+        story("the generation report could not be written either: %s: %s", type(exc).__name__, exc)
 
 
 def check_main_inputs(config_path: str, seed: int | None = None) -> RunConfig:

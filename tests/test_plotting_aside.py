@@ -1,4 +1,4 @@
-"""plotting.drawn_spread and FigureSlots: what forked children draw is what drawing it here gives, in
+"""plotting.drawn_spread, FigureSlots and DrawnAside: what forked children draw is what drawing it here gives, in
 order; the jobs are shared between this process and the children; a job that fails or a child that dies
 leaves the drawing (and its error) to this process; on one core everything is drawn here."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from refusalbench.tasks.core.plotting import FigureSlots, drawn_spread
+from refusalbench.tasks.core.plotting import DrawnAside, FigureSlots, drawn_spread
 
 TWO_CORES = sys.platform.startswith("linux") and len(os.sched_getaffinity(0)) >= 2
 
@@ -75,3 +75,28 @@ def test_slots_put_each_figure_in_its_placeholder():
     page = f"<p>{slots.add(str, 'a')}</p><p>{slots.add(_squared_text, 3, cost=5)}</p>{slots.add(str, 'b')}"
     assert slots.fill(page) == "<p>a</p><p>9</p>b"
     assert FigureSlots().fill("<p>no figure</p>") == "<p>no figure</p>"
+
+
+def test_drawn_aside_is_drawn_by_a_child_while_this_process_goes_on():
+    started = time.monotonic()
+    aside = DrawnAside(_pid_after, 0.5)
+    assert time.monotonic() - started < 0.4  # not waited for here
+    pid = aside.result()
+    assert (pid != os.getpid()) == TWO_CORES
+    assert aside.result() == pid  # asked again: the same answer, not a second drawing
+
+
+def test_drawn_aside_by_a_child_that_dies_or_fails_is_drawn_here():
+    assert DrawnAside(_dies_in_a_child, os.getpid()).result() == "drawn here"
+    with pytest.raises(ValueError, match="no figure"):
+        DrawnAside(_fails, "no figure").result()
+
+
+def test_a_drawing_aside_never_asked_for_stops_its_child():
+    aside = DrawnAside(_pid_after, 30.0)
+    child = aside._child
+    if child is None:
+        pytest.skip("one core: nothing drawn aside")
+    del aside
+    child.join(timeout=10)
+    assert not child.is_alive()

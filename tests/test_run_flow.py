@@ -82,3 +82,47 @@ def test_a_judge_that_cannot_run_stops_the_job_before_any_call(command, tmp_path
     assert not out.exists()
     (line,) = stderr.splitlines()
     assert line.startswith(f"{config}: models: cannot run judge: ") and "REFUSALBENCH_TEST_JUDGE_KEY is not set" in line
+
+
+IMG = "<img "
+
+
+def test_the_run_draws_the_generation_figures_once_while_the_targets_answer(tmp_path, fake_llm):
+    """``run`` writes no generation-only report: its evaluation draws the generation figures in a forked
+    child while the targets answer, stores them, and the final report shows that copy."""
+    from refusalbench.flows.launch import run_main
+    from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
+
+    script(fake_llm)
+    out = tmp_path / "run"
+    run_main(str(write_config(tmp_path, fake_llm.url)), str(out))
+    generation = json.loads((out / "generation_manifest.json").read_text())
+    assert "analyse" in generation["timings_s"] and "report" not in generation["timings_s"]
+    assert "report.html" not in generation["artifacts"]
+    (stored,) = (out / "_work").glob("generation-figures-*.html")
+    drawn_here = generation_figures_html(json.loads((out / "gv_analysis.json").read_text()))
+    assert stored.read_text() == drawn_here and drawn_here.count(IMG) >= 4  # the child drew what this process draws
+    page = (out / "report.html").read_text()
+    assert "(generation only" not in page and "Leaderboard" in page
+    assert drawn_here in page.split("<h2>Benchmark generation</h2>")[1]
+
+
+def test_a_failed_evaluation_leaves_the_generation_report(tmp_path, fake_llm, monkeypatch):
+    """The run skipped the generation-only report; an evaluation that fails before its own report leaves
+    that one instead, showing the generation's manifest (not the failed evaluation's)."""
+    from refusalbench.flows import evaluation
+    from refusalbench.flows.launch import run_main
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("scoring broke")
+
+    monkeypatch.setattr(evaluation, "score_judgments", broken)
+    script(fake_llm)
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="scoring broke"):
+        run_main(str(write_config(tmp_path, fake_llm.url)), str(out))
+    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+    page = (out / "report.html").read_text()
+    assert "<title>RefusalBench report (generation only)</title>" in page
+    generation = json.loads((out / "generation_manifest.json").read_text())
+    assert generation["run_id"] in page

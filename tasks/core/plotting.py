@@ -15,6 +15,7 @@ import re
 import secrets
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -146,6 +147,60 @@ def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
             draw, args = jobs[index]
             drawn[index] = draw(*args)
     return [drawn[index] for index in range(len(jobs))]
+
+
+def _stop_child(receive: Any, child: Any, wait_s: float) -> None:
+    receive.close()
+    child.join(timeout=wait_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
+class DrawnAside:
+    """``draw(*args)`` drawn by a forked child while this process goes on (e.g. calls models);
+    :meth:`result` waits for it. Drawn by :meth:`result` here instead where fork is not available,
+    on one core (the child would take the core the calls need), or when the child fails, dies or is
+    silent for ``_CHILD_TIMEOUT_S``; the same call gives the same result wherever it runs."""
+
+    def __init__(self, draw: Callable[..., Any], *args: Any) -> None:
+        self._draw, self._args = draw, args
+        self._receive: Any = None
+        self._child: Any = None
+        self._drawn: dict[int, Any] = {}
+        if not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
+            return
+        context = multiprocessing.get_context("fork")
+        for stream in (sys.stdout, sys.stderr):  # else the child would write this process's buffered output again
+            if stream is not None:
+                stream.flush()
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_child_draws, args=(send, [(draw, args)], [0], context.Value("l", 0)), daemon=True)
+        try:
+            child.start()
+            self._receive, self._child = receive, child
+            # Never asked (the run failed first): the child is stopped when this object goes.
+            self._stop = weakref.finalize(self, _stop_child, receive, child, 0)
+        except Exception:  # noqa: BLE001 - no process to spare (or a daemonic process): drawn here when asked
+            receive.close()
+        finally:
+            send.close()
+
+    def result(self) -> Any:
+        drawn = self._drawn
+        if self._child is not None:
+            try:
+                if self._receive.poll(_CHILD_TIMEOUT_S):
+                    drawn.update(self._receive.recv())
+            except (EOFError, OSError):  # the child died before it answered
+                pass
+            finally:
+                self._stop.detach()
+                _stop_child(self._receive, self._child, 5)
+                self._child = None
+        if 0 not in drawn:
+            drawn[0] = self._draw(*self._args)
+        return drawn[0]
 
 
 class FigureSlots:

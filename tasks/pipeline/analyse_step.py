@@ -21,7 +21,8 @@ from refusalbench.tasks.pipeline.select_step import Selection
 from refusalbench.tasks.pipeline.ui import publish_markdown, publish_table
 
 
-def analyse(run: StageRun, selection: Selection, generators: list[str], verifiers: list[str]) -> dict[str, Any]:
+def analyse(run: StageRun, selection: Selection, generators: list[str], verifiers: list[str],
+            report: bool = True) -> dict[str, Any]:
     with run.recorder.stage("analyse"):
         analysis = gv_analysis(run.store.read_frame(rb_files.CANDIDATES.name),
                                run.store.read_frame(rb_files.VERIFICATIONS.name), selection.accepted_ids,
@@ -41,7 +42,8 @@ def analyse(run: StageRun, selection: Selection, generators: list[str], verifier
             publish_table("gv-matched-self-vs-cross", matched_rows(analysis),
                           "Matched set: self vs cross pass rate (pre-check rejects count as FAIL; paper Fig. 3)")
         publish_markdown("gv-summary", summary_markdown(analysis), "Generator-verifier analysis")
-    with run.recorder.stage("report"):  # after the manifest is saved: the report shows it
-        write_generation_report(run.store)
-        run.recorder.artifact(runfolder.REPORT)
+    if report:
+        with run.recorder.stage("report"):  # after the manifest is saved: the report shows it
+            write_generation_report(run.store)
+            run.recorder.artifact(runfolder.REPORT)
     return analysis

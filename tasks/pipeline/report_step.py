@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from refusalbench.tasks.core import runfolder
@@ -11,12 +12,15 @@ from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.ui import publish_link, publish_markdown, publish_table, story
 
 
-def report_results(run: StageRun, result: ScoreResult) -> str:
-    """Write the report (after the manifest is saved: the report shows it); returns its URI."""
+def report_results(run: StageRun, result: ScoreResult, figures_drawn_aside: Callable[[], None] = lambda: None) -> str:
+    """Write the report (after the manifest is saved: the report shows it); returns its URI.
+    ``figures_drawn_aside``: waits for figures drawn while the targets answered and stores them
+    (``outputs.generation_figures_aside``), so that the report shows them."""
     from refusalbench.tasks.refusalbench.report import leaderboard_markdown, leaderboard_rows  # matplotlib: only for a report
 
     run.recorder.save()
     with run.recorder.stage("report"):
+        figures_drawn_aside()
         report_uri = write_report(run.store, result)
         run.recorder.artifact(runfolder.REPORT)
     publish_table("leaderboard", leaderboard_rows(result.metrics, result.intervals, result.standard_errors,

@@ -8,7 +8,7 @@ Also the two commands that work on files alone, with no model call:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -122,6 +122,8 @@ def write_generation_report(store: ArtifactStore) -> str:
     """A report with no scores (after ``generate``): generation figures, funnel and verifier analysis."""
     gv = store.load(rb_files.GV_ANALYSIS)
     manifest = store.load(runfolder.MANIFEST)
+    if manifest.kind != "generate" and store.has(rb_files.GENERATION_MANIFEST):  # an evaluation in the folder
+        manifest = store.load(rb_files.GENERATION_MANIFEST)  # began its own: the generation's is kept aside
     audit = _optional(store, rb_files.AUDIT)
     empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
     from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report
@@ -144,6 +146,25 @@ def _generation_figures_file(analysis: dict) -> str:
     from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key
 
     return f"{runfolder.WORK}/generation-figures-{drawn_figures_key(analysis)}.html"
+
+
+def generation_figures_aside(store: ArtifactStore) -> Callable[[], None]:
+    """Start drawing the generation figures of the folder's analysis in a forked child, unless none
+    are to draw or they are stored already; returns the function that waits for them and stores them,
+    so that the final report shows that copy (a ``run``'s generation writes no report of its own:
+    the figures are drawn while the targets answer, not after the last call)."""
+    analysis = store.load(rb_files.GV_ANALYSIS).model_dump(mode="json") if store.has(rb_files.GV_ANALYSIS) else None
+    if not analysis or _stored_generation_figures(store, analysis) is not None:
+        return lambda: None
+    from refusalbench.tasks.core.plotting import DrawnAside
+    from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
+
+    drawing = DrawnAside(generation_figures_html, analysis)
+
+    def store_them() -> None:
+        store.write_text(_generation_figures_file(analysis), drawing.result())
+
+    return store_them
 
 
 def _stored_generation_figures(store: ArtifactStore, analysis: dict | None) -> str | None:
