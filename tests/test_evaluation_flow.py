@@ -167,3 +167,36 @@ def test_stage_timings_are_the_stages_own(tmp_path, fake_llm, benchmark):
     assert timings["respond"] >= 0.5
     assert timings["judge"] < timings["respond"]
     assert {"score", "report"} <= set(timings)
+
+
+def test_the_judge_calls_go_out_as_the_replies_come_in(tmp_path, fake_llm, benchmark):
+    """The respond task starts the judge's call for each reply to judge as it arrives; the judge task gets
+    those calls' results: each judge call sent once, before the shard's last reply, counted as the judge's
+    own (no cache hit, ``judge_cached`` false), and nothing sent again on a re-run."""
+    from refusalbench.flows.launch import run_evaluation
+
+    fake_llm.latency_s = 0.3
+    fake_llm.responder = by_model({"oracle": oracle, "judge": judge_by_reference})
+    config = tmp_path / "ahead.yaml"
+    config.write_text(write_config(tmp_path, fake_llm.url, ["oracle"]).read_text().replace("shard_size: 4",
+                                                                                         "shard_size: 10")
+                      .replace("max_attempts: 2", "max_attempts: 2\n    max_concurrency: 2"))
+    out = tmp_path / "eval"
+    run_evaluation(str(config), benchmark, str(out))
+
+    judged = [c for c in fake_llm.calls if c["model"] == "judge"]
+    target = [c for c in fake_llm.calls if c["model"] == "oracle"]
+    # The oracle answers all 10 items in one shard (5 rounds at 2 at once): the judge is not asked to
+    # wait for the shard's end; the oracle's prose replies are all judged, each once.
+    assert len(target) == 10 and len(judged) == 10
+    assert len({c["fingerprint"] for c in judged}) == 10
+    assert min(c["time"] for c in judged) < max(c["time"] for c in target)
+    judgments = pd.read_parquet(out / "judgments.parquet")
+    assert len(judgments) == 10 and not judgments["judge_cached"].any() and judgments["error"].isna().all()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["calls"]["judge"]["http_calls"] == 10 and manifest["calls"]["judge"].get("cache_hits", 0) == 0
+    assert set(manifest["costs"]["by_stage"]) == {"respond", "judge"}  # the judge's calls counted for its stage
+
+    sent = len(fake_llm.calls)
+    run_evaluation(str(config), benchmark, str(tmp_path / "again"))
+    assert len(fake_llm.calls) == sent

@@ -51,6 +51,7 @@ from pydantic import BaseModel
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.batch_calls import BatchCalls
 from refusalbench.tasks.llm.callcache import CallCache, NullCache, WriteBehind
+from refusalbench.tasks.llm.calls_ahead import CallsAhead
 from refusalbench.tasks.llm.loop_thread import Handoff, LoopThread
 # What a call is lives in ``calls``; the stages import these names from here too.
 from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
@@ -107,6 +108,7 @@ class Gateway:
         self._loop.cleanups += [self._shared_limits.close] if self._shared_limits else []
         self._structured = StructuredModes()
         self._inflight: dict[str, asyncio.Future] = {}
+        self._ahead = CallsAhead()  # calls started before their asker asks (``start_ahead``)
         self.usage = accounting.UsageCounters()  # per model and per stage, for the run's manifest
         self._batches = BatchCalls(self)  # the calls of models in mode: batch
 
@@ -141,6 +143,16 @@ class Gateway:
             self._writes, self.models, lambda ahead: handoff.fill(calls, ahead))))
         return [handoff.get(i) for i in range(len(specs))]
 
+    def start_ahead(self, specs: Iterable[CallSpec]) -> None:
+        """Start ``specs`` and return at once, for a caller in this process that asks for the same calls
+        later and gets what they came to (``calls_ahead``); each spec names its ``stage``."""
+        self._loop.submit(self._start_ahead(list(specs)))
+
+    async def _start_ahead(self, specs: list[CallSpec]) -> None:
+        for spec in specs:
+            if (cfg := self.models.get(spec.model)) is not None:
+                self._ahead.start(self.scope.key(cfg, spec), lambda spec=spec: self._answer(spec, asked=False))
+
     def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
         return self.complete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)])[0]
 
@@ -169,7 +181,7 @@ class Gateway:
         await self._writes.committed()
         return result
 
-    async def _answer(self, spec: CallSpec) -> CallResult:
+    async def _answer(self, spec: CallSpec, asked: bool = True) -> CallResult:
         cfg = self.models.get(spec.model)
         if cfg is None:
             return CallResult(model=spec.model, key="", tag=spec.tag, error=f"unknown model {spec.model!r}", error_kind="call_error")
@@ -178,6 +190,8 @@ class Gateway:
                               error=f"{spec.model!r} is the rule-based generator ({cfg.model}): it answers no prompt "
                                     "and can only be listed under generation.generators")
         key = self.scope.key(cfg, spec)
+        if asked and (ahead := self._ahead.take(key)) is not None:  # this call, started ahead: counted there
+            return await asyncio.shield(ahead)
         cached = self.scope.cached_reply(self._writes, key, spec, cfg, self.models)  # in scope, usable, migrated
         if cached is not None:
             self._count(spec.model, spec.stage, cache_hits=1)

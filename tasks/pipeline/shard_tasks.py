@@ -11,6 +11,8 @@ gives such a model's shards of a stage to one task: ``fanout.BATCH_CALLERS``, re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefect import task
 
 from refusalbench.tasks.core.config import RunConfig
@@ -18,12 +20,12 @@ from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.records import (Assignment, BaseItem, BenchmarkItem, Candidate, Judgment,
                                                      PretestRow, Response, Verification)
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.llm.gateway import gateway_for
-from refusalbench.tasks.pipeline.fanout import (BATCH_CALLERS, progress_callback, read_input, read_shared, timed_body,
-                                                write_output_shard)
+from refusalbench.tasks.llm.gateway import CallResult, Gateway, gateway_for
+from refusalbench.tasks.pipeline.fanout import (BATCH_CALLERS, one_model_at_a_time, progress_callback, read_input,
+                                                read_shared, timed_body, write_output_shard)
 from refusalbench.tasks.pipeline.runtime import cache_policy
 from refusalbench.tasks.refusalbench.generate import generate_candidates, rule_candidates
-from refusalbench.tasks.refusalbench.judge import judge_responses, needs_judge
+from refusalbench.tasks.refusalbench.judge import judge_responses, judging_ahead, needs_judge
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.prechecks import awaits_verification
 from refusalbench.tasks.refusalbench.pretest import pretest_answers
@@ -80,10 +82,32 @@ def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str
     templates and the package version.
     """
     items = read_input(run_root, items_name, BenchmarkItem)
+    gateway = gateway_for(config, api_bases)
+    progress = progress_callback(f"{target} responds", len(items))
+    judging = judging_ahead_here(config, gateway, items, target)
+
+    def reply_in(result: CallResult) -> None:
+        progress(result)
+        if judging is not None:
+            judging(result)
+
     # Always the plain prompt: confidence is elicited by the calibration pass (calibrate_shard).
-    rows = respond(gateway_for(config, api_bases), items, target,
-                   on_result=progress_callback(f"{target} responds", len(items)))
+    rows = respond(gateway, items, target, on_result=reply_in)
     return write_output_shard(run_root, "responses", target, items_name, rows, Response)
+
+
+def judging_ahead_here(config: RunConfig, gateway: Gateway, items: list[BenchmarkItem],
+                       target: str) -> Callable[[CallResult], None] | None:
+    """The judge's calls started as ``target``'s replies come in (``judge.judging_ahead``), where the judge
+    task that asks for them runs in this process and sends them itself: not under Dask (another worker), not
+    for a judge in ``mode: batch`` (its batch job prices them), not where one local server takes the models
+    in turns (a judge call would swap the target's weights out), not under a ``budget_usd`` (each judge shard
+    is admitted by the budget on its own, and a call sent ahead would not wait for that)."""
+    ev = config.evaluation
+    if (config.runner != "thread" or config.budget_usd is not None or config.models[ev.judge].batch_mode("judge")
+            or one_model_at_a_time(config, [*ev.targets, ev.judge])):
+        return None
+    return judging_ahead(gateway, {item.item_id: item for item in items}, target, ev.judge, ev.decision)
 
 
 @task(name="calibrate-shard", task_run_name="calibrate {target} {items_name}",

@@ -39,6 +39,7 @@ from refusalbench.tasks.llm.structured_outputs import (RAF_WITHOUT_ELIGIBILITY, 
 from refusalbench.tasks.refusalbench.decisions import ANSWER, bare_code, normalise_decision
 from refusalbench.tasks.refusalbench.prompt_vocabulary import JUDGE_VOCABULARY
 from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.respond import response_from_result
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
 CORRECT_QUALITY = 4
@@ -142,11 +143,7 @@ def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses
     """The judgment of every response (one judge call for each that needs one); ``role``: the calls'
     cache scope; ``decision``: who decides answer vs refusal (``evaluation.decision``)."""
     to_judge = [r for r in responses if needs_judge(items[r.item_id], r, decision)]
-    specs = [
-        CallSpec(model=judge, messages=judge_messages(items[r.item_id], r), schema=judge_schema(items[r.item_id]),
-                 tag=f"{r.model}|{r.item_id}", role=role)
-        for r in to_judge
-    ]
+    specs = [judge_call(items[r.item_id], r, judge, role) for r in to_judge]
     results = dict(zip((id(r) for r in to_judge), gateway.complete_many(specs, on_result=on_result)))
     out = []
     for response in responses:
@@ -156,6 +153,27 @@ def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses
         else:
             out.append(judgment_without_model(item, response))
     return out
+
+
+def judge_call(item: BenchmarkItem, response: Response, judge: str, role: str = "judge",
+               stage: str | None = None) -> CallSpec:
+    """The judge's call about ``response``: one spec for the judge stage and for the call started ahead of it."""
+    return CallSpec(model=judge, messages=judge_messages(item, response), schema=judge_schema(item),
+                    tag=f"{response.model}|{response.item_id}", role=role, stage=stage)
+
+
+def judging_ahead(gateway: Gateway, items: dict[str, BenchmarkItem], target: str, judge: str,
+                  decision: DecisionMode = "judge") -> Callable[[CallResult], None]:
+    """A respond batch's ``on_result``: for each reply of ``target`` the judge will be asked about, the
+    judge's call is started at once (``Gateway.start_ahead``), for the judge task that asks for it after
+    the shard (see ``tasks/llm/calls_ahead.py``)."""
+    def reply_in(result: CallResult) -> None:
+        item = items[result.tag]
+        response = response_from_result(item, target, result, confidence=False)
+        if needs_judge(item, response, decision):
+            gateway.start_ahead([judge_call(item, response, judge, stage="judge")])
+
+    return reply_in
 
 
 def parser_agreement(judgments: Iterable[Judgment]) -> dict[str, dict[str, Any]]:
