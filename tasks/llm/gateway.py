@@ -450,19 +450,12 @@ class Gateway:
             "cached_tokens": reply.cached_tokens,
             **accounting.prompt_cache_billing(cfg, reply),  # cache writes and savings, when the prompt cache served
             "finish_reason": reply.finish_reason,
-            **reply_metadata(reply),
+            **reply.metadata(),
             "created_at": time.time(),
             **(accounting.batch_billing(cfg, reply) if batch else {}),
         }
         self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
         return value
-
-
-def reply_metadata(reply: Reply) -> dict[str, Any]:
-    """What the cache keeps of a reply besides its text, tokens and cost: the reasoning from the
-    provider's own field (inline reasoning stays in the text), reasoning tokens, who served it."""
-    return {"reasoning": reply.reasoning, "reasoning_tokens": reply.reasoning_tokens,
-            "served_model": reply.served_model, "system_fingerprint": reply.system_fingerprint}
 
 
 # ---------------------------------------------------------------- process-wide instances

@@ -83,6 +83,12 @@ class Reply(NamedTuple):
     # Prompt tokens written to it (Anthropic's cache_creation_input_tokens, billed above the input price).
     cache_write_tokens: int | None = None
 
+    def metadata(self) -> dict[str, Any]:
+        """What the call cache keeps of a reply besides its text, tokens and cost: the reasoning from the
+        provider's own field (inline reasoning stays in the text), reasoning tokens, who served it."""
+        return {"reasoning": self.reasoning, "reasoning_tokens": self.reasoning_tokens,
+                "served_model": self.served_model, "system_fingerprint": self.system_fingerprint}
+
 
 class Request(NamedTuple):
     """What one attempt sends (``Gateway._request``), on the direct path (``body``, posted as is) or
