@@ -43,7 +43,7 @@ def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str
         try:
             evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out, round_id,
                                                               fresh)
-        except BaseException:
+        except Exception:  # not on an interrupt or a cancellation: those stop at once
             _report_the_generation(ArtifactStore(out))
             raise
         story("report: %s", evaluated["report"])

@@ -38,6 +38,3 @@ class CallsAhead:
     def take(self, key: str) -> asyncio.Task[Any] | None:
         """The started call for ``key`` (then no longer held here), or None."""
         return self._started.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._started)

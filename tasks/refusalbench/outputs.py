@@ -154,7 +154,7 @@ def generation_figures_aside(store: ArtifactStore) -> Callable[[], None]:
     so that the final report shows that copy (a ``run``'s generation writes no report of its own:
     the figures are drawn while the targets answer, not after the last call)."""
     analysis = store.load(rb_files.GV_ANALYSIS).model_dump(mode="json") if store.has(rb_files.GV_ANALYSIS) else None
-    if not analysis or _stored_generation_figures(store, analysis) is not None:
+    if not analysis or store.exists(_generation_figures_file(analysis)):
         return lambda: None
     from refusalbench.tasks.core.plotting import DrawnAside
     from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
