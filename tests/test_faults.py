@@ -138,6 +138,16 @@ def http_calls(manifest: dict) -> int:
     return int(sum(stats.get("http_calls", 0) for stats in manifest["calls"].values()))
 
 
+def assert_every_request_counted(manifest: dict, server) -> None:
+    """Every request the server saw is in the manifest's HTTP calls: nothing hidden. The manifest may also
+    count a request the server never logged: on a loaded machine the client's 1 s timeout can cut one
+    before the server (a thread of this process) has read its body. Each such request failed, so it was
+    retried or its row failed: at most that many more."""
+    sent, seen = http_calls(manifest), len(server.calls)
+    failed = int(sum(stats.get("retries", 0) + stats.get("errors", 0) for stats in manifest["calls"].values()))
+    assert seen <= sent <= seen + failed, (sent, seen, failed)
+
+
 # ----------------------------------------------------------------- fault mix
 
 
@@ -164,8 +174,7 @@ def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
     manifest = json.loads((out / "manifest.json").read_text())
     counts = manifest["counts"]
     assert manifest["status"] == "completed"
-    # Every attempt the server saw is accounted for in the manifest (nothing hidden).
-    assert http_calls(manifest) == len(faulty_llm.calls)
+    assert_every_request_counted(manifest, faulty_llm)
 
     # Candidates: exactly one row per assignment x generator, whatever happened to the call.
     assignments = pd.read_parquet(out / "assignments.parquet")
@@ -219,7 +228,7 @@ def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
     manifest = json.loads((out / "manifest.json").read_text())
     counts = manifest["counts"]
     assert manifest["status"] == "completed"
-    assert http_calls(manifest) == len(faulty_llm.calls)
+    assert_every_request_counted(manifest, faulty_llm)
 
     pairs = {(f"item{i}", t) for i in range(n_items) for t in targets}
     responses = pd.read_parquet(out / "responses.parquet")
