@@ -92,6 +92,39 @@ def _child_draws(send: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, 
     send.close()
 
 
+def _cores() -> int:
+    """Cores this process may run on (1 where that cannot be told, or fork is not available: not Linux)."""
+    return len(os.sched_getaffinity(0)) if sys.platform.startswith("linux") else 1
+
+
+def _start_child(context: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int],
+                 taken: Any) -> tuple[Any, Any] | None:
+    """A forked child drawing the jobs it takes (:func:`_child_draws`): (its answer's pipe, the child), or None
+    when none can start (no process to spare, or this one is daemonic)."""
+    for stream in (sys.stdout, sys.stderr):  # else the child would write this process's buffered output again
+        if stream is not None:
+            stream.flush()
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_draws, args=(send, jobs, order, taken), daemon=True)
+    try:
+        child.start()
+    except Exception:  # noqa: BLE001 - the caller draws here what no child took
+        receive.close()
+        return None
+    finally:
+        send.close()
+    return receive, child
+
+
+def _stop_child(receive: Any, child: Any, wait_s: float) -> None:
+    """Close the child's pipe; wait ``wait_s`` for it to end, then kill it."""
+    receive.close()
+    child.join(timeout=wait_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
 def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
                  costs: Sequence[float] | None = None) -> list[Any]:
     """Every job's (function, arguments) result, in order, drawn by this process and by forked children
@@ -103,7 +136,7 @@ def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
     child can start; the jobs a child failed on, or had not answered within ``_CHILD_TIMEOUT_S``, are
     drawn here (where a job's error is raised)."""
     order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs else list(range(len(jobs)))
-    cores = len(os.sched_getaffinity(0)) if sys.platform.startswith("linux") else 1
+    cores = _cores()
     context = multiprocessing.get_context("fork") if cores > 1 and len(jobs) > 1 else None
     drawn: dict[int, Any] = {}
     children: list[tuple[Any, Any]] = []
@@ -111,20 +144,10 @@ def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
     taken = context.Value("l", 0) if context else None
     try:
         if context is not None:
-            for stream in (sys.stdout, sys.stderr):  # else a child would write this process's buffered output again
-                if stream is not None:
-                    stream.flush()
             for _ in range(min(cores, _MOST_PROCESSES, len(jobs)) - 1):
-                receive, send = context.Pipe(duplex=False)
-                child = context.Process(target=_child_draws, args=(send, jobs, order, taken), daemon=True)
-                try:
-                    child.start()
-                except Exception:  # noqa: BLE001 - no process to spare (or a daemonic process): fewer of them
-                    receive.close()
-                    break
-                finally:
-                    send.close()
-                children.append((receive, child))
+                if (started := _start_child(context, jobs, order, taken)) is None:
+                    break  # no process to spare: fewer of them
+                children.append(started)
         if taken is not None and children:
             _draw_taken(jobs, order, taken, drawn)
         deadline = time.monotonic() + _CHILD_TIMEOUT_S
@@ -136,25 +159,13 @@ def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
                 pass
         answered = True
     finally:
-        for receive, child in children:
-            receive.close()
-            child.join(timeout=5 if answered else 0)  # a job failed here: the children's figures are not needed
-            if child.is_alive():
-                child.kill()
-                child.join()
+        for receive, child in children:  # a job failed here: the children's figures are not needed
+            _stop_child(receive, child, 5 if answered else 0)
     for index in range(len(jobs)):  # here alone, or what no child drew
         if index not in drawn:
             draw, args = jobs[index]
             drawn[index] = draw(*args)
     return [drawn[index] for index in range(len(jobs))]
-
-
-def _stop_child(receive: Any, child: Any, wait_s: float) -> None:
-    receive.close()
-    child.join(timeout=wait_s)
-    if child.is_alive():
-        child.kill()
-        child.join()
 
 
 class DrawnAside:
@@ -168,23 +179,14 @@ class DrawnAside:
         self._receive: Any = None
         self._child: Any = None
         self._drawn: dict[int, Any] = {}
-        if not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
+        if _cores() < 2:
             return
         context = multiprocessing.get_context("fork")
-        for stream in (sys.stdout, sys.stderr):  # else the child would write this process's buffered output again
-            if stream is not None:
-                stream.flush()
-        receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_child_draws, args=(send, [(draw, args)], [0], context.Value("l", 0)), daemon=True)
-        try:
-            child.start()
-            self._receive, self._child = receive, child
+        started = _start_child(context, [(draw, args)], [0], context.Value("l", 0))
+        if started is not None:  # else drawn here when asked
+            self._receive, self._child = started
             # Never asked (the run failed first): the child is stopped when this object goes.
-            self._stop = weakref.finalize(self, _stop_child, receive, child, 0)
-        except Exception:  # noqa: BLE001 - no process to spare (or a daemonic process): drawn here when asked
-            receive.close()
-        finally:
-            send.close()
+            self._stop = weakref.finalize(self, _stop_child, *started, 0)
 
     def result(self) -> Any:
         drawn = self._drawn
