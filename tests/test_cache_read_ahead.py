@@ -58,8 +58,8 @@ def test_get_many_gives_what_get_gives_key_by_key(tmp_path):
     assert cache.get_many([]) == {} and NullCache().get_many(["a"]) == {}
 
 
-def _specs(n: int, role: str | None = None) -> list[CallSpec]:
-    return [CallSpec(model="m", messages=[{"role": "user", "content": f"Question {i}?"}], role=role) for i in range(n)]
+def _specs(n: int, role: str | None = None, model: str = "m") -> list[CallSpec]:
+    return [CallSpec(model=model, messages=[{"role": "user", "content": f"Question {i}?"}], role=role) for i in range(n)]
 
 
 def test_a_cached_batch_is_read_in_one_query_and_sends_nothing(fake_llm, tmp_path):
@@ -184,3 +184,57 @@ def test_a_batch_cancelled_between_waves_leaves_no_result_unanswered():
         except concurrent.futures.CancelledError:
             continue
         raise AssertionError(f"call {index} was not handed its cancellation")
+
+
+def test_a_batch_prepares_its_next_wave_only_as_its_calls_finish():
+    """A wave is prepared (its keys worked out, its cached replies read) only once fewer than a wave of the
+    batch's started calls are unfinished: while the first wave's replies are out, the loop is left to the
+    sockets of every batch's first requests instead of preparing the rest of every batch."""
+    import asyncio
+
+    from refusalbench.tasks.llm.loop_thread import WAVE, Handoff
+
+    prepared: list[int] = []
+
+    async def run() -> None:
+        released = {i: asyncio.Event() for i in range(3 * WAVE)}
+
+        async def call(index: int) -> int:
+            await released[index].wait()
+            return index
+
+        async def settle() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        handoff = Handoff(3 * WAVE)
+        fill = asyncio.ensure_future(handoff.fill([(i, call, i) for i in range(3 * WAVE)],
+                                                  lambda wave: prepared.append(wave[0])))
+        await settle()
+        assert prepared == [0]  # no reply yet: one wave prepared, however long the batch
+        released[0].set()
+        await settle()
+        assert prepared == [0, WAVE]  # one call done: fewer than a wave unfinished, the next wave goes
+        for i in range(1, WAVE):  # the first wave done: 32 of the second still out, no third yet
+            released[i].set()
+        await settle()
+        assert prepared == [0, WAVE]
+        released[WAVE].set()
+        await settle()
+        assert prepared == [0, WAVE, 2 * WAVE]
+        for event in released.values():
+            event.set()
+        await fill
+        assert [handoff.get(i) for i in range(3 * WAVE)] == list(range(3 * WAVE))
+
+    asyncio.run(run())
+
+
+def test_a_wave_fills_every_slot_of_a_model_allowed_more_than_a_wave():
+    from refusalbench.tasks.llm.loop_thread import WAVE, wave_for
+
+    models = {"narrow": ModelConfig(model="openai/narrow", max_concurrency=4),
+              "wide": ModelConfig(model="openai/wide", max_concurrency=3 * WAVE)}
+    assert wave_for(models, _specs(10, model="narrow")) == WAVE
+    assert wave_for(models, _specs(10, model="wide")) == 3 * WAVE
+    assert wave_for(models, _specs(10, model="unknown")) == WAVE  # its calls end with an error, not a slot

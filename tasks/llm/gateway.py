@@ -52,7 +52,7 @@ from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.batch_calls import BatchCalls
 from refusalbench.tasks.llm.callcache import CallCache, NullCache, WriteBehind
 from refusalbench.tasks.llm.calls_ahead import CallsAhead
-from refusalbench.tasks.llm.loop_thread import Handoff, LoopThread
+from refusalbench.tasks.llm.loop_thread import Handoff, LoopThread, wave_for
 # What a call is lives in ``calls``; the stages import these names from here too.
 from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
                                           parse_structured, request_key, schema_name)
@@ -123,7 +123,7 @@ class Gateway:
         calls in ``mode: batch`` for their stage go through its batch API (``batch_calls``)."""
         specs = accounting.tagged(specs)
         batched = self._batches.futures(specs)  # {index: future} of the batch-mode specs, already sent
-        handoff = Handoff(len(specs))  # the rest: one submission to the loop for all of them
+        handoff = Handoff(len(specs), wave_for(self.models, specs))  # the rest: one submission to the loop
         # The rest, their cached replies read a wave at a time, before the wave starts (``CacheScope.reading_ahead``).
         sent = [(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]
         self._loop.submit(self.scope.reading_ahead(self._writes, self.models, lambda ahead: handoff.fill(sent, ahead)))
@@ -137,7 +137,7 @@ class Gateway:
 
     async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
         specs = accounting.tagged(specs)
-        handoff = Handoff(len(specs))
+        handoff = Handoff(len(specs), wave_for(self.models, specs))
         calls = [(i, self._complete, s) for i, s in enumerate(specs)]
         await asyncio.wrap_future(self._loop.submit(self.scope.reading_ahead(
             self._writes, self.models, lambda ahead: handoff.fill(calls, ahead))))

@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
+from collections.abc import Mapping, Sequence
 from typing import Any, Awaitable, Callable
 
 
@@ -51,6 +52,12 @@ _EMPTY = object()
 WAVE = 32
 
 
+def wave_for(models: Mapping[str, Any], specs: Sequence[Any]) -> int:
+    """The wave of a batch of calls (``specs`` naming their ``model``): ``WAVE``, or the largest
+    ``max_concurrency`` of its models where that is more, so that its first wave fills every slot."""
+    return max([WAVE, *(models[spec.model].max_concurrency for spec in specs if spec.model in models)])
+
+
 class Handoff:
     """The results of one batch of calls, from the loop to the thread that asked, in input order.
 
@@ -59,42 +66,59 @@ class Handoff:
     only when the result it waits for next arrives, and then takes every one ready after it.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, wave: int = WAVE):
         self._slots: list[Any] = [_EMPTY] * size
         self._ready = threading.Condition()
         self._wanted = -1
+        self._wave = wave
 
     async def fill(self, calls: list[tuple[int, Callable[[Any], Awaitable[Any]], Any]],
                    before: Callable[[list[Any]], None] | None = None) -> None:
         """Run each ``(index, call, argument)`` on the loop; each result (or error) goes to its slot.
 
-        The calls start ``WAVE`` at a time, ``before(arguments)`` called ahead of each wave, with the
-        loop's other work let in between: when every model's batch arrives at once (a stage's tasks
-        starting together), each batch's first requests go out after one wave's preparation, not after
-        the whole of every batch queued ahead of it (30 batches of 180 calls: seconds).
+        The calls start a wave at a time, ``before(arguments)`` called ahead of each wave: the first
+        at once, each next one once fewer than a wave of the calls started are unfinished. So a
+        batch's calls are prepared (``before``: their cache keys and cached replies) about as fast as
+        its model's slots free up, not all in the loop's first turns: when every model's batch
+        arrives at once (a stage's tasks starting together, 30 batches of 180 calls), preparing
+        every wave of every batch there kept the loop from the sockets of the first waves' requests.
         """
+        wave, position, unfinished = self._wave, 0, 0
+        started: list[asyncio.Future] = []
+        more = asyncio.Event()  # set when fewer than a wave of the started calls are unfinished
+
         async def one(index: int, call: Callable[[Any], Awaitable[Any]], argument: Any) -> None:
+            nonlocal unfinished
             try:
                 self._put(index, (False, await call(argument)))
             except BaseException as exc:  # the asking thread raises it when it reaches this result
                 self._put(index, (True, exc))
                 if not isinstance(exc, Exception):
                     raise
+            finally:
+                unfinished -= 1
+                if unfinished < wave:
+                    more.set()
 
-        started: list[asyncio.Future] = []
         try:
-            for first in range(0, len(calls), WAVE):
-                wave = calls[first:first + WAVE]
+            while position < len(calls):
+                part = calls[position:position + wave]
                 if before is not None:
-                    before([argument for _, _, argument in wave])
-                started.extend(asyncio.ensure_future(one(*call)) for call in wave)
-                if first + WAVE < len(calls):
-                    await asyncio.sleep(0)  # the loop's other ready work (other batches, replies) goes first
+                    before([argument for _, _, argument in part])
+                unfinished += len(part)
+                started.extend(asyncio.ensure_future(one(*call)) for call in part)
+                position += len(part)
+                if position < len(calls):
+                    more.clear()
+                    while unfinished >= wave:
+                        await more.wait()  # the loop's other work (other batches, replies) goes on meanwhile
+                        more.clear()
+                    await asyncio.sleep(0)  # the other batches' ready work first, as when they all arrive at once
             await asyncio.gather(*started)
         except asyncio.CancelledError as cancelled:  # the loop closing: no asking thread may wait for ever
             for task in started:
                 task.cancel()
-            for index, _, _ in calls[len(started):]:
+            for index, _, _ in calls[position:]:
                 self._put(index, (True, cancelled))
             raise
 
