@@ -24,9 +24,10 @@ Then the fixed cost: the run's wall time minus the time with at least one reques
 (start-up, Prefect, Parquet, scoring, report), and the child process's wall time; the evaluate
 flow alone against its bound, and its floor on this machine (``evaluate_floor``: its calls in whole
 rounds, then the CPU it spends after its last reply, scoring and report, measured again on one core
-from the run folder, divided by the cores: no orchestration can beat it); and where the time goes, stage by stage (``overheads.py``: wall,
-calls in flight, start-up, Parquet I/O, Prefect per task, bootstrap, figures, the rest). With
-several ``--targets`` a last table shows how each part grows with the number of models.
+from the run folder, divided by the cores: no orchestration can beat it); and where the time goes,
+stage by stage (``overheads.py``: wall, calls in flight, start-up, Parquet I/O, Prefect per task,
+bootstrap, figures, the rest). With several ``--targets`` a last table shows how each part grows
+with the number of models.
 
     python benchmarks/paper_scale.py --quick                  # N=2, L=0.1 s, 6 targets: a smoke run
     python benchmarks/paper_scale.py                          # N=10, L=1 s, 30 targets, C=16
