@@ -109,10 +109,9 @@ class Handoff:
                 started.extend(asyncio.ensure_future(one(*call)) for call in part)
                 position += len(part)
                 if position < len(calls):
-                    more.clear()
                     while unfinished >= wave:
-                        await more.wait()  # the loop's other work (other batches, replies) goes on meanwhile
                         more.clear()
+                        await more.wait()  # the loop's other work (other batches, replies) goes on meanwhile
                     await asyncio.sleep(0)  # the other batches' ready work first, as when they all arrive at once
             await asyncio.gather(*started)
         except asyncio.CancelledError as cancelled:  # the loop closing: no asking thread may wait for ever
