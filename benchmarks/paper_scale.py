@@ -276,6 +276,8 @@ def stage_rows(calls: list[dict[str, Any]], timings: dict[str, float], shape: Sh
         rows.append({
             "stage": stage, "wall_s": wall, "calls": len(mine), "models": len(per_model),
             "max_calls_per_model": max(per_model.values(), default=0),
+            # Whole rounds of the slowest model: a call starts only when a reply frees its slot.
+            "rounds": max((-(-n // shape.concurrency_of(m)) for m, n in per_model.items()), default=0),
             "bound_model": max(bounds, key=bounds.get) if bounds else None,
             "bound_s": bound, "ratio": bound / wall if wall and wall == wall else float("nan"),
             "peak_in_flight": peak_in_flight(times, shape.latency),
@@ -331,7 +333,7 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
         "rerun": second and {"wall_s": second["wall_s"], "process_wall_s": second["process_wall_s"],
                              "calls": second["calls"]},
         "run_started_at": first["started_at"],
-        "evaluate": evaluate_figures(first, by, evaluate_floor(calls, shape, after_calls)),
+        "evaluate": evaluate_figures(first, by, evaluate_floor(by, shape, after_calls)),
         "breakdown": breakdown({**first, "spawn_s": first["started_at"] - first["process_started"]},
                                [(c["time"], c["model"], stage_of(c)) for c in calls], shape.latency, busy_seconds),
         "cpu_s": first["cpu_s"], "instrumented": first["instrumented"],
@@ -340,7 +342,7 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
     }
 
 
-def evaluate_floor(calls: list[dict[str, Any]], shape: Shape, after_calls: dict[str, float]) -> dict[str, Any]:
+def evaluate_floor(by: dict[str, dict[str, Any]], shape: Shape, after_calls: dict[str, float]) -> dict[str, Any]:
     """The least the evaluate flow can take here, whatever its orchestration: its calls, then the CPU it
     spends after its last reply.
 
@@ -354,23 +356,15 @@ def evaluate_floor(calls: list[dict[str, Any]], shape: Shape, after_calls: dict[
     Nothing before the first call is counted (the flow's set-up, its tasks' start), and the scripted
     server is taken to cost no CPU: the flow cannot come under this floor, so bound / floor is the
     largest share of its bound it can reach on this machine."""
-    def rounds(stage: str, concurrency: int) -> tuple[int, int]:
-        per_model: dict[str, int] = {}
-        for call in calls:
-            if stage_of(call) == stage:
-                per_model[call["model"]] = per_model.get(call["model"], 0) + 1
-        return max((-(-n // concurrency) for n in per_model.values()), default=0), sum(per_model.values())
-
-    target_rounds, _ = rounds("respond", shape.concurrency)
-    judge_rounds, judge_calls = rounds("judge", shape.judge_concurrency)
-    last_target_request = max((c["time"] for c in calls if stage_of(c) == "respond"), default=None)
-    last_round_judged = last_target_request is not None and any(
-        c["time"] >= last_target_request for c in calls if stage_of(c) == "judge")
+    respond, judge = by["respond"], by["judge"]
+    target_rounds, judge_rounds = respond["rounds"], judge["rounds"]
+    last_round_judged = (None not in (respond["last_call"], judge["last_call"])
+                         and judge["last_call"] >= respond["last_call"])  # a judge request after the last target one
     calls_s = max((target_rounds + last_round_judged) * shape.latency, judge_rounds * shape.latency)
     cores = len(os.sched_getaffinity(0))
     cpu_s = after_calls["score_cpu_s"] + after_calls["report_cpu_s"]
     return {"target_rounds": target_rounds, "last_round_judged": last_round_judged, "judge_rounds": judge_rounds,
-            "judge_calls": judge_calls, "calls_s": calls_s, "after_calls_cpu_s": cpu_s, "cores": cores,
+            "judge_calls": judge["calls"], "calls_s": calls_s, "after_calls_cpu_s": cpu_s, "cores": cores,
             **after_calls, "floor_s": calls_s + cpu_s / cores}
 
 
