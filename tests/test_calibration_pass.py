@@ -62,7 +62,7 @@ def test_ece_comes_from_the_calibration_rows_and_the_rest_from_the_main_ones():
     """score_frame(main, calibration=rows): ECE, its intervals, breakdown rows and reliability table are
     those of ``rows`` scored alone; every other metric is ``main``'s. Without it, a file's own confidences."""
     from refusalbench.tasks.refusalbench.scoring import score_frame
-    from refusalbench.tasks.refusalbench.scoring.metrics import calibration_metrics
+    from refusalbench.tasks.refusalbench.scoring.specs import calibration_metrics
     from tests.test_report import judged
 
     main = judged(["alpha", "beta"], with_confidence=False, n_items=24, seed=1)

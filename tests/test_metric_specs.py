@@ -1,4 +1,4 @@
-"""A metric is declared once (``scoring.metrics.MetricSpec``): adding one is one declaration, and the
+"""A metric is declared once (``scoring.specs.MetricSpec``): adding one is one declaration, and the
 scores, intervals, breakdowns, metrics.json, leaderboard, comparison figures and inspect metrics follow.
 
 Each test declares its metric inside the test and removes it after, so no other test sees it.

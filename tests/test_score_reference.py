@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.refusalbench.scoring import score_frame
-from refusalbench.tasks.refusalbench.scoring.metrics import METRIC_SPECS, metrics_from_stats, model_stats
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS
+from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_stats
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
 

@@ -29,7 +29,7 @@ from refusalbench.tasks.core.stats import bh_adjust, independent_difference, rou
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.documents import FreshnessDocument, IncompleteRound, RoundError, TrendDocument
-from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 
 TREND_METRICS = ("calibrated_refusal_score", "answer_accuracy", "refusal_accuracy", "false_refusal_rate",
                  "missed_refusal_rate", "detection_f1")

@@ -57,7 +57,7 @@ from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.reasoning import split_reasoning
 from refusalbench.tasks.llm.transport import CallFailed, litellm_completion
-from refusalbench.tasks.refusalbench.scoring.metrics import all_metrics, metric_spec
+from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, metric_spec
 
 BASE_URL_ENV = "REFUSALBENCH_BASE_URL"
 API_KEY_ENV = "REFUSALBENCH_API_KEY"

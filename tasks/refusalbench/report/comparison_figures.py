@@ -1,6 +1,6 @@
 """The report's model-comparison figures (seed paper Figs. 9, 10, 31, 32).
 
-- scaling curves: the compared metrics (declared ``compared=True`` in ``scoring.metrics``:
+- scaling curves: the compared metrics (declared ``compared=True`` in ``scoring.paper_metrics``:
   answer accuracy, refusal accuracy, CRS) against parameter count, one line per model family
   (and training variant) with at least two sizes (Fig. 9)
 - SFT vs DPO: the two variants of one family at the same size, side by side, on the compared
@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, is_nan
 from refusalbench.tasks.core.plotting import plot_text, png_base64
-from refusalbench.tasks.refusalbench.scoring.metrics import all_metrics, metric_spec
+from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, metric_spec
 
 _LISTED = 6  # models named in a one-line reason before "…"
 

@@ -2,7 +2,7 @@
 
 :func:`leaderboard_rows` (JSON-safe dicts) and :func:`leaderboard_markdown` feed the Prefect
 table and markdown artifacts; the HTML page shows the same ranking. The columns and their
-labels come from the metric declarations (``scoring.metrics``: ``leaderboard=True``).
+labels come from the metric declarations (``scoring.paper_metrics``: ``leaderboard=True``).
 Percentages print with one decimal, a metric declared ``percent=False`` (ECE) as a plain
 number with three; an undefined value prints as "—".
 
@@ -26,12 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from refusalbench.tasks.core.html_page import is_nan
-from refusalbench.tasks.refusalbench.scoring.metrics import (
-    METRIC_SPECS,
-    metric_spec,
-    multi_document_metrics,
-    single_document_metrics,
-)
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, metric_spec, multi_document_metrics, single_document_metrics
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
 
 RANK_METRIC = "calibrated_refusal_score"

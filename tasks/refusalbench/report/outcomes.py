@@ -28,7 +28,7 @@ from refusalbench.tasks.refusalbench.report.leaderboard import (
     leaderboard_metrics,
     shown_as_percent,
 )
-from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, multi_document_metrics
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec, multi_document_metrics
 
 # Outcome -> (label, colour): answers in greens/reds, refusals in blues/oranges.
 OUTCOME_STYLE: dict[str, tuple[str, str]] = {

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from refusalbench.tasks.core.html_page import escape, is_nan, section
-from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 
 
 def _cell(entry: Mapping[str, Any] | None, sign: float) -> str:

@@ -30,7 +30,7 @@ from refusalbench.tasks.core.plotting import ordered
 from refusalbench.tasks.refusalbench.decisions import ANSWER
 from refusalbench.tasks.refusalbench.scoring.breakdowns import confusion
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec, multi_document_metrics
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec, multi_document_metrics
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
 
 # The dashboards' panels (Figs. 24–25): the skills the paper sets side by side per model.

@@ -19,7 +19,7 @@ from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, se
 from refusalbench.tasks.core.plotting import plot_text, png_base64
 from refusalbench.tasks.refusalbench.documents import TrendDocument
 from refusalbench.tasks.refusalbench.freshness import fingerprint_lines, freshness_lines
-from refusalbench.tasks.refusalbench.scoring.metrics import metric_spec
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 from refusalbench.tasks.refusalbench.trend import (HEADLINE_METRIC, ROUND_PREFIX, change_line, changes_markdown,
                                                    readable_trend)
 

@@ -76,21 +76,9 @@ from refusalbench.tasks.refusalbench.scoring.io import (
     render_score_outputs,
     write_score,
 )
-from refusalbench.tasks.refusalbench.scoring.metrics import (
-    COUNTS,
-    METRIC_SPECS,
-    MetricSpec,
-    all_metrics,
-    compute_metrics,
-    coverage_metrics,
-    declare,
-    formula_metric,
-    metric_spec,
-    metrics_from_stats,
-    multi_document_metrics,
-    run_metrics,
-    single_document_metrics,
-)
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, MetricSpec, all_metrics, coverage_metrics, declare, formula_metric, metric_spec, multi_document_metrics, single_document_metrics
+from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics, metrics_from_stats, run_metrics
+from refusalbench.tasks.refusalbench.scoring.row_statistics import COUNTS
 from refusalbench.tasks.refusalbench.scoring.pairwise import PAIRWISE_METRICS, pairwise_comparisons
 from refusalbench.tasks.refusalbench.scoring.result import ScoreResult, score_frame
 from refusalbench.tasks.refusalbench.scoring.summary import (

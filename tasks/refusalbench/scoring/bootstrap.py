@@ -41,15 +41,9 @@ from refusalbench.tasks.core.stats import interval_and_error_rows, resample_coun
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes, cluster_counts, multi_row_groups
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.metrics import (
-    METRIC_SPECS,
-    OUTCOME_FLAGS,
-    metrics_from_stats,
-    model_codes,
-    row_arrays,
-    single_document_metrics,
-    sufficient_stats,
-)
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, single_document_metrics
+from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_codes
+from refusalbench.tasks.refusalbench.scoring.row_statistics import OUTCOME_FLAGS, row_arrays, sufficient_stats
 
 MAX_EXACT_TYPES = 4096
 FLOAT_GRID = 1000  # bootstrap grouping of numeric confidences: 0.001

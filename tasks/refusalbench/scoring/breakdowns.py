@@ -25,16 +25,9 @@ from refusalbench.tasks.refusalbench.scoring.calibration import N_VERBAL_BINS, b
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.intervals import breakdown_intervals
-from refusalbench.tasks.refusalbench.scoring.metrics import (
-    confidence_block,
-    metric_spec,
-    metrics_from_stats,
-    model_codes,
-    row_arrays,
-    run_metrics,
-    single_document_metrics,
-    sufficient_stats,
-)
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec, single_document_metrics
+from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_codes, run_metrics
+from refusalbench.tasks.refusalbench.scoring.row_statistics import confidence_block, row_arrays, sufficient_stats
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES
 
 BREAKDOWN_COLUMNS: tuple[str, ...] = (

@@ -7,7 +7,7 @@ both kinds keeps the two families apart, 15 bins in all.
 
 ECE = Σ_b n_b/N·|acc_b − conf_b| = Σ_b |Σcorrect_b − Σconf_b| / N, so it is a ratio of sums
 like every other metric and comes out of the same sufficient statistics (see
-:mod:`refusalbench.tasks.refusalbench.scoring.metrics`). Rows without a confidence are left out; ECE is
+:mod:`refusalbench.tasks.refusalbench.scoring.row_statistics`). Rows without a confidence are left out; ECE is
 NaN when no row has one; every bin is weighted by its share of all the model's rows with a
 confidence.
 

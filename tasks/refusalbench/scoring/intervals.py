@@ -3,7 +3,7 @@
 A breakdown group is often small (a lever may hold a dozen items), where a percentile
 bootstrap of a proportion collapses to [1, 1] or [0, 0]. So:
 
-- a ratio metric (:attr:`~.metrics.MetricSpec.is_ratio`: a count over a count) gets its
+- a ratio metric (:attr:`~.specs.MetricSpec.is_ratio`: a count over a count) gets its
   Wilson score interval, exact in closed form and sensible at any size;
 - a formula metric (F1, hierarchical score, CRS, ECE) gets
   a percentile bootstrap of the group's own rows, drawn as multinomial counts over the
@@ -44,8 +44,9 @@ from refusalbench.tasks.core.stats import (ratio_design_effects, resample_counts
                                            wilson_interval)
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_counts, multi_row_groups
-from refusalbench.tasks.refusalbench.scoring.metrics import (STAT_INDEX, confidence_block, metric_spec, metrics_from_stats,
-                                                            proportion_parts, sufficient_stats)
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
+from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, proportion_parts
+from refusalbench.tasks.refusalbench.scoring.row_statistics import STAT_INDEX, confidence_block, sufficient_stats
 
 # ``scored`` last: constant where every row is scored, so the types keep their order. Unscored rows
 # enter no formula metric; they are a type of their own so a resample draws them in their share.

@@ -34,7 +34,8 @@ from refusalbench.tasks.core.stats import (bootstrap_p_values, holm_adjust, resa
                                            seeded_rng)
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.metrics import model_codes, row_arrays
+from refusalbench.tasks.refusalbench.scoring.metrics import model_codes
+from refusalbench.tasks.refusalbench.scoring.row_statistics import row_arrays
 
 PAIRWISE_METRICS: tuple[str, ...] = ("calibrated_refusal_score", "answer_accuracy", "refusal_accuracy")
 CORRECTION = "holm"

@@ -25,8 +25,9 @@ from refusalbench.tasks.refusalbench.scoring.breakdowns import (
 from refusalbench.tasks.refusalbench.scoring.calibration import (FROM_CALIBRATION_PASS, FROM_RESPONSES,
                                                                 max_confidence_summary)
 from refusalbench.tasks.refusalbench.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.metrics import (COUNTS, all_metrics, calibration_metrics, compute_metrics,
-                                                            coverage_metrics, model_stats, run_metrics)
+from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, calibration_metrics, coverage_metrics
+from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics, model_stats, run_metrics
+from refusalbench.tasks.refusalbench.scoring.row_statistics import COUNTS
 from refusalbench.tasks.refusalbench.scoring.pairwise import pairwise_comparisons
 from refusalbench.tasks.refusalbench.scoring.summary import (
     frr_mrr_correlation,

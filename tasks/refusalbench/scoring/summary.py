@@ -31,7 +31,8 @@ from refusalbench.tasks.llm.reply_outcomes import (CALL_ERROR, EMPTY, JUDGE_ERRO
                                              ROW_OUTCOMES, TOO_LONG, TRUNCATED)
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.core.stats import wilson_interval
-from refusalbench.tasks.refusalbench.scoring.metrics import STAT_INDEX, model_stats
+from refusalbench.tasks.refusalbench.scoring.metrics import model_stats
+from refusalbench.tasks.refusalbench.scoring.row_statistics import STAT_INDEX
 
 # outcome -> (stats added, stats subtracted): its count from the sufficient statistics.
 OUTCOMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
