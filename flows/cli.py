@@ -1,4 +1,4 @@
-"""The ``refusalbench`` command line (DESIGN.md §4).
+"""The ``refusalbench`` command line.
 
 Exit codes: 0 success, 1 run failure, 2 bad input or usage. Errors are one clean line
 (``FILE:LINE: field: problem`` for bad input); ``--verbose`` adds the traceback.

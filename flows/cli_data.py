@@ -1,4 +1,4 @@
-"""``refusalbench data``: check a base set, or build one from the public sources (DESIGN.md §4).
+"""``refusalbench data``: check a base set, or build one from the public sources.
 
 ``data import kilt-nq`` and ``data import garage`` run the importers of
 ``refusalbench.tasks.refusalbench.basesets`` (the paper's App. C.1 curation) with a progress bar on stderr,

@@ -1,4 +1,4 @@
-"""``refusalbench plan``: what a run of a config would take (DESIGN.md §4), and with ``--rounds`` how
+"""``refusalbench plan``: what a run of a config would take, and with ``--rounds`` how
 large a refresh round must be for the error a team accepts (``tasks/refusalbench/round_sizing.py``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The main job: generate -> evaluate -> report, in one run folder (DESIGN.md §4 ``run``).
+"""The main job: generate -> evaluate -> report, in one run folder.
 
 With the embedded default config this pulls the local models (first run only), starts
 llama.cpp once for both stages, and needs no API key and no second terminal. ``round_id``: the

@@ -1,4 +1,4 @@
-"""How long the call cache serves each role's replies: the config's ``cache.policy`` (issue 26).
+"""How long the call cache serves each role's replies: the config's ``cache.policy``.
 
 A role is what a call is for: ``generation`` (generate and verify), ``pretest`` (the pre-test's
 answers and their judging), ``targets`` (the evaluated models' answers) and ``judge`` (the

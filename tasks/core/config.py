@@ -1,4 +1,4 @@
-"""Run configuration: YAML files (with ``include:``) validated into pydantic (DESIGN.md §4b).
+"""Run configuration: YAML files (with ``include:``) validated into pydantic.
 
 Unknown keys are errors that name the key, the file and the line where it was written,
 so a typo in an included model registry points at the registry, not at the run config.

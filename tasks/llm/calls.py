@@ -60,7 +60,7 @@ class CallResult(BaseModel):
     cost_usd: float | None = Field(default=None, description="what the call billed, a re-asked reply included; "
                                                             "None: unpriced")
     cached_tokens: int | None = Field(default=None, description="prompt tokens the provider served from its prompt cache")
-    # The reply's metadata (issue 24): why it stopped, the reasoning split off ``text``, and who served it.
+    # The reply's metadata: why it stopped, the reasoning split off ``text``, and who served it.
     finish_reason: str | None = Field(default=None, description="the provider's finish reason (stop, length, content_filter, ...)")
     reasoning: str | None = Field(default=None, description="the model's reasoning, split off the final answer in `text`")
     reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")

@@ -3,7 +3,7 @@
 A judge task starts when its respond task has answered its whole shard (Prefect runs it then), so
 without this the judge sends nothing while the targets answer and all of its calls come after the
 last target reply: one round of the judge's concurrency per 16 answers to judge, after the last
-response (5 rounds at 30 targets in issue 29's shape). The respond task now starts, for each reply
+response (5 rounds at 30 targets with 16-way concurrency). The respond task now starts, for each reply
 the judge will be asked about, the very call the judge task will ask for (the same spec, so the same
 cache key) on the gateway, and does not wait for it.
 

@@ -1,4 +1,4 @@
-"""The model gateway: every LLM call of the project goes through here (DESIGN.md §3).
+"""The model gateway: every LLM call of the project goes through here.
 
 - LiteLLM ``acompletion`` underneath, so any provider works; the SDK's own retries are
   switched off and this module retries instead, so attempts per call stay bounded.

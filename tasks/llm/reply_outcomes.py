@@ -1,4 +1,4 @@
-"""What a model call came to, beyond its text: the outcome of each reply (issue 24).
+"""What a model call came to, beyond its text: the outcome of each reply.
 
 Real providers do not always answer. A reply can stop at the output budget (``truncated``),
 be withheld by the provider's safety filter (``provider_blocked``: finish reason

@@ -1,4 +1,4 @@
-"""The config as one run's calls see it: its cache scope settled when the flow starts (issue 26).
+"""The config as one run's calls see it: its cache scope settled when the flow starts.
 
 A flow reads its config, then :func:`scoped_config` settles the ``cache`` section for the run:
 every role's scope (``cache.policy`` resolved: the refresh defaults when the run is a round,

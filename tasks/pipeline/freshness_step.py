@@ -1,4 +1,4 @@
-"""Step of the refresh flow: ``freshness.json`` for the round just evaluated (issue 26).
+"""Step of the refresh flow: ``freshness.json`` for the round just evaluated.
 
 What is new in the round (``tasks/refusalbench/freshness.py``: items, pairs, calls served from
 earlier rounds' cache entries, fingerprints) goes into the round folder and the run's Logs

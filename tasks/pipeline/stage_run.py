@@ -1,4 +1,4 @@
-"""The RefusalBench pipeline stages, as the flows call them (DESIGN.md §2).
+"""The RefusalBench pipeline stages, as the flows call them.
 
 Each stage function (``pipeline/<stage>_step.py``) takes the :class:`StageRun` of the run,
 fans its tasks out over models x shards (``pipeline.fanout.Fanout``), gathers their output,

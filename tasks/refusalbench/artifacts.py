@@ -43,7 +43,7 @@ CALIBRATION_RESPONSES = Artifact("calibration_responses.parquet", "parquet", "th
                                  "confidence", Response)
 CALIBRATION_JUDGMENTS = Artifact("calibration_judgments.parquet", "parquet", "the calibration pass's responses with "
                                  "the judge's verdict: the only source of ECE", Judgment)
-JUDGED = Artifact("judged.parquet", "parquet", "every row to score (DESIGN.md §6 judged-responses columns) with its "
+JUDGED = Artifact("judged.parquet", "parquet", "every row to score (the judged-responses columns ``refusalbench score`` reads) with its "
                   "outcome and treatment: outcome ok is scored, the rest (truncated, blocked, failed, ...) are counted")
 METRICS = Artifact("metrics.json", "json", "per-model metrics of Appendix D with 95% bootstrap intervals and "
                    "standard errors (base items resampled; i.i.d. figures beside them), pairwise model comparisons "

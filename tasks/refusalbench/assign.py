@@ -1,4 +1,4 @@
-"""Lever assignment: which levers each base item is perturbed with (seed paper §3, issue 5).
+"""Lever assignment: which levers each base item is perturbed with (seed paper §3).
 
 For every selected class × intensity stratum the stratum's levers are put in a seeded random
 order, and the items walk that order as a cycle: item 0 takes positions 0..k-1, item 1 takes

@@ -1,4 +1,4 @@
-"""The dataset card (``README.md`` with YAML metadata) of an exported benchmark (issue 18).
+"""The dataset card (``README.md`` with YAML metadata) of an exported benchmark.
 
 Every figure on the card is computed from the run folder (:class:`RunFacts`, gathered by
 ``tasks.export``): the composition from ``benchmark.parquet``, the funnel and the

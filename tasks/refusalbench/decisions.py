@@ -4,7 +4,7 @@ The code parser here is the judge-free decision and, in ``evaluate``, the cheap 
 ``evaluation.decision: judge`` the judge classifies every reply except one that is nothing but a
 refusal code (:func:`bare_code`), and the parser's agreement with the judge is reported.
 
-Decision (DESIGN.md §6): a reply that contains a refusal code — any spelling listed in
+Decision: a reply that contains a refusal code — any spelling listed in
 ``taxonomy.CODE_ALIASES``, any case, wrapped in markdown or prose — is a refusal with that
 code; when several distinct codes appear, the one written last counts. A reply without a
 code is an answer attempt, even when its prose says that information is "missing".
@@ -94,7 +94,7 @@ def normalise_decision(value: object) -> str | None:
 
 # ----------------------------------------------------------------- confidence
 
-# Canonical verbal levels and the probability each stands for (DESIGN.md §6).
+# Canonical verbal levels and the probability each stands for.
 CONFIDENCE_LEVELS: dict[str, float] = {
     "VERY_CONFIDENT": 0.95,
     "CONFIDENT": 0.80,

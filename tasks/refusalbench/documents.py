@@ -185,7 +185,7 @@ class PairwiseComparisons(Document):
 
 
 class MetricsDocument(Document):
-    """``metrics.json`` of RefusalBench (DESIGN.md §6): per-model metrics and 95% intervals."""
+    """``metrics.json`` of RefusalBench: per-model metrics and 95% intervals."""
     models: dict[str, dict[str, Rate]]
     intervals: dict[str, dict[str, list[Rate]]] = Field(default_factory=dict)
     standard_errors: dict[str, dict[str, Rate]] = Field(

@@ -1,4 +1,4 @@
-"""How fresh a refresh round is, from the data of the rounds under one ``out_root`` (issue 26).
+"""How fresh a refresh round is, from the data of the rounds under one ``out_root``.
 
 The method's argument rests on each round being a fresh sample, independent of earlier ones.
 ``freshness.json`` says how far a round is from that: how many of its benchmark items (question

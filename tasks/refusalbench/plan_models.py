@@ -1,6 +1,6 @@
-"""What ``plan`` returns: per stage and model, per stage and in total (DESIGN.md §4 fixes the
-stage keys ``calls`` and ``by_model`` and the total's ``calls``, ``cost_usd``, ``time_bound_s``;
-fields are added, never removed)."""
+"""What ``plan`` returns: per stage and model, per stage and in total (the stage keys
+``calls`` and ``by_model`` and the total's ``calls``, ``cost_usd``, ``time_bound_s`` are a public
+contract that outside tools read: fields are added, never removed)."""
 
 from __future__ import annotations
 

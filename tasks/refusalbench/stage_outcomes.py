@@ -1,4 +1,4 @@
-"""What a stage's rows came to, per model, told to the user when the stage ends (issue 24).
+"""What a stage's rows came to, per model, told to the user when the stage ends.
 
 Every model-calling stage (generate, verify, respond, score) ends with one story line per
 model that lost rows, saying how many of its rows failed, were truncated, blocked by the

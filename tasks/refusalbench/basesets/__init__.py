@@ -1,4 +1,4 @@
-"""Base sets: the items perturbations start from (DESIGN.md §5).
+"""Base sets: the items perturbations start from.
 
 ``loading`` reads and validates a base set (JSONL, Parquet or CSV), reporting every problem as
 ``FILE:LINE: field: problem``; ``kilt_nq`` and ``garage`` build base sets from NaturalQuestions

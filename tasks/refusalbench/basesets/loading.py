@@ -1,4 +1,4 @@
-"""Loading, validating and writing base sets (DESIGN.md §5).
+"""Loading, validating and writing base sets.
 
 A base set is JSONL, Parquet or CSV with one record per item:
 ``id`` (unique, non-blank str), ``question`` (non-blank str), ``answers`` (non-empty list of non-blank str),

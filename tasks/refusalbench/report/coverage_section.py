@@ -1,4 +1,4 @@
-"""The report's "Rows not scored" section: what became of each model's rows (issue 24).
+"""The report's "Rows not scored" section: what became of each model's rows.
 
 A row is scored only when the model gave a usable response and, for an answer, the judge
 scored it. The rest — truncated at the output limit, blocked by the provider's filter, too

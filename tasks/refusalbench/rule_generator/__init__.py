@@ -1,4 +1,4 @@
-"""A model-free generator: levers realised by deterministic text rules (issue 15, part 4).
+"""A model-free generator: levers realised by deterministic text rules.
 
 Some levers can be applied mechanically and honestly. Missing information: delete the
 sentences that state the answer, or put a pointer to absent material where the answer

@@ -1,4 +1,4 @@
-"""Scoring judged responses: the metrics of DESIGN.md §6, bootstrap intervals, breakdowns.
+"""Scoring judged responses: the per-model metrics (paper App. D), bootstrap intervals, breakdowns.
 
 Pure functions over pandas/numpy; no model calls. The evaluation flow and the ``score`` CLI
 both go through :func:`score_frame` and :func:`render_score_outputs`.

@@ -1,6 +1,6 @@
 """Judged responses -> the prepared frame that every metric reads.
 
-:func:`prepare` validates the columns of DESIGN.md §6 (``model, item_id, expected``, a
+:func:`prepare` validates the judged-responses columns (``model, item_id, expected``, a
 ``response`` or a ``decision``, ``answer_correct``, optional ``confidence`` and breakdown
 columns) and turns labels into small integer codes, so the rest of the package works on
 numpy arrays. A bad cell is an InputError naming its row's file line.
