@@ -2,7 +2,7 @@
 # One-step set-up on a fresh machine: a project virtualenv in .venv with everything
 # the project needs, installed from the project's own files (pyproject.toml + constraints.txt).
 #
-#   bash scripts/setup.sh           # the package + test tools + inspect_ai (refusalbench[inspect])
+#   bash scripts/setup.sh           # the package + test tools + inspect_ai + the docs tools (refusalbench[inspect,docs])
 #   bash scripts/setup.sh --local   # ... plus llama.cpp (refusalbench[local]) for local models
 #
 # The llama.cpp build takes ~11 minutes on 2 cores; the built wheel is kept in
@@ -27,8 +27,9 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade "pip>=24" "setuptools>=69" wheel
 # CPU torch first: a plain 'torch' requirement would pull a multi-GB CUDA build.
 "${PIP[@]}" install "torch==2.13.0"
-# The inspect extra is installed too: tests/test_inspect.py runs an inspect_ai eval.
-EXTRAS="test,inspect"
+# The inspect extra is installed too: tests/test_inspect.py runs an inspect_ai eval; and the docs
+# extra: tests/test_docs.py builds the documentation site.
+EXTRAS="test,inspect,docs"
 FIND_LINKS=()
 if [ "$LOCAL" = 1 ]; then
   WHEELHOUSE=${REFUSALBENCH_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/refusalbench/wheelhouse}
