@@ -1,4 +1,4 @@
-"""The ``refusalbench`` command line (DESIGN.md §4).
+"""The ``refusalbench`` command line.
 
 Exit codes: 0 success, 1 run failure, 2 bad input or usage. Errors are one clean line
 (``FILE:LINE: field: problem`` for bad input); ``--verbose`` adds the traceback.
@@ -23,6 +23,7 @@ from refusalbench.flows.cli_data import data_app
 from refusalbench.flows.cli_registry import (DEFAULT_CONFIG, OutputFormat, config_path as _config_path,  # noqa: F401
                                             levers_app, models_app, models_serve)
 from refusalbench.tasks.pipeline import gc_tuning
+from refusalbench.tasks.core.plugins import load_entry_points
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
 from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
@@ -326,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ui_artifacts.PROGRESS_ECHO = _echo_progress
     try:
+        load_entry_points()  # installed plugins, also for the commands that read no config (score, models ...)
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:
             raise SystemExit(code)
