@@ -1,4 +1,4 @@
-"""The ``refusalbench`` command line.
+"""The ``refusalbench`` command line (DESIGN.md §4).
 
 Exit codes: 0 success, 1 run failure, 2 bad input or usage. Errors are one clean line
 (``FILE:LINE: field: problem`` for bad input); ``--verbose`` adds the traceback.
@@ -25,6 +25,7 @@ from refusalbench.flows.cli_registry import (DEFAULT_CONFIG, OutputFormat, confi
 from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.core.plugins import load_entry_points
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
 app = typer.Typer(
@@ -94,7 +95,7 @@ def generate(
     from refusalbench.flows.launch import run_generation
 
     result = run_generation(str(_config_path(config)), out_dir, fresh=_fresh(fresh))
-    out.print(f"benchmark: {result['benchmark']}  ({result['accepted']} accepted, {result['sampled']} sampled)")
+    out.print(f"benchmark: {result.benchmark}  ({result.accepted} accepted, {result.sampled} sampled)")
 
 
 @app.command()
@@ -110,7 +111,7 @@ def evaluate(
     from refusalbench.flows.launch import incomplete_line, run_evaluation
 
     result = run_evaluation(str(_config_path(config)), benchmark, out_dir, _fresh(fresh))
-    out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+    out.print(f"metrics: {result.metrics}\nreport: {result.report}")
     if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
         err.print(line, markup=False, highlight=False)
 
@@ -185,7 +186,7 @@ def knowornot_run(
     from refusalbench.flows.launch import run_knowornot
 
     result = run_knowornot(str(_config_path(config, "knowornot-demo.yaml")), out_dir)
-    out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+    out.print(f"metrics: {result.metrics}\nreport: {result.report}")
 
 
 @knowornot_app.command("label")
@@ -246,7 +247,7 @@ def run(
     from refusalbench.flows.launch import incomplete_line, run_main
 
     result = run_main(str(_config_path(config)), out_dir, seed, _fresh(fresh))
-    out.print(f"report: {result['report']}")
+    out.print(f"report: {result.report}")
     if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
         err.print(line, markup=False, highlight=False)
 
@@ -262,12 +263,12 @@ def refresh(
     from refusalbench.flows.launch import run_refresh
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
-    out.print(f"round {result['round']}: report {result['report']}")
+    out.print(f"round {result.round}: report {result.report}")
     from refusalbench.tasks.refusalbench.trend import change_line
 
-    for flag in result["flags"]:
-        out.print(f"changed (significant at refresh.fdr): {change_line(flag)}", highlight=False)
-    for round_id in result.get("incomplete_rounds", []):
+    for flag in result.flags:
+        out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
+    for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
 
 
@@ -281,8 +282,8 @@ def pretest(
     from refusalbench.flows.launch import run_pretest
 
     result = run_pretest(str(_config_path(config)), out_dir, _fresh(fresh))
-    funnel = " -> ".join(f"{step} {count}" for step, count in result["funnel"].items())
-    out.print(f"pretest: {result['pretest']}  (base items: {funnel})", highlight=False)
+    funnel = " -> ".join(f"{step} {count}" for step, count in result.funnel.items())
+    out.print(f"pretest: {result.pretest}  (base items: {funnel})", highlight=False)
 
 
 @app.command()
@@ -326,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     import refusalbench.tasks.pipeline.ui as ui_artifacts
 
     ui_artifacts.PROGRESS_ECHO = _echo_progress
+    # A CLI process a worker started for a flow run ends with that worker (nothing happens elsewhere).
+    follow_parent()
     try:
         load_entry_points()  # installed plugins, also for the commands that read no config (score, models ...)
         code = app(args=argv, standalone_mode=False)

@@ -239,7 +239,7 @@ def test_a_config_plugin_is_loaded_in_every_dask_worker_process(tmp_path, fake_l
     config = write_config(folder, fake_llm.url, "local_stamped", extra="plugins: [rb_local_plugin]\n", runner="dask")
     out = tmp_path / "run"
     result = run_evaluation(str(config), benchmark, str(out))
-    assert result["responses"] == len(ITEMS)
+    assert result.responses == len(ITEMS)
     assert_plugin_worked(out, fake_llm, "local_refusal_share", 77)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["calls"]["mixed"]["http_calls"] == len(ITEMS)  # made in the worker processes, counted there
