@@ -23,7 +23,9 @@ from refusalbench.flows.cli_data import data_app
 from refusalbench.flows.cli_registry import (DEFAULT_CONFIG, OutputFormat, config_path as _config_path,  # noqa: F401
                                             levers_app, models_app, models_serve)
 from refusalbench.tasks.pipeline import gc_tuning
+from refusalbench.tasks.core.plugins import load_entry_points
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
 app = typer.Typer(
@@ -93,7 +95,7 @@ def generate(
     from refusalbench.flows.launch import run_generation
 
     result = run_generation(str(_config_path(config)), out_dir, fresh=_fresh(fresh))
-    out.print(f"benchmark: {result['benchmark']}  ({result['accepted']} accepted, {result['sampled']} sampled)")
+    out.print(f"benchmark: {result.benchmark}  ({result.accepted} accepted, {result.sampled} sampled)")
 
 
 @app.command()
@@ -109,7 +111,7 @@ def evaluate(
     from refusalbench.flows.launch import incomplete_line, run_evaluation
 
     result = run_evaluation(str(_config_path(config)), benchmark, out_dir, _fresh(fresh))
-    out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+    out.print(f"metrics: {result.metrics}\nreport: {result.report}")
     if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
         err.print(line, markup=False, highlight=False)
 
@@ -184,7 +186,7 @@ def knowornot_run(
     from refusalbench.flows.launch import run_knowornot
 
     result = run_knowornot(str(_config_path(config, "knowornot-demo.yaml")), out_dir)
-    out.print(f"metrics: {result['metrics']}\nreport: {result['report']}")
+    out.print(f"metrics: {result.metrics}\nreport: {result.report}")
 
 
 @knowornot_app.command("label")
@@ -245,7 +247,7 @@ def run(
     from refusalbench.flows.launch import incomplete_line, run_main
 
     result = run_main(str(_config_path(config)), out_dir, seed, _fresh(fresh))
-    out.print(f"report: {result['report']}")
+    out.print(f"report: {result.report}")
     if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
         err.print(line, markup=False, highlight=False)
 
@@ -261,12 +263,12 @@ def refresh(
     from refusalbench.flows.launch import run_refresh
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
-    out.print(f"round {result['round']}: report {result['report']}")
+    out.print(f"round {result.round}: report {result.report}")
     from refusalbench.tasks.refusalbench.trend import change_line
 
-    for flag in result["flags"]:
-        out.print(f"changed (significant at refresh.fdr): {change_line(flag)}", highlight=False)
-    for round_id in result.get("incomplete_rounds", []):
+    for flag in result.flags:
+        out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
+    for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
 
 
@@ -280,8 +282,8 @@ def pretest(
     from refusalbench.flows.launch import run_pretest
 
     result = run_pretest(str(_config_path(config)), out_dir, _fresh(fresh))
-    funnel = " -> ".join(f"{step} {count}" for step, count in result["funnel"].items())
-    out.print(f"pretest: {result['pretest']}  (base items: {funnel})", highlight=False)
+    funnel = " -> ".join(f"{step} {count}" for step, count in result.funnel.items())
+    out.print(f"pretest: {result.pretest}  (base items: {funnel})", highlight=False)
 
 
 @app.command()
@@ -325,7 +327,10 @@ def main(argv: list[str] | None = None) -> None:
     import refusalbench.tasks.pipeline.ui as ui_artifacts
 
     ui_artifacts.PROGRESS_ECHO = _echo_progress
+    # A CLI process a worker started for a flow run ends with that worker (nothing happens elsewhere).
+    follow_parent()
     try:
+        load_entry_points()  # installed plugins, also for the commands that read no config (score, models ...)
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:
             raise SystemExit(code)

@@ -8,11 +8,11 @@ in ``tasks/pipeline/<stage>_step.py``, the pure stage logic in ``tasks/refusalbe
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.flows.results import EvaluationResult
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.outputs import generation_figures_aside
 from refusalbench.tasks.refusalbench.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
@@ -39,7 +39,8 @@ def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkIte
 
 @flow(name="refusalbench-evaluate", log_prints=True)
 def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | None = None,
-                    fresh: list[str] | None = None) -> dict[str, Any]:
+                    fresh: list[str] | None = None) -> EvaluationResult:
+    follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: in ``run`` the generation's came before
     items = check_evaluation_inputs(cfg, benchmark)  # a deployment starts here, without the CLI's check
@@ -58,5 +59,5 @@ def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | 
         result = score_judgments(run, items, targets, responses, judgments)
         counter.record(recorder)
         report_uri = report_results(run, result, generation_figures)
-    return {"metrics": store.uri(rb_files.METRICS.name), "report": report_uri, "responses": len(responses),
-            "models": result.metrics, "incomplete": result.incomplete, "no_scored_rows": result.unscorable}
+    return EvaluationResult(metrics=store.uri(rb_files.METRICS.name), report=report_uri, responses=len(responses),
+                            models=result.metrics, incomplete=result.incomplete, no_scored_rows=result.unscorable)

@@ -11,11 +11,11 @@ steps live in ``tasks/pipeline/<stage>_step.py``, the pure stage logic in ``task
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.flows.results import GenerationResult
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.flows.pretest import pretest_models
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import RunIncomplete
@@ -46,9 +46,10 @@ def check_generation_inputs(cfg: RunConfig, seed: int | None = None,
 
 @flow(name="refusalbench-generate", log_prints=True)
 def generation_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
-                    fresh: list[str] | None = None, report: bool = True) -> dict[str, Any]:
+                    fresh: list[str] | None = None, report: bool = True) -> GenerationResult:
     """``report``: write the generation-only report.html; the main job's run leaves it to its evaluation,
     whose final report holds the same figures, drawn while the targets answer."""
+    follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     avoid = frozenset(earlier_pairs(out)) if round_id else frozenset()  # new pairs while the pool allows
@@ -70,6 +71,6 @@ def generation_flow(config_path: str, out: str, seed: int | None = None, round_i
         analyse(run, selection, generators, verifiers, report=report)
     if not selection.benchmark and (reason := empty_benchmark_reason(candidates, verifications)):
         raise RunIncomplete(reason)  # after the run folder is whole: its report and manifest say the rest
-    return {"benchmark": run.store.uri(rb_files.BENCHMARK.name), "accepted": len(selection.accepted_ids),
-            "sampled": len(selection.benchmark), "candidates": len(candidates), "verifications": len(verifications),
-            "run": run.store.uri("")}
+    return GenerationResult(benchmark=run.store.uri(rb_files.BENCHMARK.name), accepted=len(selection.accepted_ids),
+                            sampled=len(selection.benchmark), candidates=len(candidates),
+                            verifications=len(verifications), run=run.store.uri(""))

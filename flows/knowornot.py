@@ -14,11 +14,11 @@ the report are built by ``tasks/knowornot/report.py``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints, usable_models
+from refusalbench.flows.results import KnowOrNotResult
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.embeddings import embedder_for
@@ -36,7 +36,8 @@ from refusalbench.tasks.core.store import ArtifactStore
 
 
 @flow(name="refusalbench-knowornot", log_prints=True)
-def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
+def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
+    follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = load_config(config_path)
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     check_knowornot_inputs(cfg)  # a deployment starts here, not through the CLI's check: fail clearly, write nothing
@@ -73,5 +74,5 @@ def knowornot_flow(config_path: str, out: str) -> dict[str, Any]:
             with recorder.stage("evaluator comparison"), model_endpoints(cfg, comparison) as api_bases:
                 recorder.count(**compare_evaluators(run_cfg, out, digest, api_bases, comparison))
         counter.record(recorder)
-    return {"metrics": store.uri(kon_files.KON_METRICS.name), "report": report,
-            "experiments": sum(g.experiments for g in grids)}
+    return KnowOrNotResult(metrics=store.uri(kon_files.KON_METRICS.name), report=report,
+                           experiments=sum(g.experiments for g in grids))

@@ -19,6 +19,14 @@ import sys
 from typing import Any
 
 from refusalbench.flows.common import check_or_raise, configured
+from refusalbench.flows.results import (
+    EvaluationResult,
+    GenerationResult,
+    KnowOrNotResult,
+    MainResult,
+    PretestResult,
+    RefreshResult,
+)
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.pipeline.prefect_server import embedded_api, wait_until_ready
 
@@ -44,7 +52,7 @@ def announced(flow: Any) -> Any:
 
 @embedded_api
 def run_generation(config_path: str, out: str, seed: int | None = None,
-                   fresh: list[str] | None = None) -> dict[str, Any]:
+                   fresh: list[str] | None = None) -> GenerationResult:
     from refusalbench.flows.generation import check_generation_inputs, generation_flow
     from refusalbench.flows.pretest import pretest_models
 
@@ -57,7 +65,7 @@ def run_generation(config_path: str, out: str, seed: int | None = None,
 
 
 @embedded_api
-def run_pretest(config_path: str, out: str, fresh: list[str] | None = None) -> dict[str, Any]:
+def run_pretest(config_path: str, out: str, fresh: list[str] | None = None) -> PretestResult:
     from refusalbench.flows.pretest import check_pretest_inputs, pretest_flow, pretest_models
 
     cfg = load_config(config_path)
@@ -67,7 +75,7 @@ def run_pretest(config_path: str, out: str, fresh: list[str] | None = None) -> d
 
 
 @embedded_api
-def run_evaluation(config_path: str, benchmark: str, out: str, fresh: list[str] | None = None) -> dict[str, Any]:
+def run_evaluation(config_path: str, benchmark: str, out: str, fresh: list[str] | None = None) -> EvaluationResult:
     from refusalbench.flows.evaluation import check_evaluation_inputs, evaluation_flow
 
     cfg = load_config(config_path)
@@ -78,7 +86,7 @@ def run_evaluation(config_path: str, benchmark: str, out: str, fresh: list[str] 
 
 
 @embedded_api
-def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[str] | None = None) -> dict[str, Any]:
+def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[str] | None = None) -> MainResult:
     from refusalbench.flows.main import check_main_inputs, main_flow
 
     cfg = check_main_inputs(config_path, seed)
@@ -86,7 +94,8 @@ def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[st
 
 
 @embedded_api
-def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
+def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5,
+                seed: int | None = None) -> RefreshResult:
     from refusalbench.flows.main import check_main_inputs
     from refusalbench.flows.refresh import refresh_flow
 
@@ -97,7 +106,7 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, see
 
 
 @embedded_api
-def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
+def run_knowornot(config_path: str, out: str) -> KnowOrNotResult:
     from refusalbench.flows.knowornot import knowornot_flow
     from refusalbench.tasks.pipeline.knowornot_steps import (check_knowornot_inputs, warm_up_embedder,
                                                              warm_up_overlap_audit)
@@ -109,12 +118,12 @@ def run_knowornot(config_path: str, out: str) -> dict[str, Any]:
     return announced(configured(knowornot_flow, cfg, out))(config_path, out)
 
 
-def incomplete_line(result: dict[str, Any], strict: bool) -> str | None:
+def incomplete_line(result: EvaluationResult | MainResult, strict: bool) -> str | None:
     """The line naming an evaluation's incomplete targets (scored on less than ``min_coverage`` of
     their rows), or None; with ``strict`` a :class:`RunIncomplete` (exit 1) instead."""
     from refusalbench.tasks.core.errors import RunIncomplete
 
-    incomplete = result.get("incomplete") or {}
+    incomplete = result.incomplete
     if not incomplete:
         return None
     listed = ", ".join(f"{model} ({100 * coverage:.1f}% of rows scored)" for model, coverage in sorted(incomplete.items()))

@@ -8,14 +8,14 @@ roles whose calls ignore earlier cache entries (``--fresh``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, configured, model_endpoints
 from refusalbench.flows.evaluation import evaluation_flow
 from refusalbench.flows.generation import check_generation_inputs, generation_flow
 from refusalbench.flows.pretest import pretest_models
+from refusalbench.flows.results import MainResult
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
@@ -27,28 +27,28 @@ from refusalbench.tasks.pipeline.ui import story
 
 @flow(name="refusalbench-run", log_prints=True)
 def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
-              fresh: list[str] | None = None) -> dict[str, Any]:
+              fresh: list[str] | None = None) -> MainResult:
+    follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = load_config(config_path)
     with model_endpoints(cfg, cfg.used_models()), budget_span(cfg):  # one budget_usd for both flows
         # No generation-only report: the final one holds its figures, drawn while the targets answer.
         generated = configured(generation_flow, cfg, out)(config_path, out, seed, round_id, fresh, report=False)
-        story("benchmark: %d items (%d accepted of %d candidates)", generated["sampled"], generated["accepted"],
-              generated["candidates"])
-        if generated["sampled"] == 0:
+        story("benchmark: %d items (%d accepted of %d candidates)", generated.sampled, generated.accepted,
+              generated.candidates)
+        if generated.sampled == 0:
             # Nothing to evaluate. Still leave a report of the generation funnel and the
             # verifier analysis, which say why, then fail the run.
             report = write_generation_report(ArtifactStore(out))
             raise RuntimeError(f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
                                f"see the generator-verifier analysis in {report}")
         try:
-            evaluated = configured(evaluation_flow, cfg, out)(config_path, generated["benchmark"], out, round_id,
-                                                              fresh)
+            evaluated = configured(evaluation_flow, cfg, out)(config_path, generated.benchmark, out, round_id, fresh)
         except Exception:  # not on an interrupt or a cancellation: those stop at once
             _report_the_generation(ArtifactStore(out))
             raise
-        story("report: %s", evaluated["report"])
-    return {"benchmark": generated["benchmark"], "report": evaluated["report"], "metrics": evaluated["metrics"],
-            "generation": generated, "incomplete": evaluated["incomplete"]}
+        story("report: %s", evaluated.report)
+    return MainResult(benchmark=generated.benchmark, report=evaluated.report, metrics=evaluated.metrics,
+                      generation=generated, incomplete=evaluated.incomplete)
 
 
 def _report_the_generation(store: ArtifactStore) -> None:

@@ -9,11 +9,11 @@ none of them again.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.flows.results import PretestResult
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.pipeline.cache_scoping import scoped_config
@@ -51,7 +51,8 @@ def pretest_models(cfg: RunConfig) -> tuple[list[str], str | None]:
 
 
 @flow(name="refusalbench-pretest", log_prints=True)
-def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> dict[str, Any]:
+def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> PretestResult:
+    follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = scoped_config(load_config(config_path), out, fresh=fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     inputs = check_pretest_inputs(cfg)
@@ -66,5 +67,5 @@ def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> 
         record_funnel(recorder, funnel)
         record_domain_draw(recorder, drawn)
         counter.record(recorder)
-    return {"pretest": run.store.uri(rb_files.PRETEST.name), "kept": [item.id for item in outcome.kept],
-            "funnel": funnel, "run": run.store.uri("")}
+    return PretestResult(pretest=run.store.uri(rb_files.PRETEST.name), kept=[item.id for item in outcome.kept],
+                         funnel=funnel, run=run.store.uri(""))

@@ -10,12 +10,12 @@ false-discovery rate. What the run shows in the UI is ``tasks/pipeline/refresh_s
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from refusalbench.flows.common import configured
 from refusalbench.flows.main import check_main_inputs, main_flow
+from refusalbench.flows.results import RefreshResult
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.refresh_step import compare_and_report, main_job_lines, publish_round, stage
 from refusalbench.tasks.pipeline.freshness_step import record_freshness
@@ -23,7 +23,8 @@ from refusalbench.tasks.pipeline.refresh_rounds import finish_round, record_roun
 
 
 @flow(name="refusalbench-refresh", log_prints=True, on_failure=[record_round_failed])
-def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> dict[str, Any]:
+def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> RefreshResult:
+    follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = check_main_inputs(config_path)
     record = start_round(out_root, seed)  # a fresh round, or the one a crashed run left (same seed, folder)
     seed, round_id, root = record.seed, record.round_id, ArtifactStore(out_root)
@@ -38,6 +39,6 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
         outcome = compare_and_report(cfg, root, round_id, rounds_to_compare)  # rebuilt: it shows the trend
     publish_round(cfg, root, round_id, seed, outcome)
     finish_round(out_root, record)
-    return {"round": round_id, "seed": seed, "report": outcome.report, "rounds": len(outcome.trend.rounds),
-            "flags": [flag.model_dump() for flag in outcome.document.flags],
-            "incomplete_rounds": [r.round for r in outcome.document.incomplete_rounds]}
+    return RefreshResult(round=round_id, seed=seed, report=outcome.report, rounds=len(outcome.trend.rounds),
+                         flags=outcome.document.flags,
+                         incomplete_rounds=[r.round for r in outcome.document.incomplete_rounds])

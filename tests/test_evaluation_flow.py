@@ -116,7 +116,7 @@ def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
     assert judgments.loc[(judgments.model == "oracle") & (judgments.item_id == "item3"), "raf"].item() == 1
     report = (out / "report.html").read_text()
     assert all(name in report for name in ("refuser", "answerer", "oracle"))
-    assert result["responses"] == 30
+    assert result.responses == 30
 
     # Adding a target computes only the new target.
     before = len(fake_llm.calls)

@@ -77,7 +77,7 @@ def test_unanimous_counts(tmp_path, fake_llm):
     assert len(verifications) == 10 * 2  # every verifier x every parsed candidate
     # ver-b fails gen-a's HIGH candidates: 3 items (2 single + 1 multi) in the HIGH stratum.
     assert (verifications.verdict == "FAIL").sum() == 3
-    assert result["accepted"] == 7
+    assert result.accepted == 7
     bench = pd.read_parquet(out / "benchmark.parquet")
     assert len(bench) == 7
     assert set(bench.expected) == {"ANSWER_CORRECTLY", "REFUSE_INFO_MISSING_IN_CONTEXT"}
@@ -114,7 +114,7 @@ def test_majority_accepts_two_of_three(tmp_path, fake_llm):
     scripted(fake_llm)
     out = tmp_path / "run"
     result = run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b", "ver-c"], filter_rule="majority"), out)
-    assert result["accepted"] == 10  # the 3 gen-a HIGH candidates pass 2 of 3
+    assert result.accepted == 10  # the 3 gen-a HIGH candidates pass 2 of 3
     assert len(pd.read_parquet(out / "verifications.parquet")) == 30
 
 
@@ -122,7 +122,7 @@ def test_verifier_that_always_fails_gives_an_empty_benchmark(tmp_path, fake_llm)
     scripted(fake_llm, ver_b_always_fails=True)
     out = tmp_path / "run"
     result = run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b"]), out)
-    assert result["accepted"] == 0 and result["sampled"] == 0
+    assert result.accepted == 0 and result.sampled == 0
     assert len(pd.read_parquet(out / "benchmark.parquet")) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed"
@@ -135,7 +135,7 @@ def test_filter_none_keeps_every_prechecked_candidate_and_says_so(tmp_path, fake
     result = run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b"], filter_rule="none"), out)
     # Every parsed candidate is kept (gen-b's garbled multi-document replies are not), though ver-b failed them all.
     candidates = pd.read_parquet(out / "candidates.parquet")
-    assert result["accepted"] == (candidates.status == "ok").sum() == 10
+    assert result.accepted == (candidates.status == "ok").sum() == 10
     assert (pd.read_parquet(out / "verifications.parquet").query("verifier == 'ver-b'").verdict == "FAIL").all()
     decisions = json.loads((out / "filter_decisions.json").read_text())
     reasons = {d["reason"] for d in (decisions["decisions"] if isinstance(decisions, dict) else decisions) if d["accepted"]}

@@ -73,7 +73,7 @@ knowornot:
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
     # 6 known questions + 2 synthetic out-of-KB ones (a repeat of a known question is dropped).
-    assert len(inputs) == (6 + 2) * 4 * 2 == result["experiments"]
+    assert len(inputs) == (6 + 2) * 4 * 2 == result.experiments
     assert inputs.ookb.sum() == 2 * 4 * 2
     # Leave-one-out: a question's own pair is never in its context.
     assert not any(row.question_id in list(row.context_ids) for row in inputs.itertuples())
@@ -276,7 +276,7 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     pairs = pd.read_parquet(out / "qa_pairs.parquet")
     assert len(pairs) == 2 and set(pairs.source) <= set(facts.fact_id)  # max_questions, traced back to facts
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
-    assert result["experiments"] == len(inputs) == 2 * 4 * 1 * 2
+    assert result.experiments == len(inputs) == 2 * 4 * 1 * 2
     assert not any(row.question_id in list(row.context_ids) for row in inputs.itertuples())
 
     results = pd.read_parquet(out / "results.parquet")
@@ -361,7 +361,7 @@ knowornot:
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
-    assert len(inputs) == (6 + 3) * 3 == result["experiments"]
+    assert len(inputs) == (6 + 3) * 3 == result.experiments
     assert inputs.groupby("knowledge_base").size().to_dict() == {"hr": 18, "library": 9}
     # Ids carry their base; a question's context comes from its own base only, never its own pair.
     for row in inputs.itertuples():

@@ -62,7 +62,7 @@ knowornot:
     pairs = pd.read_parquet(out / "qa_pairs.parquet")
     assert len(pairs) == 5 and set(pairs.source) <= set(facts.fact_id)
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
-    assert result["experiments"] == len(inputs) == 5
+    assert result.experiments == len(inputs) == 5
     assert not any(row.question_id in list(row.context_ids) for row in inputs.itertuples())  # leave-one-out
     assert set(map(len, inputs.context_ids)) == {2}
     assert json.loads((out / "kb.faiss.json").read_text())["embedder"] == "api:openai/emb"

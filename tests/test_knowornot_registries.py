@@ -85,7 +85,7 @@ def test_a_registered_retrieval_strategy_runs_in_the_flow(tmp_path, fake_llm):
     result = run_knowornot(config, str(out))
 
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
-    assert result["experiments"] == len(inputs) == 4 * 2
+    assert result.experiments == len(inputs) == 4 * 2
     mine = inputs[inputs.retrieval == "two_after"].set_index("question_id")
     assert {q: list(ids) for q, ids in mine.context_ids.items()} == {
         "p0": ["p1", "p2"], "p1": ["p2", "p3"], "p2": ["p3", "p0"], "p3": ["p0", "p1"]}

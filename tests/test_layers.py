@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "refusalbench"
 
 # layer -> the layers it may import (itself included). Methods never import each other;
-# only the pipeline (and flows/, deployments/ above it) may import Prefect.
+# only the pipeline (and flows/, deployments/ above it) may import Prefect. extend/ (the public module
+# plugins import) sits on top like flows/, but without Prefect: loading a plugin never costs it.
 ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
     "llm": {"core", "llm"},
@@ -25,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": {"core", "llm", "labelling", "refusalbench", "knowornot", "integrations", "pipeline"},
 }
 PREFECT_LAYERS = {"pipeline", "flows", "deployments"}
+TOP_LAYERS = ("flows", "deployments", "extend")  # above tasks/: they may import any layer of it
+SCANNED = ("tasks", *TOP_LAYERS)
 # Module basenames that one module of the same role may carry in each method's own package.
 SAME_ROLE = {"__init__", "records", "documents", "artifacts", "report", "report_figures", "report_page"}
 METHODS = {"refusalbench", "knowornot"}
@@ -64,7 +67,7 @@ def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] == "tasks":
         return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
-    if parts[0] in ("flows", "deployments"):
+    if parts[0] in TOP_LAYERS:
         return parts[0]
     return None
 
@@ -72,7 +75,7 @@ def layer_of(module: str) -> str | None:
 def violations(root: Path) -> list[str]:
     """Every import that breaks the layer rules, as ``module -> imported (why)``."""
     problems = []
-    for folder in ("tasks", "flows", "deployments"):
+    for folder in SCANNED:
         for path in sorted((root / folder).rglob("*.py")):
             module = module_name(path, root)
             layer = layer_of(module)
@@ -138,7 +141,7 @@ def test_no_import_cycle_inside_tasks():
 
 
 def test_only_the_pipeline_and_flows_import_prefect():
-    importers = {module_name(p, ROOT) for folder in ("tasks", "flows", "deployments")
+    importers = {module_name(p, ROOT) for folder in SCANNED
                  for p in (ROOT / folder).rglob("*.py")
                  if any(m.split(".")[0] == "prefect" for m in imports_of(p, ROOT))}
     assert importers and all(m.split(".")[0] in ("flows", "deployments") or m.startswith("tasks.pipeline")
@@ -171,7 +174,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    for folder in ("tasks", "flows", "deployments"):
+    for folder in SCANNED:
         (tmp_path / folder).mkdir(exist_ok=True)
     return tmp_path
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_FOLDERS = ("flows", "tasks", "deployments", "levers", "prompts", "configs")
+CODE_FOLDERS = ("flows", "tasks", "deployments", "extend", "levers", "prompts", "configs")
 
 
 def declared_packages() -> tuple[list[str], dict[str, str]]:

@@ -103,7 +103,7 @@ def test_the_shipped_config_evaluates_exactly_the_331_released_questions(tmp_pat
     per_base = inputs.groupby("knowledge_base").question_id.nunique()
     assert per_base.to_dict() == {"btt": 55, "cpf": 112, "ica": 135, "medishield": 29}
     cells = len(shipped.retrieval) * len(shipped.prompts)
-    assert len(inputs) == result["experiments"] == 331 * cells and not inputs.ookb.any()
+    assert len(inputs) == result.experiments == 331 * cells and not inputs.ookb.any()
     # Released sets are used as they are: no filter runs again, each base says so.
     report = json.loads((out / "filter_report.json").read_text())
     assert report["n_input"] == report["n_kept"] == 331 and report["method"] == "none"

@@ -120,7 +120,7 @@ def test_generation_keeps_only_items_every_pretest_model_answers(tmp_path, fake_
     assert set(pd.read_parquet(out / "base_items.parquet").id) == {"s1", "m1"}
     assert set(pd.read_parquet(out / "candidates.parquet").base_id) == {"s1", "m1"}
     bench = pd.read_parquet(out / "benchmark.parquet")
-    assert result["sampled"] == len(bench) > 0 and set(bench.base_id) <= {"s1", "m1"}
+    assert result.sampled == len(bench) > 0 and set(bench.base_id) <= {"s1", "m1"}
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed"
@@ -172,8 +172,8 @@ def test_standalone_pretest_then_generation_pays_nothing_twice(tmp_path, fake_ll
     script(fake_llm, wrong={"m1"})
     config = write_config(tmp_path, fake_llm.url, extra="  base_sample: 2")
     result = run_pretest(str(config), str(tmp_path / "pre"))
-    assert sorted(result["kept"]) == ["s1", "s2", "s3"]
-    assert result["funnel"] == {"imported": 4, "pretested": 4, "kept": 3, "sampled": 2}
+    assert sorted(result.kept) == ["s1", "s2", "s3"]
+    assert result.funnel == {"imported": 4, "pretested": 4, "kept": 3, "sampled": 2}
     manifest = json.loads((tmp_path / "pre" / "manifest.json").read_text())
     assert manifest["kind"] == "pretest" and manifest["status"] == "completed"
     assert len(pd.read_parquet(tmp_path / "pre" / "pretest.parquet")) == 8
@@ -182,7 +182,7 @@ def test_standalone_pretest_then_generation_pays_nothing_twice(tmp_path, fake_ll
     pretest_calls = sum(len(fake_llm.calls_for(m)) for m in ("pre-a", "pre-b", "judge"))
     run_generation(config, tmp_path / "gen")
     assert sum(len(fake_llm.calls_for(m)) for m in ("pre-a", "pre-b", "judge")) == pretest_calls
-    assert set(pd.read_parquet(tmp_path / "gen" / "base_items.parquet").id) <= set(result["kept"])
+    assert set(pd.read_parquet(tmp_path / "gen" / "base_items.parquet").id) <= set(result.kept)
 
 
 def test_standalone_pretest_needs_a_pretest_section(tmp_path):

@@ -302,7 +302,7 @@ generation:
     candidates = pd.read_parquet(out / "candidates.parquet")
     assert len(candidates) == 12 and (candidates.status == "ok").all()
     assert (candidates.generator == "gen-a").sum() == 6
-    assert result["sampled"] > 0
+    assert result.sampled > 0
     for model in ("gen-a", "ver-a"):
         calls = fake_llm.calls_for(model)
         # Only the model's first round met the 400 (max_concurrency 4), not every item.

@@ -55,23 +55,23 @@ evaluation:
     (crashed / "round.json").write_text(json.dumps({"round_id": crashed.name, "seed": 99, "flow_run_id": None,
                                                     "started_at": "2000-01-01T00:00:00+00:00", "status": "failed"}))
     second = run_refresh(str(config), str(tmp_path / "rounds"), seed=22)
-    assert first["round"] != second["round"] and first["round"].endswith("-s11")
+    assert first.round != second.round and first.round.endswith("-s11")
     rounds = sorted(p.name for p in (tmp_path / "rounds").iterdir())
     assert len(rounds) == 3
-    assert second["rounds"] == 2 and second["incomplete_rounds"] == [crashed.name]
+    assert second.rounds == 2 and second.incomplete_rounds == [crashed.name]
     # Only flip changed (its refusals went from the wrong code to the right one); steady did not move.
-    assert {flag["model"] for flag in second["flags"]} == {"flip"}
-    (crs,) = [flag for flag in second["flags"] if flag["metric"] == "calibrated_refusal_score"]
-    assert crs["direction"] == "up" and crs["better"] is True and crs["adjusted_p_value"] <= 0.05
-    trend = pd.read_parquet(tmp_path / "rounds" / second["round"] / "round_trend.parquet")
+    assert {flag.model for flag in second.flags} == {"flip"}
+    (crs,) = [flag for flag in second.flags if flag.metric == "calibrated_refusal_score"]
+    assert crs.direction == "up" and crs.better is True and crs.adjusted_p_value <= 0.05
+    trend = pd.read_parquet(tmp_path / "rounds" / second.round / "round_trend.parquet")
     assert list(trend[trend["model"] == "flip"]["calibrated_refusal_score"]) == [0.0, 0.5]
-    document = json.loads((tmp_path / "rounds" / second["round"] / "trend.json").read_text())
+    document = json.loads((tmp_path / "rounds" / second.round / "trend.json").read_text())
     assert document["fdr"] == 0.05 and document["comparisons"] > 0
     assert document["round_error"]["rounds"] == 52 and document["round_error"]["epsilon"] > 0.05  # 9 items: loose
     assert [r["round"] for r in document["incomplete_rounds"]] == [crashed.name]
-    report = tmp_path / "rounds" / second["round"] / "report.html"
+    report = tmp_path / "rounds" / second.round / "report.html"
     assert "Trend across rounds" in report.read_text()
-    look_at_the_refresh_run(second["round"])
+    look_at_the_refresh_run(second.round)
     look_at_the_trend_section(report, tmp_path / "trend.png", crashed.name)
 
 

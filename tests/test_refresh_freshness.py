@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from refusalbench.flows.results import RefreshResult
 from refusalbench.tasks.llm.scripted_server import Behaviour
 from refusalbench.tasks.refusalbench.freshness import fingerprint_changes, item_digest
 from refusalbench.tasks.core.store import ArtifactStore
@@ -54,7 +55,7 @@ def _config(folder, url, policy):
 
 
 def _round(root, result):
-    folder = root / result["round"]
+    folder = root / result.round
     responses = pd.read_parquet(folder / "responses.parquet")
     freshness = json.loads((folder / "freshness.json").read_text())
     return folder, responses, freshness
@@ -70,7 +71,7 @@ def test_refresh_defaults_ask_a_changed_model_again_and_forever_does_not(tmp_pat
     scoped = {"defaults": _folder(tmp_path, "defaults"),
               "forever": _folder(tmp_path, "forever", "{generation: forever, pretest: forever, targets: forever}")}
     configs = {name: _config(folder, fake_llm.url, policy) for name, (folder, policy) in scoped.items()}
-    results: dict[str, list[dict]] = {name: [] for name in scoped}
+    results: dict[str, list[RefreshResult]] = {name: [] for name in scoped}
     for round_number, seed in ((1, 11), (2, 22)):
         state["round"] = round_number
         _script(fake_llm, state)
@@ -133,7 +134,7 @@ def test_fresh_targets_asks_only_the_targets_again_and_a_resume_repeats_nothing(
     salt = manifest["config"]["cache"]["fresh"]["targets"]
     # The same command again (a resume of that run): its salt is found in the manifest, nothing is asked.
     after = len(fake_llm.calls)
-    assert run_main(config, str(folder / "again"), fresh=["targets"])["report"] == result["report"]
+    assert run_main(config, str(folder / "again"), fresh=["targets"]).report == result.report
     assert len(fake_llm.calls) == after
     assert json.loads((folder / "again" / "manifest.json").read_text())["config"]["cache"]["fresh"] == {"targets": salt}
 

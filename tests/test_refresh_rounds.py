@@ -149,6 +149,31 @@ def test_guard_is_off_outside_a_worker_started_flow_run():
     assert done.stdout.strip() == "None", done.stderr
 
 
+def test_importing_the_flows_starts_no_guard_but_each_flow_and_the_cli_do():
+    """The guard is installed where a worker-started process begins running (each flow's first statement, the
+    CLI's entry), never as a side effect of importing ``flows`` (a test or a tool importing it is left alone)."""
+    import ast
+    from pathlib import Path
+
+    code = ("import refusalbench.flows, refusalbench.flows.evaluation, refusalbench.flows.refresh, refusalbench.flows.cli\n"
+            "from refusalbench.tasks.pipeline import process_guard\nprint(process_guard._armed)\n"
+            "from refusalbench.flows.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(process_guard._armed)\n")
+    env = {**os.environ, "PREFECT__FLOW_RUN_ID": "test"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "None" and lines[-1] in ("prctl", "watchdog"), (done.stdout, done.stderr)
+    flows = Path(__file__).resolve().parent.parent / "flows"
+    seen = []
+    for path in flows.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and any("flow" in ast.unparse(d).split("(")[0] for d in node.decorator_list):
+                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                assert ast.unparse(body[0]) == "follow_parent()", (path.name, node.name)
+                seen.append(node.name)
+    assert len(seen) == 6, seen
+
+
 def test_deployments_send_heartbeats_and_write_no_workspace_manifest():
     """Every deployment's job variables: heartbeats for the zombie automation, and Prefect's engine command
     (without a command the process worker writes the run's environment to workspace.json on its disk)."""
@@ -190,12 +215,12 @@ def test_next_refresh_run_resumes_a_crashed_round_from_the_cache(tmp_path, fake_
     first = run_refresh(str(config), str(out), seed=11)
     calls = len(fake_llm.calls)
     # As a crashed run leaves it: still running, owned by a flow run that is over.
-    path = out / first["round"] / "round.json"
+    path = out / first.round / "round.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "status": "running", "flow_run_id": "dead-run",
                                 "finished_at": None}))
     again = run_refresh(str(config), str(out))
-    assert (again["round"], again["seed"]) == (first["round"], 11)
+    assert (again.round, again.seed) == (first.round, 11)
     assert len(fake_llm.calls) == calls  # the cache answered every call of the resumed round
     record = json.loads(path.read_text())
     assert record["status"] == "complete" and record["attempts"] == 2 and record["flow_runs"][-1] != "dead-run"
-    assert [p.name for p in out.iterdir()] == [first["round"]]
+    assert [p.name for p in out.iterdir()] == [first.round]

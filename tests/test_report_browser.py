@@ -67,7 +67,7 @@ evaluation:
   bootstrap: 100
 """, max_attempts=2)
     out = tmp_path / "run"
-    return run_main(str(config), str(out))["report"]
+    return run_main(str(config), str(out)).report
 
 
 def test_report_renders_every_figure_in_a_browser(tmp_path, fake_llm):

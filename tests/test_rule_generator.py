@@ -308,7 +308,7 @@ generation:
     assert len(candidates) == 5 and set(candidates.status) == {"ok"} and set(candidates.generator) == {"rules"}
     verifications = pd.read_parquet(out / "verifications.parquet")
     assert len(verifications) == 5 and (verifications.verdict == "FAIL").sum() == 2
-    assert result["accepted"] == 3
+    assert result.accepted == 3
     bench = pd.read_parquet(out / "benchmark.parquet")
     assert len(bench) == 3 and set(bench.generator) == {"rules"}
     assert set(bench.expected) == {"REFUSE_INFO_MISSING_IN_CONTEXT"}

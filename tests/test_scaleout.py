@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from refusalbench.flows.results import EvaluationResult
 from refusalbench.tasks.refusalbench.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore
 from tests.scripted import by_model, judge_by_reference
@@ -68,7 +69,7 @@ def benchmark(tmp_path) -> str:
     return ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", ITEMS, BenchmarkItem)
 
 
-def run_eval(config: Path, benchmark: str, out: str) -> dict:
+def run_eval(config: Path, benchmark: str, out: str) -> EvaluationResult:
     from refusalbench.flows.launch import run_evaluation
 
     return run_evaluation(str(config), benchmark, out)
@@ -118,8 +119,8 @@ def test_s3_out(tmp_path, fake_llm, benchmark, s3_bucket):
         assert f"runs/eval/{name}" in keys
     # Prefect's task results live beside the artifacts, in the bucket too.
     assert any(k.startswith("runs/eval/_prefect/") for k in keys)
-    assert result["metrics"] == f"s3://{bucket}/runs/eval/metrics.json"
-    assert result["report"] == f"s3://{bucket}/runs/eval/report.html"
+    assert result.metrics == f"s3://{bucket}/runs/eval/metrics.json"
+    assert result.report == f"s3://{bucket}/runs/eval/report.html"
 
     remote = json.loads(client.get_object(Bucket=bucket, Key="runs/eval/metrics.json")["Body"].read())
     assert remote["models"] == json.loads((local / "metrics.json").read_text())["models"]

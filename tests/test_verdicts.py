@@ -75,7 +75,7 @@ def test_a_pass_its_criteria_contradict_gets_nothing_accepted(tmp_path, fake_llm
     out = tmp_path / "run"
     result = run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b"]), out)
 
-    assert result["accepted"] == 0 and result["sampled"] == 0
+    assert result.accepted == 0 and result.sampled == 0
     verifications = pd.read_parquet(out / "verifications.parquet")
     lying = verifications[verifications.verifier == "ver-b"]
     assert len(lying) == 12 and set(lying.stated_verdict) == {"PASS"}
@@ -121,7 +121,7 @@ def test_an_unchanged_candidate_costs_no_verifier_call(tmp_path, fake_llm):
     verifications = pd.read_parquet(out / "verifications.parquet")
     assert set(verifications.candidate_id) == set(candidates.loc[candidates.generator == "gen-b", "candidate_id"])
 
-    assert result["accepted"] == 6
+    assert result.accepted == 6
     assert set(pd.read_parquet(out / "benchmark.parquet").generator) == {"gen-b"}
     gv = json.loads((out / "gv_analysis.json").read_text())
     assert gv["funnel"] == {"attempted": 12, "parsed": 12, "prechecked": 6, "verified": 6, "accepted": 6, "sampled": 6}

@@ -10,6 +10,10 @@ an evaluation spec) are checked by the package that owns the registry: it adds a
 ``CONFIG_CHECKS`` when it is imported, and ``load_config`` runs every registered check after
 the schema, reporting the first problem at the line of the key it names. ``flows`` imports
 those packages, so every command that reads a config checks the names before it writes.
+
+A user's own registrations come from plugins (``core/plugins.py``): the installed
+``refusalbench.plugins`` entry points and the modules the config lists under ``plugins:``,
+loaded before the config is validated, so the config may name what they register.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
 from refusalbench.tasks.core.cache_policy import CachePolicy
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.limits_config import LimitsConfig
+from refusalbench.tasks.core.plugins import MODULE_NAME, PluginError, import_plugin, load_entry_points
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.textinput import read_text
 from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
@@ -208,7 +213,22 @@ class RunConfig(Strict):
                                      "refresh round) may spend on model calls: checked before each shard is sent "
                                      "(tasks/pipeline/budget.py); unset: no limit")
     skip_unavailable: bool = False
+    plugins: list[str] = Field(default_factory=list, description="modules to import before the config is "
+                               "validated and in every process that runs a task: they register providers, "
+                               "metrics, retrieval strategies ... (tasks/core/plugins.py); looked up on sys.path, "
+                               "then in the folder of the config file that lists them")
     source: str | None = Field(default=None, exclude=True, description="file the config was read from")
+    # The folder of the config file that lists ``plugins`` (set by load_config): where a plugin not on
+    # sys.path is looked for, in this process and in every worker process the config is sent to.
+    _plugin_folder: str | None = PrivateAttr(default=None)
+
+    @field_validator("plugins")
+    @classmethod
+    def _module_names(cls, names: list[str]) -> list[str]:
+        bad = [name for name in names if not MODULE_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a module name (dotted Python identifiers, e.g. my_metrics)")
+        return names
 
     @model_validator(mode="after")
     def _models_exist(self) -> "RunConfig":
@@ -257,6 +277,23 @@ class RunConfig(Strict):
         if here.exists() or not Path(value).exists():
             return str(here)
         return value
+
+    def load_plugins(self) -> None:
+        """Load the installed plugin entry points and this config's ``plugins`` in this process; idempotent.
+
+        ``load_config`` did it in the process that read the file; a task calls it in the process it
+        runs in (a Dask worker has only the config it was sent). A plugin that cannot be loaded there
+        is an InputError naming the config file and the ``plugins`` key.
+        """
+        load_entry_points()
+        folder = self._plugin_folder
+        if folder is None and self.source is not None:
+            folder = str(Path(self.source).resolve().parent)
+        for name in self.plugins:
+            try:
+                import_plugin(name, folder)
+            except PluginError as exc:
+                raise InputError(self.source or "<config>", str(exc), field="plugins") from None
 
     def fingerprint(self) -> str:
         """Hash of the effective configuration (no secrets live in it)."""
@@ -404,16 +441,42 @@ def _describe_validation_error(exc: ValidationError, located: _Located) -> Input
     return InputError(file, problem, line=line, field=field)
 
 
+def _load_plugins(data: dict[str, Any], located: _Located) -> str | None:
+    """The entry points and the ``plugins:`` modules of a config not validated yet, loaded; the
+    folder of the file that lists the modules (None without any). A module that cannot be loaded
+    is an InputError at its line."""
+    load_entry_points()
+    names = data.get("plugins")
+    if not names:
+        return None
+    file, line = located.find(("plugins",))
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InputError(file, "plugins must be a list of module names", line=line, field="plugins")
+    folder = str(Path(file).resolve().parent)  # the folder of the file that wrote the list (an include's own)
+    for i, name in enumerate(names):
+        try:
+            import_plugin(name, folder)
+        except PluginError as exc:
+            item_file, item_line = located.find(("plugins", i))
+            raise InputError(item_file, str(exc), line=item_line, field="plugins") from None
+    return folder
+
+
 def load_config(path: str | Path) -> RunConfig:
-    """Read a run config (following ``include:``) or raise InputError naming file, line and key."""
+    """Read a run config (following ``include:``) or raise InputError naming file, line and key.
+
+    The plugins (entry points, the config's ``plugins:``) are loaded first: the config may name
+    what they register."""
     path = Path(path)
     located = _Located()
     data = _load_tree(path, located, ())
+    plugin_folder = _load_plugins(data, located)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
         raise _describe_validation_error(exc, located) from None
     config.source = str(path)
+    config._plugin_folder = plugin_folder
     _run_config_checks(config, located)
     return config
 

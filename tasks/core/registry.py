@@ -14,8 +14,11 @@ error, unless the caller says ``replace=True``. A silent replacement would let a
 order decide which of two strategies runs.
 
 A registration is only seen by a process that imported the module holding it: the
-built-ins are imported by the modules that use them; a user's module must be imported
-before the config is read (with the Dask runner, in the workers too).
+built-ins are imported by the modules that use them; a user's module is a *plugin*
+(``core/plugins.py``), named by an installed ``refusalbench.plugins`` entry point or by the
+config's ``plugins:`` list, and loaded before the config is validated and by every task in the
+process it runs in (Dask worker processes included). ``refusalbench.extend`` gathers every
+registry a plugin may add to.
 """
 
 from __future__ import annotations

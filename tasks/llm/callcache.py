@@ -14,8 +14,8 @@ A backend is a factory registered under the name a config's ``cache.backend`` gi
 
 The factory receives the ``cache:`` section's options (``path``, ``url``) as keywords and uses
 the ones it needs. ``cache.backend`` is checked against the registry when a config is loaded
-(the check is registered below), so the module that registers a backend must be imported
-before the config is loaded. A name already taken is an error unless ``replace=True``.
+(the check is registered below); a backend of one's own lives in a plugin (``tasks/core/plugins.py``),
+which is loaded before that check. A name already taken is an error unless ``replace=True``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ A new provider is one subclass that sets what differs, plus one decorator::
         structured_output = "json_object"
         key_env = ("ACME_API_KEY",)
 
-The module holding it must be imported before the models are called (as for every registry).
+A profile outside this module lives in a plugin (``tasks/core/plugins.py``: an installed
+``refusalbench.plugins`` entry point or a module the config lists under ``plugins:``), which
+is loaded before the config is validated and in every process that calls models.
 """
 
 from __future__ import annotations

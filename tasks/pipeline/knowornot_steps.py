@@ -43,7 +43,7 @@ from refusalbench.tasks.knowornot.retrieval import (build_experiment_inputs, bui
 from refusalbench.tasks.knowornot.document_readers import read_documents
 from refusalbench.tasks.knowornot.sentences import document_sentences, spread_sentences
 from refusalbench.tasks.knowornot.sources import POLICYBENCH_FILES, load_qa_pairs, policybench_import_hint
-from refusalbench.tasks.pipeline.runtime import cache_policy, result_storage
+from refusalbench.tasks.pipeline.runtime import cache_policy, result_storage, with_plugins
 from refusalbench.tasks.core.provenance import package_version
 from refusalbench.tasks.pipeline.fanout import (Fanout, Shard, content_digest, progress_callback, read_shared,
                                                 write_output_shard)
@@ -192,6 +192,7 @@ def source_digest(kon: KnowOrNotConfig) -> str:
 
 @task(name="kon-knowledge-base", task_run_name="kon-knowledge-base", cache_policy=STAGE_CACHE, retries=1,
       retry_delay_seconds=2)
+@with_plugins
 def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> KnowledgeBaseSummary:
     """QA pairs from a QA file, or from documents via sentences -> facts -> QA (LLM)."""
     kon = cfg.knowornot
@@ -216,6 +217,7 @@ def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases:
 
 @task(name="kon-filter-index", task_run_name="kon-filter-index", cache_policy=STAGE_CACHE, retries=1,
       retry_delay_seconds=2)
+@with_plugins
 def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSummary:
     """Diversity filters, then the FAISS index over the kept pairs (reused when the KB is unchanged)."""
     kon = cfg.knowornot
@@ -248,6 +250,7 @@ def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder)
 
 @task(name="kon-experiments", task_run_name="kon-experiments", cache_policy=STAGE_CACHE, retries=1,
       retry_delay_seconds=2)
+@with_plugins
 def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> GridSummary:
     """HyDE answers and synthetic questions (if asked for), then the grid with leave-one-out contexts."""
     kon = cfg.knowornot
@@ -328,6 +331,7 @@ def audit_beside_calls(cfg: RunConfig, out: str) -> Future[OverlapAudit]:
 
 @task(name="kon-answer-shard", task_run_name="kon-answer {target} {shard}", cache_policy=STAGE_CACHE, retries=1,
       retry_delay_seconds=2)
+@with_plugins
 def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]) -> str:
     """One target answers its rows of one input shard; returns the answer shard's name."""
     store = ArtifactStore(out)
@@ -341,6 +345,7 @@ def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest
 
 @task(name="kon-evaluate-shard", task_run_name="kon-evaluate {target} {answers}", cache_policy=STAGE_CACHE, retries=1,
       retry_delay_seconds=2)
+@with_plugins
 def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_digest: str,
                    api_bases: dict[str, str]) -> str:
     """The evaluator judges one target's answer shard (abstention, factuality, then the config's own specs);
@@ -385,6 +390,7 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
 
 @task(name="kon-compare-evaluators-shard", task_run_name="kon-compare-evaluators {evaluator} {shard}",
       cache_policy=STAGE_CACHE, retries=1, retry_delay_seconds=2)
+@with_plugins
 def compare_evaluator_shard(cfg: RunConfig, out: str, evaluator: str, shard: str, input_digest: str,
                             api_bases: dict[str, str]) -> str:
     """One candidate evaluator judges one shard of the label sample's responses, each spec on its own

@@ -10,11 +10,13 @@
 - Task results persist beside the run's artifacts (``<run>/_prefect``).
 - Call accounting of a flow run (its own calls only, though the process ran others before),
   across processes when tasks ran on Dask workers.
+- Plugins in every process that runs a task (``with_plugins``).
 (What a run shows in the Prefect UI lives in ``tasks/pipeline/ui.py``.)
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -69,6 +71,21 @@ def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
     from prefect.task_runners import ThreadPoolTaskRunner
 
     return ThreadPoolTaskRunner(max_workers=max_workers or 8)
+
+
+def with_plugins(fn: Callable[..., T]) -> Callable[..., T]:
+    """A task body that first loads the plugins of the config it is given (its first argument), in the
+    process it runs in: a Dask worker process never read the config file, so a provider profile or a
+    retrieval strategy a plugin registers would be unknown there. Idempotent and cheap after the first
+    task of a process (``tasks/core/plugins.py``)."""
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> T:
+        config: RunConfig = args[0] if args else next(kwargs[k] for k in ("config", "cfg") if k in kwargs)
+        config.load_plugins()
+        return fn(*args, **kwargs)
+
+    return body
 
 
 def result_storage(run_root: str) -> Any:

@@ -23,7 +23,7 @@ from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.gateway import CallResult, Gateway, gateway_for
 from refusalbench.tasks.pipeline.fanout import (BATCH_CALLERS, one_model_at_a_time, progress_callback, read_input,
                                                 read_shared, timed_body, write_output_shard)
-from refusalbench.tasks.pipeline.runtime import cache_policy
+from refusalbench.tasks.pipeline.runtime import cache_policy, with_plugins
 from refusalbench.tasks.refusalbench.generate import generate_candidates, rule_candidates
 from refusalbench.tasks.refusalbench.judge import judge_responses, judging_ahead, needs_judge
 from refusalbench.tasks.refusalbench.levers import load_catalogue
@@ -35,6 +35,7 @@ from refusalbench.tasks.refusalbench.verify import verify_candidates
 
 @task(name="generate-shard", task_run_name="generate {generator} {assignments_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def generate_shard(config: RunConfig, run_root: str, generator: str, assignments_name: str, content_hash: str,
                    api_bases: dict[str, str]) -> str:
@@ -58,6 +59,7 @@ def generate_shard(config: RunConfig, run_root: str, generator: str, assignments
 
 @task(name="verify-shard", task_run_name="verify {verifier} {candidates_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_name: str, content_hash: str,
                  api_bases: dict[str, str]) -> str:
@@ -73,6 +75,7 @@ def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_nam
 
 @task(name="respond-shard", task_run_name="respond {target} {items_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
                   api_bases: dict[str, str]) -> str:
@@ -112,6 +115,7 @@ def judging_ahead_here(config: RunConfig, gateway: Gateway, items: list[Benchmar
 
 @task(name="calibrate-shard", task_run_name="calibrate {target} {items_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def calibrate_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
                     api_bases: dict[str, str]) -> str:
@@ -125,6 +129,7 @@ def calibrate_shard(config: RunConfig, run_root: str, target: str, items_name: s
 
 @task(name="calibration-judge-shard", task_run_name="judge calibration {target} {responses_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def calibration_judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
                             api_bases: dict[str, str]) -> str:
@@ -136,6 +141,7 @@ def calibration_judge_shard(config: RunConfig, run_root: str, target: str, respo
 
 @task(name="judge-shard", task_run_name="judge {target} {responses_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
                 api_bases: dict[str, str]) -> str:
@@ -160,6 +166,7 @@ def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, res
 
 @task(name="pretest-shard", task_run_name="pretest {model} {items_name}",
       cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@with_plugins
 @timed_body
 def pretest_shard(config: RunConfig, run_root: str, model: str, items_name: str, content_hash: str,
                   api_bases: dict[str, str]) -> str:

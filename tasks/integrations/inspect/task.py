@@ -52,6 +52,7 @@ from inspect_ai.util import JSONSchema
 
 from refusalbench.tasks.integrations.inspect import bridge as bridge
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
+from refusalbench.tasks.core.plugins import load_entry_points
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.llm.providers import profile_for
@@ -121,8 +122,10 @@ def declared_metric(name: str) -> Metric:
 
 # inspect's accuracy of the C/I values and its standard error, then every metric declared
 # ``inspect_task=True`` (FRR, MRR, refusal rate), computed from the judgments as ``score`` does.
-# The list is read when this module is imported: a metric declared in a user's module counts
-# when that module is imported first.
+# The list is read when this module is imported, which inspect_ai does through its own entry point:
+# the installed RefusalBench plugins (``refusalbench.plugins`` entry points) are loaded first, so their
+# metrics and provider profiles count here too (no run config, hence no ``plugins:`` list, is read).
+load_entry_points()
 TASK_METRICS: list[Metric] = [accuracy(), stderr(),
                               *(declared_metric(name) for name in all_metrics() if metric_spec(name).inspect_task)]
 
