@@ -55,14 +55,15 @@ from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.batch_calls import BatchCalls
 from refusalbench.tasks.llm.cache_scope import CacheScope
+from refusalbench.tasks.llm.call_fields import REPLY_METADATA
 from refusalbench.tasks.llm.call_requests import build_request, too_long, tpm_tokens
 from refusalbench.tasks.llm.call_values import call_value, result_fields
 from refusalbench.tasks.llm.callcache import CallCache, NullCache, WriteBehind
 
-# What a call is lives in ``calls``; the stages import these names from here too (``__all__``).
+# What a call is lives in ``calls`` (its metadata fields in ``call_fields``); the stages import
+# these names from here too (``__all__``).
 from refusalbench.tasks.llm.calls import (
     CACHE_VERSION,
-    REPLY_METADATA,
     CallResult,
     CallSpec,
     json_schema,
