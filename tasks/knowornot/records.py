@@ -2,7 +2,8 @@
 
 Every artifact table of the pipeline is a list of one of these records; they share
 ``tasks.core.tables.Record`` (unknown fields are an error) so ``tasks.core.tables.arrow_schema``
-and ``to_table`` / ``from_table`` map them to Parquet without a second schema.
+and ``to_table`` / ``from_table`` map them to Parquet without a second schema. The rows keeping
+a model's reply inherit its metadata from ``tasks.llm.call_fields``.
 
 Chain of provenance: SourceDocument -> Sentence -> AtomicFact -> QAPair -> ExperimentInput
 -> ExperimentOutput -> EvalOutcome / HumanLabel. Each step keeps the id of the one

@@ -1,7 +1,8 @@
 """Records of RefusalBench: the lever catalogue, base sets, generation and evaluation rows.
 
 Every RefusalBench table is a list of one of these; they share ``tasks.core.tables.Record``,
-which maps them to Parquet.
+which maps them to Parquet. The rows keeping a model's reply inherit its metadata from
+``tasks.llm.call_fields``.
 """
 
 from __future__ import annotations
