@@ -3,7 +3,8 @@
 Every artifact table is a list of one :class:`Record` type (each method declares its own
 in its ``records.py``). ``arrow_schema(Record)`` derives the pyarrow schema from the
 pydantic fields, so a record and its Parquet file cannot drift apart; ``to_table`` /
-``from_table`` convert both ways.
+``from_table`` convert both ways. Fields several record types share are declared once in a
+:class:`FieldGroup` the records inherit.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import datetime as dt
 import functools
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +23,19 @@ class Record(BaseModel):
     """One row of an artifact table: unknown fields are an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class FieldGroup(BaseModel):
+    """Fields several record types share (e.g. a model call's metadata), declared once: a record
+    inherits them by naming the group among its bases, ``class Row(Record, SomeGroup)``.
+
+    Pydantic puts inherited fields first, which would open every such table with the shared
+    metadata. So a table's columns are the record's fields in declaration order, except those named
+    in ``TRAILING_COLUMNS``: they come last, in that order (a name the record lacks is skipped). A
+    group names its fields there; a record may name its own order instead, own fields included.
+    """
+
+    TRAILING_COLUMNS: ClassVar[tuple[str, ...]] = ()
 
 
 # ----------------------------------------------------------------- Parquet mapping
@@ -73,10 +87,19 @@ def _arrow_field(name: str, annotation: Any) -> pa.Field:
     return pa.field(name, _arrow_type(annotation), nullable=optional)
 
 
+def column_names(record_type: type[BaseModel]) -> tuple[str, ...]:
+    """A record type's columns in table order: its fields as declared, ``TRAILING_COLUMNS`` last (``FieldGroup``)."""
+    fields = record_type.model_fields
+    trailing = record_type.TRAILING_COLUMNS if issubclass(record_type, FieldGroup) else ()
+    last = [name for name in dict.fromkeys(trailing) if name in fields]
+    return (*(name for name in fields if name not in last), *last)
+
+
 @functools.cache  # a record type's fields are fixed once declared; a shard task writes one table per call
 def arrow_schema(record_type: type[BaseModel]) -> pa.Schema:
-    """The Parquet schema of a record type, one column per field in declaration order."""
-    return pa.schema([_arrow_field(name, field.annotation) for name, field in record_type.model_fields.items()])
+    """The Parquet schema of a record type, one column per field in table order (``column_names``)."""
+    fields = record_type.model_fields
+    return pa.schema([_arrow_field(name, fields[name].annotation) for name in column_names(record_type)])
 
 
 @functools.cache

@@ -2,7 +2,8 @@
 
 Every artifact table of the pipeline is a list of one of these records; they share
 ``tasks.core.tables.Record`` (unknown fields are an error) so ``tasks.core.tables.arrow_schema``
-and ``to_table`` / ``from_table`` map them to Parquet without a second schema.
+and ``to_table`` / ``from_table`` map them to Parquet without a second schema. The rows keeping
+a model's reply inherit its metadata from ``tasks.llm.call_fields``.
 
 Chain of provenance: SourceDocument -> Sentence -> AtomicFact -> QAPair -> ExperimentInput
 -> ExperimentOutput -> EvalOutcome / HumanLabel. Each step keeps the id of the one
@@ -19,6 +20,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from refusalbench.tasks.core.tables import Record
+from refusalbench.tasks.llm.call_fields import ReplyFields, TimedCallFields
 
 # ----------------------------------------------------------------- knowledge base
 
@@ -116,8 +118,8 @@ class ExperimentInput(Record):
         default=None, description="the base the question belongs to in a multi-base run (ids carry it as a prefix)")
 
 
-class ExperimentOutput(Record):
-    """The target's reply to one ExperimentInput."""
+class ExperimentOutput(Record, TimedCallFields):
+    """The target's reply to one ExperimentInput, with the call's metadata, billing and latency."""
 
     experiment_id: str
     question_id: str
@@ -127,32 +129,16 @@ class ExperimentOutput(Record):
     ookb: bool
     response: str | None = None
     error: str | None = None
-    cached: bool = False
-    latency_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = None
-    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``response``), who served it.
-    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
-    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
-    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
-    served_model: str | None = Field(default=None, description="the model name the provider says answered")
-    system_fingerprint: str | None = None
 
 
 # ----------------------------------------------------------------- evaluation
 
-class EvalOutcome(Record):
+class EvalOutcome(Record, ReplyFields):
+    """One evaluator's outcome for one experiment under one spec, with its reply's metadata."""
+
     experiment_id: str
     spec: str
     evaluator: str
     outcome: str | None = Field(default=None, description="one of the spec's outcomes; None when extraction failed")
     error: str | None = None
     raw: str | None = None
-    cached: bool = False
-    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
-    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
-    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
-    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
-    served_model: str | None = Field(default=None, description="the model name the provider says answered")
-    system_fingerprint: str | None = None

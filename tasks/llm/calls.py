@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.call_fields import REPLY_BILLING, REPLY_METADATA, TimedCallFields
 from refusalbench.tasks.llm.endpoints import endpoint_identity
 from refusalbench.tasks.llm.reply_outcomes import OK
 
@@ -41,7 +42,9 @@ class CallSpec(BaseModel):
                                                        "the cache key); None: the caller's tag (tasks/llm/accounting.py)")
 
 
-class CallResult(BaseModel):
+class CallResult(TimedCallFields):
+    """What one call came to: its text (or why there is none), and its metadata, billing and latency."""
+
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model: str
@@ -53,19 +56,7 @@ class CallResult(BaseModel):
     error_kind: str | None = Field(default=None, description="call_error | parse_error, or the outcome of a reply that "
                                                             "is no answer: truncated | provider_blocked | empty | too_long")
     attempts: int = 0
-    cached: bool = False
-    latency_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = Field(default=None, description="what the call billed, a re-asked reply included; "
-                                                            "None: unpriced")
     cached_tokens: int | None = Field(default=None, description="prompt tokens the provider served from its prompt cache")
-    # The reply's metadata: why it stopped, the reasoning split off ``text``, and who served it.
-    finish_reason: str | None = Field(default=None, description="the provider's finish reason (stop, length, content_filter, ...)")
-    reasoning: str | None = Field(default=None, description="the model's reasoning, split off the final answer in `text`")
-    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
-    served_model: str | None = Field(default=None, description="the model name the provider says answered")
-    system_fingerprint: str | None = None
     batch: bool = Field(default=False, description="the reply came through the provider's batch API (mode: batch)")
 
     @property
@@ -86,17 +77,11 @@ class CallResult(BaseModel):
         return {prefix + name: getattr(self, name) for name in REPLY_BILLING}
 
 
-# The reply's metadata every table holding a reply carries, under these names (CallResult.metadata).
-REPLY_METADATA: tuple[str, ...] = ("finish_reason", "reasoning", "reasoning_tokens", "served_model", "system_fingerprint")
-# What a call billed, under these names, in the tables whose rows are calls (CallResult.billing).
-REPLY_BILLING: tuple[str, ...] = ("cached", "prompt_tokens", "completion_tokens", "cost_usd")
-
-
 def schema_name(schema: type[BaseModel]) -> str:
     return schema.__name__
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _built_schema(schema: type[BaseModel]) -> dict[str, Any]:
     from refusalbench.tasks.llm.structured_outputs import json_schema_for
 
@@ -108,10 +93,11 @@ def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     # Built once per output class (pydantic takes up to ~1 ms, twice per call, on the
     # gateway's single event-loop thread); each caller gets its own copy to change freely,
     # decoded from the schema's JSON text (a third of a deep copy's CPU).
-    return json.loads(_schema_text(schema))
+    built: dict[str, Any] = json.loads(_schema_text(schema))
+    return built
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _schema_text(schema: type[BaseModel]) -> str:
     return json.dumps(_built_schema(schema))
 

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.core.errors import RunIncomplete
 from refusalbench.tasks.llm.endpoints import endpoint_identity
-from refusalbench.tasks.llm.providers import profile_for, provider_prefix
+from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.rate_limits import announced_wait, retry_delay
 from refusalbench.tasks.llm.transport import CallFailed, classify, litellm_module, status_failure
 
@@ -184,9 +184,9 @@ class EmbeddingClient:
 
 def _posts_directly(cfg: ModelConfig, api_base: str | None) -> bool:
     """Whether LiteLLM would send this model's embedding requests unchanged to ``api_base``: its OpenAI
-    path (``openai/`` + an endpoint of one's own, plain ``http(s)``), parameters it passes on as they
-    are, and its default ``encoding_format`` (``float``) not changed through the environment."""
-    return (provider_prefix(cfg.model) == "openai" and str(api_base or "").startswith(("http://", "https://"))
+    path (a profile with ``direct_embeddings``: ``openai/`` + an endpoint of one's own, plain ``http(s)``),
+    parameters it passes on as they are, and its default ``encoding_format`` (``float``) not changed through the environment."""
+    return (profile_for(cfg.model, api_base).direct_embeddings and str(api_base or "").startswith(("http://", "https://"))
             and cfg.params.keys() <= DIRECT_PARAMS and not os.environ.get("LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT"))
 
 

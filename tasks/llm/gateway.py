@@ -37,6 +37,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import hashlib
 import json
 import logging
@@ -44,36 +46,57 @@ import os
 import random
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, cast
 
 from pydantic import BaseModel
 
+from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.batch_calls import BatchCalls
+from refusalbench.tasks.llm.cache_scope import CacheScope
+from refusalbench.tasks.llm.call_fields import REPLY_METADATA
+from refusalbench.tasks.llm.call_requests import build_request, too_long, tpm_tokens
+from refusalbench.tasks.llm.call_values import call_value, result_fields
 from refusalbench.tasks.llm.callcache import CallCache, NullCache, WriteBehind
+
+# What a call is lives in ``calls`` (its metadata fields in ``call_fields``); the stages import
+# these names from here too (``__all__``).
+from refusalbench.tasks.llm.calls import (
+    CACHE_VERSION,
+    CallResult,
+    CallSpec,
+    json_schema,
+    parse_structured,
+    request_key,
+    schema_name,
+)
 from refusalbench.tasks.llm.calls_ahead import CallsAhead
 from refusalbench.tasks.llm.loop_thread import Handoff, LoopThread, wave_for
-# What a call is lives in ``calls``; the stages import these names from here too.
-from refusalbench.tasks.llm.calls import (CACHE_VERSION, REPLY_METADATA, CallResult, CallSpec, json_schema,  # noqa: F401
-                                          parse_structured, request_key, schema_name)
-from refusalbench.tasks.llm.cache_scope import CacheScope
-from refusalbench.tasks.llm.context_limits import context_window, overflow, prompt_tokens
+from refusalbench.tasks.llm.providers import (
+    ProviderProfile,
+    StructuredMode,
+    profile_for,
+    reasoning_mode,
+    structured_mode,
+)
 from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits, retry_delay
+from refusalbench.tasks.llm.reply_outcomes import OK, TOO_LONG, cacheable, final_outcome, outcome_error, retry_params
 from refusalbench.tasks.llm.shared_limits import RedisLimits, SharedModelLimits
 from refusalbench.tasks.llm.structured_modes import StructuredModes
-from refusalbench.tasks.llm.reply_outcomes import (OK, TOO_LONG, cacheable, final_outcome, outcome_error,
-                                                   reply_outcome, retry_params)
-from refusalbench.tasks.core.config import ModelConfig, RunConfig
-from refusalbench.tasks.llm.providers import (SCHEMA_MODES, ProviderProfile, profile_for, reasoning_mode,
-                                              response_format_for, structured_mode)
-from refusalbench.tasks.llm.reasoning import split_reasoning
-from refusalbench.tasks.llm.prompt_cache import marked_messages
-from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, Request, direct_model, litellm_completion
+from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, Request, litellm_completion
+
+# What sending a call came to: (its cached value, or None; requests sent; the error when no reply came).
+Sent = tuple[dict[str, Any] | None, int, str | None]
+# A call for ``Handoff.fill``: (index, the coroutine function, its argument).
+Started = tuple[int, Callable[[Any], Awaitable[Any]], Any]
+
+__all__ = ["CACHE_VERSION", "REPLY_METADATA", "CallResult", "CallSpec", "Gateway", "gateway_for", "json_schema",
+           "parse_structured", "request_key", "schema_name", "shared_gateway"]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
-# What a result takes from its cached value as it is.
-VALUE_FIELDS = ("latency_s", "prompt_tokens", "completion_tokens", "cost_usd", "cached_tokens", "finish_reason")
+
 
 class Gateway:
     """Process-wide access to the models of one registry."""
@@ -92,7 +115,8 @@ class Gateway:
     ):
         self.models = models
         self.cache: CallCache = cache if cache is not None else NullCache()
-        self._writes = WriteBehind(self.cache)  # the loop's reads and writes: one commit per turn of the loop
+        # The call cache as the loop reads and writes it: one commit per turn of the loop (also the batch path's).
+        self.writes = WriteBehind(self.cache)
         self.scope = scope if scope is not None else CacheScope()  # each role's cache scope (cache_scope)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -107,7 +131,7 @@ class Gateway:
         self._shared_limits = RedisLimits(limits_url, lease_s) if limits_url else None
         self._loop.cleanups += [self._shared_limits.close] if self._shared_limits else []
         self._structured = StructuredModes()
-        self._inflight: dict[str, asyncio.Future] = {}
+        self._inflight: dict[str, asyncio.Future[Sent]] = {}
         self._ahead = CallsAhead()  # calls started before their asker asks (``start_ahead``)
         self.usage = accounting.UsageCounters()  # per model and per stage, for the run's manifest
         self._batches = BatchCalls(self)  # the calls of models in mode: batch
@@ -125,8 +149,8 @@ class Gateway:
         batched = self._batches.futures(specs)  # {index: future} of the batch-mode specs, already sent
         handoff = Handoff(len(specs), wave_for(self.models, specs))  # the rest: one submission to the loop
         # The rest, their cached replies read a wave at a time, before the wave starts (``CacheScope.reading_ahead``).
-        sent = [(i, self._complete, spec) for i, spec in enumerate(specs) if i not in batched]
-        self._loop.submit(self.scope.reading_ahead(self._writes, self.models, lambda ahead: handoff.fill(sent, ahead)))
+        sent: list[Started] = [(i, self.send, spec) for i, spec in enumerate(specs) if i not in batched]
+        self._loop.submit(self.scope.reading_ahead(self.writes, self.models, lambda ahead: handoff.fill(sent, ahead)))
         results: list[CallResult] = []
         for i in range(len(specs)):
             result = batched[i].result() if i in batched else handoff.get(i)
@@ -138,9 +162,9 @@ class Gateway:
     async def acomplete_many(self, specs: Iterable[CallSpec]) -> list[CallResult]:
         specs = accounting.tagged(specs)
         handoff = Handoff(len(specs), wave_for(self.models, specs))
-        calls = [(i, self._complete, s) for i, s in enumerate(specs)]
+        calls: list[Started] = [(i, self.send, s) for i, s in enumerate(specs)]
         await asyncio.wrap_future(self._loop.submit(self.scope.reading_ahead(
-            self._writes, self.models, lambda ahead: handoff.fill(calls, ahead))))
+            self.writes, self.models, lambda ahead: handoff.fill(calls, ahead))))
         return [handoff.get(i) for i in range(len(specs))]
 
     def start_ahead(self, specs: Iterable[CallSpec]) -> None:
@@ -151,7 +175,7 @@ class Gateway:
     async def _start_ahead(self, specs: list[CallSpec]) -> None:
         for spec in specs:
             if (cfg := self.models.get(spec.model)) is not None:
-                self._ahead.start(self.scope.key(cfg, spec), lambda spec=spec: self._answer(spec, asked=False))
+                self._ahead.start(self.scope.key(cfg, spec), functools.partial(self._answer, spec, asked=False))
 
     def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
         return self.complete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)])[0]
@@ -170,16 +194,58 @@ class Gateway:
         """{model: mode} for each model whose provider rejected its structured-output mode in this process."""
         return self._structured.fallbacks()
 
+    # ------------------------------------------------------------ the batch path's interface
+    # What ``batch_calls`` uses (besides ``models``, ``scope``, ``usage`` and ``writes``, the call cache as
+    # this loop reads and writes it): each step of a call as the synchronous path takes it.
+
+    def run_on_loop(self, work: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        """Start ``work`` on the gateway's event loop and return at once."""
+        return self._loop.submit(work)
+
+    async def send(self, spec: CallSpec) -> CallResult:
+        """One call the synchronous way; its result once its reply (and every reply before it) is in the call cache."""
+        result = await self._answer(spec)
+        await self.writes.committed()
+        return result
+
+    def without_sending(self, spec: CallSpec, cfg: ModelConfig, key: str) -> CallResult | None:
+        """``spec``'s result when it needs no request, counted: its reply in the call cache (in scope, usable,
+        migrated), or a prompt too long for the window (the provider could not answer it: not sent, not cached)."""
+        cached = self.scope.cached_reply(self.writes, key, spec, cfg, self.models)
+        if cached is not None:
+            self._count(spec.model, spec.stage, cache_hits=1)
+            return self._finish(spec, key, cached, cached=True, attempts=0)
+        too_long = self._too_long(spec, cfg)
+        if too_long is None:
+            return None
+        self._count(spec.model, **{TOO_LONG: 1})
+        return CallResult(model=spec.model, key=key, tag=spec.tag, error=too_long, error_kind=TOO_LONG)
+
+    def request(self, spec: CallSpec, cfg: ModelConfig) -> Request:
+        """What an attempt of ``spec`` sends now, in the model's structured-output mode of the moment."""
+        return self._request(spec, cfg, self._structured_mode(spec, cfg))
+
+    async def finish_batch_reply(self, specs: list[CallSpec], key: str, reply: Reply, latency: float
+                                 ) -> list[CallResult]:
+        """The results of ``specs`` (identical, request ``key``) from a batch API's reply: one request at the
+        batch price, asked again synchronously when its outcome is worth it as a synchronous reply's is, in
+        the call cache before the results are handed back; the specs after the first count as deduplicated."""
+        spec, cfg = specs[0], self.models[specs[0].model]
+        self._count(spec.model, spec.stage, http_calls=1)
+        first = self._value(spec, cfg, reply, latency, batch=True)
+        value, attempts, _ = await self._send_for_outcome(spec, cfg, first=(first, 1, None))
+        value = value if value is not None else first  # given a first reply, never None
+        if cacheable(value, structured=spec.schema_ is not None):
+            self.writes.put(key, self.scope.stamped(value))
+        await self.writes.committed()
+        for each in specs[1:]:
+            self._count(each.model, deduplicated=1)
+        return [self._finish(each, key, value, cached=False, attempts=attempts) for each in specs]
+
     # ------------------------------------------------------------ internals
 
-    def _count(self, model: str, stage: str | None = None, **amounts: float) -> None:
+    def _count(self, model: str, stage: str | None = None, /, **amounts: float) -> None:
         self.usage.count(model, stage, **amounts)
-
-    async def _complete(self, spec: CallSpec) -> CallResult:
-        """One call's result, once its reply (and every reply before it) is in the call cache."""
-        result = await self._answer(spec)
-        await self._writes.committed()
-        return result
 
     async def _answer(self, spec: CallSpec, asked: bool = True) -> CallResult:
         cfg = self.models.get(spec.model)
@@ -192,18 +258,12 @@ class Gateway:
         key = self.scope.key(cfg, spec)
         if asked and (ahead := self._ahead.take(key)) is not None:  # this call, started ahead: counted there
             return await asyncio.shield(ahead)
-        cached = self.scope.cached_reply(self._writes, key, spec, cfg, self.models)  # in scope, usable, migrated
-        if cached is not None:
-            self._count(spec.model, spec.stage, cache_hits=1)
-            return self._finish(spec, key, cached, cached=True, attempts=0)
-        too_long = self._too_long(spec, cfg)
-        if too_long is not None:  # the provider could not answer it: not sent, not cached
-            self._count(spec.model, **{TOO_LONG: 1})
-            return CallResult(model=spec.model, key=key, tag=spec.tag, error=too_long, error_kind=TOO_LONG)
+        if (answered := self.without_sending(spec, cfg, key)) is not None:
+            return answered
         # Identical request already on its way: share its reply instead of sending again.
         pending = self._inflight.get(key)
         shared = pending is not None  # then served by its twin's reply, billed once: ``cached`` as a cache hit is
-        if shared:
+        if pending is not None:
             self._count(spec.model, deduplicated=1)
             value, attempts, error = await asyncio.shield(pending)
         else:
@@ -212,7 +272,7 @@ class Gateway:
             try:
                 value, attempts, error = await self._send_for_outcome(spec, cfg)
                 if value is not None and cacheable(value, structured=spec.schema_ is not None):
-                    self._writes.put(key, self.scope.stamped(value))  # committed before any result is handed back
+                    self.writes.put(key, self.scope.stamped(value))  # committed before any result is handed back
                 pending.set_result((value, attempts, error))
             except BaseException as exc:  # pragma: no cover - defensive: never leave waiters hanging
                 pending.set_result((None, 0, f"{type(exc).__name__}: {exc}"))
@@ -225,9 +285,9 @@ class Gateway:
         return self._finish(spec, key, value, cached=shared, attempts=attempts)
 
     def _finish(self, spec: CallSpec, key: str, value: dict[str, Any], *, cached: bool, attempts: int) -> CallResult:
-        result = CallResult(model=spec.model, key=key, tag=spec.tag, **self._answer_and_reasoning(spec.model, value),
-                            attempts=attempts, cached=cached, batch=bool(value.get("batch")),
-                            **{name: value.get(name) for name in VALUE_FIELDS})
+        mode = reasoning_mode(self.models[spec.model], self.profile(spec.model, self.models[spec.model]))
+        result = CallResult(model=spec.model, key=key, tag=spec.tag, attempts=attempts, cached=cached,
+                            **result_fields(value, mode))
         if self._record_outcome(spec.model, result, value):
             return result
         if spec.schema_ is not None:
@@ -238,20 +298,6 @@ class Gateway:
                 self._count(spec.model, parse_errors=1)
             result.parsed = parsed
         return result
-
-    def _answer_and_reasoning(self, model: str, value: dict[str, Any]) -> dict[str, Any]:
-        """The cached reply's final answer (``text``), its reasoning and its other metadata, split
-        as the model's ``reasoning`` mode says now (the cache keeps the text as it came, so a
-        changed mode needs no new call; entries cached before these fields existed have none)."""
-        cfg = self.models[model]
-        mode = reasoning_mode(cfg, profile_for(cfg.model, self.api_bases.get(model) or cfg.api_base))
-        answer, reasoning = split_reasoning(value.get("text"), value.get("reasoning"), mode)
-        reasoning_tokens = value.get("reasoning_tokens")
-        if reasoning and not value.get("reasoning") and not reasoning_tokens:
-            # Reasoning written inline is billed as plain output: the provider's 0 means "not counted".
-            reasoning_tokens = None
-        return {"text": answer, "reasoning": reasoning, "reasoning_tokens": reasoning_tokens,
-                "served_model": value.get("served_model"), "system_fingerprint": value.get("system_fingerprint")}
 
     def _record_outcome(self, model: str, result: CallResult, value: dict[str, Any]) -> bool:
         """Mark ``result`` with its reply's outcome when that is no answer (truncated, blocked,
@@ -264,15 +310,13 @@ class Gateway:
         self._count(model, **{outcome: 1})
         return True
 
-    async def _send_for_outcome(self, spec: CallSpec, cfg: ModelConfig, first: tuple[dict[str, Any], int, None] | None = None
-                                ) -> tuple[dict[str, Any] | None, int, str | None]:
+    async def _send_for_outcome(self, spec: CallSpec, cfg: ModelConfig, first: Sent | None = None) -> Sent:
         """Send (with retries on errors), then once more if the reply's outcome is worth it
         (``reply_outcomes.retry_params``): an empty, truncated or blocked reply is sent at most twice.
         ``first``: the first reply, already come (from a batch), as (value, attempts, None)."""
         value, attempts, error = first or await self._send_with_retries(spec, cfg)
-        profile = profile_for(cfg.model, self.api_bases.get(spec.model) or cfg.api_base)
-        params = retry_params(value, cfg, spec.params, profile) if value is not None else None
-        if params is None:
+        params = retry_params(value, cfg, spec.params, self.profile(spec.model, cfg)) if value is not None else None
+        if value is None or params is None:
             return value, attempts, error
         self._count(spec.model, outcome_retries=1)
         second, more, _ = await self._send_with_retries(spec.model_copy(update={"params": params}), cfg)
@@ -289,10 +333,10 @@ class Gateway:
                                    else ProcessLimits(cfg.max_concurrency, cfg.rpm, cfg.tpm))
         return self._limits[model]
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+    def backoff(self, attempt: int, retry_after: float | None) -> float:
         return retry_delay(attempt, retry_after, self.backoff_base_s, self.backoff_max_s)
 
-    async def _send_with_retries(self, spec: CallSpec, cfg: ModelConfig) -> tuple[dict[str, Any] | None, int, str | None]:
+    async def _send_with_retries(self, spec: CallSpec, cfg: ModelConfig) -> Sent:
         """Send until a reply comes; (value, requests sent, error). Errors are retried up to
         ``max_attempts``. A 429 is not an error: the model pauses for as long as the provider asks
         (:meth:`_rate_limited`), within ``max_rate_limit_wait_s``. A 400 rejecting the structured-
@@ -302,7 +346,7 @@ class Gateway:
         last_error = "no attempt made"
         while True:
             sent += 1
-            modes: list[str | None] = []  # the structured mode this attempt went in
+            modes: list[StructuredMode | None] = []  # the structured mode this attempt went in
             try:
                 return await self._send_once(spec, cfg, modes), sent, None
             except CallFailed as failure:
@@ -324,25 +368,25 @@ class Gateway:
                 if not failure.retriable or errors >= cfg.max_attempts:
                     break
                 self._count(spec.model, retries=1)
-                await asyncio.sleep(self._backoff(errors, failure.retry_after))
+                await asyncio.sleep(self.backoff(errors, failure.retry_after))
         return None, sent, f"{last_error} (after {sent} attempt{'s' if sent > 1 else ''})"
 
-    def _profile(self, model: str, cfg: ModelConfig) -> ProviderProfile:
+    def profile(self, model: str, cfg: ModelConfig) -> ProviderProfile:
         return profile_for(cfg.model, self.api_bases.get(model) or cfg.api_base)
 
-    def _structured_mode(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
+    def _structured_mode(self, spec: CallSpec, cfg: ModelConfig) -> StructuredMode | None:
         """The structured-output mode this call goes in (None: no schema): the model's fallback, else its profile's."""
         if spec.schema_ is None:
             return None
-        return self._structured.mode(spec.model, structured_mode(cfg, self._profile(spec.model, cfg)))
+        return cast(StructuredMode, self._structured.mode(spec.model, structured_mode(cfg, self.profile(spec.model, cfg))))
 
-    def _fell_back(self, spec: CallSpec, cfg: ModelConfig, mode: str, failure: CallFailed) -> bool:
+    def _fell_back(self, spec: CallSpec, cfg: ModelConfig, mode: StructuredMode, failure: CallFailed) -> bool:
         """Whether ``failure`` is the provider rejecting structured output in ``mode``; then the model
         uses the profile's fallback mode for the rest of the run, and the call is to be sent again."""
-        profile = self._profile(spec.model, cfg)
-        if not profile.rejects_structured_output(failure.status, str(failure), mode):  # type: ignore[arg-type]
+        profile = self.profile(spec.model, cfg)
+        fallback = profile.fallback_mode(mode)
+        if fallback is None or not profile.rejects_structured_output(failure.status, str(failure), mode):
             return False
-        fallback = profile.fallback_mode(mode)  # type: ignore[arg-type]
         if self._structured.fall_back(spec.model, mode, fallback):
             self._count(spec.model, structured_fallbacks=1)
             log.warning("%s: the provider rejected structured output as %s (%s); using %s for the rest of the run "
@@ -356,7 +400,7 @@ class Gateway:
         when this call may wait for it, else why not: the provider's quota is spent, or the wait
         would take the call past ``max_rate_limit_wait_s`` since its first 429."""
         self._count(spec.model, rate_limited=1)
-        if self._profile(spec.model, cfg).quota_exhausted(str(failure)):
+        if self.profile(spec.model, cfg).quota_exhausted(str(failure)):
             return "the provider says the account's quota is used up: waiting will not help"
         if failure.retry_after is not None:
             wait = failure.retry_after + MARGIN_S
@@ -372,31 +416,18 @@ class Gateway:
         return None
 
     def _too_long(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
-        """Why this call's prompt does not fit the model's context window (``context_limits``), or None."""
-        if context_window(cfg) is None:  # nothing to check against (most self-hosted models): no schema to build
-            return None
-        mode = self._structured_mode(spec, cfg)
-        schema = json_schema(spec.schema_) if spec.schema_ is not None and mode in SCHEMA_MODES else None
-        budget = self._profile(spec.model, cfg).max_output_tokens({**cfg.params, **spec.params})
-        return overflow(cfg, spec.messages, budget, schema)
+        return too_long(spec, cfg, self.profile(spec.model, cfg), self._structured_mode(spec, cfg))
 
-    def _tpm_tokens(self, spec: CallSpec, cfg: ModelConfig) -> int:
-        """What a request takes from the model's ``tpm`` budget: its prompt's tokens plus its max_tokens."""
-        if not cfg.tpm:
-            return 0
-        budget = self._profile(spec.model, cfg).max_output_tokens({**cfg.params, **spec.params})
-        return prompt_tokens(cfg.model, spec.messages) + (budget or 0)
-
-    async def _send_once(self, spec: CallSpec, cfg: ModelConfig, modes: list[str | None]) -> dict[str, Any]:
-        async with self._limits_for(spec.model, cfg).slot(self._tpm_tokens(spec, cfg)):
-            self._writes.flush()  # the replies come so far are committed before another request goes out
+    async def _send_once(self, spec: CallSpec, cfg: ModelConfig, modes: list[StructuredMode | None]) -> dict[str, Any]:
+        async with self._limits_for(spec.model, cfg).slot(tpm_tokens(spec, cfg, self.profile(spec.model, cfg))):
+            self.writes.flush()  # the replies come so far are committed before another request goes out
             self._count(spec.model, spec.stage, http_calls=1)
             # The mode is read once the slot is held: a call that waited for it goes in any
             # fallback a call in flight has met meanwhile (appended for the caller to see).
             modes.append(mode := self._structured_mode(spec, cfg))
             request = self._request(spec, cfg, mode)
             started = time.perf_counter()
-            if request.body is not None:
+            if request.body is not None and request.api_base is not None:  # the direct path: always an endpoint
                 headers = {"Authorization": f"Bearer {request.api_key}", "Content-Type": "application/json",
                            **cfg.extra_headers}
                 reply = await self._direct.complete(request.api_base, request.body, headers, cfg.timeout_s,
@@ -407,53 +438,13 @@ class Gateway:
             latency = time.perf_counter() - started
         return self._value(spec, cfg, reply, latency)
 
-    def _request(self, spec: CallSpec, cfg: ModelConfig, mode: str | None = None) -> Request:
-        """What an attempt of ``spec`` sends (the batch path's request lines are built from it too)."""
-        api_base = self.api_bases.get(spec.model) or cfg.api_base
-        profile = profile_for(cfg.model, api_base)
-        params = profile.rewrite_params({**cfg.params, **spec.params})
-        api_key = profile.api_key(cfg, api_base)
-        response_format = None
-        if spec.schema_ is not None:
-            response_format = response_format_for(mode or structured_mode(cfg, profile),  # type: ignore[arg-type]
-                                                  schema_name(spec.schema_), json_schema(spec.schema_))
-        direct = direct_model(cfg.model, api_base, params, spec.messages) if self.direct_http and api_key else None
-        if direct is not None:
-            body = {"messages": spec.messages, "model": direct, **params}
-            if response_format is not None:
-                body["response_format"] = response_format
-            return Request(api_base, profile, api_key, direct, body, spec.messages, {})
-        kwargs = dict(params)
-        if api_base:
-            kwargs["api_base"] = api_base
-        if api_key:
-            kwargs["api_key"] = api_key
-        if cfg.extra_headers:
-            kwargs["extra_headers"] = cfg.extra_headers
-        if response_format is not None:
-            kwargs["response_format"] = response_format
-        messages = marked_messages(profile, cfg.model, spec.messages)  # cache_control: not in the key
-        return Request(api_base, profile, api_key, None, None, messages, kwargs)
+    def _request(self, spec: CallSpec, cfg: ModelConfig, mode: StructuredMode | None) -> Request:
+        return build_request(spec, cfg, self.api_bases.get(spec.model) or cfg.api_base, mode,
+                             direct_http=self.direct_http)
 
     def _value(self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float, *, batch: bool = False) -> dict[str, Any]:
-        """The cached value of a completed call (the same layout on all paths), whatever its outcome: a
-        truncated, blocked or empty reply is billed like any other, so it is counted. ``batch``: it came
-        through a batch API (priced at the batch price, marked)."""
-        value = {
-            "text": None if reply.text is None else str(reply.text),
-            "outcome": reply_outcome(reply.text, reply.finish_reason, reply.refusal),
-            "refusal": reply.refusal,
-            "latency_s": round(latency, 4),
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "cost_usd": accounting.reply_cost(cfg, reply, reply.cached_tokens, batch=batch),  # the config's price first
-            "cached_tokens": reply.cached_tokens,
-            **accounting.prompt_cache_billing(cfg, reply),  # cache writes and savings, when the prompt cache served
-            "finish_reason": reply.finish_reason,
-            **reply.metadata(),
-            "created_at": time.time(),
-            **(accounting.batch_billing(cfg, reply) if batch else {}),
-        }
+        """The cached value of a completed call (``call_values``), its tokens and cost counted."""
+        value = call_value(cfg, reply, latency, batch=batch)
         self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
         return value
 

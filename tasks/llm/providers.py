@@ -18,7 +18,10 @@ provider. What a profile holds:
 - reasoning: where its reasoning models put their reasoning (:data:`ReasoningMode`), so the
   gateway splits it off the answer before anything parses it (a model's ``reasoning`` overrides);
 - prompt caching: whether the shared prefix of a prompt is marked cacheable (:data:`PromptCaching`,
-  ``prompt_cache``), left to the provider's automatic prefix caching, or not cached at all.
+  ``prompt_cache``), left to the provider's automatic prefix caching, or not cached at all;
+- batches: the class speaking the provider's batch API (:class:`~batch_protocol.BatchProtocol`,
+  ``batch_protocol``), or None where the gateway speaks none (``mode: batch`` is then sent synchronously);
+- embeddings: whether the embedding client may post a request itself (``direct_embeddings``).
 
 A new provider is one subclass that sets what differs, plus one decorator::
 
@@ -42,6 +45,9 @@ from typing import Any, Literal, TypeVar
 
 from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.llm.anthropic_batches import AnthropicMessageBatches
+from refusalbench.tasks.llm.batch_protocol import BatchProtocol
+from refusalbench.tasks.llm.openai_batches import OpenAIBatches
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
 # How a provider caches the prompt prefixes calls share (``prompt_cache``):
@@ -153,6 +159,16 @@ class ProviderProfile:
     def marks_prompt_cache(self, model: str) -> bool:
         """Whether calls to ``model`` (a LiteLLM model string) carry ``cache_control`` on their shared prefix."""
         return self.prompt_caching == "explicit"
+
+    # ------------------------------------------------------------ batches and embeddings
+    # The class speaking the provider's batch API (``mode: batch``; ``batch_calls`` makes one per model
+    # and batch run), or None: the gateway speaks none of its batch APIs, so those models are sent
+    # synchronously. Its ``price_share`` is the batch discount ``plan`` assumes where neither the config
+    # nor LiteLLM's map prices batch tokens.
+    batch_protocol: type[BatchProtocol] | None = None
+    # The embedding endpoint behind an ``api_base`` takes the very body LiteLLM would send (OpenAI's
+    # format), so the embedding client may post it itself (``embedding_calls``) instead of through LiteLLM.
+    direct_embeddings: bool = False
 
     # ------------------------------------------------------------ failures
     # 4xx statuses worth another attempt; every 5xx, timeout, dropped connection and reply that
@@ -292,6 +308,7 @@ class OpenAI(ProviderProfile):
     direct_http = True
     own_endpoint_profile = "openai_compatible"
     prompt_caching = "automatic"  # prefixes of 1,024 tokens and more, in 128-token steps
+    batch_protocol = OpenAIBatches
 
 
 @register_provider("openai_compatible")
@@ -301,11 +318,22 @@ class OpenAICompatible(ProviderProfile):
 
     direct_http = True
     reasoning = "think_tags"
+    batch_protocol = OpenAIBatches  # the server's own /v1/batches, where it has one
+    direct_embeddings = True
 
 
 @register_provider("hosted_vllm")
 class HostedVLLM(OpenAICompatible):
     """vLLM's OpenAI-compatible server (an ``api_base`` is required)."""
+
+    direct_embeddings = False  # LiteLLM's hosted_vllm embedding path is its own: left to it
+
+
+@register_provider("litellm_proxy")
+class LiteLLMProxy(ProviderProfile):
+    """LiteLLM's proxy server: OpenAI's batch API in front of the models it routes to."""
+
+    batch_protocol = OpenAIBatches
 
 
 @register_provider("azure")
@@ -326,6 +354,7 @@ class Anthropic(ProviderProfile):
     key_env = ("ANTHROPIC_API_KEY",)
     models_path = "/v1/models"
     prompt_caching = "explicit"  # cache_control blocks; reads at 0.1x the input price, writes at 1.25x
+    batch_protocol = AnthropicMessageBatches
 
 
 @register_provider("bedrock")

@@ -22,12 +22,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import logging
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from refusalbench.tasks.llm.http_post import PostClient
+from refusalbench.tasks.llm.litellm_import import litellm_module as litellm_module
 from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
 from refusalbench.tasks.llm.rate_limits import announced_wait
 
@@ -105,17 +105,6 @@ class Request(NamedTuple):
 
 
 # ---------------------------------------------------------------- through LiteLLM
-
-
-@functools.lru_cache(maxsize=1)
-def litellm_module() -> Any:
-    """LiteLLM, imported (seconds) and quietened on first use: a process whose calls all take
-    the direct path never imports it."""
-    import litellm
-
-    litellm.suppress_debug_info = True
-    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
-    return litellm
 
 
 async def litellm_completion(model: str, messages: list[dict[str, str]], timeout_s: float, kwargs: dict[str, Any],

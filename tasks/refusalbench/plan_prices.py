@@ -3,7 +3,8 @@
 The config's ``price`` overrides LiteLLM's offline map; our own llama.cpp server costs nothing;
 a model in neither is unknown (None), never $0. The batch price: the config's
 ``batch_input_per_mtok`` / ``batch_output_per_mtok``, else the map's ``*_cost_per_token_batches``,
-else ``BATCH_PRICE_SHARE`` of the synchronous price (the share the providers publish).
+else the share of the synchronous price the model's batch protocol declares (``BatchProtocol.price_share``:
+the share the providers publish). Whether a model has a batch API at all is its provider profile's say.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig, RunConfig
-from refusalbench.tasks.llm.batch_calls import ANTHROPIC, OPENAI_STYLE
-from refusalbench.tasks.llm.providers import provider_prefix
+from refusalbench.tasks.llm.providers import profile_for
 
 # (input, output) USD per token
 TokenPrice = tuple[float, float]
@@ -38,9 +38,15 @@ class Rates:
 
 
 def batch_provider(cfg: ModelConfig) -> bool:
-    """Whether ``cfg``'s provider has a batch API the gateway speaks (``llm.batch_calls``: OpenAI-style, Anthropic)."""
-    provider = provider_prefix(cfg.model)
-    return not cfg.rule_based and (provider in OPENAI_STYLE or provider == ANTHROPIC)
+    """Whether ``cfg``'s provider has a batch API the gateway speaks: its profile names a batch protocol."""
+    return not cfg.rule_based and profile_for(cfg.model, cfg.api_base).batch_protocol is not None
+
+
+def batch_share(cfg: ModelConfig) -> float:
+    """The batch price as a share of the synchronous one where neither the config nor LiteLLM's map says:
+    what the model's batch protocol declares (the published half where it has none)."""
+    protocol = profile_for(cfg.model, cfg.api_base).batch_protocol
+    return protocol.price_share if protocol is not None else BATCH_PRICE_SHARE
 
 
 def sends_batches(cfg: ModelConfig, stage: str | None) -> bool:
@@ -49,14 +55,14 @@ def sends_batches(cfg: ModelConfig, stage: str | None) -> bool:
     return cfg.batch_mode(stage) and batch_provider(cfg)
 
 
-def _share(price: TokenPrice) -> TokenPrice:
-    return price[0] * BATCH_PRICE_SHARE, price[1] * BATCH_PRICE_SHARE
+def _share(price: TokenPrice, share: float) -> TokenPrice:
+    return price[0] * share, price[1] * share
 
 
 def _config_rates(cfg: ModelConfig) -> Rates:
     price = cfg.price
     unit = (price.input_per_mtok / 1e6, price.output_per_mtok / 1e6)
-    batch_in, batch_out = _share(unit)
+    batch_in, batch_out = _share(unit, batch_share(cfg))
     if price.batch_input_per_mtok is not None:
         batch_in = price.batch_input_per_mtok / 1e6
     if price.batch_output_per_mtok is not None:
@@ -88,7 +94,7 @@ def model_rates(cfg: RunConfig, names: Collection[str]) -> dict[str, Rates | Non
             rates[name] = None
             continue
         sync = (float(unit_in), float(unit_out))
-        batch_in, batch_out = _share(sync)
+        batch_in, batch_out = _share(sync, batch_share(model))
         if info.get("input_cost_per_token_batches") is not None:
             batch_in = float(info["input_cost_per_token_batches"])
         if info.get("output_cost_per_token_batches") is not None:

@@ -1,18 +1,19 @@
 """Records of RefusalBench: the lever catalogue, base sets, generation and evaluation rows.
 
 Every RefusalBench table is a list of one of these; they share ``tasks.core.tables.Record``,
-which maps them to Parquet.
+which maps them to Parquet. The rows keeping a model's reply inherit its metadata from
+``tasks.llm.call_fields``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PrivateAttr
 
 from refusalbench.tasks.core.tables import Record
+from refusalbench.tasks.llm.call_fields import REPLY_METADATA, CallFields, TimedCallFields
 from refusalbench.tasks.refusalbench.taxonomy import Intensity, LeverTarget, PerturbationClass, expected_behaviour
-
 
 # ----------------------------------------------------------------- catalogue
 
@@ -97,7 +98,9 @@ class Assignment(Record):
     variant: Literal["single", "multi"]
 
 
-class Candidate(Record):
+class Candidate(Record, TimedCallFields):
+    """One generator's attempt at an assignment; the call's metadata, billing and latency come last."""
+
     candidate_id: str
     assignment_id: str
     base_id: str
@@ -120,20 +123,11 @@ class Candidate(Record):
         default=None, description="failed pre-checks as 'rule: detail' ([] passed; None: not pre-checked, e.g. not parsed)")
     expected: str
     prompt_hash: str
-    cached: bool = False
-    latency_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = None
-    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
-    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
-    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
-    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
-    served_model: str | None = Field(default=None, description="the model name the provider says answered")
-    system_fingerprint: str | None = None
 
 
-class Verification(Record):
+class Verification(Record, CallFields):
+    """One verifier's verdict on a candidate; the call's metadata and billing (CallResult.billing) come last."""
+
     candidate_id: str
     generator: str
     verifier: str
@@ -155,17 +149,6 @@ class Verification(Record):
     outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
                                                           "provider_blocked, empty, too_long, call_error, parse_error")
     raw: str | None = None
-    cached: bool = False
-    # What the call billed (CallResult.billing): the run's costs add up over these rows.
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = None
-    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
-    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
-    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
-    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
-    served_model: str | None = Field(default=None, description="the model name the provider says answered")
-    system_fingerprint: str | None = None
 
 
 class BenchmarkItem(Record):
@@ -189,26 +172,21 @@ class BenchmarkItem(Record):
 
 # ----------------------------------------------------------------- evaluation
 
-class Response(Record):
+class Response(Record, TimedCallFields):
+    """A target's reply to one benchmark item, with the call's metadata, billing and latency."""
+
+    # responses.parquet has always had the call's latency and billing ahead of the error and outcome.
+    TRAILING_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "latency_s", "prompt_tokens", "completion_tokens", "cost_usd", "error", "outcome", "cached", *REPLY_METADATA)
+
     item_id: str
     model: str
     raw: str | None = None
     decision: str | None = Field(default=None, description="ANSWER or a canonical refusal code")
     confidence: str | None = None
-    latency_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = None
     error: str | None = None
     outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok (scored), or no usable "
                                                           "response: truncated, provider_blocked, empty, too_long, call_error")
-    cached: bool = False
-    # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``raw``), who served it.
-    finish_reason: str | None = Field(default=None, description="the reply's finish reason (stop, length, content_filter, ...)")
-    reasoning: str | None = Field(default=None, description="the reply's reasoning, kept apart from its answer")
-    reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
-    served_model: str | None = Field(default=None, description="the model name the provider says answered")
-    system_fingerprint: str | None = None
 
 
 class Judgment(Record):
