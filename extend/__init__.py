@@ -78,13 +78,8 @@ from refusalbench.tasks.refusalbench.basesets.readers import READERS as BASE_SET
 from refusalbench.tasks.refusalbench.basesets.readers import register_reader as register_base_set_reader
 from refusalbench.tasks.refusalbench.prechecks import PRECHECKS, register_precheck
 from refusalbench.tasks.refusalbench.rule_generator.base import RULES, NotApplicable, RuleOutput, register_rule
-from refusalbench.tasks.refusalbench.scoring.metrics import (
-    ALL_STATISTICS,
-    METRIC_SPECS,
-    MetricSpec,
-    declare,
-    formula_metric,
-)
+from refusalbench.tasks.refusalbench.scoring.row_statistics import ALL_STATISTICS
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, MetricSpec, declare, formula_metric
 
 __all__ = [
     # how plugins are found

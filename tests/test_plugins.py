@@ -24,7 +24,7 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.providers import PROVIDERS
 from refusalbench.tasks.refusalbench.records import BenchmarkItem
-from refusalbench.tasks.refusalbench.scoring.metrics import METRIC_SPECS
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS
 from tests.scripted import by_model, judge_by_reference, last_user_text
 from tests.test_evaluation_flow import ITEMS
 
