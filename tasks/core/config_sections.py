@@ -98,6 +98,16 @@ class EvaluationConfig(Strict):
 SystemPromptName = Literal["basic", "conservative", "opinion"]
 
 
+# The defaults of KnowOrNotConfig's list fields, as functions with declared return types: a lambda
+# given to Field(default_factory=...) is inferred as list[str], not as a list of the Literal.
+def _every_prompt() -> list[SystemPromptName]:
+    return ["basic", "conservative", "opinion"]
+
+
+def _every_filter() -> list[Literal["keyword", "semantic"]]:
+    return ["keyword", "semantic"]
+
+
 class KnowledgeBaseSource(Strict):
     """One knowledge base of a multi-base KnowOrNot run: its documents or its QA file."""
 
@@ -137,12 +147,12 @@ class KnowOrNotConfig(Strict):
     retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
                                  description="registered retrieval strategies (tasks/knowornot/retrieval.py; "
                                              "checked by tasks/knowornot/config_checks.py)")
-    prompts: list[SystemPromptName] = Field(default_factory=lambda: ["basic", "conservative", "opinion"])
+    prompts: list[SystemPromptName] = Field(default_factory=_every_prompt)
     targets: list[str] = Field(min_length=1)
     evaluator: str
     extractor: str | None = Field(default=None, description="model for fact extraction / QA / HyDE (default: evaluator)")
     k: int = Field(default=5, ge=1)
-    filters: list[Literal["keyword", "semantic"]] = Field(default_factory=lambda: ["keyword", "semantic"])
+    filters: list[Literal["keyword", "semantic"]] = Field(default_factory=_every_filter)
     keyword_threshold: float = Field(default=0.3, ge=0, le=1)
     semantic_threshold: float = Field(default=0.3, ge=0, le=2)
     max_questions: int | None = Field(default=None, ge=1)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, PrivateAttr, field_validator, model_validator
 
@@ -63,6 +63,11 @@ def expand_references(value: str | None) -> str | None:
 
 class ExpandedApiBase(BaseModel):
     """A model config's ``api_base``, expanded when validated, that remembers how it was written."""
+
+    if TYPE_CHECKING:
+        # The field itself is declared by the model that mixes this in (ModelConfig); declaring it here
+        # at run time would make it a field of the mixin.
+        api_base: str | None
 
     # (api_base as written, what it expanded to) when it named environment variables.
     _api_base_expansion: tuple[str, str] | None = PrivateAttr(default=None)

@@ -47,7 +47,8 @@ def png_base64(fig: Figure) -> str:
     buffer = io.BytesIO()
     # The same crop as bbox_inches="tight" (0.1 in of padding), measured once here: "tight"
     # draws the whole figure a first time only to measure it.
-    bbox = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)
+    # matplotlib leaves FigureCanvasAgg.get_renderer unannotated.
+    bbox = fig.get_tightbbox(canvas.get_renderer()).padded(0.1)  # type: ignore[no-untyped-call]
     # Stored, not deflated: this PNG is decoded right away, and deflating it was a tenth of a figure's CPU.
     fig.savefig(buffer, format="png", dpi=100, bbox_inches=bbox, pil_kwargs={"compress_level": 0})
     buffer.seek(0)
@@ -67,7 +68,7 @@ def ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
 def _taken_next(taken: Any) -> int:
     """The position of the next job no process has taken yet (a shared counter, moved on under its lock)."""
     with taken.get_lock():
-        position = taken.value
+        position: int = taken.value  # a multiprocessing Value of typecode "l"
         taken.value += 1
     return position
 

@@ -39,7 +39,9 @@ def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float,
 def wilson_interval(successes: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def wilson_interval(successes, n, level=0.95):
+def wilson_interval(
+    successes: int | np.ndarray, n: int | np.ndarray, level: float = 0.95
+) -> tuple[float, float] | tuple[np.ndarray, np.ndarray]:
     """Wilson score interval of the proportion successes/n; NaN where n = 0.
 
     Elementwise over arrays; two floats when both arguments are scalars. Chosen over a
@@ -89,7 +91,8 @@ def resample_counts(rng: np.random.Generator, type_counts: np.ndarray, n_resampl
 def bootstrap_means(values: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
     """The means of ``n_resamples`` resamples with replacement of ``values`` (non-empty)."""
     draws = rng.integers(0, values.size, size=(n_resamples, values.size))
-    return values[draws].mean(axis=1)
+    means: np.ndarray = values[draws].mean(axis=1)
+    return means
 
 
 def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:

@@ -14,6 +14,7 @@ provider, and a MinIO user there makes every Bedrock call fail.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
@@ -127,7 +128,8 @@ class ArtifactStore:
         return ArtifactStore(self.uri(name))
 
     def exists(self, name: str) -> bool:
-        return self.fs.exists(self.path(name))
+        found: bool = self.fs.exists(self.path(name))  # fsspec is untyped
+        return found
 
     def list(self, prefix: str = "") -> list[str]:
         base = self.base.rstrip("/")
@@ -137,7 +139,8 @@ class ArtifactStore:
             return []
         return sorted(p[len(base) + 1 :] if p.startswith(base) else p for p in found)
 
-    def folders(self) -> list[str]:
+    # ``builtins.list``: inside the class, ``list`` names the method above.
+    def folders(self) -> builtins.list[str]:
         """The names of the folders directly under this one, sorted (one listing, not a walk)."""
         try:
             entries = self.fs.ls(self.base, detail=True)
@@ -152,7 +155,8 @@ class ArtifactStore:
             return None
         extra = {"ResponseContentType": content_type} if content_type else {}
         try:
-            return self.fs.url(self.path(name), expires=expires_s, **extra)
+            url: str = self.fs.url(self.path(name), expires=expires_s, **extra)
+            return url
         except (AttributeError, NotImplementedError, TypeError):
             return None
 
@@ -223,7 +227,7 @@ class ArtifactStore:
     def write_table(self, name: str, table: pa.Table, *, row_batch: int = ROW_BATCH) -> str:
         return self.write_batches(name, table.schema, table.to_batches(max_chunksize=row_batch))
 
-    def write_records(self, name: str, records: list[BaseModel], record_type: type[BaseModel]) -> str:
+    def write_records(self, name: str, records: builtins.list[BaseModel], record_type: type[BaseModel]) -> str:
         with timed("parquet_write"):  # records -> Arrow -> file: what a run spends writing its tables
             return self.write_table(name, to_table(records, record_type))
 
@@ -235,7 +239,8 @@ class ArtifactStore:
 
     def read_bytes(self, name: str) -> bytes:
         with self.fs.open(self.path(name), "rb") as fh:
-            return fh.read()
+            data: bytes = fh.read()
+            return data
 
     def read_text(self, name: str) -> str:
         return self.read_bytes(name).decode("utf-8")
@@ -259,7 +264,7 @@ class ArtifactStore:
         with self.fs.open(self.path(name), "rb") as fh:
             yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size)
 
-    def read_records(self, name: str, record_type: type[BaseModel]) -> list[Any]:
+    def read_records(self, name: str, record_type: type[BaseModel]) -> builtins.list[Any]:
         with timed("parquet_read"):
             return from_table(self.read_table(name), record_type)
 

@@ -173,8 +173,9 @@ def serve_form(form: LabelForm, *, store: Any, annotator: str, done_text: str, n
         server_class = _V6Server
     httpd = server_class((host, port), Handler)
     httpd.daemon_threads = True
-    bound_host, bound_port = httpd.server_address[0], httpd.server_address[1]
-    shown_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+    # An IP server's address is (host, port, ...) with a str host; typeshed allows any socket address.
+    bound_host, bound_port = str(httpd.server_address[0]), httpd.server_address[1]
+    shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
     thread = threading.Thread(target=httpd.serve_forever, name=f"{name}-server", daemon=True)
     thread.start()
     return LabellingServer(url=f"http://{shown_host}:{bound_port}/", httpd=httpd, thread=thread, store=store,

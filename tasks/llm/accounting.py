@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections import Counter, defaultdict
+from collections import defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from refusalbench.tasks.llm.transport import Reply
 
 # The counters a stage keeps per model (the per-model ``calls`` keep these and the rest: retries, errors ...).
-STAGE_COUNTERS = ("http_calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+STAGE_COUNTERS: tuple[str, ...] = ("http_calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens",
                   "cached_tokens", "cache_write_tokens", "cost_usd", "unpriced_calls", "cached_savings_usd")
 TOKEN_COUNTERS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens", "cache_write_tokens")
 # The counters in USD a run's cost summary sums beside ``cost_usd`` (the batch path's, where it counts them).
@@ -210,8 +210,8 @@ def add_billing(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]
     for name in TOKEN_COUNTERS:
         if first.get(name) is not None or second.get(name) is not None:
             merged[name] = (first.get(name) or 0) + (second.get(name) or 0)
-    both = (first.get("cost_usd"), second.get("cost_usd"))
-    merged["cost_usd"] = None if None in both else both[0] + both[1]
+    first_cost, second_cost = first.get("cost_usd"), second.get("cost_usd")
+    merged["cost_usd"] = None if first_cost is None or second_cost is None else first_cost + second_cost
     if first.get("cached_savings_usd") or second.get("cached_savings_usd"):
         merged["cached_savings_usd"] = (first.get("cached_savings_usd") or 0) + (second.get("cached_savings_usd") or 0)
     return merged
@@ -219,13 +219,20 @@ def add_billing(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]
 
 # ---------------------------------------------------------------- counters
 
+def _tally() -> defaultdict[str, float]:
+    """Counters of one model (or one stage's model): calls and tokens (ints), costs (floats). A
+    ``defaultdict(int)`` rather than a ``Counter``, which is typed for int counts only; an int counter
+    stays an int, as it did in a ``Counter``."""
+    return defaultdict(int)
+
+
 class UsageCounters:
     """The gateway's counters: per model, and per (stage, model) for :data:`STAGE_COUNTERS`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.by_model: dict[str, Counter] = defaultdict(Counter)
-        self.by_stage: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        self.by_model: dict[str, defaultdict[str, float]] = defaultdict(_tally)
+        self.by_stage: dict[str, dict[str, defaultdict[str, float]]] = defaultdict(lambda: defaultdict(_tally))
 
     def count(self, model: str, stage_name: str | None = None, **amounts: float) -> None:
         with self._lock:
@@ -250,10 +257,8 @@ class UsageCounters:
 def cost_entry(counters: Iterable[dict[str, float]]) -> dict[str, Any]:
     """Calls, tokens and cost of some counters summed: ``cost_usd`` is None as soon as one call
     was unpriced (``priced_cost_usd`` then sums the priced ones, ``unpriced_calls`` says how many)."""
-    total: Counter = Counter()
     counted = list(counters)
-    for c in counted:
-        total.update({name: c.get(name, 0) for name in STAGE_COUNTERS})
+    total = {name: sum(c.get(name, 0) for c in counted) for name in STAGE_COUNTERS}
     priced = round(float(total["cost_usd"]), 10)
     unpriced = int(total["unpriced_calls"])
     entry: dict[str, Any] = {"http_calls": int(total["http_calls"]), "cache_hits": int(total["cache_hits"])}

@@ -48,7 +48,7 @@ class CacheScope:
         self.round_id = round_id
         self.fresh = dict(fresh or {})
         self._lock = threading.Lock()
-        self._by_role: dict[str, Counter] = {}
+        self._by_role: dict[str, Counter[str]] = {}
         # {model: (its config, the registry, its size, whether it is its model string's sole deployment)}: asked on
         # every cache miss, it compares the model with every other one, so it is worked out once.
         self._sole: dict[str, tuple[ModelConfig, Any, int, bool]] = {}

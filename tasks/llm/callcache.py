@@ -151,14 +151,15 @@ class SQLiteCache:
             raise
 
     def __len__(self) -> int:
-        return self._connection().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+        count: int = self._connection().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+        return count
 
     def __getstate__(self) -> dict[str, Any]:
         # Picklable for process-based runners: connections are reopened on the other side.
         return {"path": str(self.path)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])
+        type(self).__init__(self, state["path"])
 
 
 class RedisCache:
@@ -191,7 +192,7 @@ class RedisCache:
         return {"url": self.url, "prefix": self.prefix}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["prefix"])
+        type(self).__init__(self, state["url"], state["prefix"])
 
 
 def put_many(cache: CallCache, items: dict[str, dict[str, Any]]) -> None:
@@ -209,7 +210,8 @@ def get_many(cache: CallCache, keys: list[str]) -> dict[str, dict[str, Any]]:
     one ``get`` per key; keys not cached are left out."""
     many = getattr(cache, "get_many", None)
     if many is not None:
-        return many(keys)
+        found_together: dict[str, dict[str, Any]] = many(keys)
+        return found_together
     found = {}
     for key in keys:
         value = cache.get(key)
@@ -235,7 +237,7 @@ class WriteBehind:
     def __init__(self, cache: CallCache):
         self.cache = cache
         self._pending: dict[str, dict[str, Any]] = {}
-        self._flushed: asyncio.Future | None = None
+        self._flushed: asyncio.Future[None] | None = None
         self._read_ahead: dict[str, dict[str, Any]] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -279,10 +281,10 @@ class WriteBehind:
         try:
             put_many(self.cache, pending)
         except Exception as exc:  # each call that wrote raises it, as a failed put always did
-            flushed.set_exception(exc)  # type: ignore[union-attr]
-            flushed.exception()  # type: ignore[union-attr]  # retrieved: the awaiting calls report it
+            flushed.set_exception(exc)
+            flushed.exception()  # retrieved: the awaiting calls report it
         else:
-            flushed.set_result(None)  # type: ignore[union-attr]
+            flushed.set_result(None)
 
 
 def default_cache_dir() -> Path:

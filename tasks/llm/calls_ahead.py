@@ -19,7 +19,7 @@ submission's calls look for them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 
@@ -30,7 +30,7 @@ class CallsAhead:
     def __init__(self) -> None:
         self._started: dict[str, asyncio.Task[Any]] = {}
 
-    def start(self, key: str, answer: Callable[[], Awaitable[Any]]) -> None:
+    def start(self, key: str, answer: Callable[[], Coroutine[Any, Any, Any]]) -> None:
         """Start ``answer()`` for ``key`` now, unless a call for it is already started and not yet asked for."""
         if key not in self._started:
             self._started[key] = asyncio.get_running_loop().create_task(answer())

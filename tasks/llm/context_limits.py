@@ -36,7 +36,8 @@ def _model_map() -> dict[str, Any]:
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = Path(folder) / "model_prices_and_context_window_backup.json"
         if path.exists():
-            return json.loads(path.read_text(encoding="utf-8"))
+            model_map: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return model_map
     return {}
 
 

@@ -27,6 +27,10 @@ class Disconnected(ConnectionError):
     """The server closed the connection before the reply was complete."""
 
 
+# A reply as ``post`` returns it: status, headers with lower-case names, body.
+_Reply = tuple[int, dict[str, str], bytes]
+
+
 class MalformedReply(ConnectionError):
     """The bytes the server sent are no HTTP/1.1 reply this client reads."""
 
@@ -39,7 +43,7 @@ class _Connection(asyncio.Protocol):
         self.transport: Any = None
         self.closed = False
         self.buffer = bytearray()
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future[_Reply] | None = None
         self.last_activity = 0.0
         self.head: tuple[int, dict[str, str], int, bool] | None = None  # status, headers, body start, keep-alive
 
@@ -66,7 +70,7 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ one exchange
 
-    def send(self, data: bytes) -> asyncio.Future:
+    def send(self, data: bytes) -> asyncio.Future[_Reply]:
         self.waiter = self.loop.create_future()
         self.buffer.clear()
         self.head = None
@@ -236,7 +240,7 @@ class PostClient:
         _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Connection(loop), host, port), timeout)
         return conn
 
-    def _check_silence(self, conn: _Connection, waiter: asyncio.Future, timeout: float) -> None:
+    def _check_silence(self, conn: _Connection, waiter: asyncio.Future[_Reply], timeout: float) -> None:
         """The read timeout: no byte for ``timeout`` seconds fails the request; a read since re-arms it."""
         if waiter.done():
             return

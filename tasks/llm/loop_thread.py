@@ -7,8 +7,12 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any, Awaitable, Callable
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Awaitable, Callable, TypeVar
+
+from refusalbench.tasks.core.config import ModelConfig
+
+T = TypeVar("T")
 
 
 class LoopThread:
@@ -21,7 +25,7 @@ class LoopThread:
         self.thread.start()
         atexit.register(self.close)
 
-    def submit(self, coro) -> concurrent.futures.Future:
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def close(self) -> None:
@@ -52,7 +56,7 @@ _EMPTY = object()
 WAVE = 32
 
 
-def wave_for(models: Mapping[str, Any], specs: Sequence[Any]) -> int:
+def wave_for(models: Mapping[str, ModelConfig], specs: Sequence[Any]) -> int:
     """The wave of a batch of calls (``specs`` naming their ``model``): ``WAVE``, or the largest
     ``max_concurrency`` of its models where that is more, so that its first wave fills every slot."""
     return max([WAVE, *(models[spec.model].max_concurrency for spec in specs if spec.model in models)])
@@ -72,7 +76,7 @@ class Handoff:
         self._wanted = -1
         self._wave = wave
 
-    async def fill(self, calls: list[tuple[int, Callable[[Any], Awaitable[Any]], Any]],
+    async def fill(self, calls: Sequence[tuple[int, Callable[[Any], Awaitable[Any]], Any]],
                    before: Callable[[list[Any]], None] | None = None) -> None:
         """Run each ``(index, call, argument)`` on the loop; each result (or error) goes to its slot.
 
@@ -84,7 +88,7 @@ class Handoff:
         every wave of every batch there kept the loop from the sockets of the first waves' requests.
         """
         wave, position, unfinished = self._wave, 0, 0
-        started: list[asyncio.Future] = []
+        started: list[asyncio.Future[None]] = []
         more = asyncio.Event()  # set when fewer than a wave of the started calls are unfinished
 
         async def one(index: int, call: Callable[[Any], Awaitable[Any]], argument: Any) -> None:

@@ -105,11 +105,11 @@ def neutralise(text: Any, tags: Iterable[str] = FENCE_TAGS) -> str:
     ``<context`` becomes ``<\\context`` and ``</context`` becomes ``<\\/context``: still readable
     to a model, but no longer the delimiter. Control tokens get a space inside (``< |im_start| >``).
     """
-    text = str(text)  # a StrictUndefined value raises here, as it should
-    if "<" not in text and "|>" not in text:  # every tag and control token holds one of them: nothing to defuse
-        return text
+    as_text = str(text)  # a StrictUndefined value raises here, as it should
+    if "<" not in as_text and "|>" not in as_text:  # every tag and control token holds one of them: nothing to defuse
+        return as_text
     pattern = _tag_pattern_cached(tuple(tags))
-    text = pattern.sub(lambda m: "<\\" + m.group(1), text)
+    as_text = pattern.sub(lambda m: "<\\" + m.group(1), as_text)
 
     def _split_token(m: re.Match[str]) -> str:
         if m.group(1):
@@ -118,7 +118,7 @@ def neutralise(text: Any, tags: Iterable[str] = FENCE_TAGS) -> str:
             return "| >"
         return f"< {m.group(3)}{m.group(4)} >"
 
-    return _CONTROL_TOKEN.sub(_split_token, text)
+    return _CONTROL_TOKEN.sub(_split_token, as_text)
 
 
 def _attribute_value(value: Any) -> str:
@@ -210,5 +210,6 @@ def template_hash(name: str) -> str:
 def all_template_hashes() -> dict[str, str]:
     """The hash of every template, as a run records them; the compiled templates are dropped, so the run
     renders what it hashed even in a long-lived process where a template changed since an earlier run."""
-    ENV.cache.clear()
+    if ENV.cache is not None:  # None only with cache_size=0: then nothing compiled is kept
+        ENV.cache.clear()
     return {name: template_hash(name) for name in TEMPLATES}

@@ -41,8 +41,8 @@ def _text_of(content: Any) -> Any:
 def _schema_name(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallback: str) -> str:
     # The Messages API carries no schema name: take the schema's title, else the known schema
     # with the same top-level properties (the adapter may rewrite the rest of the schema).
-    if isinstance(schema.get("title"), str):
-        return schema["title"]
+    if isinstance(title := schema.get("title"), str):
+        return title
     keys = set(schema.get("properties") or {})
     return next((name for name, known_schema in known.items() if set(known_schema.get("properties") or {}) == keys),
                 fallback)

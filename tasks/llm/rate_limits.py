@@ -161,7 +161,7 @@ class ModelLimiter:
     async def wait(self, tokens: int = 0) -> None:
         """Return when a request of about ``tokens`` tokens may start."""
         if self.tpm and tokens:
-            await self._take_tokens(min(tokens, self.tpm))  # a request larger than the bucket waits for a full one
+            await self._take_tokens(min(tokens, self.tpm), self.tpm)  # a request larger than the bucket waits for a full one
         if self.interval:
             async with self._lock:
                 now = time.monotonic()
@@ -173,11 +173,12 @@ class ModelLimiter:
         while (left := self._paused_until - time.monotonic()) > 0:
             await asyncio.sleep(left)
 
-    async def _take_tokens(self, tokens: int) -> None:
-        rate = self.tpm / 60.0
+    async def _take_tokens(self, tokens: int, tpm: int) -> None:
+        """Take ``tokens`` from the bucket of ``tpm`` (``self.tpm``, known to be set), waiting for any deficit."""
+        rate = tpm / 60.0
         async with self._lock:
             now = time.monotonic()
-            self._level = min(float(self.tpm), self._level + (now - self._filled_at) * rate)
+            self._level = min(float(tpm), self._level + (now - self._filled_at) * rate)
             self._filled_at = now
             self._level -= tokens  # reserved now; a deficit is paid back by waiting
             owed = -self._level

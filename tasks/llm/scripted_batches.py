@@ -123,7 +123,7 @@ class BatchDesk:
     async def _upload(self, http: web.Request) -> web.Response:
         form = await http.post()
         upload = form.get("file")
-        if form.get("purpose") != "batch" or upload is None or not hasattr(upload, "file"):
+        if form.get("purpose") != "batch" or not isinstance(upload, web.FileField):  # absent, or a plain field
             return web.json_response(error_body("openai", 400, "a file with purpose=batch is required",
                                                 kind="invalid_request_error"), status=400)
         content = upload.file.read()

@@ -109,8 +109,8 @@ def scripted_classification(response: str) -> tuple[str, str]:
     anything else is an answer attempt.
     """
     body = _FINAL_CONFIDENCE_LINE.sub("", "\n" + (response or "").strip()).strip(_MARKUP)
-    codes = [(m, _classification_of_code(m.group(1))) for m in _CODE_TOKEN.finditer(body)]
-    codes = [(m, code) for m, code in codes if code]
+    spelled = [(m, _classification_of_code(m.group(1))) for m in _CODE_TOKEN.finditer(body)]
+    codes = [(m, code) for m, code in spelled if code]
     if codes and codes[-1][0].end() == len(body):
         return codes[-1][1], "the reply ends with its refusal code"
     if codes and codes[0][0].start() == 0:

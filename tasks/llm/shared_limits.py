@@ -48,6 +48,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any
 
 from refusalbench.tasks.core.config import CONFIG_CHECKS, ModelConfig, RunConfig
@@ -92,7 +93,7 @@ class SharedModelLimits:
         self.free: list[str] = []
         self.busy: set[str] = set()
         self.pending: list[str] = []  # oldest first
-        self.waiters: deque[asyncio.Future] = deque()
+        self.waiters: deque[asyncio.Future[str]] = deque()  # each given a token
         self.contended = False  # someone else waits: finished calls give their slots back
         self._serial = itertools.count()
         self._idle: asyncio.TimerHandle | None = None
@@ -154,7 +155,7 @@ class SharedModelLimits:
             token = self.free.pop()
             self.busy.add(token)
             return token
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         self._ask()
         try:
@@ -271,9 +272,9 @@ class RedisLimits:
         self._by_channel: dict[bytes, list[SharedModelLimits]] = {}
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
-        self._starting: asyncio.Future | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._ready = self._closing = False
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def for_model(self, name: str, cfg: ModelConfig) -> SharedModelLimits:
         limits = self.models.get(name)
@@ -282,7 +283,7 @@ class RedisLimits:
             self._by_channel.setdefault(limits.channel.encode(), []).append(limits)
         return limits
 
-    def spawn(self, coro) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background; a failure is logged (the next poll asks again)."""
         if self._closing:  # the gateway's loop is stopping: close() gives every token back
             coro.close()
@@ -291,7 +292,7 @@ class RedisLimits:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("shared limits at %s: %s", self.url, task.exception())
@@ -322,13 +323,13 @@ class RedisLimits:
         for name in ("acquire", "release", "renew", "pace", "pause"):
             self._scripts[name] = self._client.register_script(getattr(scripts, name.upper()))
         await self._client.ping()
-        subscribed = asyncio.get_running_loop().create_future()
+        subscribed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for job in (self._listen(subscribed), self._upkeep()):
             task = asyncio.get_running_loop().create_task(job)
             self._tasks.add(task)
         await asyncio.wait_for(subscribed, 10)
 
-    async def _listen(self, subscribed: asyncio.Future) -> None:
+    async def _listen(self, subscribed: asyncio.Future[None]) -> None:
         """Events of every model, as they are published; after a lost connection, subscribe again."""
         failures = 0
         while True:

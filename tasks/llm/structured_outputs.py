@@ -264,7 +264,8 @@ def json_schema_for(model: type[BaseModel]) -> dict[str, Any]:
     non-nullable field required."""
     schema = model.model_json_schema()
     inlined = _inline_refs(schema, schema.get("$defs", {}))
-    return _require_non_nullable(_drop_titles(inlined))
+    required: dict[str, Any] = _require_non_nullable(_drop_titles(inlined))  # a schema object stays an object
+    return required
 
 
 # ----------------------------------------------------------------- tolerant parsing

@@ -191,16 +191,21 @@ def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:
 def json_metadata(reply: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
     """The same as :func:`litellm_metadata`, read from a chat-completions reply's raw JSON
     (``reasoning_content`` as DeepSeek and vLLM write it, ``reasoning`` as newer vLLM and OpenRouter do)."""
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
-    prompt_details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    message = _json_object(choice.get("message"))
+    usage = _json_object(reply.get("usage"))
+    details = _json_object(usage.get("completion_tokens_details"))
+    prompt_details = _json_object(usage.get("prompt_tokens_details"))
     return {"reasoning": _first_text(message.get("reasoning_content"), message.get("reasoning")),
             "reasoning_tokens": _count(details.get("reasoning_tokens")),
             "cached_tokens": _count(prompt_details.get("cached_tokens")),
             "cache_write_tokens": _count(usage.get("cache_creation_input_tokens")),
             "served_model": _first_text(reply.get("model")),
             "system_fingerprint": _first_text(reply.get("system_fingerprint"))}
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    """``value`` where a reply's JSON holds an object there, else an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def _first_text(*values: Any) -> str | None:

@@ -171,11 +171,11 @@ def _open_member(member: _Member) -> Iterator[IO[bytes]]:
             yield handle
         return
     with tarfile.open(member.archive) as tf:
-        handle = tf.extractfile(member.path)
-        if handle is None:
+        extracted = tf.extractfile(member.path)
+        if extracted is None:
             raise PullError(f"{member.archive.name}: {member.path} is not a regular file")
-        with handle:
-            yield handle
+        with extracted:
+            yield extracted
 
 
 def select_parts(members: list[_Member], patterns: list[str], *, name: str = "model") -> list[_Member]:

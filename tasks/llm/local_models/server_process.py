@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,17 @@ def translate_request_body(body: bytes) -> bytes:
     return json.dumps(payload).encode("utf-8")
 
 
+# An ASGI ``receive``: the next message of the request (JSON-like dicts).
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+
 class ResponseFormatShim:
     """ASGI middleware applying :func:`translate_request_body` to chat-completion requests."""
 
     def __init__(self, app: Any):
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         if scope.get("type") != "http" or scope.get("method") != "POST" or not str(scope.get("path", "")).endswith("/chat/completions"):
             await self.app(scope, receive, send)
             return
@@ -68,7 +73,7 @@ class ResponseFormatShim:
         await self.app({**scope, "headers": headers}, _replay(replayed, receive), send)
 
 
-def _replay(messages: list[dict[str, Any]], receive: Any) -> Any:
+def _replay(messages: list[dict[str, Any]], receive: Receive) -> Receive:
     pending = list(messages)
 
     async def _receive() -> dict[str, Any]:
