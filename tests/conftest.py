@@ -16,8 +16,10 @@ from tests.cluster_harness import local_cluster  # noqa: F401  (the session's lo
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Embedded Prefect for tests: project-local home, no telemetry, patient start-up.
+# Embedded Prefect for tests: project-local home (never the user's own server and data
+# folder, which REFUSALBENCH_HOME would otherwise default to), no telemetry, patient start-up.
 os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect-test"))
+os.environ.setdefault("REFUSALBENCH_HOME", str(ROOT / ".refusalbench-test"))
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

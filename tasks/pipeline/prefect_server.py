@@ -1,13 +1,22 @@
-"""Prefect's API in embedded mode: Prefect's own background server, with its UI, one per ``PREFECT_HOME``.
+"""Prefect's API in embedded mode: Prefect's own background server, with its UI, one per user.
 
 With no ``PREFECT_API_URL``, Prefect would boot a temporary API server without a UI for
 every process that runs a flow and stop it at exit (~3 s on 2 cores each time), leaving
 nothing to look at. Instead the first command that needs an API runs ``prefect server start
---background`` under the project's ``PREFECT_HOME``; Prefect records the server's pid in
-``PREFECT_HOME/server.pid``, and every later command finds it there and uses it at once.
-It serves the Prefect UI at http://127.0.0.1:PORT and keeps running until ``prefect server
-stop`` (``refusalbench api stop`` is the same under the project's ``PREFECT_HOME``).
+--background`` under the user's embedded ``PREFECT_HOME`` (``embedded_home``: the user's data
+folder, ``REFUSALBENCH_HOME/prefect`` if that is set; a ``PREFECT_HOME`` set by hand wins), so
+commands from any folder share one server and no folder gets a ``.prefect`` of its own.
+Prefect records the server's pid in ``PREFECT_HOME/server.pid``; this module records the
+rest beside it (``RECORD``: port, URL, started_at, pid, pinned, idle period, watchdog), and
+every later command finds it there and uses it at once. It serves the Prefect UI at
+http://127.0.0.1:PORT.
 
+- The server stops itself once idle: a small watchdog process started with it
+  (``tasks/pipeline/api_watchdog.py``) stops it after ``REFUSALBENCH_API_IDLE_MINUTES``
+  (default 60; 0: never) in which no command used it (each marks its use as it starts and
+  ends, and holds a shared lock while it runs) and no flow run on it was running, pending or
+  scheduled to start. ``refusalbench api start`` pins it (no idle stop) and ``refusalbench
+  api stop`` stops it and its watchdog.
 - The server is started as the command starts, so it boots while the flow's modules import
   and the inputs are checked; the flow waits for it (``wait_until_ready``) just before it
   starts. Prefect's own ``start`` process holds this module's start lock until it has
@@ -18,7 +27,7 @@ stop`` (``refusalbench api stop`` is the same under the project's ``PREFECT_HOME
   started under others is not reused: it is stopped and a new one started, unless another
   command is using it (a shared lock each command holds while it lives), which is an error.
   A server started by hand with ``prefect server start --background`` is used if its Prefect
-  version is this one.
+  version is this one (and is never stopped for being idle).
 - A command that fails its input checks (exit 2) before any flow used a server it started
   stops that server again (unless another command has begun to use it): a typo leaves
   nothing behind.
@@ -43,9 +52,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, TypeVar
+from typing import IO, Any, TypeVar
 
 from refusalbench.tasks.core.clocks import timed
 from refusalbench.tasks.pipeline.preload import preload
@@ -57,6 +67,11 @@ RECORD = "refusalbench-server.json"  # the port and settings of the server this 
 START_LOCK = "refusalbench-server.lock"
 USERS_LOCK = "refusalbench-server.users"
 LOG = "refusalbench-server.log"  # what `prefect server start` printed (the server's own output goes nowhere)
+USED = "refusalbench-server.used"  # its modification time: when a command last began or ended using the server
+WATCHDOG_LOG = "refusalbench-watchdog.log"
+WATCHDOG_MODULE = "refusalbench.tasks.pipeline.api_watchdog"
+IDLE_ENV = "REFUSALBENCH_API_IDLE_MINUTES"
+DEFAULT_IDLE_MINUTES = 60.0
 SERVER_APP = b"prefect.server.api.server:create_app"  # in the background server's command line
 DEFAULT_PORT = 4200
 # Settings that shape what the server is (which database, which Prefect): a server started
@@ -69,8 +84,32 @@ _spawned: subprocess.Popen[bytes] | None = None  # this process's `prefect serve
 _used = False  # a flow has been started against it
 
 
+def embedded_home() -> Path:
+    """The embedded server's PREFECT_HOME when none is set: one per user, whatever the working
+    folder (``REFUSALBENCH_HOME/prefect``, else ``prefect`` in the user's data folder)."""
+    base = os.environ.get("REFUSALBENCH_HOME")
+    if base:
+        return Path(base).expanduser().resolve() / "prefect"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("refusalbench")) / "prefect"
+
+
 def prefect_home() -> Path:
-    return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    configured = os.environ.get("PREFECT_HOME")
+    return Path(configured).expanduser() if configured else embedded_home()
+
+
+def idle_minutes() -> float:
+    """How long a server this process starts may sit unused before it stops itself (0: never)."""
+    raw = os.environ.get(IDLE_ENV, "").strip()
+    try:
+        minutes = float(raw) if raw else DEFAULT_IDLE_MINUTES
+    except ValueError:
+        minutes = -1.0
+    if not minutes >= 0:  # also NaN
+        raise ValueError(f"{IDLE_ENV} must be a number of minutes (0: never stop), not {raw!r}")
+    return minutes
 
 
 def prefect_version() -> str:
@@ -101,7 +140,7 @@ def settings_files_mention_api(cwd: Path | None = None) -> bool:
     """Whether a file Prefect reads its settings from (the active profiles file, ./prefect.toml,
     ./.env, ./pyproject.toml) may set the API URL."""
     cwd = cwd or Path.cwd()
-    home = prefect_home()
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()  # where Prefect itself looks
     files = [Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser(),
              cwd / "prefect.toml", cwd / ".env", cwd / "pyproject.toml"]
     for file in files:
@@ -117,11 +156,16 @@ def settings_files_mention_api(cwd: Path | None = None) -> bool:
 # ---------------------------------------------------------------- the server Prefect recorded
 
 def _alive(pid: int) -> bool:
+    """Whether the process runs (an exited child its parent has not reaped yet does not)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError, OverflowError):
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
 
 
 def _command_line(pid: int) -> list[bytes] | None:
@@ -151,6 +195,43 @@ def _connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
+def read_record(home: Path) -> dict[str, Any]:
+    """What this module recorded of the last server it started in ``home`` ({} if none)."""
+    return _read_json(home / RECORD) or {}
+
+
+def write_record(home: Path, record: dict[str, Any]) -> None:
+    staging = home / f".{RECORD}.{os.getpid()}"
+    staging.write_text(json.dumps(record))
+    staging.replace(home / RECORD)
+
+
+def mark_use(home: Path | None = None) -> None:
+    """Note that a command uses the server now (the watchdog's idle clock starts again)."""
+    with contextlib.suppress(OSError):
+        ((home or prefect_home()) / USED).touch()
+
+
+def last_use(home: Path, record: dict[str, Any]) -> float:
+    """When the server was last used: a command's mark, or its start."""
+    try:
+        used = (home / USED).stat().st_mtime
+    except OSError:
+        used = 0.0
+    return max(used, float(record.get("started_at") or 0.0))
+
+
+def watchdog_pid(record: dict[str, Any]) -> int | None:
+    """The recorded watchdog's pid if that process is still a watchdog."""
+    pid = record.get("watchdog_pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        return None
+    arguments = _command_line(pid)
+    if arguments is not None and WATCHDOG_MODULE.encode() not in arguments:
+        return None
+    return pid
+
+
 def server_urls(host: str, port: int) -> dict[str, str]:
     base = f"http://{_connect_host(host)}:{port}"
     return {"url": f"{base}/api", "ui": base}
@@ -174,7 +255,8 @@ def running_server(home: Path | None = None) -> dict[str, Any] | None:
     host = _option(arguments, "--host") or record.get("host") or "127.0.0.1"
     ours = str(record.get("port")) == str(port)
     return {"pid": pid, "port": int(port), "host": host, **server_urls(host, int(port)),
-            "fingerprint": record.get("fingerprint") if ours else None, "log": str(home / LOG)}
+            "fingerprint": record.get("fingerprint") if ours else None, "log": str(home / LOG),
+            "home": str(home), "record": record if ours else {}}
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -216,15 +298,15 @@ def _spawn_server(home: Path, fingerprint: str, start_lock: IO[str]) -> tuple[su
     lock and holds it until it has written the pid file and exited."""
     host = os.environ.get("PREFECT_SERVER_API_HOST") or "127.0.0.1"
     port = _choose_port(host)
-    env = dict(os.environ)
+    env = dict(os.environ, PREFECT_HOME=str(home))
     static = _ui_static_directory(home)
     if static:
         env["PREFECT_UI_STATIC_DIRECTORY"] = static
+    idle = idle_minutes()
     entry = {"port": port, "host": host, **server_urls(host, port), "fingerprint": fingerprint,
-             "prefect": prefect_version(), "log": str(home / LOG), "started_at": time.time()}
-    staging = home / f".{RECORD}.{os.getpid()}"
-    staging.write_text(json.dumps(entry))
-    staging.replace(home / RECORD)
+             "prefect": prefect_version(), "log": str(home / LOG), "home": str(home), "started_at": time.time(),
+             "pinned": False, "idle_minutes": idle, "watchdog_pid": _spawn_watchdog(home) if idle > 0 else None}
+    write_record(home, entry)
     with open(home / LOG, "wb") as output:
         # Its own session: a Ctrl-C in the terminal stops the command, not the server.
         process = subprocess.Popen(
@@ -232,6 +314,16 @@ def _spawn_server(home: Path, fingerprint: str, start_lock: IO[str]) -> tuple[su
             env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
             pass_fds=(start_lock.fileno(),))
     return process, entry
+
+
+def _spawn_watchdog(home: Path) -> int:
+    """Start the process that stops ``home``'s server once idle (``api_watchdog``); its pid. It
+    waits for the start lock, so it looks at the server only once the start is over."""
+    with open(home / WATCHDOG_LOG, "ab") as output:
+        process = subprocess.Popen([sys.executable, "-m", WATCHDOG_MODULE, str(home)],
+                                   env=dict(os.environ, PREFECT_HOME=str(home)), stdin=subprocess.DEVNULL,
+                                   stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    return process.pid
 
 
 def _in_use_by_others(users: IO[str]) -> bool:
@@ -251,6 +343,7 @@ def start_embedded_api() -> bool:
     global _users, _entry, _spawned, _used
     if _entry is not None or _api_configured():
         return False
+    idle_minutes()  # a bad setting fails here, before anything is started
     home = prefect_home()
     home.mkdir(parents=True, exist_ok=True)
     fingerprint = server_fingerprint()
@@ -266,13 +359,26 @@ def start_embedded_api() -> bool:
                     f"Prefect's background server for {home} (pid {entry['pid']}) was started under other server "
                     "settings and another command is using it: wait for that command, or give this one its own "
                     "PREFECT_HOME")
-            _stop(entry["pid"], home)
+            stop_server(entry["pid"], home)
         if entry is None or entry["fingerprint"] not in (None, fingerprint):
             (home / PID_FILE).unlink(missing_ok=True)  # a stale one: `prefect server start` refuses to start beside it
             spawned, entry = _spawn_server(home, fingerprint, start)
+        else:
+            _replace_lost_watchdog(home, entry)
+        mark_use(home)
     _users, _entry, _spawned, _used = users, entry, spawned, False
     os.environ["PREFECT_API_URL"] = entry["url"]
     return True
+
+
+def _replace_lost_watchdog(home: Path, entry: dict[str, Any]) -> None:
+    """A server this module started whose watchdog is gone (killed) gets a new one, so it still
+    stops once idle. Called under the start lock."""
+    record = entry.get("record") or {}
+    if entry.get("fingerprint") is None or not float(record.get("idle_minutes") or 0) > 0:
+        return  # started by hand, or never to stop by itself
+    if watchdog_pid(record) is None:
+        write_record(home, {**record, "watchdog_pid": _spawn_watchdog(home)})
 
 
 def embedded_api(launch: Launch) -> Launch:
@@ -392,6 +498,7 @@ def release_embedded_api(stop_unused: bool = False) -> None:
         del os.environ["PREFECT_API_URL"]  # a later flow in this process must not look for a stopped server
     if users is None:
         return
+    mark_use()
     with users:
         if stop_unused and spawned is not None:
             _stop_if_unused(spawned, users)
@@ -413,12 +520,20 @@ def _stop_if_unused(spawned: subprocess.Popen[bytes], users: IO[str]) -> None:
             return
         server = running_server(home)
         if server is not None:
-            _stop(server["pid"], home)
+            stop_server(server["pid"], home)
 
 
-def _stop(pid: int, home: Path, timeout_s: float = 10.0) -> None:
-    """What `prefect server stop` does (SIGTERM, pid file removed), then wait for the exit."""
+def stop_server(pid: int, home: Path, timeout_s: float = 10.0) -> None:
+    """What `prefect server stop` does (SIGTERM, pid file removed), then wait for the exit; the
+    server's watchdog goes too (unless this is it)."""
     (home / PID_FILE).unlink(missing_ok=True)
+    _terminate(pid, timeout_s)
+    watchdog = watchdog_pid(read_record(home))
+    if watchdog is not None and watchdog != os.getpid():
+        _terminate(watchdog, timeout_s)
+
+
+def _terminate(pid: int, timeout_s: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -434,11 +549,35 @@ def stop_background_server(home: Path | None = None, timeout_s: float = 10.0) ->
     its entry, or None if none ran. The pid file goes first, under the start lock, so no
     command finds the server as it stops."""
     home = home or prefect_home()
-    home.mkdir(parents=True, exist_ok=True)
+    if not home.is_dir():
+        return None
     with open(home / START_LOCK, "a+") as start:
         fcntl.flock(start, fcntl.LOCK_EX)
         entry = running_server(home)
         (home / PID_FILE).unlink(missing_ok=True)
         if entry is not None:
-            _stop(entry["pid"], home, timeout_s)
+            stop_server(entry["pid"], home, timeout_s)
+            if entry["fingerprint"] is not None:
+                write_record(home, {**read_record(home), "stopped_at": time.time(), "stopped_by": "api stop"})
+        else:  # a watchdog whose server is gone stops by itself; one left from a killed server goes now
+            _stop_orphan_watchdog(home)
     return entry
+
+
+def _stop_orphan_watchdog(home: Path) -> None:
+    watchdog = watchdog_pid(read_record(home))
+    if watchdog is not None and watchdog != os.getpid():
+        _terminate(watchdog, 10.0)
+
+
+def pin(home: Path, pinned: bool) -> dict[str, Any] | None:
+    """Keep ``home``'s server up until ``api stop`` (pinned) or let it stop once idle again: its
+    record, or None for a server this module did not start (it never stops by itself)."""
+    with open(home / START_LOCK, "a+") as start:
+        fcntl.flock(start, fcntl.LOCK_EX)  # a server still starting has written its pid file once this is granted
+        server = running_server(home)
+        if server is None or server["fingerprint"] is None:
+            return None
+        record = {**server["record"], "pinned": pinned}
+        write_record(home, record)
+    return record

@@ -1,6 +1,6 @@
 """How the project runs on Prefect: environment, task runner, caching, results, call accounting.
 
-- Embedded mode: Prefect's background server (with its UI) on SQLite in a project-local
+- Embedded mode: Prefect's background server (with its UI) on SQLite in the user's
   PREFECT_HOME (``prefect_server``), telemetry off, a generous server start-up timeout
   (2-core machines are slow to boot it).
 - A bounded task runner (threads by default; Dask for task-level distribution).
@@ -51,7 +51,10 @@ def configure_prefect_env(home: str | Path | None = None) -> None:
     if home is not None:
         os.environ.setdefault("PREFECT_HOME", str(Path(home).resolve()))
     elif "PREFECT_HOME" not in os.environ and "PREFECT_API_URL" not in os.environ:
-        os.environ["PREFECT_HOME"] = str(Path(".prefect").resolve())
+        # One per user, not per working folder: every folder's commands share one server.
+        from refusalbench.tasks.pipeline.prefect_server import embedded_home
+
+        os.environ["PREFECT_HOME"] = str(embedded_home())
 
 
 def cache_policy() -> Any:
