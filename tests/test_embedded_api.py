@@ -1,7 +1,8 @@
 """Embedded mode: the first command that runs a flow starts Prefect's own background server
 (``prefect server start --background``, with its UI) under PREFECT_HOME, later commands use
-it, and it runs until ``refusalbench api stop`` (tasks/pipeline/prefect_server.py). Every
-test that may start one stops it (the ``home`` fixture), so none outlives the test."""
+it, and it runs until ``refusalbench api stop`` or until idle (tasks/pipeline/prefect_server.py;
+one per user and the idle stop: tests/test_api_server.py). Every test that may start one stops
+it (the ``home`` fixture), so none outlives the test."""
 
 from __future__ import annotations
 
@@ -109,9 +110,12 @@ def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, 
 
     status = cli("api", "status", env=env, timeout=60)
     assert status.returncode == 0 and f"Prefect UI: {ui}" in status.stdout, status.stdout + status.stderr
+    watchdog = server["record"]["watchdog_pid"]
+    assert alive(watchdog)
     stopped = cli("api", "stop", env=env, timeout=60)
     assert stopped.returncode == 0 and f"pid {server['pid']}" in stopped.stdout, stopped.stdout + stopped.stderr
     assert not alive(server["pid"]) and not (home / "server.pid").exists() and running_server(home) is None
+    assert not alive(watchdog)  # its idle watchdog goes with it
 
 
 def test_commands_started_together_start_one_server(home):

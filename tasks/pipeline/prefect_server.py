@@ -542,6 +542,17 @@ def _terminate(pid: int, timeout_s: float) -> None:
     if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    # Reap it if it is this process's child; else give its parent (init) a moment to, so that
+    # the pid is gone, not a zombie, once the caller goes on.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(0.02)
 
 
 def stop_background_server(home: Path | None = None, timeout_s: float = 10.0) -> dict[str, Any] | None:
