@@ -4,7 +4,8 @@ One server per user, whatever the working folder: its ``PREFECT_HOME`` is in the
 folder (``REFUSALBENCH_HOME/prefect`` if that is set; a ``PREFECT_HOME`` you set wins), which a
 plain ``prefect`` in the shell does not use (it looks in ``~/.prefect``). It stops itself
 after ``REFUSALBENCH_API_IDLE_MINUTES`` unused (default 60, 0: never) unless ``api start``
-pinned it. The mechanism is ``tasks/pipeline/prefect_server.py`` and ``tasks/pipeline/api_watchdog.py``.
+pinned it. The mechanism is ``tasks/pipeline/prefect_server.py`` (start, use), ``server_state.py`` (find, stop)
+and ``api_watchdog.py`` (the idle stop).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _span(seconds: float) -> str:
 
 def status_lines(server: dict[str, Any] | None, home: Any, record: dict[str, Any], now: float) -> list[str]:
     """What ``api status`` says: where the server runs, since when, and when it stops."""
-    from refusalbench.tasks.pipeline.prefect_server import last_use, watchdog_pid
+    from refusalbench.tasks.pipeline.server_state import last_use, watchdog_pid
 
     if server is None:
         lines = [f"Prefect server: not running (PREFECT_HOME {home}); the next command that runs a flow, "
@@ -70,7 +71,7 @@ def status_lines(server: dict[str, Any] | None, home: Any, record: dict[str, Any
 @api_app.command("status")
 def api_status() -> None:
     """Where the background Prefect server and its UI run, since when, and when it stops (changes nothing)."""
-    from refusalbench.tasks.pipeline.prefect_server import prefect_home, read_record, running_server
+    from refusalbench.tasks.pipeline.server_state import prefect_home, read_record, running_server
 
     home = prefect_home()
     server = running_server(home)
@@ -82,13 +83,8 @@ def api_status() -> None:
 def api_start(keep: bool = typer.Option(True, "--keep/--no-keep",
                                         help="keep it up until `api stop` (default), or let it stop once idle")) -> None:
     """Start the server now, or find it, and print its UI address (to look at earlier runs)."""
-    from refusalbench.tasks.pipeline.prefect_server import (
-        pin,
-        prefect_home,
-        release_embedded_api,
-        start_embedded_api,
-        wait_until_ready,
-    )
+    from refusalbench.tasks.pipeline.prefect_server import release_embedded_api, start_embedded_api, wait_until_ready
+    from refusalbench.tasks.pipeline.server_state import pin, prefect_home
 
     if not start_embedded_api():
         out.print("PREFECT_API_URL is set: commands use that API, there is nothing to start", highlight=False)
@@ -108,7 +104,7 @@ def api_start(keep: bool = typer.Option(True, "--keep/--no-keep",
 def api_stop() -> None:
     """Stop the server and its idle watchdog, as `prefect server stop` does, and wait for it to exit (a command still
     using it fails)."""
-    from refusalbench.tasks.pipeline.prefect_server import prefect_home, stop_background_server
+    from refusalbench.tasks.pipeline.server_state import prefect_home, stop_background_server
 
     stopped = stop_background_server()
     out.print(f"no background Prefect server was running for {prefect_home()}" if stopped is None

@@ -6,7 +6,7 @@ would run for good: one per working folder, each using a few percent of a core, 
 before the server became one per user. The watchdog stops it once, for the record's idle
 period (``REFUSALBENCH_API_IDLE_MINUTES`` when the server started), all of these held:
 
-- no command marked a use (``prefect_server.mark_use``: as a command starts and ends using it);
+- no command marked a use (``server_state.mark_use``: as a command starts and ends using it);
 - no command is using it now (each holds a shared lock on ``USERS_LOCK`` while it does);
 - its API reports no flow run running, pending or cancelling, and none scheduled to start
   within the idle period (a run started some other way, e.g. ``prefect`` by hand, counts too).
@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from refusalbench.tasks.pipeline.prefect_server import (
+from refusalbench.tasks.pipeline.server_state import (
     START_LOCK,
     USERS_LOCK,
     last_use,

@@ -52,7 +52,7 @@ def configure_prefect_env(home: str | Path | None = None) -> None:
         os.environ.setdefault("PREFECT_HOME", str(Path(home).resolve()))
     elif "PREFECT_HOME" not in os.environ and "PREFECT_API_URL" not in os.environ:
         # One per user, not per working folder: every folder's commands share one server.
-        from refusalbench.tasks.pipeline.prefect_server import embedded_home
+        from refusalbench.tasks.pipeline.server_state import embedded_home
 
         os.environ["PREFECT_HOME"] = str(embedded_home())
 
