@@ -373,7 +373,7 @@ def release_embedded_api(stop_unused: bool = False) -> None:
         del os.environ["PREFECT_API_URL"]  # a later flow in this process must not look for a stopped server
     if users is None:
         return
-    mark_use()
+    mark_use(Path(entry["home"]) if entry and entry.get("home") else None)
     with users:
         if stop_unused and spawned is not None:
             _stop_if_unused(spawned, users)
