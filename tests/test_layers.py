@@ -22,7 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "refusalbench": {"core", "llm", "labelling", "refusalbench"},
     "knowornot": {"core", "llm", "labelling", "knowornot"},
     "integrations": {"core", "llm", "refusalbench", "integrations"},
-    "pipeline": {"core", "llm", "labelling", "refusalbench", "knowornot", "integrations", "pipeline"},
+    "viewer": {"core", "llm", "labelling", "refusalbench", "knowornot", "viewer"},
+    "pipeline": {"core", "llm", "labelling", "refusalbench", "knowornot", "integrations", "viewer", "pipeline"},
 }
 PREFECT_LAYERS = {"pipeline", "flows", "deployments"}
 # Module basenames that one module of the same role may carry in each method's own package.
