@@ -88,12 +88,12 @@ def reply_card(entry: dict[str, Any]) -> str:
     if response.get("reasoning"):
         body += f"<details><summary>reasoning</summary>{text_block(response['reasoning'])}</details>"
     rationale = judge_rationale(judgment.get("judge_raw"))
+    body += facts([("judge's rationale", f'<span class="rationale">{esc(rationale)}</span>' if rationale else None),
+                   ("refusal reasons", esc(judgment.get("refusal_reasons")))])
     body += facts([
         ("decided by", esc(judgment.get("decision_source"))),
         ("parser's decision", esc(judgment.get("parser_decision") or response.get("decision"))),
         ("judge", esc(judgment.get("judge"))),
-        ("judge's rationale", f'<span class="rationale">{esc(rationale)}</span>' if rationale else None),
-        ("refusal reasons", esc(judgment.get("refusal_reasons"))),
         ("quality", esc(judgment.get("quality"))), ("RAF", esc(judgment.get("raf"))),
         ("eligibility", esc(judgment.get("eligibility"))), ("factuality", esc(judgment.get("factuality"))),
         ("confidence", esc(judgment.get("confidence") or response.get("confidence"))),
@@ -105,7 +105,7 @@ def reply_card(entry: dict[str, Any]) -> str:
         ("served by", esc(response.get("served_model"))),
         ("cached", "yes" if response.get("cached") else None),
         ("judge tokens", esc(_tokens(judgment, "judge_"))), ("judge cost", esc(_cost(judgment.get("judge_cost_usd")))),
-    ])
+    ], inline=True)
     if judgment.get("judge_reasoning"):
         body += f"<details><summary>judge's reasoning</summary>{text_block(judgment['judge_reasoning'])}</details>"
     if judgment.get("judge_raw"):

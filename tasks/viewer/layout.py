@@ -66,13 +66,16 @@ def badge(text: Any, verdict: str | None = None, title: str | None = None) -> st
 
 
 def short_decision(decision: str | None) -> str:
-    """A decision short enough for a table cell: ``answer``, or the refusal code's first word (``missing``)."""
+    """A decision (or expected behaviour) short enough for a table cell: ``answer``, or ⊘ and the refusal
+    code's first word (``⊘ missing``)."""
     if not decision:
         return ""
     if decision == "ANSWER":
         return "answer"
+    if decision == "ANSWER_CORRECTLY":
+        return "answer"
     words = decision.removeprefix("REFUSE_").lower().split("_")
-    return "refuse: " + ("missing" if words[0] == "info" else words[0])
+    return "⊘ " + ("missing" if words[0] == "info" else words[0])
 
 
 def table(headers: Sequence[str | tuple[str, str]], rows: Iterable[Sequence[str]], *, sortable: bool = False,
@@ -97,10 +100,15 @@ def td(content: str, cls: str = "", value: Any = None) -> str:
     return f"<td{attrs}>{content}</td>"
 
 
-def facts(pairs: Iterable[tuple[str, Any]]) -> str:
-    """A definition list of the pairs whose value is present."""
-    items = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs if v not in (None, ""))
-    return f'<dl class="facts">{items}</dl>' if items else ""
+def facts(pairs: Iterable[tuple[str, Any]], *, inline: bool = False) -> str:
+    """A definition list of the pairs whose value (ready HTML) is present; ``inline``: side by side, wrapping."""
+    shown = [(k, v) for k, v in pairs if v not in (None, "")]
+    if not shown:
+        return ""
+    if inline:
+        items = "".join(f"<div><dt>{esc(k)}</dt><dd>{v}</dd></div>" for k, v in shown)
+        return f'<dl class="facts inline">{items}</dl>'
+    return f'<dl class="facts">{"".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in shown)}</dl>'
 
 
 def text_block(text: Any) -> str:

@@ -80,7 +80,7 @@ def item_rows(run: RefusalBenchRun, page: ItemPage, query: ItemQuery) -> str:
                  td(_chip(run, query, "perturbation_class", row["perturbation_class"]), "class"),
                  td(_chip(run, query, "intensity", row["intensity"]), "intensity"),
                  td(_chip(run, query, "lever", row["lever_id"]), "lever"),
-                 td(esc(row["expected"]), "expected"),
+                 td(f'<span title="{esc(row["expected"])}">{esc(short_decision(row["expected"]))}</span>', "expected"),
                  td(_chip(run, query, "domain", row["domain"]), "domain")]
         for model in page.models:
             cell = row["models"][model]
@@ -123,6 +123,8 @@ def items_section(run: RefusalBenchRun, query: ItemQuery, *, with_form: bool = T
     params.pop("page", None)
     body = filter_form(run, query) if with_form else ""
     body += pager(_items_path(run), params, page.page, page.pages, page.total, "items")
+    body += ('<p class="legend">Each model\'s decision: answer, or ⊘ and its refusal code; ✓ correct, ✗ wrong, '
+             '– not scored. Click a class, intensity, lever or domain to filter by it, a question to open it.</p>')
     body += item_rows(run, page, query)
     if page.pages > 1:
         body += pager(_items_path(run), params, page.page, page.pages, page.total, "items")
