@@ -97,7 +97,7 @@ def synthetic_run(folder: Path, items: list[BenchmarkItem], models: int, seed: i
                 decision_source="judge", answer_correct=(correct if decision == "ANSWER" else False)
                 if item.expected == ANSWER_CORRECTLY else (False if decision == "ANSWER" else None),
                 refusal_correct=None if item.expected == ANSWER_CORRECTLY else decision == item.expected,
-                quality=5 if correct else 2, judge="judge", outcome="ok", perturbation_class=item.perturbation_class,
+                quality=(5 if correct else 2) if decision == "ANSWER" else None, judge="judge", outcome="ok", perturbation_class=item.perturbation_class,
                 intensity=item.intensity, lever_id=item.lever_id, domain=item.domain, generator=item.generator,
                 judge_raw=json.dumps({"classification": decision, "quality": 5 if correct else 2,
                                       "rationale": "The reply " + ("matches" if correct else "misses") + " the reference."})))

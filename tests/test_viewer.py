@@ -21,7 +21,15 @@ import pandas as pd
 import pytest
 
 from tests.browser import Browser
-from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, run_config, verifier_reply
+from tests.scripted import (
+    by_model,
+    fenced,
+    generator_reply,
+    judge_by_reference,
+    last_user_text,
+    run_config,
+    verifier_reply,
+)
 from tests.test_generation_flow import BASE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
