@@ -200,7 +200,7 @@ def test_the_checker_finds_prefect_and_upward_imports_in_the_kernel(tmp_path):
         "tasks.core.store -> tasks.llm (core may import core)",
         "tasks.core.store -> tasks.llm.gateway (core may import core)",
         "tasks.stray: not inside a layer folder of tasks/ (core, llm, labelling, refusalbench, knowornot, "
-        "integrations, pipeline)",
+        "integrations, viewer, pipeline)",
     ]
 
 

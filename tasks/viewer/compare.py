@@ -75,17 +75,20 @@ def compare_runs(a: RefusalBenchRun, b: RefusalBenchRun, limit: int = MAX_CHANGE
     keys_a, keys_b = _keys(a, by_id), _keys(b, by_id)
     where_a = {key: i for i, key in enumerate(keys_a)}
     pairs = [(where_a[key], j) for j, key in enumerate(keys_b) if key in where_a]
-    models = [m for m in b.models if m in a.models]
-    changed = []
-    for i, j in pairs:
-        for model in models:
-            before, after = a.decision[model][i], b.decision[model][j]
-            if before != after:
-                changed.append({"item_a": str(a.items["item_id"].iat[i]), "item_b": str(b.items["item_id"].iat[j]),
-                                "question": b.items["question"].iat[j], "class": b.items["perturbation_class"].iat[j],
-                                "intensity": b.items["intensity"].iat[j], "expected": b.items["expected"].iat[j],
-                                "model": model, "decision_a": before, "decision_b": after,
-                                "verdict_a": a.verdict[model][i], "verdict_b": b.verdict[model][j]})
+    in_a = np.array([i for i, _ in pairs], dtype=int)
+    in_b = np.array([j for _, j in pairs], dtype=int)
+    changed: list[dict[str, Any]] = []
+    total = 0
+    for model in [m for m in b.models if m in a.models]:
+        before, after = a.decision[model][in_a], b.decision[model][in_b]
+        moved = np.flatnonzero(before != after)  # elementwise over object arrays: None == None
+        total += len(moved)
+        for k in moved[: max(limit - len(changed), 0)]:
+            i, j = int(in_a[k]), int(in_b[k])
+            changed.append({"item_a": str(a.items["item_id"].iat[i]), "item_b": str(b.items["item_id"].iat[j]),
+                            "question": b.items["question"].iat[j], "class": b.items["perturbation_class"].iat[j],
+                            "intensity": b.items["intensity"].iat[j], "expected": b.items["expected"].iat[j],
+                            "model": model, "decision_a": before[k], "decision_b": after[k],
+                            "verdict_a": a.verdict[model][i], "verdict_b": b.verdict[model][j]})
     return Comparison(a=a.name, b=b.name, matched_by="item_id" if by_id else "base_id + lever_id",
-                      matched=len(pairs), metric_rows=metric_changes(a, b), changed=changed[:limit],
-                      changed_total=len(changed))
+                      matched=len(pairs), metric_rows=metric_changes(a, b), changed=changed, changed_total=total)

@@ -300,15 +300,27 @@ def _search_text(items: pd.DataFrame, benchmark: pd.DataFrame | None, responses:
 
 def _per_model(items: pd.DataFrame, rows: pd.DataFrame, values: np.ndarray, models: list[str]) -> dict[str, np.ndarray]:
     """{model: value per item} from one value per judged row (None where the model has no row)."""
+    where = pd.Index(items["item_id"].astype(str)).get_indexer(rows["item_id"].astype(str).to_numpy())
     out = {}
-    position = pd.Index(items["item_id"].astype(str))
     for model, picked in rows.groupby("model", sort=False).indices.items():
         column = np.full(len(items), None, dtype=object)
-        where = position.get_indexer(rows["item_id"].astype(str).to_numpy()[picked])
-        keep = where >= 0
-        column[where[keep]] = values[picked][keep]
+        at = where[picked]
+        keep = at >= 0
+        column[at[keep]] = values[picked][keep]
         out[str(model)] = column
     return {m: out.get(m, np.full(len(items), None, dtype=object)) for m in models}
+
+
+def _disagreeing(decisions: list[np.ndarray], n: int) -> np.ndarray:
+    """Per item: whether the models that decided it decided differently (one vectorised pass, no row loop)."""
+    if not decisions:
+        return np.zeros(n, dtype=bool)
+    codes, _ = pd.factorize(np.concatenate(decisions), use_na_sentinel=True)  # None -> -1
+    table = codes.reshape(len(decisions), n).T
+    decided = table >= 0
+    low = np.where(decided, table, np.iinfo(table.dtype).max).min(axis=1)
+    high = np.where(decided, table, -1).max(axis=1)
+    return decided.any(axis=1) & (low != high)
 
 
 def _metrics(store: ArtifactStore) -> dict[str, Any] | None:
@@ -348,11 +360,7 @@ def load_run(name: str, store: ArtifactStore) -> RefusalBenchRun:
         verdict = {m: np.where(pd.isna(decision[m]), None, NOT_SCORED).astype(object) for m in models}
         source = {m: np.full(len(items), None, dtype=object) for m in models}
         has_source = False
-    if models:
-        table = pd.DataFrame({m: decision[m] for m in models})
-        disagree = (table.nunique(axis=1, dropna=True) > 1).to_numpy()
-    else:
-        disagree = np.zeros(len(items), dtype=bool)
+    disagree = _disagreeing([decision[m] for m in models], len(items))
     return RefusalBenchRun(
         name=name, uri=store.root, manifest=manifest, metrics=metrics, items=items, models=models,
         decision={m: np.where(pd.isna(v), None, v).astype(object) for m, v in decision.items()},
