@@ -43,20 +43,25 @@ def _number(value: Any) -> float:
     return number
 
 
+def model_in(document: dict[str, Any], model: str) -> bool:
+    return model in (document.get("models") or {})
+
+
 def metric_changes(a: RefusalBenchRun, b: RefusalBenchRun) -> list[dict[str, Any]]:
     """Per model in both runs and metric: A's and B's value and interval, B − A and its interval."""
     if not a.metrics or not b.metrics:
         return []
+    documents = (a.metrics, b.metrics)
     rows = []
-    for model in [m for m in b.models if m in a.metrics["models"] and m in b.metrics["models"]]:
+    for model in [m for m in b.models if all(model_in(d, m) for d in documents)]:
         for metric, label in COMPARED:
-            values = [_number(run.metrics["models"][model].get(metric)) for run in (a, b)]
-            errors = [_number((run.metrics.get("standard_errors") or {}).get(model, {}).get(metric)) for run in (a, b)]
+            values = [_number(d["models"][model].get(metric)) for d in documents]
+            errors = [_number((d.get("standard_errors") or {}).get(model, {}).get(metric)) for d in documents]
             difference, low, high, p = independent_difference(np.array([values[0]]), np.array([errors[0]]),
                                                               np.array([values[1]]), np.array([errors[1]]))
             rows.append({"model": model, "metric": metric, "label": label, "a": values[0], "b": values[1],
-                         "a_interval": (a.metrics.get("intervals") or {}).get(model, {}).get(metric),
-                         "b_interval": (b.metrics.get("intervals") or {}).get(model, {}).get(metric),
+                         "a_interval": (documents[0].get("intervals") or {}).get(model, {}).get(metric),
+                         "b_interval": (documents[1].get("intervals") or {}).get(model, {}).get(metric),
                          "difference": float(difference[0]), "low": float(low[0]), "high": float(high[0]),
                          "p": float(p[0])})
     return rows

@@ -320,7 +320,15 @@ def _disagreeing(decisions: list[np.ndarray], n: int) -> np.ndarray:
     decided = table >= 0
     low = np.where(decided, table, np.iinfo(table.dtype).max).min(axis=1)
     high = np.where(decided, table, -1).max(axis=1)
-    return decided.any(axis=1) & (low != high)
+    disagree: np.ndarray = decided.any(axis=1) & (low != high)
+    return disagree
+
+
+def _none_for_missing(values: np.ndarray) -> np.ndarray:
+    """An object array with NaN and NA as None (JSON null, and one test for "no value")."""
+    out = values.astype(object)
+    out[pd.isna(out)] = None
+    return out
 
 
 def _metrics(store: ArtifactStore) -> dict[str, Any] | None:
@@ -357,14 +365,16 @@ def load_run(name: str, store: ArtifactStore) -> RefusalBenchRun:
     else:  # replies without judgments: the parser's decision, nothing scored yet
         rows = responses if responses is not None else pd.DataFrame({"item_id": [], "model": [], "decision": []})
         decision = _per_model(items, rows, rows["decision"].astype(object).to_numpy(), models)
-        verdict = {m: np.where(pd.isna(decision[m]), None, NOT_SCORED).astype(object) for m in models}
+        verdict = {m: np.full(len(items), NOT_SCORED, dtype=object) for m in models}
+        for m in models:
+            verdict[m][pd.isna(decision[m])] = None
         source = {m: np.full(len(items), None, dtype=object) for m in models}
         has_source = False
     disagree = _disagreeing([decision[m] for m in models], len(items))
     return RefusalBenchRun(
         name=name, uri=store.root, manifest=manifest, metrics=metrics, items=items, models=models,
-        decision={m: np.where(pd.isna(v), None, v).astype(object) for m, v in decision.items()},
-        verdict=verdict, source={m: np.where(pd.isna(v), None, v).astype(object) for m, v in source.items()},
+        decision={m: _none_for_missing(v) for m, v in decision.items()},
+        verdict=verdict, source={m: _none_for_missing(v) for m, v in source.items()},
         disagree=disagree, search=_search_text(items, benchmark, responses),
         benchmark=Keyed.of(benchmark, "item_id"), judgments=Keyed.of(judgments, "item_id"),
         responses=Keyed.of(responses, "item_id"), verifications=Keyed.of(_frame(store, rb_files.VERIFICATIONS), "candidate_id"),

@@ -50,9 +50,11 @@ def leaderboard(run: RefusalBenchRun) -> str:
             ci = format_interval(tuple(interval) if interval else None, metric)
             cells.append(td(text + (f' <span class="ci">{esc(ci)}</span>' if ci else ""), "num",
                             "" if math.isnan(value) else round(value, 6)))
-        cells.append(td(esc(int(_number(values.get("n")) or 0)), "num", int(_number(values.get("n")) or 0)))
+        n = _number(values.get("n"))
+        count = 0 if math.isnan(n) else int(n)
+        cells.append(td(esc(count), "num", count))
         rows.append(cells)
-    headers = [("#", "num"), "Model", *((label, "num") for _, label in LEADERBOARD), ("n", "num")]
+    headers: list[str | tuple[str, str]] = [("#", "num"), "Model", *((label, "num") for _, label in LEADERBOARD), ("n", "num")]
     return table(headers, rows, sortable=True, css="leaderboard")
 
 
@@ -94,7 +96,8 @@ def item_rows(run: RefusalBenchRun, page: ItemPage, query: ItemQuery) -> str:
             cells.append(td(badge(f"{mark} {short_decision(cell['decision'])}".strip(), verdict, tip), "cell",
                             verdict or ""))
         rows.append(cells)
-    headers = ["Question", "Class", "Intensity", "Lever", "Expected", "Domain", *((m, "model") for m in page.models)]
+    headers: list[str | tuple[str, str]] = ["Question", "Class", "Intensity", "Lever", "Expected", "Domain",
+                                            *((m, "model") for m in page.models)]
     return table(headers, rows, css="items")
 
 
