@@ -155,11 +155,12 @@ def main() -> None:
         synthetic_run(first, items, args.models, seed=1)
     if not (second / "metrics.json").exists():
         synthetic_run(second, items, args.models, seed=2, flip=0.05)
-    print(f"run folders: {root} ({args.models} models x {args.items} items = {args.models * args.items} replies each; "
-          f"{time.perf_counter() - started:.1f} s to write)")
+    print(f"run folders: {root} ({args.models} models x {args.items} items = {args.models * args.items} replies each, "
+          f"unless kept from an earlier run; {time.perf_counter() - started:.1f} s to write)")
     base, loaded = _serve([str(first), str(second)])
     print(f"loaded both in {loaded:.2f} s; serving {base}\n")
-    some = [f"it{i:05d}" for i in np.linspace(0, args.items - 1, args.repeat).astype(int)]
+    ids = ArtifactStore(first).read_table(rb_files.BENCHMARK.name).column("item_id").to_pylist()  # a kept folder's own
+    some = [ids[i] for i in np.linspace(0, len(ids) - 1, args.repeat).astype(int)]
     cases = {
         "home page": ["/"],
         "items, page 1": ["/runs/round-1/items"],
