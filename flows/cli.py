@@ -19,6 +19,7 @@ from rich.console import Console
 from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
+from refusalbench.flows.cli_view import view
 # The registry commands (levers, models) live in cli_registry; models_serve is named here for its callers.
 from refusalbench.flows.cli_registry import (DEFAULT_CONFIG, OutputFormat, config_path as _config_path,  # noqa: F401
                                             levers_app, models_app, models_serve)
@@ -41,6 +42,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(knowornot_app, name="knowornot")
 app.add_typer(audit_app, name="audit")
 app.add_typer(api_app, name="api")
+app.command("view")(view)
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)

@@ -63,11 +63,15 @@ class Browser:
                 self.process.kill()
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def tab(self, width: int = 1280, height: int = 900) -> Tab:
+        """A tab kept open across steps (open, click, type, read, photograph); close it, or use ``with``."""
+        return Tab(self.port, width, height)
 
     def look(self, url: str, *, script: str, screenshot: Path | None = None, settle_s: float = 1.0,
              wait_for: str | None = None, timeout_s: float = 60.0) -> Any:
@@ -106,6 +110,131 @@ class Browser:
                 async with session.get(f"{base}/json/close/{target['id']}") as reply:
                     await reply.read()
 
+
+
+class Tab:
+    """One tab driven as a person would: real mouse clicks at an element's box, real typing.
+
+    Each step runs on the tab's own event loop, so tests call it step by step:
+    ``tab.open(url)``, ``tab.click("a.item-link", navigates=True)``, ``tab.type("input[name=q]", "x")``,
+    ``tab.evaluate(js)``, ``tab.screenshot(path)``.
+    """
+
+    def __init__(self, port: int, width: int, height: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.width, self.height = width, height
+        self.loop = asyncio.new_event_loop()
+        self.session: aiohttp.ClientSession | None = None
+        self.target: dict[str, Any] = {}
+        self.page = self._run(self._connect())
+
+    def _run(self, step: Any) -> Any:
+        return self.loop.run_until_complete(step)
+
+    async def _connect(self) -> _Page:
+        self.session = aiohttp.ClientSession()
+        async with self.session.put(f"{self.base}/json/new?about:blank") as reply:
+            self.target = await reply.json(content_type=None)
+        self.ws = await self.session.ws_connect(self.target["webSocketDebuggerUrl"], max_msg_size=0)
+        page = _Page(self.ws)
+        await page.call("Page.enable")
+        await page.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
+                        deviceScaleFactor=1, mobile=False)
+        return page
+
+    def close(self) -> None:
+        async def shut() -> None:
+            await self.ws.close()
+            assert self.session is not None
+            async with self.session.get(f"{self.base}/json/close/{self.target['id']}") as reply:
+                await reply.read()
+            await self.session.close()
+
+        try:
+            self._run(shut())
+        finally:
+            self.loop.close()
+
+    def __enter__(self) -> Tab:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def _loaded(self, timeout_s: float) -> None:
+        await self.page.wait_event("Page.loadEventFired", timeout_s)
+
+    def open(self, url: str, timeout_s: float = 60.0) -> None:
+        async def go() -> None:
+            self.page.events.clear()
+            await self.page.call("Page.navigate", url=url)
+            await self._loaded(timeout_s)
+        self._run(go())
+
+    def evaluate(self, expression: str) -> Any:
+        return self._run(self.page.evaluate(expression))
+
+    def wait_for(self, expression: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.evaluate(expression):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"page never satisfied: {expression}")
+            time.sleep(0.1)
+
+    def centre_of(self, selector: str, text: str | None = None) -> tuple[float, float]:
+        """The middle of the first element matching ``selector`` (and containing ``text``), scrolled into view."""
+        found = self.evaluate(f"""(() => {{
+            const e = Array.from(document.querySelectorAll({json.dumps(selector)}))
+                .find(e => {json.dumps(text)} === null || e.innerText.includes({json.dumps(text)}));
+            if (!e) return null;
+            e.scrollIntoView({{block: 'center'}});
+            const r = e.getBoundingClientRect();
+            return [r.x + r.width / 2, r.y + r.height / 2];
+        }})()""")
+        if not found:
+            raise LookupError(f"nothing on the page matches {selector!r}" + (f" with {text!r}" if text else ""))
+        return found[0], found[1]
+
+    def click(self, selector: str, *, text: str | None = None, navigates: bool = False, timeout_s: float = 60.0) -> None:
+        """A left click with the mouse at the element's centre; ``navigates``: wait for the next page's load."""
+        x, y = self.centre_of(selector, text)
+
+        async def press() -> None:
+            self.page.events.clear()
+            await self.page.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+            for kind in ("mousePressed", "mouseReleased"):
+                await self.page.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+            if navigates:
+                await self._loaded(timeout_s)
+        self._run(press())
+
+    def type(self, selector: str, text: str) -> None:
+        """Click into the field, then type ``text`` as keyboard input."""
+        self.click(selector)
+        self._run(self.page.call("Input.insertText", text=text))
+
+    def press_enter(self, *, navigates: bool = False, timeout_s: float = 60.0) -> None:
+        async def enter() -> None:
+            self.page.events.clear()
+            for kind in ("keyDown", "keyUp"):
+                await self.page.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
+                                     windowsVirtualKeyCode=13, nativeVirtualKeyCode=13,
+                                     **({"text": "\r"} if kind == "keyDown" else {}))
+            if navigates:
+                await self._loaded(timeout_s)
+        self._run(enter())
+
+    def screenshot(self, path: Path, *, full_page: bool = True) -> None:
+        async def shoot() -> None:
+            if full_page:
+                height = await self.page.evaluate("Math.max(document.body.scrollHeight, 600)")
+                await self.page.call("Emulation.setDeviceMetricsOverride", width=self.width,
+                                     height=min(int(height), 16000), deviceScaleFactor=1, mobile=False)
+            shot = await self.page.call("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)
+            path.write_bytes(base64.b64decode(shot["data"]))
+            await self.page.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
+                                 deviceScaleFactor=1, mobile=False)
+        self._run(shoot())
 
 class _Page:
     """The DevTools protocol on one tab: commands with ids, events kept until asked for."""

@@ -14,7 +14,7 @@ COMMANDS = [
     [], ["levers"], ["levers", "list"], ["levers", "validate"], ["data", "validate"], ["models"], ["models", "list"],
     ["models", "pull"], ["models", "serve"], ["generate"], ["evaluate"], ["score"], ["report"], ["knowornot"],
     ["knowornot", "run"], ["run"], ["data", "import"], ["data", "import", "kilt-nq"], ["data", "import", "garage"],
-    ["pretest"], ["plan"], ["export"],
+    ["pretest"], ["plan"], ["export"], ["view"],
 ]
 
 

@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "refusalbench": {"core", "llm", "labelling", "refusalbench"},
     "knowornot": {"core", "llm", "labelling", "knowornot"},
     "integrations": {"core", "llm", "refusalbench", "integrations"},
-    "pipeline": {"core", "llm", "labelling", "refusalbench", "knowornot", "integrations", "pipeline"},
+    "viewer": {"core", "llm", "labelling", "refusalbench", "knowornot", "viewer"},
+    "pipeline": {"core", "llm", "labelling", "refusalbench", "knowornot", "integrations", "viewer", "pipeline"},
 }
 PREFECT_LAYERS = {"pipeline", "flows", "deployments"}
 TOP_LAYERS = ("flows", "deployments", "extend")  # above tasks/: they may import any layer of it
@@ -202,7 +203,7 @@ def test_the_checker_finds_prefect_and_upward_imports_in_the_kernel(tmp_path):
         "tasks.core.store -> tasks.llm (core may import core)",
         "tasks.core.store -> tasks.llm.gateway (core may import core)",
         "tasks.stray: not inside a layer folder of tasks/ (core, llm, labelling, refusalbench, knowornot, "
-        "integrations, pipeline)",
+        "integrations, viewer, pipeline)",
     ]
 
 
