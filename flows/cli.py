@@ -42,7 +42,6 @@ app.add_typer(models_app, name="models")
 app.add_typer(knowornot_app, name="knowornot")
 app.add_typer(audit_app, name="audit")
 app.add_typer(api_app, name="api")
-app.command("view")(view)
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -157,6 +156,10 @@ def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
     from refusalbench.tasks.refusalbench.outputs import build_report_for
 
     out.print(f"report: {build_report_for(run_dir)}")
+
+
+# Explore what report and score wrote, item by item.
+app.command("view")(view)
 
 
 @app.command()

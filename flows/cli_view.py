@@ -36,8 +36,10 @@ def view(
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="port to listen on (0: any free port)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (default: loopback only)"),
 ) -> None:
-    """Explore run folders in a browser: leaderboards, the item table with filters and search, each item
-    with its change, verifier votes, replies and the judge's view, and two runs compared. Read-only."""
+    """Explore run folders in a browser: leaderboards, items with filters and search, two runs compared.
+
+    Each item shows its change, the verifiers' votes, every model's reply and the judge's view. Read-only.
+    """
     import uvicorn
 
     from refusalbench.tasks.viewer.app import create_app, load_runs
