@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +25,7 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
 

@@ -84,7 +84,7 @@ def test_levers_per_stratum_gives_distinct_levers_per_item_and_caps_at_stratum_s
     groups: dict[tuple[str, str, str], list[str]] = {}
     for a in out:
         groups.setdefault((a.base_id, a.perturbation_class, a.intensity), []).append(a.lever_id)
-    for (base_id, cls, intensity), ids in groups.items():
+    for (_base_id, cls, intensity), ids in groups.items():
         assert len(ids) == len(set(ids)) == min(3, SIZES.get((cls, intensity), 4))
     assert len({a.assignment_id for a in out}) == len(out)
 

@@ -175,7 +175,7 @@ def test_terminal_labelling_saves_every_label_and_resumes(run):
     assert "\\x1b[2J" in first.output and "\x1b[2J" not in first.output  # control characters shown, not obeyed
     saved = AuditLabelStore(labels_path).load()
     cases = session.cases
-    assert [(l.item_id, l.label, l.failed_criteria, l.note) for l in saved] == [
+    assert [(label.item_id, label.label, label.failed_criteria, label.note) for label in saved] == [
         (cases[0].item_id, "PASS", [], None),
         (cases[1].item_id, "FAIL", ["lever_fidelity", "target_compliance"], "too subtle")]
 
@@ -186,7 +186,7 @@ def test_terminal_labelling_saves_every_label_and_resumes(run):
     assert resumed.exit_code == 0, resumed.output
     assert "2 of 8 already audited" in resumed.output
     saved = AuditLabelStore(labels_path).load()
-    assert [l.item_id for l in saved] == [cases[0].item_id, cases[1].item_id, cases[2].item_id]
+    assert [label.item_id for label in saved] == [cases[0].item_id, cases[1].item_id, cases[2].item_id]
 
     other = runner.invoke(audit_app, ["label", run.root, "--annotator", "bob"], input="")
     assert "0 of 8 already audited by bob" in other.output
@@ -215,7 +215,7 @@ def test_web_labelling_over_loopback_http(run):
         assert status == 200 and "0 of 8 labelled" in page
         case = session.cases[0]
         assert case.item_id in page and html.escape(case.lever.instruction) in page
-        for name, wording in case.criteria:
+        for name, _wording in case.criteria:
             assert f"value='{name}'" in page
         assert "Rubric: PASS only when every criterion holds" in page
         if EVIL in (case.item.context or ""):
@@ -239,7 +239,7 @@ def test_web_labelling_over_loopback_http(run):
         assert _request(server.url, "POST", "/label", {"item_id": second, "label": "PASS", "token": token})[0] == 303
         assert len(server.saved) == 2
     saved = AuditLabelStore(session.labels_path).load()
-    assert [(l.item_id, l.label, l.failed_criteria, l.note) for l in saved] == [
+    assert [(label.item_id, label.label, label.failed_criteria, label.note) for label in saved] == [
         (case.item_id, "FAIL", ["lever_fidelity", "answer_constraint"], f"note {EVIL}"), (second, "PASS", [], None)]
     with serve_audit(session.cases, session.labels_path, "ann") as server:  # resumes at the third item
         assert "2 of 8 labelled" in _request(server.url, "GET")[1]

@@ -660,7 +660,7 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     answers = iter(["maybe", "1", "s", "q"])
     shown: list[str] = []
     first = label_screens.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append)
-    assert [(l.item_id, l.label) for l in first] == [("e0", "yes")]
+    assert [(label.item_id, label.label) for label in first] == [("e0", "yes")]
     assert any("Not an option: 'maybe'" in line for line in shown)
     assert len(store.read_text().splitlines()) == 1
     # Resume: e0 is skipped; a torn last line (crash mid-write) is ignored and repaired.
@@ -668,9 +668,9 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
         handle.write('{"item_id": "e1", "spec": "absten')
     answers = iter(["no", "YES"])
     second = label_screens.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None)
-    assert [(l.item_id, l.label) for l in second] == [("e1", "no"), ("e2", "yes")]
+    assert [(label.item_id, label.label) for label in second] == [("e1", "no"), ("e2", "yes")]
     stored = LabelStore(store).load()
-    assert [(l.item_id, l.label) for l in stored] == [("e0", "yes"), ("e1", "no"), ("e2", "yes")]
+    assert [(label.item_id, label.label) for label in stored] == [("e0", "yes"), ("e1", "no"), ("e2", "yes")]
     # Another annotator starts from scratch; end of input stops cleanly.
     def eof(_: str) -> str:
         raise EOFError

@@ -170,7 +170,7 @@ def _project_registries():
     spec = EvalSpec(name="abstention", tag="other", outcomes=["a", "b"], prompt="p")
     return [
         (CACHE_BACKENDS, "sqlite", lambda replace: register_cache_backend("sqlite", replace=replace)(open_memory_cache)),
-        (PRECHECKS, "unchanged", lambda replace: register_precheck("unchanged", replace=replace)(lambda c, i, l: None)),
+        (PRECHECKS, "unchanged", lambda replace: register_precheck("unchanged", replace=replace)(lambda c, i, label: None)),
         (RULES, "missing-info-medium-answer-clause-excised",
          lambda replace: register_rule("missing-info-medium-answer-clause-excised", replace=replace)(lambda item, key: None)),
         (READERS, ".csv", lambda replace: register_reader(".csv", replace=replace)(lambda path, problems, limit: iter(()))),

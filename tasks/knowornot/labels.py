@@ -128,22 +128,21 @@ def spec_sample(sample: pd.DataFrame, spec: EvalSpec, specs: Sequence[EvalSpec] 
 def label_items_from_frame(df: pd.DataFrame, spec: EvalSpec, shown: dict[str, str] | None = None) -> list[LabelItem]:
     """LabelItems from rows with ``experiment_id``, ``question``, ``response`` (+ optional
     ``expected_answer``, ``context``); ``shown``: item id -> the annotators' labels to show (consensus pass)."""
+    def text(row: dict[str, Any], name: str) -> str | None:
+        value = row.get(name)
+        return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+
     items = []
     for row in df.to_dict(orient="records"):
-
-        def text(name: str) -> str | None:
-            value = row.get(name)
-            return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
-
         items.append(
             LabelItem(
                 item_id=str(row["experiment_id"]),
                 spec=spec.name,
                 outcomes=list(spec.outcomes),
-                question=text("question") or "",
-                response=text("response") or "",
-                expected_answer=text("expected_answer"),
-                context=text("context"),
+                question=text(row, "question") or "",
+                response=text(row, "response") or "",
+                expected_answer=text(row, "expected_answer"),
+                context=text(row, "context"),
                 shown_labels=shown.get(str(row["experiment_id"])) if shown else None,
             )
         )

@@ -48,7 +48,7 @@ class LabelStore:
         return labels
 
     def labelled_ids(self, annotator: str, spec: str | None = None) -> set[str]:
-        return {l.item_id for l in self.load() if l.annotator == annotator and (spec is None or l.spec == spec)}
+        return {label.item_id for label in self.load() if label.annotator == annotator and (spec is None or label.spec == spec)}
 
     def append(self, label: HumanLabel) -> None:
         line = label.model_dump_json() + "\n"
@@ -70,5 +70,5 @@ class LabelStore:
 
     def pending(self, items: Sequence[LabelItem], annotator: str) -> list[LabelItem]:
         """The items ``annotator`` has not labelled yet, in their order."""
-        done = {(l.spec, l.item_id) for l in self.load() if l.annotator == annotator}
+        done = {(label.spec, label.item_id) for label in self.load() if label.annotator == annotator}
         return [item for item in items if (item.spec, item.item_id) not in done]

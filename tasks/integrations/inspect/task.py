@@ -177,10 +177,11 @@ class LiteLLMAPI(ModelAPI):
     """
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                 config: GenerateConfig = GenerateConfig(), **model_args: Any) -> None:
+                 config: GenerateConfig | None = None, **model_args: Any) -> None:
         base_url = base_url or os.getenv(BASE_URL_ENV) or os.getenv("INSPECT_EVAL_MODEL_BASE_URL")
+        # A fresh GenerateConfig per model: a default instance would be shared (and mutable).
         super().__init__(model_name, base_url=base_url, api_key=api_key or os.getenv(API_KEY_ENV),
-                         api_key_vars=[API_KEY_ENV], config=config)
+                         api_key_vars=[API_KEY_ENV], config=config if config is not None else GenerateConfig())
         self.model_args = model_args
 
     async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice,

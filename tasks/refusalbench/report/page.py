@@ -179,10 +179,10 @@ def _breakdown_tables(breakdown: pd.DataFrame) -> str:
         for value in values:
             cells = [f"<td class='name'>{escape(value)}</td>"]
             for model in models:
-                def pick(metric: str) -> Any:
-                    return cells_of.get((model, metric), {}).get(value, math.nan)
-                cells.append(f"<td>{format_value(pick('answer_accuracy'), 'answer_accuracy')} / "
-                             f"{format_value(pick('refusal_accuracy'), 'refusal_accuracy')}</td>")
+                answer = cells_of.get((model, "answer_accuracy"), {}).get(value, math.nan)
+                refusal = cells_of.get((model, "refusal_accuracy"), {}).get(value, math.nan)
+                cells.append(f"<td>{format_value(answer, 'answer_accuracy')} / "
+                             f"{format_value(refusal, 'refusal_accuracy')}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
         parts.append(f"<h3>By {escape(dimension.replace('_', ' '))}</h3><table>{head}{''.join(rows)}</table>")
     return "".join(parts)

@@ -154,7 +154,7 @@ _UNIT_SWAP = {
     "gallons": "litres", "minutes": "hours", "hours": "minutes", "seconds": "minutes", "days": "weeks",
     "weeks": "months", "months": "years", "years": "months", "percent": "per mille",
 }
-_UNIT_AFTER = re.compile(r"\s*(?:%s)(?!\w)" % "|".join(re.escape(u) for u in sorted(_UNIT_SWAP, key=len, reverse=True)),
+_UNIT_AFTER = re.compile(r"\s*(?:{})(?!\w)".format("|".join(re.escape(u) for u in sorted(_UNIT_SWAP, key=len, reverse=True))),
                          re.IGNORECASE)
 
 

@@ -139,7 +139,7 @@ def _redact_names(text: str, known_names: set[str]) -> str:
     ('East Germany')."""
     out = []
     for sentence in sentences(text):
-        def redact(word: re.Match[str]) -> str:
+        def redact(word: re.Match[str], sentence: str = sentence) -> str:
             token = word.group(0)
             if token in _NEVER_NAMES or (word.start() == 0 and token in _SENTENCE_OPENERS):
                 return token
