@@ -92,7 +92,8 @@ def register(automations: list[Any]) -> list[str]:
     ids = []
     for automation in automations:
         try:
-            existing = Automation.read(name=automation.name)
+            # Prefect types read() by its async form; called from sync code it returns the Automation itself.
+            existing: Automation = Automation.read(name=automation.name)  # type: ignore[assignment]
         except ValueError:
             ids.append(str(automation.create().id))
             continue

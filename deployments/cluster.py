@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +80,18 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def cluster_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
+def cluster_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """deployments/cluster.env, each value overridden by the same variable in the environment."""
-    environ = os.environ if environ is None else environ
-    return {key: environ.get(key, value) for key, value in read_env_file(SETTINGS_FILE).items()}
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    return {key: env.get(key, value) for key, value in read_env_file(SETTINGS_FILE).items()}
 
 
 # ---------------------------------------------------------------- state
 
 def read_state(state: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((state / "state.json").read_text())
+        record: dict[str, Any] | None = json.loads((state / "state.json").read_text())
+        return record
     except (OSError, ValueError):
         return None
 
@@ -414,12 +416,12 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(state)
             print(f"deleted {state}")
         return 0
-    record = status(state)
+    current = status(state)
     if args.json:
-        print(json.dumps(record, indent=2))
+        print(json.dumps(current, indent=2))
     else:
-        print_status(record, state)
-    return 0 if record and record["running"] else 3
+        print_status(current, state)
+    return 0 if current and current["running"] else 3
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -98,11 +100,11 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-def service_alive(service: dict) -> bool:
+def service_alive(service: dict[str, Any]) -> bool:
     """A recorded service still runs: its pid is alive and is still the process started then
     (not a later one that got the number; redis and PostgreSQL overwrite their environment)."""
-    pid = service.get("pid")
-    return pid_alive(pid) and service.get("start") in (None, process_start(pid))
+    pid: int | None = service.get("pid")
+    return pid is not None and pid_alive(pid) and service.get("start") in (None, process_start(pid))
 
 
 def port_in_use(port: int) -> bool:
@@ -123,7 +125,7 @@ def log_tail(log: Path, chars: int = 3000) -> str:
         return ""
 
 
-def wait_until(ready, what: str, timeout_s: float, pid: int | None = None, log: Path | None = None) -> None:
+def wait_until(ready: Callable[[], bool], what: str, timeout_s: float, pid: int | None = None, log: Path | None = None) -> None:
     """Poll ``ready()`` until true; fail early if ``pid`` exits, with the end of ``log``."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -44,7 +44,7 @@ def build_deployments(*, cron: str | None, config_path: str, out_root: str, roun
     from refusalbench.flows.knowornot import knowornot_flow
     from refusalbench.flows.refresh import refresh_flow
 
-    adhoc = {"parameters": {"config_path": config_path}, "tags": [*TAGS, "adhoc"]}
+    adhoc: dict[str, Any] = {"parameters": {"config_path": config_path}, "tags": [*TAGS, "adhoc"]}
     return [
         refresh_flow.to_deployment(
             name="refresh",

@@ -77,7 +77,8 @@ def tfidf_uniqueness(texts: Sequence[str]) -> np.ndarray:
     matrix = vectorizer.fit_transform(prepared)
     sums = np.asarray(matrix.sum(axis=1)).ravel()
     counts = np.diff(matrix.indptr)  # distinct terms per text (CSR row lengths)
-    return np.divide(sums, counts, out=np.zeros_like(sums, dtype=np.float64), where=counts > 0)
+    means: np.ndarray = np.divide(sums, counts, out=np.zeros_like(sums, dtype=np.float64), where=counts > 0)
+    return means
 
 
 def tfidf_similarity(texts: Sequence[str]) -> np.ndarray:

@@ -46,7 +46,9 @@ class Embedder(Protocol):
     """Anything that turns texts into one normalised float32 row each."""
 
     name: str
-    dimension: int
+
+    @property
+    def dimension(self) -> int: ...  # read-only: the cached wrapper's is derived
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -76,6 +78,7 @@ def embedder_for(cfg: RunConfig, api_bases: dict[str, str] | None = None) -> Emb
 
     gateway = gateway_for(cfg, api_bases)
     kon = cfg.knowornot
+    assert kon is not None, "only a KnowOrNot run has an embedder"
     options: dict[str, Any] = {}
     if kon.embedding_model:
         options = {"model": cfg.models[kon.embedding_model], "api_base": gateway.api_bases.get(kon.embedding_model)}

@@ -12,10 +12,11 @@ Every call's failure stays in its row.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.knowornot.evaluation import EvalSpec, parse_eval_reply, render_eval_messages
+from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.knowornot.evaluation import parse_eval_reply, render_eval_messages
 from refusalbench.tasks.knowornot.records import (AtomicFact, EvalOutcome, ExperimentInput, ExperimentOutput,
                                                   HypotheticalAnswers, OOKBQuestion, QAPair, Sentence, SourceDocument)
 from refusalbench.tasks.knowornot.retrieval import format_context
@@ -30,14 +31,14 @@ def _short_hash(*parts: str) -> str:
 
 
 def extract_facts(gateway: Gateway, model: str, documents: Sequence[SourceDocument], sentences: Sequence[Sentence],
-                  on_result: OnResult = None) -> tuple[list[AtomicFact], list[dict]]:
+                  on_result: OnResult = None) -> tuple[list[AtomicFact], list[dict[str, Any]]]:
     texts = {d.doc_id: d.text for d in documents}
     specs = [CallSpec(model=model, schema=AtomicFacts, tag=f"{s.doc_id}:{s.index}",
                       messages=render_messages("kon_fact_extraction.j2", sentence=s.text, sentence_index=s.index,
                                                document_context=texts[s.doc_id]))
              for s in sentences]
     facts: list[AtomicFact] = []
-    failures: list[dict] = []
+    failures: list[dict[str, Any]] = []
     for sentence, result in zip(sentences, gateway.complete_many(specs, on_result=on_result)):
         if not result.ok:
             failures.append({"stage": "facts", "item": f"{sentence.doc_id}:{sentence.index}", "error": result.error})
@@ -49,11 +50,11 @@ def extract_facts(gateway: Gateway, model: str, documents: Sequence[SourceDocume
     return facts, failures
 
 
-def generate_qa(gateway: Gateway, model: str, facts: Sequence[AtomicFact], on_result: OnResult = None) -> tuple[list[QAPair], list[dict]]:
+def generate_qa(gateway: Gateway, model: str, facts: Sequence[AtomicFact], on_result: OnResult = None) -> tuple[list[QAPair], list[dict[str, Any]]]:
     specs = [CallSpec(model=model, schema=QAPairOutput, tag=f.fact_id, messages=render_messages("kon_qa_generation.j2", fact=f.text))
              for f in facts]
     pairs: list[QAPair] = []
-    failures: list[dict] = []
+    failures: list[dict[str, Any]] = []
     for fact, result in zip(facts, gateway.complete_many(specs, on_result=on_result)):
         if not result.ok or not result.parsed.question.strip() or not result.parsed.answer.strip():
             failures.append({"stage": "qa", "item": fact.fact_id, "error": result.error or "blank question or answer"})
@@ -64,11 +65,11 @@ def generate_qa(gateway: Gateway, model: str, facts: Sequence[AtomicFact], on_re
 
 
 def hyde_answers(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, on_result: OnResult = None
-                 ) -> tuple[list[HypotheticalAnswers], list[dict]]:
+                 ) -> tuple[list[HypotheticalAnswers], list[dict[str, Any]]]:
     specs = [CallSpec(model=model, schema=HydeOutput, tag=p.id, messages=render_messages("kon_hyde.j2", question=p.question, n=n))
              for p in pairs]
     out: list[HypotheticalAnswers] = []
-    failures: list[dict] = []
+    failures: list[dict[str, Any]] = []
     for pair, result in zip(pairs, gateway.complete_many(specs, on_result=on_result)):
         answers = [a for a in (result.parsed.answers if result.ok else []) if a.strip()]
         if not answers:
@@ -81,7 +82,7 @@ def hyde_answers(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, 
 
 def synthetic_ookb_questions(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, *, seed: int = 0,
                              sample_size: int = 8, per_call: int = 5, on_result: OnResult = None
-                             ) -> tuple[list[OOKBQuestion], list[dict]]:
+                             ) -> tuple[list[OOKBQuestion], list[dict[str, Any]]]:
     """``n`` questions on the knowledge base's subject that it likely cannot answer.
 
     Each call sees a different seeded sample of known questions, so the batches differ.
@@ -98,7 +99,7 @@ def synthetic_ookb_questions(gateway: Gateway, model: str, pairs: Sequence[QAPai
                               messages=render_messages("kon_ookb_questions.j2", sample_questions=sample, n=per_call)))
     seen = {q.strip().lower() for q in known}
     out: list[OOKBQuestion] = []
-    failures: list[dict] = []
+    failures: list[dict[str, Any]] = []
     for spec, result in zip(calls, gateway.complete_many(calls, on_result=on_result)):
         if not result.ok:
             failures.append({"stage": "ookb", "item": spec.tag, "error": result.error})

@@ -34,7 +34,8 @@ def nearest_similarity(similarity: np.ndarray) -> np.ndarray:
         return np.full(n, -np.inf)
     others = similarity.astype(np.float64, copy=True)
     np.fill_diagonal(others, -np.inf)
-    return others.max(axis=1)
+    nearest: np.ndarray = others.max(axis=1)
+    return nearest
 
 
 def overlap_levels(similarity: np.ndarray, thresholds: Sequence[float]) -> list[OverlapLevel]:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.core.config import KnowOrNotConfig
+from refusalbench.tasks.core.config_sections import KnowOrNotConfig
 from refusalbench.tasks.knowornot.embeddings import Embedder, make_embedder
 from refusalbench.tasks.knowornot.evaluation import (BUILT_IN_SPECS, LEAVE_ONE_OUT, METRIC_KEYS, SYNTHETIC_OOKB,
                                                      knowornot_metrics, outcome_rates, run_specs, split_experiments)
@@ -31,8 +31,11 @@ from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.core.narration import publish_link, publish_table, story
 
 
+_BUILT_IN_SPEC_NAMES = tuple(spec.name for spec in BUILT_IN_SPECS)
+
+
 def results_frame(rows: list[ExperimentInput], outputs: list[ExperimentOutput], outcomes: list[EvalOutcome],
-                  pairs: list[QAPair], spec_names: Sequence[str] = tuple(s.name for s in BUILT_IN_SPECS)
+                  pairs: list[QAPair], spec_names: Sequence[str] = _BUILT_IN_SPEC_NAMES
                   ) -> pd.DataFrame:
     """One row per experiment: inputs, response, and one column per spec with the evaluator's outcome."""
     base = pd.DataFrame([r.model_dump() for r in rows])

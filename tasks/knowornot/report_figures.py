@@ -114,7 +114,8 @@ def overlap_histogram(similarities: dict[str, Sequence[float]], thresholds: dict
             ax.axvline(threshold, color="#d55e00", ls="--", lw=1)
         ax.set_xlabel(f"highest {plot_text(measure)} cosine to another question")
         ax.set_ylabel("questions")
-        ax.yaxis.get_major_locator().set_params(integer=True)
+        # The stubs type the locator as the base Locator; the default one is a MaxNLocator, which takes integer.
+        ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
     fig.suptitle("Nearest-neighbour similarity of the kept questions (dashed: audit thresholds)")
     fig.tight_layout()
     return png_base64(fig)

@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import faiss
 
 DEFAULT_K = 5
-S = TypeVar("S")
+S = TypeVar("S", bound=Callable[..., Any])  # a strategy class, or a select function
 
 # ----------------------------------------------------------------- FAISS index
 
@@ -197,7 +197,8 @@ def hyde_query_vector(hyde_embeddings: np.ndarray) -> np.ndarray:
     mean = rows.mean(axis=0)
     if not np.linalg.norm(mean) > 0:
         raise ValueError("hypothetical answers cancel out (mean embedding is zero)")
-    return normalise_rows(mean)[0]
+    vector: np.ndarray = normalise_rows(mean)[0]
+    return vector
 
 
 @register_retriever("direct")

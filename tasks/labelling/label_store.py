@@ -10,12 +10,25 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol, TypeVar
 
 from pydantic import ValidationError
 
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.human_labels import HumanLabel, LabelItem
+from refusalbench.tasks.core.human_labels import HumanLabel
+
+
+class _Labelled(Protocol):
+    """What a label is matched on: KnowOrNot's ``LabelItem`` and RefusalBench's ``AuditCase`` both have it."""
+
+    @property
+    def spec(self) -> str: ...
+
+    @property
+    def item_id(self) -> str: ...
+
+
+Item = TypeVar("Item", bound=_Labelled)
 
 
 class LabelStore:
@@ -68,7 +81,7 @@ class LabelStore:
                 handle.flush()
                 os.fsync(handle.fileno())
 
-    def pending(self, items: Sequence[LabelItem], annotator: str) -> list[LabelItem]:
+    def pending(self, items: Sequence[Item], annotator: str) -> list[Item]:
         """The items ``annotator`` has not labelled yet, in their order."""
         done = {(label.spec, label.item_id) for label in self.load() if label.annotator == annotator}
         return [item for item in items if (item.spec, item.item_id) not in done]

@@ -27,7 +27,9 @@ def analyse(run: StageRun, selection: Selection, generators: list[str], verifier
         analysis = gv_analysis(run.store.read_frame(rb_files.CANDIDATES.name),
                                run.store.read_frame(rb_files.VERIFICATIONS.name), selection.accepted_ids,
                                {b.item_id for b in selection.benchmark}, generators, verifiers)
-        analysis["filter"] = run.cfg.generation.filter
+        gen = run.cfg.generation
+        assert gen is not None, "a generation run's config has a generation section"
+        analysis["filter"] = gen.filter
         analysis["shortfalls"] = selection.shortfalls
         run.store.save(rb_files.GV_ANALYSIS, analysis)
         run.recorder.artifact(rb_files.GV_ANALYSIS)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypedDict
 
 from refusalbench.tasks.refusalbench import artifacts as rb_files
 from refusalbench.tasks.refusalbench.assign import configured_strata, draw_assignments
@@ -31,6 +32,13 @@ from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Lever
 from refusalbench.tasks.pipeline.ui import publish_table, story
+
+
+class InputHashes(TypedDict):
+    """What the generation's tasks are made from besides their rows: the lever catalogue and the templates."""
+
+    catalogue: str
+    prompts: dict[str, str]
 
 
 @dataclass
@@ -54,7 +62,7 @@ class GenerationInputs:
         return {item.id: item for item in self.items}
 
     @cached_property
-    def hashes(self) -> dict[str, object]:
+    def hashes(self) -> InputHashes:
         """Catalogue and template hashes: part of every generation task's content digest."""
         return {"catalogue": catalogue_hash(self.levers), "prompts": all_template_hashes()}
 

@@ -36,7 +36,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel
@@ -66,7 +67,10 @@ def content_digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def chunks(rows: list, size: int) -> list[list]:
+T = TypeVar("T")
+
+
+def chunks(rows: list[T], size: int) -> list[list[T]]:
     """Shards of ``size`` rows; one empty shard for no rows, so every stage still runs once."""
     return [rows[i : i + size] for i in range(0, len(rows), size)] or [[]]
 
@@ -123,7 +127,7 @@ def whole(shards: list[Shard]) -> list[Shard]:
     """A stage's shards as one task input (a batch-mode model's): the task reads them all, in order."""
     if len(shards) <= 1:
         return shards  # one shard: the same task input (and cache key) as in synchronous mode
-    rows = None if any(s.rows is None for s in shards) else sum(s.rows for s in shards)
+    rows = None if any(s.rows is None for s in shards) else sum(s.rows for s in shards if s.rows is not None)
     return [Shard([s.name for s in shards], content_digest([s.digest for s in shards]), rows)]
 
 
@@ -148,8 +152,8 @@ class Fanout:
 
         return result_storage(self.out)
 
-    def write_shards(self, kind: str, rows: list, record_type: type[BaseModel], size: int,
-                     digest: Callable[[list], str]) -> list[Shard]:
+    def write_shards(self, kind: str, rows: list[Any], record_type: type[BaseModel], size: int,
+                     digest: Callable[[list[Any]], str]) -> list[Shard]:
         """Write ``rows`` as ``_work/<kind>-NNNN.parquet`` shards; ``digest(chunk)`` per shard."""
         shards = []
         for index, chunk in enumerate(chunks(rows, size)):
@@ -249,17 +253,18 @@ class Fanout:
         result file), a progress display and a shard file each way, all before its first call.
         """
         if "shard_size" in section.model_fields_set:
-            return section.shard_size
+            configured: int = section.shard_size
+            return configured
         concurrency = max((self.cfg.models[m].max_concurrency for m in models if m in self.cfg.models), default=1)
         per_shard = ROUNDS_PER_SHARD * concurrency
         shards = min(TASKS_PER_MODEL, max(1, rows // per_shard))
-        size = max(section.shard_size, per_shard, -(-rows // shards))
+        size: int = max(section.shard_size, per_shard, -(-rows // shards))
         self._sizes.append(size)
         return size
 
-    def gather(self, futures: dict[str, list[Any]], record_type: type[BaseModel]) -> list:
+    def gather(self, futures: dict[str, list[Any]], record_type: type[BaseModel]) -> list[Any]:
         """The records of every output shard, model by model, in shard order."""
-        rows: list = []
+        rows: list[Any] = []
         for model_futures in futures.values():
             for future in model_futures:
                 with clocks.timed("gather_wait"):  # the flow waits for the task (its calls, its Prefect states)
@@ -336,7 +341,7 @@ def _attempt() -> Any:
     return (context.task_run.id, context.task_run.run_count)
 
 
-def read_input(run_root: str, input_name: str | list[str], record_type: type[BaseModel]) -> list:
+def read_input(run_root: str, input_name: str | list[str], record_type: type[BaseModel]) -> list[Any]:
     """A task's input rows: its shard's, or (a batch-mode model's task) its shards' in order."""
     store = ArtifactStore(run_root)
     names = [input_name] if isinstance(input_name, str) else input_name
@@ -366,12 +371,13 @@ def read_shared(run_root: str, artifact: runfolder.Artifact) -> Any:
         return known[1]
 
 
-def write_output_shard(run_root: str, kind: str, model: str, input_name: str | list[str], rows: list[BaseModel],
-                       record_type: type[BaseModel]) -> str:
+def write_output_shard(run_root: str, kind: str, model: str, input_name: str | list[str],
+                       rows: Sequence[BaseModel], record_type: type[BaseModel]) -> str:
     """Write a task's output shard (named after its first input shard); its calls go to the run's Logs tab."""
     first = input_name if isinstance(input_name, str) else input_name[0]
     name = runfolder.output_shard(kind, model, runfolder.shard_index(first))
-    ArtifactStore(run_root).write_records(name, rows, record_type)
+    # A list of the stage's own record type is not a list[BaseModel] to the type checker: copy the references.
+    ArtifactStore(run_root).write_records(name, list(rows), record_type)
     with _shard_calls_lock:
         calls = _shard_calls.pop(_attempt(), None) or ShardCalls()
     story("%s: %d rows, %s", task_run_name() or f"{kind} {model} {input_name}", len(rows), calls.summary(),

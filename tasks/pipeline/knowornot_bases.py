@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 from prefect import Task
 
-from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
+from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.core.config_sections import KnowOrNotConfig
 from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.records import BASE_FILTER_FIELDS, ExperimentInput, FilterReport, QAPair
 from refusalbench.tasks.core.store import ArtifactStore
@@ -39,6 +40,7 @@ class KnowledgeBaseSlice:
 def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConfig], str]) -> list[KnowledgeBaseSlice]:
     """The run's bases; ``digest_of(kon)`` gives a narrowed knowornot section's input digest."""
     kon = cfg.knowornot
+    assert kon is not None, "a KnowOrNot run's config has a knowornot section (check_knowornot_inputs)"
     if not kon.knowledge_bases:
         return [KnowledgeBaseSlice(None, cfg, out, digest_of(kon))]
     bases = []
@@ -50,7 +52,7 @@ def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConf
     return bases
 
 
-def each_base(stage: Task, bases: list[KnowledgeBaseSlice], *args: Any) -> list[Any]:
+def each_base(stage: Task[..., Any], bases: list[KnowledgeBaseSlice], *args: Any) -> list[Any]:
     """One stage for every base, all at once; the results in the bases' order."""
     if len(bases) == 1:
         only = bases[0]
@@ -59,7 +61,7 @@ def each_base(stage: Task, bases: list[KnowledgeBaseSlice], *args: Any) -> list[
     return [future.result() for future in futures]
 
 
-def each_base_then(first: Task, then: Task, bases: list[KnowledgeBaseSlice], *then_args: Any
+def each_base_then(first: Task[..., Any], then: Task[..., Any], bases: list[KnowledgeBaseSlice], *then_args: Any
                    ) -> tuple[list[Any], Callable[[], list[Any]]]:
     """``first`` for every base, and ``then`` for each base as soon as its own ``first`` is done (the
     bases' encodes take turns on the one embedding model, so one base's HyDE calls are in flight while

@@ -19,12 +19,14 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from prefect import Task, task
 from pydantic import BaseModel
 
-from refusalbench.tasks.core.config import KnowOrNotConfig, RunConfig
+from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.core.config_sections import KnowledgeBaseSource, KnowOrNotConfig
 from refusalbench.tasks.knowornot import artifacts as kon_files
 from refusalbench.tasks.knowornot.documents import IndexMeta, OverlapAudit
 from refusalbench.tasks.core.errors import InputError, ModelUnavailable
@@ -89,14 +91,22 @@ class GridSummary(BaseModel):
 
 # ---------------------------------------------------------------- before a run
 
+def _section(cfg: RunConfig) -> KnowOrNotConfig:
+    """The config's knowornot section: a KnowOrNot run's config has one (``check_knowornot_inputs``)."""
+    kon = cfg.knowornot
+    assert kon is not None, "check_knowornot_inputs refuses a config without a knowornot section"
+    return kon
+
+
 def check_knowornot_inputs(cfg: RunConfig) -> None:
     """Everything a KnowOrNot run needs from its config, checked before anything is written."""
     if cfg.knowornot is None:
         raise InputError(str(cfg.source), "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
                          field="knowornot")
-    kon = with_resolved_sources(cfg).knowornot
-    written = cfg.knowornot.knowledge_bases or [cfg.knowornot]
-    for source, as_written in zip(kon.knowledge_bases or [kon], written):
+    kon = _section(with_resolved_sources(cfg))
+    written: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = cfg.knowornot.knowledge_bases or [cfg.knowornot]
+    sources: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = kon.knowledge_bases or [kon]
+    for source, as_written in zip(sources, written):
         if source.qa_pairs:
             _check_imported(source.qa_pairs, str(as_written.qa_pairs))
             load_qa_pairs(source.qa_pairs)
@@ -127,11 +137,12 @@ def with_resolved_sources(cfg: RunConfig) -> RunConfig:
 
 def with_targets(cfg: RunConfig, usable: list[str]) -> RunConfig:
     """The config with only the targets that can run (``skip_unavailable`` left the others out)."""
-    targets = [t for t in cfg.knowornot.targets if t in usable]
+    kon = _section(cfg)
+    targets = [t for t in kon.targets if t in usable]
     if not targets:
         raise ModelUnavailable(f"{cfg.source or 'config'}: knowornot.targets: none of "
-                               f"{', '.join(cfg.knowornot.targets)} can run")
-    return cfg.model_copy(update={"knowornot": cfg.knowornot.model_copy(update={"targets": targets})})
+                               f"{', '.join(kon.targets)} can run")
+    return cfg.model_copy(update={"knowornot": kon.model_copy(update={"targets": targets})})
 
 
 def knowornot_models(kon: KnowOrNotConfig) -> list[str]:
@@ -150,12 +161,13 @@ def warm_up_embedder(cfg: RunConfig) -> None:
     cache does not hold, so the model loads (seconds on 2 cores) while the flow run starts and the
     first stages run; a re-run over cached vectors never loads it. A base built from documents has
     its pairs only after its LLM calls, so it counts as needing the model."""
-    kon = with_resolved_sources(cfg).knowornot
+    kon = _section(with_resolved_sources(cfg))
     embedder = embedder_for(cfg)
     if not hasattr(getattr(embedder, "inner", embedder), "load_in_background"):
         return  # nothing to load (an API model, the hashing stand-in)
     texts: list[str] = []
-    for source in kon.knowledge_bases or [kon]:
+    sources: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = kon.knowledge_bases or [kon]
+    for source in sources:
         if not source.qa_pairs:
             start_loading(embedder)
             return
@@ -179,7 +191,7 @@ def warm_up_overlap_audit() -> None:
 def source_digest(kon: KnowOrNotConfig) -> str:
     """Content hash of the knowledge-base files (Prefect's cache cannot see file contents)."""
     digest = hashlib.sha256()
-    sources = kon.knowledge_bases or [kon]
+    sources: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = kon.knowledge_bases or [kon]
     for path in [p for s in sources for p in ([s.qa_pairs] if s.qa_pairs else []) + list(s.documents or [])]:
         p = Path(path)
         for file in sorted(p.rglob("*")) if p.is_dir() else [p]:
@@ -195,7 +207,7 @@ def source_digest(kon: KnowOrNotConfig) -> str:
 @with_plugins
 def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> KnowledgeBaseSummary:
     """QA pairs from a QA file, or from documents via sentences -> facts -> QA (LLM)."""
-    kon = cfg.knowornot
+    kon = _section(cfg)
     store = ArtifactStore(out)
     failures: list[dict[str, Any]] = []
     if kon.qa_pairs:
@@ -220,7 +232,7 @@ def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases:
 @with_plugins
 def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSummary:
     """Diversity filters, then the FAISS index over the kept pairs (reused when the KB is unchanged)."""
-    kon = cfg.knowornot
+    kon = _section(cfg)
     store = ArtifactStore(out)
     pairs = store.load(kon_files.QA_PAIRS_ALL)
     embedder = embedder_for(cfg)
@@ -253,7 +265,7 @@ def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder)
 @with_plugins
 def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> GridSummary:
     """HyDE answers and synthetic questions (if asked for), then the grid with leave-one-out contexts."""
-    kon = cfg.knowornot
+    kon = _section(cfg)
     store = ArtifactStore(out)
     pairs = store.load(kon_files.QA_PAIRS)
     embedder = embedder_for(cfg, api_bases)
@@ -353,9 +365,10 @@ def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_di
     store = ArtifactStore(out)
     outputs = store.read_records(answers, ExperimentOutput)
     rows = read_shared(out, kon_files.EXPERIMENT_INPUTS)
-    specs = run_specs(cfg.knowornot.evaluations)
+    kon = _section(cfg)
+    specs = run_specs(kon.evaluations)
     pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
-    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), cfg.knowornot.evaluator, specs, rows, outputs,
+    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), kon.evaluator, specs, rows, outputs,
                                 on_result=progress_callback("evaluate answers", len(specs) * len(outputs)), pairs=pairs)
     return write_output_shard(out, EVALUATION_SHARDS, target, answers, outcomes, EvalOutcome)
 
@@ -367,7 +380,7 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
     (``eval_specs.json``, which the label command reads); returns the counts for the
     manifest. Models sharing one local server take turns (see ``Fanout``).
     """
-    kon = cfg.knowornot
+    kon = _section(cfg)
     fanout = Fanout(cfg, out, api_bases)
     fanout.store.save(kon_files.RUN_SPECS, run_specs(kon.evaluations))
     rows = read_shared(out, kon_files.EXPERIMENT_INPUTS)  # the evaluate tasks read the same parse
@@ -397,7 +410,7 @@ def compare_evaluator_shard(cfg: RunConfig, out: str, evaluator: str, shard: str
     sample's rows (the same evaluation code as the run's evaluator); returns the outcome shard."""
     store = ArtifactStore(out)
     outputs = store.read_records(shard, ExperimentOutput)
-    specs = run_specs(cfg.knowornot.evaluations)
+    specs = run_specs(_section(cfg).evaluations)
     pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
     outcomes = evaluate_outputs(gateway_for(cfg, api_bases), evaluator, specs, read_shared(out, kon_files.EXPERIMENT_INPUTS),
                                 outputs, on_result=progress_callback(f"{evaluator} (comparison)", len(outputs)),
@@ -411,7 +424,7 @@ def compare_evaluators(cfg: RunConfig, out: str, digest: str, api_bases: dict[st
     sample's responses, written to ``evaluator_comparison.parquet``; the human labels come after the
     run, so the scores against them are computed by ``knowornot agreement``. Returns the counts for
     the manifest."""
-    kon = cfg.knowornot
+    kon = _section(cfg)
     fanout = Fanout(cfg, out, api_bases)
     per_spec = sample_ids_per_spec(fanout.store.load(kon_files.LABEL_SAMPLE))
     wanted = set().union(*per_spec.values()) if per_spec else set()
@@ -433,13 +446,14 @@ def compare_evaluators(cfg: RunConfig, out: str, digest: str, api_bases: dict[st
 class StageTasks:
     """The single-run stage tasks with their results persisted in this run's folder."""
 
-    knowledge_base: Task
-    filter_and_index: Task
-    experiments: Task
+    knowledge_base: Task[..., KnowledgeBaseSummary]
+    filter_and_index: Task[..., FilterSummary]
+    experiments: Task[..., GridSummary]
 
 
 def stage_tasks(out: str) -> StageTasks:
     """The stage tasks for the run folder ``out``, so their results persist there however the flow started."""
     storage = result_storage(out)
-    return StageTasks(*(t.with_options(result_storage=storage)
-                        for t in (build_knowledge_base, filter_and_index, build_experiments)))
+    return StageTasks(build_knowledge_base.with_options(result_storage=storage),
+                      filter_and_index.with_options(result_storage=storage),
+                      build_experiments.with_options(result_storage=storage))

@@ -299,6 +299,7 @@ def wait_until_ready(timeout_s: float | None = None) -> None:
 
 def _wait_until_ready(timeout_s: float | None) -> None:
     global _used
+    assert _entry is not None, "wait_until_ready returns at once without a server"
     first_wait = not _used
     _used = True
     limit = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"))
@@ -325,7 +326,8 @@ def _wait_until_ready(timeout_s: float | None) -> None:
 def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as reply:
-            return reply.status == 200
+            ok: bool = reply.status == 200
+            return ok
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
 

@@ -43,6 +43,7 @@ class PretestOutcome:
 def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], judge: str) -> PretestOutcome:
     """Pre-test ``items`` with ``models`` (all must answer correctly) and ``judge``; see the module doc."""
     gen = run.cfg.generation
+    assert gen is not None and gen.pretest is not None, "the pre-test runs only when the config has one"
     fixed = content_digest({name: template_hash(name) for name in PRETEST_TEMPLATES},
                            run.cfg.models[judge].model_dump(mode="json"), package_version())
     with run.recorder.stage("pretest"):

@@ -37,7 +37,8 @@ def _set_parent_death_signal(signum: int) -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+        armed: bool = libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+        return armed
     except (OSError, AttributeError):
         return False
 

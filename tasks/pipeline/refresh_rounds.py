@@ -116,11 +116,13 @@ def choose_round(records: list[RoundRecord], flow_run_id: str | None, seed: int 
 
 def flow_run_alive(flow_run_id: str) -> bool:
     """Whether the flow run may still work on its round (live state); unknown runs are over."""
+    from uuid import UUID
+
     from prefect import get_client
 
     try:
         with get_client(sync_client=True) as client:
-            state = client.read_flow_run(flow_run_id).state
+            state = client.read_flow_run(UUID(flow_run_id)).state
     except Exception:  # noqa: BLE001 - a run the server does not know (deleted, other server) is over
         return False
     return state is not None and state.type.value in LIVE_STATE_TYPES

@@ -58,6 +58,7 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     With ``evaluation.confidence`` the calibration pass runs alongside and writes its own files.
     """
     ev, fanout = run.cfg.evaluation, run.fanout
+    assert ev is not None, "an evaluation run's config has an evaluation section"
     templates = run.recorder.manifest.prompt_hashes  # hashed once, when the run started
     # No ``ev.confidence`` here: the main pass is the same with or without a calibration pass.
     size = fanout.shard_size(ev, len(items), targets + [judge])

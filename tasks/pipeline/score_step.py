@@ -15,9 +15,11 @@ from refusalbench.tasks.refusalbench.judge import parser_agreement
 def record_decision(run: StageRun, judgments: list[Judgment]) -> None:
     """Who decided answer vs refusal (``evaluation.decision``) and, per model, the code parser's
     agreement with the judge: in the manifest's counts and as a Prefect table."""
+    ev = run.cfg.evaluation
+    assert ev is not None, "an evaluation run's config has an evaluation section"
     agreement = parser_agreement(judgments)
-    run.recorder.count(decision=run.cfg.evaluation.decision, parser_agreement=agreement)
-    if run.cfg.evaluation.decision == "judge":
+    run.recorder.count(decision=ev.decision, parser_agreement=agreement)
+    if ev.decision == "judge":
         publish_table("parser-agreement", [{"model": model, **row} for model, row in agreement.items()],
                       "Code parser vs judge: share of the judge-decided replies where the refusal-code parser "
                       "agrees, prose refusals it missed, quoted codes it took as refusals")
@@ -29,6 +31,7 @@ def score_judgments(run: StageRun, items: list[BenchmarkItem], targets: list[str
     response, are counted, not scored; a target scored on too few of its rows is incomplete.
     With ``evaluation.confidence``, ECE comes from the calibration pass's judgments alone."""
     ev = run.cfg.evaluation
+    assert ev is not None, "an evaluation run's config has an evaluation section"
     with run.recorder.stage("score"):
         frame, excluded = judged_frame(judgments, items)
         run.store.save(rb_files.JUDGED, frame)

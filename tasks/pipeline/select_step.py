@@ -28,6 +28,7 @@ def select_benchmark(run: StageRun, inputs: GenerationInputs, candidates: list[C
                      generators: list[str] | None = None) -> Selection:
     """``generators``: the run's generators, for ``balance: generator`` (default: those with candidates)."""
     gen = run.cfg.generation
+    assert gen is not None, "a generation run's config has a generation section"
     generators = generators if generators is not None else list(dict.fromkeys(c.generator for c in candidates))
     with run.recorder.stage("select"):
         decisions = filter_candidates(candidates, verifications, verifiers, gen.filter)

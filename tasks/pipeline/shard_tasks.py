@@ -107,6 +107,7 @@ def judging_ahead_here(config: RunConfig, gateway: Gateway, items: list[Benchmar
     in turns (a judge call would swap the target's weights out), not under a ``budget_usd`` (each judge shard
     is admitted by the budget on its own, and a call sent ahead would not wait for that)."""
     ev = config.evaluation
+    assert ev is not None, "only an evaluation responds and judges"
     if (config.runner != "thread" or config.budget_usd is not None or config.models[ev.judge].batch_mode("judge")
             or one_model_at_a_time(config, [*ev.targets, ev.judge])):
         return None
@@ -158,7 +159,9 @@ def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, res
     """The judge's judgments of one shard of responses: the main pass's and the calibration pass's alike."""
     responses = read_input(run_root, responses_name, Response)
     items = {item.item_id: item for item in read_shared(run_root, rb_files.BENCHMARK)}
-    judge, decision = config.evaluation.judge, config.evaluation.decision
+    ev = config.evaluation
+    assert ev is not None, "only an evaluation judges"
+    judge, decision = ev.judge, ev.decision
     total = sum(needs_judge(items[r.item_id], r, decision) for r in responses)
     return judge_responses(gateway_for(config, api_bases), items, responses, judge,
                            on_result=progress_callback(title, total), decision=decision)
@@ -176,7 +179,9 @@ def pretest_shard(config: RunConfig, run_root: str, model: str, items_name: str,
     and judge templates and the package version. Returns the output shard's name.
     """
     items = read_input(run_root, items_name, BaseItem)
-    judge = config.generation.pretest.judge
+    gen = config.generation
+    assert gen is not None and gen.pretest is not None, "a pre-test shard runs only for a configured pre-test"
+    judge = gen.pretest.judge
     rows = pretest_answers(gateway_for(config, api_bases), items, model, judge, progress=progress_callback)
     return write_output_shard(run_root, "pretest", model, items_name, rows, PretestRow)
 

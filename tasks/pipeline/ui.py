@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from typing import Any
+from uuid import UUID
 
 from refusalbench.tasks.core import narration
 from refusalbench.tasks.llm import accounting
@@ -39,14 +40,15 @@ def in_run() -> bool:
         return False
 
 
-def _story_logger() -> logging.LoggerAdapter:
+def _story_logger() -> logging.LoggerAdapter[logging.Logger]:
     from prefect import get_run_logger
     from prefect.logging.handlers import APILogHandler
 
     with _story_lock:
         if not any(isinstance(h, APILogHandler) for h in STORY.handlers):
             STORY.addHandler(APILogHandler())
-    return logging.LoggerAdapter(STORY, dict(get_run_logger().extra))
+    # get_run_logger is typed Logger | LoggerAdapter; in a run it is Prefect's adapter, its extra the run's ids.
+    return logging.LoggerAdapter(STORY, dict(get_run_logger().extra))  # type: ignore[union-attr, arg-type]
 
 
 def story(message: str, *args: Any, level: int = logging.INFO, terminal: bool = False) -> None:
@@ -180,7 +182,7 @@ class Progress:
         self._lock = threading.Lock()
         self._shown = in_run() and self.total > 0
         self._artifact_lock = threading.Lock()  # one request at a time: the artifact is created once
-        self._artifact_id = None
+        self._artifact_id: UUID | None = None
         self._description = task_run_name() or title
         # The artifact is created at the first update, after the throttle (or at the end), not here:
         # a stage's tasks all start together, and a synchronous request to the Prefect API each (with
@@ -212,7 +214,8 @@ class Progress:
                 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
                 if self._artifact_id is None:
-                    self._artifact_id = create_progress_artifact(progress=percent, key=artifact_key(f"{self.title} progress"),
+                    # Prefect types its sync-or-async result as UUID | Coroutine; called from sync code it is the UUID.
+                    self._artifact_id = create_progress_artifact(progress=percent, key=artifact_key(f"{self.title} progress"),  # type: ignore[assignment]
                                                                  description=self._description)
                 else:
                     update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
@@ -225,7 +228,7 @@ class SpendDisplay:
     share of the budget spent), its description the dollars and the stage, updated before each shard."""
 
     def __init__(self) -> None:
-        self._artifact_id = None
+        self._artifact_id: UUID | None = None
 
     def show(self, spent: float, budget: float, stage: str) -> None:
         if not in_run():
@@ -236,7 +239,8 @@ class SpendDisplay:
             from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
             if self._artifact_id is None:
-                self._artifact_id = create_progress_artifact(progress=percent, key="budget-spend",
+                # Prefect types its sync-or-async result as UUID | Coroutine; called from sync code it is the UUID.
+                self._artifact_id = create_progress_artifact(progress=percent, key="budget-spend",  # type: ignore[assignment]
                                                              description=description)
             else:
                 update_progress_artifact(artifact_id=self._artifact_id, progress=percent, description=description)

@@ -35,7 +35,9 @@ def verify_stage(run: StageRun, inputs: GenerationInputs, candidates: list[Candi
     one (the filter, the analysis) see the same rows as ``candidates.parquet``.
     """
     candidates[:] = precheck_candidates(run, inputs, candidates)
-    short_circuit = run.cfg.generation.verification == "short_circuit"
+    gen = run.cfg.generation
+    assert gen is not None, "a generation run's config has a generation section"
+    short_circuit = gen.verification == "short_circuit"
     rounds = [[v] for v in verifiers] if short_circuit else [verifiers]
     pending = [c for c in candidates if awaits_verification(c)]
     verifications: list[Verification] = []

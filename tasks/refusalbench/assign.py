@@ -97,7 +97,8 @@ def assign_levers(
     selected = list(STRATA) if strata is None else list(dict.fromkeys(tuple(s) for s in strata))
     groups = levers_by_stratum(levers)
 
-    cycles: dict[Stratum, list[Lever]] = {}
+    # Keyed by the strata as given, made tuples (a config's lists become tuples; a wrong length fails the check below).
+    cycles: dict[tuple[str, ...], list[Lever]] = {}
     for stratum in selected:
         if stratum not in STRATA:
             raise ValueError(f"unknown stratum {stratum[0]}/{stratum[1]}")
@@ -132,6 +133,7 @@ def assign_levers(
 
 def configured_strata(cfg: RunConfig) -> list[Stratum] | None:
     """The config's ``generation.strata`` parsed (None: every stratum); an unknown one is an InputError."""
+    assert cfg.generation is not None, "callers ask only for a config with a generation section"
     specs = cfg.generation.strata
     try:
         return parse_strata(specs) if specs else None

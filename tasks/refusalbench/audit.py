@@ -120,8 +120,8 @@ def rubric(item: BenchmarkItem, lever: Lever) -> list[tuple[str, str]]:
 def stand_in_lever(item: BenchmarkItem) -> Lever:
     """A lever for an item whose lever is gone from the catalogue: the rubric still renders."""
     unknown = "(this lever is not in the current catalogue)"
-    return Lever(id=item.lever_id, name=item.lever_id, perturbation_class=item.perturbation_class,  # type: ignore[arg-type]
-                 intensity=item.intensity, target="query-context", instruction=unknown,  # type: ignore[arg-type]
+    return Lever(id=item.lever_id, name=item.lever_id, perturbation_class=item.perturbation_class,
+                 intensity=item.intensity, target="query-context", instruction=unknown,
                  example=LeverExample(question="", context="", expected=item.expected), multi_document=unknown)
 
 

@@ -108,7 +108,7 @@ def audit_in_terminal(
     if not annotator.strip():
         raise ValueError("annotator must not be blank")
     store = AuditLabelStore(store_path)
-    pending = store.pending(cases, annotator)  # type: ignore[arg-type]
+    pending = store.pending(cases, annotator)
     output_fn(f"{len(cases) - len(pending)} of {len(cases)} already audited by {annotator}; {len(pending)} to go.")
     new: list[AuditLabel] = []
     try:

@@ -6,6 +6,8 @@ before any model call is paid for.
 
 from __future__ import annotations
 
+from typing import Any
+
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench import artifacts as rb_files
@@ -33,7 +35,7 @@ def read_benchmark(uri: str) -> list[BenchmarkItem]:
         try:
             items.append(BenchmarkItem.model_validate({k: v for k, v in row.items() if k in BenchmarkItem.model_fields}))
         except Exception as exc:
-            first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("-",), "msg": str(exc)}
+            first: dict[str, Any] = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("-",), "msg": str(exc)}
             raise InputError(uri, first["msg"], line=row_number, field=".".join(map(str, first["loc"]))) from None
     if not items:
         raise InputError(uri, "the benchmark has no items")

@@ -157,7 +157,8 @@ def metadata(facts: RunFacts, configs: Sequence[ExportConfig], *, pretty_name: s
         config_entries.append(entry)
 
     def dump(data: dict[str, Any]) -> str:
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000)
+        text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000)
+        return text
 
     return "".join([
         "---\n",
@@ -260,7 +261,7 @@ def methods(facts: RunFacts) -> list[str]:
     rule = gen.get("filter") or (facts.gv.filter if facts.gv else None)
     sentences = []
     base = counts.get("base_set_funnel") or {}
-    if base:
+    if base and facts.manifest is not None:  # the counts come from the manifest: no manifest, no base counts
         pretest = (f", {base['kept']} of {base['pretested']} kept by the pre-test (every pre-test model answered "
                    f"correctly)" if "kept" in base and "pretested" in base else "")
         sentences.append(f"{base.get('sampled', counts.get('base_items', '?'))} base items were drawn (seed "
@@ -417,7 +418,7 @@ def provenance(facts: RunFacts) -> list[str]:
     lines = ["## Provenance", ""]
     m = facts.manifest
     if m is not None:
-        rows = [["run folder", _folder_name(facts.run_uri)], ["manifest", facts.manifest_source], ["run id", m.run_id],
+        rows: list[list[Any]] = [["run folder", _folder_name(facts.run_uri)], ["manifest", facts.manifest_source], ["run id", m.run_id],
                 ["status", m.status], ["created", m.created_at.isoformat()],
                 ["finished", m.finished_at.isoformat() if m.finished_at else ""],
                 ["refusalbench", m.package_version], ["run-folder schema", m.schema_version],

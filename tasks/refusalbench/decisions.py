@@ -103,7 +103,7 @@ CONFIDENCE_LEVELS: dict[str, float] = {
     "VERY_UNCERTAIN": 0.15,
 }
 # Verbal levels from least to most confident: the bin order for reliability diagrams.
-LEVELS_ASCENDING: tuple[str, ...] = tuple(sorted(CONFIDENCE_LEVELS, key=CONFIDENCE_LEVELS.get))
+LEVELS_ASCENDING: tuple[str, ...] = tuple(sorted(CONFIDENCE_LEVELS, key=CONFIDENCE_LEVELS.__getitem__))
 
 _SEP = r"[\s_-]+"
 # Two-word levels before one-word levels: "VERY_UNCERTAIN" contains "UNCERTAIN".

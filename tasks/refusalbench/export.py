@@ -28,7 +28,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import fsspec
 import pyarrow as pa
@@ -82,7 +82,7 @@ def _check_run_folder(run_dir: str) -> None:
         raise InputError(run_dir, "no such run folder")
 
 
-def _load(store: ArtifactStore, artifact: runfolder.Artifact):
+def _load(store: ArtifactStore, artifact: runfolder.Artifact) -> Any:
     try:
         return store.load(artifact)
     except (ValidationError, ValueError) as exc:
@@ -111,6 +111,7 @@ def read_run(run_dir: str) -> RunFacts:
     table = store.read_table(rb_files.BENCHMARK.name)
     manifest, source, evaluated = _generation_manifest(store)
     if manifest is not None and manifest.status != "completed":
+        assert source is not None, "a manifest comes with the file it was read from"
         raise InputError(store.uri(source), f"the generation run did not complete (status {manifest.status}): "
                                             "export a finished run")
     gv = _load(store, rb_files.GV_ANALYSIS) if store.has(rb_files.GV_ANALYSIS) else None

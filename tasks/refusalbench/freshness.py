@@ -83,6 +83,7 @@ def round_fingerprints(store: ArtifactStore) -> dict[str, list[str]]:
     for artifact, model_column, prefix in REPLY_TABLES:
         if not store.has(artifact):
             continue
+        assert artifact.schema is not None, "a reply table is a table of records"
         for record in store.read_records(artifact.name, artifact.schema):
             row = record.model_dump()
             fingerprint = fingerprint_of(row.get(f"{prefix}served_model"), row.get(f"{prefix}system_fingerprint"))
@@ -122,7 +123,8 @@ def previous_fingerprints(root: ArtifactStore, round_id: str) -> dict[str, list[
     for name in reversed(earlier_rounds(root, round_id)):
         store = root.child(name)
         if store.has(rb_files.FRESHNESS):
-            return store.load(rb_files.FRESHNESS).fingerprints
+            fingerprints: dict[str, list[str]] = store.load(rb_files.FRESHNESS).fingerprints
+            return fingerprints
     return {}
 
 

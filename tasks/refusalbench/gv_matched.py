@@ -132,7 +132,7 @@ def matched_set(candidates: pd.DataFrame, verifications: pd.DataFrame, generator
 
     given = cells[~cells["auto"]]
     by_verifier = {v: given[given["verifier"] == v].set_index("candidate_id")["pass"] for v in verifiers}
-    kappas = []
+    kappas: list[dict[str, Any]] = []
     for first, second in itertools.combinations(verifiers, 2):
         common = by_verifier[first].index.intersection(by_verifier[second].index)
         kappa, reason = verifier_kappa([_verdict(x) for x in by_verifier[first].loc[common]],

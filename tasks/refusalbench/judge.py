@@ -73,13 +73,13 @@ def judge_messages(item: BenchmarkItem, response: Response) -> list[dict[str, st
                            answers=item.answers, response=response.raw or "", **JUDGE_VOCABULARY)
 
 
-def _base(item: BenchmarkItem, response: Response) -> dict:
+def _base(item: BenchmarkItem, response: Response) -> dict[str, Any]:
     return dict(item_id=item.item_id, model=response.model, expected=item.expected, parser_decision=response.decision,
                 confidence=response.confidence, perturbation_class=item.perturbation_class, intensity=item.intensity,
                 lever_id=item.lever_id, domain=item.domain, generator=item.generator)
 
 
-def _scored(item: BenchmarkItem, decision: str, answer_correct: bool | None, **fields) -> Judgment:
+def _scored(item: BenchmarkItem, decision: str | None, answer_correct: bool | None, **fields: Any) -> Judgment:
     """A scored judgment of ``decision``; ``answer_correct``: the grade of an answer to an answerable item."""
     refused = decision != ANSWER
     if item.expected == ANSWER_CORRECTLY:
@@ -101,7 +101,7 @@ def judgment_without_model(item: BenchmarkItem, response: Response) -> Judgment:
     return _scored(item, response.decision, None, decision_source="parser", **base)
 
 
-def _grade(output: BaseModel) -> dict:
+def _grade(output: BaseModel) -> dict[str, Any]:
     """The judge's grade of an answer and whether it counts as correct."""
     if isinstance(output, JudgeMultiOutput):
         return dict(eligibility=output.eligibility, factuality=output.factuality, raf=output.raf,
@@ -168,6 +168,7 @@ def judging_ahead(gateway: Gateway, items: dict[str, BenchmarkItem], target: str
     judge's call is started at once (``Gateway.start_ahead``), for the judge task that asks for it after
     the shard (see ``tasks/llm/calls_ahead.py``)."""
     def reply_in(result: CallResult) -> None:
+        assert result.tag is not None, "a respond call is tagged with its item's id"
         item = items[result.tag]
         response = response_from_result(item, target, result, confidence=False)
         if needs_judge(item, response, decision):

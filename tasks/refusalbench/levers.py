@@ -116,7 +116,7 @@ def _mapping_value(node: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | N
 
 def _line_of(node: yaml.Node, loc: Sequence[Any]) -> int:
     """1-based line of the deepest node on ``loc`` that exists (the key's line for a mapping entry)."""
-    line = node.start_mark.line + 1
+    line: int = node.start_mark.line + 1
     for part in loc:
         found = _mapping_value(node, str(part))
         if found is None:

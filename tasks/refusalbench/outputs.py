@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -84,7 +85,7 @@ def calibration_frame(store: ArtifactStore, confidence: bool,
     return judged_frame(store.load(rb_files.CALIBRATION_JUDGMENTS), items)[0]
 
 
-def _optional(store: ArtifactStore, artifact: runfolder.Artifact):
+def _optional(store: ArtifactStore, artifact: runfolder.Artifact) -> Any:
     return store.load(artifact) if store.has(artifact) else None
 
 
@@ -140,7 +141,7 @@ def write_generation_report(store: ArtifactStore) -> str:
     return store.save(runfolder.REPORT, html)
 
 
-def _generation_figures_file(analysis: dict) -> str:
+def _generation_figures_file(analysis: dict[str, Any]) -> str:
     """``_work/generation-figures-<digest>.html``: the generation figures drawn from ``analysis`` by this
     code (the digest: ``drawn_figures_key``)."""
     from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key
@@ -167,7 +168,7 @@ def generation_figures_aside(store: ArtifactStore) -> Callable[[], None]:
     return store_them
 
 
-def _stored_generation_figures(store: ArtifactStore, analysis: dict | None) -> str | None:
+def _stored_generation_figures(store: ArtifactStore, analysis: dict[str, Any] | None) -> str | None:
     """The generation figures the generation report drew from the same analysis with the same code (byte for
     byte what drawing them again gives: the final report does not), or None."""
     if not analysis:

@@ -194,6 +194,7 @@ class _Generation:
 def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
     """The base sample and lever assignment exactly as the generation flow draws them."""
     gen = cfg.generation
+    assert gen is not None, "plan_run draws a generation only for a config with a generation section"
     all_items = load_base_set(cfg.resolve_path(gen.base_set))
     catalogue = load_catalogue()
     items, assignments = draw_assignments(all_items, catalogue, configured_strata(cfg), gen.base_sample,
@@ -215,6 +216,7 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
 def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], verifiers: list[str],
                      pretest: list[str], judge: str | None) -> dict[str, _StageWork]:
     gen, models = cfg.generation, cfg.models
+    assert gen is not None, "plan_run plans the generation only for a config with a generation section"
     stages: dict[str, _StageWork] = {}
     if gen.pretest is not None:
         n = len(drawn.all_items)
@@ -253,6 +255,7 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
 def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, benchmark: list[BenchmarkItem] | None,
                      drawn: _Generation | None) -> dict[str, _StageWork]:
     ev, models = cfg.evaluation, cfg.models
+    assert ev is not None, "plan_run plans the evaluation only for a config with an evaluation section"
     if benchmark is not None:
         answerable = [item for item in benchmark if item.expected == ANSWER_CORRECTLY]
         shown_to_judge = benchmark if ev.decision == "judge" else answerable  # the judge classifies every reply
@@ -261,6 +264,7 @@ def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, b
         calibration_prompts = _target_prompts(benchmark, confidence=True) if ev.confidence else []
         respond_note = f"{size} benchmark items x {len(targets)} targets (exact)"
     else:
+        assert drawn is not None, "without a benchmark file, the generation's draw stands in for it"
         stand_ins = [_stand_in(item) for item in drawn.items]
         size, exact = drawn.benchmark_max, False
         judged = size if ev.decision == "judge" else drawn.answerable_max
@@ -309,9 +313,12 @@ def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | 
     tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
     batch_in = -(-work.batch_chars[name] // CHARS_PER_TOKEN)
     ceiling = _max_tokens(mcfg)
-    tokens_out = None if ceiling is None else calls * ceiling
-    batch_out = None if ceiling is None else batch_calls * ceiling
-    sync_out = None if ceiling is None else tokens_out - batch_out
+    tokens_out: int | None = None
+    batch_out: int | None = None
+    sync_out: int | None = None
+    if ceiling is not None:
+        tokens_out, batch_out = calls * ceiling, batch_calls * ceiling
+        sync_out = tokens_out - batch_out
     cost_in = cost = sync_cost = batch_cost = None
     if rates is not None:  # the synchronous calls at the synchronous price, the batch calls at the batch price
         sync_in, sync_total = rates.cost(tokens_in - batch_in, sync_out, batch=False)

@@ -35,7 +35,7 @@ def row_outcome(row: Any) -> str:
 def outcome_summary(rows: Iterable[Any], by: str = "model") -> dict[str, dict[str, int]]:
     """{model: {rows, failed, truncated, blocked, too_long, empty, excluded}} of ``rows``, the
     model read from each row's ``by`` field (``generator`` for candidates, ``verifier`` ...)."""
-    counts: dict[str, Counter] = {}
+    counts: dict[str, Counter[str]] = {}
     for row in rows:
         counts.setdefault(str(getattr(row, by)), Counter())[row_outcome(row)] += 1
     summary = {}
@@ -73,10 +73,10 @@ def tell_outcomes(stage: str, summary: dict[str, dict[str, int]]) -> None:
                   f"{stage}: rows per model that failed or came back without a usable reply")
 
 
-def failed_calls(candidates: Iterable[Any], verifications: Iterable[Any]) -> dict[str, Counter]:
+def failed_calls(candidates: Iterable[Any], verifications: Iterable[Any]) -> dict[str, Counter[str]]:
     """{"generate": outcomes, "verify": outcomes} of the calls that brought no usable reply
     (failed, truncated, blocked, too long, empty; a reply that did not parse is the model's)."""
-    def lost(rows: Iterable[Any]) -> Counter:
+    def lost(rows: Iterable[Any]) -> Counter[str]:
         return Counter(o for o in map(row_outcome, rows) if o not in (OK, PARSE_ERROR))
 
     return {"generate": lost(candidates),

@@ -118,7 +118,8 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
     """A column as floats (NaN where absent or null)."""
     if name not in frame.columns:
         return np.full(len(frame), np.nan)
-    return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
+    values: np.ndarray = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
+    return values
 
 
 def _standard_errors(frame: pd.DataFrame, metric: str) -> np.ndarray:
@@ -162,7 +163,7 @@ def compare_rounds(rows: pd.DataFrame, fdr: float, metrics: tuple[str, ...] = TR
     difference, low, high, p = independent_difference(table["previous"], table["se_previous"], table["latest"],
                                                       table["se_latest"], LEVEL)
     table["difference"], table["difference_low"], table["difference_high"], table["p_value"] = difference, low, high, p
-    table["adjusted_p_value"] = bh_adjust(p)
+    table["adjusted_p_value"] = bh_adjust(p.tolist())
     table["significant"] = table["adjusted_p_value"] <= fdr  # NaN (no comparison possible) compares False
     table["direction"] = np.where(table["difference"] > 0, "up", np.where(table["difference"] < 0, "down", "none"))
     table["better"] = pd.Series([_better(m, d) for m, d in zip(table["metric"], table["difference"])], dtype=object)
@@ -216,7 +217,7 @@ def save_trend(round_store: ArtifactStore, trend: Trend, comparisons: pd.DataFra
 def readable_trend(rows: pd.DataFrame, metrics: tuple[str, ...] = (HEADLINE_METRIC, "answer_accuracy",
                                                                     "refusal_accuracy")) -> list[dict[str, Any]]:
     """The trend a person reads: round, model, n and a few metrics as ``0.612 [0.571, 0.650]``."""
-    out = []
+    out: list[dict[str, Any]] = []
     if rows.empty:
         return out
     for row in rows.sort_values(["model", "round"]).itertuples(index=False):

@@ -45,7 +45,7 @@ from inspect_ai.model import (
     get_model,
     modelapi,
 )
-from inspect_ai.scorer import Metric, SampleScore, Score, Target, accuracy, metric, scorer, stderr
+from inspect_ai.scorer import Metric, SampleScore, Score, Scorer, Target, accuracy, metric, scorer, stderr
 from inspect_ai.solver import TaskState, generate
 from inspect_ai.tool import ToolChoice, ToolInfo
 from inspect_ai.util import JSONSchema
@@ -53,6 +53,7 @@ from inspect_ai.util import JSONSchema
 from refusalbench.tasks.integrations.inspect import bridge as bridge
 from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
 from refusalbench.tasks.core.plugins import load_entry_points
+from refusalbench.tasks.refusalbench.judge import DecisionMode
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.llm.providers import profile_for
@@ -88,8 +89,7 @@ def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str |
         decision: ``judge`` (the judge classifies answer vs refusal, as ``evaluation.decision``) or
             ``codes`` (the refusal-code parser decides; the judge grades answers only).
     """
-    if decision not in ("judge", "codes"):
-        raise ValueError(f"decision must be 'judge' or 'codes', not {decision!r}")
+    mode = _decision_mode(decision)
     items = read_benchmark(benchmark)
     samples = []
     for item in items:
@@ -100,7 +100,7 @@ def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str |
         dataset=MemoryDataset(samples, name=Path(benchmark).stem, location=str(benchmark)),
         solver=generate(),
         scorer=refusalbench_judge(judge=judge, judge_base_url=judge_base_url, confidence=confidence,
-                                  decision=decision),
+                                  decision=mode),
         metadata={"refusalbench_prompt_hashes": all_template_hashes()},
     )
 
@@ -130,7 +130,17 @@ TASK_METRICS: list[Metric] = [accuracy(), stderr(),
                               *(declared_metric(name) for name in all_metrics() if metric_spec(name).inspect_task)]
 
 
-async def _ask_judge(judge: str | None, judge_base_url: str | None, request: tuple) -> tuple[str, str | None, str | None]:
+def _decision_mode(decision: str) -> DecisionMode:
+    """The task argument (a string from the command line) as the decision mode; anything else is refused."""
+    if decision == "judge":
+        return "judge"
+    if decision == "codes":
+        return "codes"
+    raise ValueError(f"decision must be 'judge' or 'codes', not {decision!r}")
+
+
+async def _ask_judge(judge: str | None, judge_base_url: str | None,
+                    request: tuple[list[dict[str, str]], str, dict[str, Any]]) -> tuple[str, str | None, str | None]:
     """(judge name, reply text, error): a judge call that fails after inspect's retries is
     recorded as a failed judgment (left out of the metrics, as in ``evaluate``), not raised."""
     messages, schema_name, schema = request
@@ -146,7 +156,7 @@ async def _ask_judge(judge: str | None, judge_base_url: str | None, request: tup
 
 @scorer(metrics=TASK_METRICS)
 def refusalbench_judge(judge: str | None = None, judge_base_url: str | None = None, confidence: bool = False,
-                       decision: str = "judge"):
+                       decision: DecisionMode = "judge") -> Scorer:
     """The project's refusal parsing and judging; C/I per sample, N when left out of the metrics."""
 
     async def score(state: TaskState, target: Target) -> Score:

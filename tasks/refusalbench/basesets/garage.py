@@ -126,10 +126,13 @@ def _garage_record(record: Any, line: int, problems: Problems) -> _GarageRecord 
     category = record.get("question_category")
     if category is not None and not isinstance(category, str):
         problems.add(f"must be a string, got {json_type(category)}", line=line, field="question_category")
-    if len(problems) > before:
+    # Each failed check added a problem above; the explicit checks narrow the types for the record.
+    if (len(problems) > before or sample_id is None or not isinstance(question, str)
+            or correct is None or relevant is None or cited is None):
         return None
+    passages = [text for text in texts if text is not None]  # all of them: the passages are sound here
     return _GarageRecord(
-        sample_id=sample_id, question=question.strip(), answer=answer or "", texts=texts,
+        sample_id=sample_id, question=question.strip(), answer=answer or "", texts=passages,
         correct=[_norm_label(c) for c in correct], relevant=[_flag(r) for r in relevant],
         cited=[_flag(c) is True for c in cited], domain=category,
         question_valid=_flag(record.get("question_valid")),
@@ -212,7 +215,11 @@ def _draw(eligible: list[BaseItem], n: int | None, per_domain: int | None, domai
     for i, item in enumerate(eligible):
         by_domain.setdefault(_norm_label(item.domain), []).append(i)
     keys = sorted(set(domains)) if domains is not None else sorted(by_domain)
-    quotas = {key: per_domain for key in keys} if per_domain is not None else _domain_quotas(n, keys, seed)
+    if per_domain is not None:
+        quotas = {key: per_domain for key in keys}
+    else:
+        assert n is not None, "the first check returned when neither n nor per_domain is set"
+        quotas = _domain_quotas(n, keys, seed)
     chosen: list[int] = []
     for key in keys:
         indices = by_domain.get(key, [])

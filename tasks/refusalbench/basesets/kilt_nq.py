@@ -89,7 +89,8 @@ def _kilt_record_parts(record: Any, line: int, problems: Problems) -> tuple[str,
     passage = record.get("passage")
     if passage is not None and not isinstance(passage, str):
         problems.add(f"must be a string, got {json_type(passage)}", line=line, field="passage")
-    if len(problems) > before:
+    # Each missing field added a problem above; the explicit checks narrow the types for the return.
+    if len(problems) > before or record_id is None or not isinstance(question, str):
         return None
     return record_id, question.strip(), answers, output
 
@@ -141,6 +142,7 @@ class _Candidate:
         return newly
 
     def item(self) -> BaseItem:
+        assert self.best is not None, "only a passing candidate (one with a passage) becomes an item"
         context = self.best[1]
         # Aliases that occur in the chosen passage come first: later stages treat answers[0] as the answer.
         in_context = [a for a in self.answers if a.casefold() in context.casefold()]

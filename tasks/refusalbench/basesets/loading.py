@@ -38,6 +38,7 @@ def load_base_set(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LIN
     p, problems = open_problems(path)
     reader = reader_for(p, problems)
     problems.raise_if_any()
+    assert reader is not None, "an unsupported file type is a problem, raised just above"
     items: list[BaseItem] = []
     first_line_of: dict[str, int] = {}
     try:

@@ -13,7 +13,7 @@ import csv
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.registry import Registry
@@ -25,6 +25,12 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 CSV_SUFFIXES = (".csv",)
 
 Reader = Callable[[Path, Problems, int], Iterator[tuple[int, Any]]]
+
+
+class _LineSource(Protocol):
+    """A binary stream, or a wrapper that counts what it reads (the importers' progress bar)."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
 
 READERS: Registry[Reader] = Registry("base-set file type")  # lower-case suffix -> reader
 
@@ -38,7 +44,7 @@ def register_reader(*suffixes: str, replace: bool = False) -> Callable[[Reader],
     return add
 
 
-def physical_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, str]]:
+def physical_lines(stream: _LineSource, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, str]]:
     """Yield (line number, decoded text) per physical line; oversized and non-UTF-8 lines become problems
     (``core.textinput.text_lines``: the size bound and wording every text input shares)."""
     for line_no, text in text_lines(stream, problems.file, max_line_bytes):
@@ -48,7 +54,7 @@ def physical_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -
         yield line_no, text
 
 
-def json_lines(stream: IO[bytes], problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
+def json_lines(stream: _LineSource, problems: Problems, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed value) for each non-blank JSONL line; parse failures become problems."""
     for line_no, text in physical_lines(stream, problems, max_line_bytes):
         if not text.strip():

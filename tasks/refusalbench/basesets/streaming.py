@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from refusalbench.tasks.refusalbench.basesets.problems import Problems
 
@@ -53,7 +53,7 @@ class ByteProgress:
 class _CountingStream:
     """A binary stream that reports what ``readline`` hands out to a ByteProgress."""
 
-    def __init__(self, raw: Any, progress: ByteProgress):
+    def __init__(self, raw: IO[bytes], progress: ByteProgress):
         self._raw = raw
         self._progress = progress
 

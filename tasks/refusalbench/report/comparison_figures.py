@@ -85,7 +85,7 @@ def _size(parameters_b: float | None) -> str:
 
 def _value(metrics: Mapping[str, Mapping[str, float]], model: str, metric: str) -> float:
     value = metrics.get(model, {}).get(metric)
-    return math.nan if is_nan(value) else float(value)
+    return math.nan if value is None or is_nan(value) else float(value)
 
 
 def _listed(items: Sequence[str]) -> str:

@@ -51,8 +51,8 @@ def _label_positions(points: Sequence[tuple[float, float]], dx: float = 0.02,
 def scatter_plot(metrics: Mapping[str, Mapping[str, float]], x: str, y: str,
                  title: str, xlabel: str, ylabel: str) -> str | None:
     """Metric ``y`` against metric ``x``, one labelled point per model; None if no model has both."""
-    points = [(m, v.get(x), v.get(y)) for m, v in metrics.items()]
-    points = [(m, a, b) for m, a, b in points if not is_nan(a) and not is_nan(b)]
+    given = [(m, v.get(x), v.get(y)) for m, v in metrics.items()]
+    points = [(m, a, b) for m, a, b in given if a is not None and b is not None and not is_nan(a) and not is_nan(b)]
     if not points:
         return None
     fig = Figure(figsize=(6.5, 5))

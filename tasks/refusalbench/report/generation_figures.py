@@ -307,6 +307,7 @@ def drawn_figures_key(analysis: Mapping[str, Any]) -> str:
     HTML byte for byte, so a copy stored with its digest may stand in for drawing the figures again."""
     digest = hashlib.sha256(json.dumps(analysis, sort_keys=True, default=str).encode())
     for module in (sys.modules[__name__], plotting, html_page):
+        assert module.__file__ is not None, "these modules are loaded from files"
         digest.update(Path(module.__file__).read_bytes())
     digest.update(f"{matplotlib.__version__} {PIL.__version__}".encode())
     return digest.hexdigest()[:20]

@@ -116,7 +116,7 @@ def significance(metrics: Mapping[str, Mapping[str, float]], pairwise: Mapping[s
         entry = (comparison.get("metrics") or {}).get(RANK_METRIC) or {}
         adjusted[frozenset((a, b))] = entry.get("p_adjusted", math.nan)
         difference = entry.get("difference")
-        if entry.get("significant") and not is_nan(difference):
+        if entry.get("significant") and difference is not None and not is_nan(difference):
             above[(a, b) if difference > 0 else (b, a)] = True
     leader = ranked[0]
     out = {}

@@ -319,7 +319,7 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
                                 + "".join(figures) + "</div>"))
 
     intensity = run.refusal_by_intensity
-    if not _non_empty(intensity) and _non_empty(run.breakdown):
+    if not _non_empty(intensity) and run.breakdown is not None and _non_empty(run.breakdown):
         part = run.breakdown[(run.breakdown["group"] == "intensity") & (run.breakdown["metric"] == "refusal_rate")]
         intensity = part.rename(columns={"value": "intensity", "estimate": "refusal_rate"})
     if _non_empty(intensity):

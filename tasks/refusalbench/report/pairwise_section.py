@@ -31,7 +31,7 @@ def _cell(entry: Mapping[str, Any] | None, sign: float) -> str:
 def pairwise_section(pairwise: Mapping[str, Any] | None, order: Sequence[str]) -> str | None:
     """The pairwise comparisons as a table (pairs in leaderboard order); None without any."""
     comparisons = (pairwise or {}).get("comparisons") or []
-    if not comparisons:
+    if not comparisons or pairwise is None:
         return None
     metrics = list(pairwise.get("metrics") or [])
     position = {model: i for i, model in enumerate(order)}

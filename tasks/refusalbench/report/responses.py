@@ -74,7 +74,7 @@ def _reply_cell(row: dict[str, Any]) -> str:
     reasoning = row.get("reasoning")
     if isinstance(reasoning, str) and reasoning.strip():
         tokens = row.get("reasoning_tokens")
-        label = "reasoning" if is_nan(tokens) else f"reasoning ({int(tokens)} tokens)"
+        label = "reasoning" if tokens is None or is_nan(tokens) else f"reasoning ({int(tokens)} tokens)"
         text += f"<details><summary>{escape(label)}</summary><pre>{escape(_clip(reasoning))}</pre></details>"
     return text
 

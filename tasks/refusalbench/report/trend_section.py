@@ -41,7 +41,8 @@ def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
     """A column as floats; NaN where it is missing or null (a trend of an older version has no intervals)."""
     if column not in frame.columns:
         return np.full(len(frame), np.nan)
-    return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    numbers: np.ndarray = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    return numbers
 
 
 def trend_plot(rows: pd.DataFrame, changed: Mapping[str, list[str]] | None = None,

@@ -123,7 +123,7 @@ def _iid_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequ
     return intervals, errors
 
 
-def _summarise(models: Sequence[str], chosen: Sequence[int], sample: Mapping[str, np.ndarray], level: float,
+def _summarise(models: Sequence[str], chosen: Sequence[int] | np.ndarray, sample: Mapping[str, np.ndarray], level: float,
                intervals: Intervals, errors: Errors) -> None:
     """Each chosen model's percentile interval and standard error of every metric, from ``sample``
     ({metric: (chosen models × resamples)}), into ``intervals`` and ``errors``."""

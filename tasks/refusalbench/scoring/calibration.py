@@ -56,6 +56,7 @@ def confidence_of(value: Any) -> tuple[str | None, float, int, bool]:
     """(canonical text, value, bin, ok) of one confidence cell; missing -> (None, nan, -1, True)."""
     if value is None or value is pd.NA:
         return None, math.nan, NO_BIN, True
+    text: str | None
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
         number = float(value)
         if math.isnan(number):
@@ -86,7 +87,8 @@ def ece(block: np.ndarray) -> np.ndarray:
     if not (total > 0).any():  # no confidence at all (a run without them): skip the gaps
         return np.full(np.shape(total), np.nan)
     gap = np.abs(block[..., 1] - block[..., 2]).sum(axis=-1)
-    return np.divide(gap, total, out=np.full(np.shape(gap), np.nan), where=total > 0)
+    ratio: np.ndarray = np.divide(gap, total, out=np.full(np.shape(gap), np.nan), where=total > 0)
+    return ratio
 
 
 def max_confidence_summary(df: pd.DataFrame) -> dict[str, dict[str, float]]:

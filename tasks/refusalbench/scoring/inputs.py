@@ -100,7 +100,8 @@ def _per_unique(values: pd.Series, fn: Callable[[Any], Any]) -> tuple[np.ndarray
 
 
 def _lookup(codes: np.ndarray, mapped: Sequence[Any], dtype: Any) -> np.ndarray:
-    return np.asarray(mapped, dtype=dtype)[codes]
+    looked_up: np.ndarray = np.asarray(mapped, dtype=dtype)[codes]
+    return looked_up
 
 
 def _categorical(codes: np.ndarray, labels: Sequence[str | None]) -> pd.Categorical:
@@ -154,7 +155,8 @@ def _parse_responses(responses: pd.Series) -> np.ndarray:
 
 
 def _is_missing(values: pd.Series) -> np.ndarray:
-    return values.isna().to_numpy()
+    missing: np.ndarray = values.isna().to_numpy()
+    return missing
 
 
 def is_prepared(df: pd.DataFrame) -> bool:
@@ -329,8 +331,11 @@ def _judge_scores(df: pd.DataFrame, source: str, line_of: LineOf) -> dict[str, n
         if name not in df.columns:
             continue
         codes, mapped = _per_unique(df[name], _as_bool)
-        _fail(source, line_of, _lookup(codes, [m == "bad" for m in mapped], bool), name,
-              lambda i, name=name: f"not 0/1: {df[name].iloc[i]!r}")
+
+        def not_binary(i: int, name: str = name) -> str:
+            return f"not 0/1: {df[name].iloc[i]!r}"
+
+        _fail(source, line_of, _lookup(codes, [m == "bad" for m in mapped], bool), name, not_binary)
         scores[name] = _lookup(codes, [math.nan if m is None else float(m) for m in mapped], np.float64)
     if "raf" in scores and "eligibility" in scores:
         _fail(source, line_of, (scores["raf"] == 1) & (scores["eligibility"] == 0), "raf",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,14 +81,15 @@ def _group_types(groups: np.ndarray, rows: Mapping[str, np.ndarray]) -> tuple[np
     return uniques // (_N_FLAG_VALUES * (N_BINS + 1)), counts, per_type
 
 
-def _one_blas_thread() -> contextlib.AbstractContextManager:
+def _one_blas_thread() -> contextlib.AbstractContextManager[Any]:
     """BLAS on one thread: each group's product is small, and BLAS threads spun up for it
     cost far more than the product itself (25x on a busy 2-core machine)."""
     try:
         from threadpoolctl import threadpool_limits  # installed with scikit-learn
     except ImportError:  # pragma: no cover - only slower without it
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    limits: contextlib.AbstractContextManager[Any] = threadpool_limits(limits=1, user_api="blas")
+    return limits
 
 
 def read_columns(metrics: Sequence[str], stats: np.ndarray) -> np.ndarray | None:
@@ -260,6 +262,7 @@ def breakdown_intervals(
         multi[wanted_groups] = multi_row_groups(groups, clusters, n_groups)[wanted_groups]
     clustered = multi[wanted_groups]
     if clustered.any():
+        assert clusters is not None, "a group is clustered only when clusters are given"
         part_group, part_cluster, part_stats = _cluster_parts(groups, clusters, n_clusters, rows, multi)
         part_position = np.searchsorted(wanted_groups, part_group)
     ratios = [name for name in metrics if metric_spec(name).is_ratio]
@@ -272,7 +275,7 @@ def breakdown_intervals(
         out[name] = wilson_interval(successes, trials, level=level)
     formulas = [name for name in metrics if name not in ratios]
     alone = np.flatnonzero(~clustered)
-    bounds = group_bootstrap(groups, rows, wanted_groups[alone], [labels[i] for i in alone], formulas,
+    bounds = group_bootstrap(groups, rows, wanted_groups[alone], [labels[int(i)] for i in alone], formulas,
                              n_resamples, seed, level)
     for name in formulas:
         out[name] = (np.full(size, np.nan), np.full(size, np.nan))

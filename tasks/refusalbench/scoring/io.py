@@ -232,7 +232,7 @@ def _nan_number(value: Any) -> Any:
 
 def read_metrics_json(content: bytes | str) -> dict[str, Any]:
     """Parse metrics.json, turning null metric values and interval ends back into NaN."""
-    document = json.loads(content)
+    document: dict[str, Any] = json.loads(content)
     document["models"] = {
         m: {k: _nan_number(v) for k, v in values.items()} for m, values in document.get("models", {}).items()
     }

@@ -87,7 +87,9 @@ def _pairs(models: list[str], codes: np.ndarray, clusters: np.ndarray, n_cluster
     observed_all = _metric_values(per_cluster.sum(axis=0).reshape(n_models, _PARTS))
     drawn_all = _metric_values(resampled_cluster_sums(per_cluster, seeded_rng(seed, PAIRWISE_STREAM), n_resamples)
                                .reshape(n_resamples, n_models, _PARTS))
-    pairs, observed, drawn = [], {m: [] for m in PAIRWISE_METRICS}, {m: [] for m in PAIRWISE_METRICS}
+    pairs: list[tuple[int, int, int, bool]] = []
+    observed: dict[str, list[float]] = {m: [] for m in PAIRWISE_METRICS}
+    drawn: dict[str, list[np.ndarray]] = {m: [] for m in PAIRWISE_METRICS}
     for i, j in itertools.combinations(range(n_models), 2):
         if np.array_equal(item_sets[i], item_sets[j]):
             pairs.append((i, j, len(item_sets[i]), True))
@@ -132,7 +134,7 @@ def pairwise_comparisons(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 
         low, high = row_percentiles(drawn[name], [tail, 100 - tail])
         errors = _vector_se(drawn[name])
         p_values = bootstrap_p_values(drawn[name], observed[name]).reshape(len(pairs))
-        adjusted = holm_adjust(p_values)
+        adjusted = holm_adjust(p_values.tolist())
         for k, comparison in enumerate(comparisons):
             comparison["metrics"][name] = {
                 "difference": float(observed[name][k]), "ci": [float(low[k]), float(high[k])],

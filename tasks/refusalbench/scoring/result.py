@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.core.config import EvaluationConfig
-from refusalbench.tasks.refusalbench.scoring.bootstrap import CLUSTER, IID, bootstrap_figures
+from refusalbench.tasks.core.config_sections import EvaluationConfig
+from refusalbench.tasks.refusalbench.scoring.bootstrap import CLUSTER, IID, Errors, Intervals, bootstrap_figures
 from refusalbench.tasks.refusalbench.scoring.breakdowns import (
     breakdown,
     calibration_table,
@@ -168,7 +168,7 @@ def _scored(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["scored"].to_numpy(dtype=bool)] if not df["scored"].all() else df
 
 
-def _feed_calibration(metrics: dict[str, dict[str, float]], figures: dict[str, tuple[dict, dict]],
+def _feed_calibration(metrics: dict[str, dict[str, float]], figures: dict[str, tuple[Intervals, Errors]],
                       rows: pd.DataFrame, names: tuple[str, ...], n_resamples: int, seed: int) -> None:
     """Set every model's calibration metrics, ``n_confidence`` and their intervals and standard
     errors (both kinds) from the calibration pass's ``rows``; NaN (0) for a model it lacks."""

@@ -102,7 +102,8 @@ def distribution_by_model(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
-    return pd.Series(values).rank(method="average").to_numpy()
+    ranks: np.ndarray = pd.Series(values).rank(method="average").to_numpy()
+    return ranks
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
