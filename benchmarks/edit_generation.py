@@ -34,13 +34,13 @@ from refusalbench.tasks.core.config import ModelConfig, load_config, packaged_co
 from refusalbench.tasks.core.config_sections import EDIT_STYLE_TEMPLATES  # noqa: E402
 from refusalbench.tasks.llm.callcache import SQLiteCache  # noqa: E402
 from refusalbench.tasks.llm.gateway import Gateway  # noqa: E402
-from refusalbench.tasks.refusalbench.assign import _rng, assign_levers  # noqa: E402
+from refusalbench.tasks.refusalbench.stages.assign import _rng, assign_levers  # noqa: E402
 from refusalbench.tasks.refusalbench.basesets import load_base_set  # noqa: E402
-from refusalbench.tasks.refusalbench.edits import EDIT_FAILURE  # noqa: E402
-from refusalbench.tasks.refusalbench.generate import generate_candidates  # noqa: E402
+from refusalbench.tasks.refusalbench.stages.edits import EDIT_FAILURE  # noqa: E402
+from refusalbench.tasks.refusalbench.stages.generate import generate_candidates  # noqa: E402
 from refusalbench.tasks.refusalbench.levers import load_catalogue  # noqa: E402
-from refusalbench.tasks.refusalbench.prechecks import apply_prechecks, awaits_verification  # noqa: E402
-from refusalbench.tasks.refusalbench.records import Assignment, BaseItem, Candidate, Lever  # noqa: E402
+from refusalbench.tasks.refusalbench.stages.prechecks import apply_prechecks, awaits_verification  # noqa: E402
+from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Candidate, Lever  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STYLES = {"full": frozenset(), "edit": frozenset(EDIT_STYLE_TEMPLATES)}

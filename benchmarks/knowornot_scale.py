@@ -61,16 +61,16 @@ PACKAGES = ("configs", "deployments", "flows", "levers", "prompts", "tasks")
 # What the child times, by category: (module, owner attribute path). Missing ones are skipped,
 # so the script measures older and newer trees alike. Categories may nest (metrics reads Parquet).
 TIMED = {
-    "embedding model load": [("refusalbench.tasks.knowornot.embeddings", "MiniLMEmbedder._load")],
+    "embedding model load": [("refusalbench.tasks.knowornot.stages.embeddings", "MiniLMEmbedder._load")],
     # The api embedder's time includes its requests; those count as calls in flight, the rest as encode.
-    "embedding encode": [("refusalbench.tasks.knowornot.embeddings", f"{name}.embed")
+    "embedding encode": [("refusalbench.tasks.knowornot.stages.embeddings", f"{name}.embed")
                          for name in ("MiniLMEmbedder", "ApiEmbedder")],
-    "FAISS": [("refusalbench.tasks.knowornot.retrieval", name) for name in
+    "FAISS": [("refusalbench.tasks.knowornot.stages.retrieval", name) for name in
               ("build_index", "index_to_bytes", "index_from_bytes", "search_excluding")],
     "Parquet/JSON I/O": [("refusalbench.tasks.core.store", f"ArtifactStore.{name}") for name in
                          ("save", "load", "read_records", "write_records")],
-    "metrics": [("refusalbench.tasks.knowornot.report", "write_results")],
-    "report": [("refusalbench.tasks.knowornot.report", "publish_report")],
+    "metrics": [("refusalbench.tasks.knowornot.report.contents", "write_results")],
+    "report": [("refusalbench.tasks.knowornot.report.contents", "publish_report")],
 }
 
 

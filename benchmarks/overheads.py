@@ -77,7 +77,7 @@ def instrument() -> dict[str, int]:
     import refusalbench.flows.main  # noqa: F401  (every module the run imports later, imported now)
     import refusalbench.tasks.refusalbench.report as report
     from refusalbench.tasks.core import plotting, stats
-    from refusalbench.tasks.refusalbench import outputs  # noqa: F401
+    from refusalbench.tasks.refusalbench.report import run_outputs as outputs  # noqa: F401
     from refusalbench.tasks.refusalbench.scoring import bootstrap
 
     scoring = importlib.import_module("refusalbench.tasks.refusalbench.scoring")
@@ -108,7 +108,7 @@ def instrument() -> dict[str, int]:
 def child_figures(out: str) -> dict[str, Any]:
     """What the measured process knows at its end: clocks, both manifests, CPU seconds."""
     from refusalbench.tasks.core import clocks, runfolder
-    from refusalbench.tasks.refusalbench import artifacts as rb_files
+    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
     manifests = {}
     for key, artifact in (("generation", rb_files.GENERATION_MANIFEST), ("evaluation", runfolder.MANIFEST)):

@@ -162,7 +162,7 @@ def child(config: str, out: str) -> None:
     started = time.perf_counter()
     from refusalbench.flows.launch import run_main
     from refusalbench.tasks.core import runfolder
-    from refusalbench.tasks.refusalbench import artifacts as rb_files
+    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
     instrumented = instrument()  # imports what the run imports later: counted as imports
     imported = time.perf_counter()
@@ -185,7 +185,7 @@ def after_calls_child(folder: str, bootstrap: int) -> None:
     the folder. Pinned to one core, the report draws every figure in this process: its CPU time is all of it."""
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     from refusalbench.tasks.core.store import ArtifactStore
-    from refusalbench.tasks.refusalbench.outputs import write_report, write_scores
+    from refusalbench.tasks.refusalbench.report.run_outputs import write_report, write_scores
     from refusalbench.tasks.refusalbench.report import page  # noqa: F401 - matplotlib imported before the clock
 
     with tempfile.TemporaryDirectory(prefix="refusalbench-after-calls-") as tmp:

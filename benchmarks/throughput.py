@@ -74,7 +74,7 @@ def reply(request: dict[str, Any]) -> str:
 
 
 def write_benchmark(path: Path, n: int) -> str:
-    from refusalbench.tasks.refusalbench.records import BenchmarkItem
+    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
     from refusalbench.tasks.core.store import ArtifactStore
 
     items = [

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from refusalbench.tasks.core import runfolder  # noqa: E402
 from refusalbench.tasks.core.runfolder import RunManifest  # noqa: E402
 from refusalbench.tasks.core.store import ArtifactStore  # noqa: E402
-from refusalbench.tasks.refusalbench import artifacts as rb_files  # noqa: E402
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files  # noqa: E402
 from refusalbench.tasks.refusalbench.levers import load_catalogue  # noqa: E402
-from refusalbench.tasks.refusalbench.outputs import judged_frame, write_scores  # noqa: E402
-from refusalbench.tasks.refusalbench.records import BenchmarkItem, Candidate, Judgment, Response, Verification  # noqa: E402
+from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame, write_scores  # noqa: E402
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Candidate, Judgment, Response, Verification  # noqa: E402
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY  # noqa: E402
 
 WORDS = ("river bridge council harbour record annual report mayor museum railway station opened "

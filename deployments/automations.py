@@ -11,7 +11,7 @@ Registers (or updates, by name) two automations with the API in ``PREFECT_API_UR
 - **retry crashed runs** - a Crashed run of a RefusalBench deployment is set back to Scheduled
   (AwaitingRetry) so a worker starts the same flow run again, at most ``--retries`` times
   (matched on the run count of the Crashed event). The refresh flow then resumes its round
-  (tasks/pipeline/refresh_rounds.py) and the call cache answers every call the crashed
+  (tasks/pipeline/refusalbench/refresh_rounds.py) and the call cache answers every call the crashed
   attempt finished. Subflow runs (no deployment) and other teams' flows are not retried.
 
 ``deployments/register.sh`` runs this after registering the deployments.

@@ -62,9 +62,9 @@ from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.core.plugins import ENTRY_POINT_GROUP
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.knowornot.document_readers import DOCUMENT_READERS, DocumentReader, register_document_reader
-from refusalbench.tasks.knowornot.embeddings import EMBEDDERS, Embedder, register_embedder
-from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, register_eval_spec
-from refusalbench.tasks.knowornot.retrieval import (
+from refusalbench.tasks.knowornot.stages.embeddings import EMBEDDERS, Embedder, register_embedder
+from refusalbench.tasks.knowornot.stages.evaluation import EVAL_SPECS, register_eval_spec
+from refusalbench.tasks.knowornot.stages.retrieval import (
     RETRIEVERS,
     IndexedKnowledgeBase,
     RetrievalQuery,
@@ -76,7 +76,7 @@ from refusalbench.tasks.llm.callcache import CACHE_BACKENDS, CacheBackend, CallC
 from refusalbench.tasks.llm.providers import PROVIDERS, ProviderProfile, register_provider
 from refusalbench.tasks.refusalbench.basesets.readers import READERS as BASE_SET_READERS
 from refusalbench.tasks.refusalbench.basesets.readers import register_reader as register_base_set_reader
-from refusalbench.tasks.refusalbench.prechecks import PRECHECKS, register_precheck
+from refusalbench.tasks.refusalbench.stages.prechecks import PRECHECKS, register_precheck
 from refusalbench.tasks.refusalbench.rule_generator.base import RULES, NotApplicable, RuleOutput, register_rule
 from refusalbench.tasks.refusalbench.scoring.row_statistics import ALL_STATISTICS
 from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, MetricSpec, declare, formula_metric

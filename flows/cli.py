@@ -144,7 +144,7 @@ def score(
         return
     if len(files) > 1:
         raise InputError(str(files[1]), "one judged-responses file at a time (several files: inspect eval logs only)")
-    from refusalbench.tasks.refusalbench.outputs import score_to_folder
+    from refusalbench.tasks.refusalbench.report.run_outputs import score_to_folder
 
     path = score_to_folder(files[0], str(out_dir), bootstrap=bootstrap, seed=seed)
     out.print(f"metrics: {path}")
@@ -153,7 +153,7 @@ def score(
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
     """(Re)build DIR/report.html from a run folder."""
-    from refusalbench.tasks.refusalbench.outputs import build_report_for
+    from refusalbench.tasks.refusalbench.report.run_outputs import build_report_for
 
     out.print(f"report: {build_report_for(run_dir)}")
 
@@ -172,7 +172,7 @@ def export(
     language: list[str] = typer.Option(["en"], "--language", help="language code of the items (repeatable)"),
 ) -> None:
     """Write the run's benchmark as a dataset: Parquet splits + README.md card written from the run."""
-    from refusalbench.tasks.refusalbench.export import export_run
+    from refusalbench.tasks.refusalbench.export.hf_dataset import export_run
 
     result = export_run(run_dir, out_dir, fmt=format, force=force, pretty_name=name, languages=language)
     for note in result.notes:
@@ -208,9 +208,9 @@ def knowornot_label(
     """Label the stratified sample of a spec; every label is saved at once, a restart resumes."""
     import time
 
-    from refusalbench.tasks.knowornot.label_screens import label_in_terminal, serve_labelling
-    from refusalbench.tasks.knowornot.labels import open_label_session
-    from refusalbench.tasks.knowornot.ookb import OOKB_VALIDITY, open_validity_session
+    from refusalbench.tasks.knowornot.human.label_screens import label_in_terminal, serve_labelling
+    from refusalbench.tasks.knowornot.human.labels import open_label_session
+    from refusalbench.tasks.knowornot.stages.ookb import OOKB_VALIDITY, open_validity_session
 
     # Validity labels are per synthetic question (App. D.2), not per response of the label sample.
     session = (open_validity_session(run_dir) if spec == OOKB_VALIDITY.name
@@ -233,7 +233,7 @@ def knowornot_agreement(
     spec: str = typer.Option("abstention", "--spec"),
 ) -> None:
     """Cohen's/Fleiss' kappa between annotators and evaluator-vs-human agreement."""
-    from refusalbench.tasks.knowornot.labels import write_agreement
+    from refusalbench.tasks.knowornot.human.labels import write_agreement
 
     report = write_agreement(run_dir, spec)
     sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
@@ -269,7 +269,7 @@ def refresh(
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
     out.print(f"round {result.round}: report {result.report}")
-    from refusalbench.tasks.refusalbench.trend import change_line
+    from refusalbench.tasks.refusalbench.rounds.trend import change_line
 
     for flag in result.flags:
         out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)

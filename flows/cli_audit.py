@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 audit_app = typer.Typer(help="Human audit of generated items (the paper's App. C.2).", no_args_is_help=True)
 
@@ -35,7 +35,7 @@ def audit_sample(
     force: bool = typer.Option(False, "--force", help="replace a sample that already has labels"),
 ) -> None:
     """Draw the audit sample from the benchmark: N per class x intensity stratum, shuffled."""
-    from refusalbench.tasks.refusalbench.audit import sample_run
+    from refusalbench.tasks.refusalbench.audit.human_audit import sample_run
 
     counts = sample_run(run_dir, per_stratum, seed, force)
     table = Table(title=f"audit sample: {sum(c['sampled'] for c in counts.values())} items (seed {seed})")
@@ -56,8 +56,8 @@ def audit_label(
     port: int = typer.Option(8766, "--port", help="port of the audit page (loopback)"),
 ) -> None:
     """Audit the sample: PASS or FAIL per item against the verifier rubric; saved at once, resumable."""
-    from refusalbench.tasks.refusalbench.audit import open_audit_session
-    from refusalbench.tasks.refusalbench.audit_screens import audit_in_terminal, serve_audit
+    from refusalbench.tasks.refusalbench.audit.human_audit import open_audit_session
+    from refusalbench.tasks.refusalbench.audit.audit_screens import audit_in_terminal, serve_audit
 
     session = open_audit_session(run_dir)
     if web:
@@ -75,7 +75,7 @@ def audit_label(
 @audit_app.command("report")
 def audit_report(run_dir: str = typer.Argument(..., help="run folder with audit labels (local)")) -> None:
     """Pass rate per class and intensity (95% Wilson intervals), kappa, agreement with the verifiers."""
-    from refusalbench.tasks.refusalbench.audit import write_audit
+    from refusalbench.tasks.refusalbench.audit.human_audit import write_audit
     from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value
 
     audit, report = write_audit(run_dir)

@@ -137,8 +137,8 @@ def import_policybench(
                                  "reads them"),
 ) -> None:
     """KnowOrNot's PolicyBench: check the four released QA files and copy them, unchanged, for the paper's config."""
-    from refusalbench.tasks.knowornot.sources import POLICYBENCH_FILES
-    from refusalbench.tasks.knowornot.sources import import_policybench as run_import
+    from refusalbench.tasks.knowornot.stages.sources import POLICYBENCH_FILES
+    from refusalbench.tasks.knowornot.stages.sources import import_policybench as run_import
 
     counts = run_import(source, out_dir)
     for name, n in counts.items():

@@ -1,5 +1,5 @@
 """``refusalbench plan``: what a run of a config would take, and with ``--rounds`` how
-large a refresh round must be for the error a team accepts (``tasks/refusalbench/round_sizing.py``)."""
+large a refresh round must be for the error a team accepts (``tasks/refusalbench/rounds/round_sizing.py``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ def plan_output(config: Path, *, as_json: bool, latency: float, benchmark: str |
     """The plan as text or JSON; the round sizing added (``round_sizing``) when any of its options is given."""
     from refusalbench.flows.common import usable_models
     from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.refusalbench.plan import plan_run, plan_table
-    from refusalbench.tasks.refusalbench.round_sizing import round_sizing, sizing_text
+    from refusalbench.tasks.refusalbench.plan.estimate import plan_run, plan_table
+    from refusalbench.tasks.refusalbench.rounds.round_sizing import round_sizing, sizing_text
 
     cfg = load_config(config)
     available = None

@@ -13,10 +13,10 @@ from prefect import flow
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.results import EvaluationResult
 from refusalbench.tasks.pipeline.process_guard import follow_parent
-from refusalbench.tasks.refusalbench import artifacts as rb_files
-from refusalbench.tasks.refusalbench.outputs import generation_figures_aside
-from refusalbench.tasks.refusalbench.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
-from refusalbench.tasks.refusalbench.records import BenchmarkItem
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.report.run_outputs import generation_figures_aside
+from refusalbench.tasks.refusalbench.schema.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.pipeline.cache_scoping import scoped_config
@@ -24,9 +24,9 @@ from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
-from refusalbench.tasks.pipeline.report_step import report_results
-from refusalbench.tasks.pipeline.respond_step import respond_and_judge
-from refusalbench.tasks.pipeline.score_step import score_judgments
+from refusalbench.tasks.pipeline.refusalbench.report_step import report_results
+from refusalbench.tasks.pipeline.refusalbench.respond_step import respond_and_judge
+from refusalbench.tasks.pipeline.refusalbench.score_step import score_judgments
 from refusalbench.tasks.core.store import ArtifactStore
 
 

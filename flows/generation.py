@@ -21,18 +21,18 @@ from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import RunIncomplete
 from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.runtime import CallCounter
-from refusalbench.tasks.refusalbench.freshness import earlier_pairs
+from refusalbench.tasks.refusalbench.rounds.freshness import earlier_pairs
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
-from refusalbench.tasks.pipeline.analyse_step import analyse
-from refusalbench.tasks.pipeline.assign_step import GenerationInputs, prepare_inputs, record_inputs
-from refusalbench.tasks.pipeline.generate_step import generate_stage
-from refusalbench.tasks.pipeline.pretest_step import pretested_inputs
-from refusalbench.tasks.pipeline.select_step import select_benchmark
-from refusalbench.tasks.pipeline.verify_step import verify_stage
+from refusalbench.tasks.pipeline.refusalbench.analyse_step import analyse
+from refusalbench.tasks.pipeline.refusalbench.assign_step import GenerationInputs, prepare_inputs, record_inputs
+from refusalbench.tasks.pipeline.refusalbench.generate_step import generate_stage
+from refusalbench.tasks.pipeline.refusalbench.pretest_step import pretested_inputs
+from refusalbench.tasks.pipeline.refusalbench.select_step import select_benchmark
+from refusalbench.tasks.pipeline.refusalbench.verify_step import verify_stage
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench import artifacts as rb_files
-from refusalbench.tasks.refusalbench.stage_outcomes import empty_benchmark_reason
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.stages.stage_outcomes import empty_benchmark_reason
 
 
 def check_generation_inputs(cfg: RunConfig, seed: int | None = None,

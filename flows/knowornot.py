@@ -7,9 +7,9 @@ documents -> sentences (NLTK, offline) -> atomic facts (LLM) -> QA pairs (LLM)
   then factuality for answers) -> rates with bootstrap intervals -> a sample to label per spec
   [-> the knowornot.evaluator_comparison models judge that sample, App. D.3].
 
-The stages are Prefect tasks in ``tasks/pipeline/knowornot_steps.py`` (files in, files out, so a
+The stages are Prefect tasks in ``tasks/pipeline/knowornot/knowornot_steps.py`` (files in, files out, so a
 stage can be re-run alone and finished stages are served from cache); results, rates and
-the report are built by ``tasks/knowornot/report.py``.
+the report are built by ``tasks/knowornot/report/contents.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from refusalbench.flows.common import check_or_raise, model_endpoints, usable_mo
 from refusalbench.flows.results import KnowOrNotResult
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.config import load_config
-from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.knowornot.embeddings import embedder_for
-from refusalbench.tasks.pipeline.knowornot_bases import (each_base, each_base_then, failures_of, knowledge_bases,
+from refusalbench.tasks.knowornot.schema import artifacts as kon_files
+from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
+from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (each_base, each_base_then, failures_of, knowledge_bases,
                                                         merge_bases, summed)
-from refusalbench.tasks.knowornot.report import publish_report, write_results
-from refusalbench.tasks.pipeline.knowornot_steps import (answer_and_evaluate, audit_beside_calls, check_knowornot_inputs,
+from refusalbench.tasks.knowornot.report.contents import publish_report, write_results
+from refusalbench.tasks.pipeline.knowornot.knowornot_steps import (answer_and_evaluate, audit_beside_calls, check_knowornot_inputs,
                                                  compare_evaluators, input_digest, knowornot_models,
                                                  save_stage_failures, stage_tasks, warm_up_embedder,
                                                  with_resolved_sources, with_targets)

@@ -19,7 +19,7 @@ from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.outputs import write_generation_report
+from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.budget import budget_span
 from refusalbench.tasks.pipeline.ui import story

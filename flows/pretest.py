@@ -20,16 +20,16 @@ from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.pipeline.stage_run import StageRun
-from refusalbench.tasks.pipeline.assign_step import (
+from refusalbench.tasks.pipeline.refusalbench.assign_step import (
     GenerationInputs,
     base_set_funnel,
     prepare_inputs,
     record_domain_draw,
     record_funnel,
 )
-from refusalbench.tasks.pipeline.pretest_step import pretest_base_set
+from refusalbench.tasks.pipeline.refusalbench.pretest_step import pretest_base_set
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 
 def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:

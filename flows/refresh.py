@@ -3,9 +3,9 @@
 Each round draws a new seed, hence a new base sample and a new lever assignment,
 generates and verifies a fresh benchmark, evaluates the configured targets, and stores
 everything under ``<out_root>/round-<UTC time>-s<seed>/``. It then compares the round
-with earlier ones (``tasks/refusalbench/trend.py``): a per-model trend of the metrics with their
+with earlier ones (``tasks/refusalbench/rounds/trend.py``): a per-model trend of the metrics with their
 95% intervals, and the changes since the previous round that are significant at the configured
-false-discovery rate. What the run shows in the UI is ``tasks/pipeline/refresh_step.py``.
+false-discovery rate. What the run shows in the UI is ``tasks/pipeline/refusalbench/refresh_step.py``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from refusalbench.flows.main import check_main_inputs, main_flow
 from refusalbench.flows.results import RefreshResult
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.pipeline.refresh_step import compare_and_report, main_job_lines, publish_round, stage
-from refusalbench.tasks.pipeline.freshness_step import record_freshness
-from refusalbench.tasks.pipeline.refresh_rounds import finish_round, record_round_failed, start_round
+from refusalbench.tasks.pipeline.refusalbench.refresh_step import compare_and_report, main_job_lines, publish_round, stage
+from refusalbench.tasks.pipeline.refusalbench.freshness_step import record_freshness
+from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import finish_round, record_round_failed, start_round
 
 
 @flow(name="refusalbench-refresh", log_prints=True, on_failure=[record_round_failed])

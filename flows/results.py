@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from refusalbench.tasks.refusalbench.documents import TrendFlag
+from refusalbench.tasks.refusalbench.schema.json_files import TrendFlag
 
 
 class FlowResult(BaseModel):

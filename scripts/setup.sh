@@ -27,7 +27,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade "pip>=24" "setuptools>=69" wheel
 # CPU torch first: a plain 'torch' requirement would pull a multi-GB CUDA build.
 "${PIP[@]}" install "torch==2.13.0"
-# The inspect extra is installed too: tests/test_inspect.py runs an inspect_ai eval; and the docs
+# The inspect extra is installed too: tests/integrations/test_inspect.py runs an inspect_ai eval; and the docs
 # extra: tests/test_docs.py builds the documentation site.
 EXTRAS="test,inspect,docs"
 FIND_LINKS=()

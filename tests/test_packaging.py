@@ -90,7 +90,7 @@ def test_docs_document_the_run_folder_as_declared():
 
 
 # Where run-folder files are declared: the shared ones, and each method's own.
-DECLARATIONS = {"tasks/core/runfolder.py", "tasks/refusalbench/artifacts.py", "tasks/knowornot/artifacts.py"}
+DECLARATIONS = {"tasks/core/runfolder.py", "tasks/refusalbench/schema/artifacts.py", "tasks/knowornot/schema/artifacts.py"}
 
 
 def test_no_artifact_file_name_is_spelled_out_outside_the_run_folder_modules():

@@ -145,7 +145,7 @@ class KnowOrNotConfig(Strict):
         default=None, min_length=1,
         description="several knowledge bases in one run, each leave-one-out within itself (instead of documents/qa_pairs)")
     retrieval: list[str] = Field(default_factory=lambda: ["direct", "long_context", "basic_rag", "hyde_rag"],
-                                 description="registered retrieval strategies (tasks/knowornot/retrieval.py; "
+                                 description="registered retrieval strategies (tasks/knowornot/stages/retrieval.py; "
                                              "checked by tasks/knowornot/config_checks.py)")
     prompts: list[SystemPromptName] = Field(default_factory=_every_prompt)
     targets: list[str] = Field(min_length=1)

@@ -4,8 +4,8 @@ A run folder (local path or ``s3://...``) holds one run's artifacts. Each is dec
 once as an :class:`Artifact`: its file name, its format, the type that fixes its shape
 (a record class for Parquet rows, a document model for JSON) and one line saying what it
 is. The manifest and the report, which every run writes, are declared here; each method
-declares its own files in its ``artifacts.py`` (``tasks/refusalbench/artifacts.py``,
-``tasks/knowornot/artifacts.py``). Code reads and writes artifacts through these
+declares its own files in its ``artifacts.py`` (``tasks/refusalbench/schema/artifacts.py``,
+``tasks/knowornot/schema/artifacts.py``). Code reads and writes artifacts through these
 declarations (``store.save(rb_files.BENCHMARK, items)``, ``store.load(runfolder.MANIFEST)``),
 so no file name is spelled out anywhere else, and the README's table of the run folder is
 generated from them (``tasks/pipeline/runfolder_doc.py``).

@@ -17,7 +17,7 @@ def check_retrieval_strategies(config: RunConfig) -> tuple[str, str] | None:
     """Every strategy in ``knowornot.retrieval`` is registered."""
     if config.knowornot is None:
         return None
-    from refusalbench.tasks.knowornot.retrieval import RETRIEVERS
+    from refusalbench.tasks.knowornot.stages.retrieval import RETRIEVERS
 
     unknown = RETRIEVERS.unknown(config.knowornot.retrieval)
     return ("knowornot.retrieval", RETRIEVERS.unknown_message(unknown)) if unknown else None
@@ -28,7 +28,7 @@ def check_embedder(config: RunConfig) -> tuple[str, str] | None:
     """``knowornot.embedder`` is registered."""
     if config.knowornot is None:
         return None
-    from refusalbench.tasks.knowornot.embeddings import EMBEDDERS
+    from refusalbench.tasks.knowornot.stages.embeddings import EMBEDDERS
 
     name = config.knowornot.embedder
     return None if name in EMBEDDERS else ("knowornot.embedder", EMBEDDERS.unknown_message([name]))
@@ -42,7 +42,7 @@ def check_spec_names(config: RunConfig) -> tuple[str, str] | None:
     """
     if config.knowornot is None:
         return None
-    from refusalbench.tasks.knowornot.evaluation import EVAL_SPECS, RESERVED_SPEC_NAMES
+    from refusalbench.tasks.knowornot.stages.evaluation import EVAL_SPECS, RESERVED_SPEC_NAMES
 
     seen: set[str] = set()
     for spec in config.knowornot.evaluations:

@@ -33,7 +33,7 @@ from typing import TypeVar
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.textinput import read_bytes, read_text
-from refusalbench.tasks.knowornot.records import SourceDocument
+from refusalbench.tasks.knowornot.schema.records import SourceDocument
 
 DocumentReader = Callable[[Path], str]
 R = TypeVar("R", bound=DocumentReader)

@@ -136,7 +136,7 @@ class VerifierOutput(LLMOutput):
 
 # The judge's classification of a reply (paper App. D): an answer attempt, or a refusal with its
 # category. The codes repeat ``refusalbench.taxonomy.REFUSAL_CODES`` because this layer may not import
-# the method (tests/test_judge_decision.py keeps the two equal); the judge stage reads any code alias.
+# the method (tests/refusalbench/test_judge_decision.py keeps the two equal); the judge stage reads any code alias.
 ANSWER_ATTEMPT = "ANSWER_ATTEMPT"
 JUDGE_CLASSIFICATIONS: tuple[str, ...] = (
     ANSWER_ATTEMPT, "REFUSE_AMBIGUOUS_QUERY", "REFUSE_CONTRADICTORY_CONTEXT", "REFUSE_INFO_MISSING_IN_CONTEXT",

@@ -98,8 +98,8 @@ class Budget:
         return {model: cost for name in PLAN_STAGES.get(stage, (stage,)) for model, cost in costs.get(name, {}).items()}
 
     def _plan_costs(self, evaluating: bool) -> dict[str, dict[str, float | None]]:
-        from refusalbench.tasks.refusalbench import artifacts as rb_files
-        from refusalbench.tasks.refusalbench.plan import plan_run
+        from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+        from refusalbench.tasks.refusalbench.plan.estimate import plan_run
 
         benchmark = rb_files.BENCHMARK.name
         try:

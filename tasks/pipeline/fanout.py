@@ -46,7 +46,7 @@ from refusalbench.tasks.core import clocks, runfolder
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.plan_prices import sends_batches
+from refusalbench.tasks.refusalbench.plan.prices import sends_batches
 from refusalbench.tasks.pipeline.ui import Progress, stage_of_task, story, task_run_name
 
 if TYPE_CHECKING:

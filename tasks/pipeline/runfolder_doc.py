@@ -1,7 +1,7 @@
 """The whole run-folder contract in one list, and the README's table generated from it.
 
 The kernel declares the files both methods write (``tasks/core/runfolder.py``), each
-method its own (``tasks/refusalbench/artifacts.py``, ``tasks/knowornot/artifacts.py``);
+method its own (``tasks/refusalbench/schema/artifacts.py``, ``tasks/knowornot/schema/artifacts.py``);
 only a layer that may import both methods can put them together, hence this module.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.runfolder import Artifact
-from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.knowornot.schema import artifacts as kon_files
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 # Both methods write a ``metrics.json`` (each run folder holds one method's run).
 ARTIFACTS: tuple[Artifact, ...] = runfolder.SHARED + rb_files.ARTIFACTS + kon_files.ARTIFACTS

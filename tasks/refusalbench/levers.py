@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from refusalbench.levers import CATALOGUE_DIR
 from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.core.textinput import read_text
-from refusalbench.tasks.refusalbench.records import Lever
+from refusalbench.tasks.refusalbench.schema.records import Lever
 from refusalbench.tasks.refusalbench.taxonomy import CLASS_SLUG, INTENSITIES, PERTURBATION_CLASSES, STRATA, expected_behaviour
 
 # Lives in levers/ next to the lever files but holds names only, so the loader skips it.

@@ -16,8 +16,8 @@ from typing import Literal
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.knowornot import artifacts as kon_files
-from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.knowornot.schema import artifacts as kon_files
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 Method = Literal["refusalbench", "knowornot"]
 

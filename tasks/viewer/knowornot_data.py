@@ -19,7 +19,7 @@ import pandas as pd
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.human_labels import HumanLabel
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.knowornot import artifacts as kon_files
+from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.viewer.data import PAGE_SIZE, Keyed, plain
 
 FILTERS = ("target", "retrieval", "prompt", "knowledge_base")

@@ -29,10 +29,10 @@ from refusalbench.tasks.llm.gateway import CallResult
 from refusalbench.tasks.llm.providers import PLACEHOLDER_KEY, profile_for, response_format_for
 from refusalbench.tasks.llm.reply_outcomes import OK, outcome_error, reply_outcome
 from refusalbench.tasks.integrations.inspect.sample_metadata import ITEM_KEY, SCORE_KEY
-from refusalbench.tasks.refusalbench.judge import (DecisionMode, judge_messages, judge_schema, judgment_from_result,
+from refusalbench.tasks.refusalbench.stages.judge import (DecisionMode, judge_messages, judge_schema, judgment_from_result,
                                                   judgment_without_model, needs_judge)
-from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment, Response
-from refusalbench.tasks.refusalbench.respond import response_from_result, target_messages
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.stages.respond import response_from_result, target_messages
 from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics
 from refusalbench.tasks.llm.structured_outputs import json_schema_for, parse_output
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY

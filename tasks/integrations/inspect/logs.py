@@ -25,9 +25,9 @@ from pydantic import ValidationError
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
-from refusalbench.tasks.refusalbench import artifacts as rb_files
-from refusalbench.tasks.refusalbench.outputs import judged_frame, write_report, write_scores
-from refusalbench.tasks.refusalbench.records import BenchmarkItem, Judgment
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame, write_report, write_scores
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
 
 INSTALL_HINT = "reading inspect eval logs needs inspect_ai: pip install 'refusalbench[inspect]'"
 # An inspect JSON log is an EvalLog dumped field by field: it opens with "version", then "status".

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refusalbench.tasks.refusalbench.records import BenchmarkItem
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
 SCORE_KEY = "refusalbench"  # Score.metadata[SCORE_KEY] = {"judgment": ..., "variant": ..., "response_error": ...}
 ITEM_KEY = "item"  # Sample.metadata[ITEM_KEY] = the BenchmarkItem

@@ -51,9 +51,9 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 from inspect_ai.util import JSONSchema
 
 from refusalbench.tasks.integrations.inspect import bridge as bridge
-from refusalbench.tasks.refusalbench.benchmark_file import read_benchmark
+from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
 from refusalbench.tasks.core.plugins import load_entry_points
-from refusalbench.tasks.refusalbench.judge import DecisionMode
+from refusalbench.tasks.refusalbench.stages.judge import DecisionMode
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.llm.providers import profile_for

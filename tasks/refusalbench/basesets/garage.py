@@ -13,7 +13,7 @@ from typing import Any
 from refusalbench.tasks.refusalbench.basesets.curation import id_text, seeded_subset, squash_spaces, stable_rng
 from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, Problems, TooManyProblems, json_type, open_problems
 from refusalbench.tasks.refusalbench.basesets.streaming import ByteProgress, ProgressCallback, iter_json_lines, refuse_json_array
-from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 
 log = logging.getLogger(__name__)
 

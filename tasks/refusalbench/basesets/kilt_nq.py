@@ -35,7 +35,7 @@ from refusalbench.tasks.refusalbench.basesets.streaming import (
     iter_raw_lines,
     refuse_json_array,
 )
-from refusalbench.tasks.refusalbench.records import BaseItem
+from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
 # Where a page's id sits in a knowledge-source line: near the start ({"_id": "290", "wikipedia_id": "290", ...}).
 # Read from the first bytes so the lines of pages nobody cites (nearly all of them) are never parsed.

@@ -30,7 +30,7 @@ from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, To
 from refusalbench.tasks.refusalbench.basesets.readers import reader_for
 from refusalbench.tasks.refusalbench.basesets.validation import check_record
 from refusalbench.tasks.core.errors import InputError, InputErrors
-from refusalbench.tasks.refusalbench.records import BaseItem
+from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
 
 def load_base_set(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES) -> list[BaseItem]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from refusalbench.tasks.refusalbench.basesets.problems import BASE_FIELDS, PASSAGE_FIELDS, Problems, Skip, json_type
-from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 
 
 def _check_text(record: dict[str, Any], name: str, line: int, problems: Problems) -> str | None:

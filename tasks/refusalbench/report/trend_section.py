@@ -2,7 +2,7 @@
 rounds with 95% intervals, what changed significantly since the previous round (or that no model
 moved), the incomplete rounds, the round's error bound and a readable table.
 
-The figure is also what the refresh run shows as a Prefect artifact (``tasks/pipeline/refresh_step.py``).
+The figure is also what the refresh run shows as a Prefect artifact (``tasks/pipeline/refusalbench/refresh_step.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, section
 from refusalbench.tasks.core.plotting import plot_text, png_base64
-from refusalbench.tasks.refusalbench.documents import TrendDocument
-from refusalbench.tasks.refusalbench.freshness import fingerprint_lines, freshness_lines
+from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
+from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_lines, freshness_lines
 from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
-from refusalbench.tasks.refusalbench.trend import (HEADLINE_METRIC, ROUND_PREFIX, change_line, changes_markdown,
+from refusalbench.tasks.refusalbench.rounds.trend import (HEADLINE_METRIC, ROUND_PREFIX, change_line, changes_markdown,
                                                    readable_trend)
 
 COLUMNS = 4

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.refusalbench.rule_generator.text import answer_pattern
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 from refusalbench.tasks.refusalbench.rule_generator.base import (NotApplicable, RuleOutput, answers_pattern, item_texts,
                                                     register_rule, rule_output)
 from refusalbench.tasks.refusalbench.rule_generator.text import NUMBER, YEAR, pick, sentences

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from refusalbench.tasks.refusalbench.records import BaseItem, Passage
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 from refusalbench.tasks.refusalbench.rule_generator.base import (NotApplicable, RuleOutput, answer_in_context, answers_pattern,
                                                     item_texts, register_rule, rule_output)
 from refusalbench.tasks.refusalbench.rule_generator.text import YEAR, answer_clues, content_words, pick, sentences, tidy

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.refusalbench import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import open_bytes, open_text, text_lines

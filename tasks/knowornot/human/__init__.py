@@ -1,0 +1,1 @@
+"""Human labels for KnowOrNot: what to label, the two screens, evaluators against the humans."""

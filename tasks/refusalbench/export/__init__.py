@@ -1,0 +1,1 @@
+"""``refusalbench export``: a run's benchmark as a Hugging Face dataset with its card."""

@@ -1,0 +1,1 @@
+"""``refusalbench plan``: the calls, tokens, dollars and hours a config would take, before any call."""

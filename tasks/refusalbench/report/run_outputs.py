@@ -1,0 +1,198 @@
+"""What an evaluation leaves in its run folder after the model calls: scores and the report.
+
+Also the two commands that work on files alone, with no model call:
+``refusalbench score`` (:func:`score_to_folder`; from inspect_ai logs:
+``integrations.inspect.logs.score_inspect_logs``) and ``refusalbench report``
+(:func:`build_report_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
+from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, OK
+from refusalbench.tasks.refusalbench.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
+from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
+from refusalbench.tasks.refusalbench.scoring.summary import OUTCOME_TREATMENT
+from refusalbench.tasks.core.store import ArtifactStore
+
+JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
+                  "perturbation_class", "intensity", "lever_id", "domain", "generator"]
+# What became of the row (tasks/llm/reply_outcomes.py) and how the scoring treats it.
+OUTCOME_COLUMNS = ["outcome", "treatment"]
+# The multi-document judge's scores and the item's variant (single|multi): optional for scoring.
+MULTI_DOCUMENT_COLUMNS = ["raf", "eligibility", "factuality", "variant"]
+# The base item each benchmark item was written from (with ``items``): intervals resample base items.
+CLUSTER_COLUMNS = ["base_id"]
+
+
+def judged_frame(judgments: list[Judgment],
+                 items: Iterable[BenchmarkItem] | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Every judgment as a row to score, and per-model counts of the ones left out of the metrics.
+
+    Each row says its ``outcome`` (``ok``: scored; otherwise why not: truncated, blocked, a
+    failed call, ...) and its ``treatment`` (how the scoring counts it), so a target none of
+    whose rows could be scored is still listed. With ``items``, each row carries its item's
+    ``variant``, which tells the multi-document metrics which rows are theirs, and its ``base_id``,
+    which the bootstrap resamples; the judge's
+    ``raf``, ``eligibility`` and ``factuality`` come along whenever some row has one.
+    """
+    frame = pd.DataFrame([j.model_dump() for j in judgments], columns=list(Judgment.model_fields))
+    items = list(items or ())
+    variants = {item.item_id: item.variant for item in items}
+    frame["variant"] = frame["item_id"].map(variants) if variants else None
+    # The base item of each row: the bootstrap resamples base items (scoring.clusters).
+    frame["base_id"] = frame["item_id"].map({item.item_id: item.base_id for item in items}) if items else None
+    errors = frame["error"].notna()
+    excluded = frame[errors].groupby("model").size().to_dict() if errors.any() else {}
+    # Judgments written before outcomes were recorded: an error is a failed call, else scored.
+    legacy = frame["outcome"].isna()
+    frame.loc[legacy, "outcome"] = errors[legacy].map({True: CALL_ERROR, False: OK})
+    frame["treatment"] = frame["outcome"].map(OUTCOME_TREATMENT)
+    optional = [c for c in MULTI_DOCUMENT_COLUMNS + CLUSTER_COLUMNS if frame[c].notna().any()]
+    columns = JUDGED_COLUMNS + OUTCOME_COLUMNS + optional
+    return frame[columns].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
+
+
+def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int,
+                 min_coverage: float = DEFAULT_MIN_COVERAGE, calibration: pd.DataFrame | None = None) -> ScoreResult:
+    """Score ``frame``; metrics.json and the breakdown tables go into the run folder.
+
+    ``calibration``: the calibration pass's rows (:func:`calibration_frame`), ECE's only source when given.
+    """
+    result = score_frame(frame, n_resamples=bootstrap, seed=seed, min_coverage=min_coverage, calibration=calibration)
+    for name, blob in render_score_outputs(result).items():
+        store.write_bytes(name, blob)
+    return result
+
+
+def calibration_frame(store: ArtifactStore, confidence: bool,
+                      items: Iterable[BenchmarkItem] | None = None) -> pd.DataFrame | None:
+    """The calibration pass's judgments as rows to score, when the run asked for one
+    (``evaluation.confidence``) and wrote them; else None (ECE then comes from the main rows)."""
+    if not confidence or not store.has(rb_files.CALIBRATION_JUDGMENTS):
+        return None
+    if items is None and store.has(rb_files.BENCHMARK):
+        items = store.load(rb_files.BENCHMARK)
+    return judged_frame(store.load(rb_files.CALIBRATION_JUDGMENTS), items)[0]
+
+
+def _optional(store: ArtifactStore, artifact: runfolder.Artifact) -> Any:
+    return store.load(artifact) if store.has(artifact) else None
+
+
+def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "RefusalBench report") -> str:
+    """``report.html`` from scores plus what else the folder holds (manifest, G-V analysis, trend)."""
+    manifest = _optional(store, runfolder.MANIFEST)
+    gv = _optional(store, rb_files.GV_ANALYSIS)
+    audit = _optional(store, rb_files.AUDIT)
+    generation = _optional(store, rb_files.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
+    from refusalbench.tasks.refusalbench.report import ReportInputs, build_report  # matplotlib: loaded only for a report
+
+    analysis = gv.model_dump(mode="json") if gv else None
+    html = build_report(ReportInputs.from_score(
+        result, manifest=manifest.model_dump(mode="json") if manifest else None,
+        gv_analysis=analysis, generation_figures=_stored_generation_figures(store, analysis),
+        round_trend=_optional(store, rb_files.ROUND_TREND),
+        trend=trend.model_dump(mode="json") if (trend := _optional(store, rb_files.TREND)) else None,
+        audit=audit.model_dump(mode="json") if audit else None,
+        generation_counts=generation.counts if generation else None, title=title,
+        responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None,
+        judged=store.read_frame(rb_files.JUDGED.name) if store.has(rb_files.JUDGED) else None,
+        benchmark=_benchmark_columns(store)))
+    return store.save(runfolder.REPORT, html)
+
+
+def _benchmark_columns(store: ArtifactStore) -> pd.DataFrame | None:
+    """The benchmark's item ids and domains (the report's domain figure; no texts read), or None."""
+    if not store.has(rb_files.BENCHMARK):
+        return None
+    table = store.read_table(rb_files.BENCHMARK.name)
+    return table.select([c for c in ("item_id", "domain") if c in table.column_names]).to_pandas()
+
+
+def write_generation_report(store: ArtifactStore) -> str:
+    """A report with no scores (after ``generate``): generation figures, funnel and verifier analysis."""
+    gv = store.load(rb_files.GV_ANALYSIS)
+    manifest = store.load(runfolder.MANIFEST)
+    if manifest.kind != "generate" and store.has(rb_files.GENERATION_MANIFEST):  # an evaluation in the folder
+        manifest = store.load(rb_files.GENERATION_MANIFEST)  # began its own: the generation's is kept aside
+    audit = _optional(store, rb_files.AUDIT)
+    empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
+    from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report
+    from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
+
+    analysis = gv.model_dump(mode="json")
+    figures = generation_figures_html(analysis) if analysis else None
+    if figures:
+        store.write_text(_generation_figures_file(analysis), figures)  # the run's final report shows them too
+    html = build_generation_report(ReportInputs(
+        metrics={}, gv_analysis=analysis, manifest=manifest.model_dump(mode="json"), generation_figures=figures,
+        generation_counts=manifest.counts, audit=audit.model_dump(mode="json") if audit else None,
+        title=f"RefusalBench report (generation only{empty})"))
+    return store.save(runfolder.REPORT, html)
+
+
+def _generation_figures_file(analysis: dict[str, Any]) -> str:
+    """``_work/generation-figures-<digest>.html``: the generation figures drawn from ``analysis`` by this
+    code (the digest: ``drawn_figures_key``)."""
+    from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key
+
+    return f"{runfolder.WORK}/generation-figures-{drawn_figures_key(analysis)}.html"
+
+
+def generation_figures_aside(store: ArtifactStore) -> Callable[[], None]:
+    """Start drawing the generation figures of the folder's analysis in a forked child, unless none
+    are to draw or they are stored already; returns the function that waits for them and stores them,
+    so that the final report shows that copy (a ``run``'s generation writes no report of its own:
+    the figures are drawn while the targets answer, not after the last call)."""
+    analysis = store.load(rb_files.GV_ANALYSIS).model_dump(mode="json") if store.has(rb_files.GV_ANALYSIS) else None
+    if not analysis or store.exists(_generation_figures_file(analysis)):
+        return lambda: None
+    from refusalbench.tasks.core.plotting import DrawnAside
+    from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
+
+    drawing = DrawnAside(generation_figures_html, analysis)
+
+    def store_them() -> None:
+        store.write_text(_generation_figures_file(analysis), drawing.result())
+
+    return store_them
+
+
+def _stored_generation_figures(store: ArtifactStore, analysis: dict[str, Any] | None) -> str | None:
+    """The generation figures the generation report drew from the same analysis with the same code (byte for
+    byte what drawing them again gives: the final report does not), or None."""
+    if not analysis:
+        return None
+    name = _generation_figures_file(analysis)
+    return store.read_text(name) if store.exists(name) else None
+
+
+def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:
+    """``refusalbench score``: metrics from judged responses, no model calls."""
+    frame = read_judged(file)  # bad input exits before the run folder is created
+    store = ArtifactStore(out)
+    write_scores(store, frame, bootstrap=bootstrap, seed=seed)
+    return store.uri(rb_files.METRICS.name)
+
+
+def build_report_for(run_dir: str) -> str:
+    """``refusalbench report``: rebuild report.html from a run folder's judged responses."""
+    store = ArtifactStore(run_dir)
+    if not store.has(rb_files.JUDGED):
+        raise InputError(store.uri(rb_files.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
+    manifest = _optional(store, runfolder.MANIFEST)
+    ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
+    result = score_frame(store.load(rb_files.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0),
+                         min_coverage=ev.get("min_coverage", DEFAULT_MIN_COVERAGE),
+                         calibration=calibration_frame(store, bool(ev.get("confidence"))))
+    return write_report(store, result)

@@ -1,0 +1,1 @@
+"""Refresh rounds: how fresh a round is, how large it must be, and the trend across rounds."""

@@ -1,0 +1,190 @@
+"""The trend across refresh rounds flags change, not noise (issue 26, part 6): two-sample comparisons,
+Benjamini-Hochberg across models x metrics, incomplete rounds listed; the per-model plot."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
+from refusalbench.tasks.refusalbench.report.trend_section import round_label, trend_plot, trend_section
+from refusalbench.tasks.refusalbench.rounds.trend import (HEADLINE_METRIC, collect_trend, compare_rounds, flags,
+                                                   readable_trend, round_error, round_rows, save_trend)
+
+FDR = 0.05
+PER_CLASS = 150  # answerable and unanswerable items per round: a 300-item weekly round
+
+
+def simulated_metrics(rng: np.random.Generator, truths: dict[str, tuple[float, float]]) -> dict:
+    """metrics.json of one round: per model, binomial samples of its true answer and refusal accuracy.
+
+    Answerable items: answered correctly (rate a), refused (0.15), answered wrong; unanswerable items:
+    refused with the right code (rate r), answered (0.2), wrong code. Standard errors and 95% intervals
+    are the binomial ones, as the bootstrap of metrics.json gives them.
+    """
+    models, intervals, errors, counts = {}, {}, {}, {}
+    for model, (answer, refusal) in truths.items():
+        answerable = rng.multinomial(PER_CLASS, [answer, 0.15, 0.85 - answer])
+        unanswerable = rng.multinomial(PER_CLASS, [refusal, 0.2, 0.8 - refusal])
+        values = {"answer_accuracy": answerable[0] / PER_CLASS, "false_refusal_rate": answerable[1] / PER_CLASS,
+                  "refusal_accuracy": unanswerable[0] / PER_CLASS, "missed_refusal_rate": unanswerable[1] / PER_CLASS}
+        se = {name: math.sqrt(v * (1 - v) / PER_CLASS) for name, v in values.items()}
+        values[HEADLINE_METRIC] = (values["answer_accuracy"] + values["refusal_accuracy"]) / 2
+        se[HEADLINE_METRIC] = 0.5 * math.hypot(se["answer_accuracy"], se["refusal_accuracy"])
+        models[model], errors[model] = values, se
+        intervals[model] = {name: [v - 1.96 * se[name], v + 1.96 * se[name]] for name, v in values.items()}
+        counts[model] = {"n": 2 * PER_CLASS}
+    return {"models": models, "intervals": intervals, "standard_errors": errors, "counts": counts}
+
+
+def simulate(seed: int, rounds: int = 20, models: int = 30, improver: str | None = None,
+             improve_at: int = 10) -> list[pd.DataFrame]:
+    """The comparisons each refresh round makes (rounds 2..``rounds``), with ``models`` models whose true
+    rates never change; ``improver`` (one more model) gains 20 points in both accuracies at round
+    ``improve_at``."""
+    rng = np.random.default_rng(seed)
+    truths = {f"model-{i:02d}": (rng.uniform(0.3, 0.6), rng.uniform(0.3, 0.6)) for i in range(models)}
+    rows: list[dict] = []
+    made = []
+    for t in range(rounds):
+        if improver is not None:
+            truths[improver] = (0.3, 0.4) if t < improve_at else (0.5, 0.6)
+        rows += round_rows(f"round-{t:03d}", simulated_metrics(rng, truths))
+        if t:
+            made.append(compare_rounds(pd.DataFrame(rows), FDR))
+    return made
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def test_thirty_steady_models_over_twenty_rounds_flag_within_the_fdr():
+    made = simulate(seed=2026)
+    assert len(made) == 19 and all(len(c) == 30 * 6 for c in made)
+    # Every flag here is a false discovery, so a round's false-discovery proportion is 1 when it flags
+    # anything and 0 otherwise, and the share of rounds that flag anything estimates the FDR, which
+    # Benjamini-Hochberg keeps at FDR. 19 rounds estimate it up to binomial noise: allow the counts that
+    # a rate of FDR produces with probability 95% (0 to 3 rounds of 19).
+    rounds_flagging = sum(bool(c["significant"].any()) for c in made)
+    allowed = next(k for k in range(20) if binomial_tail(k + 1, len(made), FDR) < 0.05)
+    assert allowed == 3 and rounds_flagging <= allowed
+    defined = sum(c["p_value"].notna().sum() for c in made)
+    assert sum(c["significant"].sum() for c in made) / defined <= FDR / 10  # per model x metric: rarer still
+    # The old rule (the new estimate outside the previous round's 95% interval) flags noise in nearly every
+    # round: about 17% of comparisons, dozens of the 150 defined ones per round.
+    outside = [((c["latest"] < c["previous_interval"].str[0]) | (c["latest"] > c["previous_interval"].str[1])).sum()
+               for c in made]
+    assert min(outside) >= 5
+    # Uncorrected two-sample tests would still flag a few per round; BH keeps it to none.
+    assert sum((c["p_value"] < 0.05).sum() for c in made) > 19
+
+
+def test_a_model_that_improves_by_twenty_points_is_flagged():
+    made = simulate(seed=7, improver="improver", improve_at=10)
+    at_change = made[9]  # round 10 against round 9
+    flagged = at_change[at_change["significant"]]
+    assert set(flagged["model"]) == {"improver"}
+    crs = flagged.set_index("metric").loc[HEADLINE_METRIC]
+    assert crs["direction"] == "up" and crs["better"] is True and crs["difference_low"] > 0
+    assert 0.1 < crs["difference"] < 0.3 and crs["adjusted_p_value"] <= FDR
+    # Before and after the step it is as steady as the others.
+    assert not any(c[c["model"] == "improver"]["significant"].any() for i, c in enumerate(made) if i != 9)
+
+
+def test_comparison_of_two_rounds_by_hand():
+    rows = pd.DataFrame([
+        {"round": "r1", "model": "a", HEADLINE_METRIC: 0.50, f"{HEADLINE_METRIC}_se": 0.02},
+        {"round": "r2", "model": "a", HEADLINE_METRIC: 0.60, f"{HEADLINE_METRIC}_se": 0.02},
+        {"round": "r1", "model": "b", HEADLINE_METRIC: 0.50, f"{HEADLINE_METRIC}_ci_low": 0.40,
+         f"{HEADLINE_METRIC}_ci_high": 0.60},  # no standard error: the interval's half-width / 1.96
+        {"round": "r2", "model": "b", HEADLINE_METRIC: 0.55, f"{HEADLINE_METRIC}_se": 0.05},
+        {"round": "r2", "model": "new", HEADLINE_METRIC: 0.9, f"{HEADLINE_METRIC}_se": 0.01},  # no previous round
+    ])
+    table = compare_rounds(rows, FDR, metrics=(HEADLINE_METRIC,)).set_index("model")
+    assert list(table.index) == ["a", "b"]
+    a, b = table.loc["a"], table.loc["b"]
+    assert a["difference"] == pytest.approx(0.1)
+    half = 1.959964 * math.sqrt(2) * 0.02
+    assert (a["difference_low"], a["difference_high"]) == (pytest.approx(0.1 - half, abs=1e-5),
+                                                          pytest.approx(0.1 + half, abs=1e-5))
+    assert a["p_value"] == pytest.approx(0.000407, rel=0.01) and a["significant"]
+    z = 0.05 / math.hypot(0.10 / 1.959964, 0.05)  # the interval's half-width / z stands in for its se
+    assert b["p_value"] == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-4) and not b["significant"]
+    (flag,) = flags(table.reset_index())
+    assert flag["model"] == "a" and flag["direction"] == "up" and flag["better"] is True
+
+
+def write_round(root: ArtifactStore, round_id: str, metrics: dict | None, status: str | None) -> None:
+    store = root.child(round_id)
+    if metrics is not None:
+        store.write_json("metrics.json", metrics)
+    if status is not None:
+        store.write_text("round.json", json.dumps({"round_id": round_id, "status": status}))
+
+
+def test_incomplete_rounds_are_listed_not_left_out(tmp_path):
+    rng = np.random.default_rng(1)
+    truths = {"m": (0.5, 0.5)}
+    root = ArtifactStore(tmp_path / "rounds")
+    write_round(root, "round-20260101T000000Z-s1", simulated_metrics(rng, truths), None)  # before round.json
+    write_round(root, "round-20260108T000000Z-s2", simulated_metrics(rng, truths), "complete")
+    write_round(root, "round-20260115T000000Z-s3", None, "failed")
+    write_round(root, "round-20260122T000000Z-s4", simulated_metrics(rng, truths), "running")  # crashed late
+    write_round(root, "round-20260129T000000Z-s5", None, "complete")
+    write_round(root, "round-20260205T000000Z-s6", simulated_metrics(rng, truths), "running")  # this one
+    trend = collect_trend(root, limit=10, current="round-20260205T000000Z-s6")
+    assert trend.rounds == ["round-20260101T000000Z-s1", "round-20260108T000000Z-s2", "round-20260205T000000Z-s6"]
+    assert [(r.round[-2:], r.status) for r in trend.incomplete] == [("s3", "failed"), ("s4", "running"),
+                                                                    ("s5", "complete")]
+    assert "no metrics.json" in trend.incomplete[2].reason
+    comparisons = compare_rounds(trend.rows, FDR)
+    assert set(comparisons["previous_round"]) == {"round-20260108T000000Z-s2"}  # the previous *complete* round
+    error = round_error(trend.rows, "round-20260205T000000Z-s6", rounds=52, delta=0.05)
+    assert error.items == 300 and error.epsilon == pytest.approx(math.sqrt(math.log(2 * 52 / 0.05) / 600))
+    document = save_trend(root.child("round-20260205T000000Z-s6"), trend, comparisons, FDR, error)
+    again = TrendDocument.model_validate_json(root.child("round-20260205T000000Z-s6").read_text("trend.json"))
+    assert again == document and len(again.incomplete_rounds) == 3 and again.fdr == FDR
+    # Only the last rounds count: a limit of two keeps s5 (incomplete) and s6.
+    assert collect_trend(root, limit=2, current="round-20260205T000000Z-s6").rounds == ["round-20260205T000000Z-s6"]
+
+
+def test_trend_section_shows_plot_changes_and_incomplete_rounds():
+    rng = np.random.default_rng(0)
+    steady = {"a": (0.4, 0.5), "b": (0.5, 0.5)}
+    truths = [steady, steady, {"a": (0.7, 0.8), "b": (0.5, 0.5)}]  # a improves by 30 points in round 3
+    rows = pd.DataFrame([r for t, truth in enumerate(truths)
+                         for r in round_rows(f"round-2026010{t + 1}T040000Z-s{t}", simulated_metrics(rng, truth))])
+    comparisons = compare_rounds(rows, FDR)
+    assert set(comparisons[comparisons["significant"]]["model"]) == {"a"}
+    document = TrendDocument(rounds=sorted(rows["round"].unique()), flags=flags(comparisons), metric=HEADLINE_METRIC,
+                             fdr=FDR, comparisons=len(comparisons), incomplete_rounds=[
+                                 {"round": "round-x", "status": "failed", "reason": "round.json says failed"}])
+    html = trend_section(rows, document.model_dump(mode="json"))
+    assert html.count("<img") == 1 and "significant change(s)</b> since the previous round" in html
+    assert "<li>a: CRS 0." in html and "round-x: round.json says failed" in html
+    quiet = TrendDocument(rounds=document.rounds, flags=[], metric=HEADLINE_METRIC, fdr=FDR, comparisons=12)
+    assert "No model moved: none of 12 comparisons" in trend_section(rows, quiet.model_dump(mode="json"))
+    png = base64.b64decode(trend_plot(rows, {"a": [HEADLINE_METRIC]}))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert round_label("round-20261125T153925Z-s11") == "11-25 15:39"
+    readable = readable_trend(rows)
+    assert len(readable) == 6 and set(readable[0]) == {"round", "model", "n", "CRS", "Answer acc.", "Refusal acc."}
+    assert readable[0]["CRS"].count("[") == 1 and len(readable[0]["CRS"].split(" ")[0]) == 5  # 0.xyz
+
+
+def test_a_trend_json_of_the_older_version_still_renders():
+    """Rounds written before the two-sample test: flags without a difference or p-value."""
+    old = {"rounds": ["r1", "r2"], "metric": HEADLINE_METRIC, "flags": [
+        {"model": "a", "metric": HEADLINE_METRIC, "previous_round": "r1", "round": "r2", "previous": 0.5,
+         "previous_interval": [0.4, 0.6], "latest": 0.75, "direction": "up"}]}
+    rows = pd.DataFrame([{"round": "r1", "model": "a", HEADLINE_METRIC: 0.5},
+                         {"round": "r2", "model": "a", HEADLINE_METRIC: 0.75}])
+    assert "a: CRS 0.500 -&gt; 0.750 (up)" in trend_section(rows, old)  # HTML-escaped
