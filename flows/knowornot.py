@@ -7,7 +7,7 @@ documents -> sentences (NLTK, offline) -> atomic facts (LLM) -> QA pairs (LLM)
   then factuality for answers) -> rates with bootstrap intervals -> a sample to label per spec
   [-> the knowornot.evaluator_comparison models judge that sample, App. D.3].
 
-The stages are Prefect tasks in ``tasks/pipeline/knowornot/knowornot_steps.py`` (files in, files out, so a
+The stages are Prefect tasks in ``tasks/pipeline/knowornot/knowornot_tasks.py`` (files in, files out, so a
 stage can be re-run alone and finished stages are served from cache); results, rates and
 the report are built by ``tasks/knowornot/report/contents.py``.
 """
@@ -25,10 +25,8 @@ from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
 from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (each_base, each_base_then, failures_of, knowledge_bases,
                                                         merge_bases, summed)
 from refusalbench.tasks.knowornot.report.contents import publish_report, write_results
-from refusalbench.tasks.pipeline.knowornot.knowornot_steps import (answer_and_evaluate, audit_beside_calls, check_knowornot_inputs,
-                                                 compare_evaluators, input_digest, knowornot_models,
-                                                 save_stage_failures, stage_tasks, warm_up_embedder,
-                                                 with_resolved_sources, with_targets)
+from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs, input_digest, knowornot_models, warm_up_embedder, with_resolved_sources, with_targets
+from refusalbench.tasks.pipeline.knowornot.knowornot_steps import answer_and_evaluate, audit_beside_calls, compare_evaluators, save_stage_failures, stage_tasks
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder

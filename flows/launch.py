@@ -108,8 +108,7 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5,
 @embedded_api
 def run_knowornot(config_path: str, out: str) -> KnowOrNotResult:
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import (check_knowornot_inputs, warm_up_embedder,
-                                                             warm_up_overlap_audit)
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs, warm_up_embedder, warm_up_overlap_audit
 
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)

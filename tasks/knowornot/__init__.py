@@ -17,7 +17,7 @@ The pipeline's parts, one module per concern (the flow is ``flows/knowornot.py``
 - ``labels``        stratified sampling and a run folder's labels (store and agreement: ``tasks.labelling``)
 - ``label_screens`` the terminal and web labellers
 - ``model_steps``   the model-calling steps, pure functions over the gateway
-  (their Prefect tasks and flow-side steps: ``tasks/pipeline/knowornot/knowornot_steps.py``)
+  (their Prefect tasks, flow-side steps and input checks: ``tasks/pipeline/knowornot/``)
 - ``overlap``       the duplicate-overlap audit of the kept questions (paper App. D.1)
 - ``report``        results table, rates, audit and label sample of a run
 - ``report_page``   the HTML report, rebuilt from the run folder (``report_figures``: its plots)

@@ -323,7 +323,7 @@ def test_a_broken_entry_point_names_its_distribution_and_entry_point(tmp_path):
 def test_every_task_given_a_config_loads_its_plugins_first():
     """A task runs wherever the runner puts it: each one taking the run config must load its plugins."""
     tasks = []
-    for path in (ROOT / "tasks" / "pipeline").glob("*.py"):
+    for path in (ROOT / "tasks" / "pipeline").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef) and any(
                 ast.unparse(d).split("(")[0] == "task" for d in node.decorator_list

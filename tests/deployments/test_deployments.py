@@ -86,7 +86,7 @@ def test_serve_builds_the_same_deployments():
 def test_knowornot_deployment_default_config_has_a_knowornot_section():
     from refusalbench.deployments.serve import DEFAULT_KNOWORNOT_CONFIG, build_deployments, parse_args
     from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs
 
     preset = {d["name"]: d for d in load_prefect_yaml()["deployments"]}["knowornot"]["parameters"]["config_path"]
     assert preset == DEFAULT_KNOWORNOT_CONFIG
@@ -195,7 +195,7 @@ def test_register_script_deploys_every_deployment_with_a_config_its_flow_can_run
     the config loads from the project root (where workers run), has the sections its flow reads and
     names only registry models, and a refresh round holds a benchmark whatever seed it draws."""
     from refusalbench.tasks.core.config import load_config
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs
 
     for name in ("REFUSALBENCH_MODELS_URL", "REFUSALBENCH_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)  # compose's defaults

@@ -907,7 +907,7 @@ def test_the_model_warms_up_in_the_background_only_when_some_vector_is_not_cache
     from refusalbench.tasks.knowornot.stages.embeddings import CachedEmbedder, MiniLMEmbedder, embedder_for
     from refusalbench.tasks.knowornot.stages.retrieval import pair_text
     from refusalbench.tasks.llm.callcache import open_cache
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import warm_up_embedder
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import warm_up_embedder
 
     class LoadCounting(MiniLMEmbedder):
         """MiniLM's background load, with the model left out: counts the loads started."""

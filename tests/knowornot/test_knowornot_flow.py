@@ -239,7 +239,7 @@ def look_at_report_in_a_browser(report, shot, images: int) -> None:
 def test_demo_config_loads_and_its_documents_exist():
     from refusalbench.tasks.core.config import load_config
     from refusalbench.tasks.knowornot.document_readers import read_documents
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import check_knowornot_inputs, with_resolved_sources
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs, with_resolved_sources
 
     cfg = load_config(DEMO_CONFIG)
     check_knowornot_inputs(cfg)

@@ -61,7 +61,7 @@ def test_a_bad_policybench_file_is_named_by_line_and_nothing_is_imported(tmp_pat
 
 
 def test_the_shipped_config_says_which_import_to_run_when_the_files_are_missing(tmp_path, monkeypatch):
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs
 
     monkeypatch.chdir(tmp_path)  # a fresh clone's working folder, without data/policybench
     with pytest.raises(InputError) as info:

@@ -111,7 +111,7 @@ def test_policybench_config_is_the_papers_knowornot_run_over_four_bases(tmp_path
     import os
     import shutil
 
-    from refusalbench.tasks.pipeline.knowornot.knowornot_steps import check_knowornot_inputs
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs
 
     shutil.copytree(policybench, tmp_path / "data" / "policybench")
     here = os.getcwd()

@@ -20,9 +20,9 @@ from prefect import Task
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.config_sections import KnowOrNotConfig
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.schema.records import BASE_FILTER_FIELDS, ExperimentInput, FilterReport, QAPair
-from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.fanout import task_parameter
 
 
