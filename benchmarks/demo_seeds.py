@@ -28,8 +28,12 @@ CLI = Path(sys.executable).with_name("refusalbench")
 def run_seed(config: Path, out: Path, seed: int) -> dict:
     env = dict(os.environ, REFUSALBENCH_CACHE_DIR=str(out / "cache"))
     started = time.monotonic()
-    proc = subprocess.run([str(CLI), "run", "--config", str(config), "--out", str(out / "run"), "--seed", str(seed)],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(CLI), "run", "--config", str(config), "--out", str(out / "run"), "--seed", str(seed)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - started
     (out / "cli.log").write_text(proc.stdout + proc.stderr)
     return {"seed": seed, "rc": proc.returncode, "wall_s": wall, **summarise(out / "run")}
@@ -69,9 +73,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         minutes, seconds = divmod(round(r["wall_s"]), 60)
-        print(f"| {r['seed']} | {r['rc']} | {minutes} min {seconds:02d} s | {r.get('candidates', '–')} | "
-              f"{r.get('accepted', 0)} | {r.get('medium_or_high', 0)} | {r.get('per_stratum', '–')} | "
-              f"{r.get('crs_defined', '–')} |")
+        print(
+            f"| {r['seed']} | {r['rc']} | {minutes} min {seconds:02d} s | {r.get('candidates', '–')} | "
+            f"{r.get('accepted', 0)} | {r.get('medium_or_high', 0)} | {r.get('per_stratum', '–')} | "
+            f"{r.get('crs_defined', '–')} |"
+        )
 
 
 if __name__ == "__main__":

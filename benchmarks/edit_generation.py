@@ -34,13 +34,13 @@ from refusalbench.tasks.core.config import ModelConfig, load_config, packaged_co
 from refusalbench.tasks.core.config_sections import EDIT_STYLE_TEMPLATES  # noqa: E402
 from refusalbench.tasks.llm.callcache import SQLiteCache  # noqa: E402
 from refusalbench.tasks.llm.gateway import Gateway  # noqa: E402
-from refusalbench.tasks.refusalbench.stages.assign import _rng, assign_levers  # noqa: E402
 from refusalbench.tasks.refusalbench.basesets import load_base_set  # noqa: E402
+from refusalbench.tasks.refusalbench.levers import load_catalogue  # noqa: E402
+from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Candidate, Lever  # noqa: E402
+from refusalbench.tasks.refusalbench.stages.assign import _rng, assign_levers  # noqa: E402
 from refusalbench.tasks.refusalbench.stages.edits import EDIT_FAILURE  # noqa: E402
 from refusalbench.tasks.refusalbench.stages.generate import generate_candidates  # noqa: E402
-from refusalbench.tasks.refusalbench.levers import load_catalogue  # noqa: E402
 from refusalbench.tasks.refusalbench.stages.prechecks import apply_prechecks, awaits_verification  # noqa: E402
-from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Candidate, Lever  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STYLES = {"full": frozenset(), "edit": frozenset(EDIT_STYLE_TEMPLATES)}
@@ -48,8 +48,10 @@ DEFAULT_LOCAL = ["qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"]  
 
 
 def base_items(single: int, multi: int) -> list[BaseItem]:
-    return (load_base_set(ROOT / "data/sample_single.jsonl")[:single]
-            + load_base_set(ROOT / "data/sample_multi.jsonl")[:multi])
+    return (
+        load_base_set(ROOT / "data/sample_single.jsonl")[:single]
+        + load_base_set(ROOT / "data/sample_multi.jsonl")[:multi]
+    )
 
 
 def one_lever_each(items: list[BaseItem], levers: list[Lever], seed: int = 0) -> list[Assignment]:
@@ -74,32 +76,51 @@ def summarise(candidates: list[Candidate]) -> dict[str, Any]:
     }
 
 
-def measure(gateway: Gateway, generator: str, assignments: list[Assignment], items: list[BaseItem],
-            levers: dict[str, Lever], backend: str, one_by_one: bool = False
-            ) -> tuple[list[dict[str, Any]], dict[str, list[Candidate]]]:
+def measure(
+    gateway: Gateway,
+    generator: str,
+    assignments: list[Assignment],
+    items: list[BaseItem],
+    levers: dict[str, Lever],
+    backend: str,
+    one_by_one: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, list[Candidate]]]:
     """Both styles on ``assignments``; ``one_by_one``: each assignment in both styles before the next
     (slow local models: a stopped run still has paired figures, and the cache keeps every reply)."""
     by_id = {item.id: item for item in items}
     made: dict[str, list[Candidate]] = {style: [] for style in STYLES}
     wall = dict.fromkeys(STYLES, 0.0)
-    for batch in ([[a] for a in assignments] if one_by_one else [assignments]):
+    for batch in [[a] for a in assignments] if one_by_one else [assignments]:
         for style, templates in STYLES.items():
             started = time.perf_counter()
-            got = apply_prechecks(generate_candidates(gateway, batch, by_id, levers, generator,
-                                                      edit_templates=templates), by_id, levers)
+            got = apply_prechecks(
+                generate_candidates(gateway, batch, by_id, levers, generator, edit_templates=templates), by_id, levers
+            )
             wall[style] += time.perf_counter() - started
             made[style] += got
             if one_by_one:
                 c = got[0]
-                print(f"  {style} {c.variant} {c.lever_id}: {c.status}, {c.completion_tokens} output tokens, "
-                      f"{time.perf_counter() - started:.0f} s{' (cached)' if c.cached else ''}", file=sys.stderr, flush=True)
+                print(
+                    f"  {style} {c.variant} {c.lever_id}: {c.status}, {c.completion_tokens} output tokens, "
+                    f"{time.perf_counter() - started:.0f} s{' (cached)' if c.cached else ''}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     rows = []
     for style, candidates in made.items():
         for variant in ("single", "multi", "all"):
             chosen = [c for c in candidates if variant == "all" or c.variant == variant]
             if chosen:
-                rows.append({"backend": backend, "generator": generator, "variant": variant, "style": style,
-                             "wall_s": wall[style] if variant == "all" else None, **summarise(chosen)})
+                rows.append(
+                    {
+                        "backend": backend,
+                        "generator": generator,
+                        "variant": variant,
+                        "style": style,
+                        "wall_s": wall[style] if variant == "all" else None,
+                        **summarise(chosen),
+                    }
+                )
     return rows, made
 
 
@@ -122,12 +143,16 @@ def scripted(single: int, multi: int) -> list[dict[str, Any]]:
     items, catalogue = base_items(single, multi), load_catalogue()
     assignments = assign_levers(items, catalogue, seed=0)  # every stratum on every item
     with ScriptedLLMServer(responder=scripted_generator_responder) as server, tempfile.TemporaryDirectory() as folder:
-        gateway = Gateway({"scripted": ModelConfig(model="openai/scripted", api_base=server.url)},
-                          SQLiteCache(Path(folder) / "calls.sqlite"))
+        gateway = Gateway(
+            {"scripted": ModelConfig(model="openai/scripted", api_base=server.url)},
+            SQLiteCache(Path(folder) / "calls.sqlite"),
+        )
         rows, made = measure(gateway, "scripted", assignments, items, {lv.id: lv for lv in catalogue}, "scripted")
-    same = sum(full.model_dump(include={"question", "context", "passages", "rationale"})
-               == edit.model_dump(include={"question", "context", "passages", "rationale"})
-               for full, edit in zip(made["full"], made["edit"]))
+    same = sum(
+        full.model_dump(include={"question", "context", "passages", "rationale"})
+        == edit.model_dump(include={"question", "context", "passages", "rationale"})
+        for full, edit in zip(made["full"], made["edit"])
+    )
     print(f"scripted: {same} of {len(assignments)} candidates identical in both styles", file=sys.stderr)
     return rows
 
@@ -152,22 +177,27 @@ def local(names: list[str], single: int, multi: int, cache: str | None, max_toke
             cfg = cfg.model_copy(update={"params": {**cfg.params, "max_tokens": max_tokens}})
         with start_server(models, [name]) as server:
             gateway = Gateway({name: cfg}, SQLiteCache(cache_path), api_bases=server.api_bases)
-            got, made = measure(gateway, name, assignments, items, {lv.id: lv for lv in catalogue}, "local",
-                                one_by_one=True)
+            got, made = measure(
+                gateway, name, assignments, items, {lv.id: lv for lv in catalogue}, "local", one_by_one=True
+            )
         rows += got
         print("\n".join(failures(made)), file=sys.stderr, flush=True)
     return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    head = ("| backend | generator | variant | style | candidates | well-formed | kept (pre-checks) | edit failures "
-            "| other failures | output tokens / candidate | output tokens total | prompt tokens / candidate | wall s |")
+    head = (
+        "| backend | generator | variant | style | candidates | well-formed | kept (pre-checks) | edit failures "
+        "| other failures | output tokens / candidate | output tokens total | prompt tokens / candidate | wall s |"
+    )
     lines = [head, "|" + "---|" * 4 + "---:|" * 9]
     for r in rows:
         wall = "" if r["wall_s"] is None else f"{r['wall_s']:.0f}"
-        lines.append(f"| {r['backend']} | {r['generator']} | {r['variant']} | {r['style']} | {r['candidates']} "
-                     f"| {r['well_formed']} | {r['kept']} | {r['edit_failures']} | {r['other_failures']} "
-                     f"| {r['tokens_mean']:.1f} | {r['tokens_total']} | {r['prompt_mean']:.0f} | {wall} |")
+        lines.append(
+            f"| {r['backend']} | {r['generator']} | {r['variant']} | {r['style']} | {r['candidates']} "
+            f"| {r['well_formed']} | {r['kept']} | {r['edit_failures']} | {r['other_failures']} "
+            f"| {r['tokens_mean']:.1f} | {r['tokens_total']} | {r['prompt_mean']:.0f} | {wall} |"
+        )
     return "\n".join(lines)
 
 
@@ -178,15 +208,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--multi", type=int, default=None, help="multi-document base items (scripted 2, local 2)")
     parser.add_argument("--models", nargs="*", default=DEFAULT_LOCAL, help="local generators")
     parser.add_argument("--cache", default=None, help="call cache file for the local runs (default: a fresh one)")
-    parser.add_argument("--max-tokens", type=int, default=None,
-                        help="the local generators' max_tokens (default: the registry's)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="the local generators' max_tokens (default: the registry's)"
+    )
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     if "scripted" in args.backends:
         rows += scripted(4 if args.single is None else args.single, 2 if args.multi is None else args.multi)
     if "local" in args.backends:
-        rows += local(args.models, 6 if args.single is None else args.single, 2 if args.multi is None else args.multi,
-                      args.cache, args.max_tokens)
+        rows += local(
+            args.models,
+            6 if args.single is None else args.single,
+            2 if args.multi is None else args.multi,
+            args.cache,
+            args.max_tokens,
+        )
     print(markdown(rows))
     return 0 if rows else 1
 

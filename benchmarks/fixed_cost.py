@@ -53,12 +53,15 @@ def command() -> list[str]:
 
 def write_config(folder: Path, url: str, cache: str = "calls.sqlite") -> Path:
     config = folder / f"eval-{Path(cache).stem}.yaml"
-    config.write_text(models_yaml(url, ["target", "judge"], 16) + f"""cache:
+    config.write_text(
+        models_yaml(url, ["target", "judge"], 16)
+        + f"""cache:
   path: {folder / cache}
 evaluation:
   targets: [target]
   judge: judge
-""")
+"""
+    )
     return config
 
 
@@ -69,25 +72,43 @@ def _epoch(stamp: str) -> float:
 def run_once(config: Path, benchmark: str, out: Path, env: dict[str, str]) -> dict[str, Any]:
     started_at = time.time()
     started = time.perf_counter()
-    done = subprocess.run([*command(), "evaluate", "--config", str(config), "--benchmark", benchmark, "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*command(), "evaluate", "--config", str(config), "--benchmark", benchmark, "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"evaluate failed ({done.returncode}):\n{done.stderr[-3000:]}")
     manifest = json.loads((out / "manifest.json").read_text())
     stages = sum(manifest["timings_s"].values())
     flow_start, flow_end = _epoch(manifest["created_at"]), _epoch(manifest["finished_at"])
-    return {"wall_s": wall, "before_s": flow_start - started_at, "stages_s": stages,
-            "after_s": started_at + wall - flow_end, "timings_s": manifest["timings_s"]}
+    return {
+        "wall_s": wall,
+        "before_s": flow_start - started_at,
+        "stages_s": stages,
+        "after_s": started_at + wall - flow_end,
+        "timings_s": manifest["timings_s"],
+    }
 
 
 def summary(items: int, kind: str, runs: list[dict[str, Any]], calls: int) -> dict[str, Any]:
     def median(key: str) -> float:
         return statistics.median(r[key] for r in runs)
 
-    return {"items": items, "kind": kind, "runs": len(runs), "wall_s": median("wall_s"),
-            "min_wall_s": min(r["wall_s"] for r in runs), "before_s": median("before_s"),
-            "stages_s": median("stages_s"), "after_s": median("after_s"), "calls": calls}
+    return {
+        "items": items,
+        "kind": kind,
+        "runs": len(runs),
+        "wall_s": median("wall_s"),
+        "min_wall_s": min(r["wall_s"] for r in runs),
+        "before_s": median("before_s"),
+        "stages_s": median("stages_s"),
+        "after_s": median("after_s"),
+        "calls": calls,
+    }
 
 
 def intercept_and_slope(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -122,27 +143,36 @@ def server_rss_mib(home: Path) -> float | None:
 
 
 def print_first_runs(runs: dict[int, list[dict[str, Any]]], latency: float) -> None:
-    print(f"First runs (an empty call cache each, the server warm, {1000 * latency:.0f} ms per call, concurrency 16):\n")
+    print(
+        f"First runs (an empty call cache each, the server warm, {1000 * latency:.0f} ms per call, concurrency 16):\n"
+    )
     print("| items | runs | calls | wall s (median) | call phase s | outside the call phase s (median) |")
     print("|---:|---:|---:|---:|---:|---:|")
     for n, rows in runs.items():
         outside = statistics.median(r["wall_s"] - r["busy_s"] for r in rows)
-        print(f"| {n:,} | {len(rows)} | {rows[0]['calls']:,} | {statistics.median(r['wall_s'] for r in rows):.2f} | "
-              f"{statistics.median(r['busy_s'] for r in rows):.2f} | {outside:.2f} |")
+        print(
+            f"| {n:,} | {len(rows)} | {rows[0]['calls']:,} | {statistics.median(r['wall_s'] for r in rows):.2f} | "
+            f"{statistics.median(r['busy_s'] for r in rows):.2f} | {outside:.2f} |"
+        )
     if len(runs) > 1:
-        intercept, _ = intercept_and_slope([(n, statistics.median(r["wall_s"] - r["busy_s"] for r in rows))
-                                            for n, rows in runs.items()])
+        intercept, _ = intercept_and_slope(
+            [(n, statistics.median(r["wall_s"] - r["busy_s"] for r in rows)) for n, rows in runs.items()]
+        )
         print(f"\ntime outside the call phase at 0 items (intercept): {intercept:.2f} s")
     print()
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print("Cached re-runs (every call served by the call cache):\n")
-    print("| items | server | runs | wall s (median) | fastest s | before the stages s | stages s | after s | calls sent |")
+    print(
+        "| items | server | runs | wall s (median) | fastest s | before the stages s | stages s | after s | calls sent |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['items']:,} | {r['kind']} | {r['runs']} | {r['wall_s']:.2f} | {r['min_wall_s']:.2f} | "
-              f"{r['before_s']:.2f} | {r['stages_s']:.2f} | {r['after_s']:.2f} | {r['calls']} |")
+        print(
+            f"| {r['items']:,} | {r['kind']} | {r['runs']} | {r['wall_s']:.2f} | {r['min_wall_s']:.2f} | "
+            f"{r['before_s']:.2f} | {r['stages_s']:.2f} | {r['after_s']:.2f} | {r['calls']} |"
+        )
 
 
 def main() -> None:
@@ -150,7 +180,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 200, 2000])
     parser.add_argument("--repeat", type=int, default=7, help="warm re-runs per size")
     parser.add_argument("--first", type=int, default=3, help="first runs (each with an empty call cache) per size")
-    parser.add_argument("--cold", type=int, default=3, help="cold re-runs (server stopped first) of the size nearest 200")
+    parser.add_argument(
+        "--cold", type=int, default=3, help="cold re-runs (server stopped first) of the size nearest 200"
+    )
     parser.add_argument("--latency", type=float, default=0.1, help="seconds the scripted server takes per reply")
     parser.add_argument("--json", help="also write the raw figures to this file")
     args = parser.parse_args()
@@ -158,8 +190,11 @@ def main() -> None:
     from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 
     checks = [cpu_check_s()]
-    with tempfile.TemporaryDirectory(prefix="refusalbench-fixed-cost-") as tmp, \
-            ScriptedLLMServer(responder=reply, latency_s=args.latency) as server, contextlib.ExitStack() as cleanup:
+    with (
+        tempfile.TemporaryDirectory(prefix="refusalbench-fixed-cost-") as tmp,
+        ScriptedLLMServer(responder=reply, latency_s=args.latency) as server,
+        contextlib.ExitStack() as cleanup,
+    ):
         work = Path(tmp)
         home = work / "prefect-home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
@@ -207,8 +242,10 @@ def main() -> None:
         cold_calls = len(server.calls) - before_calls - warm_calls
     checks.append(cpu_check_s())
 
-    print(f"The very first command (1 item, a fresh PREFECT_HOME: it starts the server, which creates Prefect's "
-          f"database): {very_first['wall_s']:.2f} s wall, {very_first['before_s']:.2f} s before the stages\n")
+    print(
+        f"The very first command (1 item, a fresh PREFECT_HOME: it starts the server, which creates Prefect's "
+        f"database): {very_first['wall_s']:.2f} s wall, {very_first['before_s']:.2f} s before the stages\n"
+    )
 
     print_first_runs(first, args.latency)
     rows = [summary(n, "warm", warm[n], warm_calls) for n in args.sizes]
@@ -217,14 +254,26 @@ def main() -> None:
     print_table(rows)
     if len(args.sizes) > 1:
         intercept, slope = intercept_and_slope([(r["items"], r["wall_s"]) for r in rows if r["kind"] == "warm"])
-        print(f"\nfixed cost (intercept of the warm medians): {intercept:.2f} s; each 1,000 cached items add {1000 * slope:.2f} s")
+        print(
+            f"\nfixed cost (intercept of the warm medians): {intercept:.2f} s; each 1,000 cached items add {1000 * slope:.2f} s"
+        )
     if rss is not None:
         print(f"the background server's resident memory after the warm runs: {rss:.0f} MiB")
     print(f"CPU check (a fixed Python loop) before and after: {checks[0]:.2f} s, {checks[1]:.2f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"very_first": very_first, "first": first, "rows": rows, "warm": warm,
-                                               "cold": cold,
-                                               "cpu_check_s": checks}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "very_first": very_first,
+                    "first": first,
+                    "rows": rows,
+                    "warm": warm,
+                    "cold": cold,
+                    "cpu_check_s": checks,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -63,18 +63,25 @@ PACKAGES = ("configs", "deployments", "flows", "levers", "prompts", "tasks")
 TIMED = {
     "embedding model load": [("refusalbench.tasks.knowornot.stages.embeddings", "MiniLMEmbedder._load")],
     # The api embedder's time includes its requests; those count as calls in flight, the rest as encode.
-    "embedding encode": [("refusalbench.tasks.knowornot.stages.embeddings", f"{name}.embed")
-                         for name in ("MiniLMEmbedder", "ApiEmbedder")],
-    "FAISS": [("refusalbench.tasks.knowornot.stages.retrieval", name) for name in
-              ("build_index", "index_to_bytes", "index_from_bytes", "search_excluding")],
-    "Parquet/JSON I/O": [("refusalbench.tasks.core.store", f"ArtifactStore.{name}") for name in
-                         ("save", "load", "read_records", "write_records")],
+    "embedding encode": [
+        ("refusalbench.tasks.knowornot.stages.embeddings", f"{name}.embed")
+        for name in ("MiniLMEmbedder", "ApiEmbedder")
+    ],
+    "FAISS": [
+        ("refusalbench.tasks.knowornot.stages.retrieval", name)
+        for name in ("build_index", "index_to_bytes", "index_from_bytes", "search_excluding")
+    ],
+    "Parquet/JSON I/O": [
+        ("refusalbench.tasks.core.store", f"ArtifactStore.{name}")
+        for name in ("save", "load", "read_records", "write_records")
+    ],
     "metrics": [("refusalbench.tasks.knowornot.report.contents", "write_results")],
     "report": [("refusalbench.tasks.knowornot.report.contents", "publish_report")],
 }
 
 
 # ----------------------------------------------------------------- child: the measured command
+
 
 def child(config: str, out: str, intervals_path: str) -> None:
     """One KnowOrNot run as ``refusalbench knowornot run`` makes it (the command line's ``main``, with the
@@ -97,10 +104,21 @@ def child(config: str, out: str, intervals_path: str) -> None:
         cli.main(["knowornot", "run", "--config", config, "--out", out])
     finally:
         finished = time.time()
-        Path(intervals_path).write_text(json.dumps({
-            "started": started, "imported": imported, "finished": finished, "intervals": intervals, "stages": stages,
-            "task_runs": dict(tasks), "cpu_s": time.process_time(), "cpu_samples": cpu_samples,
-            "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        Path(intervals_path).write_text(
+            json.dumps(
+                {
+                    "started": started,
+                    "imported": imported,
+                    "finished": finished,
+                    "intervals": intervals,
+                    "stages": stages,
+                    "task_runs": dict(tasks),
+                    "cpu_s": time.process_time(),
+                    "cpu_samples": cpu_samples,
+                    "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                }
+            )
+        )
         gc_tuning.at_exit()
 
 
@@ -150,6 +168,7 @@ def _instrument(intervals: list, stages: list, tasks: collections.Counter) -> No
                 return function(*args, **kwargs)
             finally:
                 intervals.append((category, wall, time.time(), time.thread_time() - cpu))
+
         return wrapper
 
     for category, targets in TIMED.items():
@@ -186,6 +205,7 @@ def _instrument(intervals: list, stages: list, tasks: collections.Counter) -> No
 
 # ----------------------------------------------------------------- parent: server, runs, breakdown
 
+
 def union(spans: list[tuple[float, float]], lo: float = float("-inf"), hi: float = float("inf")) -> float:
     """Length of the union of the spans, clipped to [lo, hi]."""
     total, end = 0.0, float("-inf")
@@ -211,14 +231,35 @@ def shim(code: Path, work: Path) -> str:
     return str(package.parent)
 
 
-def run_once(server: Any, env: dict[str, str], config: Path, out: Path, work: Path, latency: float,
-             profile: str | None) -> dict[str, Any]:
+def run_once(
+    server: Any, env: dict[str, str], config: Path, out: Path, work: Path, latency: float, profile: str | None
+) -> dict[str, Any]:
     intervals = work / f"{out.name}-intervals.json"
-    command = [sys.executable, __file__, "--child", "--config", str(config), "--out", str(out),
-               "--intervals", str(intervals)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--intervals",
+        str(intervals),
+    ]
     if profile == "py-spy":
-        command = [str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "100", "--nonblocking",
-                   "--format", "raw", "--output", str(PROFILE_PATH.with_suffix(".txt")), "--", *command]
+        command = [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--rate",
+            "100",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--output",
+            str(PROFILE_PATH.with_suffix(".txt")),
+            "--",
+            *command,
+        ]
     elif profile == "cprofile":
         command = [sys.executable, "-m", "cProfile", "-o", str(PROFILE_PATH.with_suffix(".pstats")), *command[1:]]
     before = len(server.calls)
@@ -229,8 +270,14 @@ def run_once(server: Any, env: dict[str, str], config: Path, out: Path, work: Pa
         raise RuntimeError(f"the KnowOrNot run failed:\n{done.stderr[-4000:]}")
     measured = json.loads(intervals.read_text())
     calls = server.calls[before:]
-    return {"launched": launched, "exited": exited, "wall_s": exited - launched, "calls": calls,
-            "latency": latency, **measured}
+    return {
+        "launched": launched,
+        "exited": exited,
+        "wall_s": exited - launched,
+        "calls": calls,
+        "latency": latency,
+        **measured,
+    }
 
 
 def breakdown(run: dict[str, Any]) -> dict[str, Any]:
@@ -257,13 +304,29 @@ def breakdown(run: dict[str, Any]) -> dict[str, Any]:
             parts[category] = union(seen + spans[category], lo, hi) - union(seen, lo, hi)
             seen += spans[category]
         cpu_s = _cpu_between([tuple(s) for s in run.get("cpu_samples", [])], lo, hi)
-        rows.append({"stage": name, "wall_s": hi - lo, "cpu_s": cpu_s, "in_flight_s": in_flight, **parts,
-                     "rest_s": hi - lo - union(seen, lo, hi)})
+        rows.append(
+            {
+                "stage": name,
+                "wall_s": hi - lo,
+                "cpu_s": cpu_s,
+                "in_flight_s": in_flight,
+                **parts,
+                "rest_s": hi - lo - union(seen, lo, hi),
+            }
+        )
     per_model = collections.Counter(c["model"] for c in run["calls"])
-    return {"rows": rows, "calls": len(run["calls"]), "per_model": dict(per_model), "cpu": dict(cpu),
-            "cpu_s": run["cpu_s"], "task_runs": run["task_runs"], "wall_s": run["wall_s"],
-            "in_flight_s": union(flights), "maxrss_mib": run["maxrss_mib"],
-            "first_call_s": min((c["time"] for c in run["calls"]), default=run["exited"]) - run["launched"]}
+    return {
+        "rows": rows,
+        "calls": len(run["calls"]),
+        "per_model": dict(per_model),
+        "cpu": dict(cpu),
+        "cpu_s": run["cpu_s"],
+        "task_runs": run["task_runs"],
+        "wall_s": run["wall_s"],
+        "in_flight_s": union(flights),
+        "maxrss_mib": run["maxrss_mib"],
+        "first_call_s": min((c["time"] for c in run["calls"]), default=run["exited"]) - run["launched"],
+    }
 
 
 def bounds(per_model: dict[str, int], concurrency: int, latency: float) -> tuple[float, float]:
@@ -274,19 +337,28 @@ def bounds(per_model: dict[str, int], concurrency: int, latency: float) -> tuple
 
 def print_breakdown(label: str, result: dict[str, Any], concurrency: int, latency: float, under_load: bool) -> None:
     load = " (under load)" if under_load else ""
-    print(f"\n### {label}: {result['wall_s']:.1f} s wall{load}, {result['cpu_s']:.1f} s CPU, {result['calls']} calls "
-          f"({', '.join(f'{m} {n}' for m, n in sorted(result['per_model'].items()))}), first call at "
-          f"{result['first_call_s']:.1f} s, peak RSS {result['maxrss_mib']:.0f} MiB\n")
+    print(
+        f"\n### {label}: {result['wall_s']:.1f} s wall{load}, {result['cpu_s']:.1f} s CPU, {result['calls']} calls "
+        f"({', '.join(f'{m} {n}' for m, n in sorted(result['per_model'].items()))}), first call at "
+        f"{result['first_call_s']:.1f} s, peak RSS {result['maxrss_mib']:.0f} MiB\n"
+    )
     columns = ["in_flight_s", *TIMED, "rest_s"]
     print("| stage | wall s | CPU s | " + " | ".join(c.removesuffix("_s").replace("_", " ") for c in columns) + " |")
     print("|---|---:|---:|" + "---:|" * len(columns))
     for row in result["rows"]:
         cpu = "" if row.get("cpu_s") is None else f"{row['cpu_s']:.2f}"
-        print(f"| {row['stage']} | {row['wall_s']:.2f} | {cpu} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + " |")
-    print("\nCPU s inside the timed parts (threads add up): " + ", ".join(
-        f"{k} {v:.2f}" for k, v in sorted(result["cpu"].items())))
-    print("Prefect task runs: " + (", ".join(f"{k} {v}" for k, v in sorted(result["task_runs"].items())) or "none")
-          + f" ({sum(result['task_runs'].values())} in all)")
+        print(
+            f"| {row['stage']} | {row['wall_s']:.2f} | {cpu} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + " |"
+        )
+    print(
+        "\nCPU s inside the timed parts (threads add up): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(result["cpu"].items()))
+    )
+    print(
+        "Prefect task runs: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(result["task_runs"].items())) or "none")
+        + f" ({sum(result['task_runs'].values())} in all)"
+    )
 
 
 def summarise_py_spy(path: Path, top: int = 25) -> None:
@@ -343,8 +415,10 @@ def measure(args: argparse.Namespace) -> None:
             raise SystemExit(f"PolicyBench is not beside the checkout ({POLICYBENCH})")
         trees = ([("baseline", Path(args.baseline).resolve())] if args.baseline else []) + [("this tree", ROOT)]
         results = {}
-        with prefect_test_harness(server_startup_timeout=180), \
-                ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
+        with (
+            prefect_test_harness(server_startup_timeout=180),
+            ScriptedLLMServer(responder=reply, latency_s=args.latency) as server,
+        ):
             # As a background server is after a first command: it has answered the version route, which Prefect
             # sets up at its first request (0.5-1.5 s here) and every flow run's client asks first.
             urllib.request.urlopen(str(prefect.settings.PREFECT_API_URL.value()) + "/admin/version", timeout=60).read()
@@ -352,22 +426,29 @@ def measure(args: argparse.Namespace) -> None:
                 folder = work / label.replace(" ", "-")
                 folder.mkdir()
                 path = shim(code, work) if code != ROOT else str(ROOT)
-                env = dict(os.environ, PYTHONPATH=path, PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
-                           REFUSALBENCH_CACHE_DIR=str(work / "cache"))
+                env = dict(
+                    os.environ,
+                    PYTHONPATH=path,
+                    PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
+                    REFUSALBENCH_CACHE_DIR=str(work / "cache"),
+                )
                 config = write_loo_config(folder, server.url, files, args.concurrency, args.embedder)
-                first = run_once(server, env, config, folder / "run1", work, args.latency,
-                                 args.profile if code == ROOT else None)
+                first = run_once(
+                    server, env, config, folder / "run1", work, args.latency, args.profile if code == ROOT else None
+                )
                 second = run_once(server, env, config, folder / "run2", work, args.latency, None)
                 results[label] = (breakdown(first), breakdown(second))
                 same = _same_artifacts(folder / "run1", folder / "run2")
                 results[label][0]["artifacts_same_on_rerun"] = same
         if args.baseline:
             results["this tree"][0]["artifacts_same_as_baseline"] = _same_artifacts(
-                work / "baseline" / "run1", work / "this-tree" / "run1")
+                work / "baseline" / "run1", work / "this-tree" / "run1"
+            )
         for label, (first, second) in results.items():
             print_breakdown(f"{label}: one command, first run", first, args.concurrency, args.latency, args.under_load)
-            print_breakdown(f"{label}: the same command again (call cache)", second, args.concurrency, args.latency,
-                            args.under_load)
+            print_breakdown(
+                f"{label}: the same command again (call cache)", second, args.concurrency, args.latency, args.under_load
+            )
         _headline(results, args)
         if args.profile == "py-spy":
             summarise_py_spy(PROFILE_PATH.with_suffix(".txt"))
@@ -377,8 +458,9 @@ def measure(args: argparse.Namespace) -> None:
             print(f"\n### cProfile (main thread only), top 30 by cumulative time ({PROFILE_PATH}.pstats)\n")
             pstats.Stats(str(PROFILE_PATH.with_suffix(".pstats"))).sort_stats("cumulative").print_stats(30)
         if args.json:
-            Path(args.json).write_text(json.dumps({k: [first, second] for k, (first, second) in results.items()},
-                                                  indent=2, default=str))
+            Path(args.json).write_text(
+                json.dumps({k: [first, second] for k, (first, second) in results.items()}, indent=2, default=str)
+            )
 
 
 def _same_artifacts(a: Path, b: Path) -> str:
@@ -386,9 +468,18 @@ def _same_artifacts(a: Path, b: Path) -> str:
     import pandas as pd
 
     differing = []
-    for name in ("experiment_inputs.parquet", "results.parquet", "metrics.parquet", "evaluations.parquet",
-                 "experiment_outputs.parquet", "metrics.json", "filter_report.json", "spec_rates.parquet",
-                 "label_sample.parquet", "qa_pairs.parquet"):
+    for name in (
+        "experiment_inputs.parquet",
+        "results.parquet",
+        "metrics.parquet",
+        "evaluations.parquet",
+        "experiment_outputs.parquet",
+        "metrics.json",
+        "filter_report.json",
+        "spec_rates.parquet",
+        "label_sample.parquet",
+        "qa_pairs.parquet",
+    ):
         if not (a / name).exists():
             continue
         if name.endswith(".json"):
@@ -410,35 +501,51 @@ def _headline(results: dict[str, Any], args: argparse.Namespace) -> None:
     first, second = results["this tree"]
     chain, floor = bounds(first["per_model"], args.concurrency, args.latency)
     load = " (under load)" if args.under_load else ""
-    print(f"\n## Headline: PolicyBench leave-one-out, 4 bases x 4 modes, one command: {first['wall_s']:.1f} s{load}, "
-          f"{first['cpu_s']:.1f} s CPU")
-    print(f"- calls {first['calls']}: bound {chain:.1f} s with HyDE -> answers -> evaluations back to back, "
-          f"{floor:.1f} s for the busiest model alone; some call in flight {first['in_flight_s']:.1f} s")
-    print(f"- KnowOrNot library on the same server (issue 29's measurement, {args.library_s:.1f} s): "
-          f"{args.library_s / first['wall_s']:.1f}x")
-    print(f"- cached re-run: {second['wall_s']:.1f} s, {second['calls']} calls; tables and metrics vs the first run: "
-          f"{first['artifacts_same_on_rerun']}")
+    print(
+        f"\n## Headline: PolicyBench leave-one-out, 4 bases x 4 modes, one command: {first['wall_s']:.1f} s{load}, "
+        f"{first['cpu_s']:.1f} s CPU"
+    )
+    print(
+        f"- calls {first['calls']}: bound {chain:.1f} s with HyDE -> answers -> evaluations back to back, "
+        f"{floor:.1f} s for the busiest model alone; some call in flight {first['in_flight_s']:.1f} s"
+    )
+    print(
+        f"- KnowOrNot library on the same server (issue 29's measurement, {args.library_s:.1f} s): "
+        f"{args.library_s / first['wall_s']:.1f}x"
+    )
+    print(
+        f"- cached re-run: {second['wall_s']:.1f} s, {second['calls']} calls; tables and metrics vs the first run: "
+        f"{first['artifacts_same_on_rerun']}"
+    )
     if "baseline" in results:
         base = results["baseline"][0]
-        print(f"- baseline tree on the same server: {base['wall_s']:.1f} s ({base['cpu_s']:.1f} s CPU), "
-              f"{base['calls']} calls: {base['wall_s'] / first['wall_s']:.2f}x its time now; tables, metrics and "
-              f"FAISS indexes vs the baseline's: {first['artifacts_same_as_baseline']}")
+        print(
+            f"- baseline tree on the same server: {base['wall_s']:.1f} s ({base['cpu_s']:.1f} s CPU), "
+            f"{base['calls']} calls: {base['wall_s'] / first['wall_s']:.2f}x its time now; tables, metrics and "
+            f"FAISS indexes vs the baseline's: {first['artifacts_same_as_baseline']}"
+        )
     embedding = sum(n for m, n in first["per_model"].items() if m not in MODELS)
     # One line to compare run with run: seconds, x the library, calls, bound, the issue's target (<= 15 s).
-    print(f"\nHEADLINE knowornot-loo embedder={args.embedder}: {first['wall_s']:.1f} s{load}, "
-          f"{args.library_s / first['wall_s']:.1f}x the KnowOrNot library ({args.library_s:.1f} s), "
-          f"{first['calls'] - embedding} calls + {embedding} embedding requests, bound {chain:.1f} s, "
-          f"cached re-run {second['wall_s']:.1f} s with {second['calls']} calls, target <= 15 s: "
-          f"{'met' if first['wall_s'] <= 15 else 'not met'}")
+    print(
+        f"\nHEADLINE knowornot-loo embedder={args.embedder}: {first['wall_s']:.1f} s{load}, "
+        f"{args.library_s / first['wall_s']:.1f}x the KnowOrNot library ({args.library_s:.1f} s), "
+        f"{first['calls'] - embedding} calls + {embedding} embedding requests, bound {chain:.1f} s, "
+        f"cached re-run {second['wall_s']:.1f} s with {second['calls']} calls, target <= 15 s: "
+        f"{'met' if first['wall_s'] <= 15 else 'not met'}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency", type=float, default=0.1)
-    parser.add_argument("--embedder", choices=["api", "minilm"], default="api",
-                        help="api (default): an embedding model on the same scripted server, as the KnowOrNot library "
-                             "embeds through its client's embedding API; minilm: all-MiniLM-L6-v2 on this machine's CPUs")
+    parser.add_argument(
+        "--embedder",
+        choices=["api", "minilm"],
+        default="api",
+        help="api (default): an embedding model on the same scripted server, as the KnowOrNot library "
+        "embeds through its client's embedding API; minilm: all-MiniLM-L6-v2 on this machine's CPUs",
+    )
     parser.add_argument("--baseline", help="another checkout to run first on the same server (e.g. git archive HEAD)")
     parser.add_argument("--profile", choices=["py-spy", "cprofile"], help="profile the first run of this tree")
     parser.add_argument("--library-s", type=float, default=LIBRARY_S, help="the KnowOrNot library's seconds")

@@ -90,15 +90,24 @@ def shapes(i: int) -> dict[str, dict[str, Any]]:
         "verifier": {
             "messages": [
                 {"role": "system", "content": VERIFIER_TASK},
-                {"role": "user", "content": f"Original:\n{item}\nAnswer: 1794\n\nPerturbed:\n{item.replace('1794', 'the late eighteenth century')}\nExpected: REFUSE_MISSING"},
+                {
+                    "role": "user",
+                    "content": f"Original:\n{item}\nAnswer: 1794\n\nPerturbed:\n{item.replace('1794', 'the late eighteenth century')}\nExpected: REFUSE_MISSING",
+                },
             ],
             "max_tokens": 256,
             "response_format": {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}},
         },
         "generator": {
-            "messages": [{"role": "system", "content": GENERATOR_TASK}, {"role": "user", "content": f"{item}\nAnswer: 1794"}],
+            "messages": [
+                {"role": "system", "content": GENERATOR_TASK},
+                {"role": "user", "content": f"{item}\nAnswer: 1794"},
+            ],
             "max_tokens": 768,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "candidate", "schema": CANDIDATE_SCHEMA}},
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "candidate", "schema": CANDIDATE_SCHEMA},
+            },
         },
     }
 
@@ -129,18 +138,27 @@ def bench_model(name: str, cfg: ModelConfig, models: dict[str, ModelConfig], rep
     with start_server(models, [name]) as server, httpx.Client(timeout=900) as client:
         row["start_s"] = time.perf_counter() - started
         alias = server.aliases[name]
-        chat(client, server.api_base, alias, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})  # warm-up
+        chat(
+            client, server.api_base, alias, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        )  # warm-up
         # Prompt processing: a long fresh prompt, one output token.
         pp_rates = []
         for i in range(repeats):
-            body = {"messages": [{"role": "user", "content": f"Run {i} {time.time()}. " + PASSAGE * 10 + "Summarise."}], "max_tokens": 1}
+            body = {
+                "messages": [{"role": "user", "content": f"Run {i} {time.time()}. " + PASSAGE * 10 + "Summarise."}],
+                "max_tokens": 1,
+            }
             elapsed, usage = chat(client, server.api_base, alias, body)
             pp_rates.append(usage["prompt_tokens"] / elapsed)
         row["pp_tok_s"] = statistics.median(pp_rates)
         # Decode: the same prompt twice; the second call reuses the cached prompt, so its time is decoding.
         tg_rates = []
         for i in range(repeats):
-            body = {"messages": [{"role": "user", "content": f"Write the numbers from {i + 1} to {i + 400}, separated by commas."}]}
+            body = {
+                "messages": [
+                    {"role": "user", "content": f"Write the numbers from {i + 1} to {i + 400}, separated by commas."}
+                ]
+            }
             chat(client, server.api_base, alias, {**body, "max_tokens": 1})
             elapsed, usage = chat(client, server.api_base, alias, {**body, "max_tokens": 128})
             tg_rates.append(usage["completion_tokens"] / elapsed)
@@ -194,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import os
 
-    print(f"llama.cpp server, {os.cpu_count()} threads, temperature 0, {args.repeats} calls per figure (mean; rates median)\n")
+    print(
+        f"llama.cpp server, {os.cpu_count()} threads, temperature 0, {args.repeats} calls per figure (mean; rates median)\n"
+    )
     print(markdown(rows))
     return 0
 

@@ -37,8 +37,9 @@ import re
 import resource
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DRAWS = re.compile(r"figure|plot|chart|diagram|draw|heatmap|histogram")
 CALL_STAGES = ("generate", "verify", "respond", "judge")
@@ -66,8 +67,11 @@ def _clocked(fn: Callable[..., Any], clock: str, depth: threading.local) -> Call
 
 
 def _functions(module: Any, keep: Callable[[str], bool]) -> list[Callable[..., Any]]:
-    return [value for name, value in vars(module).items() if inspect.isfunction(value)
-            and value.__module__ == module.__name__ and keep(name)]
+    return [
+        value
+        for name, value in vars(module).items()
+        if inspect.isfunction(value) and value.__module__ == module.__name__ and keep(name)
+    ]
 
 
 def instrument() -> dict[str, int]:
@@ -117,8 +121,12 @@ def child_figures(out: str) -> dict[str, Any]:
             m = json.loads(path.read_text())
             manifests[key] = {k: m.get(k) for k in ("created_at", "finished_at", "timings_s", "timings")}
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"clocks": {name: list(v) for name, v in clocks.snapshot().items()}, "manifests": manifests,
-            "cpu_s": own.ru_utime + own.ru_stime, "children_cpu_s": children.ru_utime + children.ru_stime}
+    return {
+        "clocks": {name: list(v) for name, v in clocks.snapshot().items()},
+        "manifests": manifests,
+        "cpu_s": own.ru_utime + own.ru_stime,
+        "children_cpu_s": children.ru_utime + children.ru_stime,
+    }
 
 
 # ----------------------------------------------------------------- the table
@@ -134,8 +142,12 @@ def _clock(timings: dict[str, Any], scope: str, *names: str, field: str = "wall_
     return sum((timings.get(f"{scope}/{n}" if scope else n) or {}).get(field, 0.0) for n in names)
 
 
-def breakdown(result: dict[str, Any], calls: list[tuple[float, str, str]], latency: float,
-              busy: Callable[[list[float], float], float]) -> list[dict[str, Any]]:
+def breakdown(
+    result: dict[str, Any],
+    calls: list[tuple[float, str, str]],
+    latency: float,
+    busy: Callable[[list[float], float], float],
+) -> list[dict[str, Any]]:
     """One row per stage (and start-up, between the flows, the end); ``calls``: (seconds since the
     run started, model, stage) of every request."""
     manifests, clocks = result["manifests"], result["clocks"]
@@ -145,9 +157,15 @@ def breakdown(result: dict[str, Any], calls: list[tuple[float, str, str]], laten
     if first:
         start_up = _epoch(first["created_at"]) - result["process_started"]
         api = sum(clocks.get(n, [0.0])[0] for n in ("api_start", "api_wait"))
-        rows.append({"stage": "start-up", "wall_s": start_up, "outside_s": start_up,
-                     "detail": f"process + imports {result['spawn_s'] + result['import_s']:.1f} s, Prefect API start/wait "
-                               f"{api:.1f} s, checks + flow run {max(0.0, start_up - result['spawn_s'] - result['import_s'] - api):.1f} s"})
+        rows.append(
+            {
+                "stage": "start-up",
+                "wall_s": start_up,
+                "outside_s": start_up,
+                "detail": f"process + imports {result['spawn_s'] + result['import_s']:.1f} s, Prefect API start/wait "
+                f"{api:.1f} s, checks + flow run {max(0.0, start_up - result['spawn_s'] - result['import_s'] - api):.1f} s",
+            }
+        )
     for manifest in (gen, ev):
         if not manifest:
             continue
@@ -164,9 +182,13 @@ def breakdown(result: dict[str, Any], calls: list[tuple[float, str, str]], laten
                 tasks = int(_clock(timings, scope, "task_span", field="n"))
                 body = _clock(timings, scope, "task_body")
                 span = _clock(timings, scope, "task_span")
-                row.update(tasks=tasks, task_body_s=body, task_cpu_s=_clock(timings, scope, "task_body", field="cpu_s"),
-                           prefect_per_task_s=(span - body) / tasks if tasks else None,
-                           submit_s=_clock(timings, scope, "submit"))
+                row.update(
+                    tasks=tasks,
+                    task_body_s=body,
+                    task_cpu_s=_clock(timings, scope, "task_body", field="cpu_s"),
+                    prefect_per_task_s=(span - body) / tasks if tasks else None,
+                    submit_s=_clock(timings, scope, "submit"),
+                )
                 if stage in ("respond", "judge"):
                     flow_io = _clock(timings, "", "parquet_read", "parquet_write") if stage == "respond" else 0.0
             else:
@@ -191,17 +213,23 @@ def _s(value: Any) -> str:
 
 
 def print_breakdown(rows: list[dict[str, Any]], bound_s: float, run_wall_s: float) -> None:
-    print("\n| stage | wall s | in flight s | outside calls s | Parquet s (flow) | bootstrap s | figures s "
-          "| rest s | tasks | task bodies s (CPU s) | Prefect per task s | detail |")
+    print(
+        "\n| stage | wall s | in flight s | outside calls s | Parquet s (flow) | bootstrap s | figures s "
+        "| rest s | tasks | task bodies s (CPU s) | Prefect per task s | detail |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         rest = r["outside_s"] - r.get("parquet_s", 0.0) - r.get("bootstrap_s", 0.0) - r.get("figures_s", 0.0)
         bodies = f"{r['task_body_s']:.1f} ({r['task_cpu_s']:.1f})" if r.get("tasks") else ""
         per_task = f"{r['prefect_per_task_s']:.3f}" if r.get("prefect_per_task_s") is not None else ""
-        print(f"| {r['stage']} | {r['wall_s']:.2f} | {_s(r.get('in_flight_s'))} | {r['outside_s']:.2f} "
-              f"| {_s(r.get('parquet_s'))} | {_s(r.get('bootstrap_s'))} | {_s(r.get('figures_s'))} | {rest:.2f} "
-              f"| {r.get('tasks') or ''} | {bodies} | {per_task} | {r.get('detail', '')} |")
-    print(f"\nrest: for a call stage, its time outside calls less its flow-side Parquet (Prefect's submissions, "
-          f"ramp-up and tail of its tasks); for score, scoring without the bootstrap; for report, the report "
-          f"without its figures. Run: {run_wall_s:.1f} s wall against a {bound_s:.1f} s latency bound = "
-          f"{100 * bound_s / run_wall_s:.0f}%.")
+        print(
+            f"| {r['stage']} | {r['wall_s']:.2f} | {_s(r.get('in_flight_s'))} | {r['outside_s']:.2f} "
+            f"| {_s(r.get('parquet_s'))} | {_s(r.get('bootstrap_s'))} | {_s(r.get('figures_s'))} | {rest:.2f} "
+            f"| {r.get('tasks') or ''} | {bodies} | {per_task} | {r.get('detail', '')} |"
+        )
+    print(
+        f"\nrest: for a call stage, its time outside calls less its flow-side Parquet (Prefect's submissions, "
+        f"ramp-up and tail of its tasks); for score, scoring without the bootstrap; for report, the report "
+        f"without its figures. Run: {run_wall_s:.1f} s wall against a {bound_s:.1f} s latency bound = "
+        f"{100 * bound_s / run_wall_s:.0f}%."
+    )

@@ -45,18 +45,20 @@ from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_C
 
 SIZES = (10_000, 100_000, 1_000_000)
 MODELS = ("model-a", "model-b", "model-c", "model-d")
-REPLY_TEMPLATES = np.array([
-    "The answer is {}.",
-    "Based on the passage, it was in {} that it happened.",
-    "**REFUSE_INFO_MISSING** The context does not say ({}).",
-    "I cannot tell: REFUSE_AMBIGUOUS_QUERY — several readings ({}).",
-    "The passages disagree. REFUSE_CONTRADICTORY_CONTEXT ({})",
-    "`refuse_false_premise` — the question assumes something untrue ({}).",
-    "The information about {} is missing, but my best guess is 1912.",
-    "REFUSE_GRANULARITY_MISMATCH: asked for a day, the text gives a year ({}).",
-    "REFUSE_NONFACTUAL: this asks for an opinion ({}).",
-    "REFUSE_OTHER {}",
-])
+REPLY_TEMPLATES = np.array(
+    [
+        "The answer is {}.",
+        "Based on the passage, it was in {} that it happened.",
+        "**REFUSE_INFO_MISSING** The context does not say ({}).",
+        "I cannot tell: REFUSE_AMBIGUOUS_QUERY — several readings ({}).",
+        "The passages disagree. REFUSE_CONTRADICTORY_CONTEXT ({})",
+        "`refuse_false_premise` — the question assumes something untrue ({}).",
+        "The information about {} is missing, but my best guess is 1912.",
+        "REFUSE_GRANULARITY_MISMATCH: asked for a day, the text gives a year ({}).",
+        "REFUSE_NONFACTUAL: this asks for an opinion ({}).",
+        "REFUSE_OTHER {}",
+    ]
+)
 
 
 def synthetic_judged(n_rows: int, seed: int = 0) -> pd.DataFrame:
@@ -74,26 +76,32 @@ def synthetic_judged(n_rows: int, seed: int = 0) -> pd.DataFrame:
         template = rng.integers(0, len(REPLY_TEMPLATES), per_model)
         # Every reply is distinct (the item number is in it), so parsing cannot be cached.
         before, after = np.char.partition(REPLY_TEMPLATES, "{}")[:, [0, 2]].T
-        response = (pd.Series(before[template]) + "item " + pd.Series(item).astype(str)
-                    + pd.Series(after[template]))
+        response = pd.Series(before[template]) + "item " + pd.Series(item).astype(str) + pd.Series(after[template])
         if index % 2 == 0:
-            confidence = rng.choice(["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN",
-                                     "VERY_UNCERTAIN"], per_model, p=[0.6, 0.2, 0.1, 0.06, 0.04])
+            confidence = rng.choice(
+                ["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN", "VERY_UNCERTAIN"],
+                per_model,
+                p=[0.6, 0.2, 0.1, 0.06, 0.04],
+            )
         else:
             confidence = np.round(rng.beta(5, 2, per_model), 4).astype(str)
-        frames.append(pd.DataFrame({
-            "model": model,
-            "item_id": "item-" + pd.Series(item).astype(str),
-            "expected": expected,
-            "response": response,
-            "answer_correct": rng.random(per_model) < 0.7,
-            "confidence": confidence,
-            "perturbation_class": classes,
-            "intensity": intensities,
-            "lever_id": pd.Series(stratum % 36).map(lambda k: f"lever-{k}").to_numpy(),
-            "domain": np.array(["law", "health", "science", "finance", "business"])[item % 5],
-            "generator": np.array(["gen-1", "gen-2", "gen-3"])[item % 3],
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": model,
+                    "item_id": "item-" + pd.Series(item).astype(str),
+                    "expected": expected,
+                    "response": response,
+                    "answer_correct": rng.random(per_model) < 0.7,
+                    "confidence": confidence,
+                    "perturbation_class": classes,
+                    "intensity": intensities,
+                    "lever_id": pd.Series(stratum % 36).map(lambda k: f"lever-{k}").to_numpy(),
+                    "domain": np.array(["law", "health", "science", "finance", "business"])[item % 5],
+                    "generator": np.array(["gen-1", "gen-2", "gen-3"])[item % 3],
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -120,18 +128,31 @@ def paper_judged(n_models: int, n_base: int = 10, seed: int = 0, confidence: boo
                     decision = expected if draw < 0.55 else ("ANSWER" if draw < 0.8 else "REFUSE_INFO_MISSING")
                 outcome = "ok" if rng.random() > 0.01 else "truncated"
                 if confidence:
-                    conf = (str(rng.choice(["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN"]))
-                            if m % 2 == 0 else f"{rng.beta(5, 2):.3f}")
+                    conf = (
+                        str(rng.choice(["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN"]))
+                        if m % 2 == 0
+                        else f"{rng.beta(5, 2):.3f}"
+                    )
                 else:
                     conf = None
-                rows.append({"model": model, "item_id": f"base-{b:04d}-{s:02d}", "expected": expected,
-                             "decision": decision if outcome == "ok" else None,
-                             "answer_correct": bool(rng.random() < 0.7) if decision == "ANSWER" else None,
-                             "confidence": conf, "perturbation_class": cls, "intensity": intensity,
-                             "lever_id": f"lever-{s:02d}", "domain": domains[b % len(domains)],
-                             "generator": f"gen-{b % 4 + 1}", "outcome": outcome,
-                             "treatment": "scored" if outcome == "ok" else "no_response",
-                             "base_id": f"base-{b:04d}"})
+                rows.append(
+                    {
+                        "model": model,
+                        "item_id": f"base-{b:04d}-{s:02d}",
+                        "expected": expected,
+                        "decision": decision if outcome == "ok" else None,
+                        "answer_correct": bool(rng.random() < 0.7) if decision == "ANSWER" else None,
+                        "confidence": conf,
+                        "perturbation_class": cls,
+                        "intensity": intensity,
+                        "lever_id": f"lever-{s:02d}",
+                        "domain": domains[b % len(domains)],
+                        "generator": f"gen-{b % 4 + 1}",
+                        "outcome": outcome,
+                        "treatment": "scored" if outcome == "ok" else "no_response",
+                        "base_id": f"base-{b:04d}",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -177,9 +198,16 @@ def measure(path: Path, n_resamples: int) -> dict[str, float]:
 
 def paper_replies(judged: pd.DataFrame) -> pd.DataFrame:
     """responses.parquet's columns the report reads, one reply per judged row."""
-    return pd.DataFrame({"model": judged["model"], "item_id": judged["item_id"], "decision": judged["decision"],
-                         "raw": "The passage does not say. " + judged["item_id"].astype(str),
-                         "finish_reason": "stop", "completion_tokens": 40})
+    return pd.DataFrame(
+        {
+            "model": judged["model"],
+            "item_id": judged["item_id"],
+            "decision": judged["decision"],
+            "raw": "The passage does not say. " + judged["item_id"].astype(str),
+            "finish_reason": "stop",
+            "completion_tokens": 40,
+        }
+    )
 
 
 def _children_cpu() -> float:
@@ -204,21 +232,47 @@ def measure_paper(n_models: int, n_base: int, n_resamples: int) -> dict[str, flo
     html = build_report(ReportInputs.from_score(result, judged=judged, benchmark=items, responses=replies))
     report_s, report_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     report_cpu_s += _children_cpu() - child_start  # the figures the forked children drew (plotting.drawn_spread)
-    return {"models": n_models, "rows": len(judged), "score_s": score_s, "score_cpu_s": score_cpu_s,
-            "report_s": report_s, "report_cpu_s": report_cpu_s, "report_mb": len(html.encode()) / 2**20,
-            "images": html.count("<img "), "output_kb": sum(len(v) for v in files.values()) / 1024}
+    return {
+        "models": n_models,
+        "rows": len(judged),
+        "score_s": score_s,
+        "score_cpu_s": score_cpu_s,
+        "report_s": report_s,
+        "report_cpu_s": report_cpu_s,
+        "report_mb": len(html.encode()) / 2**20,
+        "images": html.count("<img "),
+        "output_kb": sum(len(v) for v in files.values()) / 1024,
+    }
 
 
 def paper_table(models: list[int], n_base: int, n_resamples: int) -> None:
     """One fresh process per target count; a markdown table on stdout."""
-    print("| targets | rows | score CPU (s) | score wall (s) | report CPU (s) | report wall (s) | report.html (MB) "
-          "| images |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| targets | rows | score CPU (s) | score wall (s) | report CPU (s) | report wall (s) | report.html (MB) "
+        "| images |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     for n in models:
-        out = subprocess.run([sys.executable, __file__, "--paper-one", str(n), "--base-items", str(n_base),
-                              "--resamples", str(n_resamples)], check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--paper-one",
+                str(n),
+                "--base-items",
+                str(n_base),
+                "--resamples",
+                str(n_resamples),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"| {r['models']} | {r['rows']:,} | {r['score_cpu_s']:.2f} | {r['score_s']:.2f} | {r['report_cpu_s']:.2f} "
-              f"| {r['report_s']:.2f} | {r['report_mb']:.2f} | {r['images']} |", flush=True)
+        print(
+            f"| {r['models']} | {r['rows']:,} | {r['score_cpu_s']:.2f} | {r['score_s']:.2f} | {r['report_cpu_s']:.2f} "
+            f"| {r['report_s']:.2f} | {r['report_mb']:.2f} | {r['images']} |",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -240,20 +294,28 @@ def main() -> None:
     if args.file:
         print(json.dumps(measure(args.file, args.resamples)))
         return
-    print(f"| rows | models | read + prepare (s) | score_frame, {args.resamples} resamples (s) "
-          "| score_frame CPU (s) | render (s) | total (s) | peak RSS (MiB) | RSS after imports (MiB) |")
+    print(
+        f"| rows | models | read + prepare (s) | score_frame, {args.resamples} resamples (s) "
+        "| score_frame CPU (s) | render (s) | total (s) | peak RSS (MiB) | RSS after imports (MiB) |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "judged.parquet"
             synthetic_judged(size).to_parquet(path, index=False)
             # A fresh process per size: its peak RSS is the scoring's alone.
-            out = subprocess.run([sys.executable, __file__, "--file", str(path), "--resamples", str(args.resamples)],
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--file", str(path), "--resamples", str(args.resamples)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"| {r['rows']:,} | {len(MODELS)} | {r['read_prepare_s']:.2f} | {r['score_s']:.2f} "
-              f"| {r['score_cpu_s']:.2f} | {r['render_s']:.2f} | {r['total_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['rss_before_mb']:.0f} |",
-              flush=True)
+        print(
+            f"| {r['rows']:,} | {len(MODELS)} | {r['read_prepare_s']:.2f} | {r['score_s']:.2f} "
+            f"| {r['score_cpu_s']:.2f} | {r['render_s']:.2f} | {r['total_s']:.2f} | {r['peak_rss_mb']:.0f} | {r['rss_before_mb']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -74,15 +74,24 @@ def reply(request: dict[str, Any]) -> str:
 
 
 def write_benchmark(path: Path, n: int) -> str:
-    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
     from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
     items = [
-        BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
-                      intensity="LOW" if i % 2 == 0 else "HIGH", lever_id="lever", generator="gen",
-                      question=f"What is item {i}?" + (" (answerable)" if i % 2 == 0 else ""),
-                      context=f"Item {i} is described here; the answer is ref.", original_question="q",
-                      answers=["ref"], expected="ANSWER_CORRECTLY" if i % 2 == 0 else "REFUSE_INFO_MISSING_IN_CONTEXT")
+        BenchmarkItem(
+            item_id=f"item{i}",
+            base_id=f"b{i}",
+            variant="single",
+            perturbation_class="P-MissingInfo",
+            intensity="LOW" if i % 2 == 0 else "HIGH",
+            lever_id="lever",
+            generator="gen",
+            question=f"What is item {i}?" + (" (answerable)" if i % 2 == 0 else ""),
+            context=f"Item {i} is described here; the answer is ref.",
+            original_question="q",
+            answers=["ref"],
+            expected="ANSWER_CORRECTLY" if i % 2 == 0 else "REFUSE_INFO_MISSING_IN_CONTEXT",
+        )
         for i in range(n)
     ]
     return ArtifactStore(path).write_records("benchmark.parquet", items, BenchmarkItem)
@@ -91,7 +100,8 @@ def write_benchmark(path: Path, n: int) -> str:
 def models_yaml(url: str, names: list[str], concurrency: int) -> str:
     return "models:\n" + "".join(
         f"  {name}:\n    model: openai/{name}\n    api_base: {url}\n    max_concurrency: {concurrency}\n    timeout_s: 30\n"
-        for name in names)
+        for name in names
+    )
 
 
 def limits_yaml() -> str:
@@ -102,13 +112,17 @@ def limits_yaml() -> str:
 
 def write_eval_config(folder: Path, url: str, concurrency: int) -> Path:
     config = folder / "eval.yaml"
-    config.write_text(models_yaml(url, ["target", "judge"], concurrency) + limits_yaml() + f"""cache:
-  path: {folder / 'calls.sqlite'}
+    config.write_text(
+        models_yaml(url, ["target", "judge"], concurrency)
+        + limits_yaml()
+        + f"""cache:
+  path: {folder / "calls.sqlite"}
 evaluation:
   targets: [target]
   judge: judge
   bootstrap: 200
-""")
+"""
+    )
     return config
 
 
@@ -120,15 +134,20 @@ def write_loo_config(folder: Path, url: str, qa_files: list[Path], concurrency: 
     (offline), or ``api``: an embedding model on the same server (``/v1/embeddings``), as the KnowOrNot
     library embeds through its client's embedding API."""
     config = folder / "loo.yaml"
-    source = f"  qa_pairs: {qa_files[0]}\n" if len(qa_files) == 1 else "  knowledge_bases:\n" + "".join(
-        f"    - {{name: {f.stem}, qa_pairs: {f}}}\n" for f in qa_files)
+    source = (
+        f"  qa_pairs: {qa_files[0]}\n"
+        if len(qa_files) == 1
+        else "  knowledge_bases:\n" + "".join(f"    - {{name: {f.stem}, qa_pairs: {f}}}\n" for f in qa_files)
+    )
     models = models_yaml(url, ["target", "hyde", "eval"], concurrency)
     embedding = f"  embedder: {embedder}\n"
     if embedder == "api":
         models += models_yaml(url, [EMBEDDING_MODEL], concurrency).removeprefix("models:\n")
         embedding += f"  embedding_model: {EMBEDDING_MODEL}\n"
-    config.write_text(models + f"""cache:
-  path: {folder / 'calls.sqlite'}
+    config.write_text(
+        models
+        + f"""cache:
+  path: {folder / "calls.sqlite"}
 knowornot:
 {source}{embedding}  retrieval: [direct, long_context, basic_rag, hyde_rag]
   prompts: [basic]
@@ -138,7 +157,8 @@ knowornot:
   hyde_answers: 1
   filters: []
   label_sample: 0
-""")
+"""
+    )
     return config
 
 
@@ -161,11 +181,22 @@ def child(kind: str, config: str, out: str, benchmark: str | None) -> None:
         run_knowornot(config, out)
     wall = time.perf_counter() - started
     manifest = json.loads((Path(out) / "manifest.json").read_text())
-    print(json.dumps({"started_at": started_at, "wall_s": wall, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "timings": manifest.get("timings_s", {}), "calls": manifest.get("calls", {})}))
+    print(
+        json.dumps(
+            {
+                "started_at": started_at,
+                "wall_s": wall,
+                "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "timings": manifest.get("timings_s", {}),
+                "calls": manifest.get("calls", {}),
+            }
+        )
+    )
 
 
-def run_child(kind: str, config: Path | str, out: Path | str, benchmark: str | None, env: dict[str, str]) -> dict[str, Any]:
+def run_child(
+    kind: str, config: Path | str, out: Path | str, benchmark: str | None, env: dict[str, str]
+) -> dict[str, Any]:
     args = [sys.executable, __file__, "--child", kind, "--config", str(config), "--out", str(out)]
     if benchmark:
         args += ["--benchmark", benchmark]
@@ -208,8 +239,8 @@ def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: s
     progress callback a shard task passes."""
     from pydantic import BaseModel
 
-    from refusalbench.tasks.llm.callcache import SQLiteCache
     from refusalbench.tasks.core.config import ModelConfig
+    from refusalbench.tasks.llm.callcache import SQLiteCache
     from refusalbench.tasks.llm.gateway import CallSpec, Gateway
     from refusalbench.tasks.pipeline.fanout import progress_callback
 
@@ -217,15 +248,26 @@ def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: s
         verdict: str
         score: int
 
-    model = ModelConfig(model="openai/bench", api_base=url, max_concurrency=concurrency, timeout_s=60,
-                        params={"temperature": 0.0, "max_tokens": 256})
-    gateway = Gateway({"bench": model}, SQLiteCache(cache) if cache else None, direct_http=direct,
-                      limits_url=os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL"))
+    model = ModelConfig(
+        model="openai/bench",
+        api_base=url,
+        max_concurrency=concurrency,
+        timeout_s=60,
+        params={"temperature": 0.0, "max_tokens": 256},
+    )
+    gateway = Gateway(
+        {"bench": model},
+        SQLiteCache(cache) if cache else None,
+        direct_http=direct,
+        limits_url=os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL"),
+    )
     context = "Some context about the question, long enough to look like a prompt. " * 12
 
     def spec(i: int) -> CallSpec:
-        messages = [{"role": "system", "content": "You answer questions about the context."},
-                    {"role": "user", "content": f"<context>{context}</context> Question {i}: what is it?"}]
+        messages = [
+            {"role": "system", "content": "You answer questions about the context."},
+            {"role": "user", "content": f"<context>{context}</context> Question {i}: what is it?"},
+        ]
         return CallSpec(model="bench", messages=messages, schema=Verdict if i % 2 else None)
 
     gateway.complete_many([spec(-1)])  # warm-up: imports, first connection
@@ -233,14 +275,27 @@ def gateway_child(url: str, direct: bool, calls: int, concurrency: int, cache: s
     cpu, wall = time.process_time(), time.perf_counter()
     results = gateway.complete_many([spec(i) for i in range(calls)], on_result)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    print(json.dumps({"path": "direct" if direct else "litellm", "calls": calls, "concurrency": concurrency,
-                      "limits": "redis" if os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL") else "process",
-                      "ok": sum(r.ok for r in results), "wall_s": wall, "calls_per_s": calls / wall,
-                      "cpu_ms_per_call": 1000 * cpu / calls, "calls_per_cpu_s": calls / cpu, "cached": bool(cache)}))
+    print(
+        json.dumps(
+            {
+                "path": "direct" if direct else "litellm",
+                "calls": calls,
+                "concurrency": concurrency,
+                "limits": "redis" if os.environ.get("REFUSALBENCH_BENCH_LIMITS_URL") else "process",
+                "ok": sum(r.ok for r in results),
+                "wall_s": wall,
+                "calls_per_s": calls / wall,
+                "cpu_ms_per_call": 1000 * cpu / calls,
+                "calls_per_cpu_s": calls / cpu,
+                "cached": bool(cache),
+            }
+        )
+    )
 
 
-def measure_gateway(calls: int, concurrency: int, latency: float, work: Path,
-                    litellm_calls: int | None = None) -> list[dict[str, Any]]:
+def measure_gateway(
+    calls: int, concurrency: int, latency: float, work: Path, litellm_calls: int | None = None
+) -> list[dict[str, Any]]:
     """Both paths, with and without the call cache, against the scripted server in its own process
     (so it does not share our GIL and its CPU is not ours)."""
     import socket
@@ -249,8 +304,20 @@ def measure_gateway(calls: int, concurrency: int, latency: float, work: Path,
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "refusalbench.tasks.llm.scripted_server", "--port", str(port),
-                               "--latency", str(latency), "--responder", "dry-run"], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "refusalbench.tasks.llm.scripted_server",
+            "--port",
+            str(port),
+            "--latency",
+            str(latency),
+            "--responder",
+            "dry-run",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 120
         while True:
@@ -265,12 +332,24 @@ def measure_gateway(calls: int, concurrency: int, latency: float, work: Path,
         for direct in (False, True):
             for cached in (True, False):
                 n = calls if direct else (litellm_calls or calls)
-                args = [sys.executable, __file__, "--child", "gateway", "--url", f"http://127.0.0.1:{port}/v1",
-                        "--direct" if direct else "--no-direct", "--calls", str(n), "--concurrency", str(concurrency)]
+                args = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    "gateway",
+                    "--url",
+                    f"http://127.0.0.1:{port}/v1",
+                    "--direct" if direct else "--no-direct",
+                    "--calls",
+                    str(n),
+                    "--concurrency",
+                    str(concurrency),
+                ]
                 if cached:
                     args += ["--cache", str(work / f"gateway-{direct}-{concurrency}.sqlite")]
-                done = subprocess.run(args, capture_output=True, text=True, timeout=3600,
-                                      env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                done = subprocess.run(
+                    args, capture_output=True, text=True, timeout=3600, env=dict(os.environ, PYTHONPATH=str(ROOT))
+                )
                 if done.returncode != 0:
                     raise RuntimeError(f"gateway run failed:\n{done.stderr[-4000:]}")
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -283,17 +362,23 @@ def measure_gateway(calls: int, concurrency: int, latency: float, work: Path,
 
 
 def print_gateway_table(rows: list[dict[str, Any]], latency: float) -> None:
-    print(f"\n### The gateway alone, scripted server (another process) at {latency * 1000:.0f} ms per call, "
-          "with the pipeline's progress callback\n")
-    print("| path | call cache | limits | calls | concurrency | calls per CPU-second | CPU ms per call | calls/s "
-          "| bound calls/s | % of bound |")
+    print(
+        f"\n### The gateway alone, scripted server (another process) at {latency * 1000:.0f} ms per call, "
+        "with the pipeline's progress callback\n"
+    )
+    print(
+        "| path | call cache | limits | calls | concurrency | calls per CPU-second | CPU ms per call | calls/s "
+        "| bound calls/s | % of bound |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         bound = r.get("bound_calls_per_s")
         share = f"{100 * r['calls_per_s'] / bound:.0f}%" if bound else "-"
-        print(f"| {r['path']} | {'SQLite, written' if r['cached'] else 'none'} | {r['limits']} | {r['calls']} "
-              f"| {r['concurrency']} | **{r['calls_per_cpu_s']:.0f}** | {r['cpu_ms_per_call']:.3f} | {r['calls_per_s']:.0f} "
-              f"| {f'{bound:.0f}' if bound else 'unbounded'} | {share} |")
+        print(
+            f"| {r['path']} | {'SQLite, written' if r['cached'] else 'none'} | {r['limits']} | {r['calls']} "
+            f"| {r['concurrency']} | **{r['calls_per_cpu_s']:.0f}** | {r['cpu_ms_per_call']:.3f} | {r['calls_per_s']:.0f} "
+            f"| {f'{bound:.0f}' if bound else 'unbounded'} | {share} |"
+        )
     direct = [r["calls_per_cpu_s"] for r in rows if r["path"] == "direct"]
     if direct:
         print(f"\nDirect path: {min(direct):.0f} calls per CPU-second at worst (target: at least 1,000).")
@@ -302,7 +387,9 @@ def print_gateway_table(rows: list[dict[str, Any]], latency: float) -> None:
 # ----------------------------------------------------------------- driver
 
 
-def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurrency: int, latency: float) -> dict[str, Any]:
+def measure_evaluation(
+    server, env: dict[str, str], work: Path, n: int, concurrency: int, latency: float
+) -> dict[str, Any]:
     folder = work / f"eval-{n}-{concurrency}"
     folder.mkdir(parents=True)
     benchmark = write_benchmark(folder / "bench", n)
@@ -321,18 +408,33 @@ def measure_evaluation(server, env: dict[str, str], work: Path, n: int, concurre
     bound = concurrency / latency
     rate = warm_rate(target)
     return {
-        "items": n, "concurrency": concurrency, "calls": len(calls), "target_calls": len(target), "judge_calls": len(judge),
-        "bound_per_model": bound, "warm_rate": rate, "warm_pct": 100 * rate / bound,
-        "judge_rate": warm_rate(judge), "overall_rate": len(calls) / first["wall_s"],
-        "max_inflight": server.max_inflight, "wall_s": first["wall_s"], "busy_s": busy, "startup_s": startup,
-        "overhead_per_task_s": (first["wall_s"] - startup - busy) / n_tasks, "tasks": n_tasks,
-        "maxrss_mib": first["maxrss_mib"], "stage_s": first["timings"],
-        "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle,
+        "items": n,
+        "concurrency": concurrency,
+        "calls": len(calls),
+        "target_calls": len(target),
+        "judge_calls": len(judge),
+        "bound_per_model": bound,
+        "warm_rate": rate,
+        "warm_pct": 100 * rate / bound,
+        "judge_rate": warm_rate(judge),
+        "overall_rate": len(calls) / first["wall_s"],
+        "max_inflight": server.max_inflight,
+        "wall_s": first["wall_s"],
+        "busy_s": busy,
+        "startup_s": startup,
+        "overhead_per_task_s": (first["wall_s"] - startup - busy) / n_tasks,
+        "tasks": n_tasks,
+        "maxrss_mib": first["maxrss_mib"],
+        "stage_s": first["timings"],
+        "cached_wall_s": second["wall_s"],
+        "cached_calls": len(server.calls) - middle,
         "cached_maxrss_mib": second["maxrss_mib"],
     }
 
 
-def measure_loo(server, env: dict[str, str], work: Path, concurrency: int, mode: str = "one-run") -> list[dict[str, Any]]:
+def measure_loo(
+    server, env: dict[str, str], work: Path, concurrency: int, mode: str = "one-run"
+) -> list[dict[str, Any]]:
     if mode == "one-run":
         return measure_loo_one_run(server, env, work, concurrency)
     rows = []
@@ -346,9 +448,18 @@ def measure_loo(server, env: dict[str, str], work: Path, concurrency: int, mode:
         calls = len(server.calls) - before
         middle = len(server.calls)
         second = run_child("knowornot", config, folder / "run2", None, env)
-        rows.append({"kb": qa_file.stem, "questions": questions, "experiments": questions * 4, "calls": calls,
-                     "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"],
-                     "cached_wall_s": second["wall_s"], "cached_calls": len(server.calls) - middle})
+        rows.append(
+            {
+                "kb": qa_file.stem,
+                "questions": questions,
+                "experiments": questions * 4,
+                "calls": calls,
+                "wall_s": first["wall_s"],
+                "maxrss_mib": first["maxrss_mib"],
+                "cached_wall_s": second["wall_s"],
+                "cached_calls": len(server.calls) - middle,
+            }
+        )
     return rows
 
 
@@ -367,9 +478,19 @@ def measure_loo_one_run(server, env: dict[str, str], work: Path, concurrency: in
     questions = sum(len(json.loads(f.read_text(encoding="utf-8"))["questions"]) for f in files)
     for run in ("run1", "run2"):  # where the time went, stage by stage (stderr: not part of the table)
         print(run, json.loads((folder / run / "manifest.json").read_text())["timings_s"], file=sys.stderr, flush=True)
-    return [{"kb": f"{len(files)} bases, one run", "questions": questions, "experiments": questions * 4, "calls": calls,
-             "wall_s": first["wall_s"], "maxrss_mib": first["maxrss_mib"], "cached_wall_s": second["wall_s"],
-             "cached_calls": len(server.calls) - middle, "process": True}]
+    return [
+        {
+            "kb": f"{len(files)} bases, one run",
+            "questions": questions,
+            "experiments": questions * 4,
+            "calls": calls,
+            "wall_s": first["wall_s"],
+            "maxrss_mib": first["maxrss_mib"],
+            "cached_wall_s": second["wall_s"],
+            "cached_calls": len(server.calls) - middle,
+            "process": True,
+        }
+    ]
 
 
 def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, latency: float) -> None:
@@ -380,55 +501,83 @@ def print_tables(evals: list[dict[str, Any]], loo: list[dict[str, Any]] | None, 
 
 
 def print_evaluation_table(evals: list[dict[str, Any]], latency: float) -> None:
-    print(f"\n### Evaluation flow, fake provider at {latency * 1000:.0f} ms per call (target + judge, each at the concurrency)\n")
-    print("| items | conc. | calls | bound/model (calls/s) | target warm calls/s | % of bound | judge warm calls/s "
-          "| wall s | start-up s | busy s | other overhead/task s | peak RSS MiB | cached re-run s | cached calls |")
+    print(
+        f"\n### Evaluation flow, fake provider at {latency * 1000:.0f} ms per call (target + judge, each at the concurrency)\n"
+    )
+    print(
+        "| items | conc. | calls | bound/model (calls/s) | target warm calls/s | % of bound | judge warm calls/s "
+        "| wall s | start-up s | busy s | other overhead/task s | peak RSS MiB | cached re-run s | cached calls |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in evals:
-        print(f"| {r['items']} | {r['concurrency']} | {r['calls']} | {r['bound_per_model']:.0f} | {r['warm_rate']:.1f} "
-              f"| {r['warm_pct']:.0f}% | {r['judge_rate']:.1f} | {r['wall_s']:.1f} | {r['startup_s']:.1f} | {r['busy_s']:.1f} "
-              f"| {r['overhead_per_task_s']:.2f} ({r['tasks']} tasks) | {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} "
-              f"| {r['cached_calls']} |")
+        print(
+            f"| {r['items']} | {r['concurrency']} | {r['calls']} | {r['bound_per_model']:.0f} | {r['warm_rate']:.1f} "
+            f"| {r['warm_pct']:.0f}% | {r['judge_rate']:.1f} | {r['wall_s']:.1f} | {r['startup_s']:.1f} | {r['busy_s']:.1f} "
+            f"| {r['overhead_per_task_s']:.2f} ({r['tasks']} tasks) | {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} "
+            f"| {r['cached_calls']} |"
+        )
 
 
 def print_loo_table(loo: list[dict[str, Any]]) -> None:
     print("\n### KnowOrNot leave-one-out, PolicyBench (4 retrieval modes x 1 prompt x 1 target), same fake provider\n")
-    print("| knowledge base | questions | experiments | calls | wall s | peak RSS MiB | cached re-run s | cached calls |")
+    print(
+        "| knowledge base | questions | experiments | calls | wall s | peak RSS MiB | cached re-run s | cached calls |"
+    )
     print("|---|---|---|---|---|---|---|---|")
 
     def cell(value: Any) -> str:
         return "" if value is None else str(value)
 
     for r in loo:
-        print(f"| {r['kb']} | {r['questions']} | {r['experiments']} | {cell(r['calls'])} | {r['wall_s']:.1f} "
-              f"| {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} | {cell(r['cached_calls'])} |")
+        print(
+            f"| {r['kb']} | {r['questions']} | {r['experiments']} | {cell(r['calls'])} | {r['wall_s']:.1f} "
+            f"| {r['maxrss_mib']:.0f} | {r['cached_wall_s']:.1f} | {cell(r['cached_calls'])} |"
+        )
     if any(r.get("process") for r in loo):
         return  # the last row is the one process's total
-    total = {k: sum(r[k] for r in loo) for k in ("questions", "experiments", "calls", "wall_s", "cached_wall_s", "cached_calls")}
-    print(f"| **total (4 processes)** | {total['questions']} | {total['experiments']} | {total['calls']} | {total['wall_s']:.1f} | "
-          f"| {total['cached_wall_s']:.1f} | {total['cached_calls']} |")
+    total = {
+        k: sum(r[k] for r in loo)
+        for k in ("questions", "experiments", "calls", "wall_s", "cached_wall_s", "cached_calls")
+    }
+    print(
+        f"| **total (4 processes)** | {total['questions']} | {total['experiments']} | {total['calls']} | {total['wall_s']:.1f} | "
+        f"| {total['cached_wall_s']:.1f} | {total['cached_calls']} |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[2000, 10000], help="benchmark sizes (none: LOO only)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
-    parser.add_argument("--latency", type=float, default=None,
-                        help="the scripted server's seconds per reply (default 0.1; 0 with --gateway)")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=None,
+        help="the scripted server's seconds per reply (default 0.1; 0 with --gateway)",
+    )
     parser.add_argument("--loo", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--loo-concurrency", type=int, default=32)
-    parser.add_argument("--loo-mode", choices=["one-run", "processes"], default="one-run",
-                        help="the 4 knowledge bases in one run (knowornot.knowledge_bases: one command), or one "
-                             "process per base")
+    parser.add_argument(
+        "--loo-mode",
+        choices=["one-run", "processes"],
+        default="one-run",
+        help="the 4 knowledge bases in one run (knowornot.knowledge_bases: one command), or one process per base",
+    )
     parser.add_argument("--json", help="also write the raw figures to this file")
     parser.add_argument("--gateway", action="store_true", help="measure the gateway alone, LiteLLM vs direct path")
     parser.add_argument("--calls", type=int, default=3000, help="calls per direct-path run with --gateway")
-    parser.add_argument("--litellm-calls", type=int, default=1000,
-                        help="calls per LiteLLM-path run with --gateway (about 10x the CPU per call)")
-    parser.add_argument("--shared-limits", action="store_true",
-                        help="count the models' limits in Redis (limits.backend: redis) on a throwaway redis-server")
-    parser.add_argument("--child", choices=["evaluate", "knowornot", "gateway"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--litellm-calls",
+        type=int,
+        default=1000,
+        help="calls per LiteLLM-path run with --gateway (about 10x the CPU per call)",
+    )
+    parser.add_argument(
+        "--shared-limits",
+        action="store_true",
+        help="count the models' limits in Redis (limits.backend: redis) on a throwaway redis-server",
+    )
+    parser.add_argument("--child", choices=["evaluate", "knowornot", "gateway"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
@@ -462,8 +611,10 @@ def throwaway_redis():
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("--shared-limits needs redis-server (Debian package redis-server)")
-    server = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-                              stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.5)
         yield f"redis://127.0.0.1:{port}/0"
@@ -475,8 +626,11 @@ def throwaway_redis():
 def measure(args: argparse.Namespace) -> None:
     if args.gateway:
         with tempfile.TemporaryDirectory(prefix="refusalbench-gateway-") as tmp:
-            rows = [row for c in args.concurrency
-                    for row in measure_gateway(args.calls, c, args.latency, Path(tmp), args.litellm_calls)]
+            rows = [
+                row
+                for c in args.concurrency
+                for row in measure_gateway(args.calls, c, args.latency, Path(tmp), args.litellm_calls)
+            ]
         print_gateway_table(rows, args.latency)
         if args.json:
             Path(args.json).write_text(json.dumps({"gateway": rows}, indent=2))
@@ -493,9 +647,16 @@ def measure(args: argparse.Namespace) -> None:
 
         from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 
-        with prefect_test_harness(server_startup_timeout=180), ScriptedLLMServer(responder=reply, latency_s=args.latency) as server:
-            env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
-                       REFUSALBENCH_CACHE_DIR=str(work / "cache"))
+        with (
+            prefect_test_harness(server_startup_timeout=180),
+            ScriptedLLMServer(responder=reply, latency_s=args.latency) as server,
+        ):
+            env = dict(
+                os.environ,
+                PYTHONPATH=str(ROOT),
+                PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
+                REFUSALBENCH_CACHE_DIR=str(work / "cache"),
+            )
             evals = []
             for n in args.sizes:
                 for concurrency in args.concurrency:
@@ -505,7 +666,9 @@ def measure(args: argparse.Namespace) -> None:
             loo = None
             if args.loo:
                 if not (ROOT / "flows" / "knowornot.py").exists() or not POLICYBENCH.is_dir():
-                    print("LOO experiment skipped: flows/knowornot.py or the PolicyBench data is missing", file=sys.stderr)
+                    print(
+                        "LOO experiment skipped: flows/knowornot.py or the PolicyBench data is missing", file=sys.stderr
+                    )
                 else:
                     loo = measure_loo(server, env, work, args.loo_concurrency, args.loo_mode)
                     print(json.dumps(loo), file=sys.stderr, flush=True)

@@ -33,16 +33,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from refusalbench.tasks.core import runfolder  # noqa: E402
 from refusalbench.tasks.core.runfolder import RunManifest  # noqa: E402
 from refusalbench.tasks.core.store import ArtifactStore  # noqa: E402
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files  # noqa: E402
 from refusalbench.tasks.refusalbench.levers import load_catalogue  # noqa: E402
 from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame, write_scores  # noqa: E402
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files  # noqa: E402
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Candidate, Judgment, Response, Verification  # noqa: E402
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY  # noqa: E402
 
-WORDS = ("river bridge council harbour record annual report mayor museum railway station opened "
-         "engineer century archive treaty district school library festival market").split()
-CRITERIA = ("lever_fidelity", "intensity_achieved", "target_compliance", "uncertainty_induced",
-            "implementation_quality", "answer_constraint", "predicted_behaviour", "refusal_class_alignment")
+WORDS = (
+    "river bridge council harbour record annual report mayor museum railway station opened "
+    "engineer century archive treaty district school library festival market"
+).split()
+CRITERIA = (
+    "lever_fidelity",
+    "intensity_achieved",
+    "target_compliance",
+    "uncertainty_induced",
+    "implementation_quality",
+    "answer_constraint",
+    "predicted_behaviour",
+    "refusal_class_alignment",
+)
 
 
 def _sentence(rng: np.random.Generator, words: int) -> str:
@@ -56,14 +66,29 @@ def _items(rng: np.random.Generator, n: int) -> list[BenchmarkItem]:
         lever = levers[i % len(levers)]
         answer = str(1800 + int(rng.integers(0, 220)))
         original = " ".join(_sentence(rng, 14) for _ in range(4)) + f" It opened in {answer}."
-        context = original.replace(f"It opened in {answer}.", "Its opening year is not recorded.") \
-            if lever.expected != ANSWER_CORRECTLY else original.replace("opened", "was opened")
-        items.append(BenchmarkItem(
-            item_id=f"it{i:05d}", base_id=f"b{i // 10:04d}", variant="single", perturbation_class=lever.perturbation_class,
-            intensity=lever.intensity, lever_id=lever.id, generator=f"gen-{i % 3}",
-            question=f"When did the {WORDS[i % len(WORDS)]} number {i} open?", context=context,
-            original_question=f"When did the {WORDS[i % len(WORDS)]} number {i} open?", original_context=original,
-            answers=[answer], expected=lever.expected, domain=("history", "science", "health", "business")[i % 4]))
+        context = (
+            original.replace(f"It opened in {answer}.", "Its opening year is not recorded.")
+            if lever.expected != ANSWER_CORRECTLY
+            else original.replace("opened", "was opened")
+        )
+        items.append(
+            BenchmarkItem(
+                item_id=f"it{i:05d}",
+                base_id=f"b{i // 10:04d}",
+                variant="single",
+                perturbation_class=lever.perturbation_class,
+                intensity=lever.intensity,
+                lever_id=lever.id,
+                generator=f"gen-{i % 3}",
+                question=f"When did the {WORDS[i % len(WORDS)]} number {i} open?",
+                context=context,
+                original_question=f"When did the {WORDS[i % len(WORDS)]} number {i} open?",
+                original_context=original,
+                answers=[answer],
+                expected=lever.expected,
+                domain=("history", "science", "health", "business")[i % 4],
+            )
+        )
     return items
 
 
@@ -85,39 +110,114 @@ def synthetic_run(folder: Path, items: list[BenchmarkItem], models: int, seed: i
             decision = _decision(decision_rng, item, skill)
             if flip and rng.random() < flip:
                 decision = "ANSWER" if decision != "ANSWER" else "REFUSE_AMBIGUOUS_QUERY"
-            reply = (f"The record says it opened in {item.answers[0]}. " + _sentence(rng, 30) if decision == "ANSWER"
-                     else f"{decision}. " + _sentence(rng, 40))
+            reply = (
+                f"The record says it opened in {item.answers[0]}. " + _sentence(rng, 30)
+                if decision == "ANSWER"
+                else f"{decision}. " + _sentence(rng, 40)
+            )
             tokens = int(rng.integers(300, 900))
-            responses.append(Response(item_id=item.item_id, model=model, raw=reply, decision=decision, latency_s=0.8,
-                                      prompt_tokens=tokens, completion_tokens=80, cost_usd=tokens * 2e-7, outcome="ok",
-                                      finish_reason="stop", reasoning=_sentence(rng, 25) if m % 3 == 0 else None))
+            responses.append(
+                Response(
+                    item_id=item.item_id,
+                    model=model,
+                    raw=reply,
+                    decision=decision,
+                    latency_s=0.8,
+                    prompt_tokens=tokens,
+                    completion_tokens=80,
+                    cost_usd=tokens * 2e-7,
+                    outcome="ok",
+                    finish_reason="stop",
+                    reasoning=_sentence(rng, 25) if m % 3 == 0 else None,
+                )
+            )
             correct = decision == "ANSWER" and item.expected == ANSWER_CORRECTLY and rng.random() < 0.9
-            judgments.append(Judgment(
-                item_id=item.item_id, model=model, expected=item.expected, decision=decision, parser_decision=decision,
-                decision_source="judge", answer_correct=(correct if decision == "ANSWER" else False)
-                if item.expected == ANSWER_CORRECTLY else (False if decision == "ANSWER" else None),
-                refusal_correct=None if item.expected == ANSWER_CORRECTLY else decision == item.expected,
-                quality=(5 if correct else 2) if decision == "ANSWER" else None, judge="judge", outcome="ok", perturbation_class=item.perturbation_class,
-                intensity=item.intensity, lever_id=item.lever_id, domain=item.domain, generator=item.generator,
-                judge_raw=json.dumps({"classification": decision, "quality": 5 if correct else 2,
-                                      "rationale": "The reply " + ("matches" if correct else "misses") + " the reference."})))
+            judgments.append(
+                Judgment(
+                    item_id=item.item_id,
+                    model=model,
+                    expected=item.expected,
+                    decision=decision,
+                    parser_decision=decision,
+                    decision_source="judge",
+                    answer_correct=(correct if decision == "ANSWER" else False)
+                    if item.expected == ANSWER_CORRECTLY
+                    else (False if decision == "ANSWER" else None),
+                    refusal_correct=None if item.expected == ANSWER_CORRECTLY else decision == item.expected,
+                    quality=(5 if correct else 2) if decision == "ANSWER" else None,
+                    judge="judge",
+                    outcome="ok",
+                    perturbation_class=item.perturbation_class,
+                    intensity=item.intensity,
+                    lever_id=item.lever_id,
+                    domain=item.domain,
+                    generator=item.generator,
+                    judge_raw=json.dumps(
+                        {
+                            "classification": decision,
+                            "quality": 5 if correct else 2,
+                            "rationale": "The reply " + ("matches" if correct else "misses") + " the reference.",
+                        }
+                    ),
+                )
+            )
     store.save(rb_files.BENCHMARK, items)
-    store.save(rb_files.CANDIDATES, [Candidate(
-        candidate_id=i.item_id, assignment_id=f"a-{i.item_id}", base_id=i.base_id, lever_id=i.lever_id,
-        perturbation_class=i.perturbation_class, intensity=i.intensity, variant="single", generator=i.generator,
-        status="ok", question=i.question, context=i.context, rationale="Removed the year.", precheck_failures=[],
-        expected=i.expected, prompt_hash="x") for i in items])
-    store.save(rb_files.VERIFICATIONS, [Verification(
-        candidate_id=i.item_id, generator=i.generator, verifier=v, verdict="PASS", stated_verdict="PASS",
-        consistent=True, **dict.fromkeys(CRITERIA, True)) for i in items for v in ("ver-a", "ver-b")])
+    store.save(
+        rb_files.CANDIDATES,
+        [
+            Candidate(
+                candidate_id=i.item_id,
+                assignment_id=f"a-{i.item_id}",
+                base_id=i.base_id,
+                lever_id=i.lever_id,
+                perturbation_class=i.perturbation_class,
+                intensity=i.intensity,
+                variant="single",
+                generator=i.generator,
+                status="ok",
+                question=i.question,
+                context=i.context,
+                rationale="Removed the year.",
+                precheck_failures=[],
+                expected=i.expected,
+                prompt_hash="x",
+            )
+            for i in items
+        ],
+    )
+    store.save(
+        rb_files.VERIFICATIONS,
+        [
+            Verification(
+                candidate_id=i.item_id,
+                generator=i.generator,
+                verifier=v,
+                verdict="PASS",
+                stated_verdict="PASS",
+                consistent=True,
+                **dict.fromkeys(CRITERIA, True),
+            )
+            for i in items
+            for v in ("ver-a", "ver-b")
+        ],
+    )
     store.save(rb_files.RESPONSES, responses)
     store.save(rb_files.JUDGMENTS, judgments)
     frame, _ = judged_frame(judgments, items)
     store.save(rb_files.JUDGED, frame)
     write_scores(store, frame, bootstrap=200, seed=seed)
-    store.save(runfolder.MANIFEST, RunManifest(schema_version=runfolder.SCHEMA_VERSION, run_id=f"synthetic{seed}",
-                                               kind="evaluate", created_at="2025-01-01T00:00:00Z", package_version="-",
-                                               config_hash="-", status="completed"))
+    store.save(
+        runfolder.MANIFEST,
+        RunManifest(
+            schema_version=runfolder.SCHEMA_VERSION,
+            run_id=f"synthetic{seed}",
+            kind="evaluate",
+            created_at="2025-01-01T00:00:00Z",
+            package_version="-",
+            config_hash="-",
+            status="completed",
+        ),
+    )
 
 
 def _serve(runs: list[str]) -> tuple[str, float]:
@@ -155,8 +255,10 @@ def main() -> None:
         synthetic_run(first, items, args.models, seed=1)
     if not (second / "metrics.json").exists():
         synthetic_run(second, items, args.models, seed=2, flip=0.05)
-    print(f"run folders: {root} ({args.models} models x {args.items} items = {args.models * args.items} replies each, "
-          f"unless kept from an earlier run; {time.perf_counter() - started:.1f} s to write)")
+    print(
+        f"run folders: {root} ({args.models} models x {args.items} items = {args.models * args.items} replies each, "
+        f"unless kept from an earlier run; {time.perf_counter() - started:.1f} s to write)"
+    )
     base, loaded = _serve([str(first), str(second)])
     print(f"loaded both in {loaded:.2f} s; serving {base}\n")
     ids = ArtifactStore(first).read_table(rb_files.BENCHMARK.name).column("item_id").to_pylist()  # a kept folder's own
@@ -186,8 +288,10 @@ def main() -> None:
                 seconds.append(time.perf_counter() - begin)
                 reply.raise_for_status()
                 size = len(reply.content)
-            print(f"| {name} | {1000 * statistics.median(seconds):.0f} | {1000 * max(seconds):.0f} | {len(seconds)} "
-                  f"| {size:,} |")
+            print(
+                f"| {name} | {1000 * statistics.median(seconds):.0f} | {1000 * max(seconds):.0f} | {len(seconds)} "
+                f"| {size:,} |"
+            )
 
 
 if __name__ == "__main__":

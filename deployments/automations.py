@@ -28,8 +28,12 @@ RETRY_AUTOMATION = "refusalbench: retry crashed runs"
 DEFAULT_WITHIN_S = 90  # three missed heartbeats at the 30 s minimum frequency, as Prefect documents
 DEFAULT_RETRIES = 2
 DEPLOYMENT_TAG = "refusalbench"  # every deployment of prefect.yaml and serve.py carries it
-FINAL_EVENTS = ("prefect.flow-run.Completed", "prefect.flow-run.Failed", "prefect.flow-run.Cancelled",
-                "prefect.flow-run.Crashed")
+FINAL_EVENTS = (
+    "prefect.flow-run.Completed",
+    "prefect.flow-run.Failed",
+    "prefect.flow-run.Cancelled",
+    "prefect.flow-run.Crashed",
+)
 
 
 def crash_automation(within_s: float = DEFAULT_WITHIN_S) -> Any:
@@ -52,8 +56,11 @@ def crash_automation(within_s: float = DEFAULT_WITHIN_S) -> Any:
             threshold=1,
             within=timedelta(seconds=within_s),
         ),
-        actions=[ChangeFlowRunState(state=StateType.CRASHED,
-                                    message=f"Flow run marked as crashed: no heartbeat for {within_s:g} s.")],
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED, message=f"Flow run marked as crashed: no heartbeat for {within_s:g} s."
+            )
+        ],
     )
 
 
@@ -68,20 +75,33 @@ def retry_automation(retries: int = DEFAULT_RETRIES) -> Any:
     return Automation(
         name=RETRY_AUTOMATION,
         description=f"Starts a crashed RefusalBench deployment run again (at most {retries} times); "
-                    "the run resumes from its run folder and the call cache.",
+        "the run resumes from its run folder and the call cache.",
         trigger=EventTrigger(
             expect={"prefect.flow-run.Crashed"},
             # The run count on the event bounds the retries: a run that keeps crashing stops.
-            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"],
-                                         "prefect.run-count": [str(n) for n in range(1, retries + 1)]}),
-            match_related=[ResourceSpecification({"prefect.resource.role": "deployment"}),
-                           ResourceSpecification({"prefect.resource.id": f"prefect.tag.{DEPLOYMENT_TAG}",
-                                                  "prefect.resource.role": "tag"})],
+            match=ResourceSpecification(
+                {
+                    "prefect.resource.id": ["prefect.flow-run.*"],
+                    "prefect.run-count": [str(n) for n in range(1, retries + 1)],
+                }
+            ),
+            match_related=[
+                ResourceSpecification({"prefect.resource.role": "deployment"}),
+                ResourceSpecification(
+                    {"prefect.resource.id": f"prefect.tag.{DEPLOYMENT_TAG}", "prefect.resource.role": "tag"}
+                ),
+            ],
             posture=Posture.Reactive,
             threshold=1,
         ),
-        actions=[ChangeFlowRunState(state=StateType.SCHEDULED, name="AwaitingRetry", force=True,
-                                    message="Retrying the crashed run (automation); it resumes where it stopped.")],
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.SCHEDULED,
+                name="AwaitingRetry",
+                force=True,
+                message="Retrying the crashed run (automation); it resumes where it stopped.",
+            )
+        ],
     )
 
 
@@ -105,10 +125,18 @@ def register(automations: list[Any]) -> list[str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--within", type=float, default=DEFAULT_WITHIN_S,
-                        help="seconds without a heartbeat before a run is marked Crashed (default %(default)s)")
-    parser.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
-                        help="times a crashed deployment run is started again (default %(default)s)")
+    parser.add_argument(
+        "--within",
+        type=float,
+        default=DEFAULT_WITHIN_S,
+        help="seconds without a heartbeat before a run is marked Crashed (default %(default)s)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=DEFAULT_RETRIES,
+        help="times a crashed deployment run is started again (default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from refusalbench.deployments.cluster_processes import (
     MEMBER_VAR,
     ClusterError,
@@ -54,16 +55,25 @@ WORKER_FOLDERS = ("home", "tmp", "cache")
 # moto's S3 takes any keys. In the artifact store's own variables (tasks/core/store.py), as compose
 # sets them for MinIO: the AWS_* ones would reach the model providers (Bedrock) too.
 S3_REGION = "us-east-1"
-S3_KEYS = {"REFUSALBENCH_S3_ACCESS_KEY_ID": "testing", "REFUSALBENCH_S3_SECRET_ACCESS_KEY": "testing",
-           "REFUSALBENCH_S3_REGION": S3_REGION}
+S3_KEYS = {
+    "REFUSALBENCH_S3_ACCESS_KEY_ID": "testing",
+    "REFUSALBENCH_S3_SECRET_ACCESS_KEY": "testing",
+    "REFUSALBENCH_S3_REGION": S3_REGION,
+}
 
 
 # Each service's loopback port and the setting that gives it.
-PORT_SETTINGS = {"api": "PREFECT_PORT", "s3": "MINIO_PORT", "postgres": "CLUSTER_POSTGRES_PORT",
-                 "redis": "CLUSTER_REDIS_PORT", "models": "CLUSTER_MODELS_PORT"}
+PORT_SETTINGS = {
+    "api": "PREFECT_PORT",
+    "s3": "MINIO_PORT",
+    "postgres": "CLUSTER_POSTGRES_PORT",
+    "redis": "CLUSTER_REDIS_PORT",
+    "models": "CLUSTER_MODELS_PORT",
+}
 
 
 # ---------------------------------------------------------------- settings
+
 
 def read_env_file(path: Path) -> dict[str, str]:
     """``KEY=VALUE`` lines of an env file (compose's format: ``#`` comments, optional quotes)."""
@@ -88,6 +98,7 @@ def cluster_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]
 
 # ---------------------------------------------------------------- state
 
+
 def read_state(state: Path) -> dict[str, Any] | None:
     try:
         record: dict[str, Any] | None = json.loads((state / "state.json").read_text())
@@ -104,38 +115,78 @@ def write_state(state: Path, record: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- up
 
+
 def base_env(state: Path, settings: dict[str, str]) -> dict[str, str]:
     """The caller's environment with the cluster's settings; no Prefect location of the caller's own."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_API_DATABASE_CONNECTION_URL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_API_DATABASE_CONNECTION_URL")
+    }
     env.update(settings)
-    env.update({MEMBER_VAR: str(state), "PYTHONUNBUFFERED": "1", "REFUSALBENCH_PROJECT_DIR": str(ROOT),
-                # `prefect`, `refusalbench` of this interpreter's environment for scripts (register.sh)
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])})
+    env.update(
+        {
+            MEMBER_VAR: str(state),
+            "PYTHONUNBUFFERED": "1",
+            "REFUSALBENCH_PROJECT_DIR": str(ROOT),
+            # `prefect`, `refusalbench` of this interpreter's environment for scripts (register.sh)
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
+        }
+    )
     return env
 
 
 def flow_env(env: dict[str, str], record: dict[str, Any]) -> dict[str, str]:
     """What workers (hence flow runs) and the register script see: the API, S3, Redis, the models."""
-    return {**env, **S3_KEYS, "PREFECT_API_URL": record["api_url"],
-            "REFUSALBENCH_S3_ENDPOINT_URL": record["s3_endpoint"], "BUCKET": record["bucket"],
-            "REFUSALBENCH_REDIS_URL": record["redis_url"], "REFUSALBENCH_MODELS_URL": record["models_url"]}
+    return {
+        **env,
+        **S3_KEYS,
+        "PREFECT_API_URL": record["api_url"],
+        "REFUSALBENCH_S3_ENDPOINT_URL": record["s3_endpoint"],
+        "BUCKET": record["bucket"],
+        "REFUSALBENCH_REDIS_URL": record["redis_url"],
+        "REFUSALBENCH_MODELS_URL": record["models_url"],
+    }
 
 
 def models_command(kind: str, port: int, latency_s: float, settings: dict[str, str], state: Path) -> list[str]:
     if kind == "scripted":  # answers every model name with replies that fit its role (dry-run responder)
-        return [sys.executable, "-m", "refusalbench.tasks.llm.scripted_server", "--port", str(port),
-                "--latency", str(latency_s), "--log", str(state / "logs" / "model-requests.jsonl")]
+        return [
+            sys.executable,
+            "-m",
+            "refusalbench.tasks.llm.scripted_server",
+            "--port",
+            str(port),
+            "--latency",
+            str(latency_s),
+            "--log",
+            str(state / "logs" / "model-requests.jsonl"),
+        ]
     names = settings["REFUSALBENCH_SERVE_MODELS"].split()
     cli = [str(Path(sys.executable).parent / "refusalbench"), "models"]
     config = ["--config", "configs/models.yaml"]
     # As compose's models service: fetch the weights (once), then serve them.
-    return ["sh", "-c", '"$@" pull ' + " ".join(config + names) + ' && exec "$@" serve '
-            + " ".join([*config, "--host", "127.0.0.1", "--port", str(port), *names]), "models", *cli]
+    return [
+        "sh",
+        "-c",
+        '"$@" pull '
+        + " ".join(config + names)
+        + ' && exec "$@" serve '
+        + " ".join([*config, "--host", "127.0.0.1", "--port", str(port), *names]),
+        "models",
+        *cli,
+    ]
 
 
-def start_service(record: dict[str, Any], state: Path, name: str, argv: list[str], env: dict[str, str],
-                  cwd: Path | None = None, **extra: Any) -> dict[str, Any]:
+def start_service(
+    record: dict[str, Any],
+    state: Path,
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     log = state / "logs" / f"{name}.log"
     pid = spawn(argv, env, log, cwd or state)
     service = {"pid": pid, "start": process_start(pid), "log": str(log), **extra}
@@ -147,9 +198,13 @@ def start_service(record: dict[str, Any], state: Path, name: str, argv: list[str
 def create_bucket(endpoint: str, bucket: str) -> bool:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=endpoint, region_name=S3_REGION,
-                          aws_access_key_id=S3_KEYS["REFUSALBENCH_S3_ACCESS_KEY_ID"],
-                          aws_secret_access_key=S3_KEYS["REFUSALBENCH_S3_SECRET_ACCESS_KEY"])
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=S3_REGION,
+        aws_access_key_id=S3_KEYS["REFUSALBENCH_S3_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_KEYS["REFUSALBENCH_S3_SECRET_ACCESS_KEY"],
+    )
     client.create_bucket(Bucket=bucket)
     return True
 
@@ -161,12 +216,21 @@ def worker_heartbeats(api_url: str, pool: str) -> dict[str, float]:
     reply = httpx.post(f"{api_url}/work_pools/{pool}/workers/filter", json={}, timeout=5)
     if reply.status_code != 200:
         return {}
-    return {w["name"]: dt.datetime.fromisoformat(w["last_heartbeat_time"]).timestamp()
-            for w in reply.json() if w.get("last_heartbeat_time")}
+    return {
+        w["name"]: dt.datetime.fromisoformat(w["last_heartbeat_time"]).timestamp()
+        for w in reply.json()
+        if w.get("last_heartbeat_time")
+    }
 
 
-def up(state: Path, *, workers: int, models: str = "scripted", models_latency_s: float = 0.0,
-       settings: dict[str, str] | None = None) -> dict[str, Any]:
+def up(
+    state: Path,
+    *,
+    workers: int,
+    models: str = "scripted",
+    models_latency_s: float = 0.0,
+    settings: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Start the cluster (or return the record of the one that runs) and register the deployments."""
     settings = cluster_settings() if settings is None else settings
     state = state.resolve()
@@ -190,17 +254,28 @@ def up(state: Path, *, workers: int, models: str = "scripted", models_latency_s:
     state.chmod(0o755)  # PostgreSQL's user must reach its folder inside
     ports = {name: int(settings[variable]) for name, variable in PORT_SETTINGS.items()}
     record: dict[str, Any] = {
-        "state_dir": str(state), "ready": False, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "pool": settings["REFUSALBENCH_POOL"], "bucket": settings["REFUSALBENCH_BUCKET"], "models": models,
-        "api_url": f"http://127.0.0.1:{ports['api']}/api", "ui_url": f"http://127.0.0.1:{ports['api']}",
-        "s3_endpoint": f"http://127.0.0.1:{ports['s3']}", "redis_url": f"redis://127.0.0.1:{ports['redis']}/0",
-        "models_url": f"http://127.0.0.1:{ports['models']}/v1", "ports": ports, "services": {}, "workers": [],
+        "state_dir": str(state),
+        "ready": False,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pool": settings["REFUSALBENCH_POOL"],
+        "bucket": settings["REFUSALBENCH_BUCKET"],
+        "models": models,
+        "api_url": f"http://127.0.0.1:{ports['api']}/api",
+        "ui_url": f"http://127.0.0.1:{ports['api']}",
+        "s3_endpoint": f"http://127.0.0.1:{ports['s3']}",
+        "redis_url": f"redis://127.0.0.1:{ports['redis']}/0",
+        "models_url": f"http://127.0.0.1:{ports['models']}/v1",
+        "ports": ports,
+        "services": {},
+        "workers": [],
     }
     # A port taken by something else would answer in our service's place (another Prefect server on 4200).
     taken = [f"{port} ({PORT_SETTINGS[name]})" for name, port in ports.items() if port_in_use(port)]
     if taken:
-        raise ClusterError(f"port {', '.join(taken)} already in use on 127.0.0.1: set the variable to a free port "
-                           "(e.g. PREFECT_PORT=4300 scripts/cluster.sh up) or stop what uses it")
+        raise ClusterError(
+            f"port {', '.join(taken)} already in use on 127.0.0.1: set the variable to a free port "
+            "(e.g. PREFECT_PORT=4300 scripts/cluster.sh up) or stop what uses it"
+        )
     env = base_env(state, settings)
     record["_t0"] = time.monotonic()
     try:
@@ -215,52 +290,122 @@ def up(state: Path, *, workers: int, models: str = "scripted", models_latency_s:
     return record
 
 
-def start_all(state: Path, record: dict[str, Any], env: dict[str, str], settings: dict[str, str], *,
-              workers: int, models: str, models_latency_s: float) -> None:
+def start_all(
+    state: Path,
+    record: dict[str, Any],
+    env: dict[str, str],
+    settings: dict[str, str],
+    *,
+    workers: int,
+    models: str,
+    models_latency_s: float,
+) -> None:
     """The services in compose's order; those that need nothing of each other start together."""
     ports = record["ports"]
     (state / "redis").mkdir(exist_ok=True)
-    redis = start_service(record, state, "redis", [shutil.which("redis-server") or "redis-server", "--bind",
-                          "127.0.0.1", "--port", str(ports["redis"]), "--dir", str(state / "redis"),
-                          "--appendonly", "yes", "--save", ""], env, port=ports["redis"], url=record["redis_url"])
-    s3 = start_service(record, state, "s3", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                       str(ports["s3"])], env, port=ports["s3"], url=record["s3_endpoint"])
-    model_server = start_service(record, state, "models", models_command(models, ports["models"], models_latency_s,
-                                 settings, state), env, cwd=ROOT, port=ports["models"], url=record["models_url"])
+    redis = start_service(
+        record,
+        state,
+        "redis",
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(ports["redis"]),
+            "--dir",
+            str(state / "redis"),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+        ],
+        env,
+        port=ports["redis"],
+        url=record["redis_url"],
+    )
+    s3 = start_service(
+        record,
+        state,
+        "s3",
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
+        env,
+        port=ports["s3"],
+        url=record["s3_endpoint"],
+    )
+    model_server = start_service(
+        record,
+        state,
+        "models",
+        models_command(models, ports["models"], models_latency_s, settings, state),
+        env,
+        cwd=ROOT,
+        port=ports["models"],
+        url=record["models_url"],
+    )
     pg_pid, database_url = start_postgres(state, ports["postgres"], env)
     took(record, "postgres")
-    record["services"]["postgres"] = {"pid": pg_pid, "start": process_start(pg_pid), "port": ports["postgres"],
-                                      "log": str(state / "logs" / "postgres.log")}
+    record["services"]["postgres"] = {
+        "pid": pg_pid,
+        "start": process_start(pg_pid),
+        "port": ports["postgres"],
+        "log": str(state / "logs" / "postgres.log"),
+    }
     server_home = state / "prefect-server"
-    server_env = {**env, "PREFECT_HOME": str(server_home), "PREFECT_API_DATABASE_CONNECTION_URL": database_url,
-                  "PREFECT_UI_ENABLED": "true", "PREFECT_UI_API_URL": record["api_url"],
-                  # Its own copy of the UI files: site-packages may not be writable.
-                  "PREFECT_UI_STATIC_DIRECTORY": str(server_home / "ui")}
-    server = start_service(record, state, "prefect-server", [sys.executable, "-m", "prefect", "server", "start",
-                           "--host", "127.0.0.1", "--port", str(ports["api"])], server_env,
-                           port=ports["api"], url=record["ui_url"])
+    server_env = {
+        **env,
+        "PREFECT_HOME": str(server_home),
+        "PREFECT_API_DATABASE_CONNECTION_URL": database_url,
+        "PREFECT_UI_ENABLED": "true",
+        "PREFECT_UI_API_URL": record["api_url"],
+        # Its own copy of the UI files: site-packages may not be writable.
+        "PREFECT_UI_STATIC_DIRECTORY": str(server_home / "ui"),
+    }
+    server = start_service(
+        record,
+        state,
+        "prefect-server",
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(ports["api"])],
+        server_env,
+        port=ports["api"],
+        url=record["ui_url"],
+    )
     wait_until(lambda: redis_ping(record["redis_url"]), "redis-server", 30, redis["pid"], Path(redis["log"]))
     wait_until(lambda: http_ok(f"{record['s3_endpoint']}/"), "the S3 endpoint (moto)", 60, s3["pid"], Path(s3["log"]))
     create_bucket(record["s3_endpoint"], record["bucket"])
-    wait_until(lambda: http_ok(f"{record['api_url']}/health"), "prefect server", 300, server["pid"], Path(server["log"]))
+    wait_until(
+        lambda: http_ok(f"{record['api_url']}/health"), "prefect server", 300, server["pid"], Path(server["log"])
+    )
     took(record, "prefect server")
     fenv = flow_env(env, record)
     with (state / "logs" / "register.log").open("w") as register_log:
-        register = subprocess.Popen(["sh", "deployments/register.sh"], env=fenv, cwd=ROOT,
-                                    stdout=register_log, stderr=subprocess.STDOUT)
+        register = subprocess.Popen(
+            ["sh", "deployments/register.sh"], env=fenv, cwd=ROOT, stdout=register_log, stderr=subprocess.STDOUT
+        )
     # The workers start once register.sh has made the pool (a worker would make one of its own,
     # and the script's create would then fail), while it registers the deployments.
-    wait_until(lambda: httpx.get(f"{record['api_url']}/work_pools/{record['pool']}", timeout=5).status_code == 200,
-               "the work pool (deployments/register.sh)", 120, register.pid, state / "logs" / "register.log")
+    wait_until(
+        lambda: httpx.get(f"{record['api_url']}/work_pools/{record['pool']}", timeout=5).status_code == 200,
+        "the work pool (deployments/register.sh)",
+        120,
+        register.pid,
+        state / "logs" / "register.log",
+    )
     for index in range(1, workers + 1):
         record["workers"].append(f"worker-{index}")
         start_worker(record, state, fenv, f"worker-{index}", settings["WORKER_LIMIT"])
     if register.wait(timeout=600) != 0:
-        raise ClusterError("deployments/register.sh failed; the end of its log:\n"
-                           + log_tail(state / "logs" / "register.log"))
+        raise ClusterError(
+            "deployments/register.sh failed; the end of its log:\n" + log_tail(state / "logs" / "register.log")
+        )
     ready_s = 1200 if models == "llama" else 60  # the first llama start downloads ~2 GB of weights
-    wait_until(lambda: http_ok(f"{record['models_url']}/models"), f"the {models} model server", ready_s,
-               model_server["pid"], Path(model_server["log"]))
+    wait_until(
+        lambda: http_ok(f"{record['models_url']}/models"),
+        f"the {models} model server",
+        ready_s,
+        model_server["pid"],
+        Path(model_server["log"]),
+    )
     took(record, "register.sh")
     wait_for_workers(record, state, since=0)
     took(record, "workers")
@@ -276,14 +421,40 @@ def start_worker(record: dict[str, Any], state: Path, fenv: dict[str, str], name
     folder = state / "workers" / name
     for sub in WORKER_FOLDERS:
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    worker_env = {**fenv, "PREFECT_HOME": str(folder / "home"), "TMPDIR": str(folder / "tmp"),
-                  "REFUSALBENCH_CACHE_DIR": str(folder / "cache")}
-    start_service(record, state, name, [sys.executable, "-m", "prefect", "worker", "start", "--pool", record["pool"],
-                  "--type", "process", "--limit", limit, "--name", name], worker_env, cwd=folder, folder=str(folder))
+    worker_env = {
+        **fenv,
+        "PREFECT_HOME": str(folder / "home"),
+        "TMPDIR": str(folder / "tmp"),
+        "REFUSALBENCH_CACHE_DIR": str(folder / "cache"),
+    }
+    start_service(
+        record,
+        state,
+        name,
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "worker",
+            "start",
+            "--pool",
+            record["pool"],
+            "--type",
+            "process",
+            "--limit",
+            limit,
+            "--name",
+            name,
+        ],
+        worker_env,
+        cwd=folder,
+        folder=str(folder),
+    )
 
 
 def wait_for_workers(record: dict[str, Any], state: Path, since: float) -> None:
     """Until every worker has sent the server a heartbeat after ``since`` (a Unix time)."""
+
     def all_there() -> bool:
         seen = worker_heartbeats(record["api_url"], record["pool"])
         return all(seen.get(name, 0) >= since for name in record["workers"])
@@ -372,26 +543,41 @@ def print_status(record: dict[str, Any] | None, state: Path) -> None:
         where = service.get("url") or (f"port {service['port']}" if service.get("port") else "")
         print(f"  {name:<15} {'running' if service['running'] else 'stopped':<8} pid {service['pid']:<8} {where}")
     if record["running"] and record.get("ready"):
-        print(f"Prefect UI: {record['ui_url']}\n"
-              f"  export PREFECT_API_URL={record['api_url']}\n"
-              f"  S3: {record['s3_endpoint']} bucket {record['bucket']}; Redis: {record['redis_url']}; "
-              f"models: {record['models_url']} ({record['models']})\n  state and logs: {record['state_dir']}")
+        print(
+            f"Prefect UI: {record['ui_url']}\n"
+            f"  export PREFECT_API_URL={record['api_url']}\n"
+            f"  S3: {record['s3_endpoint']} bucket {record['bucket']}; Redis: {record['redis_url']}; "
+            f"models: {record['models_url']} ({record['models']})\n  state and logs: {record['state_dir']}"
+        )
     else:
         print(f"the cluster in {state} is not (fully) running: scripts/cluster.sh up starts it")
 
 
 # ---------------------------------------------------------------- command line
 
+
 def main(argv: list[str] | None = None) -> int:
     settings = cluster_settings()
     parser = argparse.ArgumentParser(prog="scripts/cluster.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up", "down", "status"])
-    parser.add_argument("--state", type=Path, default=Path(os.environ.get("REFUSALBENCH_CLUSTER_STATE", DEFAULT_STATE)),
-                        help="the cluster's state folder (default .cluster/ in the project)")
-    parser.add_argument("--workers", type=int, default=int(settings["WORKER_REPLICAS"]),
-                        help="process workers to start (default WORKER_REPLICAS of deployments/cluster.env)")
-    parser.add_argument("--models", choices=["scripted", "llama"], default="scripted",
-                        help="the models service: the scripted server (default) or llama.cpp with the local models")
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=Path(os.environ.get("REFUSALBENCH_CLUSTER_STATE", DEFAULT_STATE)),
+        help="the cluster's state folder (default .cluster/ in the project)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(settings["WORKER_REPLICAS"]),
+        help="process workers to start (default WORKER_REPLICAS of deployments/cluster.env)",
+    )
+    parser.add_argument(
+        "--models",
+        choices=["scripted", "llama"],
+        default="scripted",
+        help="the models service: the scripted server (default) or llama.cpp with the local models",
+    )
     parser.add_argument("--models-latency", type=float, default=0.0, help="scripted server: seconds per reply")
     parser.add_argument("--purge", action="store_true", help="down: also delete the state folder")
     parser.add_argument("--json", action="store_true", help="status: print the state record as JSON")
@@ -400,8 +586,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         started = time.monotonic()
         try:
-            record = up(state, workers=args.workers, models=args.models, models_latency_s=args.models_latency,
-                        settings=settings)
+            record = up(
+                state, workers=args.workers, models=args.models, models_latency_s=args.models_latency, settings=settings
+            )
         except ClusterError as exc:
             print(f"cluster did not start: {exc}", file=sys.stderr)
             return 1

@@ -30,8 +30,8 @@ class ClusterError(RuntimeError):
     """A service did not start; the message names it and ends with its log."""
 
 
-
 # ---------------------------------------------------------------- processes
+
 
 def pid_alive(pid: int | None) -> bool:
     if not pid:
@@ -52,8 +52,15 @@ def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path) -> int:
     """Start ``argv`` in its own session (so it outlives this command), output to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
-        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return process.pid
 
 
@@ -80,8 +87,11 @@ def member_pids(state: Path) -> list[int]:
             pid = int(Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].split()[1])
         except (OSError, ValueError, IndexError):
             break
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and int(entry.name) not in ours and is_member(int(entry.name), state)]
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and int(entry.name) not in ours and is_member(int(entry.name), state)
+    ]
 
 
 def is_member(pid: int, state: Path) -> bool:
@@ -125,7 +135,9 @@ def log_tail(log: Path, chars: int = 3000) -> str:
         return ""
 
 
-def wait_until(ready: Callable[[], bool], what: str, timeout_s: float, pid: int | None = None, log: Path | None = None) -> None:
+def wait_until(
+    ready: Callable[[], bool], what: str, timeout_s: float, pid: int | None = None, log: Path | None = None
+) -> None:
     """Poll ``ready()`` until true; fail early if ``pid`` exits, with the end of ``log``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -146,10 +158,12 @@ def http_ok(url: str) -> bool:
 
 # ---------------------------------------------------------------- PostgreSQL
 
+
 def postgres_bin(name: str) -> str:
     """A PostgreSQL server program: Debian keeps them in /usr/lib/postgresql/<major>/bin, off PATH."""
-    folders = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name)
-                     if p.parent.name.isdigit() else 0)
+    folders = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0
+    )
     for folder in reversed(folders):
         if (folder / name).exists():
             return str(folder / name)
@@ -166,8 +180,9 @@ def as_postgres_user(argv: list[str]) -> list[str]:
     try:
         pwd.getpwnam("postgres")
     except KeyError:
-        raise ClusterError("running as root needs a 'postgres' user for the database "
-                           "(Debian's postgresql package creates it)") from None
+        raise ClusterError(
+            "running as root needs a 'postgres' user for the database (Debian's postgresql package creates it)"
+        ) from None
     return ["runuser", "-u", "postgres", "--", *argv]
 
 
@@ -188,8 +203,10 @@ def start_postgres(state: Path, port: int, env: dict[str, str]) -> tuple[int, st
     log.touch()
     give_to_postgres(folder, log)
     if os.geteuid() == 0 and subprocess.run(as_postgres_user(["test", "-w", str(folder)]), check=False).returncode != 0:
-        raise ClusterError(f"user postgres cannot write {folder}: use a state folder every user can reach "
-                           "(--state under /tmp or the project folder)")
+        raise ClusterError(
+            f"user postgres cannot write {folder}: use a state folder every user can reach "
+            "(--state under /tmp or the project folder)"
+        )
     first_start = not (data / "PG_VERSION").exists()
     if first_start:
         password_file.parent.mkdir(mode=0o700, exist_ok=True)
@@ -200,20 +217,44 @@ def start_postgres(state: Path, port: int, env: dict[str, str]) -> tuple[int, st
         initdb_password.chmod(0o600)
         give_to_postgres(initdb_password)
         try:
-            run_checked(as_postgres_user([postgres_bin("initdb"), "-D", str(data), "-U", "prefect", "-E", "UTF8",
-                                          "--no-locale", "--no-sync", "--auth=scram-sha-256", f"--pwfile={initdb_password}"]),
-                        "initdb", env)
+            run_checked(
+                as_postgres_user(
+                    [
+                        postgres_bin("initdb"),
+                        "-D",
+                        str(data),
+                        "-U",
+                        "prefect",
+                        "-E",
+                        "UTF8",
+                        "--no-locale",
+                        "--no-sync",
+                        "--auth=scram-sha-256",
+                        f"--pwfile={initdb_password}",
+                    ]
+                ),
+                "initdb",
+                env,
+            )
         finally:
             initdb_password.unlink()
         # Loopback TCP only: no socket folder to create under /var/run.
         with (data / "postgresql.conf").open("a") as conf:
             conf.write("\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n")
-    run_checked(as_postgres_user([postgres_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-                                  "-o", f"-p {port}", "start"]), "pg_ctl start", env)
+    run_checked(
+        as_postgres_user(
+            [postgres_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o", f"-p {port}", "start"]
+        ),
+        "pg_ctl start",
+        env,
+    )
     password = password_file.read_text().strip()
     if first_start:
-        run_checked([postgres_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect", "prefect"],
-                    "createdb", {**env, "PGPASSWORD": password})
+        run_checked(
+            [postgres_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect", "prefect"],
+            "createdb",
+            {**env, "PGPASSWORD": password},
+        )
     pid = int((data / "postmaster.pid").read_text().split()[0])
     return pid, f"postgresql+asyncpg://prefect:{password}@127.0.0.1:{port}/prefect"
 
@@ -221,8 +262,12 @@ def start_postgres(state: Path, port: int, env: dict[str, str]) -> tuple[int, st
 def stop_postgres(state: Path, env: dict[str, str]) -> None:
     data = state / "postgres" / "data"
     if (data / "postmaster.pid").exists():
-        subprocess.run(as_postgres_user([postgres_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
-                       env=env, capture_output=True, check=False)
+        subprocess.run(
+            as_postgres_user([postgres_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+            env=env,
+            capture_output=True,
+            check=False,
+        )
 
 
 def run_checked(argv: list[str], what: str, env: dict[str, str]) -> None:

@@ -48,8 +48,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", default="refusalbench", help="the work pool (default %(default)s)")
     parser.add_argument("--prefect-file", default=DEFAULT_PREFECT_FILE, help="default %(default)s")
-    parser.add_argument("--deployment", nargs="+", action="append", required=True, metavar="NAME [PARAM=VALUE ...]",
-                        help="a deployment of the prefect file and the parameters it is registered with")
+    parser.add_argument(
+        "--deployment",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="NAME [PARAM=VALUE ...]",
+        help="a deployment of the prefect file and the parameters it is registered with",
+    )
     args = parser.parse_args(argv)
     for name, *parameters in args.deployment:
         bad = [p for p in parameters if "=" not in p]
@@ -67,8 +73,17 @@ def main(argv: list[str] | None = None) -> None:
         prefect_cli("work-pool", "create", args.pool, "--type", "process")
     for name, *parameters in args.deployment:
         print(f"deployment {name}: {' '.join(parameters)}", flush=True)
-        prefect_cli("--no-prompt", "deploy", "--prefect-file", args.prefect_file, "--name", name, "--pool", args.pool,
-                    *[token for parameter in parameters for token in ("--param", parameter)])
+        prefect_cli(
+            "--no-prompt",
+            "deploy",
+            "--prefect-file",
+            args.prefect_file,
+            "--name",
+            name,
+            "--pool",
+            args.pool,
+            *[token for parameter in parameters for token in ("--param", parameter)],
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,15 @@ TAGS = ["refusalbench"]
 log = logging.getLogger("refusalbench")
 
 
-def build_deployments(*, cron: str | None, config_path: str, out_root: str, rounds_to_compare: int = 5,
-                      timezone: str = "UTC", knowornot_config_path: str | None = None) -> list[Any]:
+def build_deployments(
+    *,
+    cron: str | None,
+    config_path: str,
+    out_root: str,
+    rounds_to_compare: int = 5,
+    timezone: str = "UTC",
+    knowornot_config_path: str | None = None,
+) -> list[Any]:
     """The four deployments of prefect.yaml as RunnerDeployments (no API call is made here).
 
     ``cron=None`` registers the refresh without a schedule (trigger it by hand). The
@@ -56,40 +63,67 @@ def build_deployments(*, cron: str | None, config_path: str, out_root: str, roun
         ),
         generation_flow.to_deployment(name="generate", description="Generation flow (ad hoc).", **adhoc),
         evaluation_flow.to_deployment(name="evaluate", description="Evaluation flow (ad hoc).", **adhoc),
-        knowornot_flow.to_deployment(name="knowornot", description="KnowOrNot pipeline (ad hoc).",
-                                     parameters={"config_path": knowornot_config_path or config_path},
-                                     tags=adhoc["tags"]),
+        knowornot_flow.to_deployment(
+            name="knowornot",
+            description="KnowOrNot pipeline (ad hoc).",
+            parameters={"config_path": knowornot_config_path or config_path},
+            tags=adhoc["tags"],
+        ),
     ]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ
-    parser = argparse.ArgumentParser(prog="python -m refusalbench.deployments.serve", description=__doc__.splitlines()[0])
-    parser.add_argument("--cron", default=env.get("REFUSALBENCH_REFRESH_CRON", DEFAULT_CRON),
-                        help="refresh schedule, cron syntax (UTC); 'none' for no schedule [%(default)s]")
+    parser = argparse.ArgumentParser(
+        prog="python -m refusalbench.deployments.serve", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--cron",
+        default=env.get("REFUSALBENCH_REFRESH_CRON", DEFAULT_CRON),
+        help="refresh schedule, cron syntax (UTC); 'none' for no schedule [%(default)s]",
+    )
     parser.add_argument("--timezone", default="UTC")
-    parser.add_argument("--config", default=env.get("REFUSALBENCH_CONFIG", DEFAULT_CONFIG), help="run config [%(default)s]")
-    parser.add_argument("--knowornot-config", default=env.get("REFUSALBENCH_KNOWORNOT_CONFIG", DEFAULT_KNOWORNOT_CONFIG),
-                        help="the knowornot deployment's config [%(default)s]")
-    parser.add_argument("--out-root", default=env.get("REFUSALBENCH_REFRESH_OUT", DEFAULT_OUT_ROOT),
-                        help="folder (or s3://...) holding the refresh rounds [%(default)s]")
+    parser.add_argument(
+        "--config", default=env.get("REFUSALBENCH_CONFIG", DEFAULT_CONFIG), help="run config [%(default)s]"
+    )
+    parser.add_argument(
+        "--knowornot-config",
+        default=env.get("REFUSALBENCH_KNOWORNOT_CONFIG", DEFAULT_KNOWORNOT_CONFIG),
+        help="the knowornot deployment's config [%(default)s]",
+    )
+    parser.add_argument(
+        "--out-root",
+        default=env.get("REFUSALBENCH_REFRESH_OUT", DEFAULT_OUT_ROOT),
+        help="folder (or s3://...) holding the refresh rounds [%(default)s]",
+    )
     parser.add_argument("--rounds-to-compare", type=int, default=5)
-    parser.add_argument("--limit", type=int, default=int(env.get("REFUSALBENCH_SERVE_LIMIT", "2")),
-                        help="flow runs executed at once by this process [%(default)s]")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=int(env.get("REFUSALBENCH_SERVE_LIMIT", "2")),
+        help="flow runs executed at once by this process [%(default)s]",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not os.environ.get("PREFECT_API_URL"):
-        log.warning("PREFECT_API_URL is not set: serving against a temporary local API (no UI). "
-                    "Start `prefect server start` and export PREFECT_API_URL to watch runs.")
+        log.warning(
+            "PREFECT_API_URL is not set: serving against a temporary local API (no UI). "
+            "Start `prefect server start` and export PREFECT_API_URL to watch runs."
+        )
     from prefect import serve
 
     cron = None if str(args.cron).lower() in ("", "none", "off") else args.cron
-    deployments = build_deployments(cron=cron, config_path=args.config, out_root=args.out_root,
-                                    rounds_to_compare=args.rounds_to_compare, timezone=args.timezone,
-                                    knowornot_config_path=args.knowornot_config)
+    deployments = build_deployments(
+        cron=cron,
+        config_path=args.config,
+        out_root=args.out_root,
+        rounds_to_compare=args.rounds_to_compare,
+        timezone=args.timezone,
+        knowornot_config_path=args.knowornot_config,
+    )
     serve(*deployments, limit=args.limit)
 
 

@@ -76,10 +76,10 @@ from refusalbench.tasks.llm.callcache import CACHE_BACKENDS, CacheBackend, CallC
 from refusalbench.tasks.llm.providers import PROVIDERS, ProviderProfile, register_provider
 from refusalbench.tasks.refusalbench.basesets.readers import READERS as BASE_SET_READERS
 from refusalbench.tasks.refusalbench.basesets.readers import register_reader as register_base_set_reader
-from refusalbench.tasks.refusalbench.stages.prechecks import PRECHECKS, register_precheck
 from refusalbench.tasks.refusalbench.rule_generator.base import RULES, NotApplicable, RuleOutput, register_rule
 from refusalbench.tasks.refusalbench.scoring.row_statistics import ALL_STATISTICS
 from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, MetricSpec, declare, formula_metric
+from refusalbench.tasks.refusalbench.stages.prechecks import PRECHECKS, register_precheck
 
 __all__ = [
     # how plugins are found

@@ -11,7 +11,6 @@ import logging
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -19,13 +18,14 @@ from rich.console import Console
 from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_data import data_app
-from refusalbench.flows.cli_view import view
+
 # The registry commands (levers, models) live in cli_registry; models_serve is named here for its callers.
-from refusalbench.flows.cli_registry import (DEFAULT_CONFIG, OutputFormat, config_path as _config_path,  # noqa: F401
-                                            levers_app, models_app, models_serve)
-from refusalbench.tasks.pipeline import gc_tuning
-from refusalbench.tasks.core.plugins import load_entry_points
+from refusalbench.flows.cli_registry import DEFAULT_CONFIG, OutputFormat, levers_app, models_app, models_serve  # noqa: F401
+from refusalbench.flows.cli_registry import config_path as _config_path
+from refusalbench.flows.cli_view import view
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
+from refusalbench.tasks.core.plugins import load_entry_points
+from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.runtime import configure_prefect_env
 
@@ -56,10 +56,13 @@ FLOW_COMMANDS = {"run", "generate", "evaluate", "pretest", "refresh", "knowornot
 
 
 @app.callback()
-def _root(ctx: typer.Context,
-          verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs.")) -> None:
+def _root(
+    ctx: typer.Context, verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs.")
+) -> None:
     State.verbose = verbose
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if ctx.invoked_subcommand not in FLOW_COMMANDS:
         gc_tuning.no_flow_ahead()
 
@@ -72,11 +75,13 @@ def _knowornot(ctx: typer.Context) -> None:
 
 # ---------------------------------------------------------------- flows
 
-FRESH_HELP = ("a role whose calls ignore earlier cache entries this run (repeatable): generation, pretest, targets, "
-              "judge; its new replies are cached, so re-running into the same --out repeats none")
+FRESH_HELP = (
+    "a role whose calls ignore earlier cache entries this run (repeatable): generation, pretest, targets, "
+    "judge; its new replies are cached, so re-running into the same --out repeats none"
+)
 
 
-def _fresh(roles: Optional[list[str]]) -> list[str]:
+def _fresh(roles: list[str] | None) -> list[str]:
     """The ``--fresh`` roles, checked (exit 2 on an unknown one)."""
     from refusalbench.tasks.core.cache_policy import check_roles
 
@@ -88,9 +93,9 @@ def _fresh(roles: Optional[list[str]]) -> list[str]:
 
 @app.command()
 def generate(
-    config: Optional[Path] = typer.Option(None, "--config", help="run config (YAML)"),
+    config: Path | None = typer.Option(None, "--config", help="run config (YAML)"),
     out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
-    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
+    fresh: list[str] | None = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """Generation flow: assign levers, generate, cross-verify, filter, sample -> benchmark.parquet."""
     from refusalbench.flows.launch import run_generation
@@ -101,12 +106,15 @@ def generate(
 
 @app.command()
 def evaluate(
-    config: Optional[Path] = typer.Option(None, "--config"),
+    config: Path | None = typer.Option(None, "--config"),
     benchmark: str = typer.Option(..., "--benchmark", help="benchmark file (Parquet): local path or s3://..."),
     out_dir: str = typer.Option(..., "--out"),
-    strict: bool = typer.Option(False, "--strict", help="exit 1 when a target is incomplete (scored on less than "
-                                "evaluation.min_coverage of its rows)"),
-    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="exit 1 when a target is incomplete (scored on less than evaluation.min_coverage of its rows)",
+    ),
+    fresh: list[str] | None = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """Evaluation flow: targets respond, judge scores, metrics and report."""
     from refusalbench.flows.launch import incomplete_line, run_evaluation
@@ -119,8 +127,12 @@ def evaluate(
 
 @app.command()
 def score(
-    files: list[Path] = typer.Argument(..., metavar="FILE", help="judged responses (Parquet, JSONL or CSV), or "
-                                       "inspect_ai eval logs (.eval/.json files or a log folder; several: one per model)"),
+    files: list[Path] = typer.Argument(
+        ...,
+        metavar="FILE",
+        help="judged responses (Parquet, JSONL or CSV), or "
+        "inspect_ai eval logs (.eval/.json files or a log folder; several: one per model)",
+    ),
     out_dir: Path = typer.Option(..., "--out"),
     bootstrap: int = typer.Option(1000, help="bootstrap resamples for 95% intervals"),
     seed: int = typer.Option(0),
@@ -138,8 +150,11 @@ def score(
             raise InputError(str(bad), "not an inspect eval log: give one judged-responses file, or inspect logs only")
         path, report_uri, excluded = score_inspect_logs(files, str(out_dir), bootstrap=bootstrap, seed=seed)
         for model, count in sorted(excluded.items()):
-            err.print(f"note: {model}: {count} sample(s) left out of the metrics (the target or judge call failed)",
-                      markup=False, highlight=False)
+            err.print(
+                f"note: {model}: {count} sample(s) left out of the metrics (the target or judge call failed)",
+                markup=False,
+                highlight=False,
+            )
         out.print(f"metrics: {path}\nreport: {report_uri}")
         return
     if len(files) > 1:
@@ -168,7 +183,7 @@ def export(
     format: str = typer.Option("hf", "--format", help="hf: a Hugging Face datasets folder (Parquet + dataset card)"),
     out_dir: Path = typer.Option(..., "--out", help="export folder (local; must be new or empty unless --force)"),
     force: bool = typer.Option(False, "--force", help="replace README.md and data/ of a non-empty --out"),
-    name: Optional[str] = typer.Option(None, "--name", help="the card's pretty_name (default: from the run id)"),
+    name: str | None = typer.Option(None, "--name", help="the card's pretty_name (default: from the run id)"),
     language: list[str] = typer.Option(["en"], "--language", help="language code of the items (repeatable)"),
 ) -> None:
     """Write the run's benchmark as a dataset: Parquet splits + README.md card written from the run."""
@@ -178,13 +193,15 @@ def export(
     for note in result.notes:
         err.print(f"note: {note}", markup=False, highlight=False)
     configs = ", ".join(f"{c.name} ({c.rows})" for c in result.configs)
-    out.print(f"exported {result.rows} items to {result.out}  (configs: {configs}; fill in the card's license)",
-              highlight=False)
+    out.print(
+        f"exported {result.rows} items to {result.out}  (configs: {configs}; fill in the card's license)",
+        highlight=False,
+    )
 
 
 @knowornot_app.command("run")
 def knowornot_run(
-    config: Optional[Path] = typer.Option(None, "--config", help="default: the sample knowledge base on local models"),
+    config: Path | None = typer.Option(None, "--config", help="default: the sample knowledge base on local models"),
     out_dir: str = typer.Option("runs/knowornot-demo", "--out"),
 ) -> None:
     """The KnowOrNot pipeline end to end."""
@@ -198,12 +215,20 @@ def knowornot_run(
 def knowornot_label(
     run_dir: str = typer.Argument(..., help="KnowOrNot run folder (local)"),
     annotator: str = typer.Option(..., "--annotator", help="your name or id"),
-    spec: str = typer.Option("abstention", "--spec", help="an evaluation spec: abstention, factuality or a registered "
-                             "one; ookb_validity: are the synthetic out-of-KB questions really outside the KB?"),
+    spec: str = typer.Option(
+        "abstention",
+        "--spec",
+        help="an evaluation spec: abstention, factuality or a registered "
+        "one; ookb_validity: are the synthetic out-of-KB questions really outside the KB?",
+    ),
     web: bool = typer.Option(False, "--web", help="serve a labelling page on loopback instead of the terminal"),
     port: int = typer.Option(8765, "--port"),
-    consensus: bool = typer.Option(False, "--consensus", help="consensus pass: only the items the annotators labelled "
-                                   "differently, with their labels; records the agreed label"),
+    consensus: bool = typer.Option(
+        False,
+        "--consensus",
+        help="consensus pass: only the items the annotators labelled "
+        "differently, with their labels; records the agreed label",
+    ),
 ) -> None:
     """Label the stratified sample of a spec; every label is saved at once, a restart resumes."""
     import time
@@ -213,8 +238,9 @@ def knowornot_label(
     from refusalbench.tasks.knowornot.stages.ookb import OOKB_VALIDITY, open_validity_session
 
     # Validity labels are per synthetic question (App. D.2), not per response of the label sample.
-    session = (open_validity_session(run_dir) if spec == OOKB_VALIDITY.name
-               else open_label_session(run_dir, spec, consensus))
+    session = (
+        open_validity_session(run_dir) if spec == OOKB_VALIDITY.name else open_label_session(run_dir, spec, consensus)
+    )
     if web:
         server = serve_labelling(session.items, session.labels_path, annotator, port=port)
         out.print(f"labelling page: {server.url}  (Ctrl-C to stop)")
@@ -241,12 +267,15 @@ def knowornot_agreement(
 
 @app.command()
 def run(
-    config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
+    config: Path | None = typer.Option(None, "--config", help="run config (default: the local demo)"),
     out_dir: str = typer.Option("runs/demo", "--out"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="override generation.seed (another sample and lever draw)"),
-    strict: bool = typer.Option(False, "--strict", help="exit 1 when a target is incomplete (scored on less than "
-                                "evaluation.min_coverage of its rows)"),
-    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
+    seed: int | None = typer.Option(None, "--seed", help="override generation.seed (another sample and lever draw)"),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="exit 1 when a target is incomplete (scored on less than evaluation.min_coverage of its rows)",
+    ),
+    fresh: list[str] | None = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
     from refusalbench.flows.launch import incomplete_line, run_main
@@ -259,10 +288,10 @@ def run(
 
 @app.command()
 def refresh(
-    config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
+    config: Path | None = typer.Option(None, "--config", help="run config (default: the local demo)"),
     out_root: str = typer.Option("runs/rounds", "--out", help="folder holding one sub-folder per round"),
     compare: int = typer.Option(5, "--compare", help="how many recent rounds the trend shows"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
+    seed: int | None = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
 ) -> None:
     """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
     from refusalbench.flows.launch import run_refresh
@@ -279,9 +308,9 @@ def refresh(
 
 @app.command()
 def pretest(
-    config: Optional[Path] = typer.Option(None, "--config", help="run config with generation.pretest"),
+    config: Path | None = typer.Option(None, "--config", help="run config with generation.pretest"),
     out_dir: str = typer.Option(..., "--out", help="run folder: local path or s3://bucket/prefix"),
-    fresh: Optional[list[str]] = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
+    fresh: list[str] | None = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
 ) -> None:
     """The base-set pre-test on its own: which base items every pre-test model answers correctly."""
     from refusalbench.flows.launch import run_pretest
@@ -293,30 +322,50 @@ def pretest(
 
 @app.command()
 def plan(
-    config: Optional[Path] = typer.Option(None, "--config", help="run config (default: the local demo)"),
+    config: Path | None = typer.Option(None, "--config", help="run config (default: the local demo)"),
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
     latency: float = typer.Option(2.0, "--latency", min=0.001, help="assumed seconds per call, for the time bound"),
-    benchmark: Optional[str] = typer.Option(None, "--benchmark", help="plan the evaluation of this benchmark file "
-                                            "alone (exact respond counts)"),
-    all_models: bool = typer.Option(False, "--all-models", help="with skip_unavailable: plan every model, also "
-                                    "those without credentials now"),
-    rounds: Optional[int] = typer.Option(None, "--rounds", min=1, help="refresh rounds T the error bound covers "
-                                         "(default: the config's refresh.rounds); prints the round size it needs"),
-    epsilon: Optional[float] = typer.Option(None, "--epsilon", min=1e-6, help="error tolerance (default 0.05)"),
-    delta: Optional[float] = typer.Option(None, "--delta", min=1e-12, max=0.999999, help="failure probability "
-                                          "(default: refresh.delta)"),
+    benchmark: str | None = typer.Option(
+        None, "--benchmark", help="plan the evaluation of this benchmark file alone (exact respond counts)"
+    ),
+    all_models: bool = typer.Option(
+        False, "--all-models", help="with skip_unavailable: plan every model, also those without credentials now"
+    ),
+    rounds: int | None = typer.Option(
+        None,
+        "--rounds",
+        min=1,
+        help="refresh rounds T the error bound covers "
+        "(default: the config's refresh.rounds); prints the round size it needs",
+    ),
+    epsilon: float | None = typer.Option(None, "--epsilon", min=1e-6, help="error tolerance (default 0.05)"),
+    delta: float | None = typer.Option(
+        None, "--delta", min=1e-12, max=0.999999, help="failure probability (default: refresh.delta)"
+    ),
     per_stratum: bool = typer.Option(False, "--per-stratum", help="the size for epsilon in every stratum"),
 ) -> None:
     """Calls, tokens, cost and time a run would take with an empty cache; no model is called. With --rounds:
     the items per round that Theorem 3.1 requires, and whether the config's target_size meets it."""
     from refusalbench.flows.cli_plan import plan_output
 
-    sys.stdout.write(plan_output(_config_path(config), as_json=format == OutputFormat.json, latency=latency,
-                                 benchmark=benchmark, all_models=all_models, rounds=rounds, epsilon=epsilon,
-                                 delta=delta, per_stratum=per_stratum) + "\n")
+    sys.stdout.write(
+        plan_output(
+            _config_path(config),
+            as_json=format == OutputFormat.json,
+            latency=latency,
+            benchmark=benchmark,
+            all_models=all_models,
+            rounds=rounds,
+            epsilon=epsilon,
+            delta=delta,
+            per_stratum=per_stratum,
+        )
+        + "\n"
+    )
 
 
 # ---------------------------------------------------------------- entry point
+
 
 def _is_usage_error(exc: BaseException) -> bool:
     # Typer vendors its own click; its ClickException family carries show() and exit_code.

@@ -17,8 +17,9 @@ from typing import Any
 import typer
 from rich.console import Console
 
-api_app = typer.Typer(help="Prefect's background server and UI, which embedded-mode commands start and share.",
-                      no_args_is_help=True)
+api_app = typer.Typer(
+    help="Prefect's background server and UI, which embedded-mode commands start and share.", no_args_is_help=True
+)
 
 out = Console(soft_wrap=True)
 
@@ -39,14 +40,14 @@ def status_lines(server: dict[str, Any] | None, home: Any, record: dict[str, Any
     from refusalbench.tasks.pipeline.server_state import last_use, watchdog_pid
 
     if server is None:
-        lines = [f"Prefect server: not running (PREFECT_HOME {home}); the next command that runs a flow, "
-                 "or `refusalbench api start`, starts it"]
+        lines = [
+            f"Prefect server: not running (PREFECT_HOME {home}); the next command that runs a flow, "
+            "or `refusalbench api start`, starts it"
+        ]
         if record.get("stopped_at"):
             lines.append(f"  last stopped: {_when(record['stopped_at'])} ({record.get('stopped_by', 'stopped')})")
         return lines
-    lines = [f"Prefect UI: {server['ui']}  (API {server['url']})",
-             f"  PREFECT_HOME: {home}",
-             f"  pid: {server['pid']}"]
+    lines = [f"Prefect UI: {server['ui']}  (API {server['url']})", f"  PREFECT_HOME: {home}", f"  pid: {server['pid']}"]
     ours = server["record"]
     if not ours:
         lines.append("  started outside refusalbench (`prefect server start`): it runs until `refusalbench api stop`")
@@ -58,13 +59,17 @@ def status_lines(server: dict[str, Any] | None, home: Any, record: dict[str, Any
     if ours.get("pinned"):
         lines.append("  pinned by `refusalbench api start`: runs until `refusalbench api stop`")
     elif idle_minutes <= 0:
-        lines.append("  no idle stop (REFUSALBENCH_API_IDLE_MINUTES=0 when it started): runs until `refusalbench api stop`")
+        lines.append(
+            "  no idle stop (REFUSALBENCH_API_IDLE_MINUTES=0 when it started): runs until `refusalbench api stop`"
+        )
     elif watchdog is None:
         lines.append("  its idle watchdog is gone: the next command that uses the server starts a new one")
     else:
         used = last_use(home, ours)
-        lines.append(f"  stops itself once idle for {idle_minutes:g} min: at {_when(used + idle_minutes * 60)} if no "
-                     f"command uses it and no flow run is under way (last used {_when(used)}; watchdog pid {watchdog})")
+        lines.append(
+            f"  stops itself once idle for {idle_minutes:g} min: at {_when(used + idle_minutes * 60)} if no "
+            f"command uses it and no flow run is under way (last used {_when(used)}; watchdog pid {watchdog})"
+        )
     return lines
 
 
@@ -80,8 +85,11 @@ def api_status() -> None:
 
 
 @api_app.command("start")
-def api_start(keep: bool = typer.Option(True, "--keep/--no-keep",
-                                        help="keep it up until `api stop` (default), or let it stop once idle")) -> None:
+def api_start(
+    keep: bool = typer.Option(
+        True, "--keep/--no-keep", help="keep it up until `api stop` (default), or let it stop once idle"
+    ),
+) -> None:
     """Start the server now, or find it, and print its UI address (to look at earlier runs)."""
     from refusalbench.tasks.pipeline.prefect_server import release_embedded_api, start_embedded_api, wait_until_ready
     from refusalbench.tasks.pipeline.server_state import pin, prefect_home
@@ -95,8 +103,12 @@ def api_start(keep: bool = typer.Option(True, "--keep/--no-keep",
     finally:
         release_embedded_api()
     if pinned is not None:
-        out.print("kept up until `refusalbench api stop`" if keep else
-                  "stops itself once idle (`refusalbench api start` keeps it up)", highlight=False)
+        out.print(
+            "kept up until `refusalbench api stop`"
+            if keep
+            else "stops itself once idle (`refusalbench api start` keeps it up)",
+            highlight=False,
+        )
     api_status()
 
 
@@ -107,5 +119,9 @@ def api_stop() -> None:
     from refusalbench.tasks.pipeline.server_state import prefect_home, stop_background_server
 
     stopped = stop_background_server()
-    out.print(f"no background Prefect server was running for {prefect_home()}" if stopped is None
-              else f"stopped the Prefect server at {stopped['ui']} (pid {stopped['pid']})", highlight=False)
+    out.print(
+        f"no background Prefect server was running for {prefect_home()}"
+        if stopped is None
+        else f"stopped the Prefect server at {stopped['ui']} (pid {stopped['pid']})",
+        highlight=False,
+    )

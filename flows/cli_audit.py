@@ -56,8 +56,8 @@ def audit_label(
     port: int = typer.Option(8766, "--port", help="port of the audit page (loopback)"),
 ) -> None:
     """Audit the sample: PASS or FAIL per item against the verifier rubric; saved at once, resumable."""
-    from refusalbench.tasks.refusalbench.audit.human_audit import open_audit_session
     from refusalbench.tasks.refusalbench.audit.audit_screens import audit_in_terminal, serve_audit
+    from refusalbench.tasks.refusalbench.audit.human_audit import open_audit_session
 
     session = open_audit_session(run_dir)
     if web:
@@ -83,18 +83,31 @@ def audit_report(run_dir: str = typer.Argument(..., help="run folder with audit 
     for column in ("class / intensity", "n", "pass rate", "95% interval"):
         table.add_column(column)
     for rate in [*audit.by_class, *audit.by_intensity, audit.overall]:
-        table.add_row(rate.value, str(rate.n), format_value(rate.pass_rate, "pass_rate"),
-                      format_interval((rate.ci_low, rate.ci_high), "pass_rate"))  # type: ignore[arg-type]
+        table.add_row(
+            rate.value,
+            str(rate.n),
+            format_value(rate.pass_rate, "pass_rate"),
+            format_interval((rate.ci_low, rate.ci_high), "pass_rate"),
+        )  # type: ignore[arg-type]
     out.print(table)
     agreement = audit.annotator_agreement
     if agreement.get("kappa_kind"):
         kind = "Cohen's" if agreement["kappa_kind"] == "cohen" else "Fleiss'"
-        out.print(f"{kind} kappa between annotators: {_kappa(agreement['kappa'])} over {agreement['kappa_items']} items",
-                  highlight=False)
+        out.print(
+            f"{kind} kappa between annotators: {_kappa(agreement['kappa'])} over {agreement['kappa_items']} items",
+            highlight=False,
+        )
     consensus = audit.verifier_agreement.get("consensus")
     if consensus:
-        out.print(f"humans vs verifier consensus: {format_value(consensus['percent_agreement'], 'agreement')} agreement"
-                  f" over {consensus['n']} items, kappa {_kappa(consensus['kappa'])}", highlight=False)
+        out.print(
+            f"humans vs verifier consensus: {format_value(consensus['percent_agreement'], 'agreement')} agreement"
+            f" over {consensus['n']} items, kappa {_kappa(consensus['kappa'])}",
+            highlight=False,
+        )
     out.print(f"audit: {rb_files.AUDIT.name} in {run_dir}", highlight=False)
-    out.print(f"report: {report}" if report else "report: not rebuilt (no judged responses yet); the evaluation's "
-              "report will include the audit", highlight=False)
+    out.print(
+        f"report: {report}"
+        if report
+        else "report: not rebuilt (no judged responses yet); the evaluation's report will include the audit",
+        highlight=False,
+    )

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -22,9 +21,11 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from refusalbench.tasks.core.errors import InputError
 
 data_app = typer.Typer(help="Base sets: check one, or build one from the public sources.", no_args_is_help=True)
-import_app = typer.Typer(help="Build a base set from a public source (the paper's App. C.1 curation), or bring in "
-                              "the KnowOrNot paper's released PolicyBench question sets.",
-                         no_args_is_help=True)
+import_app = typer.Typer(
+    help="Build a base set from a public source (the paper's App. C.1 curation), or bring in "
+    "the KnowOrNot paper's released PolicyBench question sets.",
+    no_args_is_help=True,
+)
 data_app.add_typer(import_app, name="import")
 
 out = Console(soft_wrap=True)
@@ -62,8 +63,9 @@ def _check_out(out_file: Path, *sources: Path) -> None:
     from refusalbench.tasks.refusalbench.basesets import JSONL_SUFFIXES
 
     if out_file.suffix.lower() not in JSONL_SUFFIXES:
-        raise InputError(str(out_file), f"the base set is written as JSON lines: name it *{JSONL_SUFFIXES[0]}",
-                         field="--out")
+        raise InputError(
+            str(out_file), f"the base set is written as JSON lines: name it *{JSONL_SUFFIXES[0]}", field="--out"
+        )
     if any(out_file.resolve() == source.resolve() for source in sources):
         raise InputError(str(out_file), "the output would replace a source file", field="--out")
 
@@ -72,8 +74,11 @@ def _summary(counts: Counter[str], order: list[tuple[str, str]]) -> str:
     """``label count`` for the outcomes that occurred, in a fixed order, then any others."""
     labels = dict(order)
     parts = [f"{label} {counts[key]}" for key, label in order if counts.get(key)]
-    parts += [f"{key.replace('_', ' ')} {value}" for key, value in sorted(counts.items())
-              if key not in labels and key != "kept" and value]
+    parts += [
+        f"{key.replace('_', ' ')} {value}"
+        for key, value in sorted(counts.items())
+        if key not in labels and key != "kept" and value
+    ]
     return ", ".join(parts)
 
 
@@ -86,19 +91,28 @@ def _write(items: list, out_file: Path, source: Path, counts: Counter[str], orde
     out.print(f"{out_file}: {len(items)} items ({_summary(counts, order)})", highlight=False)
 
 
-_KILT_OUTCOMES = [("no_short_answer", "without a short answer"),
-                  ("answer_not_in_passage", "answer not in the cited passage"),
-                  ("not_sampled", "not sampled"), ("pages_read", "knowledge pages read"),
-                  ("pages_kept", "cited pages used"), ("pages_not_found", "cited pages missing from the dump")]
+_KILT_OUTCOMES = [
+    ("no_short_answer", "without a short answer"),
+    ("answer_not_in_passage", "answer not in the cited passage"),
+    ("not_sampled", "not sampled"),
+    ("pages_read", "knowledge pages read"),
+    ("pages_kept", "cited pages used"),
+    ("pages_not_found", "cited pages missing from the dump"),
+]
 
 
 @import_app.command("kilt-nq")
 def import_kilt_nq(
-    questions: Path = typer.Option(..., "--questions", help="KILT's NQ file (nq-dev-kilt.jsonl or nq-train-kilt.jsonl)"),
-    knowledge: Path = typer.Option(..., "--knowledge", help="KILT's knowledge source (kilt_knowledgesource.json, "
-                                   "JSON lines, ~35 GB; streamed once)"),
+    questions: Path = typer.Option(
+        ..., "--questions", help="KILT's NQ file (nq-dev-kilt.jsonl or nq-train-kilt.jsonl)"
+    ),
+    knowledge: Path = typer.Option(
+        ...,
+        "--knowledge",
+        help="KILT's knowledge source (kilt_knowledgesource.json, JSON lines, ~35 GB; streamed once)",
+    ),
     out_file: Path = typer.Option(..., "--out", help="base set to write (JSON lines)"),
-    n: Optional[int] = typer.Option(None, "--n", min=1, help="draw this many of the items that pass (default: all)"),
+    n: int | None = typer.Option(None, "--n", min=1, help="draw this many of the items that pass (default: all)"),
     seed: int = typer.Option(0, "--seed", help="seed of the draw"),
 ) -> None:
     """NaturalQuestions via KILT: single-document items whose cited passage holds a short answer."""
@@ -115,8 +129,9 @@ def import_kilt_nq(
 def import_garage(
     source: Path = typer.Argument(..., help="GaRAGe's JSON lines (GaRAGe_benchmark.jsonl)"),
     out_file: Path = typer.Option(..., "--out", help="base set to write (JSON lines)"),
-    n: Optional[int] = typer.Option(None, "--n", min=1, help="draw this many, split evenly over the paper's five "
-                                    "domains (default: all that pass)"),
+    n: int | None = typer.Option(
+        None, "--n", min=1, help="draw this many, split evenly over the paper's five domains (default: all that pass)"
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of the draw"),
 ) -> None:
     """GaRAGe: multi-document items (10 passages each) from the paper's five domains."""
@@ -131,10 +146,14 @@ def import_garage(
 
 @import_app.command("policybench")
 def import_policybench(
-    source: Path = typer.Argument(..., help="folder with the released PolicyBench files (BTT_QA.json, "
-                                  "CPF_filtered_qa.json, ICA_filtered_qa.json, medishield_QA.json)"),
-    out_dir: Path = typer.Option(Path("data/policybench"), "--out", help="where configs/paper-policybench.yaml "
-                                 "reads them"),
+    source: Path = typer.Argument(
+        ...,
+        help="folder with the released PolicyBench files (BTT_QA.json, "
+        "CPF_filtered_qa.json, ICA_filtered_qa.json, medishield_QA.json)",
+    ),
+    out_dir: Path = typer.Option(
+        Path("data/policybench"), "--out", help="where configs/paper-policybench.yaml reads them"
+    ),
 ) -> None:
     """KnowOrNot's PolicyBench: check the four released QA files and copy them, unchanged, for the paper's config."""
     from refusalbench.tasks.knowornot.stages.sources import POLICYBENCH_FILES
@@ -143,7 +162,10 @@ def import_policybench(
     counts = run_import(source, out_dir)
     for name, n in counts.items():
         if n != POLICYBENCH_FILES[name]:
-            err.print(f"note: {name} has {n} questions; the paper's release has {POLICYBENCH_FILES[name]}",
-                      markup=False, highlight=False)
+            err.print(
+                f"note: {name} has {n} questions; the paper's release has {POLICYBENCH_FILES[name]}",
+                markup=False,
+                highlight=False,
+            )
     listed = ", ".join(f"{name} {n}" for name, n in counts.items())
     out.print(f"{out_dir}: {sum(counts.values())} questions in {len(counts)} files ({listed})", highlight=False)

@@ -7,9 +7,18 @@ import json
 from pathlib import Path
 
 
-def plan_output(config: Path, *, as_json: bool, latency: float, benchmark: str | None, all_models: bool,
-                rounds: int | None = None, epsilon: float | None = None, delta: float | None = None,
-                per_stratum: bool = False) -> str:
+def plan_output(
+    config: Path,
+    *,
+    as_json: bool,
+    latency: float,
+    benchmark: str | None,
+    all_models: bool,
+    rounds: int | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    per_stratum: bool = False,
+) -> str:
     """The plan as text or JSON; the round sizing added (``round_sizing``) when any of its options is given."""
     from refusalbench.flows.common import usable_models
     from refusalbench.tasks.core.config import load_config
@@ -24,8 +33,13 @@ def plan_output(config: Path, *, as_json: bool, latency: float, benchmark: str |
     result = plan_run(cfg, latency_s=latency, benchmark=benchmark, available=available)
     sizing = None
     if rounds is not None or epsilon is not None or delta is not None or per_stratum:
-        sizing = round_sizing(cfg, rounds or cfg.refresh.rounds, epsilon if epsilon is not None else 0.05,
-                              delta if delta is not None else cfg.refresh.delta, per_stratum=per_stratum)
+        sizing = round_sizing(
+            cfg,
+            rounds or cfg.refresh.rounds,
+            epsilon if epsilon is not None else 0.05,
+            delta if delta is not None else cfg.refresh.delta,
+            per_stratum=per_stratum,
+        )
     if as_json:
         document = result.model_dump(mode="json")
         if sizing is not None:

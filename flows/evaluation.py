@@ -12,22 +12,26 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.results import EvaluationResult
-from refusalbench.tasks.pipeline.process_guard import follow_parent
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.report.run_outputs import generation_figures_aside
-from refusalbench.tasks.refusalbench.schema.benchmark_file import keep_generation_manifest, place_benchmark, read_benchmark
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.pipeline.cache_scoping import scoped_config
-from refusalbench.tasks.pipeline.runtime import CallCounter
-from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
-from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.pipeline.cache_scoping import scoped_config
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.report_step import report_results
 from refusalbench.tasks.pipeline.refusalbench.respond_step import respond_and_judge
 from refusalbench.tasks.pipeline.refusalbench.score_step import score_judgments
-from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.runtime import CallCounter
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.refusalbench.report.run_outputs import generation_figures_aside
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.benchmark_file import (
+    keep_generation_manifest,
+    place_benchmark,
+    read_benchmark,
+)
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
 
 def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkItem]:
@@ -38,8 +42,9 @@ def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkIte
 
 
 @flow(name="refusalbench-evaluate", log_prints=True)
-def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | None = None,
-                    fresh: list[str] | None = None) -> EvaluationResult:
+def evaluation_flow(
+    config_path: str, benchmark: str, out: str, round_id: str | None = None, fresh: list[str] | None = None
+) -> EvaluationResult:
     follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: in ``run`` the generation's came before
@@ -59,5 +64,11 @@ def evaluation_flow(config_path: str, benchmark: str, out: str, round_id: str | 
         result = score_judgments(run, items, targets, responses, judgments)
         counter.record(recorder)
         report_uri = report_results(run, result, generation_figures)
-    return EvaluationResult(metrics=store.uri(rb_files.METRICS.name), report=report_uri, responses=len(responses),
-                            models=result.metrics, incomplete=result.incomplete, no_scored_rows=result.unscorable)
+    return EvaluationResult(
+        metrics=store.uri(rb_files.METRICS.name),
+        report=report_uri,
+        responses=len(responses),
+        models=result.metrics,
+        incomplete=result.incomplete,
+        no_scored_rows=result.unscorable,
+    )

@@ -14,29 +14,30 @@ from __future__ import annotations
 from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
-from refusalbench.flows.results import GenerationResult
-from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.flows.pretest import pretest_models
+from refusalbench.flows.results import GenerationResult
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import RunIncomplete
-from refusalbench.tasks.pipeline.cache_scoping import scoped_config
-from refusalbench.tasks.pipeline.runtime import CallCounter
-from refusalbench.tasks.refusalbench.rounds.freshness import earlier_pairs
 from refusalbench.tasks.core.provenance import ManifestRecorder
-from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.cache_scoping import scoped_config
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.analyse_step import analyse
 from refusalbench.tasks.pipeline.refusalbench.assign_step import GenerationInputs, prepare_inputs, record_inputs
 from refusalbench.tasks.pipeline.refusalbench.generate_step import generate_stage
 from refusalbench.tasks.pipeline.refusalbench.pretest_step import pretested_inputs
 from refusalbench.tasks.pipeline.refusalbench.select_step import select_benchmark
 from refusalbench.tasks.pipeline.refusalbench.verify_step import verify_stage
-from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.runtime import CallCounter
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.refusalbench.rounds.freshness import earlier_pairs
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.stages.stage_outcomes import empty_benchmark_reason
 
 
-def check_generation_inputs(cfg: RunConfig, seed: int | None = None,
-                            avoid: frozenset[tuple[str, str]] = frozenset()) -> GenerationInputs:
+def check_generation_inputs(
+    cfg: RunConfig, seed: int | None = None, avoid: frozenset[tuple[str, str]] = frozenset()
+) -> GenerationInputs:
     """The base set, levers and settings, checked before anything is written (``seed``: instead of
     generation.seed; ``avoid``: earlier rounds' pairs). A config without a generation section fails
     in one line (``prepare_inputs``)."""
@@ -45,8 +46,14 @@ def check_generation_inputs(cfg: RunConfig, seed: int | None = None,
 
 
 @flow(name="refusalbench-generate", log_prints=True)
-def generation_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
-                    fresh: list[str] | None = None, report: bool = True) -> GenerationResult:
+def generation_flow(
+    config_path: str,
+    out: str,
+    seed: int | None = None,
+    round_id: str | None = None,
+    fresh: list[str] | None = None,
+    report: bool = True,
+) -> GenerationResult:
     """``report``: write the generation-only report.html; the main job's run leaves it to its evaluation,
     whose final report holds the same figures, drawn while the targets answer."""
     follow_parent()  # a flow-run process that a worker started ends with that worker
@@ -71,6 +78,11 @@ def generation_flow(config_path: str, out: str, seed: int | None = None, round_i
         analyse(run, selection, generators, verifiers, report=report)
     if not selection.benchmark and (reason := empty_benchmark_reason(candidates, verifications)):
         raise RunIncomplete(reason)  # after the run folder is whole: its report and manifest say the rest
-    return GenerationResult(benchmark=run.store.uri(rb_files.BENCHMARK.name), accepted=len(selection.accepted_ids),
-                            sampled=len(selection.benchmark), candidates=len(candidates),
-                            verifications=len(verifications), run=run.store.uri(""))
+    return GenerationResult(
+        benchmark=run.store.uri(rb_files.BENCHMARK.name),
+        accepted=len(selection.accepted_ids),
+        sampled=len(selection.benchmark),
+        candidates=len(candidates),
+        verifications=len(verifications),
+        run=run.store.uri(""),
+    )

@@ -18,19 +18,38 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints, usable_models
 from refusalbench.flows.results import KnowOrNotResult
-from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.config import load_config
-from refusalbench.tasks.knowornot.schema import artifacts as kon_files
-from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
-from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (each_base, each_base_then, failures_of, knowledge_bases,
-                                                        merge_bases, summed)
-from refusalbench.tasks.knowornot.report.contents import publish_report, write_results
-from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs, input_digest, knowornot_models, warm_up_embedder, with_resolved_sources, with_targets
-from refusalbench.tasks.pipeline.knowornot.knowornot_steps import answer_and_evaluate, audit_beside_calls, compare_evaluators, save_stage_failures, stage_tasks
-from refusalbench.tasks.pipeline.runtime import CallCounter
-from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.knowornot.report.contents import publish_report, write_results
+from refusalbench.tasks.knowornot.schema import artifacts as kon_files
+from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
+from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (
+    each_base,
+    each_base_then,
+    failures_of,
+    knowledge_bases,
+    merge_bases,
+    summed,
+)
+from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import (
+    check_knowornot_inputs,
+    input_digest,
+    knowornot_models,
+    warm_up_embedder,
+    with_resolved_sources,
+    with_targets,
+)
+from refusalbench.tasks.pipeline.knowornot.knowornot_steps import (
+    answer_and_evaluate,
+    audit_beside_calls,
+    compare_evaluators,
+    save_stage_failures,
+    stage_tasks,
+)
+from refusalbench.tasks.pipeline.process_guard import follow_parent
+from refusalbench.tasks.pipeline.runtime import CallCounter
 
 
 @flow(name="refusalbench-knowornot", log_prints=True)
@@ -60,17 +79,23 @@ def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
             with recorder.stage("experiments"):
                 grids = grids_of()
                 merge_bases(store, bases)
-                recorder.count(experiments=sum(g.experiments for g in grids), stage_failures=save_stage_failures(
-                    store, failures_of(bases, kbs) + failures_of(bases, grids)))
+                recorder.count(
+                    experiments=sum(g.experiments for g in grids),
+                    stage_failures=save_stage_failures(store, failures_of(bases, kbs) + failures_of(bases, grids)),
+                )
             with recorder.stage("answer + evaluate"):
                 audit = audit_beside_calls(cfg, out)  # the overlap audit needs no answer: it runs beside the calls
                 recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases))
         with recorder.stage("metrics"):
-            report = publish_report(store, write_results(store, run_cfg.knowornot, embedder_for(cfg), audit.result()),
-                                    recorder.manifest.counts)
+            report = publish_report(
+                store,
+                write_results(store, run_cfg.knowornot, embedder_for(cfg), audit.result()),
+                recorder.manifest.counts,
+            )
         if comparison := [m for m in run_cfg.knowornot.evaluator_comparison if m in usable]:  # App. D.3
             with recorder.stage("evaluator comparison"), model_endpoints(cfg, comparison) as api_bases:
                 recorder.count(**compare_evaluators(run_cfg, out, digest, api_bases, comparison))
         counter.record(recorder)
-    return KnowOrNotResult(metrics=store.uri(kon_files.KON_METRICS.name), report=report,
-                           experiments=sum(g.experiments for g in grids))
+    return KnowOrNotResult(
+        metrics=store.uri(kon_files.KON_METRICS.name), report=report, experiments=sum(g.experiments for g in grids)
+    )

@@ -51,8 +51,9 @@ def announced(flow: Any) -> Any:
 
 
 @embedded_api
-def run_generation(config_path: str, out: str, seed: int | None = None,
-                   fresh: list[str] | None = None) -> GenerationResult:
+def run_generation(
+    config_path: str, out: str, seed: int | None = None, fresh: list[str] | None = None
+) -> GenerationResult:
     from refusalbench.flows.generation import check_generation_inputs, generation_flow
     from refusalbench.flows.pretest import pretest_models
 
@@ -94,8 +95,7 @@ def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[st
 
 
 @embedded_api
-def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5,
-                seed: int | None = None) -> RefreshResult:
+def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> RefreshResult:
     from refusalbench.flows.main import check_main_inputs
     from refusalbench.flows.refresh import refresh_flow
 
@@ -108,7 +108,11 @@ def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5,
 @embedded_api
 def run_knowornot(config_path: str, out: str) -> KnowOrNotResult:
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import check_knowornot_inputs, warm_up_embedder, warm_up_overlap_audit
+    from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import (
+        check_knowornot_inputs,
+        warm_up_embedder,
+        warm_up_overlap_audit,
+    )
 
     cfg = load_config(config_path)
     check_knowornot_inputs(cfg)
@@ -125,7 +129,9 @@ def incomplete_line(result: EvaluationResult | MainResult, strict: bool) -> str 
     incomplete = result.incomplete
     if not incomplete:
         return None
-    listed = ", ".join(f"{model} ({100 * coverage:.1f}% of rows scored)" for model, coverage in sorted(incomplete.items()))
+    listed = ", ".join(
+        f"{model} ({100 * coverage:.1f}% of rows scored)" for model, coverage in sorted(incomplete.items())
+    )
     if strict:
         raise RunIncomplete(f"--strict: {len(incomplete)} incomplete target(s): {listed}")
     return f"incomplete (listed unranked on the leaderboard): {listed}"

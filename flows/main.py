@@ -15,40 +15,52 @@ from refusalbench.flows.evaluation import evaluation_flow
 from refusalbench.flows.generation import check_generation_inputs, generation_flow
 from refusalbench.flows.pretest import pretest_models
 from refusalbench.flows.results import MainResult
-from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.budget import budget_span
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.ui import story
+from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report
 
 
 @flow(name="refusalbench-run", log_prints=True)
-def main_flow(config_path: str, out: str, seed: int | None = None, round_id: str | None = None,
-              fresh: list[str] | None = None) -> MainResult:
+def main_flow(
+    config_path: str, out: str, seed: int | None = None, round_id: str | None = None, fresh: list[str] | None = None
+) -> MainResult:
     follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = load_config(config_path)
     with model_endpoints(cfg, cfg.used_models()), budget_span(cfg):  # one budget_usd for both flows
         # No generation-only report: the final one holds its figures, drawn while the targets answer.
         generated = configured(generation_flow, cfg, out)(config_path, out, seed, round_id, fresh, report=False)
-        story("benchmark: %d items (%d accepted of %d candidates)", generated.sampled, generated.accepted,
-              generated.candidates)
+        story(
+            "benchmark: %d items (%d accepted of %d candidates)",
+            generated.sampled,
+            generated.accepted,
+            generated.candidates,
+        )
         if generated.sampled == 0:
             # Nothing to evaluate. Still leave a report of the generation funnel and the
             # verifier analysis, which say why, then fail the run.
             report = write_generation_report(ArtifactStore(out))
-            raise RuntimeError(f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
-                               f"see the generator-verifier analysis in {report}")
+            raise RuntimeError(
+                f"the benchmark is empty: no candidate passed {cfg.generation.filter} verification; "
+                f"see the generator-verifier analysis in {report}"
+            )
         try:
             evaluated = configured(evaluation_flow, cfg, out)(config_path, generated.benchmark, out, round_id, fresh)
         except Exception:  # not on an interrupt or a cancellation: those stop at once
             _report_the_generation(ArtifactStore(out))
             raise
         story("report: %s", evaluated.report)
-    return MainResult(benchmark=generated.benchmark, report=evaluated.report, metrics=evaluated.metrics,
-                      generation=generated, incomplete=evaluated.incomplete)
+    return MainResult(
+        benchmark=generated.benchmark,
+        report=evaluated.report,
+        metrics=evaluated.metrics,
+        generation=generated,
+        incomplete=evaluated.incomplete,
+    )
 
 
 def _report_the_generation(store: ArtifactStore) -> None:

@@ -13,13 +13,12 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.results import PretestResult
-from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.pipeline.cache_scoping import scoped_config
-from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.core.provenance import ManifestRecorder
-from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.cache_scoping import scoped_config
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.assign_step import (
     GenerationInputs,
     base_set_funnel,
@@ -28,15 +27,19 @@ from refusalbench.tasks.pipeline.refusalbench.assign_step import (
     record_funnel,
 )
 from refusalbench.tasks.pipeline.refusalbench.pretest_step import pretest_base_set
-from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.runtime import CallCounter
+from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 
 def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:
     """The base set and the generation settings, checked; a config without a pre-test is bad input."""
     if cfg.generation is not None and cfg.generation.pretest is None:
-        raise InputError(str(cfg.source), "the config has no generation.pretest section (models and judge)",
-                         field="generation.pretest")
+        raise InputError(
+            str(cfg.source),
+            "the config has no generation.pretest section (models and judge)",
+            field="generation.pretest",
+        )
     return prepare_inputs(cfg, cfg.generation.seed if cfg.generation else 0)
 
 
@@ -67,5 +70,9 @@ def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> 
         record_funnel(recorder, funnel)
         record_domain_draw(recorder, drawn)
         counter.record(recorder)
-    return PretestResult(pretest=run.store.uri(rb_files.PRETEST.name), kept=[item.id for item in outcome.kept],
-                         funnel=funnel, run=run.store.uri(""))
+    return PretestResult(
+        pretest=run.store.uri(rb_files.PRETEST.name),
+        kept=[item.id for item in outcome.kept],
+        funnel=funnel,
+        run=run.store.uri(""),
+    )

@@ -15,11 +15,16 @@ from prefect import flow
 from refusalbench.flows.common import configured
 from refusalbench.flows.main import check_main_inputs, main_flow
 from refusalbench.flows.results import RefreshResult
-from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.pipeline.refusalbench.refresh_step import compare_and_report, main_job_lines, publish_round, stage
+from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.freshness_step import record_freshness
 from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import finish_round, record_round_failed, start_round
+from refusalbench.tasks.pipeline.refusalbench.refresh_step import (
+    compare_and_report,
+    main_job_lines,
+    publish_round,
+    stage,
+)
 
 
 @flow(name="refusalbench-refresh", log_prints=True, on_failure=[record_round_failed])
@@ -39,6 +44,11 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
         outcome = compare_and_report(cfg, root, round_id, rounds_to_compare)  # rebuilt: it shows the trend
     publish_round(cfg, root, round_id, seed, outcome)
     finish_round(out_root, record)
-    return RefreshResult(round=round_id, seed=seed, report=outcome.report, rounds=len(outcome.trend.rounds),
-                         flags=outcome.document.flags,
-                         incomplete_rounds=[r.round for r in outcome.document.incomplete_rounds])
+    return RefreshResult(
+        round=round_id,
+        seed=seed,
+        report=outcome.report,
+        rounds=len(outcome.trend.rounds),
+        flags=outcome.document.flags,
+        incomplete_rounds=[r.round for r in outcome.document.incomplete_rounds],
+    )

@@ -20,7 +20,9 @@ DEFAULT_OUT = ROOT / "docs" / "schema" / "config.schema.json"
 
 def reference_hook() -> ModuleType:
     """The documentation hook module, loaded from its file (it is not an installed module)."""
-    spec = importlib.util.spec_from_file_location("refusalbench_docs_reference", ROOT / "docs" / "hooks" / "reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "refusalbench_docs_reference", ROOT / "docs" / "hooks" / "reference.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -23,9 +23,19 @@ from typing import Any
 import aiohttp
 import pytest
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
+]
 
 
 def chromium_path() -> str:
@@ -43,8 +53,11 @@ class Browser:
 
     def __init__(self) -> None:
         self.profile = tempfile.mkdtemp(prefix="rb-chromium-")
-        self.process = subprocess.Popen([chromium_path(), *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [chromium_path(), *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = Path(self.profile) / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
@@ -73,13 +86,22 @@ class Browser:
         """A tab kept open across steps (open, click, type, read, photograph); close it, or use ``with``."""
         return Tab(self.port, width, height)
 
-    def look(self, url: str, *, script: str, screenshot: Path | None = None, settle_s: float = 1.0,
-             wait_for: str | None = None, timeout_s: float = 60.0) -> Any:
+    def look(
+        self,
+        url: str,
+        *,
+        script: str,
+        screenshot: Path | None = None,
+        settle_s: float = 1.0,
+        wait_for: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> Any:
         """Open ``url``, wait for load (and for the JS condition ``wait_for``), run ``script``, photograph."""
         return asyncio.run(self._look(url, script, screenshot, settle_s, wait_for, timeout_s))
 
-    async def _look(self, url: str, script: str, screenshot: Path | None, settle_s: float, wait_for: str | None,
-                    timeout_s: float) -> Any:
+    async def _look(
+        self, url: str, script: str, screenshot: Path | None, settle_s: float, wait_for: str | None, timeout_s: float
+    ) -> Any:
         base = f"http://127.0.0.1:{self.port}"
         async with aiohttp.ClientSession() as session:
             async with session.put(f"{base}/json/new?about:blank") as reply:
@@ -88,8 +110,9 @@ class Browser:
                 async with session.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
                     page = _Page(ws)
                     await page.call("Page.enable")
-                    await page.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1,
-                                    mobile=False)
+                    await page.call(
+                        "Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False
+                    )
                     await page.call("Page.navigate", url=url)
                     await page.wait_event("Page.loadEventFired", timeout_s)
                     deadline = time.monotonic() + timeout_s
@@ -101,15 +124,19 @@ class Browser:
                     result = await page.evaluate(script)
                     if screenshot is not None:
                         height = await page.evaluate("Math.max(document.body.scrollHeight, 900)")
-                        await page.call("Emulation.setDeviceMetricsOverride", width=1280, height=min(int(height), 16000),
-                                        deviceScaleFactor=1, mobile=False)
+                        await page.call(
+                            "Emulation.setDeviceMetricsOverride",
+                            width=1280,
+                            height=min(int(height), 16000),
+                            deviceScaleFactor=1,
+                            mobile=False,
+                        )
                         shot = await page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
                         screenshot.write_bytes(base64.b64decode(shot["data"]))
                     return result
             finally:
                 async with session.get(f"{base}/json/close/{target['id']}") as reply:
                     await reply.read()
-
 
 
 class Tab:
@@ -138,8 +165,13 @@ class Tab:
         self.ws = await self.session.ws_connect(self.target["webSocketDebuggerUrl"], max_msg_size=0)
         page = _Page(self.ws)
         await page.call("Page.enable")
-        await page.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
-                        deviceScaleFactor=1, mobile=False)
+        await page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=self.width,
+            height=self.height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         return page
 
     def close(self) -> None:
@@ -169,6 +201,7 @@ class Tab:
             self.page.events.clear()
             await self.page.call("Page.navigate", url=url)
             await self._loaded(timeout_s)
+
         self._run(go())
 
     def evaluate(self, expression: str) -> Any:
@@ -195,7 +228,9 @@ class Tab:
             raise LookupError(f"nothing on the page matches {selector!r}" + (f" with {text!r}" if text else ""))
         return found[0], found[1]
 
-    def click(self, selector: str, *, text: str | None = None, navigates: bool = False, timeout_s: float = 60.0) -> None:
+    def click(
+        self, selector: str, *, text: str | None = None, navigates: bool = False, timeout_s: float = 60.0
+    ) -> None:
         """A left click with the mouse at the element's centre; ``navigates``: wait for the next page's load."""
         x, y = self.centre_of(selector, text)
 
@@ -206,6 +241,7 @@ class Tab:
                 await self.page.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
             if navigates:
                 await self._loaded(timeout_s)
+
         self._run(press())
 
     def type(self, selector: str, text: str) -> None:
@@ -217,24 +253,43 @@ class Tab:
         async def enter() -> None:
             self.page.events.clear()
             for kind in ("keyDown", "keyUp"):
-                await self.page.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
-                                     windowsVirtualKeyCode=13, nativeVirtualKeyCode=13,
-                                     **({"text": "\r"} if kind == "keyDown" else {}))
+                await self.page.call(
+                    "Input.dispatchKeyEvent",
+                    type=kind,
+                    key="Enter",
+                    code="Enter",
+                    windowsVirtualKeyCode=13,
+                    nativeVirtualKeyCode=13,
+                    **({"text": "\r"} if kind == "keyDown" else {}),
+                )
             if navigates:
                 await self._loaded(timeout_s)
+
         self._run(enter())
 
     def screenshot(self, path: Path, *, full_page: bool = True) -> None:
         async def shoot() -> None:
             if full_page:
                 height = await self.page.evaluate("Math.max(document.body.scrollHeight, 600)")
-                await self.page.call("Emulation.setDeviceMetricsOverride", width=self.width,
-                                     height=min(int(height), 16000), deviceScaleFactor=1, mobile=False)
+                await self.page.call(
+                    "Emulation.setDeviceMetricsOverride",
+                    width=self.width,
+                    height=min(int(height), 16000),
+                    deviceScaleFactor=1,
+                    mobile=False,
+                )
             shot = await self.page.call("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)
             path.write_bytes(base64.b64decode(shot["data"]))
-            await self.page.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
-                                 deviceScaleFactor=1, mobile=False)
+            await self.page.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=self.width,
+                height=self.height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+
         self._run(shoot())
+
 
 class _Page:
     """The DevTools protocol on one tab: commands with ids, events kept until asked for."""

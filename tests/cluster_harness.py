@@ -72,18 +72,18 @@ class LocalCluster:
     """A running local cluster: where its services are, and helpers to run deployments on it."""
 
     state_dir: Path
-    api_url: str                  # http://127.0.0.1:PORT/api
-    ui_url: str                   # http://127.0.0.1:PORT
+    api_url: str  # http://127.0.0.1:PORT/api
+    ui_url: str  # http://127.0.0.1:PORT
     s3_endpoint: str
     bucket: str
     redis_url: str
-    models_url: str               # the scripted server's OpenAI base URL (.../v1)
-    models_log: Path              # every request the scripted server answered, one JSON object a line
+    models_url: str  # the scripted server's OpenAI base URL (.../v1)
+    models_log: Path  # every request the scripted server answered, one JSON object a line
     workers: list[Worker]
-    env: dict[str, str] = field(repr=False)   # the environment cluster.sh ran with (ports, settings)
+    env: dict[str, str] = field(repr=False)  # the environment cluster.sh ran with (ports, settings)
 
     @classmethod
-    def from_state(cls, state_dir: Path, env: dict[str, str] | None = None) -> "LocalCluster":
+    def from_state(cls, state_dir: Path, env: dict[str, str] | None = None) -> LocalCluster:
         """The cluster a state folder describes (also one started by hand: ``LocalCluster.from_state(Path(".cluster"))``)."""
         from refusalbench.deployments.cluster import read_state
 
@@ -91,12 +91,21 @@ class LocalCluster:
         if record is None:
             raise RuntimeError(f"no cluster state in {state_dir}")
         services = record["services"]
-        return cls(state_dir=Path(state_dir), api_url=record["api_url"], ui_url=record["ui_url"],
-                   s3_endpoint=record["s3_endpoint"], bucket=record["bucket"], redis_url=record["redis_url"],
-                   models_url=record["models_url"], models_log=Path(state_dir) / "logs" / "model-requests.jsonl",
-                   workers=[Worker(name, services[name]["pid"], Path(services[name]["folder"]), Path(services[name]["log"]))
-                            for name in record["workers"]],
-                   env=dict(os.environ if env is None else env))
+        return cls(
+            state_dir=Path(state_dir),
+            api_url=record["api_url"],
+            ui_url=record["ui_url"],
+            s3_endpoint=record["s3_endpoint"],
+            bucket=record["bucket"],
+            redis_url=record["redis_url"],
+            models_url=record["models_url"],
+            models_log=Path(state_dir) / "logs" / "model-requests.jsonl",
+            workers=[
+                Worker(name, services[name]["pid"], Path(services[name]["folder"]), Path(services[name]["log"]))
+                for name in record["workers"]
+            ],
+            env=dict(os.environ if env is None else env),
+        )
 
     def restart_workers(self) -> None:
         """Start again every worker that is not running (``scripts/cluster.sh up`` on a running cluster)."""
@@ -112,16 +121,27 @@ class LocalCluster:
         """Environment for a process of the test that talks to the cluster (Prefect CLI, S3, Redis)."""
         from refusalbench.deployments.cluster import S3_KEYS
 
-        return {**self.env, **S3_KEYS, "PREFECT_API_URL": self.api_url, "REFUSALBENCH_S3_ENDPOINT_URL": self.s3_endpoint,
-                "REFUSALBENCH_REDIS_URL": self.redis_url, "REFUSALBENCH_MODELS_URL": self.models_url}
+        return {
+            **self.env,
+            **S3_KEYS,
+            "PREFECT_API_URL": self.api_url,
+            "REFUSALBENCH_S3_ENDPOINT_URL": self.s3_endpoint,
+            "REFUSALBENCH_REDIS_URL": self.redis_url,
+            "REFUSALBENCH_MODELS_URL": self.models_url,
+        }
 
     def s3_client(self):
         import boto3
+
         from refusalbench.deployments.cluster import S3_KEYS, S3_REGION
 
-        return boto3.client("s3", endpoint_url=self.s3_endpoint, region_name=S3_REGION,
-                            aws_access_key_id=S3_KEYS["REFUSALBENCH_S3_ACCESS_KEY_ID"],
-                            aws_secret_access_key=S3_KEYS["REFUSALBENCH_S3_SECRET_ACCESS_KEY"])
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name=S3_REGION,
+            aws_access_key_id=S3_KEYS["REFUSALBENCH_S3_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_KEYS["REFUSALBENCH_S3_SECRET_ACCESS_KEY"],
+        )
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         """One call to the Prefect REST API (``path`` after ``/api``); the decoded JSON reply."""
@@ -150,11 +170,14 @@ class LocalCluster:
             if run["state_type"] in TERMINAL:
                 return run
             if time.monotonic() > deadline:
-                raise AssertionError(f"flow run {run_id} still {run['state_type']} after {timeout_s:.0f} s\n"
-                                     + self.logs_tail())
+                raise AssertionError(
+                    f"flow run {run_id} still {run['state_type']} after {timeout_s:.0f} s\n" + self.logs_tail()
+                )
             time.sleep(0.5)
 
-    def run_deployment(self, name: str, parameters: dict[str, Any] | None = None, timeout_s: float = 240) -> dict[str, Any]:
+    def run_deployment(
+        self, name: str, parameters: dict[str, Any] | None = None, timeout_s: float = 240
+    ) -> dict[str, Any]:
         """Trigger a deployment and wait for its flow run to end; the finished flow run."""
         return self.wait_for(self.trigger(name, parameters), timeout_s)
 
@@ -167,7 +190,9 @@ class LocalCluster:
 
     def run_logs(self, run_id: str) -> list[str]:
         """The log messages of one flow run as the UI shows them."""
-        logs = self.api("POST", "/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC"})
+        logs = self.api(
+            "POST", "/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC"}
+        )
         return [entry["message"] for entry in logs]
 
     def kill_worker(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -180,8 +205,14 @@ class LocalCluster:
 
     def cli(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
         """``scripts/cluster.sh ARGS --state <this cluster>`` with the cluster's settings."""
-        return subprocess.run(["bash", str(ROOT / "scripts" / "cluster.sh"), *args, "--state", str(self.state_dir)],
-                              env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        return subprocess.run(
+            ["bash", str(ROOT / "scripts" / "cluster.sh"), *args, "--state", str(self.state_dir)],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
 
     def logs_tail(self, chars: int = 2000) -> str:
         """The end of every service log: what a failing test prints."""
@@ -197,10 +228,18 @@ def cluster_env(state_dir: Path, workers: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     ports = free_ports(5)
     env.update(FAST_SETTINGS)
-    env.update({"PREFECT_PORT": str(ports[0]), "MINIO_PORT": str(ports[1]), "CLUSTER_POSTGRES_PORT": str(ports[2]),
-                "CLUSTER_REDIS_PORT": str(ports[3]), "CLUSTER_MODELS_PORT": str(ports[4]),
-                "WORKER_REPLICAS": str(workers), "REFUSALBENCH_CLUSTER_STATE": str(state_dir),
-                "PYTHON": sys.executable})
+    env.update(
+        {
+            "PREFECT_PORT": str(ports[0]),
+            "MINIO_PORT": str(ports[1]),
+            "CLUSTER_POSTGRES_PORT": str(ports[2]),
+            "CLUSTER_REDIS_PORT": str(ports[3]),
+            "CLUSTER_MODELS_PORT": str(ports[4]),
+            "WORKER_REPLICAS": str(workers),
+            "REFUSALBENCH_CLUSTER_STATE": str(state_dir),
+            "PYTHON": sys.executable,
+        }
+    )
     return env
 
 
@@ -220,8 +259,14 @@ def start_local_cluster(workers: int = 2) -> LocalCluster:
     # Not under pytest's tmp folder: that one is private to its user, and PostgreSQL runs as another.
     state_dir = Path(tempfile.mkdtemp(prefix="refusalbench-cluster-"))
     env = cluster_env(state_dir, workers)
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "cluster.sh"), "up", "--state", str(state_dir)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "cluster.sh"), "up", "--state", str(state_dir)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0 or not (state_dir / "state.json").exists():
         stop_local_cluster_at(state_dir, env)
         raise RuntimeError(f"scripts/cluster.sh up failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
@@ -229,8 +274,15 @@ def start_local_cluster(workers: int = 2) -> LocalCluster:
 
 
 def stop_local_cluster_at(state_dir: Path, env: dict[str, str]) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "cluster.sh"), "down", "--purge", "--state", str(state_dir)],
-                   env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "cluster.sh"), "down", "--purge", "--state", str(state_dir)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     shutil.rmtree(state_dir, ignore_errors=True)
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_harness import SESSION_TEARDOWN_S
-from tests.cluster_harness import local_cluster  # noqa: F401  (the session's local cluster, for tests marked cluster)
+from tests.cluster_harness import (
+    SESSION_TEARDOWN_S,
+    local_cluster,  # noqa: F401  (the session's local cluster, for tests marked cluster)
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,8 +78,9 @@ def prefect_harness():
 def pytest_terminal_summary(terminalreporter):
     """How long each session fixture took to stop: the last test's teardown time, explained."""
     if SESSION_TEARDOWN_S:
-        terminalreporter.write_line("session teardown: " + ", ".join(
-            f"{name} {seconds:.1f}s" for name, seconds in SESSION_TEARDOWN_S.items()))
+        terminalreporter.write_line(
+            "session teardown: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in SESSION_TEARDOWN_S.items())
+        )
 
 
 @pytest.fixture
@@ -108,8 +111,23 @@ def redis_url(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
     try:

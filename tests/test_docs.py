@@ -29,7 +29,10 @@ FORBIDDEN = re.compile(r"issue [0-9]|DESIGN\.md", re.IGNORECASE)
 
 
 def doc_files() -> list[Path]:
-    return [README, *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix in (".md", ".py", ".json"))]
+    return [
+        README,
+        *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix in (".md", ".py", ".json")),
+    ]
 
 
 def reference_hook() -> ModuleType:
@@ -49,10 +52,12 @@ def test_readme_is_short_and_keeps_the_two_commands_verbatim():
 
 
 def test_no_issue_numbers_or_outside_documents_in_readme_or_docs():
-    offenders = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
-                 for path in doc_files()
-                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                 if FORBIDDEN.search(line)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+        for path in doc_files()
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if FORBIDDEN.search(line)
+    ]
     assert not offenders, offenders
 
 
@@ -69,7 +74,7 @@ def test_the_readme_example_config_is_a_valid_run_config(tmp_path):
     from refusalbench.tasks.core.config import load_config
 
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Evaluate your own API models"):]
+    section = text[text.index("## Evaluate your own API models") :]
     block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
     assert block is not None
     assert len(block.group(1).splitlines()) <= 15
@@ -110,8 +115,9 @@ def test_every_page_is_in_the_navigation():
 
 def test_the_checked_in_config_schema_is_current():
     checked_in = (ROOT / "docs" / "schema" / "config.schema.json").read_text(encoding="utf-8")
-    assert checked_in == reference_hook().config_schema_text(), \
+    assert checked_in == reference_hook().config_schema_text(), (
         "run `.venv/bin/python scripts/config_schema.py` to regenerate docs/schema/config.schema.json"
+    )
 
 
 def test_the_config_schema_accepts_the_shipped_configs_and_rejects_unknown_keys():
@@ -163,9 +169,14 @@ def test_the_generated_reference_covers_every_command_key_and_file():
 def test_the_site_builds_strictly(tmp_path):
     mkdocs = Path(sys.executable).with_name("mkdocs")
     assert mkdocs.exists(), "mkdocs is installed by scripts/setup.sh (the docs extra)"
-    done = subprocess.run([str(mkdocs), "build", "--strict", "-d", str(tmp_path / "site")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     site = tmp_path / "site"
     cli = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")

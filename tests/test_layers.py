@@ -60,7 +60,7 @@ def imports_of(path: Path, root: Path) -> set[str]:
         else:
             continue
         for name in names:
-            found.add(name[len(PACKAGE) + 1:] if name.startswith(PACKAGE + ".") else name)
+            found.add(name[len(PACKAGE) + 1 :] if name.startswith(PACKAGE + ".") else name)
     return found
 
 
@@ -89,7 +89,9 @@ def violations(root: Path) -> list[str]:
                 top = imported.split(".")[0]
                 if top == "prefect" or top.startswith("prefect_"):
                     if layer not in PREFECT_LAYERS:
-                        problems.append(f"{module} -> {imported} (only pipeline/, flows/ and deployments/ import Prefect)")
+                        problems.append(
+                            f"{module} -> {imported} (only pipeline/, flows/ and deployments/ import Prefect)"
+                        )
                     continue
                 target = layer_of(imported)
                 if target is None or layer not in ALLOWED:
@@ -109,6 +111,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Import cycles between modules (a package's ``__init__`` re-exporting its own modules is not one)."""
+
     def edges(module: str) -> set[str]:
         return {m for m in graph[module] if not (module.startswith(m + ".") or m.startswith(module + "."))}
 
@@ -119,7 +122,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(module)
         for nxt in sorted(edges(module)):
             if state.get(nxt) == "open":
-                found.append(stack[stack.index(nxt):] + [nxt])
+                found.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
@@ -133,6 +136,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # ---------------------------------------------------------------- the project
 
+
 def test_every_import_keeps_to_the_layer_rules():
     assert violations(ROOT) == []
 
@@ -142,11 +146,15 @@ def test_no_import_cycle_inside_tasks():
 
 
 def test_only_the_pipeline_and_flows_import_prefect():
-    importers = {module_name(p, ROOT) for folder in SCANNED
-                 for p in (ROOT / folder).rglob("*.py")
-                 if any(m.split(".")[0] == "prefect" for m in imports_of(p, ROOT))}
-    assert importers and all(m.split(".")[0] in ("flows", "deployments") or m.startswith("tasks.pipeline")
-                             for m in importers), sorted(importers)
+    importers = {
+        module_name(p, ROOT)
+        for folder in SCANNED
+        for p in (ROOT / folder).rglob("*.py")
+        if any(m.split(".")[0] == "prefect" for m in imports_of(p, ROOT))
+    }
+    assert importers and all(
+        m.split(".")[0] in ("flows", "deployments") or m.startswith("tasks.pipeline") for m in importers
+    ), sorted(importers)
 
 
 def test_no_two_modules_share_a_name_but_one_of_a_role_per_package():
@@ -164,11 +172,13 @@ def test_every_flow_reads_like_its_dag():
     for path in (ROOT / "flows").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef) and any(
-                    "flow" in ast.unparse(d).split("(")[0] for d in node.decorator_list):
+                "flow" in ast.unparse(d).split("(")[0] for d in node.decorator_list
+            ):
                 assert node.end_lineno - node.lineno + 1 <= 40, f"{path.name}: {node.name} is over 40 lines"
 
 
 # ---------------------------------------------------------------- the checker itself
+
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
@@ -181,23 +191,31 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_checker_finds_a_method_importing_the_other(tmp_path):
-    root = _tree(tmp_path, {
-        "tasks/knowornot/report/contents.py": "def page():\n    from refusalbench.tasks.refusalbench.report import layout\n",
-        "tasks/refusalbench/report/layout.py": "X = 1\n",
-    })
-    assert violations(root) == ["tasks.knowornot.report.contents -> tasks.refusalbench.report "
-                                "(knowornot may import core, knowornot, labelling, llm)",
-                                "tasks.knowornot.report.contents -> tasks.refusalbench.report.layout "
-                                "(knowornot may import core, knowornot, labelling, llm)"]
+    root = _tree(
+        tmp_path,
+        {
+            "tasks/knowornot/report/contents.py": "def page():\n    from refusalbench.tasks.refusalbench.report import layout\n",
+            "tasks/refusalbench/report/layout.py": "X = 1\n",
+        },
+    )
+    assert violations(root) == [
+        "tasks.knowornot.report.contents -> tasks.refusalbench.report "
+        "(knowornot may import core, knowornot, labelling, llm)",
+        "tasks.knowornot.report.contents -> tasks.refusalbench.report.layout "
+        "(knowornot may import core, knowornot, labelling, llm)",
+    ]
 
 
 def test_the_checker_finds_prefect_and_upward_imports_in_the_kernel(tmp_path):
-    root = _tree(tmp_path, {
-        "tasks/core/store.py": "import prefect\nfrom refusalbench.tasks.llm import gateway\n",
-        "tasks/llm/gateway.py": "X = 1\n",
-        "tasks/pipeline/runtime.py": "from prefect import task\n",
-        "tasks/stray.py": "X = 1\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "tasks/core/store.py": "import prefect\nfrom refusalbench.tasks.llm import gateway\n",
+            "tasks/llm/gateway.py": "X = 1\n",
+            "tasks/pipeline/runtime.py": "from prefect import task\n",
+            "tasks/stray.py": "X = 1\n",
+        },
+    )
     assert violations(root) == [
         "tasks.core.store -> prefect (only pipeline/, flows/ and deployments/ import Prefect)",
         "tasks.core.store -> tasks.llm (core may import core)",
@@ -208,9 +226,13 @@ def test_the_checker_finds_prefect_and_upward_imports_in_the_kernel(tmp_path):
 
 
 def test_the_checker_finds_a_cycle_held_by_a_function_level_import(tmp_path):
-    root = _tree(tmp_path, {
-        "tasks/integrations/inspect/bridge.py": "from refusalbench.tasks.integrations.inspect import logs\n",
-        "tasks/integrations/inspect/logs.py": "def read():\n    from refusalbench.tasks.integrations.inspect import bridge\n",
-    })
-    assert cycles(import_graph(root)) == [["tasks.integrations.inspect.bridge", "tasks.integrations.inspect.logs",
-                                           "tasks.integrations.inspect.bridge"]]
+    root = _tree(
+        tmp_path,
+        {
+            "tasks/integrations/inspect/bridge.py": "from refusalbench.tasks.integrations.inspect import logs\n",
+            "tasks/integrations/inspect/logs.py": "def read():\n    from refusalbench.tasks.integrations.inspect import bridge\n",
+        },
+    )
+    assert cycles(import_graph(root)) == [
+        ["tasks.integrations.inspect.bridge", "tasks.integrations.inspect.logs", "tasks.integrations.inspect.bridge"]
+    ]

@@ -46,9 +46,28 @@ def test_installed_beside_an_unrelated_tasks_package(tmp_path):
     source = tmp_path / "source"
     for name in (*CODE_FOLDERS, "pyproject.toml", "README.md"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
-        copy(ROOT / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
+        copy(
+            ROOT / name,
+            source / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}),
+        )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     top_level = {p.name for p in target.iterdir() if not p.name.endswith((".dist-info", ".egg-info"))}
     assert top_level - {"bin"} == {"refusalbench"}, top_level
@@ -69,8 +88,9 @@ assert packaged_config("demo.yaml").is_file()
 print(refusalbench.tasks.llm.gateway.__file__)
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(other)])}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().startswith(str(target))
 
@@ -90,7 +110,11 @@ def test_docs_document_the_run_folder_as_declared():
 
 
 # Where run-folder files are declared: the shared ones, and each method's own.
-DECLARATIONS = {"tasks/core/runfolder.py", "tasks/refusalbench/schema/artifacts.py", "tasks/knowornot/schema/artifacts.py"}
+DECLARATIONS = {
+    "tasks/core/runfolder.py",
+    "tasks/refusalbench/schema/artifacts.py",
+    "tasks/knowornot/schema/artifacts.py",
+}
 
 
 def test_no_artifact_file_name_is_spelled_out_outside_the_run_folder_modules():
@@ -112,15 +136,20 @@ def test_no_artifact_file_name_is_spelled_out_outside_the_run_folder_modules():
 
 
 def test_production_modules_stay_small():
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-             for folder in ("flows", "tasks", "deployments") for p in (ROOT / folder).rglob("*.py")}
+    sizes = {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+        for folder in ("flows", "tasks", "deployments")
+        for p in (ROOT / folder).rglob("*.py")
+    }
     assert not {name: n for name, n in sizes.items() if n > 500}
 
 
 def test_a_refusalbench_run_does_not_load_what_only_knowornot_needs():
     """Start-up is paid on every scheduled run: the main job's modules must not drag in NLTK or FAISS."""
-    probe = ("import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.main; "
-             "print(sorted(m for m in ('nltk', 'faiss', 'sentence_transformers', 'torch') if m in sys.modules))")
+    probe = (
+        "import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.main; "
+        "print(sorted(m for m in ('nltk', 'faiss', 'sentence_transformers', 'torch') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -28,6 +28,7 @@ SCHEMA_PATH = "schema/config.schema.json"
 
 # ---------------------------------------------------------------- the command line
 
+
 def _cell(text: str) -> str:
     """One table cell: a single line, pipes escaped."""
     return " ".join(text.split()).replace("|", "\\|")
@@ -97,9 +98,14 @@ def cli_markdown() -> str:
     root: Any = typer.main.get_command(app)
     plain = {name: command for name, command in root.commands.items() if not hasattr(command, "commands")}
     groups = {name: command for name, command in root.commands.items() if hasattr(command, "commands")}
-    lines = [f"`refusalbench`: {_cell(root.help or '')}", "",
-             "Options of `refusalbench` itself, given before the command:", "",
-             "| option | default | what it does |", "|---|---|---|"]
+    lines = [
+        f"`refusalbench`: {_cell(root.help or '')}",
+        "",
+        "Options of `refusalbench` itself, given before the command:",
+        "",
+        "| option | default | what it does |",
+        "|---|---|---|",
+    ]
     lines += [_param_row(p) for p in root.params]
     lines += ["", "## Running and scoring"]
     for name, command in plain.items():
@@ -111,6 +117,7 @@ def cli_markdown() -> str:
 
 
 # ---------------------------------------------------------------- the run config
+
 
 def config_schema() -> dict[str, Any]:
     """The run config's JSON Schema for editors: what ``RunConfig`` accepts, plus ``include:``.
@@ -137,13 +144,14 @@ def config_schema() -> dict[str, Any]:
 
     relax(schema)
     schema["properties"] = {
-        "include": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
-                    "description": "other config files merged under this one (paths relative to this file); "
-                                   "this file's keys win"},
+        "include": {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            "description": "other config files merged under this one (paths relative to this file); "
+            "this file's keys win",
+        },
         **schema["properties"],
     }
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "RefusalBench run config",
-            **schema}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "RefusalBench run config", **schema}
 
 
 def config_schema_text() -> str:
@@ -199,9 +207,9 @@ KEY_NOTES: dict[tuple[str, str], str] = {
     ("top level", "refresh"): "the statistics of refresh rounds",
     ("top level", "runner"): "Prefect's task runner: threads in the flow's process, or a Dask cluster",
     ("top level", "skip_unavailable"): "skip models without a key or reachable endpoint (with a warning) instead of "
-                                       "refusing the config",
+    "refusing the config",
     ("models.NAME", "api_base"): "the endpoint, e.g. a self-hosted OpenAI-compatible server's /v1 URL; "
-                                 "${NAME} and ${NAME:-default} are read from the environment",
+    "${NAME} and ${NAME:-default} are read from the environment",
     ("models.NAME", "max_concurrency"): "calls to this model in flight at once",
     ("models.NAME", "rpm"): "requests per minute",
     ("models.NAME", "params"): "sent with every call: temperature, max_tokens, top_p, ...",
@@ -211,21 +219,27 @@ KEY_NOTES: dict[tuple[str, str], str] = {
     ("models.NAME", "batch"): "how a model in batch mode polls and waits",
     ("models.NAME", "description"): "free text, shown by refusalbench models list",
     ("models.NAME", "extra_headers"): "HTTP headers sent with every call (those selecting a deployment are part "
-                                      "of the cache key; credential headers are not)",
+    "of the cache key; credential headers are not)",
     ("generation", "base_set"): "the base set: JSONL, Parquet or CSV (see the base-set format)",
     ("generation", "generators"): "models that write the perturbations (rules: the rule-based generator)",
     ("generation", "verifiers"): "models that check every pre-checked candidate",
     ("generation", "filter"): "which verified candidates may enter the benchmark: every verifier passes it, "
-                              "a majority does, or none (verdicts recorded only)",
+    "a majority does, or none (verdicts recorded only)",
     ("generation", "verification"): "ask every verifier, or stop at the first FAIL",
     ("generation", "seed"): "the seed of the base sample, the lever assignment and the sampling",
     ("generation", "levers_per_stratum"): "levers assigned per base item and stratum",
-    ("generation", "shard_size"): "rows per Prefect task; left out, sized from the models' max_concurrency (at least the default)",
+    (
+        "generation",
+        "shard_size",
+    ): "rows per Prefect task; left out, sized from the models' max_concurrency (at least the default)",
     ("evaluation", "targets"): "the models measured",
     ("evaluation", "judge"): "the model that grades answers (and, with decision: judge, classifies every reply)",
     ("evaluation", "confidence"): "add the calibration pass: every item asked again with a confidence level; ECE "
-                                  "comes from it",
-    ("evaluation", "shard_size"): "rows per Prefect task; left out, sized from the models' max_concurrency (at least the default)",
+    "comes from it",
+    (
+        "evaluation",
+        "shard_size",
+    ): "rows per Prefect task; left out, sized from the models' max_concurrency (at least the default)",
     ("evaluation", "bootstrap"): "bootstrap resamples for the intervals (0: none)",
     ("evaluation", "seed"): "the bootstrap's seed",
     ("knowornot", "documents"): "files or folders of .txt, .md, .pdf, .html documents",
@@ -263,8 +277,11 @@ def config_markdown() -> str:
                 if ref in seen:
                     continue
                 seen.add(ref)
-                many = "additionalProperties" in prop or "items" in prop or any(
-                    "items" in option or "additionalProperties" in option for option in prop.get("anyOf", []))
+                many = (
+                    "additionalProperties" in prop
+                    or "items" in prop
+                    or any("items" in option or "additionalProperties" in option for option in prop.get("anyOf", []))
+                )
                 path = f"{prefix}{key}" + ("[…]" if "items" in json.dumps(prop) and many else ".NAME" if many else "")
                 sections.append((path, defs[ref]))
                 queue.append((path + ".", defs[ref]))
@@ -277,17 +294,27 @@ def config_markdown() -> str:
         required = set(node.get("required", []))
         lines += ["| key | type | default | what it is |", "|---|---|---|---|"]
         if path == "top level":
-            lines.append("| `include` | text or list of text | | other config files merged under this one "
-                         "(paths relative to this file); this file's keys win |")
+            lines.append(
+                "| `include` | text or list of text | | other config files merged under this one "
+                "(paths relative to this file); this file's keys win |"
+            )
         for key, prop in node.get("properties", {}).items():
-            default = "required" if key in required else (
-                f"`{json.dumps(prop['default'])}`" if "default" in prop and prop["default"] not in (None, {}, []) else "")
+            default = (
+                "required"
+                if key in required
+                else (
+                    f"`{json.dumps(prop['default'])}`"
+                    if "default" in prop and prop["default"] not in (None, {}, [])
+                    else ""
+                )
+            )
             about = prop.get("description") or KEY_NOTES.get(("top level" if path == "top level" else path, key), "")
             lines.append(f"| `{key}` | {_type(prop, defs)}{_bounds(prop)} | {default} | {_cell(about)} |")
     return "\n".join(lines).strip()
 
 
 # ---------------------------------------------------------------- the run folder
+
 
 def run_folder_markdown() -> str:
     """The run folder's files, from their one declaration."""
@@ -310,11 +337,14 @@ def render(markdown: str) -> str:
 
 # ---------------------------------------------------------------- MkDocs events
 
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     try:
         return str(render(markdown))
     except KeyError as exc:
-        raise ValueError(f"{page.file.src_uri}: unknown generated section {exc}; known: {', '.join(GENERATORS)}") from None
+        raise ValueError(
+            f"{page.file.src_uri}: unknown generated section {exc}; known: {', '.join(GENERATORS)}"
+        ) from None
 
 
 def on_files(files: Any, config: Any) -> Any:

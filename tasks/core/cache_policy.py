@@ -65,7 +65,7 @@ def parse_scope(value: Any) -> str | None:
 
 def ttl_seconds(scope: str) -> float | None:
     """The age limit of a ``ttl:<seconds>s`` scope; None for ``forever`` and ``round``."""
-    return float(scope[len(TTL_PREFIX):].rstrip("s")) if scope.startswith(TTL_PREFIX) else None
+    return float(scope[len(TTL_PREFIX) :].rstrip("s")) if scope.startswith(TTL_PREFIX) else None
 
 
 Scope = Annotated[str | None, BeforeValidator(parse_scope)]

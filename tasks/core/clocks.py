@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 _scope: contextvars.ContextVar[str] = contextvars.ContextVar("clock_scope", default="")
 _lock = threading.Lock()

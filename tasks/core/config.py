@@ -28,19 +28,24 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
 from refusalbench.tasks.core.cache_policy import CachePolicy
+from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
+    EvaluationConfig,
+    FilterRule,
+    GenerationConfig,
+    KnowledgeBaseSource,
+    KnowOrNotConfig,
+    PretestConfig,
+    RefreshConfig,
+    Strict,
+    SystemPromptName,
+)
+from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.limits_config import LimitsConfig
 from refusalbench.tasks.core.plugins import MODULE_NAME, PluginError, import_plugin, load_entry_points
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.textinput import read_text
-from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
-    EvaluationConfig, FilterRule, GenerationConfig, KnowledgeBaseSource, KnowOrNotConfig, PretestConfig,
-    RefreshConfig, Strict, SystemPromptName,
-)
-
-
 
 
 class LocalModelSpec(Strict):
@@ -68,13 +73,18 @@ class ModelPrice(Strict):
 
     input_per_mtok: float = Field(ge=0, description="prompt tokens")
     output_per_mtok: float = Field(ge=0, description="completion tokens (reasoning included)")
-    cached_input_per_mtok: float | None = Field(default=None, ge=0, description="prompt tokens read from the "
-                                                "provider's prompt cache (default: input_per_mtok)")
+    cached_input_per_mtok: float | None = Field(
+        default=None, ge=0, description="prompt tokens read from the provider's prompt cache (default: input_per_mtok)"
+    )
 
-    batch_input_per_mtok: float | None = Field(default=None, ge=0, description="prompt tokens sent through the "
-                                               "provider's batch API (default: half of input_per_mtok)")
-    batch_output_per_mtok: float | None = Field(default=None, ge=0, description="completion tokens of a batch "
-                                                "reply (default: half of output_per_mtok)")
+    batch_input_per_mtok: float | None = Field(
+        default=None,
+        ge=0,
+        description="prompt tokens sent through the provider's batch API (default: half of input_per_mtok)",
+    )
+    batch_output_per_mtok: float | None = Field(
+        default=None, ge=0, description="completion tokens of a batch reply (default: half of output_per_mtok)"
+    )
 
     def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, *, batch: bool = False) -> float:
         """USD for one call's tokens (``cached_tokens``: the part of the prompt served from the provider's cache;
@@ -85,10 +95,11 @@ class ModelPrice(Strict):
         if batch:
             scale = BATCH_PRICE_SHARE
             input_price = self.batch_input_per_mtok if self.batch_input_per_mtok is not None else input_price * scale
-            output_price = self.batch_output_per_mtok if self.batch_output_per_mtok is not None else output_price * scale
+            output_price = (
+                self.batch_output_per_mtok if self.batch_output_per_mtok is not None else output_price * scale
+            )
             cached_price = min(cached_price, input_price)
-        return ((prompt_tokens - cached) * input_price + cached * cached_price
-                + completion_tokens * output_price) / 1e6
+        return ((prompt_tokens - cached) * input_price + cached * cached_price + completion_tokens * output_price) / 1e6
 
 
 # What a batch call costs against the same call sent synchronously, where neither the config nor LiteLLM's
@@ -102,58 +113,89 @@ class BatchSettings(Strict):
     """How a model's batch jobs are sent and waited for (``mode: batch``)."""
 
     poll_interval_s: float = Field(default=60.0, gt=0, description="seconds between two looks at a running batch")
-    max_wait_s: float = Field(default=86400.0, gt=0, description="how long a batch may run (the providers' window "
-                                                               "is 24 h); items still unanswered then are sent "
-                                                               "synchronously")
-    max_items: int = Field(default=50000, ge=1, description="requests per batch job (OpenAI and Anthropic allow "
-                                                           "up to 50,000 and 100,000)")
+    max_wait_s: float = Field(
+        default=86400.0,
+        gt=0,
+        description="how long a batch may run (the providers' window "
+        "is 24 h); items still unanswered then are sent "
+        "synchronously",
+    )
+    max_items: int = Field(
+        default=50000, ge=1, description="requests per batch job (OpenAI and Anthropic allow up to 50,000 and 100,000)"
+    )
 
 
 class ModelConfig(Strict, ExpandedApiBase):
-    model: str = Field(description="any LiteLLM model string, e.g. openai/gpt-4o; or rules/<set>, the rule-based generator")
+    model: str = Field(
+        description="any LiteLLM model string, e.g. openai/gpt-4o; or rules/<set>, the rule-based generator"
+    )
     api_base: str | None = None  # ${NAME} / ${NAME:-default} are expanded at load (ExpandedApiBase)
     api_key_env: str | None = Field(default=None, description="name of the env var that holds the key (never the key)")
     max_concurrency: int = Field(default=4, ge=1)
     rpm: int | None = Field(default=None, ge=1)
-    tpm: int | None = Field(default=None, ge=1, description="tokens per minute (prompt + max_tokens per request, "
-                                                            "counted with LiteLLM's token counter); unset: no limit")
+    tpm: int | None = Field(
+        default=None,
+        ge=1,
+        description="tokens per minute (prompt + max_tokens per request, "
+        "counted with LiteLLM's token counter); unset: no limit",
+    )
     max_rate_limit_wait_s: float = Field(
-        default=300.0, ge=0, description="how long one call may wait in all for the provider's rate limits (429s "
-                                         "wait as long as the provider says and do not use up max_attempts); "
-                                         "a call still limited after that fails")
+        default=300.0,
+        ge=0,
+        description="how long one call may wait in all for the provider's rate limits (429s "
+        "wait as long as the provider says and do not use up max_attempts); "
+        "a call still limited after that fails",
+    )
     context_window: int | None = Field(
-        default=None, ge=1, description="the model's context window in tokens (default: LiteLLM's max_input_tokens "
-                                        "for the model; unknown: not checked); a prompt longer than it less "
-                                        "max_tokens is recorded too_long without a call")
+        default=None,
+        ge=1,
+        description="the model's context window in tokens (default: LiteLLM's max_input_tokens "
+        "for the model; unknown: not checked); a prompt longer than it less "
+        "max_tokens is recorded too_long without a call",
+    )
     params: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
     retry_truncated_max_tokens: int | None = Field(
-        default=None, ge=1, description="a reply cut at max_tokens is asked once more with this larger max_tokens "
-                                        "(unset: a truncated reply is recorded as truncated, not retried)")
-    json_schema: bool = Field(default=True, description="false: ask for plain JSON (response_format json_object) where "
-                                                         "the provider's profile would send the JSON schema (without it, "
-                                                         "a 400 rejecting the schema makes the model fall back for the run)")
+        default=None,
+        ge=1,
+        description="a reply cut at max_tokens is asked once more with this larger max_tokens "
+        "(unset: a truncated reply is recorded as truncated, not retried)",
+    )
+    json_schema: bool = Field(
+        default=True,
+        description="false: ask for plain JSON (response_format json_object) where "
+        "the provider's profile would send the JSON schema (without it, "
+        "a 400 rejecting the schema makes the model fall back for the run)",
+    )
     local: LocalModelSpec | None = None
-    price: ModelPrice | None = Field(default=None, description="USD per million tokens (input_per_mtok, "
-                                     "output_per_mtok, cached_input_per_mtok); overrides LiteLLM's price map")
+    price: ModelPrice | None = Field(
+        default=None,
+        description="USD per million tokens (input_per_mtok, "
+        "output_per_mtok, cached_input_per_mtok); overrides LiteLLM's price map",
+    )
     mode: CallMode | dict[str, CallMode] = Field(
-        default="sync", description="sync: every call to the chat endpoint; batch: through the provider's batch API "
-                                    "(half the price, answers within max_wait_s); or per stage, e.g. "
-                                    "{judge: batch, verify: batch} (a stage not named is sync)")
+        default="sync",
+        description="sync: every call to the chat endpoint; batch: through the provider's batch API "
+        "(half the price, answers within max_wait_s); or per stage, e.g. "
+        "{judge: batch, verify: batch} (a stage not named is sync)",
+    )
     batch: BatchSettings = Field(default_factory=BatchSettings)
     description: str | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
     reasoning: ReasoningMode | None = Field(
-        default=None, description="where the model's reasoning comes: field (its own field), think_tags (also inline "
-                                  "<think>…</think>, split off the answer) or none; default: its provider profile's")
+        default=None,
+        description="where the model's reasoning comes: field (its own field), think_tags (also inline "
+        "<think>…</think>, split off the answer) or none; default: its provider profile's",
+    )
     # What the model is, for the report's model-comparison figures (scaling, SFT vs DPO,
     # thinking budget); never used to call it.
     family: str | None = Field(default=None, description="model family for scaling curves, e.g. 'Qwen 1.5'")
     parameters_b: float | None = Field(default=None, gt=0, description="parameter count, in billions")
     training: Literal["sft", "dpo"] | None = Field(default=None, description="post-training variant (SFT or DPO)")
-    thinking_budget: int | None = Field(default=None, ge=0,
-                                        description="extended-thinking token budget (0: the same model, thinking off)")
+    thinking_budget: int | None = Field(
+        default=None, ge=0, description="extended-thinking token budget (0: the same model, thinking off)"
+    )
 
     @field_validator("api_key_env")
     @classmethod
@@ -175,26 +217,37 @@ class ModelConfig(Strict, ExpandedApiBase):
         return self.model.startswith(RULES_PROVIDER)
 
     @model_validator(mode="after")
-    def _rule_set_known(self) -> "ModelConfig":
+    def _rule_set_known(self) -> ModelConfig:
         if not self.rule_based:
             return self
         if self.model.removeprefix(RULES_PROVIDER) not in RULE_SETS:
-            raise ValueError(f"unknown rule set {self.model!r} (known: {', '.join(RULES_PROVIDER + r for r in RULE_SETS)})")
+            raise ValueError(
+                f"unknown rule set {self.model!r} (known: {', '.join(RULES_PROVIDER + r for r in RULE_SETS)})"
+            )
         if self.api_base or self.api_key_env or self.local:
             raise ValueError(f"{self.model} runs in process: it takes no api_base, api_key_env or local")
         return self
 
 
 class CacheConfig(Strict):
-    backend: str = Field(default="sqlite", description="a registered cache backend: sqlite, redis, none, ... "
-                                                       "(checked by tasks/llm/callcache.py)")
+    backend: str = Field(
+        default="sqlite",
+        description="a registered cache backend: sqlite, redis, none, ... (checked by tasks/llm/callcache.py)",
+    )
     path: str | None = Field(default=None, description="sqlite file; default <cache dir>/calls.sqlite")
-    url: str | None = Field(default=None, description="redis://host:port/db for the shared cache (${NAME:-default} "
-                                                       "is read from the environment)")
+    url: str | None = Field(
+        default=None,
+        description="redis://host:port/db for the shared cache (${NAME:-default} is read from the environment)",
+    )
     _expand_url = field_validator("url")(expand_references)
-    policy: CachePolicy = Field(default_factory=CachePolicy, description="per role (generation, pretest, targets, "
-                                "judge): forever | round | {ttl: 7d}; unset: the run's default (tasks/core/cache_policy.py)")
-    round: str | None = Field(default=None, description="the refresh round (set by the refresh flow): `round` keys with it")
+    policy: CachePolicy = Field(
+        default_factory=CachePolicy,
+        description="per role (generation, pretest, targets, "
+        "judge): forever | round | {ttl: 7d}; unset: the run's default (tasks/core/cache_policy.py)",
+    )
+    round: str | None = Field(
+        default=None, description="the refresh round (set by the refresh flow): `round` keys with it"
+    )
     fresh: dict[str, str] = Field(default_factory=dict, description="roles asked afresh (--fresh) -> the run's salt")
 
 
@@ -205,18 +258,28 @@ class RunConfig(Strict):
     evaluation: EvaluationConfig | None = None
     knowornot: KnowOrNotConfig | None = None
     cache: CacheConfig = Field(default_factory=CacheConfig)
-    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="where max_concurrency, rpm and tpm "
-                                 "are counted: per process or across processes in Redis (tasks/core/limits_config.py)")
+    limits: LimitsConfig = Field(
+        default_factory=LimitsConfig,
+        description="where max_concurrency, rpm and tpm "
+        "are counted: per process or across processes in Redis (tasks/core/limits_config.py)",
+    )
     refresh: RefreshConfig = Field(default_factory=RefreshConfig)
     runner: Literal["thread", "dask"] = "thread"
-    budget_usd: float | None = Field(default=None, gt=0, description="the most a run (generate + evaluate; each "
-                                     "refresh round) may spend on model calls: checked before each shard is sent "
-                                     "(tasks/pipeline/budget.py); unset: no limit")
+    budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="the most a run (generate + evaluate; each "
+        "refresh round) may spend on model calls: checked before each shard is sent "
+        "(tasks/pipeline/budget.py); unset: no limit",
+    )
     skip_unavailable: bool = False
-    plugins: list[str] = Field(default_factory=list, description="modules to import before the config is "
-                               "validated and in every process that runs a task: they register providers, "
-                               "metrics, retrieval strategies ... (tasks/core/plugins.py); looked up on sys.path, "
-                               "then in the folder of the config file that lists them")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules to import before the config is "
+        "validated and in every process that runs a task: they register providers, "
+        "metrics, retrieval strategies ... (tasks/core/plugins.py); looked up on sys.path, "
+        "then in the folder of the config file that lists them",
+    )
     source: str | None = Field(default=None, exclude=True, description="file the config was read from")
     # The folder of the config file that lists ``plugins`` (set by load_config): where a plugin not on
     # sys.path is looked for, in this process and in every worker process the config is sent to.
@@ -231,7 +294,7 @@ class RunConfig(Strict):
         return names
 
     @model_validator(mode="after")
-    def _models_exist(self) -> "RunConfig":
+    def _models_exist(self) -> RunConfig:
         missing = [(where, name) for where, name in self.referenced_models() if name not in self.models]
         if missing:
             where, name = missing[0]
@@ -240,10 +303,12 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _rules_only_generate(self) -> "RunConfig":
+    def _rules_only_generate(self) -> RunConfig:
         for where, name in self.referenced_models():
             if where != "generation.generators" and name in self.models and self.models[name].rule_based:
-                raise ValueError(f"{where}: {name!r} is the rule-based generator; list it only under generation.generators")
+                raise ValueError(
+                    f"{where}: {name!r} is the rule-based generator; list it only under generation.generators"
+                )
         return self
 
     def referenced_models(self) -> list[tuple[str, str]]:
@@ -309,7 +374,7 @@ ConfigCheck = Callable[[RunConfig], "tuple[str, str] | None"]
 CONFIG_CHECKS: Registry[ConfigCheck] = Registry("config check")
 
 
-def _run_config_checks(config: RunConfig, located: "_Located") -> None:
+def _run_config_checks(config: RunConfig, located: _Located) -> None:
     """The first problem any registered check finds, as an InputError at the line of its key."""
     done: set[str] = set()
     # A check may import a package that registers more checks (knowornot's import tasks/llm): run those too.
@@ -324,6 +389,7 @@ def _run_config_checks(config: RunConfig, located: "_Located") -> None:
 
 
 # ---------------------------------------------------------------- YAML with positions
+
 
 class _Located:
     """Where each key path of the merged document came from: (file, line)."""
@@ -343,9 +409,18 @@ def _node_to_python(node: yaml.Node, file: str, path: tuple[Any, ...], located: 
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) else key_node.value
+            key = (
+                yaml.safe_load(yaml.serialize(key_node))
+                if not isinstance(key_node, yaml.ScalarNode)
+                else key_node.value
+            )
             if key in out:
-                raise InputError(file, f"duplicate key {key!r}", line=key_node.start_mark.line + 1, field=".".join(map(str, path + (key,))))
+                raise InputError(
+                    file,
+                    f"duplicate key {key!r}",
+                    line=key_node.start_mark.line + 1,
+                    field=".".join(map(str, path + (key,))),
+                )
             located.origin[path + (key,)] = (file, key_node.start_mark.line + 1)
             out[key] = _node_to_python(value_node, file, path + (key,), located)
             # keep the key's own line for the key path (more useful than the value's)

@@ -31,17 +31,24 @@ class EvalSpec(Record):
 
     name: str
     tag: str
-    outcomes: list[str] = Field(validation_alias=AliasChoices("outcomes", "values"),
-                                description="the verdicts allowed inside the tag (config key: outcomes or values)")
+    outcomes: list[str] = Field(
+        validation_alias=AliasChoices("outcomes", "values"),
+        description="the verdicts allowed inside the tag (config key: outcomes or values)",
+    )
     prompt: str
     prompt_template: str | None = None
-    input_fields: list[str] = Field(default_factory=lambda: ["question", "response"],
-                                    description=f"shown to the evaluator, from: {', '.join(EVAL_INPUT_FIELDS)}")
+    input_fields: list[str] = Field(
+        default_factory=lambda: ["question", "response"],
+        description=f"shown to the evaluator, from: {', '.join(EVAL_INPUT_FIELDS)}",
+    )
     applies_to: Literal["all", "answered"] = Field(
-        default="all", description="'all' responses, or only those the abstention spec judged answered")
+        default="all", description="'all' responses, or only those the abstention spec judged answered"
+    )
     positive: str | None = Field(
-        default=None, description="the outcome counted as positive when an evaluator is compared with the human "
-                                  "consensus (true/false positives, precision, recall, F1); default: the first outcome")
+        default=None,
+        description="the outcome counted as positive when an evaluator is compared with the human "
+        "consensus (true/false positives, precision, recall, F1); default: the first outcome",
+    )
 
     @field_validator("name", "prompt")
     @classmethod
@@ -73,7 +80,7 @@ class EvalSpec(Record):
         return value
 
     @model_validator(mode="after")
-    def _positive_is_an_outcome(self) -> "EvalSpec":
+    def _positive_is_an_outcome(self) -> EvalSpec:
         if self.positive is not None and self.positive not in self.outcomes:
             raise ValueError(f"positive {self.positive!r} is not one of the outcomes {self.outcomes}")
         return self
@@ -90,6 +97,7 @@ class EvalSpec(Record):
             raise ValueError("needs at least one input field")
         unknown = [f for f in value if f not in EVAL_INPUT_FIELDS]
         if unknown:
-            raise ValueError(f"unknown input field(s) {', '.join(map(repr, unknown))} "
-                             f"(known: {', '.join(EVAL_INPUT_FIELDS)})")
+            raise ValueError(
+                f"unknown input field(s) {', '.join(map(repr, unknown))} (known: {', '.join(EVAL_INPUT_FIELDS)})"
+            )
         return value

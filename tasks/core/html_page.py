@@ -79,9 +79,14 @@ def mapping_html(data: Mapping[str, Any]) -> str:
     parts = []
     scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
     if scalars:
-        parts.append("<table>" + "".join(
-            f"<tr><th class='name'>{escape(k)}</th><td class='name'>{_cell(v)}</td></tr>" for k, v in scalars.items())
-            + "</table>")
+        parts.append(
+            "<table>"
+            + "".join(
+                f"<tr><th class='name'>{escape(k)}</th><td class='name'>{_cell(v)}</td></tr>"
+                for k, v in scalars.items()
+            )
+            + "</table>"
+        )
     for key, value in data.items():
         if key in scalars:
             continue

@@ -27,8 +27,9 @@ class LabelItem(Record):
     response: str
     expected_answer: str | None = None
     context: str | None = None
-    shown_labels: str | None = Field(default=None, description="the annotators' labels, shown in a consensus pass "
-                                                               "(e.g. 'ann: yes · bob: no')")
+    shown_labels: str | None = Field(
+        default=None, description="the annotators' labels, shown in a consensus pass (e.g. 'ann: yes · bob: no')"
+    )
 
 
 class HumanLabel(Record):
@@ -49,8 +50,9 @@ class AgreementReport(Record):
     labels: list[str]
     confusion: list[list[int]]
     percent_agreement_ci: list[float] | None = Field(default=None, description="95% Wilson interval")
-    kappa_ci: list[float] | None = Field(default=None, description="95% percentile-bootstrap interval "
-                                                                           "(items resampled)")
+    kappa_ci: list[float] | None = Field(
+        default=None, description="95% percentile-bootstrap interval (items resampled)"
+    )
 
     @model_validator(mode="after")
     def _square(self) -> AgreementReport:

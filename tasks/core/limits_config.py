@@ -22,12 +22,21 @@ class LimitsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")  # as every config section: a typo is an error
 
     backend: Literal["auto", "process", "redis"] = Field(
-        default="auto", description="process: each process counts its own calls; redis: all processes that share "
-                                    "a model count together (at url); auto: redis when cache.backend is redis")
-    url: str | None = Field(default=None, description="redis://host:port/db holding the shared counts (default: "
-                                                       "cache.url; ${NAME:-default} is read from the environment)")
-    lease_s: float = Field(default=30.0, gt=0, description="a slot held by a process that died is free again after "
-                                                           "at most this long (a living process renews its slots)")
+        default="auto",
+        description="process: each process counts its own calls; redis: all processes that share "
+        "a model count together (at url); auto: redis when cache.backend is redis",
+    )
+    url: str | None = Field(
+        default=None,
+        description="redis://host:port/db holding the shared counts (default: "
+        "cache.url; ${NAME:-default} is read from the environment)",
+    )
+    lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a slot held by a process that died is free again after "
+        "at most this long (a living process renews its slots)",
+    )
 
     _expand_url = field_validator("url")(expand_references)
 

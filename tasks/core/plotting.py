@@ -73,16 +73,18 @@ def _taken_next(taken: Any) -> int:
     return position
 
 
-def _draw_taken(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int], taken: Any,
-                drawn: dict[int, Any]) -> None:
+def _draw_taken(
+    jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int], taken: Any, drawn: dict[int, Any]
+) -> None:
     """Draw the jobs this process takes, next in ``order`` whichever process asks, into ``drawn`` by index."""
     while (position := _taken_next(taken)) < len(order):
         draw, args = jobs[order[position]]
         drawn[order[position]] = draw(*args)
 
 
-def _child_draws(send: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int],
-                 taken: Any) -> None:
+def _child_draws(
+    send: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int], taken: Any
+) -> None:
     """A child's body: the jobs it takes, sent back by index; a job that fails is left out (drawn by the parent)."""
     drawn: dict[int, Any] = {}
     try:
@@ -98,8 +100,9 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if sys.platform.startswith("linux") else 1
 
 
-def _start_child(context: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int],
-                 taken: Any) -> tuple[Any, Any] | None:
+def _start_child(
+    context: Any, jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], order: Sequence[int], taken: Any
+) -> tuple[Any, Any] | None:
     """A forked child drawing the jobs it takes (:func:`_child_draws`): (its answer's pipe, the child), or None
     when none can start (no process to spare, or this one is daemonic)."""
     for stream in (sys.stdout, sys.stderr):  # else the child would write this process's buffered output again
@@ -126,8 +129,9 @@ def _stop_child(receive: Any, child: Any, wait_s: float) -> None:
         child.join()
 
 
-def drawn_spread(jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
-                 costs: Sequence[float] | None = None) -> list[Any]:
+def drawn_spread(
+    jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], costs: Sequence[float] | None = None
+) -> list[Any]:
     """Every job's (function, arguments) result, in order, drawn by this process and by forked children
     at once, one process per core up to ``_MOST_PROCESSES``: each process takes the next job no other
     has taken, the costliest first (``costs``: estimates, any unit), so that they finish about together

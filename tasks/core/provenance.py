@@ -18,13 +18,14 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from refusalbench.tasks.core import clocks, runfolder
+from refusalbench.tasks.core.narration import story
 from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.core.narration import story
 
 
 def package_version() -> str:
@@ -39,12 +40,13 @@ def package_version() -> str:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class ManifestRecorder:
-    def __init__(self, store: ArtifactStore, kind: str, *, config: Any = None, seed: int | None = None,
-                 run_id: str | None = None):
+    def __init__(
+        self, store: ArtifactStore, kind: str, *, config: Any = None, seed: int | None = None, run_id: str | None = None
+    ):
         self.store = store
         config_dump = config.model_dump(mode="json") if config is not None else {}
         self.manifest = RunManifest(
@@ -123,9 +125,15 @@ class ManifestRecorder:
             story("model calls: %s: %s", model, calls_text(counters))
         self.manifest.structured_output_fallbacks = dict(structured_output_fallbacks or {})
         for model, mode in sorted(self.manifest.structured_output_fallbacks.items()):
-            hint = " (json_schema: false in its config asks for json_object from the start)" if mode == "json_object" else ""
-            self.note(f"{model}: its provider rejected the structured-output mode with a 400; its calls used "
-                      f"{mode} instead{hint}")
+            hint = (
+                " (json_schema: false in its config asks for json_object from the start)"
+                if mode == "json_object"
+                else ""
+            )
+            self.note(
+                f"{model}: its provider rejected the structured-output mode with a 400; its calls used "
+                f"{mode} instead{hint}"
+            )
 
     def costs(self, costs: dict[str, Any]) -> None:
         """The run's tokens and cost per stage and model (``accounting.cost_summary``), with its budget."""
@@ -133,8 +141,10 @@ class ManifestRecorder:
         total = costs.get("total") or {}
         if total.get("unpriced_calls"):
             unpriced = sorted(m for m, c in (costs.get("by_model") or {}).items() if c.get("unpriced_calls"))
-            self.note(f"cost unknown (no price in the config or LiteLLM's map) for {total['unpriced_calls']} call(s) "
-                      f"of {', '.join(unpriced)}: the total counts only the priced calls (priced_cost_usd)")
+            self.note(
+                f"cost unknown (no price in the config or LiteLLM's map) for {total['unpriced_calls']} call(s) "
+                f"of {', '.join(unpriced)}: the total counts only the priced calls (priced_cost_usd)"
+            )
 
     def save(self) -> str:
         self.manifest.timings = clocks.since(self._clocks_at_start)
@@ -144,12 +154,19 @@ class ManifestRecorder:
         self.manifest.status = status  # type: ignore[assignment]
         self.manifest.finished_at = now()
         uri = self.save()
-        story("%s run %s: %s after %.1f s; manifest: %s", self.manifest.kind, self.manifest.run_id, status,
-              time.perf_counter() - self._started, uri, level=logging.INFO if status == "completed" else logging.ERROR)
+        story(
+            "%s run %s: %s after %.1f s; manifest: %s",
+            self.manifest.kind,
+            self.manifest.run_id,
+            status,
+            time.perf_counter() - self._started,
+            uri,
+            level=logging.INFO if status == "completed" else logging.ERROR,
+        )
         return uri
 
     @contextmanager
-    def run(self) -> Iterator["ManifestRecorder"]:
+    def run(self) -> Iterator[ManifestRecorder]:
         """The span of a whole run: the manifest ends ``completed``, or ``failed`` on any exception.
 
         BaseException, not Exception: a cancelled or interrupted run must not stay ``running``.
@@ -166,19 +183,33 @@ def counts_text(counts: dict[str, Any], width: int = 300) -> str:
     """`` · name=value`` per count for a log line; long values cut at ``width`` characters."""
     parts = []
     for name, value in counts.items():
-        shown = str(value) if isinstance(value, (int, float, str)) else json.dumps(value, default=str,
-                                                                                 separators=(", ", ": "))
+        shown = (
+            str(value)
+            if isinstance(value, (int, float, str))
+            else json.dumps(value, default=str, separators=(", ", ": "))
+        )
         parts.append(f" · {name}={shown if len(shown) <= width else shown[: width - 1] + '…'}")
     return "".join(parts)
 
 
 def calls_text(counters: dict[str, float]) -> str:
     """One model's gateway counters for a log line: http calls, cache hits, retries, errors, tokens, cost."""
-    shown = [f"{int(counters.get(name, 0))} {label}" for name, label in
-             (("http_calls", "http calls"), ("cache_hits", "cache hits"), ("retries", "retries"),
-              ("errors", "errors"), ("parse_errors", "parse errors"))]
+    shown = [
+        f"{int(counters.get(name, 0))} {label}"
+        for name, label in (
+            ("http_calls", "http calls"),
+            ("cache_hits", "cache hits"),
+            ("retries", "retries"),
+            ("errors", "errors"),
+            ("parse_errors", "parse errors"),
+        )
+    ]
     tokens = int(counters.get("prompt_tokens", 0) + counters.get("completion_tokens", 0))
     cost = counters.get("cost_usd", 0.0)
     unpriced = int(counters.get("unpriced_calls", 0))
-    return (", ".join(shown) + f", {tokens} tokens" + (f", ${cost:.4f}" if cost else "")
-            + (f", cost unknown for {unpriced} call(s)" if unpriced else ""))
+    return (
+        ", ".join(shown)
+        + f", {tokens} tokens"
+        + (f", ${cost:.4f}" if cost else "")
+        + (f", cost unknown for {unpriced} call(s)" if unpriced else "")
+    )

@@ -46,8 +46,9 @@ class Registry(Mapping[str, T], Generic[T]):
         if not name or not name.strip():
             raise ValueError(f"a {self.kind} needs a name")
         if name in self._entries and not replace:
-            raise ValueError(f"{self.kind} {name!r} is already registered{_by(self._entries[name])}; "
-                             f"pass replace=True to replace it")
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered{_by(self._entries[name])}; pass replace=True to replace it"
+            )
         self._entries[name] = entry  # type: ignore[assignment]
         return entry
 

@@ -86,17 +86,25 @@ class RunManifest(Record):
     prompt_hashes: dict[str, str] = Field(default_factory=dict)
     seed: int | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)
-    timings: dict[str, Any] = Field(default_factory=dict, description="what the clocks (core/clocks.py) counted in "
-                                    "this run's process, by scope/clock: wall_s, cpu_s, n (Parquet reads and writes, "
-                                    "task bodies, Prefect submissions ...)")
+    timings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what the clocks (core/clocks.py) counted in "
+        "this run's process, by scope/clock: wall_s, cpu_s, n (Parquet reads and writes, "
+        "task bodies, Prefect submissions ...)",
+    )
     counts: dict[str, Any] = Field(default_factory=dict)
     calls: dict[str, Any] = Field(default_factory=dict)
-    costs: dict[str, Any] = Field(default_factory=dict, description="this run's tokens and cost: total, by_stage "
-                                  "(each by_model), by_model (tasks/llm/accounting.py); cost_usd null when a call "
-                                  "was unpriced; budget_usd when the config set one")
+    costs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="this run's tokens and cost: total, by_stage "
+        "(each by_model), by_model (tasks/llm/accounting.py); cost_usd null when a call "
+        "was unpriced; budget_usd when the config set one",
+    )
     structured_output_fallbacks: dict[str, str] = Field(
-        default_factory=dict, description="model -> the structured-output mode it fell back to after its provider "
-                                          "rejected the richer one with a 400 (json_object, none)")
+        default_factory=dict,
+        description="model -> the structured-output mode it fell back to after its provider "
+        "rejected the richer one with a 400 (json_object, none)",
+    )
     notes: list[str] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
     status: Literal["running", "completed", "failed"] = "running"
@@ -122,8 +130,13 @@ class RunManifest(Record):
 
 
 # ---------------------------------------------------------------- both methods
-MANIFEST = Artifact("manifest.json", "json", "provenance: config, hashes, seed, stage timings, counts, calls, status",
-                    RunManifest, "both")
+MANIFEST = Artifact(
+    "manifest.json",
+    "json",
+    "provenance: config, hashes, seed, stage timings, counts, calls, status",
+    RunManifest,
+    "both",
+)
 REPORT = Artifact("report.html", "html", "self-contained HTML report", None, "both")
 
 # The files every run folder may hold, whichever method wrote it.

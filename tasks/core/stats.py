@@ -214,6 +214,7 @@ def fleiss_matrix(ratings: Sequence[Sequence[str]], categories: Sequence[str]) -
 # -- Multiple comparisons: many models x metrics are tested each round; a correction keeps
 # the share of false alarms at the level the team chose instead of one per comparison.
 
+
 def _adjust_present(p_values: Sequence[float], adjust_sorted: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
     """Apply ``adjust_sorted`` (ascending p-values, family size m -> adjusted values) to the p-values
     that are present; NaN ones stay NaN and do not count in the family."""
@@ -269,8 +270,9 @@ def bootstrap_p_values(differences: np.ndarray, observed: np.ndarray) -> np.ndar
     return np.where((size == 0) | np.isnan(np.asarray(observed, dtype=float)), np.nan, p)
 
 
-def independent_difference(estimate_a: np.ndarray, se_a: np.ndarray, estimate_b: np.ndarray, se_b: np.ndarray,
-                           level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def independent_difference(
+    estimate_a: np.ndarray, se_a: np.ndarray, estimate_b: np.ndarray, se_b: np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """b - a for two estimates from independent samples: (difference, interval low, high, two-sided p-value).
 
     The standard error of the difference is sqrt(se_a² + se_b²) (independent samples: no
@@ -293,6 +295,7 @@ def independent_difference(estimate_a: np.ndarray, se_a: np.ndarray, estimate_b:
 # inequality per round and a union bound over T rounds give, for per-item scores in [0, 1],
 # P(max over T rounds |estimate - truth| > epsilon) <= 2T exp(-2 n epsilon²).
 
+
 def rounds_sample_size(epsilon: float, delta: float, rounds: int = 1) -> int:
     """The fewest items per round, n >= ln(2T/delta) / (2 epsilon²), that keep every one of
     ``rounds`` rounds within ``epsilon`` of the truth with probability 1 - delta."""
@@ -312,6 +315,7 @@ def rounds_epsilon(n: int, delta: float, rounds: int = 1) -> float:
 # its question and context), so intervals resample whole clusters (Field & Welsh 2007; Cameron,
 # Gelbach & Miller 2008), and closed-form intervals use the design effect (Kish 1965).
 
+
 def cluster_resample_counts(rng: np.random.Generator, n_clusters: int, n_resamples: int) -> np.ndarray:
     """(n_resamples × n_clusters) times each cluster is drawn when ``n_clusters`` clusters are drawn with
     replacement: one resample-index matrix that every statistic of the same clusters can reuse
@@ -323,7 +327,7 @@ def cluster_resample_counts(rng: np.random.Generator, n_clusters: int, n_resampl
     for start in range(0, n_resamples, chunk):
         size = min(chunk, n_resamples - start)
         drawn = rng.integers(0, n_clusters, size=(size, n_clusters)) + (np.arange(size) * n_clusters)[:, None]
-        counts[start:start + size] = np.bincount(drawn.ravel(), minlength=size * n_clusters).reshape(size, n_clusters)
+        counts[start : start + size] = np.bincount(drawn.ravel(), minlength=size * n_clusters).reshape(size, n_clusters)
     return counts
 
 
@@ -351,12 +355,13 @@ def resampled_cluster_sums(per_cluster: np.ndarray, rng: np.random.Generator, n_
         else:
             index = type_of[rng.integers(0, n_clusters, size=(size, n_clusters))] + (np.arange(size) * n_types)[:, None]
             drawn = np.bincount(index.ravel(), minlength=size * n_types).reshape(size, n_types).astype(np.float64)
-        out[start:start + size] = drawn @ types
+        out[start : start + size] = drawn @ types
     return out
 
 
-def ratio_design_effects(numerators: np.ndarray, denominators: np.ndarray, groups: np.ndarray,
-                         n_groups: int) -> np.ndarray:
+def ratio_design_effects(
+    numerators: np.ndarray, denominators: np.ndarray, groups: np.ndarray, n_groups: int
+) -> np.ndarray:
     """Design effect of each group's ratio Σy/Σn from its clusters' sums (y_k, n_k): the cluster
     variance over the i.i.d. binomial variance, at least 1; 1 where it cannot be estimated
     (rate 0 or 1, no rows). ``groups[k]``: the group of cluster-sum k (a cluster may appear in several).

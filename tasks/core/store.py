@@ -20,8 +20,9 @@ import math
 import os
 import tempfile
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import fsspec
 import fsspec.config
@@ -41,8 +42,11 @@ ROW_BATCH = 50_000
 # The store's S3 settings, each with the variables read in order (the older REFUSALBENCH_S3_ENDPOINT too).
 S3_ENDPOINT_ENV = ("REFUSALBENCH_S3_ENDPOINT_URL", "REFUSALBENCH_S3_ENDPOINT", "AWS_ENDPOINT_URL")
 S3_REGION_ENV = "REFUSALBENCH_S3_REGION"
-S3_KEY_ENV = {"key": "REFUSALBENCH_S3_ACCESS_KEY_ID", "secret": "REFUSALBENCH_S3_SECRET_ACCESS_KEY",
-              "token": "REFUSALBENCH_S3_SESSION_TOKEN"}
+S3_KEY_ENV = {
+    "key": "REFUSALBENCH_S3_ACCESS_KEY_ID",
+    "secret": "REFUSALBENCH_S3_SECRET_ACCESS_KEY",
+    "token": "REFUSALBENCH_S3_SESSION_TOKEN",
+}
 _installed_s3_keys: dict[str, str] = {}
 
 
@@ -124,7 +128,7 @@ class ArtifactStore:
             return str(Path(self.base) / name)
         return f"{self.root}/{name}"
 
-    def child(self, name: str) -> "ArtifactStore":
+    def child(self, name: str) -> ArtifactStore:
         return ArtifactStore(self.uri(name))
 
     def exists(self, name: str) -> bool:
@@ -231,7 +235,7 @@ class ArtifactStore:
         with timed("parquet_write"):  # records -> Arrow -> file: what a run spends writing its tables
             return self.write_table(name, to_table(records, record_type))
 
-    def write_frame(self, name: str, frame: "Any") -> str:
+    def write_frame(self, name: str, frame: Any) -> str:
         with timed("parquet_write"):
             return self.write_table(name, pa.Table.from_pandas(frame, preserve_index=False))
 
@@ -268,13 +272,13 @@ class ArtifactStore:
         with timed("parquet_read"):
             return from_table(self.read_table(name), record_type)
 
-    def read_frame(self, name: str) -> "Any":
+    def read_frame(self, name: str) -> Any:
         with timed("parquet_read"):
             return self.read_table(name).to_pandas()
 
     # ------------------------------------------------------------ declared artifacts (runfolder.py)
 
-    def save(self, artifact: "Artifact", value: Any) -> str:
+    def save(self, artifact: Artifact, value: Any) -> str:
         """Write a declared artifact: records or a DataFrame (Parquet), a document (JSON), text, bytes.
 
         A JSON document is validated against its model first, so a run folder never holds
@@ -294,7 +298,7 @@ class ArtifactStore:
             return self.write_bytes(artifact.name, value)
         return self.write_text(artifact.name, value)
 
-    def load(self, artifact: "Artifact") -> Any:
+    def load(self, artifact: Artifact) -> Any:
         """Read a declared artifact back as records, a DataFrame, a document model, text or bytes.
 
         The first declared artifact read from a run folder checks its ``schema_version``
@@ -318,7 +322,7 @@ class ArtifactStore:
             return self.read_bytes(artifact.name)
         return self.read_text(artifact.name)
 
-    def has(self, artifact: "Artifact") -> bool:
+    def has(self, artifact: Artifact) -> bool:
         return self.exists(artifact.name)
 
     def check_schema_version(self) -> None:

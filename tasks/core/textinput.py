@@ -36,13 +36,16 @@ def decode_text(raw: bytes, file: str, *, first_line: int = 1) -> str:
 
     ``first_line``: the file line ``raw`` starts on, so a bad byte is reported at its line.
     """
-    body = raw[len(UTF8_BOM):] if first_line == 1 and raw.startswith(UTF8_BOM) else raw
+    body = raw[len(UTF8_BOM) :] if first_line == 1 and raw.startswith(UTF8_BOM) else raw
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         line_start = body.rfind(b"\n", 0, exc.start) + 1
-        raise InputError(file, f"not UTF-8 (byte 0x{body[exc.start]:02x} at column {exc.start - line_start + 1})",
-                         line=first_line + body.count(b"\n", 0, exc.start)) from None
+        raise InputError(
+            file,
+            f"not UTF-8 (byte 0x{body[exc.start]:02x} at column {exc.start - line_start + 1})",
+            line=first_line + body.count(b"\n", 0, exc.start),
+        ) from None
 
 
 def open_bytes(path: str | Path) -> IO[bytes]:
@@ -87,8 +90,12 @@ def text_lines(stream: _LineSource, file: str, max_line_bytes: int) -> Iterator[
     while chunk := stream.readline(max_line_bytes + 1):
         line_no += 1
         if len(chunk) > max_line_bytes and not chunk.endswith(b"\n"):
-            yield line_no, InputError(file, f"line is longer than {human_bytes(max_line_bytes)}; refusing to read it",
-                                      line=line_no)
+            yield (
+                line_no,
+                InputError(
+                    file, f"line is longer than {human_bytes(max_line_bytes)}; refusing to read it", line=line_no
+                ),
+            )
             while chunk and not chunk.endswith(b"\n"):
                 chunk = stream.readline(max_line_bytes)
             continue

@@ -50,8 +50,10 @@ def check_spec_names(config: RunConfig) -> tuple[str, str] | None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", spec.name):
             problem = f"spec name {spec.name!r} must be a simple name (letters, digits, _ or -)"
         elif spec.name in EVAL_SPECS:
-            problem = (f"spec name {spec.name!r} is already a registered evaluation spec "
-                       f"({', '.join(EVAL_SPECS)}): choose another")
+            problem = (
+                f"spec name {spec.name!r} is already a registered evaluation spec "
+                f"({', '.join(EVAL_SPECS)}): choose another"
+            )
         elif spec.name in RESERVED_SPEC_NAMES:
             problem = f"spec name {spec.name!r} is a column of the results table: choose another"
         elif spec.name in seen:

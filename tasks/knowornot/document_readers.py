@@ -191,8 +191,13 @@ def pdf_page_blocks(page_text: str) -> list[str]:
     for i, line in enumerate(lines):
         after_sentence = i == 0 or bool(_SENTENCE_END.search(lines[i - 1]))
         next_upper = i + 1 < len(lines) and _starts_upper(lines[i + 1])
-        heading = (after_sentence and next_upper and _starts_upper(line) and not _SENTENCE_END.search(line)
-                   and len(line.split()) <= _HEADING_MAX_WORDS)
+        heading = (
+            after_sentence
+            and next_upper
+            and _starts_upper(line)
+            and not _SENTENCE_END.search(line)
+            and len(line.split()) <= _HEADING_MAX_WORDS
+        )
         if heading:
             blocks += [[line], []]
         else:
@@ -204,8 +209,7 @@ def pdf_page_blocks(page_text: str) -> list[str]:
 def read_pdf(path: Path) -> str:
     """A PDF's text layer, page by page (pypdf). Encrypted (with a password), damaged and
     image-only PDFs are InputErrors that say so."""
-    from pypdf import PdfReader
-    from pypdf import PasswordType
+    from pypdf import PasswordType, PdfReader
 
     file = str(path)
     raw = read_bytes(path)
@@ -228,8 +232,11 @@ def read_pdf(path: Path) -> str:
         raise InputError(file, f"not a readable PDF ({detail})") from None
     blocks = [block for text in pages for block in pdf_page_blocks(text)]
     if not blocks:
-        raise InputError(file, f"PDF has no text layer ({len(pages)} page{'s' if len(pages) != 1 else ''} of images, "
-                               "e.g. a scan): run OCR on it first (e.g. ocrmypdf)")
+        raise InputError(
+            file,
+            f"PDF has no text layer ({len(pages)} page{'s' if len(pages) != 1 else ''} of images, "
+            "e.g. a scan): run OCR on it first (e.g. ocrmypdf)",
+        )
     return "\n\n".join(blocks)
 
 
@@ -238,11 +245,46 @@ def read_pdf(path: Path) -> str:
 # Elements whose text is not the document's prose: page machinery, navigation, site chrome.
 _HTML_SKIPPED = frozenset({"head", "script", "style", "noscript", "template", "svg", "nav", "footer", "form"})
 # Elements that end a block (a paragraph, heading, list item, table row, ...).
-_HTML_BLOCKS = frozenset({
-    "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "div", "dl", "dt",
-    "fieldset", "figcaption", "figure", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "html", "li",
-    "main", "ol", "p", "pre", "section", "summary", "table", "tbody", "thead", "tfoot", "tr", "ul",
-})
+_HTML_BLOCKS = frozenset(
+    {
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "body",
+        "caption",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "html",
+        "li",
+        "main",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "thead",
+        "tfoot",
+        "tr",
+        "ul",
+    }
+)
 _HTML_CELLS = frozenset({"td", "th"})
 
 
@@ -264,7 +306,7 @@ class _HTMLProse(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "body" and "head" in self._skipping:  # a page that never closed its <head>
-            self._skipping = self._skipping[:self._skipping.index("head")]
+            self._skipping = self._skipping[: self._skipping.index("head")]
         if tag in _HTML_SKIPPED:
             self._skipping.append(tag)
         elif self._skipping:
@@ -286,7 +328,7 @@ class _HTMLProse(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag in _HTML_SKIPPED:
             if tag in self._skipping:  # close it, and whatever unclosed skipped element it holds
-                del self._skipping[len(self._skipping) - 1 - self._skipping[::-1].index(tag):]
+                del self._skipping[len(self._skipping) - 1 - self._skipping[::-1].index(tag) :]
         elif not self._skipping and tag in _HTML_BLOCKS:
             self._flush()
 

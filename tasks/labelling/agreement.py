@@ -21,15 +21,22 @@ import numpy as np
 
 from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.core.human_labels import AgreementReport, BinaryScores, HumanLabel
-from refusalbench.tasks.core.stats import (cohens_kappa, fleiss_kappa, fleiss_matrix, percentile_interval, seeded_rng,
-                                          wilson_interval)
+from refusalbench.tasks.core.stats import (
+    cohens_kappa,
+    fleiss_kappa,
+    fleiss_matrix,
+    percentile_interval,
+    seeded_rng,
+    wilson_interval,
+)
 
 # Resamples of the kappa interval: items are few (the paper labelled 200-340), about 0.5 s per interval.
 KAPPA_RESAMPLES = 1000
 
 
-def kappa_interval(a: Sequence[str], b: Sequence[str], labels: Sequence[str], seed: int = 0,
-                   level: float = 0.95) -> tuple[float, float]:
+def kappa_interval(
+    a: Sequence[str], b: Sequence[str], labels: Sequence[str], seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile-bootstrap interval of Cohen's kappa, the items resampled (seeded: the same labels give
     the same interval)."""
     if not a:
@@ -118,7 +125,9 @@ def consensus_labels(labels: Iterable[HumanLabel], consensus: Iterable[HumanLabe
 
 
 def evaluator_vs_human(
-    labels: Iterable[HumanLabel], evaluator_outcomes: Mapping[str, str | None], spec: EvalSpec,
+    labels: Iterable[HumanLabel],
+    evaluator_outcomes: Mapping[str, str | None],
+    spec: EvalSpec,
     consensus: Iterable[HumanLabel] = (),
 ) -> dict[str, AgreementReport]:
     """Agreement of the evaluator with each annotator and with the human consensus.
@@ -134,8 +143,11 @@ def evaluator_vs_human(
     for annotator, given in sorted(by_annotator.items()):
         items = sorted(i for i in given if evaluator_outcomes.get(i) is not None)
         reports[annotator] = agreement([given[i] for i in items], [evaluator_outcomes[i] for i in items], spec.outcomes)  # type: ignore[misc]
-    agreed = {i: label for i, label in consensus_labels(labels, consensus, spec.name).items()
-              if evaluator_outcomes.get(i) is not None}
+    agreed = {
+        i: label
+        for i, label in consensus_labels(labels, consensus, spec.name).items()
+        if evaluator_outcomes.get(i) is not None
+    }
     reports["consensus"] = agreement(list(agreed.values()), [evaluator_outcomes[i] for i in agreed], spec.outcomes)  # type: ignore[misc]
     return reports
 
@@ -158,7 +170,18 @@ def binary_scores(human: Mapping[str, str], evaluator: Mapping[str, str | None],
         return k / n if n else math.nan
 
     precision, recall = share(tp, tp + fp), share(tp, tp + fn)
-    return BinaryScores(positive=positive, n=len(items), tp=tp, tn=tn, fp=fp, fn=fn,
-                        accuracy=share(tp + tn, len(items)), precision=precision, recall=recall, f1=share(2 * tp, 2 * tp + fp + fn),
-                        accuracy_ci=list(wilson_interval(tp + tn, len(items))),
-                        precision_ci=list(wilson_interval(tp, tp + fp)), recall_ci=list(wilson_interval(tp, tp + fn)))
+    return BinaryScores(
+        positive=positive,
+        n=len(items),
+        tp=tp,
+        tn=tn,
+        fp=fp,
+        fn=fn,
+        accuracy=share(tp + tn, len(items)),
+        precision=precision,
+        recall=recall,
+        f1=share(2 * tp, 2 * tp + fp + fn),
+        accuracy_ci=list(wilson_interval(tp + tn, len(items))),
+        precision_ci=list(wilson_interval(tp, tp + fp)),
+        recall_ci=list(wilson_interval(tp, tp + fn)),
+    )

@@ -98,8 +98,17 @@ def check_serve_args(annotator: str, host: str, allow_remote: bool) -> None:
         raise ValueError(f"refusing to serve on {host!r}: not a loopback address (pass allow_remote=True to expose it)")
 
 
-def serve_form(form: LabelForm, *, store: Any, annotator: str, done_text: str, name: str,
-               host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False) -> LabellingServer:
+def serve_form(
+    form: LabelForm,
+    *,
+    store: Any,
+    annotator: str,
+    done_text: str,
+    name: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    allow_remote: bool = False,
+) -> LabellingServer:
     """Serve ``form`` in a background thread and return at once.
 
     GET / shows the next pending item (or ``done_text``); POST /label saves the label and
@@ -122,7 +131,9 @@ def serve_form(form: LabelForm, *, store: Any, annotator: str, done_text: str, n
             self.send_response(status)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+            self.send_header(
+                "Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"
+            )
             self.send_header("X-Content-Type-Options", "nosniff")
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
@@ -167,6 +178,7 @@ def serve_form(form: LabelForm, *, store: Any, annotator: str, done_text: str, n
 
     server_class = ThreadingHTTPServer
     if ":" in host:
+
         class _V6Server(ThreadingHTTPServer):
             address_family = socket.AF_INET6
 
@@ -178,8 +190,14 @@ def serve_form(form: LabelForm, *, store: Any, annotator: str, done_text: str, n
     shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
     thread = threading.Thread(target=httpd.serve_forever, name=f"{name}-server", daemon=True)
     thread.start()
-    return LabellingServer(url=f"http://{shown_host}:{bound_port}/", httpd=httpd, thread=thread, store=store,
-                           annotator=annotator, saved=saved)
+    return LabellingServer(
+        url=f"http://{shown_host}:{bound_port}/",
+        httpd=httpd,
+        thread=thread,
+        store=store,
+        annotator=annotator,
+        saved=saved,
+    )
 
 
 def parse_form(body: bytes) -> dict[str, list[str]]:

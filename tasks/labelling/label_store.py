@@ -56,12 +56,17 @@ class LabelStore:
             except ValidationError as exc:
                 if number == len(lines):
                     break  # unterminated last line: a write torn by a crash (append() cuts it off)
-                raise InputError(str(self.path), f"not {self.record_name}: {exc.errors()[0]['msg']}",
-                                 line=number) from None
+                raise InputError(
+                    str(self.path), f"not {self.record_name}: {exc.errors()[0]['msg']}", line=number
+                ) from None
         return labels
 
     def labelled_ids(self, annotator: str, spec: str | None = None) -> set[str]:
-        return {label.item_id for label in self.load() if label.annotator == annotator and (spec is None or label.spec == spec)}
+        return {
+            label.item_id
+            for label in self.load()
+            if label.annotator == annotator and (spec is None or label.spec == spec)
+        }
 
     def append(self, label: HumanLabel) -> None:
         line = label.model_dump_json() + "\n"

@@ -4,5 +4,7 @@ Importing this package registers the config checks of ``cache.backend`` (in ``ca
 ``limits.backend`` (in ``shared_limits``).
 """
 
-from refusalbench.tasks.llm import callcache  # noqa: F401  (registers the cache.backend check)
-from refusalbench.tasks.llm import shared_limits  # noqa: F401  (registers the limits.backend check)
+from refusalbench.tasks.llm import (
+    callcache,  # noqa: F401  (registers the cache.backend check)
+    shared_limits,  # noqa: F401  (registers the limits.backend check)
+)

@@ -26,9 +26,10 @@ from __future__ import annotations
 import functools
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig
 
@@ -37,8 +38,18 @@ if TYPE_CHECKING:
     from refusalbench.tasks.llm.transport import Reply
 
 # The counters a stage keeps per model (the per-model ``calls`` keep these and the rest: retries, errors ...).
-STAGE_COUNTERS: tuple[str, ...] = ("http_calls", "cache_hits", "prompt_tokens", "completion_tokens", "reasoning_tokens",
-                  "cached_tokens", "cache_write_tokens", "cost_usd", "unpriced_calls", "cached_savings_usd")
+STAGE_COUNTERS: tuple[str, ...] = (
+    "http_calls",
+    "cache_hits",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "unpriced_calls",
+    "cached_savings_usd",
+)
 TOKEN_COUNTERS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens", "cache_write_tokens")
 # The counters in USD a run's cost summary sums beside ``cost_usd`` (the batch path's, where it counts them).
 SAVINGS_COUNTERS = ("cached_savings_usd", "batch_savings_usd")
@@ -85,7 +96,7 @@ def _tag() -> str | None:
     return tagged
 
 
-def tagged(specs: Iterable["CallSpec"]) -> list["CallSpec"]:
+def tagged(specs: Iterable[CallSpec]) -> list[CallSpec]:
     """``specs`` each with its stage: read in the caller's thread, since the calls run on the gateway's loop
     (once per batch: the resolver asks Prefect's context)."""
     out = []
@@ -99,7 +110,8 @@ def tagged(specs: Iterable["CallSpec"]) -> list["CallSpec"]:
 
 # ---------------------------------------------------------------- prices
 
-def reply_cost(cfg: ModelConfig, reply: "Reply", cached_tokens: int | None, *, batch: bool = False) -> float | None:
+
+def reply_cost(cfg: ModelConfig, reply: Reply, cached_tokens: int | None, *, batch: bool = False) -> float | None:
     """What ``reply`` cost in USD: the config's ``price``, else LiteLLM's, else 0 on our own llama.cpp
     server; None when unknown. A reply the provider withheld with a 400 (no usage) billed nothing.
     ``batch``: it came through a batch API, at the batch price (``batch_cost``)."""
@@ -110,8 +122,10 @@ def reply_cost(cfg: ModelConfig, reply: "Reply", cached_tokens: int | None, *, b
             return None  # no usage reported: the user's price has nothing to multiply
         written = min(reply.cache_write_tokens or 0, reply.prompt_tokens or 0)
         premium = written * cfg.price.input_per_mtok * (CACHE_WRITE_PRICE_SHARE - 1) / 1e6
-        return cfg.price.cost(reply.prompt_tokens or 0, reply.completion_tokens or 0, cached_tokens or 0,
-                              batch=batch) + premium
+        return (
+            cfg.price.cost(reply.prompt_tokens or 0, reply.completion_tokens or 0, cached_tokens or 0, batch=batch)
+            + premium
+        )
     if reply.cost_usd is not None:
         return map_batch_cost(cfg.model, reply) if batch else float(reply.cost_usd)
     if cfg.local is not None and not cfg.api_base:
@@ -119,7 +133,7 @@ def reply_cost(cfg: ModelConfig, reply: "Reply", cached_tokens: int | None, *, b
     return None
 
 
-def map_batch_cost(model: str, reply: "Reply") -> float:
+def map_batch_cost(model: str, reply: Reply) -> float:
     """A batch reply's price from LiteLLM's map: its ``*_cost_per_token_batches`` where the map has
     them, else half of each token's price (LiteLLM's own batch rule); the share of the synchronous
     cost where the map cannot price it per token."""
@@ -127,8 +141,11 @@ def map_batch_cost(model: str, reply: "Reply") -> float:
 
     from refusalbench.tasks.llm.transport import litellm_module
 
-    usage = litellm_module().Usage(prompt_tokens=reply.prompt_tokens or 0, completion_tokens=reply.completion_tokens or 0,
-                                   total_tokens=(reply.prompt_tokens or 0) + (reply.completion_tokens or 0))
+    usage = litellm_module().Usage(
+        prompt_tokens=reply.prompt_tokens or 0,
+        completion_tokens=reply.completion_tokens or 0,
+        total_tokens=(reply.prompt_tokens or 0) + (reply.completion_tokens or 0),
+    )
     try:
         prompt, completion = batch_cost_calculator(usage, model)
     except Exception:  # a model the map names differently: the published batch share of what it cost
@@ -138,14 +155,14 @@ def map_batch_cost(model: str, reply: "Reply") -> float:
     return float(prompt + completion)
 
 
-def batch_billing(cfg: ModelConfig, reply: "Reply") -> dict[str, Any]:
+def batch_billing(cfg: ModelConfig, reply: Reply) -> dict[str, Any]:
     """What a batch reply adds to its cached value: the mark, and ``batch_savings_usd`` (its synchronous
     price less its batch price; None when either is unknown)."""
     sync, batch = reply_cost(cfg, reply, reply.cached_tokens), reply_cost(cfg, reply, reply.cached_tokens, batch=True)
     return {"batch": True, "batch_savings_usd": None if sync is None or batch is None else round(sync - batch, 12)}
 
 
-def prompt_cache_billing(cfg: ModelConfig, reply: "Reply") -> dict[str, Any]:
+def prompt_cache_billing(cfg: ModelConfig, reply: Reply) -> dict[str, Any]:
     """What a reply's prompt-cache tokens add to its cached value: the tokens written to the cache and
     ``cached_savings_usd`` (None when the model's prices are unknown); nothing when it used no cache."""
     read, written = reply.cached_tokens or 0, reply.cache_write_tokens or 0
@@ -187,7 +204,11 @@ def _map_token_prices(model: str) -> tuple[float, float, float] | None:
         return None
     cached = info.get("cache_read_input_token_cost")
     write = info.get("cache_creation_input_token_cost")
-    return float(full), float(full if cached is None else cached), float(full * CACHE_WRITE_PRICE_SHARE if write is None else write)
+    return (
+        float(full),
+        float(full if cached is None else cached),
+        float(full * CACHE_WRITE_PRICE_SHARE if write is None else write),
+    )
 
 
 def billed_amounts(value: dict[str, Any]) -> dict[str, float]:
@@ -218,6 +239,7 @@ def add_billing(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------- counters
+
 
 def _tally() -> defaultdict[str, float]:
     """Counters of one model (or one stage's model): calls and tokens (ints), costs (floats). A
@@ -254,6 +276,7 @@ class UsageCounters:
 
 # ---------------------------------------------------------------- a run's cost summary
 
+
 def cost_entry(counters: Iterable[dict[str, float]]) -> dict[str, Any]:
     """Calls, tokens and cost of some counters summed: ``cost_usd`` is None as soon as one call
     was unpriced (``priced_cost_usd`` then sums the priced ones, ``unpriced_calls`` says how many)."""
@@ -273,9 +296,14 @@ def cost_entry(counters: Iterable[dict[str, float]]) -> dict[str, Any]:
 def cost_summary(by_stage: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
     """A run's costs (the manifest's ``costs``): ``total``, ``by_stage`` (each with ``by_model``) and
     ``by_model``, from its per-stage counters; the total is the sum of the stages by construction."""
-    stages = {name: {**cost_entry(models.values()), "by_model": {m: cost_entry([c]) for m, c in sorted(models.items())}}
-              for name, models in sorted(by_stage.items())}
+    stages = {
+        name: {**cost_entry(models.values()), "by_model": {m: cost_entry([c]) for m, c in sorted(models.items())}}
+        for name, models in sorted(by_stage.items())
+    }
     models = sorted({m for per_model in by_stage.values() for m in per_model})
     by_model = {m: cost_entry([per_model[m] for per_model in by_stage.values() if m in per_model]) for m in models}
-    return {"total": cost_entry([c for per_model in by_stage.values() for c in per_model.values()]),
-            "by_stage": stages, "by_model": by_model}
+    return {
+        "total": cost_entry([c for per_model in by_stage.values() for c in per_model.values()]),
+        "by_stage": stages,
+        "by_model": by_model,
+    }

@@ -19,8 +19,9 @@ class AnthropicMessageBatches(LiteLLMBatches):
     """Anthropic's message batches: one ``{custom_id, params}`` per request, ``params`` the Messages API body."""
 
     async def submit(self, lines: Sequence[tuple[str, BatchRequest]]) -> str:
-        requests = [{"custom_id": custom_id, "params": litellm_body(self.cfg, request)[0]}
-                    for custom_id, request in lines]
+        requests = [
+            {"custom_id": custom_id, "params": litellm_body(self.cfg, request)[0]} for custom_id, request in lines
+        ]
         return str((await self.post("", {"requests": requests}))["id"])
 
     async def cancel(self, job_id: str) -> None:
@@ -40,8 +41,11 @@ class AnthropicMessageBatches(LiteLLMBatches):
 
         json_mode = litellm_body(self.cfg, request)[1]  # whether the reply's JSON tool is the answer
         return AnthropicConfig().transform_parsed_response(
-            completion_response=body, raw_response=httpx.Response(200, json=body),
-            model_response=litellm_module().ModelResponse(), json_mode=json_mode)
+            completion_response=body,
+            raw_response=httpx.Response(200, json=body),
+            model_response=litellm_module().ModelResponse(),
+            json_mode=json_mode,
+        )
 
     async def post(self, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
         """POST to the message batches endpoint (+ ``path``) with LiteLLM's URL and headers for it."""
@@ -52,8 +56,9 @@ class AnthropicMessageBatches(LiteLLMBatches):
         config = AnthropicBatchesConfig()  # type: ignore[no-untyped-call]
         api_key = self.api_key or AnthropicModelInfo.get_api_key()
         url = config.get_complete_batch_url(self.api_base, api_key, self.cfg.model, {}, {}, {}) + path
-        headers = config.validate_environment({**self.cfg.extra_headers}, self.cfg.model, [], {}, {}, api_key,
-                                              self.api_base)
+        headers = config.validate_environment(
+            {**self.cfg.extra_headers}, self.cfg.model, [], {}, {}, api_key, self.api_base
+        )
         timeout = aiohttp.ClientTimeout(total=max(self.cfg.timeout_s, 60))
         async with aiohttp.ClientSession(timeout=timeout) as session:
             data = json.dumps(payload) if payload is not None else None

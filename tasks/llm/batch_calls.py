@@ -78,8 +78,9 @@ class BatchGateway(Protocol):
 
     async def send(self, spec: CallSpec) -> CallResult: ...
 
-    async def finish_batch_reply(self, specs: list[CallSpec], key: str, reply: Reply, latency: float
-                                 ) -> list[CallResult]: ...
+    async def finish_batch_reply(
+        self, specs: list[CallSpec], key: str, reply: Reply, latency: float
+    ) -> list[CallResult]: ...
 
     def backoff(self, attempt: int, retry_after: float | None) -> float: ...
 
@@ -124,8 +125,12 @@ class BatchCalls:
             return True
         if spec.model not in self._unsupported_warned:
             self._unsupported_warned.add(spec.model)
-            log.warning("%s: mode batch is not available for %s (its provider profile names no batch protocol); its "
-                        "calls are sent synchronously", spec.model, cfg.model)
+            log.warning(
+                "%s: mode batch is not available for %s (its provider profile names no batch protocol); its "
+                "calls are sent synchronously",
+                spec.model,
+                cfg.model,
+            )
         return False
 
     async def _run(self, picked: dict[int, CallSpec], futures: Futures) -> None:
@@ -175,12 +180,17 @@ class BatchCalls:
             else:
                 new.append(item)
         for start in range(0, len(new), cfg.batch.max_items):
-            chunk = new[start:start + cfg.batch.max_items]
+            chunk = new[start : start + cfg.batch.max_items]
             try:
                 entry = await self._create(model, protocol, chunk)
             except Exception as exc:  # the provider refused the job: every request goes synchronously
-                log.warning("%s: the batch job could not be created (%s: %s); its %d requests are sent synchronously",
-                            model, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "", len(chunk))
+                log.warning(
+                    "%s: the batch job could not be created (%s: %s); its %d requests are sent synchronously",
+                    model,
+                    type(exc).__name__,
+                    str(exc).splitlines()[0][:300] if str(exc) else "",
+                    len(chunk),
+                )
                 await self._fall_back(chunk, futures)
                 continue
             for item in chunk:  # recorded before the first look: a re-run polls this job, never pays twice
@@ -192,13 +202,19 @@ class BatchCalls:
     async def _create(self, model: str, protocol: BatchProtocol, items: list[Pending]) -> dict[str, Any]:
         """Create a job for ``items``: its ledger entry (the job's id, provider, model, when it was created)."""
         job_id = await protocol.submit([(item.key, item.request) for item in items])
-        entry = {"job": job_id, "provider": protocol.provider, "model": model, "created_at": time.time(),
-                 "requests": len(items)}
+        entry = {
+            "job": job_id,
+            "provider": protocol.provider,
+            "model": model,
+            "created_at": time.time(),
+            "requests": len(items),
+        }
         log.info("%s: batch job %s created with %d requests", model, job_id, len(items))
         return entry
 
-    async def _job(self, model: str, protocol: BatchProtocol, entry: dict[str, Any], items: list[Pending],
-                   futures: Futures) -> None:
+    async def _job(
+        self, model: str, protocol: BatchProtocol, entry: dict[str, Any], items: list[Pending], futures: Futures
+    ) -> None:
         """Poll a job until it ends or its wait runs out; answer its requests from the results, the rest synchronously."""
         cfg = protocol.cfg
         deadline = float(entry.get("created_at") or time.time()) + cfg.batch.max_wait_s
@@ -209,16 +225,27 @@ class BatchCalls:
                 failures = 0
             except Exception as exc:  # a network or server fault passes: the job is still there, keep looking
                 failures += 1
-                log.log(logging.WARNING if failures % RETRIEVE_ATTEMPTS == 1 else logging.DEBUG,
-                        "%s: looking at batch %s failed (%d in a row): %s", model, entry["job"], failures, exc)
+                log.log(
+                    logging.WARNING if failures % RETRIEVE_ATTEMPTS == 1 else logging.DEBUG,
+                    "%s: looking at batch %s failed (%d in a row): %s",
+                    model,
+                    entry["job"],
+                    failures,
+                    exc,
+                )
                 if protocol.unknown_job(exc):
                     job = None  # the provider does not know the job (deleted, wrong account): nothing will come
                     break
             if job is not None and job.finished:
                 break
             if time.time() >= deadline:
-                log.warning("%s: batch %s is unfinished after max_wait_s (%g s): cancelled, and what it has not "
-                            "answered is sent synchronously", model, entry["job"], cfg.batch.max_wait_s)
+                log.warning(
+                    "%s: batch %s is unfinished after max_wait_s (%g s): cancelled, and what it has not "
+                    "answered is sent synchronously",
+                    model,
+                    entry["job"],
+                    cfg.batch.max_wait_s,
+                )
                 job = await self._cancel(protocol, entry)
                 break
             await asyncio.sleep(cfg.batch.poll_interval_s)
@@ -251,16 +278,23 @@ class BatchCalls:
             return None
         return job if job.finished else None
 
-    async def _read_results(self, protocol: BatchProtocol, entry: dict[str, Any], job: JobState
-                            ) -> dict[str, dict[str, Any]]:
+    async def _read_results(
+        self, protocol: BatchProtocol, entry: dict[str, Any], job: JobState
+    ) -> dict[str, dict[str, Any]]:
         """The job's results (the protocol's), read again after a failure (network, 5xx) a few times
         before its requests are given up to the synchronous path (which would pay for them twice)."""
         for attempt in range(1, RETRIEVE_ATTEMPTS + 1):
             try:
                 return await protocol.results(job)
             except Exception as exc:
-                log.warning("%s: reading the results of batch %s failed (%d of %d): %s", entry["model"], entry["job"],
-                            attempt, RETRIEVE_ATTEMPTS, exc)
+                log.warning(
+                    "%s: reading the results of batch %s failed (%d of %d): %s",
+                    entry["model"],
+                    entry["job"],
+                    attempt,
+                    RETRIEVE_ATTEMPTS,
+                    exc,
+                )
                 if attempt < RETRIEVE_ATTEMPTS:
                     await asyncio.sleep(self.gateway.backoff(attempt, None))
         return {}

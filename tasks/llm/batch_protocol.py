@@ -143,8 +143,9 @@ class LiteLLMBatches(BatchProtocol, ABC):
 
     async def look(self, job_id: str) -> JobState:
         # LiteLLM's logging would otherwise download the results after every look to price them.
-        job = await litellm_module().aretrieve_batch(batch_id=job_id, **self.auth(),
-                                                     litellm_metadata={"batch_ignore_default_logging": True})
+        job = await litellm_module().aretrieve_batch(
+            batch_id=job_id, **self.auth(), litellm_metadata={"batch_ignore_default_logging": True}
+        )
         return JobState(str(job.status), self.result_files(job))
 
     async def results(self, job: JobState) -> dict[str, dict[str, Any]]:
@@ -175,6 +176,11 @@ def litellm_body(cfg: ModelConfig, request: BatchRequest) -> tuple[dict[str, Any
     config = ProviderConfigManager.get_provider_chat_config(model=name, provider=LlmProviders(provider))
     if config is None:
         raise ValueError(f"LiteLLM has no chat transformation for provider {provider!r}")
-    body = config.transform_request(model=name, messages=request.messages,  # type: ignore[arg-type]
-                                    optional_params=optional, litellm_params={}, headers={})
+    body = config.transform_request(
+        model=name,
+        messages=request.messages,  # type: ignore[arg-type]
+        optional_params=optional,
+        litellm_params={},
+        headers={},
+    )
     return dict(body), json_mode

@@ -42,8 +42,9 @@ class CacheScope:
     """Each role's scope (``cache.policy`` resolved), the run's round and ``--fresh`` salts, and how
     many calls of each role the cache served from entries an earlier round wrote."""
 
-    def __init__(self, policy: dict[str, str] | None = None, round_id: str | None = None,
-                 fresh: dict[str, str] | None = None):
+    def __init__(
+        self, policy: dict[str, str] | None = None, round_id: str | None = None, fresh: dict[str, str] | None = None
+    ):
         self.policy = dict(policy or {})
         self.round_id = round_id
         self.fresh = dict(fresh or {})
@@ -60,7 +61,7 @@ class CacheScope:
         self._legacy: dict[int, tuple[CallSpec, dict[str, Any] | None]] = {}
 
     @classmethod
-    def of(cls, cache: CacheConfig) -> "CacheScope":
+    def of(cls, cache: CacheConfig) -> CacheScope:
         """The scope a run's ``cache`` section gives (a config never scoped by a flow: everything forever)."""
         return cls(cache.policy.resolved(refresh=cache.round is not None), cache.round, cache.fresh)
 
@@ -85,8 +86,12 @@ class CacheScope:
             return known[1]
         return request_key(cfg, spec.messages, spec.params, spec.schema_, scope=self.salt(spec.role))
 
-    async def reading_ahead(self, cache: WriteBehind, models: dict[str, ModelConfig],
-                            calls: Callable[[Callable[[Sequence[CallSpec]], None]], Awaitable[T]]) -> T:
+    async def reading_ahead(
+        self,
+        cache: WriteBehind,
+        models: dict[str, ModelConfig],
+        calls: Callable[[Callable[[Sequence[CallSpec]], None]], Awaitable[T]],
+    ) -> T:
         """Await ``calls(ahead)`` (a batch's calls on the gateway's loop), which calls ``ahead(specs)`` before it
         starts each part of the batch: their keys are worked out and their cached replies read in one query.
         What no call took is dropped when the calls end."""
@@ -103,8 +108,9 @@ class CacheScope:
                 self._legacy.pop(ident, None)
             cache.forget([key for _, key in read])
 
-    def _read_ahead(self, cache: WriteBehind, specs: Sequence[CallSpec],
-                    models: dict[str, ModelConfig]) -> list[tuple[int, str]]:
+    def _read_ahead(
+        self, cache: WriteBehind, specs: Sequence[CallSpec], models: dict[str, ModelConfig]
+    ) -> list[tuple[int, str]]:
         """Work out the keys of ``specs`` and read their cached replies (and, for those missing, their entries from
         before the deployment joined the key) in one query each; [(id(spec), key)] of those read."""
         keys = {}
@@ -119,28 +125,34 @@ class CacheScope:
         legacy: dict[int, tuple[CallSpec, dict[str, Any] | None]] = {}
         try:
             found = cache.read_ahead([key for _, key in keys.values()])
-            legacy = self._legacy_entries(cache, [(i, spec) for i, (spec, key) in keys.items() if key not in found],
-                                          models)
+            legacy = self._legacy_entries(
+                cache, [(i, spec) for i, (spec, key) in keys.items() if key not in found], models
+            )
         except Exception:  # noqa: BLE001, S110 - each call's own read then meets the error and reports it, as before
             pass
         self._keys.update(keys)
         self._legacy.update(legacy)
         return [(ident, key) for ident, (_, key) in keys.items()]
 
-    def _legacy_entries(self, cache: WriteBehind, missing: list[tuple[int, CallSpec]],
-                        models: dict[str, ModelConfig]) -> dict[int, tuple[CallSpec, dict[str, Any] | None]]:
+    def _legacy_entries(
+        self, cache: WriteBehind, missing: list[tuple[int, CallSpec]], models: dict[str, ModelConfig]
+    ) -> dict[int, tuple[CallSpec, dict[str, Any] | None]]:
         """{id(spec): (spec, its entry from before the deployment joined the key, or None)} of the specs ``missing``
         from the cache that such an entry may serve (``cached_reply``), read in one query."""
         legacy_keys = {}
         for ident, spec in missing:
             cfg = models[spec.model]
             if self.salt(spec.role) is None and self._sole_deployment(spec.model, cfg, models):
-                legacy_keys[ident] = (spec, request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False))
+                legacy_keys[ident] = (
+                    spec,
+                    request_key(cfg, spec.messages, spec.params, spec.schema_, deployment=False),
+                )
         found = get_many(cache.cache, sorted({key for _, key in legacy_keys.values()})) if legacy_keys else {}
         return {ident: (spec, found.get(key)) for ident, (spec, key) in legacy_keys.items()}
 
-    def cached_reply(self, cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig,
-                     models: dict[str, ModelConfig]) -> dict[str, Any] | None:
+    def cached_reply(
+        self, cache: CallCache, key: str, spec: CallSpec, cfg: ModelConfig, models: dict[str, ModelConfig]
+    ) -> dict[str, Any] | None:
         """The cached reply that may serve ``spec`` (None: ask the model), counted for its role."""
         value = cache.get(key)
         if value is None and self.salt(spec.role) is None:

@@ -23,8 +23,9 @@ from refusalbench.tasks.llm.providers import (
 from refusalbench.tasks.llm.transport import Request, direct_model
 
 
-def build_request(spec: CallSpec, cfg: ModelConfig, api_base: str | None, mode: StructuredMode | None, *,
-                  direct_http: bool) -> Request:
+def build_request(
+    spec: CallSpec, cfg: ModelConfig, api_base: str | None, mode: StructuredMode | None, *, direct_http: bool
+) -> Request:
     """What an attempt of ``spec`` sends to ``api_base`` in structured-output ``mode`` (None: the profile's);
     ``direct_http`` False keeps every call on LiteLLM."""
     profile = profile_for(cfg.model, api_base)
@@ -32,8 +33,9 @@ def build_request(spec: CallSpec, cfg: ModelConfig, api_base: str | None, mode: 
     api_key = profile.api_key(cfg, api_base)
     response_format = None
     if spec.schema_ is not None:
-        response_format = response_format_for(mode or structured_mode(cfg, profile), schema_name(spec.schema_),
-                                              json_schema(spec.schema_))
+        response_format = response_format_for(
+            mode or structured_mode(cfg, profile), schema_name(spec.schema_), json_schema(spec.schema_)
+        )
     direct = direct_model(cfg.model, api_base, params, spec.messages) if direct_http and api_key else None
     if direct is not None:
         body = {"messages": spec.messages, "model": direct, **params}

@@ -49,6 +49,12 @@ def result_fields(value: dict[str, Any], mode: ReasoningMode) -> dict[str, Any]:
     if reasoning and not value.get("reasoning") and not reasoning_tokens:
         # Reasoning written inline is billed as plain output: the provider's 0 means "not counted".
         reasoning_tokens = None
-    return {"text": answer, "reasoning": reasoning, "reasoning_tokens": reasoning_tokens,
-            "served_model": value.get("served_model"), "system_fingerprint": value.get("system_fingerprint"),
-            "batch": bool(value.get("batch")), **{name: value.get(name) for name in VALUE_FIELDS}}
+    return {
+        "text": answer,
+        "reasoning": reasoning,
+        "reasoning_tokens": reasoning_tokens,
+        "served_model": value.get("served_model"),
+        "system_fingerprint": value.get("system_fingerprint"),
+        "batch": bool(value.get("batch")),
+        **{name: value.get(name) for name in VALUE_FIELDS},
+    }

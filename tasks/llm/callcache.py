@@ -127,7 +127,7 @@ class SQLiteCache:
         """{key: value} of the ``keys`` cached (the others left out): one SELECT per 500 keys, not one per key."""
         conn, found = self._connection(), {}
         for start in range(0, len(keys), _KEYS_PER_SELECT):
-            chunk = keys[start:start + _KEYS_PER_SELECT]
+            chunk = keys[start : start + _KEYS_PER_SELECT]
             marks = ",".join("?" * len(chunk))
             for key, value in conn.execute(f"SELECT key, value FROM calls WHERE key IN ({marks})", chunk):
                 found[key] = json.loads(value)

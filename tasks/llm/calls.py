@@ -36,10 +36,15 @@ class CallSpec(BaseModel):
     schema_: type[BaseModel] | None = Field(default=None, alias="schema")
     params: dict[str, Any] = Field(default_factory=dict)
     tag: str | None = Field(default=None, description="caller's id for the call (not part of the cache key)")
-    role: str | None = Field(default=None, description="what the call is for (core.cache_policy.CACHE_ROLES): its "
-                                                      "cache scope; None: cached forever")
-    stage: str | None = Field(default=None, description="the stage the call's tokens and cost count for (not part of "
-                                                       "the cache key); None: the caller's tag (tasks/llm/accounting.py)")
+    role: str | None = Field(
+        default=None,
+        description="what the call is for (core.cache_policy.CACHE_ROLES): its cache scope; None: cached forever",
+    )
+    stage: str | None = Field(
+        default=None,
+        description="the stage the call's tokens and cost count for (not part of "
+        "the cache key); None: the caller's tag (tasks/llm/accounting.py)",
+    )
 
 
 class CallResult(TimedCallFields):
@@ -53,10 +58,15 @@ class CallResult(TimedCallFields):
     text: str | None = None
     parsed: Any = None
     error: str | None = None
-    error_kind: str | None = Field(default=None, description="call_error | parse_error, or the outcome of a reply that "
-                                                            "is no answer: truncated | provider_blocked | empty | too_long")
+    error_kind: str | None = Field(
+        default=None,
+        description="call_error | parse_error, or the outcome of a reply that "
+        "is no answer: truncated | provider_blocked | empty | too_long",
+    )
     attempts: int = 0
-    cached_tokens: int | None = Field(default=None, description="prompt tokens the provider served from its prompt cache")
+    cached_tokens: int | None = Field(
+        default=None, description="prompt tokens the provider served from its prompt cache"
+    )
     batch: bool = Field(default=False, description="the reply came through the provider's batch API (mode: batch)")
 
     @property
@@ -102,8 +112,15 @@ def _schema_text(schema: type[BaseModel]) -> str:
     return json.dumps(_built_schema(schema))
 
 
-def request_key(cfg: ModelConfig, messages: list[dict[str, str]], params: dict[str, Any], schema: type[BaseModel] | None,
-                *, deployment: bool = True, scope: str | None = None) -> str:
+def request_key(
+    cfg: ModelConfig,
+    messages: list[dict[str, str]],
+    params: dict[str, Any],
+    schema: type[BaseModel] | None,
+    *,
+    deployment: bool = True,
+    scope: str | None = None,
+) -> str:
     """Cache key: what determines the reply, the deployment included: a configured ``api_base``
     (normalised) and the ``extra_headers`` that select a deployment (``endpoints``), so one model
     string on two hosts is two models. Credentials are not part of it (a rotated key still hits

@@ -41,7 +41,7 @@ def _model_map() -> dict[str, Any]:
     return {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def known_window(model: str) -> int | None:
     """``max_input_tokens`` of a LiteLLM model string in LiteLLM's map (``openai/gpt-4o`` is its
     ``gpt-4o`` entry; a name another provider's entry holds is not this model); None if unknown."""
@@ -91,8 +91,9 @@ def _upper_bound(messages: list[dict[str, Any]], schema: dict[str, Any] | None) 
     return size + _TOKENS_PER_MESSAGE * len(messages) + _TOKENS_PER_PROMPT
 
 
-def overflow(cfg: ModelConfig, messages: list[dict[str, Any]], max_tokens: int | None,
-             schema: dict[str, Any] | None = None) -> str | None:
+def overflow(
+    cfg: ModelConfig, messages: list[dict[str, Any]], max_tokens: int | None, schema: dict[str, Any] | None = None
+) -> str | None:
     """Why the prompt does not fit ``cfg``'s window less ``max_tokens``, in one line; None when it
     fits or the window is unknown. ``schema``: the JSON schema sent with the request, if any."""
     window = context_window(cfg)
@@ -105,5 +106,7 @@ def overflow(cfg: ModelConfig, messages: list[dict[str, Any]], max_tokens: int |
     if tokens <= limit:
         return None
     budget = f" less max_tokens {max_tokens}" if max_tokens else ""
-    return (f"too_long: the prompt has {tokens} tokens; {cfg.model} takes at most {max(limit, 0)} "
-            f"(context window {window}{budget}): not sent")
+    return (
+        f"too_long: the prompt has {tokens} tokens; {cfg.model} takes at most {max(limit, 0)} "
+        f"(context window {window}{budget}): not sent"
+    )

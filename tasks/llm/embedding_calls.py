@@ -90,8 +90,10 @@ class EmbeddingClient:
                 if not failure.retriable or errors >= self.cfg.max_attempts:
                     break
                 time.sleep(retry_delay(errors, failure.retry_after, BACKOFF_BASE_S, BACKOFF_MAX_S))
-        raise EmbeddingFailed(f"embedding model {self.cfg.model}: {last} (after {self.requests} request"
-                              f"{'s' if self.requests != 1 else ''})")
+        raise EmbeddingFailed(
+            f"embedding model {self.cfg.model}: {last} (after {self.requests} request"
+            f"{'s' if self.requests != 1 else ''})"
+        )
 
     def _pace(self) -> None:
         """Space requests ``60 / rpm`` seconds apart (the model's requests-per-minute limit)."""
@@ -118,16 +120,19 @@ class EmbeddingClient:
         """One request posted directly: the vectors, a :class:`CallFailed`, or None on a redirect."""
         assert self.api_base is not None
         url = urlsplit(self.api_base.rstrip("/") + "/embeddings")
-        body = {"model": self.cfg.model.split("/", 1)[1], "input": texts, "encoding_format": "float",
-                **self.cfg.params}
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {api_key}",
-                   **(self.cfg.extra_headers or {})}
+        body = {"model": self.cfg.model.split("/", 1)[1], "input": texts, "encoding_format": "float", **self.cfg.params}
+        headers = {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {api_key}",
+            **(self.cfg.extra_headers or {}),
+        }
         kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         # One connection per request: a batch is large and requests are few (a run sends tens).
         connection = kind(url.hostname or "", url.port, timeout=self.cfg.timeout_s)
         try:
-            connection.request("POST", url.path + (f"?{url.query}" if url.query else ""), json.dumps(body).encode(),
-                               headers)
+            connection.request(
+                "POST", url.path + (f"?{url.query}" if url.query else ""), json.dumps(body).encode(), headers
+            )
             answer = connection.getresponse()
             status, raw, reply_headers = answer.status, answer.read(), dict(answer.getheaders())
         except TimeoutError:
@@ -168,8 +173,9 @@ class EmbeddingClient:
         self._pace()
         self.requests += 1
         try:
-            response = litellm.embedding(model=self.cfg.model, input=texts, timeout=self.cfg.timeout_s,
-                                         max_retries=0, **kwargs)
+            response = litellm.embedding(
+                model=self.cfg.model, input=texts, timeout=self.cfg.timeout_s, max_retries=0, **kwargs
+            )
         except Exception as exc:  # provider errors of every kind become a CallFailed
             raise classify(exc, self.profile) from None
         try:
@@ -186,8 +192,12 @@ def _posts_directly(cfg: ModelConfig, api_base: str | None) -> bool:
     """Whether LiteLLM would send this model's embedding requests unchanged to ``api_base``: its OpenAI
     path (a profile with ``direct_embeddings``: ``openai/`` + an endpoint of one's own, plain ``http(s)``),
     parameters it passes on as they are, and its default ``encoding_format`` (``float``) not changed through the environment."""
-    return (profile_for(cfg.model, api_base).direct_embeddings and str(api_base or "").startswith(("http://", "https://"))
-            and cfg.params.keys() <= DIRECT_PARAMS and not os.environ.get("LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT"))
+    return (
+        profile_for(cfg.model, api_base).direct_embeddings
+        and str(api_base or "").startswith(("http://", "https://"))
+        and cfg.params.keys() <= DIRECT_PARAMS
+        and not os.environ.get("LITELLM_DEFAULT_EMBEDDING_ENCODING_FORMAT")
+    )
 
 
 def _field(row: Any, name: str) -> Any:

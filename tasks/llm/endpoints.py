@@ -58,7 +58,9 @@ def is_credential_header(name: str) -> bool:
 
 def deployment_headers(headers: dict[str, Any]) -> dict[str, str]:
     """The headers that may select a deployment (every one that is not a credential), names lower-case."""
-    return {name.strip().lower(): str(value) for name, value in sorted(headers.items()) if not is_credential_header(name)}
+    return {
+        name.strip().lower(): str(value) for name, value in sorted(headers.items()) if not is_credential_header(name)
+    }
 
 
 def endpoint_identity(cfg: ModelConfig) -> dict[str, Any]:
@@ -81,5 +83,6 @@ def sole_deployment(cfg: ModelConfig, models: Iterable[ModelConfig]) -> bool:
     hosts of one model never share replies). Such an entry is migrated, so an existing
     single-endpoint config keeps its cache."""
     identity = endpoint_identity(cfg)
-    return bool(identity) and not any(other.model == cfg.model and endpoint_identity(other) != identity
-                                      for other in models)
+    return bool(identity) and not any(
+        other.model == cfg.model and endpoint_identity(other) != identity for other in models
+    )

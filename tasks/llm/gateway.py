@@ -91,8 +91,19 @@ Sent = tuple[dict[str, Any] | None, int, str | None]
 # A call for ``Handoff.fill``: (index, the coroutine function, its argument).
 Started = tuple[int, Callable[[Any], Awaitable[Any]], Any]
 
-__all__ = ["CACHE_VERSION", "REPLY_METADATA", "CallResult", "CallSpec", "Gateway", "gateway_for", "json_schema",
-           "parse_structured", "request_key", "schema_name", "shared_gateway"]
+__all__ = [
+    "CACHE_VERSION",
+    "REPLY_METADATA",
+    "CallResult",
+    "CallSpec",
+    "Gateway",
+    "gateway_for",
+    "json_schema",
+    "parse_structured",
+    "request_key",
+    "schema_name",
+    "shared_gateway",
+]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
@@ -111,7 +122,8 @@ class Gateway:
         api_bases: dict[str, str] | None = None,
         direct_http: bool = True,
         scope: CacheScope | None = None,
-        limits_url: str | None = None, lease_s: float = 30.0,
+        limits_url: str | None = None,
+        lease_s: float = 30.0,
     ):
         self.models = models
         self.cache: CallCache = cache if cache is not None else NullCache()
@@ -163,8 +175,11 @@ class Gateway:
         specs = accounting.tagged(specs)
         handoff = Handoff(len(specs), wave_for(self.models, specs))
         calls: list[Started] = [(i, self.send, s) for i, s in enumerate(specs)]
-        await asyncio.wrap_future(self._loop.submit(self.scope.reading_ahead(
-            self.writes, self.models, lambda ahead: handoff.fill(calls, ahead))))
+        await asyncio.wrap_future(
+            self._loop.submit(
+                self.scope.reading_ahead(self.writes, self.models, lambda ahead: handoff.fill(calls, ahead))
+            )
+        )
         return [handoff.get(i) for i in range(len(specs))]
 
     def start_ahead(self, specs: Iterable[CallSpec]) -> None:
@@ -177,10 +192,14 @@ class Gateway:
             if (cfg := self.models.get(spec.model)) is not None:
                 self._ahead.start(self.scope.key(cfg, spec), functools.partial(self._answer, spec, asked=False))
 
-    def complete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
+    def complete(
+        self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any
+    ) -> CallResult:
         return self.complete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)])[0]
 
-    async def acomplete(self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any) -> CallResult:
+    async def acomplete(
+        self, model: str, messages: list[dict[str, str]], schema: type[BaseModel] | None = None, **params: Any
+    ) -> CallResult:
         return (await self.acomplete_many([CallSpec(model=model, messages=messages, schema=schema, params=params)]))[0]
 
     def stats_snapshot(self) -> dict[str, dict[str, float]]:
@@ -225,8 +244,9 @@ class Gateway:
         """What an attempt of ``spec`` sends now, in the model's structured-output mode of the moment."""
         return self._request(spec, cfg, self._structured_mode(spec, cfg))
 
-    async def finish_batch_reply(self, specs: list[CallSpec], key: str, reply: Reply, latency: float
-                                 ) -> list[CallResult]:
+    async def finish_batch_reply(
+        self, specs: list[CallSpec], key: str, reply: Reply, latency: float
+    ) -> list[CallResult]:
         """The results of ``specs`` (identical, request ``key``) from a batch API's reply: one request at the
         batch price, asked again synchronously when its outcome is worth it as a synchronous reply's is, in
         the call cache before the results are handed back; the specs after the first count as deduplicated."""
@@ -250,11 +270,18 @@ class Gateway:
     async def _answer(self, spec: CallSpec, asked: bool = True) -> CallResult:
         cfg = self.models.get(spec.model)
         if cfg is None:
-            return CallResult(model=spec.model, key="", tag=spec.tag, error=f"unknown model {spec.model!r}", error_kind="call_error")
+            return CallResult(
+                model=spec.model, key="", tag=spec.tag, error=f"unknown model {spec.model!r}", error_kind="call_error"
+            )
         if cfg.rule_based:
-            return CallResult(model=spec.model, key="", tag=spec.tag, error_kind="call_error",
-                              error=f"{spec.model!r} is the rule-based generator ({cfg.model}): it answers no prompt "
-                                    "and can only be listed under generation.generators")
+            return CallResult(
+                model=spec.model,
+                key="",
+                tag=spec.tag,
+                error_kind="call_error",
+                error=f"{spec.model!r} is the rule-based generator ({cfg.model}): it answers no prompt "
+                "and can only be listed under generation.generators",
+            )
         key = self.scope.key(cfg, spec)
         if asked and (ahead := self._ahead.take(key)) is not None:  # this call, started ahead: counted there
             return await asyncio.shield(ahead)
@@ -281,13 +308,16 @@ class Gateway:
                 self._inflight.pop(key, None)
         if value is None:
             self._count(spec.model, errors=1)
-            return CallResult(model=spec.model, key=key, tag=spec.tag, error=error, error_kind="call_error", attempts=attempts)
+            return CallResult(
+                model=spec.model, key=key, tag=spec.tag, error=error, error_kind="call_error", attempts=attempts
+            )
         return self._finish(spec, key, value, cached=shared, attempts=attempts)
 
     def _finish(self, spec: CallSpec, key: str, value: dict[str, Any], *, cached: bool, attempts: int) -> CallResult:
         mode = reasoning_mode(self.models[spec.model], self.profile(spec.model, self.models[spec.model]))
-        result = CallResult(model=spec.model, key=key, tag=spec.tag, attempts=attempts, cached=cached,
-                            **result_fields(value, mode))
+        result = CallResult(
+            model=spec.model, key=key, tag=spec.tag, attempts=attempts, cached=cached, **result_fields(value, mode)
+        )
         if self._record_outcome(spec.model, result, value):
             return result
         if spec.schema_ is not None:
@@ -329,8 +359,11 @@ class Gateway:
 
     def _limits_for(self, model: str, cfg: ModelConfig) -> ProcessLimits | SharedModelLimits:
         if model not in self._limits:
-            self._limits[model] = (self._shared_limits.for_model(model, cfg) if self._shared_limits
-                                   else ProcessLimits(cfg.max_concurrency, cfg.rpm, cfg.tpm))
+            self._limits[model] = (
+                self._shared_limits.for_model(model, cfg)
+                if self._shared_limits
+                else ProcessLimits(cfg.max_concurrency, cfg.rpm, cfg.tpm)
+            )
         return self._limits[model]
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -352,8 +385,14 @@ class Gateway:
             except CallFailed as failure:
                 mode = modes[0] if modes else None
                 last_error = str(failure)
-                log.debug("call to %s failed (request %d, %d/%d errors): %s", spec.model, sent, errors,
-                          cfg.max_attempts, failure)
+                log.debug(
+                    "call to %s failed (request %d, %d/%d errors): %s",
+                    spec.model,
+                    sent,
+                    errors,
+                    cfg.max_attempts,
+                    failure,
+                )
                 if mode is not None and self._fell_back(spec, cfg, mode, failure):
                     continue
                 if failure.rate_limited and failure.retriable:
@@ -378,7 +417,9 @@ class Gateway:
         """The structured-output mode this call goes in (None: no schema): the model's fallback, else its profile's."""
         if spec.schema_ is None:
             return None
-        return cast(StructuredMode, self._structured.mode(spec.model, structured_mode(cfg, self.profile(spec.model, cfg))))
+        return cast(
+            StructuredMode, self._structured.mode(spec.model, structured_mode(cfg, self.profile(spec.model, cfg)))
+        )
 
     def _fell_back(self, spec: CallSpec, cfg: ModelConfig, mode: StructuredMode, failure: CallFailed) -> bool:
         """Whether ``failure`` is the provider rejecting structured output in ``mode``; then the model
@@ -389,13 +430,19 @@ class Gateway:
             return False
         if self._structured.fall_back(spec.model, mode, fallback):
             self._count(spec.model, structured_fallbacks=1)
-            log.warning("%s: the provider rejected structured output as %s (%s); using %s for the rest of the run "
-                        "(json_schema: false in the model's config skips the first try)", spec.model, mode, failure,
-                        fallback)
+            log.warning(
+                "%s: the provider rejected structured output as %s (%s); using %s for the rest of the run "
+                "(json_schema: false in the model's config skips the first try)",
+                spec.model,
+                mode,
+                failure,
+                fallback,
+            )
         return True
 
-    def _rate_limited(self, spec: CallSpec, cfg: ModelConfig, failure: CallFailed, limited: int,
-                      limited_since: float) -> str | None:
+    def _rate_limited(
+        self, spec: CallSpec, cfg: ModelConfig, failure: CallFailed, limited: int, limited_since: float
+    ) -> str | None:
         """Pause the model for as long as a 429 asks (every call of it waits the pause out); None
         when this call may wait for it, else why not: the provider's quota is spent, or the wait
         would take the call past ``max_rate_limit_wait_s`` since its first 429."""
@@ -411,8 +458,10 @@ class Gateway:
         limiter.pause(wait)
         waited = time.monotonic() - limited_since
         if waited + limiter.paused_for > cfg.max_rate_limit_wait_s:
-            return (f"still rate limited after {limited} 429s and {waited:.1f} s of waiting; the provider asks for "
-                    f"{limiter.paused_for:.1f} s more, beyond max_rate_limit_wait_s ({cfg.max_rate_limit_wait_s:g} s)")
+            return (
+                f"still rate limited after {limited} 429s and {waited:.1f} s of waiting; the provider asks for "
+                f"{limiter.paused_for:.1f} s more, beyond max_rate_limit_wait_s ({cfg.max_rate_limit_wait_s:g} s)"
+            )
         return None
 
     def _too_long(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
@@ -428,21 +477,29 @@ class Gateway:
             request = self._request(spec, cfg, mode)
             started = time.perf_counter()
             if request.body is not None and request.api_base is not None:  # the direct path: always an endpoint
-                headers = {"Authorization": f"Bearer {request.api_key}", "Content-Type": "application/json",
-                           **cfg.extra_headers}
-                reply = await self._direct.complete(request.api_base, request.body, headers, cfg.timeout_s,
-                                                    request.profile)
+                headers = {
+                    "Authorization": f"Bearer {request.api_key}",
+                    "Content-Type": "application/json",
+                    **cfg.extra_headers,
+                }
+                reply = await self._direct.complete(
+                    request.api_base, request.body, headers, cfg.timeout_s, request.profile
+                )
             else:
-                reply = await litellm_completion(cfg.model, request.messages, cfg.timeout_s, request.kwargs,
-                                                 request.profile)
+                reply = await litellm_completion(
+                    cfg.model, request.messages, cfg.timeout_s, request.kwargs, request.profile
+                )
             latency = time.perf_counter() - started
         return self._value(spec, cfg, reply, latency)
 
     def _request(self, spec: CallSpec, cfg: ModelConfig, mode: StructuredMode | None) -> Request:
-        return build_request(spec, cfg, self.api_bases.get(spec.model) or cfg.api_base, mode,
-                             direct_http=self.direct_http)
+        return build_request(
+            spec, cfg, self.api_bases.get(spec.model) or cfg.api_base, mode, direct_http=self.direct_http
+        )
 
-    def _value(self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float, *, batch: bool = False) -> dict[str, Any]:
+    def _value(
+        self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float, *, batch: bool = False
+    ) -> dict[str, Any]:
         """The cached value of a completed call (``call_values``), its tokens and cost counted."""
         value = call_value(cfg, reply, latency, batch=batch)
         self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
@@ -451,38 +508,65 @@ class Gateway:
 
 # ---------------------------------------------------------------- process-wide instances
 
+
 def gateway_for(config: RunConfig | dict[str, Any], api_bases: dict[str, str] | None = None) -> Gateway:
     """The shared gateway of a RunConfig (stage tasks receive the typed config; a JSON dump
     of one, as some callers still pass, is validated first)."""
     cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config)
-    return shared_gateway(cfg.models, cfg.cache.backend, cfg.cache.path, cfg.cache.url, api_bases,
-                          CacheScope.of(cfg.cache), limits_url=cfg.limits.shared_url(cfg.cache.backend, cfg.cache.url),
-                          lease_s=cfg.limits.lease_s)
+    return shared_gateway(
+        cfg.models,
+        cfg.cache.backend,
+        cfg.cache.path,
+        cfg.cache.url,
+        api_bases,
+        CacheScope.of(cfg.cache),
+        limits_url=cfg.limits.shared_url(cfg.cache.backend, cfg.cache.url),
+        lease_s=cfg.limits.lease_s,
+    )
 
 
 _GATEWAYS: dict[str, Gateway] = {}
 _GATEWAYS_LOCK = threading.Lock()
 
 
-def shared_gateway(models: dict[str, ModelConfig], cache_backend: str = "sqlite", cache_path: str | None = None,
-                   cache_url: str | None = None, api_bases: dict[str, str] | None = None,
-                   scope: CacheScope | None = None, *, limits_url: str | None = None,
-                   lease_s: float = 30.0) -> Gateway:
+def shared_gateway(
+    models: dict[str, ModelConfig],
+    cache_backend: str = "sqlite",
+    cache_path: str | None = None,
+    cache_url: str | None = None,
+    api_bases: dict[str, str] | None = None,
+    scope: CacheScope | None = None,
+    *,
+    limits_url: str | None = None,
+    lease_s: float = 30.0,
+) -> Gateway:
     """One gateway per registry, cache and cache scope in this process, so limits hold across tasks."""
     from refusalbench.tasks.llm.callcache import open_cache
 
     ident = hashlib.sha256(
         json.dumps(
-            [{k: v.model_dump(mode="json") for k, v in sorted(models.items())}, cache_backend, cache_path, cache_url,
-             *([scope.identity()] if scope is not None else []), *([limits_url, lease_s] if limits_url else [])],
+            [
+                {k: v.model_dump(mode="json") for k, v in sorted(models.items())},
+                cache_backend,
+                cache_path,
+                cache_url,
+                *([scope.identity()] if scope is not None else []),
+                *([limits_url, lease_s] if limits_url else []),
+            ],
             sort_keys=True,
         ).encode()
     ).hexdigest()
     with _GATEWAYS_LOCK:
         gateway = _GATEWAYS.get(ident)
         if gateway is None:
-            gateway = Gateway(models, open_cache(cache_backend, path=cache_path, url=cache_url), api_bases=api_bases,
-                              scope=scope, limits_url=limits_url, lease_s=lease_s)
+            gateway = Gateway(
+                models,
+                open_cache(cache_backend, path=cache_path, url=cache_url),
+                api_bases=api_bases,
+                scope=scope,
+                limits_url=limits_url,
+                lease_s=lease_s,
+            )
             _GATEWAYS[ident] = gateway
         elif api_bases:
             gateway.api_bases.update(api_bases)

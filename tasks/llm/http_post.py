@@ -114,7 +114,7 @@ class _Connection(asyncio.Protocol):
                 length = int(headers["content-length"])
             except ValueError:
                 raise MalformedReply(f"bad Content-Length {headers['content-length']!r}") from None
-            body = bytes(self.buffer[start:start + length]) if len(self.buffer) - start >= length else None
+            body = bytes(self.buffer[start : start + length]) if len(self.buffer) - start >= length else None
         else:  # the reply ends where the server closes the connection
             body, keep_alive = (bytes(self.buffer[start:]) if eof else None), False
         if body is None:
@@ -160,13 +160,13 @@ def _dechunked(buffer: bytearray, start: int) -> bytes | None:
         except ValueError:
             raise MalformedReply("bad chunk size") from None
         if size == 0:  # then trailers (rare), up to an empty line
-            if buffer[line_end + 2:line_end + 4] == b"\r\n" or buffer.find(b"\r\n\r\n", line_end + 2) >= 0:
+            if buffer[line_end + 2 : line_end + 4] == b"\r\n" or buffer.find(b"\r\n\r\n", line_end + 2) >= 0:
                 return bytes(body)
             return None
         chunk_start = line_end + 2
         if len(buffer) < chunk_start + size + 2:
             return None
-        body += buffer[chunk_start:chunk_start + size]
+        body += buffer[chunk_start : chunk_start + size]
         at = chunk_start + size + 2
 
 
@@ -204,16 +204,23 @@ class PostClient:
             target = self._targets[url] = (host, port, f"POST {path} HTTP/1.1\r\nHost: {netloc}\r\n".encode())
         return target
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str], *, connect_timeout: float,
-                   read_timeout: float) -> tuple[int, dict[str, str], bytes]:
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], *, connect_timeout: float, read_timeout: float
+    ) -> tuple[int, dict[str, str], bytes]:
         """POST ``body`` to ``url``: (status, headers with lower-case names, body). Raises
         ``TimeoutError`` or a ``ConnectionError``/``OSError`` when no complete reply came."""
         host, port, request_line = self._target(url)
         lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise ValueError("a header name or value holds a line break")
-        data = b"".join((request_line, f"User-Agent: {USER_AGENT}\r\nAccept-Encoding: identity\r\n{lines}"
-                                       f"Content-Length: {len(body)}\r\n\r\n".encode(), body))
+        data = b"".join(
+            (
+                request_line,
+                f"User-Agent: {USER_AGENT}\r\nAccept-Encoding: identity\r\n{lines}"
+                f"Content-Length: {len(body)}\r\n\r\n".encode(),
+                body,
+            )
+        )
         conn = await self._connection(host, port, connect_timeout)
         loop = conn.loop
         waiter = conn.send(data)

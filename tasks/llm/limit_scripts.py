@@ -16,7 +16,9 @@ local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 
 # KEYS: order (token -> when it first asked, server time), lease (token -> lease end), pace (hash).
 # ARGV: limit, lease_s, channel, token...   ->  {queued, pause_left, {granted token...}}
-ACQUIRE = NOW + """
+ACQUIRE = (
+    NOW
+    + """
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
 if #expired > 0 then
   redis.call('ZREM', KEYS[1], unpack(expired))
@@ -37,6 +39,7 @@ for i = 1, 2 do redis.call('EXPIRE', KEYS[i], KEY_TTL) end
 local pause = tonumber(redis.call('HGET', KEYS[3], 'paused_until') or '0') - now
 return {redis.call('ZCARD', KEYS[1]), tostring(math.max(pause, 0)), granted}
 """.replace("KEY_TTL", str(KEY_TTL_S))
+)
 
 # KEYS: order, lease. ARGV: channel, token...  ->  tokens queued after
 RELEASE = """
@@ -47,7 +50,9 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 # KEYS: order, lease. ARGV: lease_s, token...  ->  {queued, {token no longer held...}}
-RENEW = NOW + """
+RENEW = (
+    NOW
+    + """
 local missing = {}
 for i = 2, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
@@ -59,12 +64,15 @@ end
 for i = 1, 2 do redis.call('EXPIRE', KEYS[i], KEY_TTL) end
 return {redis.call('ZCARD', KEYS[1]), missing}
 """.replace("KEY_TTL", str(KEY_TTL_S))
+)
 
 # KEYS: pace. ARGV: seconds between starts (0: no rpm), tpm (0: none), tokens  ->  {admitted, wait, pause_left}
 # rpm admits a request only when its turn has come (not admitted: ask again after ``wait``), so
 # requests that wake late cannot bunch up; tpm is a bucket the admitted request may overdraw, then
 # waits off the debt.
-PACE = NOW + """
+PACE = (
+    NOW
+    + """
 local pause = math.max(tonumber(redis.call('HGET', KEYS[1], 'paused_until') or '0') - now, 0)
 local interval = tonumber(ARGV[1])
 if interval > 0 then
@@ -85,12 +93,16 @@ end
 redis.call('EXPIRE', KEYS[1], KEY_TTL)
 return {1, tostring(wait), tostring(pause)}
 """.replace("KEY_TTL", str(KEY_TTL_S))
+)
 
 # KEYS: pace. ARGV: seconds, channel. Publishes the pause left to every process.
-PAUSE = NOW + """
+PAUSE = (
+    NOW
+    + """
 local until_ = math.max(now + tonumber(ARGV[1]), tonumber(redis.call('HGET', KEYS[1], 'paused_until') or '0'))
 redis.call('HSET', KEYS[1], 'paused_until', tostring(until_))
 redis.call('EXPIRE', KEYS[1], KEY_TTL)
 redis.call('PUBLISH', ARGV[2], 'pause:' .. tostring(until_ - now))
 return 1
 """.replace("KEY_TTL", str(KEY_TTL_S))
+)

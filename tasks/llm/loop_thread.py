@@ -7,8 +7,8 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 from refusalbench.tasks.core.config import ModelConfig
 
@@ -76,8 +76,11 @@ class Handoff:
         self._wanted = -1
         self._wave = wave
 
-    async def fill(self, calls: Sequence[tuple[int, Callable[[Any], Awaitable[Any]], Any]],
-                   before: Callable[[list[Any]], None] | None = None) -> None:
+    async def fill(
+        self,
+        calls: Sequence[tuple[int, Callable[[Any], Awaitable[Any]], Any]],
+        before: Callable[[list[Any]], None] | None = None,
+    ) -> None:
         """Run each ``(index, call, argument)`` on the loop; each result (or error) goes to its slot.
 
         The calls start a wave at a time, ``before(arguments)`` called ahead of each wave: the first
@@ -106,7 +109,7 @@ class Handoff:
 
         try:
             while position < len(calls):
-                part = calls[position:position + wave]
+                part = calls[position : position + wave]
                 if before is not None:
                     before([argument for _, _, argument in part])
                 unfinished += len(part)

@@ -33,10 +33,12 @@ class OpenAIBatches(LiteLLMBatches):
     async def submit(self, lines: Sequence[tuple[str, BatchRequest]]) -> str:
         litellm = litellm_module()
         data = "".join(json.dumps(self.line(custom_id, request)) + "\n" for custom_id, request in lines).encode()
-        upload = await litellm.acreate_file(file=("batch.jsonl", data, "application/jsonl"), purpose="batch",
-                                            **self.auth())
-        job = await litellm.acreate_batch(completion_window="24h", endpoint=ENDPOINT, input_file_id=upload.id,
-                                          **self.auth())
+        upload = await litellm.acreate_file(
+            file=("batch.jsonl", data, "application/jsonl"), purpose="batch", **self.auth()
+        )
+        job = await litellm.acreate_batch(
+            completion_window="24h", endpoint=ENDPOINT, input_file_id=upload.id, **self.auth()
+        )
         return str(job.id)
 
     async def cancel(self, job_id: str) -> None:
@@ -52,5 +54,6 @@ class OpenAIBatches(LiteLLMBatches):
             convert_to_model_response_object,
         )
 
-        return convert_to_model_response_object(response_object=body,
-                                                model_response_object=litellm_module().ModelResponse())
+        return convert_to_model_response_object(
+            response_object=body, model_response_object=litellm_module().ModelResponse()
+        )

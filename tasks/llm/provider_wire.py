@@ -16,10 +16,11 @@ import json
 import math
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import formatdate
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 WireFormat = Literal["openai", "anthropic"]
 
@@ -44,16 +45,18 @@ def _schema_name(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallb
     if isinstance(title := schema.get("title"), str):
         return title
     keys = set(schema.get("properties") or {})
-    return next((name for name, known_schema in known.items() if set(known_schema.get("properties") or {}) == keys),
-                fallback)
+    return next(
+        (name for name, known_schema in known.items() if set(known_schema.get("properties") or {}) == keys), fallback
+    )
 
 
 def _json_schema_format(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallback: str) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": _schema_name(schema, known, fallback), "schema": schema}}
 
 
-def from_anthropic(body: dict[str, Any],
-                   known_schemas: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], str | None]:
+def from_anthropic(
+    body: dict[str, Any], known_schemas: dict[str, dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], str | None]:
     """A Messages API request as the chat-completions dict responders read, and the tool a
     structured reply must call (None: the reply is text).
 
@@ -83,18 +86,31 @@ def from_anthropic(body: dict[str, Any],
     return request, None
 
 
-_ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                          404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                          500: "api_error", 529: "overloaded_error"}
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
-def error_body(wire: WireFormat, status: int, message: str, *, kind: str | None = None,
-               **openai_fields: Any) -> dict[str, Any]:
+def error_body(
+    wire: WireFormat, status: int, message: str, *, kind: str | None = None, **openai_fields: Any
+) -> dict[str, Any]:
     """An error body as each API words it (Anthropic: ``{"type": "error", "error": {"type": ...}}``)."""
     if wire == "anthropic":
-        error_type = kind or _ANTHROPIC_ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": error_type, "message": message},
-                "request_id": f"req_{hashlib.sha256(message.encode()).hexdigest()[:24]}"}
+        error_type = kind or _ANTHROPIC_ERROR_TYPES.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+        return {
+            "type": "error",
+            "error": {"type": error_type, "message": message},
+            "request_id": f"req_{hashlib.sha256(message.encode()).hexdigest()[:24]}",
+        }
     return {"error": {"message": message, "type": kind, "param": None, "code": None} | openai_fields}
 
 
@@ -108,9 +124,11 @@ RateLimitForm = Literal["seconds", "ms", "http_date", "reset_requests", "reset_t
 # What an aligned model or a provider's safety layer writes instead of an answer.
 CANNED_REFUSAL = "I'm sorry, but I can't help with that."
 # Azure OpenAI's 400 for a prompt its content filter blocked, word for word.
-AZURE_PROMPT_FILTERED = ("The response was filtered due to the prompt triggering Azure OpenAI's content management "
-                         "policy. Please modify your prompt and retry. To learn more about our content filtering "
-                         "policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766")
+AZURE_PROMPT_FILTERED = (
+    "The response was filtered due to the prompt triggering Azure OpenAI's content management "
+    "policy. Please modify your prompt and retry. To learn more about our content filtering "
+    "policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766"
+)
 # The 400 of an OpenAI-compatible server that only accepts json_object.
 JSON_SCHEMA_UNSUPPORTED = "response_format.type 'json_schema' is not supported; use 'json_object'"
 _FILTER_CATEGORIES = ("hate", "self_harm", "sexual", "violence")
@@ -233,7 +251,7 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
     (whitespace-separated words; a ``length`` finish bills the request's whole ``max_tokens``)."""
     reasoning = behaviour.reasoning(request) if callable(behaviour.reasoning) else behaviour.reasoning
     if behaviour.truncate_at is not None:
-        answer = answer[:behaviour.truncate_at]
+        answer = answer[: behaviour.truncate_at]
     inline = behaviour.reasoning_in in _INLINE
     reasoning_tokens = _words(reasoning) if reasoning else 0
     answer_tokens = _words(answer)
@@ -244,13 +262,18 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
         reasoning_tokens = completion_tokens - answer_tokens if reasoning else 0
     prompt_tokens = sum(_words(m.get("content")) for m in request.get("messages", []))
     return ShapedReply(
-        answer=answer, reasoning=reasoning, reasoning_in=behaviour.reasoning_in, finish=behaviour.finish,
+        answer=answer,
+        reasoning=reasoning,
+        reasoning_in=behaviour.reasoning_in,
+        finish=behaviour.finish,
         served_model=behaviour.served_model or str(request.get("model", "fake")),
-        system_fingerprint=behaviour.system_fingerprint, prompt_tokens=prompt_tokens,
+        system_fingerprint=behaviour.system_fingerprint,
+        prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         # Inline reasoning is part of the text: the provider cannot tell it apart, so reports none.
         reasoning_tokens=0 if inline else reasoning_tokens,
-        cached_tokens=min(behaviour.cached_prompt_tokens, prompt_tokens))
+        cached_tokens=min(behaviour.cached_prompt_tokens, prompt_tokens),
+    )
 
 
 def _inline_text(reply: ShapedReply) -> str:
@@ -273,10 +296,16 @@ def prompt_filtered_rejection(wire: WireFormat) -> Rejection:
     """The 400 of a provider whose content filter blocked the prompt (Azure's body on chat completions)."""
     if wire == "anthropic":
         return Rejection(400, error_body(wire, 400, "Output blocked by content filtering policy"))
-    filtered = {"error": {"message": AZURE_PROMPT_FILTERED, "type": None, "param": "prompt",
-                          "code": "content_filter", "status": 400,
-                          "innererror": {"code": "ResponsibleAIPolicyViolation",
-                                         "content_filter_result": _filter_results(True)}}}
+    filtered = {
+        "error": {
+            "message": AZURE_PROMPT_FILTERED,
+            "type": None,
+            "param": "prompt",
+            "code": "content_filter",
+            "status": 400,
+            "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": _filter_results(True)},
+        }
+    }
     return Rejection(400, filtered)
 
 
@@ -286,19 +315,29 @@ def openai_body(reply: ShapedReply) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if reply.reasoning and reply.reasoning_in not in _INLINE:
         message["reasoning_content" if reply.reasoning_in == "field" else "reasoning"] = reply.reasoning
-    finish_reason = {"stop": "stop", "length": "length", "content_filter": "content_filter", "refusal": "stop"}[reply.finish]
+    finish_reason = {"stop": "stop", "length": "length", "content_filter": "content_filter", "refusal": "stop"}[
+        reply.finish
+    ]
     if reply.finish == "refusal":
         message.update(content=None, refusal=text)
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
-    usage: dict[str, Any] = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                             "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+    usage: dict[str, Any] = {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+    }
     if reply.reasoning_tokens:
         usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
     if reply.cached_tokens:
         usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
     body: dict[str, Any] = {
-        "id": f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:12]}", "object": "chat.completion",
-        "created": int(time.time()), "model": reply.served_model, "choices": [choice], "usage": usage}
+        "id": f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": reply.served_model,
+        "choices": [choice],
+        "usage": usage,
+    }
     if reply.finish == "content_filter":
         # Azure's shape: the output filter's verdict per category, content null when nothing was kept.
         message["content"] = text or None
@@ -323,19 +362,38 @@ def anthropic_body(reply: ShapedReply, tool: str | None) -> dict[str, Any]:
         except ValueError:
             structured = None  # not JSON: the model answered in text instead of calling the tool
     if isinstance(structured, dict):
-        blocks.append({"type": "tool_use", "id": f"toolu_{hashlib.sha256(text.encode()).hexdigest()[:20]}",
-                       "name": tool, "input": structured})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{hashlib.sha256(text.encode()).hexdigest()[:20]}",
+                "name": tool,
+                "input": structured,
+            }
+        )
     elif text:
         blocks.append({"type": "text", "text": text})
-    stop_reason = {"stop": "tool_use" if isinstance(structured, dict) else "end_turn", "length": "max_tokens",
-                   "content_filter": "refusal", "refusal": "refusal"}[reply.finish]
+    stop_reason = {
+        "stop": "tool_use" if isinstance(structured, dict) else "end_turn",
+        "length": "max_tokens",
+        "content_filter": "refusal",
+        "refusal": "refusal",
+    }[reply.finish]
     return {
-        "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}", "type": "message", "role": "assistant",
-        "model": reply.served_model, "content": blocks, "stop_reason": stop_reason, "stop_sequence": None,
-        "usage": {"input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
-                  "output_tokens": reply.completion_tokens,
-                  "cache_creation_input_tokens": reply.cache_write_tokens, "cache_read_input_tokens": reply.cached_tokens,
-                  "service_tier": "standard"}}
+        "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": reply.served_model,
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
+            "output_tokens": reply.completion_tokens,
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cached_tokens,
+            "service_tier": "standard",
+        },
+    }
 
 
 def rate_limit_rejection(limit: RateLimit, wire: WireFormat, model: str, now: float) -> Rejection:
@@ -352,16 +410,19 @@ def rate_limit_rejection(limit: RateLimit, wire: WireFormat, model: str, now: fl
         headers["Retry-After"] = formatdate(math.ceil(reset_at), usegmt=True)
     kind = "tokens" if limit.form == "reset_tokens" else "requests"
     if wire == "anthropic":
-        reset = datetime.fromtimestamp(math.ceil(reset_at), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        reset = datetime.fromtimestamp(math.ceil(reset_at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name in ("requests", "tokens"):
             headers[f"anthropic-ratelimit-{name}-limit"] = "50" if name == "requests" else "40000"
             headers[f"anthropic-ratelimit-{name}-remaining"] = "0" if name == kind else "49"
             headers[f"anthropic-ratelimit-{name}-reset"] = reset
         message = f"This request would exceed the rate limit for your organization of 50 {kind} per minute."
         return Rejection(429, error_body(wire, 429, message), headers)
-    headers |= {"x-ratelimit-limit-requests": "60", "x-ratelimit-limit-tokens": "150000",
-                "x-ratelimit-remaining-requests": "0" if kind == "requests" else "59",
-                "x-ratelimit-remaining-tokens": "0" if kind == "tokens" else "149000"}
+    headers |= {
+        "x-ratelimit-limit-requests": "60",
+        "x-ratelimit-limit-tokens": "150000",
+        "x-ratelimit-remaining-requests": "0" if kind == "requests" else "59",
+        "x-ratelimit-remaining-tokens": "0" if kind == "tokens" else "149000",
+    }
     if limit.form in ("reset_requests", "reset_tokens"):
         headers[f"x-ratelimit-reset-{kind}"] = go_duration(wait)
     message = f"Rate limit reached for {kind} per min on model {model}. Please try again in {go_duration(wait)}."
@@ -384,15 +445,20 @@ def scripted_embedding(text: str, dimensions: int = SCRIPTED_EMBEDDING_DIMENSION
     return [x / norm for x in vector] if norm else [1.0] + [0.0] * (dimensions - 1)
 
 
-def embeddings_body(model: str, vectors: list[list[float]], encoding_format: str | None,
-                    prompt_tokens: int) -> dict[str, Any]:
+def embeddings_body(
+    model: str, vectors: list[list[float]], encoding_format: str | None, prompt_tokens: int
+) -> dict[str, Any]:
     """An OpenAI ``/v1/embeddings`` reply; ``encoding_format: base64`` (the OpenAI SDK's default)
     sends each vector as little-endian float32 bytes, as OpenAI does."""
+
     def encoded(vector: list[float]) -> Any:
         if encoding_format == "base64":
             return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
         return vector
 
-    return {"object": "list", "model": model,
-            "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+    return {
+        "object": "list",
+        "model": model,
+        "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }

@@ -86,12 +86,25 @@ class ProviderProfile:
     # (the words below, lower case; OpenAI-compatible servers name ``response_format``, the
     # Messages API ``output_format``, tool-less models ``tool_choice``). The gateway then falls
     # back to the next mode once, for the rest of the run, and sends the call again in it.
-    structured_fallbacks: dict[str, StructuredMode] = {"json_schema": "json_object", "tool": "json_object",
-                                                       "json_object": "none"}
+    structured_fallbacks: dict[str, StructuredMode] = {
+        "json_schema": "json_object",
+        "tool": "json_object",
+        "json_object": "none",
+    }
     structured_rejection_markers: dict[str, tuple[str, ...]] = {
         "json_schema": ("response_format", "json_schema", "output_format", "output_config", "structured output"),
-        "tool": ("response_format", "json_schema", "output_format", "output_config", "structured output",
-                 "tool_choice", "tool use", "tool_use", "tools", "function call"),
+        "tool": (
+            "response_format",
+            "json_schema",
+            "output_format",
+            "output_config",
+            "structured output",
+            "tool_choice",
+            "tool use",
+            "tool_use",
+            "tools",
+            "function call",
+        ),
         "json_object": ("response_format", "json_object", "json mode", "json_mode"),
     }
 
@@ -192,8 +205,12 @@ class ProviderProfile:
     # (Azure: code "content_filter", "content management policy"; Anthropic: "Output blocked by
     # content filtering policy"; OpenAI-compatible gateways: "content policy"). Lower case.
     content_filter_markers: tuple[str, ...] = (
-        "content_filter", "content filter", "content management policy", "content filtering policy",
-        "content policy", "responsibleaipolicyviolation",
+        "content_filter",
+        "content filter",
+        "content management policy",
+        "content filtering policy",
+        "content policy",
+        "responsibleaipolicyviolation",
     )
 
     def blocks_content(self, status: int | None, message: str) -> bool:
@@ -233,7 +250,8 @@ class ProviderProfile:
         if any(os.environ.get(name) for name in self.key_env):
             return "present", None
         if any(os.environ.get(name) for name in self.credential_env) or any(
-                Path(file).expanduser().exists() for file in self.credential_files):
+            Path(file).expanduser().exists() for file in self.credential_files
+        ):
             return "default chain", None
         wanted = names[0] if len(names) == 1 else f"one of {', '.join(names)}"
         return "missing", f"no {provider_prefix(cfg.model) or 'provider'} credentials found (set {wanted})"
@@ -277,7 +295,9 @@ def reasoning_mode(cfg: ModelConfig, profile: ProviderProfile) -> ReasoningMode:
     return cfg.reasoning or profile.reasoning
 
 
-def response_format_for(mode: StructuredMode, name: str, schema: dict[str, Any], *, strict: bool = False) -> dict[str, Any] | None:
+def response_format_for(
+    mode: StructuredMode, name: str, schema: dict[str, Any], *, strict: bool = False
+) -> dict[str, Any] | None:
     """The ``response_format`` that asks for ``schema`` in ``mode``; None when nothing is sent.
 
     Non-strict by default: llama.cpp's server honours the schema, and OpenAI's strict mode
@@ -362,8 +382,13 @@ class Bedrock(ProviderProfile):
     """AWS Bedrock: credentials from the AWS default chain (region via AWS_REGION_NAME)."""
 
     structured_output = "tool"
-    credential_env = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_WEB_IDENTITY_TOKEN_FILE",
-                      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+    credential_env = (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_BEARER_TOKEN_BEDROCK",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    )
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)

@@ -23,9 +23,10 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+
 
 def retry_delay(attempt: int, retry_after: float | None, base_s: float, max_s: float) -> float:
     """Seconds before retrying a failed call's ``attempt``-th error: the provider's ``retry_after`` when
@@ -76,7 +77,7 @@ def retry_after_seconds(value: str, now: float) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:  # an HTTP-date is GMT
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(when.timestamp() - now, 0.0)
 
 
@@ -87,7 +88,7 @@ def rfc3339_seconds(value: str, now: float) -> float | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(when.timestamp() - now, 0.0)
 
 
@@ -161,7 +162,9 @@ class ModelLimiter:
     async def wait(self, tokens: int = 0) -> None:
         """Return when a request of about ``tokens`` tokens may start."""
         if self.tpm and tokens:
-            await self._take_tokens(min(tokens, self.tpm), self.tpm)  # a request larger than the bucket waits for a full one
+            await self._take_tokens(
+                min(tokens, self.tpm), self.tpm
+            )  # a request larger than the bucket waits for a full one
         if self.interval:
             async with self._lock:
                 now = time.monotonic()

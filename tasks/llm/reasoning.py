@@ -42,7 +42,7 @@ def split_think_tags(text: str) -> SplitReply:
     """
     closing = _LAST_CLOSE.match(text)
     if closing is not None:
-        reasoning, answer = text[:closing.end()], text[closing.end():]
+        reasoning, answer = text[: closing.end()], text[closing.end() :]
     elif text.lstrip().lower().startswith(OPEN_TAG):
         reasoning, answer = text, ""
     else:

@@ -74,8 +74,7 @@ def reply_outcome(text: Any, finish_reason: str | None, refusal: str | None = No
     return OK
 
 
-def outcome_error(outcome: str, finish_reason: str | None = None, refusal: str | None = None,
-                  attempts: int = 1) -> str:
+def outcome_error(outcome: str, finish_reason: str | None = None, refusal: str | None = None, attempts: int = 1) -> str:
     """The one-line error of a reply that was not usable, naming its cause."""
     detail = DESCRIPTIONS.get(outcome, outcome)
     if finish_reason:
@@ -108,8 +107,9 @@ def cacheable(value: dict[str, Any], *, structured: bool) -> bool:
     return outcome == OK or (outcome != EMPTY and not structured)
 
 
-def retry_params(value: dict[str, Any], cfg: ModelConfig, params: dict[str, Any],
-                 profile: ProviderProfile) -> dict[str, Any] | None:
+def retry_params(
+    value: dict[str, Any], cfg: ModelConfig, params: dict[str, Any], profile: ProviderProfile
+) -> dict[str, Any] | None:
     """The call's parameters for the one more try a reply's outcome deserves, or None. An empty
     reply is asked once more as it was (often a passing glitch); a truncated one only with a
     larger budget, the model's ``retry_truncated_max_tokens``; a blocked one never (the same

@@ -30,13 +30,20 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from aiohttp import web
 
-from refusalbench.tasks.llm.provider_wire import (Behaviour, WireFormat, anthropic_body, error_body, from_anthropic,
-                                                  openai_body, shape_reply)
+from refusalbench.tasks.llm.provider_wire import (
+    Behaviour,
+    WireFormat,
+    anthropic_body,
+    error_body,
+    from_anthropic,
+    openai_body,
+    shape_reply,
+)
 from refusalbench.tasks.llm.scripted_replies import request_fingerprint
 
 FailureKind = Literal["errored", "expired"]
@@ -64,7 +71,7 @@ class BatchJob:
 def _iso(moment: float | None) -> str | None:
     if moment is None:
         return None
-    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _digest(*parts: Any) -> str:
@@ -86,8 +93,9 @@ class BatchDesk:
         self._failing_fraction: tuple[float, FailureKind] | None = None
         self._lock = threading.Lock()
 
-    def fail(self, custom_ids: list[str] | None = None, fraction: float | None = None,
-             kind: FailureKind = "errored") -> None:
+    def fail(
+        self, custom_ids: list[str] | None = None, fraction: float | None = None, kind: FailureKind = "errored"
+    ) -> None:
         """Make the batch fail these requests (by ``custom_id``), or a ``fraction`` of all (chosen by
         a hash of the custom_id, so the same ones each time): ``errored`` (a 500 for that request)
         or ``expired`` (not processed within the window: the OpenAI job ends ``expired``)."""
@@ -124,8 +132,10 @@ class BatchDesk:
         form = await http.post()
         upload = form.get("file")
         if form.get("purpose") != "batch" or not isinstance(upload, web.FileField):  # absent, or a plain field
-            return web.json_response(error_body("openai", 400, "a file with purpose=batch is required",
-                                                kind="invalid_request_error"), status=400)
+            return web.json_response(
+                error_body("openai", 400, "a file with purpose=batch is required", kind="invalid_request_error"),
+                status=400,
+            )
         content = upload.file.read()
         file_id = f"file-{_digest(content, time.time())[:24]}"
         with self._lock:
@@ -134,8 +144,16 @@ class BatchDesk:
 
     @staticmethod
     def _file_object(file_id: str, size: int, filename: str, purpose: str = "batch") -> dict[str, Any]:
-        return {"id": file_id, "object": "file", "bytes": size, "created_at": int(time.time()), "filename": filename,
-                "purpose": purpose, "status": "processed", "status_details": None}
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": size,
+            "created_at": int(time.time()),
+            "filename": filename,
+            "purpose": purpose,
+            "status": "processed",
+            "status_details": None,
+        }
 
     async def _file(self, http: web.Request) -> web.Response:
         file_id = http.match_info["file_id"]
@@ -156,9 +174,14 @@ class BatchDesk:
         if content is None:
             return web.json_response(error_body("openai", 404, "input_file_id: no such file"), status=404)
         lines = [json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()]
-        job = BatchJob(id=f"batch_{_digest(body, time.time())[:24]}", wire="openai",
-                       requests={line["custom_id"]: line["body"] for line in lines}, created_at=time.time(),
-                       input_file_id=body["input_file_id"], endpoint=str(body.get("endpoint")))
+        job = BatchJob(
+            id=f"batch_{_digest(body, time.time())[:24]}",
+            wire="openai",
+            requests={line["custom_id"]: line["body"] for line in lines},
+            created_at=time.time(),
+            input_file_id=body["input_file_id"],
+            endpoint=str(body.get("endpoint")),
+        )
         with self._lock:
             self.jobs.append(job)
         return web.json_response(self._openai_batch(job))
@@ -174,21 +197,42 @@ class BatchDesk:
     def _openai_batch(self, job: BatchJob) -> dict[str, Any]:
         outcomes = job.outcomes or {}
         kinds = {kind for kind, _, _ in outcomes.values()}
-        status = ("in_progress" if job.outcomes is None else "cancelled" if "canceled" in kinds
-                  else "expired" if "expired" in kinds else "completed")
+        status = (
+            "in_progress"
+            if job.outcomes is None
+            else "cancelled"
+            if "canceled" in kinds
+            else "expired"
+            if "expired" in kinds
+            else "completed"
+        )
         ended = int(job.ended_at) if job.ended_at else None
-        return {"id": job.id, "object": "batch", "endpoint": job.endpoint, "errors": None,
-                "input_file_id": job.input_file_id, "completion_window": "24h", "status": status,
-                "output_file_id": job.output_file_id, "error_file_id": job.error_file_id,
-                "created_at": int(job.created_at), "in_progress_at": int(job.created_at),
-                "expires_at": int(job.created_at) + 86400, "finalizing_at": ended,
-                "completed_at": ended if status == "completed" else None, "failed_at": None,
-                "expired_at": ended if status == "expired" else None, "cancelling_at": ended if status == "cancelled" else None,
-                "cancelled_at": ended if status == "cancelled" else None,
-                "request_counts": {"total": len(job.requests),
-                                   "completed": sum(kind == "succeeded" for kind, _, _ in outcomes.values()),
-                                   "failed": sum(kind != "succeeded" for kind, _, _ in outcomes.values())},
-                "metadata": {}}
+        return {
+            "id": job.id,
+            "object": "batch",
+            "endpoint": job.endpoint,
+            "errors": None,
+            "input_file_id": job.input_file_id,
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": job.output_file_id,
+            "error_file_id": job.error_file_id,
+            "created_at": int(job.created_at),
+            "in_progress_at": int(job.created_at),
+            "expires_at": int(job.created_at) + 86400,
+            "finalizing_at": ended,
+            "completed_at": ended if status == "completed" else None,
+            "failed_at": None,
+            "expired_at": ended if status == "expired" else None,
+            "cancelling_at": ended if status == "cancelled" else None,
+            "cancelled_at": ended if status == "cancelled" else None,
+            "request_counts": {
+                "total": len(job.requests),
+                "completed": sum(kind == "succeeded" for kind, _, _ in outcomes.values()),
+                "failed": sum(kind != "succeeded" for kind, _, _ in outcomes.values()),
+            },
+            "metadata": {},
+        }
 
     # ------------------------------------------------------------ Anthropic message batches
 
@@ -201,9 +245,13 @@ class BatchDesk:
         requests = body.get("requests")
         if not isinstance(requests, list) or not requests:
             return web.json_response(error_body("anthropic", 400, "requests: Field required"), status=400)
-        job = BatchJob(id=f"msgbatch_{_digest(body, time.time())[:24]}", wire="anthropic",
-                       requests={r["custom_id"]: r["params"] for r in requests}, created_at=time.time(),
-                       endpoint="/v1/messages")
+        job = BatchJob(
+            id=f"msgbatch_{_digest(body, time.time())[:24]}",
+            wire="anthropic",
+            requests={r["custom_id"]: r["params"] for r in requests},
+            created_at=time.time(),
+            endpoint="/v1/messages",
+        )
         with self._lock:
             self.jobs.append(job)
         return web.json_response(self._anthropic_batch(job, http))
@@ -218,14 +266,23 @@ class BatchDesk:
 
     def _anthropic_batch(self, job: BatchJob, http: web.Request) -> dict[str, Any]:
         outcomes = job.outcomes or {}
-        counts = {name: sum(kind == name for kind, _, _ in outcomes.values())
-                  for name in ("succeeded", "errored", "canceled", "expired")}
+        counts = {
+            name: sum(kind == name for kind, _, _ in outcomes.values())
+            for name in ("succeeded", "errored", "canceled", "expired")
+        }
         ended = job.outcomes is not None
-        return {"id": job.id, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
-                "request_counts": {"processing": 0 if ended else len(job.requests), **counts},
-                "ended_at": _iso(job.ended_at), "created_at": _iso(job.created_at),
-                "expires_at": _iso(job.created_at + 86400), "archived_at": None, "cancel_initiated_at": None,
-                "results_url": (f"{http.scheme}://{http.host}/v1/messages/batches/{job.id}/results" if ended else None)}
+        return {
+            "id": job.id,
+            "type": "message_batch",
+            "processing_status": "ended" if ended else "in_progress",
+            "request_counts": {"processing": 0 if ended else len(job.requests), **counts},
+            "ended_at": _iso(job.ended_at),
+            "created_at": _iso(job.created_at),
+            "expires_at": _iso(job.created_at + 86400),
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": (f"{http.scheme}://{http.host}/v1/messages/batches/{job.id}/results" if ended else None),
+        }
 
     async def _anthropic_results(self, http: web.Request) -> web.Response:
         job = self.job(http.match_info["batch_id"])
@@ -274,7 +331,9 @@ class BatchDesk:
         outcomes = {custom_id: self._answer(job, custom_id, body) for custom_id, body in job.requests.items()}
         if job.wire == "openai":
             good = [self._openai_line(job, cid, out) for cid, out in outcomes.items() if out[0] == "succeeded"]
-            bad = [self._openai_line(job, cid, out) for cid, out in outcomes.items() if out[0] in ("errored", "expired")]
+            bad = [
+                self._openai_line(job, cid, out) for cid, out in outcomes.items() if out[0] in ("errored", "expired")
+            ]
             with self._lock:
                 for name, lines in (("output_file_id", good), ("error_file_id", bad)):
                     if lines:
@@ -287,11 +346,17 @@ class BatchDesk:
     @staticmethod
     def _openai_line(job: BatchJob, custom_id: str, outcome: tuple[str, int, dict[str, Any]]) -> str:
         kind, status, reply = outcome
-        line: dict[str, Any] = {"id": f"batch_req_{_digest(job.id, custom_id)[:24]}", "custom_id": custom_id,
-                                "response": None, "error": None}
+        line: dict[str, Any] = {
+            "id": f"batch_req_{_digest(job.id, custom_id)[:24]}",
+            "custom_id": custom_id,
+            "response": None,
+            "error": None,
+        }
         if kind == "expired":
-            line["error"] = {"code": "batch_expired",
-                             "message": "This request could not be executed before the completion window expired."}
+            line["error"] = {
+                "code": "batch_expired",
+                "message": "This request could not be executed before the completion window expired.",
+            }
         else:
             line["response"] = {"status_code": status, "request_id": f"req_{_digest(custom_id)[:24]}", "body": reply}
         return json.dumps(line)
@@ -308,11 +373,22 @@ class BatchDesk:
         failure = self._failure(custom_id)
         now = time.time()
         entry: dict[str, Any] = {
-            "time": now, "wire": job.wire, "model": request.get("model"), "fingerprint": request_fingerprint(request),
-            "messages": request.get("messages"), "response_format": request.get("response_format"),
+            "time": now,
+            "wire": job.wire,
+            "model": request.get("model"),
+            "fingerprint": request_fingerprint(request),
+            "messages": request.get("messages"),
+            "response_format": request.get("response_format"),
             "params": {k: v for k, v in request.items() if k not in ("model", "messages", "response_format")},
-            "fault": None, "status": 200, "authorization": None, "headers": {}, "billed": dict(_NO_BILL),
-            "inflight": 0, "batch": job.id, "custom_id": custom_id}
+            "fault": None,
+            "status": 200,
+            "authorization": None,
+            "headers": {},
+            "billed": dict(_NO_BILL),
+            "inflight": 0,
+            "batch": job.id,
+            "custom_id": custom_id,
+        }
         try:
             if failure == "expired":
                 entry.update(status=None, fault="expired")
@@ -334,8 +410,12 @@ class BatchDesk:
             except Exception as exc:  # a broken script is a failed request, visible to the test
                 entry["status"] = 500
                 return "errored", 500, error_body(job.wire, 500, f"responder failed: {exc}")
-            entry["billed"] = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                               "reasoning_tokens": reply.reasoning_tokens, "cached_tokens": reply.cached_tokens}
+            entry["billed"] = {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "reasoning_tokens": reply.reasoning_tokens,
+                "cached_tokens": reply.cached_tokens,
+            }
             entry["finish"] = reply.finish
             return "succeeded", 200, anthropic_body(reply, tool) if job.wire == "anthropic" else openai_body(reply)
         finally:

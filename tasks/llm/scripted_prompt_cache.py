@@ -97,13 +97,16 @@ class ScriptedPromptCache:
             self._seen.update(key for _, key in keys)
         return cached
 
-    def apply(self, wire: str, body: dict[str, Any], request: dict[str, Any], reply: Any, entry: dict[str, Any]) -> None:
+    def apply(
+        self, wire: str, body: dict[str, Any], request: dict[str, Any], reply: Any, entry: dict[str, Any]
+    ) -> None:
         """Set ``reply``'s cached and written tokens for this request and note the marks in the log ``entry``."""
         # Fast paths: marks live only in block lists; a prompt below the minimum has nothing to cache.
         read = written = 0
         if wire == "anthropic":
-            if isinstance(body.get("system"), list) or any(isinstance(m.get("content"), list)
-                                                           for m in body.get("messages") or []):
+            if isinstance(body.get("system"), list) or any(
+                isinstance(m.get("content"), list) for m in body.get("messages") or []
+            ):
                 read, written, marked = self.anthropic(body)
                 if marked:
                     entry["cache_control"] = marked

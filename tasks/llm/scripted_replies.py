@@ -16,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from refusalbench.tasks.llm.structured_outputs import ANSWER_ATTEMPT, JUDGE_CLASSIFICATIONS
 
@@ -85,9 +86,20 @@ _FINAL_CONFIDENCE_LINE = re.compile(r"\n[^\n]*confidence[^\n]*[:=][^\n]*\s*\Z", 
 _MARKUP = " \t\r\n*_`\"'.,;:!()[]{}<>#-"
 # Prose a scripted target uses to refuse without a code.
 PROSE_REFUSALS: tuple[str, ...] = (
-    "cannot answer", "can't answer", "cannot be answered", "unable to answer", "does not say", "doesn't say",
-    "does not mention", "doesn't mention", "not in the context", "not mentioned", "no information",
-    "not enough information", "i don't know", "i do not know",
+    "cannot answer",
+    "can't answer",
+    "cannot be answered",
+    "unable to answer",
+    "does not say",
+    "doesn't say",
+    "does not mention",
+    "doesn't mention",
+    "not in the context",
+    "not mentioned",
+    "no information",
+    "not enough information",
+    "i don't know",
+    "i do not know",
 )
 PROSE_REFUSAL_CODE = next(c for c in JUDGE_CLASSIFICATIONS if "INFO_MISSING" in c)
 
@@ -96,8 +108,9 @@ def _classification_of_code(token: str) -> str | None:
     """The judge classification a code spelling names (``REFUSE_MISSING`` -> ..._INFO_MISSING_IN_CONTEXT)."""
     token = token.upper()
     refusals = JUDGE_CLASSIFICATIONS[1:]
-    return (next((c for c in refusals if c.startswith(token)), None)
-            or next((c for c in refusals if token.removeprefix("REFUSE_") in c), None))
+    return next((c for c in refusals if c.startswith(token)), None) or next(
+        (c for c in refusals if token.removeprefix("REFUSE_") in c), None
+    )
 
 
 def scripted_classification(response: str) -> tuple[str, str]:
@@ -182,7 +195,9 @@ def _scripted_edits(text: str, change_question: bool, question: str) -> dict[str
     edits: dict[str, Any] = {"question": [], "text": []}
     if change_question:
         opening = _unique_opening(question)
-        edits["question"].append({"find": opening, "replace": "In the text given, " + opening[:1].lower() + opening[1:]})
+        edits["question"].append(
+            {"find": opening, "replace": "In the text given, " + opening[:1].lower() + opening[1:]}
+        )
     if text:
         edits["text"].append({"find": _SENTENCE_END.split(text.strip(), 1)[0], "replace": SCRIPTED_CONTEXT_CHANGE})
     return edits
@@ -212,27 +227,43 @@ def scripted_generator_reply(request: dict[str, Any]) -> str | None:
     passages = [(int(n), flag == "true", body) for n, flag, body in _PASSAGE_FENCE.findall(prompt)]
     multi = schema in ("GeneratorMultiOutput", "GeneratorMultiEdit")
     target = next((n for n, relevant, _ in passages if relevant), passages[0][0] if passages else 1)
-    text = (dict((n, body) for n, _, body in passages).get(target, "") if multi
-            else (fenced(prompt, "context") or [""])[0])
-    edits = _scripted_edits("" if where.endswith("question only") else text,
-                            not where.endswith(("context only", "passages only")), question)
-    new_passages = ([{"text": SCRIPTED_NEW_PASSAGE, "relevant": True}]
-                    if multi and _prompt_field(prompt, r"Intensity: (\w+)") == "HIGH" and edits["text"] else [])
-    tail = {"lever_applied": _prompt_field(prompt, r"- Name: ([^\n]*)"),
-            "rationale": "Scripted: the opening of the question or the context was reworded.",
-            "answer_constraint_holds": True,
-            "expected_behaviour": _prompt_field(prompt, r"should respond with: (\S+)")}
+    text = (
+        dict((n, body) for n, _, body in passages).get(target, "") if multi else (fenced(prompt, "context") or [""])[0]
+    )
+    edits = _scripted_edits(
+        "" if where.endswith("question only") else text, not where.endswith(("context only", "passages only")), question
+    )
+    new_passages = (
+        [{"text": SCRIPTED_NEW_PASSAGE, "relevant": True}]
+        if multi and _prompt_field(prompt, r"Intensity: (\w+)") == "HIGH" and edits["text"]
+        else []
+    )
+    tail = {
+        "lever_applied": _prompt_field(prompt, r"- Name: ([^\n]*)"),
+        "rationale": "Scripted: the opening of the question or the context was reworded.",
+        "answer_constraint_holds": True,
+        "expected_behaviour": _prompt_field(prompt, r"should respond with: (\S+)"),
+    }
     if schema == "GeneratorSingleEdit":
         return json.dumps({"question_edits": edits["question"], "context_edits": edits["text"], **tail})
     if schema == "GeneratorMultiEdit":
-        return json.dumps({"question_edits": edits["question"],
-                           "passage_edits": [{"passage": target, **edit} for edit in edits["text"]],
-                           "new_passages": new_passages, **tail})
+        return json.dumps(
+            {
+                "question_edits": edits["question"],
+                "passage_edits": [{"passage": target, **edit} for edit in edits["text"]],
+                "new_passages": new_passages,
+                **tail,
+            }
+        )
     new_question = _spliced(question, edits["question"])
     if schema == "GeneratorSingleOutput":
-        return json.dumps({"perturbed_question": new_question, "perturbed_context": _spliced(text, edits["text"]), **tail})
-    full = [{"index": n, "text": _spliced(body, edits["text"]) if n == target else body, "relevant": relevant}
-            for n, relevant, body in passages]
+        return json.dumps(
+            {"perturbed_question": new_question, "perturbed_context": _spliced(text, edits["text"]), **tail}
+        )
+    full = [
+        {"index": n, "text": _spliced(body, edits["text"]) if n == target else body, "relevant": relevant}
+        for n, relevant, body in passages
+    ]
     full += [{"index": len(passages) + i, **new} for i, new in enumerate(new_passages, 1)]
     return json.dumps({"perturbed_question": new_question, "passages": full, **tail})
 

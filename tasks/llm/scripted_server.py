@@ -167,7 +167,9 @@ class ScriptedLLMServer:
         """The ``api_base`` of ``anthropic/`` models (LiteLLM appends ``/v1/messages``)."""
         return f"http://{self.host}:{self.port}"
 
-    def fail_next(self, count: int = 1, *, status: int = 500, retry_after: float | None = None, kind: str = "status") -> None:
+    def fail_next(
+        self, count: int = 1, *, status: int = 500, retry_after: float | None = None, kind: str = "status"
+    ) -> None:
         for _ in range(count):
             self._queued.append(Fault(kind=kind, status=status, retry_after=retry_after))
 
@@ -177,8 +179,12 @@ class ScriptedLLMServer:
     def peak_inflight(self, model: str | None = None) -> int:
         """The most requests (to ``model``, or to all) in flight at once, from each request's arrival
         to its reply (``time`` to ``finished``): what a provider's concurrency limit counts."""
-        edges = sorted(edge for c in self.calls if model is None or c["model"] == model
-                       for edge in ((c["time"], 1), (c.get("finished", float("inf")), -1)))
+        edges = sorted(
+            edge
+            for c in self.calls
+            if model is None or c["model"] == model
+            for edge in ((c["time"], 1), (c.get("finished", float("inf")), -1))
+        )
         peak = level = 0
         for _, step in edges:  # at one instant a reply (-1) sorts before an arrival (+1)
             level += step
@@ -205,7 +211,7 @@ class ScriptedLLMServer:
                     total[key] += value
         return total
 
-    def start(self) -> "ScriptedLLMServer":
+    def start(self) -> ScriptedLLMServer:
         ready = threading.Event()
 
         def run() -> None:
@@ -242,7 +248,7 @@ class ScriptedLLMServer:
         if self._thread is not None:
             self._thread.join(10)
 
-    def __enter__(self) -> "ScriptedLLMServer":
+    def __enter__(self) -> ScriptedLLMServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -293,8 +299,9 @@ class ScriptedLLMServer:
             return Rejection(400, error_body("anthropic", 400, "max_tokens: Field required"))
         return None
 
-    def _behaviour_rejection(self, request: dict[str, Any], body: dict[str, Any], behaviour: Behaviour | None,
-                             wire: WireFormat, now: float) -> Rejection | None:
+    def _behaviour_rejection(
+        self, request: dict[str, Any], body: dict[str, Any], behaviour: Behaviour | None, wire: WireFormat, now: float
+    ) -> Rejection | None:
         """The error ``behaviour`` answers this request with, if any (a 429 counts as served)."""
         if behaviour is None:
             return None
@@ -303,8 +310,9 @@ class ScriptedLLMServer:
         if limit is not None:
             with self._lock:
                 served = self._rate_limited.get(model, 0)
-                limited = ((limit.requests is None or served < limit.requests)
-                           and (limit.until is None or now < limit.until))
+                limited = (limit.requests is None or served < limit.requests) and (
+                    limit.until is None or now < limit.until
+                )
                 if limited:
                     self._rate_limited[model] = served + 1
             if limited:
@@ -315,8 +323,12 @@ class ScriptedLLMServer:
             if wire == "anthropic" and (body.get("output_format") or (body.get("output_config") or {}).get("format")):
                 return Rejection(400, error_body(wire, 400, "output_format: Extra inputs are not permitted"))
             if wire == "openai" and (request.get("response_format") or {}).get("type") == "json_schema":
-                return Rejection(400, error_body(wire, 400, JSON_SCHEMA_UNSUPPORTED, kind="invalid_request_error",
-                                                 param="response_format"))
+                return Rejection(
+                    400,
+                    error_body(
+                        wire, 400, JSON_SCHEMA_UNSUPPORTED, kind="invalid_request_error", param="response_format"
+                    ),
+                )
         return None
 
     async def _handle_openai(self, http: web.Request) -> web.StreamResponse:
@@ -331,27 +343,47 @@ class ScriptedLLMServer:
         body = await http.json()
         texts = [body.get("input")] if isinstance(body.get("input"), str) else body.get("input")
         fault = self._draw_fault()
-        entry = {"time": time.time(), "wire": "embeddings", "model": body.get("model"), "input": texts,
-                 "messages": None, "response_format": None,
-                 "params": {k: v for k, v in body.items() if k not in ("model", "input")},
-                 "fault": fault.kind if fault else None, "status": fault.status if fault else 200,
-                 "authorization": http.headers.get("Authorization"), "headers": {},
-                 "billed": {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cached_tokens": 0}}
+        entry = {
+            "time": time.time(),
+            "wire": "embeddings",
+            "model": body.get("model"),
+            "input": texts,
+            "messages": None,
+            "response_format": None,
+            "params": {k: v for k, v in body.items() if k not in ("model", "input")},
+            "fault": fault.kind if fault else None,
+            "status": fault.status if fault else 200,
+            "authorization": http.headers.get("Authorization"),
+            "headers": {},
+            "billed": {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cached_tokens": 0},
+        }
         try:
             self._log(entry)
             if fault is not None and fault.kind == "status":
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-                return web.json_response(error_body("openai", fault.status, f"injected {fault.status}", kind="injected"),
-                                         status=fault.status, headers=headers)
+                return web.json_response(
+                    error_body("openai", fault.status, f"injected {fault.status}", kind="injected"),
+                    status=fault.status,
+                    headers=headers,
+                )
             if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
                 entry["status"] = 400
-                return web.json_response(error_body("openai", 400, "input must be a string or a list of strings",
-                                                    kind="invalid_request_error", param="input"), status=400)
+                return web.json_response(
+                    error_body(
+                        "openai",
+                        400,
+                        "input must be a string or a list of strings",
+                        kind="invalid_request_error",
+                        param="input",
+                    ),
+                    status=400,
+                )
             dimensions = body.get("dimensions") if isinstance(body.get("dimensions"), int) else None
             vectors = [scripted_embedding(t, *([dimensions] if dimensions else [])) for t in texts]
             entry["billed"]["prompt_tokens"] = tokens = sum(len(t.split()) for t in texts)
-            return web.json_response(embeddings_body(str(body.get("model")), vectors, body.get("encoding_format"),
-                                                     tokens))
+            return web.json_response(
+                embeddings_body(str(body.get("model")), vectors, body.get("encoding_format"), tokens)
+            )
         finally:
             entry["finished"] = time.time()
 
@@ -399,16 +431,20 @@ class ScriptedLLMServer:
                 if fault.kind == "status":
                     headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                     kind = "injected" if wire == "openai" else None  # the Messages API names its error types
-                    return web.json_response(error_body(wire, fault.status, f"injected {fault.status}", kind=kind),
-                                             status=fault.status, headers=headers)
+                    return web.json_response(
+                        error_body(wire, fault.status, f"injected {fault.status}", kind=kind),
+                        status=fault.status,
+                        headers=headers,
+                    )
                 if fault.kind == "hang":
                     await asyncio.sleep(self.hang_s)
                     return web.json_response(error_body(wire, 504, "hung"), status=504)
                 return web.Response(text="<html>upstream garbage</html>", content_type="application/json")
             shaping = behaviour or Behaviour()
             if fault is not None:  # an injected empty reply
-                shaping = Behaviour(content="", served_model=shaping.served_model,
-                                    system_fingerprint=shaping.system_fingerprint)
+                shaping = Behaviour(
+                    content="", served_model=shaping.served_model, system_fingerprint=shaping.system_fingerprint
+                )
             try:
                 answer = shaping.content if shaping.content is not None else self.responder(request)
                 reply = shape_reply(request, answer, shaping)
@@ -416,8 +452,12 @@ class ScriptedLLMServer:
             except Exception as exc:  # a broken script is a server error, visible to the test
                 entry["status"] = 500
                 return web.json_response(error_body(wire, 500, f"responder failed: {exc}"), status=500)
-            entry["billed"] = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                               "reasoning_tokens": reply.reasoning_tokens, "cached_tokens": reply.cached_tokens}
+            entry["billed"] = {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "reasoning_tokens": reply.reasoning_tokens,
+                "cached_tokens": reply.cached_tokens,
+            }
             entry["finish"] = reply.finish
             return web.json_response(anthropic_body(reply, tool) if wire == "anthropic" else openai_body(reply))
         finally:
@@ -427,18 +467,24 @@ class ScriptedLLMServer:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve scripted replies on loopback until interrupted (``--responder echo`` for echoes)."""
-    parser = argparse.ArgumentParser(description="A scripted model server (OpenAI chat completions and Anthropic "
-                                                 "Messages API) for dry runs of a config.")
+    parser = argparse.ArgumentParser(
+        description="A scripted model server (OpenAI chat completions and Anthropic "
+        "Messages API) for dry runs of a config."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8099)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument("--responder", choices=sorted(RESPONDERS), default="dry-run")
     parser.add_argument("--log", default=None, help="append every request to this JSONL file")
     args = parser.parse_args(argv)
-    server = ScriptedLLMServer(responder=RESPONDERS[args.responder], latency_s=args.latency,
-                               host=args.host, port=args.port, log_path=args.log).start()
-    print(f"scripted model server at {server.url} (set api_base: {server.url}; for anthropic/ models "
-          f"api_base: {server.anthropic_url}); Ctrl-C stops it", flush=True)
+    server = ScriptedLLMServer(
+        responder=RESPONDERS[args.responder], latency_s=args.latency, host=args.host, port=args.port, log_path=args.log
+    ).start()
+    print(
+        f"scripted model server at {server.url} (set api_base: {server.url}; for anthropic/ models "
+        f"api_base: {server.anthropic_url}); Ctrl-C stops it",
+        flush=True,
+    )
     try:
         while True:
             time.sleep(3600)

@@ -52,8 +52,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from refusalbench.tasks.core.config import CONFIG_CHECKS, ModelConfig, RunConfig
-from refusalbench.tasks.llm.endpoints import endpoint_identity
 from refusalbench.tasks.llm import limit_scripts as scripts
+from refusalbench.tasks.llm.endpoints import endpoint_identity
 from refusalbench.tasks.llm.rate_limits import ModelLimiter, Slot
 from refusalbench.tasks.llm.transport import CallFailed
 
@@ -62,6 +62,7 @@ log = logging.getLogger("refusalbench.shared_limits")
 PREFIX = "refusalbench:limits:"
 IDLE_S = 0.25  # a granted slot no call needs is given back after this long
 POLL_S = 0.5  # a waiting process asks again at least this often (a lost message, a dead holder's lease)
+
 
 def limits_ident(cfg: ModelConfig) -> str:
     """What names a model's shared counts: its model string and the deployment it reaches
@@ -82,7 +83,7 @@ class SharedModelLimits:
     """One model's limits as one gateway takes part in them: the slots it holds (``free`` or
     ``busy``), the tokens it has queued (``pending``) and the calls waiting for a slot."""
 
-    def __init__(self, store: "RedisLimits", cfg: ModelConfig):
+    def __init__(self, store: RedisLimits, cfg: ModelConfig):
         self.store = store
         self.limit = cfg.max_concurrency
         self.interval = 60.0 / cfg.rpm if cfg.rpm else 0.0
@@ -346,7 +347,8 @@ class RedisLimits:
             except Exception as exc:  # the connection dropped: the poll covers the gap
                 failures += 1  # said once per outage, not on every try
                 (log.warning if failures == 1 else log.debug)(
-                    "shared limits at %s: subscriber lost (%s); subscribing again", self.url, exc)
+                    "shared limits at %s: subscriber lost (%s); subscribing again", self.url, exc
+                )
                 await asyncio.sleep(POLL_S)
             finally:
                 await pubsub.aclose()
@@ -404,7 +406,8 @@ class RedisLimits:
 
     async def acquire(self, limits: SharedModelLimits, tokens: list[str]) -> tuple[int, float, list[str]]:
         queued, paused, granted = await self._scripts["acquire"](
-            keys=limits.keys, args=[limits.limit, self.lease_s, limits.channel, *tokens])
+            keys=limits.keys, args=[limits.limit, self.lease_s, limits.channel, *tokens]
+        )
         return int(queued), float(paused), [token.decode() for token in granted]
 
     async def release(self, limits: SharedModelLimits, tokens: list[str]) -> int:
@@ -415,8 +418,9 @@ class RedisLimits:
         return int(queued), [token.decode() for token in missing]
 
     async def pace(self, limits: SharedModelLimits, tokens: int) -> tuple[bool, float, float]:
-        admitted, wait, paused = await self._scripts["pace"](keys=limits.keys[2:],
-                                                             args=[limits.interval, limits.tpm, tokens])
+        admitted, wait, paused = await self._scripts["pace"](
+            keys=limits.keys[2:], args=[limits.interval, limits.tpm, tokens]
+        )
         return bool(admitted), float(wait), float(paused)
 
     async def pause(self, limits: SharedModelLimits, seconds: float) -> None:

@@ -25,6 +25,7 @@ class LLMOutput(BaseModel):
 
 # ----------------------------------------------------------------- generation
 
+
 class GeneratorSingleOutput(LLMOutput):
     perturbed_question: str
     perturbed_context: str
@@ -52,6 +53,7 @@ class GeneratorMultiOutput(LLMOutput):
 
 # Edit-style generation (``generation.edit_style``): the generator writes only what changes, as
 # find-and-replace edits on the original text; ``refusalbench/edits.py`` applies them in code.
+
 
 class TextEdit(LLMOutput):
     find: str = Field(description="a piece of the original text, copied exactly; it must occur there once")
@@ -139,8 +141,14 @@ class VerifierOutput(LLMOutput):
 # the method (tests/refusalbench/test_judge_decision.py keeps the two equal); the judge stage reads any code alias.
 ANSWER_ATTEMPT = "ANSWER_ATTEMPT"
 JUDGE_CLASSIFICATIONS: tuple[str, ...] = (
-    ANSWER_ATTEMPT, "REFUSE_AMBIGUOUS_QUERY", "REFUSE_CONTRADICTORY_CONTEXT", "REFUSE_INFO_MISSING_IN_CONTEXT",
-    "REFUSE_FALSE_PREMISE_IN_QUERY", "REFUSE_GRANULARITY_MISMATCH", "REFUSE_NONFACTUAL_QUERY", "REFUSE_OTHER",
+    ANSWER_ATTEMPT,
+    "REFUSE_AMBIGUOUS_QUERY",
+    "REFUSE_CONTRADICTORY_CONTEXT",
+    "REFUSE_INFO_MISSING_IN_CONTEXT",
+    "REFUSE_FALSE_PREMISE_IN_QUERY",
+    "REFUSE_GRANULARITY_MISMATCH",
+    "REFUSE_NONFACTUAL_QUERY",
+    "REFUSE_OTHER",
 )
 
 
@@ -181,7 +189,7 @@ class JudgeMultiOutput(JudgeDecisionOutput):
         return int(value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
-    def _raf_needs_eligibility(self) -> "JudgeMultiOutput":
+    def _raf_needs_eligibility(self) -> JudgeMultiOutput:
         # RAF = 1 means eligible AND supported by the relevant passages (GaRAGe; paper App. D),
         # so RAF 1 with eligibility 0 is a self-contradicting verdict: not a usable reply.
         if self.raf == 1 and self.eligibility == 0:
@@ -190,6 +198,7 @@ class JudgeMultiOutput(JudgeDecisionOutput):
 
 
 # ----------------------------------------------------------------- KnowOrNot
+
 
 class AtomicFacts(LLMOutput):
     facts: list[str]
@@ -330,8 +339,9 @@ def _candidate_texts(text: str) -> Iterator[str]:
     that is bare JSON (most) is never scanned for spans.
     """
     yield text.strip()
-    spans = [(match.end(), match.end() - match.start(), match.group(1).strip())
-             for match in _FENCED_BLOCK.finditer(text)]
+    spans = [
+        (match.end(), match.end() - match.start(), match.group(1).strip()) for match in _FENCED_BLOCK.finditer(text)
+    ]
     for opener, closer in ("{}", "[]"):
         spans += [(end, end - begin, text[begin:end]) for begin, end in _balanced_spans(text, opener, closer)]
     spans.sort(key=lambda span: (span[0], span[1]), reverse=True)
@@ -343,7 +353,7 @@ def _single_list_field(model_cls: type[BaseModel]) -> str | None:
     fields = model_cls.model_fields
     if len(fields) != 1:
         return None
-    (name, field), = fields.items()
+    ((name, field),) = fields.items()
     return name if get_origin(field.annotation) is list else None
 
 
@@ -392,4 +402,3 @@ def parse_output(model_cls: type[M], text: str | None) -> tuple[M | None, str | 
     if not decoded_any and ("{" in text):
         return None, "invalid JSON: no parseable JSON object in reply"
     return None, "no JSON object in reply"
-

@@ -33,18 +33,38 @@ from refusalbench.tasks.llm.rate_limits import announced_wait
 
 # The parameters LiteLLM passes through unchanged, with plain string messages, to a provider whose
 # profile says ``direct_http`` (its plain OpenAI and hosted-vLLM chat configs).
-PASS_THROUGH_PARAMS = frozenset({
-    "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n",
-    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
-})
+PASS_THROUGH_PARAMS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "seed",
+        "stop",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+    }
+)
 # OpenAI's own model names: LiteLLM rewrites their parameters (o-series, GPT-5) even behind an api_base.
 _OPENAI_FAMILIES = re.compile(r"^(o\d|gpt-|chatgpt|ft:|text-|davinci|babbage|codex|computer-use)")
 # Statuses aiohttp follows as a redirect: the lean client hands such a call to it.
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # The exception names LiteLLM gives these statuses, so error messages read the same on both paths.
-_STATUS_NAMES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-                 404: "NotFoundError", 408: "Timeout", 422: "UnprocessableEntityError", 429: "RateLimitError",
-                 500: "InternalServerError", 503: "ServiceUnavailableError"}
+_STATUS_NAMES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    408: "Timeout",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
 
 
 class CallFailed(Exception):
@@ -86,8 +106,12 @@ class Reply(NamedTuple):
     def metadata(self) -> dict[str, Any]:
         """What the call cache keeps of a reply besides its text, tokens and cost: the reasoning from the
         provider's own field (inline reasoning stays in the text), reasoning tokens, who served it."""
-        return {"reasoning": self.reasoning, "reasoning_tokens": self.reasoning_tokens,
-                "served_model": self.served_model, "system_fingerprint": self.system_fingerprint}
+        return {
+            "reasoning": self.reasoning,
+            "reasoning_tokens": self.reasoning_tokens,
+            "served_model": self.served_model,
+            "system_fingerprint": self.system_fingerprint,
+        }
 
 
 class Request(NamedTuple):
@@ -107,8 +131,13 @@ class Request(NamedTuple):
 # ---------------------------------------------------------------- through LiteLLM
 
 
-async def litellm_completion(model: str, messages: list[dict[str, str]], timeout_s: float, kwargs: dict[str, Any],
-                             profile: ProviderProfile | None = None) -> Reply:
+async def litellm_completion(
+    model: str,
+    messages: list[dict[str, str]],
+    timeout_s: float,
+    kwargs: dict[str, Any],
+    profile: ProviderProfile | None = None,
+) -> Reply:
     """One attempt through LiteLLM; ``profile`` (default: the model's, at ``kwargs['api_base']``)
     says which failures are worth another."""
     litellm = litellm_module()
@@ -142,9 +171,15 @@ def litellm_reply(response: Any) -> Reply:
         cost = float(litellm.completion_cost(completion_response=response))
     except Exception:  # unknown price (local models): cost is unknown, not zero
         cost = None
-    return Reply(text, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None), cost,
-                 getattr(choice, "finish_reason", None), **litellm_metadata(response, choice),
-                 refusal=litellm_refusal(choice))
+    return Reply(
+        text,
+        getattr(usage, "prompt_tokens", None),
+        getattr(usage, "completion_tokens", None),
+        cost,
+        getattr(choice, "finish_reason", None),
+        **litellm_metadata(response, choice),
+        refusal=litellm_refusal(choice),
+    )
 
 
 def litellm_refusal(choice: Any) -> str | None:
@@ -172,20 +207,28 @@ def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:
     extra = getattr(message, "provider_specific_fields", None) or {}
     blocks = getattr(message, "thinking_blocks", None) or []
     thinking = "\n\n".join(b.get("thinking") or "" for b in blocks if isinstance(b, dict)).strip()
-    reasoning = _first_text(getattr(message, "reasoning_content", None), thinking,
-                            extra.get("reasoning_content") if isinstance(extra, dict) else None,
-                            extra.get("reasoning") if isinstance(extra, dict) else None)
+    reasoning = _first_text(
+        getattr(message, "reasoning_content", None),
+        thinking,
+        extra.get("reasoning_content") if isinstance(extra, dict) else None,
+        extra.get("reasoning") if isinstance(extra, dict) else None,
+    )
     usage = getattr(response, "usage", None)
     details = getattr(usage, "completion_tokens_details", None)
     prompt_details = getattr(usage, "prompt_tokens_details", None)
     # LiteLLM reads Anthropic's cache_read_input_tokens into prompt_tokens_details.cached_tokens and
     # its cache_creation_input_tokens into cache_creation_tokens (and onto the usage itself).
     written = _count(getattr(prompt_details, "cache_creation_tokens", None))
-    return {"reasoning": reasoning, "reasoning_tokens": _count(getattr(details, "reasoning_tokens", None)),
-            "cached_tokens": _count(getattr(prompt_details, "cached_tokens", None)),
-            "cache_write_tokens": written if written is not None else _count(getattr(usage, "cache_creation_input_tokens", None)),
-            "served_model": _first_text(getattr(response, "model", None)),
-            "system_fingerprint": _first_text(getattr(response, "system_fingerprint", None))}
+    return {
+        "reasoning": reasoning,
+        "reasoning_tokens": _count(getattr(details, "reasoning_tokens", None)),
+        "cached_tokens": _count(getattr(prompt_details, "cached_tokens", None)),
+        "cache_write_tokens": written
+        if written is not None
+        else _count(getattr(usage, "cache_creation_input_tokens", None)),
+        "served_model": _first_text(getattr(response, "model", None)),
+        "system_fingerprint": _first_text(getattr(response, "system_fingerprint", None)),
+    }
 
 
 def json_metadata(reply: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
@@ -195,12 +238,14 @@ def json_metadata(reply: dict[str, Any], choice: dict[str, Any]) -> dict[str, An
     usage = _json_object(reply.get("usage"))
     details = _json_object(usage.get("completion_tokens_details"))
     prompt_details = _json_object(usage.get("prompt_tokens_details"))
-    return {"reasoning": _first_text(message.get("reasoning_content"), message.get("reasoning")),
-            "reasoning_tokens": _count(details.get("reasoning_tokens")),
-            "cached_tokens": _count(prompt_details.get("cached_tokens")),
-            "cache_write_tokens": _count(usage.get("cache_creation_input_tokens")),
-            "served_model": _first_text(reply.get("model")),
-            "system_fingerprint": _first_text(reply.get("system_fingerprint"))}
+    return {
+        "reasoning": _first_text(message.get("reasoning_content"), message.get("reasoning")),
+        "reasoning_tokens": _count(details.get("reasoning_tokens")),
+        "cached_tokens": _count(prompt_details.get("cached_tokens")),
+        "cache_write_tokens": _count(usage.get("cache_creation_input_tokens")),
+        "served_model": _first_text(reply.get("model")),
+        "system_fingerprint": _first_text(reply.get("system_fingerprint")),
+    }
 
 
 def _json_object(value: Any) -> dict[str, Any]:
@@ -221,8 +266,11 @@ def _retry_after_seconds(exc: BaseException) -> float | None:
     """The wait a LiteLLM exception's response headers announce (LiteLLM keeps them, lower-case,
     in ``litellm_response_headers``; ``response.headers`` is often empty)."""
     headers: dict[str, Any] = {}
-    for source in (getattr(getattr(exc, "response", None), "headers", None), getattr(exc, "headers", None),
-                   getattr(exc, "litellm_response_headers", None)):
+    for source in (
+        getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+    ):
         try:
             headers.update({str(name).lower(): value for name, value in (source or {}).items()})
         except (AttributeError, TypeError):
@@ -255,7 +303,9 @@ def classify(exc: BaseException, profile: ProviderProfile) -> CallFailed:
     elif isinstance(exc, not_retriable):
         return CallFailed(message, retriable=False)
     # 429, 5xx, timeouts, dropped connections and replies that did not decode: try again.
-    return CallFailed(message, retriable=True, retry_after=retry_after, status=status if isinstance(status, int) else None)
+    return CallFailed(
+        message, retriable=True, retry_after=retry_after, status=status if isinstance(status, int) else None
+    )
 
 
 # ---------------------------------------------------------------- direct
@@ -291,10 +341,10 @@ def unpriced_model(model: str) -> bool:
     return direct_model_name(model) is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _unpriced_name(model: str, prefix: str) -> str | None:
     """``model`` without its prefix, unless LiteLLM prices it or rewrites its family's parameters."""
-    name = model[len(prefix) + 1:]
+    name = model[len(prefix) + 1 :]
     if not name or _OPENAI_FAMILIES.match(name):
         return None
     priced = _priced_models()
@@ -303,7 +353,9 @@ def _unpriced_name(model: str, prefix: str) -> str | None:
     return name
 
 
-def direct_model(model: str, api_base: str | None, params: dict[str, Any], messages: list[dict[str, Any]]) -> str | None:
+def direct_model(
+    model: str, api_base: str | None, params: dict[str, Any], messages: list[dict[str, Any]]
+) -> str | None:
     """The model name to post if this call can take the direct path, else None (LiteLLM then)."""
     if not api_base or not params.keys() <= PASS_THROUGH_PARAMS:
         return None
@@ -335,14 +387,16 @@ class DirectClient:
             await self._session.close()
             self._session = None
 
-    async def complete(self, api_base: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float,
-                       profile: ProviderProfile) -> Reply:
+    async def complete(
+        self, api_base: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float, profile: ProviderProfile
+    ) -> Reply:
         """POST ``body`` to ``api_base``/chat/completions; the reply, or a :class:`CallFailed`
         (retried as ``profile`` says)."""
         url = api_base.rstrip("/") + "/chat/completions"
         data = json.dumps(body).encode()
-        status, raw, reply_headers = (await self._post_lean(url, data, headers, timeout_s)
-                                      if PostClient.handles(url) else (None, b"", None))
+        status, raw, reply_headers = (
+            await self._post_lean(url, data, headers, timeout_s) if PostClient.handles(url) else (None, b"", None)
+        )
         if status is None or status in _REDIRECTS:  # https, or a redirect: aiohttp follows it
             status, raw, reply_headers = await self._post_aiohttp(url, data, headers, timeout_s)
         retry_after = announced_wait(reply_headers) if status >= 400 else None
@@ -353,23 +407,29 @@ class DirectClient:
         try:
             reply = json.loads(raw)
         except ValueError:
-            raise CallFailed(f"APIError: the reply is not JSON: {_first_line(raw.decode('utf-8', 'replace'))}",
-                             retriable=True) from None
+            raise CallFailed(
+                f"APIError: the reply is not JSON: {_first_line(raw.decode('utf-8', 'replace'))}", retriable=True
+            ) from None
         return json_reply(reply)
 
-    async def _post_lean(self, url: str, data: bytes, headers: dict[str, str],
-                         timeout_s: float) -> tuple[int, bytes, dict[str, str]]:
+    async def _post_lean(
+        self, url: str, data: bytes, headers: dict[str, str], timeout_s: float
+    ) -> tuple[int, bytes, dict[str, str]]:
         try:
-            status, reply_headers, raw = await self._lean.post(url, data, headers, connect_timeout=timeout_s,
-                                                               read_timeout=timeout_s)
+            status, reply_headers, raw = await self._lean.post(
+                url, data, headers, connect_timeout=timeout_s, read_timeout=timeout_s
+            )
         except TimeoutError:
             raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
         except OSError as exc:  # refused, reset, dropped mid-reply: try again
-            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+            raise CallFailed(
+                f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True
+            ) from None
         return status, raw, reply_headers
 
-    async def _post_aiohttp(self, url: str, data: bytes, headers: dict[str, str],
-                            timeout_s: float) -> tuple[int, bytes, Any]:
+    async def _post_aiohttp(
+        self, url: str, data: bytes, headers: dict[str, str], timeout_s: float
+    ) -> tuple[int, bytes, Any]:
         import aiohttp
 
         # Per phase, like the OpenAI SDK's timeout: no single connect or read may take longer.
@@ -380,7 +440,9 @@ class DirectClient:
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise CallFailed(f"Timeout: no reply within {timeout_s:g} s", retriable=True) from None
         except aiohttp.ClientError as exc:  # refused, reset, dropped mid-reply: try again
-            raise CallFailed(f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True) from None
+            raise CallFailed(
+                f"APIConnectionError: {type(exc).__name__}: {_first_line(str(exc))}", retriable=True
+            ) from None
 
 
 def json_reply(reply: Any) -> Reply:
@@ -393,8 +455,15 @@ def json_reply(reply: Any) -> Reply:
         raise CallFailed("malformed reply: no choices", retriable=True) from None
     usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
     # Direct calls go only to models LiteLLM has no price for: cost unknown, as it would say.
-    return Reply(text, usage.get("prompt_tokens"), usage.get("completion_tokens"), None, choice.get("finish_reason"),
-                 **json_metadata(reply, choice), refusal=_first_text((choice.get("message") or {}).get("refusal")))
+    return Reply(
+        text,
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+        None,
+        choice.get("finish_reason"),
+        **json_metadata(reply, choice),
+        refusal=_first_text((choice.get("message") or {}).get("refusal")),
+    )
 
 
 def status_failure(status: int, raw: bytes, retry_after: float | None, profile: ProviderProfile) -> CallFailed:

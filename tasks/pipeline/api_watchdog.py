@@ -53,8 +53,12 @@ def poll_interval(idle_s: float) -> float:
 
 
 def _count(url: str, flow_runs: dict[str, Any]) -> int:
-    request = urllib.request.Request(url + "/flow_runs/count", data=json.dumps({"flow_runs": flow_runs}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        url + "/flow_runs/count",
+        data=json.dumps({"flow_runs": flow_runs}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(request, timeout=10) as reply:
         return int(json.loads(reply.read()))
 
@@ -63,9 +67,13 @@ def flow_runs_active(url: str, horizon_s: float) -> bool | None:
     """Whether the API at ``url`` has a flow run under way or scheduled within ``horizon_s`` of
     now (a run late by more than that has no one to start it); None if it did not answer."""
     now = datetime.now(UTC)
-    scheduled = {"state": {"type": {"any_": ["SCHEDULED"]}},
-                 "expected_start_time": {"after_": (now - timedelta(seconds=horizon_s)).isoformat(),
-                                         "before_": (now + timedelta(seconds=horizon_s)).isoformat()}}
+    scheduled = {
+        "state": {"type": {"any_": ["SCHEDULED"]}},
+        "expected_start_time": {
+            "after_": (now - timedelta(seconds=horizon_s)).isoformat(),
+            "before_": (now + timedelta(seconds=horizon_s)).isoformat(),
+        },
+    }
     try:
         return _count(url, {"state": {"type": {"any_": ACTIVE_STATES}}}) > 0 or _count(url, scheduled) > 0
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
@@ -100,8 +108,11 @@ def _stop_if_still_idle(home: Path, me: int, pid: int) -> bool:
             return False
         stop_server(pid, home)
         write_record(home, {**record, "stopped_at": time.time(), "stopped_by": f"idle for {idle_s / 60:g} min"})
-        print(f"{datetime.now().isoformat(timespec='seconds')} stopped the server (pid {pid}): "
-              f"idle for {idle_s / 60:g} min", flush=True)
+        print(
+            f"{datetime.now().isoformat(timespec='seconds')} stopped the server (pid {pid}): "
+            f"idle for {idle_s / 60:g} min",
+            flush=True,
+        )
         return True
 
 

@@ -20,10 +20,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import BudgetExceeded
@@ -55,8 +56,10 @@ def per_call_costs(plan: Any) -> dict[str, dict[str, float | None]]:
     """{stage: {model: USD per call}} of a ``refusalbench.plan.Plan``: each model's ceiling over its calls,
     as configured (a batch-mode model's calls at the batch price; a model whose respond and calibrate
     differ in mode: their average)."""
-    return {name: {model: None if m.cost_usd is None else m.cost_usd / max(m.calls, 1)
-                   for model, m in stage.models.items()} for name, stage in plan.stages.items()}
+    return {
+        name: {model: None if m.cost_usd is None else m.cost_usd / max(m.calls, 1) for model, m in stage.models.items()}
+        for name, stage in plan.stages.items()
+    }
 
 
 @dataclass
@@ -79,7 +82,7 @@ class Budget:
         self.spend = _span.get() or self.counter
 
     @classmethod
-    def of(cls, cfg: RunConfig, recorder: ManifestRecorder) -> "Budget | None":
+    def of(cls, cfg: RunConfig, recorder: ManifestRecorder) -> Budget | None:
         return cls(cfg, recorder, cfg.budget_usd) if cfg.budget_usd is not None else None
 
     # ------------------------------------------------------------ the estimate
@@ -92,14 +95,16 @@ class Budget:
             self._costs[evaluating] = costs = self._plan_costs(evaluating)
             unpriced = sorted({m for models in costs.values() for m, c in models.items() if c is None})
             if unpriced:
-                self.recorder.note(f"budget_usd cannot bound {', '.join(unpriced)}: no price (or no max_tokens) "
-                                   "to estimate their calls, which count as $0 against the budget")
+                self.recorder.note(
+                    f"budget_usd cannot bound {', '.join(unpriced)}: no price (or no max_tokens) "
+                    "to estimate their calls, which count as $0 against the budget"
+                )
         costs = self._costs[evaluating]
         return {model: cost for name in PLAN_STAGES.get(stage, (stage,)) for model, cost in costs.get(name, {}).items()}
 
     def _plan_costs(self, evaluating: bool) -> dict[str, dict[str, float | None]]:
-        from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
         from refusalbench.tasks.refusalbench.plan.estimate import plan_run
+        from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
         benchmark = rb_files.BENCHMARK.name
         try:
@@ -107,8 +112,10 @@ class Budget:
                 return per_call_costs(plan_run(self.cfg, benchmark=self.recorder.store.uri(benchmark)))
             return per_call_costs(plan_run(self.cfg))
         except Exception as exc:  # no estimate: the budget still stops once the spend itself passes it
-            self.recorder.note(f"budget_usd: no estimate of the calls to come ({type(exc).__name__}: {exc}); "
-                               "only the spend so far is checked")
+            self.recorder.note(
+                f"budget_usd: no estimate of the calls to come ({type(exc).__name__}: {exc}); "
+                "only the spend so far is checked"
+            )
             return {}
 
     def shard_cost(self, stage: str, model: str, rows: int, fanned: list[str]) -> float:
@@ -128,9 +135,11 @@ class Budget:
             committed = spent + sum(self._reserved.values())
         self._display.show(spent, self.limit_usd, stage)
         if committed + estimate > self.limit_usd:
-            self.stop(f"budget_usd: spent ${spent:,.4f} of ${self.limit_usd:,.2f} (${committed - spent:,.4f} more on "
-                      f"its way); stage {stage}: the next shard ({model}, shard {index + 1}/{count}, about "
-                      f"${estimate:,.4f}) would exceed it. Stopped; a re-run with a larger budget_usd resumes here")
+            self.stop(
+                f"budget_usd: spent ${spent:,.4f} of ${self.limit_usd:,.2f} (${committed - spent:,.4f} more on "
+                f"its way); stage {stage}: the next shard ({model}, shard {index + 1}/{count}, about "
+                f"${estimate:,.4f}) would exceed it. Stopped; a re-run with a larger budget_usd resumes here"
+            )
         return estimate
 
     def track(self, future: Any, estimate: float) -> None:

@@ -34,10 +34,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel
@@ -46,8 +46,8 @@ from refusalbench.tasks.core import clocks, runfolder
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.plan.prices import sends_batches
 from refusalbench.tasks.pipeline.ui import Progress, stage_of_task, story, task_run_name
+from refusalbench.tasks.refusalbench.plan.prices import sends_batches
 
 if TYPE_CHECKING:
     from refusalbench.tasks.pipeline.budget import Budget
@@ -102,8 +102,9 @@ def batch_task(cfg: RunConfig, task_name: str, model: str) -> bool:
     """Whether a task of ``task_name`` for ``model`` sends its stage's calls through the batch API."""
     callers = BATCH_CALLERS.get(task_name)
     stage = stage_of_task(task_name)
-    return callers is not None and any(sends_batches(cfg.models[m], stage) for m in callers(cfg, model)
-                                       if m in cfg.models)
+    return callers is not None and any(
+        sends_batches(cfg.models[m], stage) for m in callers(cfg, model) if m in cfg.models
+    )
 
 
 # ---------------------------------------------------------------- flow side: the fan-out
@@ -112,6 +113,7 @@ def batch_task(cfg: RunConfig, task_name: str, model: str) -> bool:
 TASKS_PER_MODEL = 4
 # ... each at least this many rounds of its model's max_concurrency long.
 ROUNDS_PER_SHARD = 8
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -138,7 +140,7 @@ class Fanout:
     cfg: RunConfig
     out: str
     api_bases: dict[str, str] = field(default_factory=dict)
-    budget: "Budget | None" = None  # checked before each shard is sent (tasks/pipeline/budget.py)
+    budget: Budget | None = None  # checked before each shard is sent (tasks/pipeline/budget.py)
     _given: dict[tuple[str, str], list[Shard]] = field(default_factory=dict)  # (task, model) -> its task inputs
     _sizes: list[int] = field(default_factory=list)  # the shard sizes :meth:`shard_size` chose
 
@@ -152,8 +154,9 @@ class Fanout:
 
         return result_storage(self.out)
 
-    def write_shards(self, kind: str, rows: list[Any], record_type: type[BaseModel], size: int,
-                     digest: Callable[[list[Any]], str]) -> list[Shard]:
+    def write_shards(
+        self, kind: str, rows: list[Any], record_type: type[BaseModel], size: int, digest: Callable[[list[Any]], str]
+    ) -> list[Shard]:
         """Write ``rows`` as ``_work/<kind>-NNNN.parquet`` shards; ``digest(chunk)`` per shard."""
         shards = []
         for index, chunk in enumerate(chunks(rows, size)):
@@ -162,8 +165,14 @@ class Fanout:
             shards.append(Shard(name, digest(chunk), len(chunk)))
         return shards
 
-    def submit(self, task: Any, models: list[str], shards: list[Shard] | Callable[[str], list[Shard]], *,
-               sharing: Iterable[str] | None = None) -> dict[str, list[Any]]:
+    def submit(
+        self,
+        task: Any,
+        models: list[str],
+        shards: list[Shard] | Callable[[str], list[Shard]],
+        *,
+        sharing: Iterable[str] | None = None,
+    ) -> dict[str, list[Any]]:
         """One ``task`` per (model, shard) -> {model: futures}, in shard order.
 
         ``shards`` may depend on the model (e.g. a downstream stage's inputs are the
@@ -174,8 +183,9 @@ class Fanout:
         task = task.with_options(result_storage=self._result_storage)
         inputs = {model: shards(model) if callable(shards) else shards for model in models}
         # A batch-mode model's shards go to one task: one batch job carries the stage's calls.
-        inputs = {model: whole(given) if batch_task(self.cfg, task.name, model) else given
-                  for model, given in inputs.items()}
+        inputs = {
+            model: whole(given) if batch_task(self.cfg, task.name, model) else given for model, given in inputs.items()
+        }
         self._given.update({(task.name, model): given for model, given in inputs.items()})
         futures: dict[str, list[Any]] = {model: [] for model in models}
         config = task_parameter(self.task_config)
@@ -198,15 +208,26 @@ class Fanout:
             return future
 
         counts = sorted({len(v) for v in inputs.values()})
-        story("%s: %d task(s), %d model(s) × %s shard(s)", task.name.removesuffix("-shard"),
-              sum(map(len, inputs.values())), len(models), "/".join(map(str, counts)) or "0")
+        story(
+            "%s: %d task(s), %d model(s) × %s shard(s)",
+            task.name.removesuffix("-shard"),
+            sum(map(len, inputs.values())),
+            len(models),
+            "/".join(map(str, counts)) or "0",
+        )
         # The task runner copies this context into each task's thread: the tasks' clocks
         # (their Parquet reads and writes, their bodies) count under the stage's name.
         with clocks.clock_scope(stage), clocks.timed("submit"):
             return self._submit_all(models, inputs, futures, spanned(f"{stage}/task_span", submit_one), sharing)
 
-    def _submit_all(self, models: list[str], inputs: dict[str, list[Shard]], futures: dict[str, list[Any]],
-                    submit_one: Callable[[str, int], Any], sharing: Iterable[str] | None) -> dict[str, list[Any]]:
+    def _submit_all(
+        self,
+        models: list[str],
+        inputs: dict[str, list[Shard]],
+        futures: dict[str, list[Any]],
+        submit_one: Callable[[str, int], Any],
+        sharing: Iterable[str] | None,
+    ) -> dict[str, list[Any]]:
         if one_model_at_a_time(self.cfg, list(sharing) if sharing is not None else models):
             for model in models:
                 futures[model] = [submit_one(model, index) for index in range(len(inputs[model]))]
@@ -276,6 +297,7 @@ class Fanout:
 def spanned(clock: str, submit: Callable[[str, int], Any]) -> Callable[[str, int], Any]:
     """``submit``, each future's time from submission to done on ``clock``: the task's body, what
     Prefect does around it, and its wait for a runner slot or an upstream task."""
+
     def submit_one(model: str, index: int) -> Any:
         submitted = time.perf_counter()
         future = submit(model, index)
@@ -287,9 +309,11 @@ def spanned(clock: str, submit: Callable[[str, int], Any]) -> Callable[[str, int
 
 # ---------------------------------------------------------------- task side
 
+
 def timed_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A shard task's body on the ``task_body`` clock (under its stage, from the fan-out's
     scope): the task's own time, apart from what Prefect does around it."""
+
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
         with clocks.timed("task_body"):
@@ -371,8 +395,14 @@ def read_shared(run_root: str, artifact: runfolder.Artifact) -> Any:
         return known[1]
 
 
-def write_output_shard(run_root: str, kind: str, model: str, input_name: str | list[str],
-                       rows: Sequence[BaseModel], record_type: type[BaseModel]) -> str:
+def write_output_shard(
+    run_root: str,
+    kind: str,
+    model: str,
+    input_name: str | list[str],
+    rows: Sequence[BaseModel],
+    record_type: type[BaseModel],
+) -> str:
     """Write a task's output shard (named after its first input shard); its calls go to the run's Logs tab."""
     first = input_name if isinstance(input_name, str) else input_name[0]
     name = runfolder.output_shard(kind, model, runfolder.shard_index(first))
@@ -380,8 +410,13 @@ def write_output_shard(run_root: str, kind: str, model: str, input_name: str | l
     ArtifactStore(run_root).write_records(name, list(rows), record_type)
     with _shard_calls_lock:
         calls = _shard_calls.pop(_attempt(), None) or ShardCalls()
-    story("%s: %d rows, %s", task_run_name() or f"{kind} {model} {input_name}", len(rows), calls.summary(),
-          level=logging.WARNING if calls.failed else logging.INFO)
+    story(
+        "%s: %d rows, %s",
+        task_run_name() or f"{kind} {model} {input_name}",
+        len(rows),
+        calls.summary(),
+        level=logging.WARNING if calls.failed else logging.INFO,
+    )
     return name
 
 

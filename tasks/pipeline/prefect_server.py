@@ -122,8 +122,12 @@ def settings_files_mention_api(cwd: Path | None = None) -> bool:
     ./.env, ./pyproject.toml) may set the API URL."""
     cwd = cwd or Path.cwd()
     home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()  # where Prefect itself looks
-    files = [Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser(),
-             cwd / "prefect.toml", cwd / ".env", cwd / "pyproject.toml"]
+    files = [
+        Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser(),
+        cwd / "prefect.toml",
+        cwd / ".env",
+        cwd / "pyproject.toml",
+    ]
     for file in files:
         try:
             text = file.read_text(encoding="utf-8", errors="replace")
@@ -178,16 +182,31 @@ def _spawn_server(home: Path, fingerprint: str, start_lock: IO[str]) -> tuple[su
     if static:
         env["PREFECT_UI_STATIC_DIRECTORY"] = static
     idle = idle_minutes()
-    entry = {"port": port, "host": host, **server_urls(host, port), "fingerprint": fingerprint,
-             "prefect": prefect_version(), "log": str(home / LOG), "home": str(home), "started_at": time.time(),
-             "pinned": False, "idle_minutes": idle, "watchdog_pid": _spawn_watchdog(home) if idle > 0 else None}
+    entry = {
+        "port": port,
+        "host": host,
+        **server_urls(host, port),
+        "fingerprint": fingerprint,
+        "prefect": prefect_version(),
+        "log": str(home / LOG),
+        "home": str(home),
+        "started_at": time.time(),
+        "pinned": False,
+        "idle_minutes": idle,
+        "watchdog_pid": _spawn_watchdog(home) if idle > 0 else None,
+    }
     write_record(home, entry)
     with open(home / LOG, "wb") as output:
         # Its own session: a Ctrl-C in the terminal stops the command, not the server.
         process = subprocess.Popen(
             [sys.executable, "-m", "prefect", "--no-prompt", "server", "start", "--background", "--port", str(port)],
-            env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-            pass_fds=(start_lock.fileno(),))
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(start_lock.fileno(),),
+        )
     return process, entry
 
 
@@ -195,9 +214,14 @@ def _spawn_watchdog(home: Path) -> int:
     """Start the process that stops ``home``'s server once idle (``api_watchdog``); its pid. It
     waits for the start lock, so it looks at the server only once the start is over."""
     with open(home / WATCHDOG_LOG, "ab") as output:
-        process = subprocess.Popen([sys.executable, "-m", WATCHDOG_MODULE, str(home)],
-                                   env=dict(os.environ, PREFECT_HOME=str(home)), stdin=subprocess.DEVNULL,
-                                   stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", WATCHDOG_MODULE, str(home)],
+            env=dict(os.environ, PREFECT_HOME=str(home)),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return process.pid
 
 
@@ -233,7 +257,8 @@ def start_embedded_api() -> bool:
                 raise RuntimeError(
                     f"Prefect's background server for {home} (pid {entry['pid']}) was started under other server "
                     "settings and another command is using it: wait for that command, or give this one its own "
-                    "PREFECT_HOME")
+                    "PREFECT_HOME"
+                )
             stop_server(entry["pid"], home)
         if entry is None or entry["fingerprint"] not in (None, fingerprint):
             (home / PID_FILE).unlink(missing_ok=True)  # a stale one: `prefect server start` refuses to start beside it
@@ -260,6 +285,7 @@ def embedded_api(launch: Launch) -> Launch:
     """Decorator for the CLI's ``run_*``: the server is found or started as the call starts and
     this process stops using it as the call ends. A call that fails before its flow used a
     server it started (bad input: exit 2) stops that server, unless another command uses it."""
+
     @functools.wraps(launch)
     def call(*args: Any, **kwargs: Any) -> Any:
         with timed("api_start"):  # find the server, or spawn one (not waiting for it to answer)
@@ -319,8 +345,12 @@ def _wait_until_ready(timeout_s: float | None) -> None:
     if first_wait and (_entry.get("fingerprint") is None or _spawned is not None):
         _check_version(_entry)
     if first_wait and _spawned is not None:
-        print(f"Prefect server started in the background for {prefect_home()}: UI at {_entry['ui']} "
-              "(stop it with `refusalbench api stop`)", file=sys.stderr, flush=True)
+        print(
+            f"Prefect server started in the background for {prefect_home()}: UI at {_entry['ui']} "
+            "(stop it with `refusalbench api stop`)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _answers(url: str) -> bool:
@@ -341,8 +371,10 @@ def _check_still_starting(entry: dict[str, Any]) -> None:
             raise RuntimeError(f"`prefect server start --background` failed (exit {code}): {_log_tail(entry)}")
     server = running_server()
     if server is None or server["port"] != entry["port"]:
-        raise RuntimeError(f"Prefect's background server exited while starting; to see why, run `prefect server "
-                           f"start` in the foreground with PREFECT_HOME={prefect_home()}")
+        raise RuntimeError(
+            f"Prefect's background server exited while starting; to see why, run `prefect server "
+            f"start` in the foreground with PREFECT_HOME={prefect_home()}"
+        )
 
 
 def _check_version(entry: dict[str, Any]) -> None:
@@ -353,8 +385,10 @@ def _check_version(entry: dict[str, Any]) -> None:
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
         return
     if version != prefect_version():
-        raise RuntimeError(f"the background Prefect server for {prefect_home()} (pid {entry.get('pid')}) runs Prefect "
-                           f"{version}, this command Prefect {prefect_version()}: stop it with `refusalbench api stop`")
+        raise RuntimeError(
+            f"the background Prefect server for {prefect_home()} (pid {entry.get('pid')}) runs Prefect "
+            f"{version}, this command Prefect {prefect_version()}: stop it with `refusalbench api stop`"
+        )
 
 
 def _log_tail(entry: dict[str, Any]) -> str:

@@ -49,8 +49,9 @@ def _watch_parent(parent: int, signum: int, interval_s: float) -> None:
     os.kill(os.getpid(), signum)
 
 
-def follow_parent(*, signum: int = signal.SIGTERM, interval_s: float = WATCH_INTERVAL_S,
-                  force: bool = False) -> str | None:
+def follow_parent(
+    *, signum: int = signal.SIGTERM, interval_s: float = WATCH_INTERVAL_S, force: bool = False
+) -> str | None:
     """Make this process end with its parent; returns how ("prctl", "watchdog") or None.
 
     Runs once per process and only in a flow-run process Prefect started (``force`` skips
@@ -64,8 +65,9 @@ def follow_parent(*, signum: int = signal.SIGTERM, interval_s: float = WATCH_INT
     if _set_parent_death_signal(signum):
         _armed = "prctl"
     else:
-        threading.Thread(target=_watch_parent, args=(parent, signum, interval_s), daemon=True,
-                         name="follow-parent").start()
+        threading.Thread(
+            target=_watch_parent, args=(parent, signum, interval_s), daemon=True, name="follow-parent"
+        ).start()
         _armed = "watchdog"
     if os.getppid() != parent:  # the parent died before the kernel was told
         os.kill(os.getpid(), signum)

@@ -20,15 +20,25 @@ def runfolder_markdown() -> str:
     """The README's run-folder table, generated from the declarations."""
     lines = ["| file | method | format | shape | what it is |", "|---|---|---|---|---|"]
     for artifact in ARTIFACTS:
-        shape = artifact.schema.__name__ if artifact.schema is not None else {"parquet": "table"}.get(artifact.format, "-")
+        shape = (
+            artifact.schema.__name__ if artifact.schema is not None else {"parquet": "table"}.get(artifact.format, "-")
+        )
         lines.append(f"| `{artifact.name}` | {artifact.method} | {artifact.format} | {shape} | {artifact.about} |")
     lines.append("| `labels/<spec>.jsonl` | knowornot | jsonl | HumanLabel | human labels, appended one per line |")
-    lines.append("| `labels/consensus/<spec>.jsonl` | knowornot | jsonl | HumanLabel | the label agreed in a consensus "
-                 "pass for each item the annotators labelled differently (`knowornot label --consensus`) |")
-    lines.append("| `agreement-<spec>.json` | knowornot | json | AgreementDocument | agreement between annotators (kappa "
-                 "with intervals), open disagreements, and every evaluator against the human consensus |")
-    lines.append("| `kb/<name>/...` | knowornot | (as above) | - | a multi-base run (`knowornot.knowledge_bases`): each "
-                 "base's own sentences, facts, QA pairs, filter report and FAISS index; the run folder's files merge "
-                 "them, ids prefixed `<name>/` |")
-    lines.append(f"| `{runfolder.WORK}/...` | both | parquet | (records) | stage-task shards; safe to delete after a run |")
+    lines.append(
+        "| `labels/consensus/<spec>.jsonl` | knowornot | jsonl | HumanLabel | the label agreed in a consensus "
+        "pass for each item the annotators labelled differently (`knowornot label --consensus`) |"
+    )
+    lines.append(
+        "| `agreement-<spec>.json` | knowornot | json | AgreementDocument | agreement between annotators (kappa "
+        "with intervals), open disagreements, and every evaluator against the human consensus |"
+    )
+    lines.append(
+        "| `kb/<name>/...` | knowornot | (as above) | - | a multi-base run (`knowornot.knowledge_bases`): each "
+        "base's own sentences, facts, QA pairs, filter report and FAISS index; the run folder's files merge "
+        "them, ids prefixed `<name>/` |"
+    )
+    lines.append(
+        f"| `{runfolder.WORK}/...` | both | parquet | (records) | stage-task shards; safe to delete after a run |"
+    )
     return "\n".join(lines)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from refusalbench.tasks.core.config import RunConfig
@@ -123,6 +124,7 @@ _SAVED_STORAGE: dict[tuple[str, str], Any] = {}
 
 # ---------------------------------------------------------------- call accounting
 
+
 def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Sum per-model gateway counters (http_calls, tokens, cache_hits ...) of several processes."""
     merged: dict[str, dict[str, float]] = {}
@@ -134,31 +136,31 @@ def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, 
     return merged
 
 
-def _gateway_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
+def _gateway_stats(config: RunConfig | dict[str, Any]) -> dict[str, dict[str, float]]:
     from refusalbench.tasks.llm.gateway import gateway_for
 
     return gateway_for(config).stats_snapshot()
 
 
-def _gateway_stages(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, dict[str, float]]]:
+def _gateway_stages(config: RunConfig | dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
     from refusalbench.tasks.llm.gateway import gateway_for
 
     return gateway_for(config).stage_snapshot()
 
 
-def _gateway_roles(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, int]]:
+def _gateway_roles(config: RunConfig | dict[str, Any]) -> dict[str, dict[str, int]]:
     from refusalbench.tasks.llm.gateway import gateway_for
 
     return gateway_for(config).scope.role_stats()
 
 
-def _gateway_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
+def _gateway_fallbacks(config: RunConfig | dict[str, Any]) -> dict[str, str]:
     from refusalbench.tasks.llm.gateway import gateway_for
 
     return gateway_for(config).structured_output_fallbacks()
 
 
-def _from_every_process(read: Callable[[Any], T], config: "RunConfig | dict[str, Any]", what: str) -> list[T]:
+def _from_every_process(read: Callable[[Any], T], config: RunConfig | dict[str, Any], what: str) -> list[T]:
     """``read(config)`` in this process and, with the Dask runner, in every worker process:
     gateways are per process, so a flow's calls may have gone through several."""
     found = [read(config)]
@@ -171,7 +173,7 @@ def _from_every_process(read: Callable[[Any], T], config: "RunConfig | dict[str,
     return found
 
 
-def run_structured_fallbacks(config: "RunConfig | dict[str, Any]") -> dict[str, str]:
+def run_structured_fallbacks(config: RunConfig | dict[str, Any]) -> dict[str, str]:
     """{model: mode} for every model whose structured-output mode was lowered in this process or
     (Dask runner) in a worker; the lowest mode wins where processes differ."""
     from refusalbench.tasks.llm.providers import MODES_BY_STRENGTH
@@ -198,7 +200,7 @@ def _current_dask_client() -> Any:
     return getattr(runner, "_client", None)
 
 
-def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
+def run_call_stats(config: RunConfig | dict[str, Any]) -> dict[str, dict[str, float]]:
     """Call accounting of a flow run.
 
     Gateways are per process: with the thread runner every call went through the flow
@@ -208,12 +210,12 @@ def run_call_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, 
     return merge_call_stats(_from_every_process(_gateway_stats, config, "call statistics"))
 
 
-def run_role_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, float]]:
+def run_role_stats(config: RunConfig | dict[str, Any]) -> dict[str, dict[str, float]]:
     """Calls per cache role (``tasks/llm/cache_scope.py``: calls, from_earlier_rounds), every process summed."""
     return merge_call_stats(_from_every_process(_gateway_roles, config, "calls by role"))
 
 
-def run_stage_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str, dict[str, float]]]:
+def run_stage_stats(config: RunConfig | dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
     """Calls, tokens and cost per stage and model (``tasks/llm/accounting.py``), every process summed."""
     merged: dict[str, dict[str, dict[str, float]]] = {}
     for snapshot in _from_every_process(_gateway_stages, config, "costs by stage"):
@@ -222,22 +224,25 @@ def run_stage_stats(config: "RunConfig | dict[str, Any]") -> dict[str, dict[str,
     return merged
 
 
-def stage_stats_since(start: dict[str, dict[str, dict[str, float]]],
-                      now: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+def stage_stats_since(
+    start: dict[str, dict[str, dict[str, float]]], now: dict[str, dict[str, dict[str, float]]]
+) -> dict[str, dict[str, dict[str, float]]]:
     """:func:`call_stats_since` for each stage; a stage with no change is left out."""
     since = {stage: call_stats_since(start.get(stage, {}), models) for stage, models in now.items()}
     return {stage: models for stage, models in since.items() if models}
 
 
-def call_stats_since(start: dict[str, dict[str, float]],
-                     now: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+def call_stats_since(
+    start: dict[str, dict[str, float]], now: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
     """What the counters of ``now`` counted after the snapshot ``start``; a counter, or a model,
     that did not change in between is left out (as one never counted is)."""
     since: dict[str, dict[str, float]] = {}
     for model, counters in now.items():
         before = start.get(model, {})
-        changed = {name: amount - before.get(name, 0) for name, amount in counters.items()
-                   if amount != before.get(name, 0)}
+        changed = {
+            name: amount - before.get(name, 0) for name, amount in counters.items() if amount != before.get(name, 0)
+        }
         if changed:
             since[model] = changed
     return since
@@ -252,7 +257,7 @@ class CallCounter:
     before it. Create it when the flow starts, before any call.
     """
 
-    def __init__(self, config: "RunConfig | dict[str, Any]"):
+    def __init__(self, config: RunConfig | dict[str, Any]):
         self.config = config
         self.at_start = run_call_stats(config)
         self.roles_at_start = run_role_stats(config)

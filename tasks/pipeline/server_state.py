@@ -64,6 +64,7 @@ def idle_minutes() -> float:
 
 # ---------------------------------------------------------------- the server Prefect recorded
 
+
 def alive(pid: int) -> bool:
     """Whether the process runs (an exited child its parent has not reaped yet does not)."""
     try:
@@ -74,7 +75,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
-    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def command_line(pid: int) -> list[bytes] | None:
@@ -164,9 +165,16 @@ def running_server(home: Path | None = None) -> dict[str, Any] | None:
     port = _option(arguments, "--port") or record.get("port") or DEFAULT_PORT
     host = _option(arguments, "--host") or record.get("host") or "127.0.0.1"
     ours = str(record.get("port")) == str(port)
-    return {"pid": pid, "port": int(port), "host": host, **server_urls(host, int(port)),
-            "fingerprint": record.get("fingerprint") if ours else None, "log": str(home / LOG),
-            "home": str(home), "record": record if ours else {}}
+    return {
+        "pid": pid,
+        "port": int(port),
+        "host": host,
+        **server_urls(host, int(port)),
+        "fingerprint": record.get("fingerprint") if ours else None,
+        "log": str(home / LOG),
+        "home": str(home),
+        "record": record if ours else {},
+    }
 
 
 def stop_server(pid: int, home: Path, timeout_s: float = 10.0) -> None:

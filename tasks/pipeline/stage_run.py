@@ -19,9 +19,9 @@ from functools import cached_property
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.budget import Budget
 from refusalbench.tasks.pipeline.fanout import Fanout
-from refusalbench.tasks.core.store import ArtifactStore
 
 
 @dataclass

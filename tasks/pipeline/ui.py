@@ -215,8 +215,11 @@ class Progress:
 
                 if self._artifact_id is None:
                     # Prefect types its sync-or-async result as UUID | Coroutine; called from sync code it is the UUID.
-                    self._artifact_id = create_progress_artifact(progress=percent, key=artifact_key(f"{self.title} progress"),  # type: ignore[assignment]
-                                                                 description=self._description)
+                    self._artifact_id = create_progress_artifact(
+                        progress=percent,
+                        key=artifact_key(f"{self.title} progress"),  # type: ignore[assignment]
+                        description=self._description,
+                    )
                 else:
                     update_progress_artifact(artifact_id=self._artifact_id, progress=percent)
             except Exception:  # progress display must never break the work
@@ -240,8 +243,11 @@ class SpendDisplay:
 
             if self._artifact_id is None:
                 # Prefect types its sync-or-async result as UUID | Coroutine; called from sync code it is the UUID.
-                self._artifact_id = create_progress_artifact(progress=percent, key="budget-spend",  # type: ignore[assignment]
-                                                             description=description)
+                self._artifact_id = create_progress_artifact(
+                    progress=percent,
+                    key="budget-spend",  # type: ignore[assignment]
+                    description=description,
+                )
             else:
                 update_progress_artifact(artifact_id=self._artifact_id, progress=percent, description=description)
         except Exception:  # the display must never break the work

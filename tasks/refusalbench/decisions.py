@@ -107,9 +107,7 @@ LEVELS_ASCENDING: tuple[str, ...] = tuple(sorted(CONFIDENCE_LEVELS, key=CONFIDEN
 
 _SEP = r"[\s_-]+"
 # Two-word levels before one-word levels: "VERY_UNCERTAIN" contains "UNCERTAIN".
-_LEVEL_ALTERNATIVES = (
-    rf"very{_SEP}confident|somewhat{_SEP}confident|very{_SEP}uncertain|confident|uncertain"
-)
+_LEVEL_ALTERNATIVES = rf"very{_SEP}confident|somewhat{_SEP}confident|very{_SEP}uncertain|confident|uncertain"
 # Inside a labelled value or a bare value, any case and separator is a level.
 _LEVEL_ANY_CASE = re.compile(rf"(?<![A-Za-z])({_LEVEL_ALTERNATIVES})(?![A-Za-z])", re.IGNORECASE)
 # In free text without a label, only code-like spellings count (upper case, or joined by
@@ -122,9 +120,7 @@ _LEVEL_CODE_LIKE = re.compile(
 )
 _NUMBER = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?|\.\d+)\s*(%|percent)?", re.IGNORECASE)
 # "Confidence: X", "CONFIDENCE LEVEL = X", "**Confidence:** X", "confidence_level: X".
-_LABEL = re.compile(
-    r"confidence(?:[\s_-]*level)?[\s*_`]*[:=][\s*_`]*(?P<value>[^\n]*)", re.IGNORECASE
-)
+_LABEL = re.compile(r"confidence(?:[\s_-]*level)?[\s*_`]*[:=][\s*_`]*(?P<value>[^\n]*)", re.IGNORECASE)
 _MARKUP = " \t\r\n*_`\"'.,;:()[]{}"
 
 
@@ -169,9 +165,7 @@ def _parse_value(value: str, *, whole: bool) -> str | None:
     if level and (not number or level.start() < number.start()):
         return _canonical_level(level.group(1))
     if number:
-        prob = _number_as_probability(
-            float(number.group(1)), percent=number.group(2) is not None, bare_percent=True
-        )
+        prob = _number_as_probability(float(number.group(1)), percent=number.group(2) is not None, bare_percent=True)
         return None if prob is None else _format_probability(prob)
     return None
 

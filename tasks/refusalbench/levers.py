@@ -25,7 +25,13 @@ from refusalbench.levers import CATALOGUE_DIR
 from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.core.textinput import read_text
 from refusalbench.tasks.refusalbench.schema.records import Lever
-from refusalbench.tasks.refusalbench.taxonomy import CLASS_SLUG, INTENSITIES, PERTURBATION_CLASSES, STRATA, expected_behaviour
+from refusalbench.tasks.refusalbench.taxonomy import (
+    CLASS_SLUG,
+    INTENSITIES,
+    PERTURBATION_CLASSES,
+    STRATA,
+    expected_behaviour,
+)
 
 # Lives in levers/ next to the lever files but holds names only, so the loader skips it.
 REFERENCE_NAMES_FILE = "reference_names.yaml"
@@ -52,6 +58,7 @@ _NON_SLUG = re.compile(r"[^a-z0-9]+")
 
 # ----------------------------------------------------------------- ids
 
+
 def name_slug(name: str) -> str:
     """Slug of a lever name: lowercase; apostrophes dropped; other runs of non-[a-z0-9] become '-'.
 
@@ -72,6 +79,7 @@ def lever_id(perturbation_class: str, intensity: str, name: str) -> str:
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Every stage task loads the catalogue; parse each version of the files once per process.
 _parsed_catalogues: dict[tuple[Any, ...], list[Lever]] = {}
+
 
 def _compose(path: Path) -> tuple[yaml.Node | None, Any]:
     """Parse one YAML file into (node tree, python data); YAML errors become InputError."""
@@ -144,8 +152,12 @@ def _lever_nodes(path: Path) -> tuple[list[Any], list[yaml.Node]]:
         raise InputError(file, "a lever file must be a mapping with a 'levers' list", line=line)
     for key_node, _ in root.value:
         if str(key_node.value) != "levers":
-            raise InputError(file, "unknown top-level key; only 'levers' is allowed",
-                             line=key_node.start_mark.line + 1, field=str(key_node.value))
+            raise InputError(
+                file,
+                "unknown top-level key; only 'levers' is allowed",
+                line=key_node.start_mark.line + 1,
+                field=str(key_node.value),
+            )
     found = _mapping_value(root, "levers")
     if found is None:
         raise InputError(file, "missing 'levers' list", line=1, field="levers")
@@ -251,6 +263,7 @@ def load_reference_names(path: Path | None = None) -> dict[Stratum, list[str]]:
 
 # ----------------------------------------------------------------- validation
 
+
 def _describe_record(index: int, record: Mapping[str, Any]) -> str:
     ident = record.get("id") if isinstance(record, Mapping) else None
     return f"lever #{index} ({ident!r})" if ident else f"lever #{index}"
@@ -320,12 +333,24 @@ def _target_problems(lever: Lever) -> list[str]:
     if reason is not None and not reason.strip():
         return [_located(lever, "target_exception", "is empty; say why the target departs from the rule")]
     if not follows and reason is None:
-        return [_located(lever, "target", (
-            f"{lever.perturbation_class} levers modify {wanted} (paper App. I.3), not {lever.target!r}; "
-            "fix the target, or say why this lever must differ in target_exception"))]
+        return [
+            _located(
+                lever,
+                "target",
+                (
+                    f"{lever.perturbation_class} levers modify {wanted} (paper App. I.3), not {lever.target!r}; "
+                    "fix the target, or say why this lever must differ in target_exception"
+                ),
+            )
+        ]
     if follows and reason is not None:
-        return [_located(lever, "target_exception", (
-            f"target {lever.target!r} already follows the {lever.perturbation_class} rule; drop the exception"))]
+        return [
+            _located(
+                lever,
+                "target_exception",
+                (f"target {lever.target!r} already follows the {lever.perturbation_class} rule; drop the exception"),
+            )
+        ]
     return []
 
 
@@ -370,8 +395,10 @@ def validate_catalogue(
 
 # ----------------------------------------------------------------- hashing and slicing
 
+
 def catalogue_hash(levers: Sequence[Lever]) -> str:
     """sha256 of the catalogue's canonical JSON: levers sorted by id, keys sorted, compact."""
+
     def canonical(lever: Lever) -> str:
         return json.dumps(lever.model_dump(mode="json"), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
@@ -395,7 +422,8 @@ def filter_levers(
     if unknown:
         raise ValueError(f"unknown perturbation class or intensity: {', '.join(map(repr, unknown))}")
     return [
-        lever for lever in levers
+        lever
+        for lever in levers
         if (classes is None or lever.perturbation_class in classes)
         and (intensities is None or lever.intensity in intensities)
     ]

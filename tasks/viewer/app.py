@@ -69,8 +69,10 @@ def create_app(runs: dict[str, Run]) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def home() -> HTMLResponse:
-        sections = [pages.home_section(run) if isinstance(run, RefusalBenchRun) else knowornot_pages.home_section(run)
-                    for run in runs.values()]
+        sections = [
+            pages.home_section(run) if isinstance(run, RefusalBenchRun) else knowornot_pages.home_section(run)
+            for run in runs.values()
+        ]
         return html("runs", "".join(sections))
 
     @app.get("/runs/{run_name}/items", response_class=HTMLResponse)
@@ -129,8 +131,9 @@ def create_app(runs: dict[str, Run]) -> FastAPI:
     @app.get("/api/runs/{run_name}/items/{item_id:path}")
     def api_item(run_name: str, item_id: str) -> Response:
         run = runs.get(run_name)
-        found = None if run is None else (
-            run.experiment(item_id) if isinstance(run, KnowOrNotRun) else run.item(item_id))
+        found = (
+            None if run is None else (run.experiment(item_id) if isinstance(run, KnowOrNotRun) else run.item(item_id))
+        )
         if found is None:
             return _json({"error": f"no item {item_id} in {run_name}"}, 404)
         return _json(found)

@@ -19,8 +19,13 @@ from refusalbench.tasks.core.stats import independent_difference
 from refusalbench.tasks.viewer.data import RefusalBenchRun
 
 # The metrics compared, as (metrics.json name, label).
-COMPARED = (("calibrated_refusal_score", "CRS"), ("answer_accuracy", "Answer acc."),
-            ("refusal_accuracy", "Refusal acc."), ("false_refusal_rate", "FRR"), ("missed_refusal_rate", "MRR"))
+COMPARED = (
+    ("calibrated_refusal_score", "CRS"),
+    ("answer_accuracy", "Answer acc."),
+    ("refusal_accuracy", "Refusal acc."),
+    ("false_refusal_rate", "FRR"),
+    ("missed_refusal_rate", "MRR"),
+)
 MAX_CHANGED = 500
 
 
@@ -57,13 +62,24 @@ def metric_changes(a: RefusalBenchRun, b: RefusalBenchRun) -> list[dict[str, Any
         for metric, label in COMPARED:
             values = [_number(d["models"][model].get(metric)) for d in documents]
             errors = [_number((d.get("standard_errors") or {}).get(model, {}).get(metric)) for d in documents]
-            difference, low, high, p = independent_difference(np.array([values[0]]), np.array([errors[0]]),
-                                                              np.array([values[1]]), np.array([errors[1]]))
-            rows.append({"model": model, "metric": metric, "label": label, "a": values[0], "b": values[1],
-                         "a_interval": (documents[0].get("intervals") or {}).get(model, {}).get(metric),
-                         "b_interval": (documents[1].get("intervals") or {}).get(model, {}).get(metric),
-                         "difference": float(difference[0]), "low": float(low[0]), "high": float(high[0]),
-                         "p": float(p[0])})
+            difference, low, high, p = independent_difference(
+                np.array([values[0]]), np.array([errors[0]]), np.array([values[1]]), np.array([errors[1]])
+            )
+            rows.append(
+                {
+                    "model": model,
+                    "metric": metric,
+                    "label": label,
+                    "a": values[0],
+                    "b": values[1],
+                    "a_interval": (documents[0].get("intervals") or {}).get(model, {}).get(metric),
+                    "b_interval": (documents[1].get("intervals") or {}).get(model, {}).get(metric),
+                    "difference": float(difference[0]),
+                    "low": float(low[0]),
+                    "high": float(high[0]),
+                    "p": float(p[0]),
+                }
+            )
     return rows
 
 
@@ -90,10 +106,27 @@ def compare_runs(a: RefusalBenchRun, b: RefusalBenchRun, limit: int = MAX_CHANGE
         total += len(moved)
         for k in moved[: max(limit - len(changed), 0)]:
             i, j = int(in_a[k]), int(in_b[k])
-            changed.append({"item_a": str(a.items["item_id"].iat[i]), "item_b": str(b.items["item_id"].iat[j]),
-                            "question": b.items["question"].iat[j], "class": b.items["perturbation_class"].iat[j],
-                            "intensity": b.items["intensity"].iat[j], "expected": b.items["expected"].iat[j],
-                            "model": model, "decision_a": before[k], "decision_b": after[k],
-                            "verdict_a": a.verdict[model][i], "verdict_b": b.verdict[model][j]})
-    return Comparison(a=a.name, b=b.name, matched_by="item_id" if by_id else "base_id + lever_id",
-                      matched=len(pairs), metric_rows=metric_changes(a, b), changed=changed, changed_total=total)
+            changed.append(
+                {
+                    "item_a": str(a.items["item_id"].iat[i]),
+                    "item_b": str(b.items["item_id"].iat[j]),
+                    "question": b.items["question"].iat[j],
+                    "class": b.items["perturbation_class"].iat[j],
+                    "intensity": b.items["intensity"].iat[j],
+                    "expected": b.items["expected"].iat[j],
+                    "model": model,
+                    "decision_a": before[k],
+                    "decision_b": after[k],
+                    "verdict_a": a.verdict[model][i],
+                    "verdict_b": b.verdict[model][j],
+                }
+            )
+    return Comparison(
+        a=a.name,
+        b=b.name,
+        matched_by="item_id" if by_id else "base_id + lever_id",
+        matched=len(pairs),
+        metric_rows=metric_changes(a, b),
+        changed=changed,
+        changed_total=total,
+    )

@@ -22,10 +22,10 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.decisions import ANSWER
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.report.leaderboard import ranked_models
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.scoring.io import read_metrics_json
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
@@ -35,9 +35,17 @@ PAGE_SIZE = 50
 # The item columns the table shows and filters on, in order.
 ITEM_COLUMNS = ("item_id", "base_id", "question", "perturbation_class", "intensity", "lever_id", "expected", "domain")
 # The verifier's criteria, in the order the verification record declares them.
-CRITERIA = ("lever_fidelity", "intensity_achieved", "target_compliance", "uncertainty_induced",
-            "implementation_quality", "answer_constraint", "predicted_behaviour", "refusal_class_alignment",
-            "strategy_compliance")
+CRITERIA = (
+    "lever_fidelity",
+    "intensity_achieved",
+    "target_compliance",
+    "uncertainty_induced",
+    "implementation_quality",
+    "answer_constraint",
+    "predicted_behaviour",
+    "refusal_class_alignment",
+    "strategy_compliance",
+)
 
 
 @dataclass(frozen=True)
@@ -59,27 +67,43 @@ class ItemQuery:
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> ItemQuery:
         """From a URL's query parameters (``class`` for the perturbation class); bad numbers fall back."""
+
         def number(name: str, default: int, top: int) -> int:
             try:
                 return min(max(int(params.get(name, default)), 1), top)
             except ValueError:
                 return default
 
-        return cls(model=params.get("model", ""), perturbation_class=params.get("class", ""),
-                   intensity=params.get("intensity", ""), lever=params.get("lever", ""),
-                   outcome=params.get("outcome", ""), decision_source=params.get("source", ""),
-                   domain=params.get("domain", ""), disagree=params.get("disagree", "") not in ("", "0", "false"),
-                   q=params.get("q", "").strip(), page=number("page", 1, 10**6),
-                   page_size=number("page_size", PAGE_SIZE, 500))
+        return cls(
+            model=params.get("model", ""),
+            perturbation_class=params.get("class", ""),
+            intensity=params.get("intensity", ""),
+            lever=params.get("lever", ""),
+            outcome=params.get("outcome", ""),
+            decision_source=params.get("source", ""),
+            domain=params.get("domain", ""),
+            disagree=params.get("disagree", "") not in ("", "0", "false"),
+            q=params.get("q", "").strip(),
+            page=number("page", 1, 10**6),
+            page_size=number("page_size", PAGE_SIZE, 500),
+        )
 
     def params(self, **changes: Any) -> dict[str, str]:
         """The query as URL parameters (empty ones left out), with ``changes`` applied (e.g. ``page=2``)."""
         query = replace(self, **changes)
-        pairs = {"model": query.model, "class": query.perturbation_class, "intensity": query.intensity,
-                 "lever": query.lever, "outcome": query.outcome, "source": query.decision_source,
-                 "domain": query.domain, "disagree": "1" if query.disagree else "", "q": query.q,
-                 "page": str(query.page) if query.page != 1 else "",
-                 "page_size": str(query.page_size) if query.page_size != PAGE_SIZE else ""}
+        pairs = {
+            "model": query.model,
+            "class": query.perturbation_class,
+            "intensity": query.intensity,
+            "lever": query.lever,
+            "outcome": query.outcome,
+            "source": query.decision_source,
+            "domain": query.domain,
+            "disagree": "1" if query.disagree else "",
+            "q": query.q,
+            "page": str(query.page) if query.page != 1 else "",
+            "page_size": str(query.page_size) if query.page_size != PAGE_SIZE else "",
+        }
         return {k: v for k, v in pairs.items() if v}
 
 
@@ -124,20 +148,31 @@ class RefusalBenchRun:
 
     def options(self) -> dict[str, list[str]]:
         """The values each filter offers (those present in the run)."""
+
         def values(column: str) -> list[str]:
             return sorted({str(v) for v in self.items[column].dropna() if str(v)})
 
-        return {"class": values("perturbation_class"), "intensity": values("intensity"), "lever": values("lever_id"),
-                "domain": values("domain"), "model": list(self.models), "outcome": list(VERDICTS),
-                "source": ["judge", "parser"] if self.has_source else []}
+        return {
+            "class": values("perturbation_class"),
+            "intensity": values("intensity"),
+            "lever": values("lever_id"),
+            "domain": values("domain"),
+            "model": list(self.models),
+            "outcome": list(VERDICTS),
+            "source": ["judge", "parser"] if self.has_source else [],
+        }
 
     # ------------------------------------------------------------ queries
 
     def query(self, query: ItemQuery) -> ItemPage:
         """The page of items ``query`` asks for: filtered, in benchmark order."""
         mask = np.ones(len(self.items), dtype=bool)
-        for column, wanted in (("perturbation_class", query.perturbation_class), ("intensity", query.intensity),
-                               ("lever_id", query.lever), ("domain", query.domain)):
+        for column, wanted in (
+            ("perturbation_class", query.perturbation_class),
+            ("intensity", query.intensity),
+            ("lever_id", query.lever),
+            ("domain", query.domain),
+        ):
             if wanted:
                 mask &= self.items[column].to_numpy(dtype=object) == wanted
         models = [query.model] if query.model in self.models else list(self.models)
@@ -153,12 +188,18 @@ class RefusalBenchRun:
         total = len(positions)
         pages = max(1, math.ceil(total / query.page_size))
         page = min(query.page, pages)
-        chosen = positions[(page - 1) * query.page_size: page * query.page_size]
+        chosen = positions[(page - 1) * query.page_size : page * query.page_size]
         rows = []
         for position in chosen:
             row = {column: plain(self.items[column].iat[position]) for column in ITEM_COLUMNS}
-            row["models"] = {m: {"decision": self.decision[m][position], "verdict": self.verdict[m][position],
-                                 "source": self.source[m][position]} for m in models}
+            row["models"] = {
+                m: {
+                    "decision": self.decision[m][position],
+                    "verdict": self.verdict[m][position],
+                    "source": self.source[m][position],
+                }
+                for m in models
+            }
             rows.append(row)
         return ItemPage(rows=rows, total=total, page=page, pages=pages, models=models)
 
@@ -175,12 +216,16 @@ class RefusalBenchRun:
         detail["verifications"] = _rows(self.verifications, item_id)
         judged = {r["model"]: r for r in _rows(self.judgments, item_id)}
         replies = {r["model"]: r for r in _rows(self.responses, item_id)}
-        detail["models"] = [{"model": m, "verdict": self.verdict[m][position], "judgment": judged.get(m),
-                             "response": replies.get(m)} for m in self.models if m in judged or m in replies]
+        detail["models"] = [
+            {"model": m, "verdict": self.verdict[m][position], "judgment": judged.get(m), "response": replies.get(m)}
+            for m in self.models
+            if m in judged or m in replies
+        ]
         return detail
 
 
 # ---------------------------------------------------------------- loading
+
 
 def _frame(store: ArtifactStore, artifact: runfolder.Artifact) -> pd.DataFrame | None:
     return store.read_frame(artifact.name) if store.has(artifact) else None
@@ -238,8 +283,10 @@ def lever_info(lever_id: str) -> dict[str, str] | None:
     """The catalogue's name and instruction of a lever; None for one the packaged catalogue lacks."""
     global _LEVERS
     if _LEVERS is None:
-        _LEVERS = {lever.id: {"id": lever.id, "name": lever.name, "instruction": lever.instruction,
-                              "target": lever.target} for lever in load_catalogue()}
+        _LEVERS = {
+            lever.id: {"id": lever.id, "name": lever.name, "instruction": lever.instruction, "target": lever.target}
+            for lever in load_catalogue()
+        }
     return _LEVERS.get(lever_id)
 
 
@@ -284,8 +331,9 @@ def _search_text(items: pd.DataFrame, benchmark: pd.DataFrame | None, responses:
     text = items["question"].fillna("").astype(str) + "\n" + items["item_id"].astype(str)
     if benchmark is not None and not benchmark.empty:
         own = benchmark.drop_duplicates("item_id").set_index("item_id")
-        parts = [own[c].fillna("").astype(str) for c in ("context", "original_question", "original_context")
-                 if c in own]
+        parts = [
+            own[c].fillna("").astype(str) for c in ("context", "original_question", "original_context") if c in own
+        ]
         parts += [own[c].map(_passage_text) for c in ("passages", "original_passages") if c in own]
         if "answers" in own:
             parts.append(own["answers"].map(lambda a: " ".join(map(str, a)) if a is not None else ""))
@@ -360,7 +408,9 @@ def load_run(name: str, store: ArtifactStore) -> RefusalBenchRun:
         decision = _per_model(items, judgments, judgments["decision"].astype(object).to_numpy(), models)
         verdict = _per_model(items, judgments, verdicts, models)
         has_source = "decision_source" in judgments and judgments["decision_source"].notna().any()
-        sources = judgments["decision_source"].astype(object).to_numpy() if has_source else np.full(len(judgments), None)
+        sources = (
+            judgments["decision_source"].astype(object).to_numpy() if has_source else np.full(len(judgments), None)
+        )
         source = _per_model(items, judgments, sources, models)
     else:  # replies without judgments: the parser's decision, nothing scored yet
         rows = responses if responses is not None else pd.DataFrame({"item_id": [], "model": [], "decision": []})
@@ -372,14 +422,25 @@ def load_run(name: str, store: ArtifactStore) -> RefusalBenchRun:
         has_source = False
     disagree = _disagreeing([decision[m] for m in models], len(items))
     return RefusalBenchRun(
-        name=name, uri=store.root, manifest=manifest, metrics=metrics, items=items, models=models,
+        name=name,
+        uri=store.root,
+        manifest=manifest,
+        metrics=metrics,
+        items=items,
+        models=models,
         decision={m: _none_for_missing(v) for m, v in decision.items()},
-        verdict=verdict, source={m: _none_for_missing(v) for m, v in source.items()},
-        disagree=disagree, search=_search_text(items, benchmark, responses),
-        benchmark=Keyed.of(benchmark, "item_id"), judgments=Keyed.of(judgments, "item_id"),
-        responses=Keyed.of(responses, "item_id"), verifications=Keyed.of(_frame(store, rb_files.VERIFICATIONS), "candidate_id"),
-        candidates=Keyed.of(_frame(store, rb_files.CANDIDATES), "candidate_id"), row_of={str(k): i for i, k in enumerate(items["item_id"])},
-        has_source=bool(has_source))
+        verdict=verdict,
+        source={m: _none_for_missing(v) for m, v in source.items()},
+        disagree=disagree,
+        search=_search_text(items, benchmark, responses),
+        benchmark=Keyed.of(benchmark, "item_id"),
+        judgments=Keyed.of(judgments, "item_id"),
+        responses=Keyed.of(responses, "item_id"),
+        verifications=Keyed.of(_frame(store, rb_files.VERIFICATIONS), "candidate_id"),
+        candidates=Keyed.of(_frame(store, rb_files.CANDIDATES), "candidate_id"),
+        row_of={str(k): i for i, k in enumerate(items["item_id"])},
+        has_source=bool(has_source),
+    )
 
 
 def judge_rationale(judge_raw: str | None) -> str | None:

@@ -62,7 +62,9 @@ def open_folder(uri: str) -> tuple[ArtifactStore, Method]:
     store.check_schema_version()
     method = method_of(store)
     if method is None:
-        names = ", ".join(a.name for a in (runfolder.MANIFEST, rb_files.BENCHMARK, rb_files.JUDGMENTS, kon_files.RESULTS))
+        names = ", ".join(
+            a.name for a in (runfolder.MANIFEST, rb_files.BENCHMARK, rb_files.JUDGMENTS, kon_files.RESULTS)
+        )
         raise InputError(uri, f"not a run folder: none of {names}")
     return store, method
 

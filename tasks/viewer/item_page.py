@@ -16,16 +16,20 @@ from refusalbench.tasks.viewer.textdiff import word_diff
 def _diff_block(title: str, before: str | None, after: str | None) -> str:
     old, new, changed = word_diff(before, after)
     note = "" if changed else ' <span class="muted">(unchanged)</span>'
-    return (f"<h3>{esc(title)}{note}</h3><div class=\"diff\"><div><div class=\"muted\">original</div>"
-            f'<div class="text original">{old}</div></div><div><div class="muted">perturbed</div>'
-            f'<div class="text perturbed">{new}</div></div></div>')
+    return (
+        f'<h3>{esc(title)}{note}</h3><div class="diff"><div><div class="muted">original</div>'
+        f'<div class="text original">{old}</div></div><div><div class="muted">perturbed</div>'
+        f'<div class="text perturbed">{new}</div></div></div>'
+    )
 
 
 def _passages_text(passages: Any) -> str:
     if not passages:
         return ""
-    return "\n\n".join(f"[{i}{'' if p.get('relevant', True) else ', noise'}] {p.get('text', '')}"
-                       for i, p in enumerate(passages, start=1))
+    return "\n\n".join(
+        f"[{i}{'' if p.get('relevant', True) else ', noise'}] {p.get('text', '')}"
+        for i, p in enumerate(passages, start=1)
+    )
 
 
 def change_section(item: dict[str, Any]) -> str:
@@ -36,8 +40,9 @@ def change_section(item: dict[str, Any]) -> str:
     if item.get("context") is not None or item.get("original_context") is not None:
         parts.append(_diff_block("Context", item.get("original_context"), item.get("context")))
     if item.get("passages") is not None or item.get("original_passages") is not None:
-        parts.append(_diff_block("Passages", _passages_text(item.get("original_passages")),
-                                 _passages_text(item.get("passages"))))
+        parts.append(
+            _diff_block("Passages", _passages_text(item.get("original_passages")), _passages_text(item.get("passages")))
+        )
     return f'<section class="change"><h2>What the perturbation changed</h2>{"".join(parts)}</section>' if parts else ""
 
 
@@ -57,9 +62,15 @@ def verification_section(verifications: list[dict[str, Any]]) -> str:
     for v in verifications:
         verdict = v.get("verdict")
         css = {"PASS": "correct", "FAIL": "wrong"}.get(str(verdict))
-        rows.append([td(esc(v.get("verifier"))), td(badge(verdict, css)), td(esc(v.get("stated_verdict"))),
-                     *(td(_vote(v.get(c)), "cell") for c in criteria),
-                     td(esc(v.get("error") or ""))])
+        rows.append(
+            [
+                td(esc(v.get("verifier"))),
+                td(badge(verdict, css)),
+                td(esc(v.get("stated_verdict"))),
+                *(td(_vote(v.get(c)), "cell") for c in criteria),
+                td(esc(v.get("error") or "")),
+            ]
+        )
     headers = ["Verifier", "Verdict", "Stated", *(c.replace("_", " ") for c in criteria), "Error"]
     return f'<section class="verification"><h2>Verifiers</h2>{table(headers, rows, css="votes")}</section>'
 
@@ -67,9 +78,15 @@ def verification_section(verifications: list[dict[str, Any]]) -> str:
 def _tokens(row: dict[str, Any] | None, prefix: str = "") -> str:
     if not row:
         return ""
-    parts = [f"{row.get(prefix + name)} {label}" for name, label in
-             (("prompt_tokens", "prompt"), ("completion_tokens", "completion"), ("reasoning_tokens", "reasoning"))
-             if row.get(prefix + name) is not None]
+    parts = [
+        f"{row.get(prefix + name)} {label}"
+        for name, label in (
+            ("prompt_tokens", "prompt"),
+            ("completion_tokens", "completion"),
+            ("reasoning_tokens", "reasoning"),
+        )
+        if row.get(prefix + name) is not None
+    ]
     return " · ".join(parts)
 
 
@@ -82,30 +99,43 @@ def reply_card(entry: dict[str, Any]) -> str:
     response, judgment = entry.get("response") or {}, entry.get("judgment") or {}
     decision = judgment.get("decision") if judgment else response.get("decision")
     verdict = entry.get("verdict")
-    head = (f'<h3><span class="model-name">{esc(entry["model"])}</span>{badge(decision or "no decision", verdict)}'
-            f'{badge(verdict or "not judged", verdict)}</h3>')
+    head = (
+        f'<h3><span class="model-name">{esc(entry["model"])}</span>{badge(decision or "no decision", verdict)}'
+        f"{badge(verdict or 'not judged', verdict)}</h3>"
+    )
     body = text_block(response.get("raw")) if response.get("raw") is not None else ""
     if response.get("reasoning"):
         body += f"<details><summary>reasoning</summary>{text_block(response['reasoning'])}</details>"
     rationale = judge_rationale(judgment.get("judge_raw"))
-    body += facts([("judge's rationale", f'<span class="rationale">{esc(rationale)}</span>' if rationale else None),
-                   ("refusal reasons", esc(judgment.get("refusal_reasons")))])
-    body += facts([
-        ("decided by", esc(judgment.get("decision_source"))),
-        ("parser's decision", esc(judgment.get("parser_decision") or response.get("decision"))),
-        ("judge", esc(judgment.get("judge"))),
-        ("quality", esc(judgment.get("quality"))), ("RAF", esc(judgment.get("raf"))),
-        ("eligibility", esc(judgment.get("eligibility"))), ("factuality", esc(judgment.get("factuality"))),
-        ("confidence", esc(judgment.get("confidence") or response.get("confidence"))),
-        ("outcome", esc(judgment.get("outcome") or response.get("outcome"))),
-        ("error", esc(judgment.get("error") or response.get("error"))),
-        ("finish reason", esc(response.get("finish_reason"))),
-        ("tokens", esc(_tokens(response))), ("cost", esc(_cost(response.get("cost_usd")))),
-        ("latency", esc(f"{response['latency_s']:.2f} s" if response.get("latency_s") is not None else "")),
-        ("served by", esc(response.get("served_model"))),
-        ("cached", "yes" if response.get("cached") else None),
-        ("judge tokens", esc(_tokens(judgment, "judge_"))), ("judge cost", esc(_cost(judgment.get("judge_cost_usd")))),
-    ], inline=True)
+    body += facts(
+        [
+            ("judge's rationale", f'<span class="rationale">{esc(rationale)}</span>' if rationale else None),
+            ("refusal reasons", esc(judgment.get("refusal_reasons"))),
+        ]
+    )
+    body += facts(
+        [
+            ("decided by", esc(judgment.get("decision_source"))),
+            ("parser's decision", esc(judgment.get("parser_decision") or response.get("decision"))),
+            ("judge", esc(judgment.get("judge"))),
+            ("quality", esc(judgment.get("quality"))),
+            ("RAF", esc(judgment.get("raf"))),
+            ("eligibility", esc(judgment.get("eligibility"))),
+            ("factuality", esc(judgment.get("factuality"))),
+            ("confidence", esc(judgment.get("confidence") or response.get("confidence"))),
+            ("outcome", esc(judgment.get("outcome") or response.get("outcome"))),
+            ("error", esc(judgment.get("error") or response.get("error"))),
+            ("finish reason", esc(response.get("finish_reason"))),
+            ("tokens", esc(_tokens(response))),
+            ("cost", esc(_cost(response.get("cost_usd")))),
+            ("latency", esc(f"{response['latency_s']:.2f} s" if response.get("latency_s") is not None else "")),
+            ("served by", esc(response.get("served_model"))),
+            ("cached", "yes" if response.get("cached") else None),
+            ("judge tokens", esc(_tokens(judgment, "judge_"))),
+            ("judge cost", esc(_cost(judgment.get("judge_cost_usd")))),
+        ],
+        inline=True,
+    )
     if judgment.get("judge_reasoning"):
         body += f"<details><summary>judge's reasoning</summary>{text_block(judgment['judge_reasoning'])}</details>"
     if judgment.get("judge_raw"):
@@ -116,29 +146,51 @@ def reply_card(entry: dict[str, Any]) -> str:
 def item_body(run_name: str, detail: dict[str, Any]) -> str:
     item, lever, candidate = detail["item"], detail.get("lever"), detail.get("candidate")
     answers = item.get("answers") or []
-    summary = facts([
-        ("item", esc(item.get("item_id"))), ("base item", esc(item.get("base_id"))),
-        ("class", esc(item.get("perturbation_class"))), ("intensity", esc(item.get("intensity"))),
-        ("expected", esc(item.get("expected"))), ("domain", esc(item.get("domain"))),
-        ("generator", esc(item.get("generator"))), ("variant", esc(item.get("variant"))),
-        ("reference answers", esc(" | ".join(map(str, answers)))),
-    ])
+    summary = facts(
+        [
+            ("item", esc(item.get("item_id"))),
+            ("base item", esc(item.get("base_id"))),
+            ("class", esc(item.get("perturbation_class"))),
+            ("intensity", esc(item.get("intensity"))),
+            ("expected", esc(item.get("expected"))),
+            ("domain", esc(item.get("domain"))),
+            ("generator", esc(item.get("generator"))),
+            ("variant", esc(item.get("variant"))),
+            ("reference answers", esc(" | ".join(map(str, answers)))),
+        ]
+    )
     lever_html = ""
     if item.get("lever_id"):
-        lever_html = facts([("lever", esc(item["lever_id"])), ("name", esc(lever["name"]) if lever else None),
-                            ("target", esc(lever["target"]) if lever else None)])
+        lever_html = facts(
+            [
+                ("lever", esc(item["lever_id"])),
+                ("name", esc(lever["name"]) if lever else None),
+                ("target", esc(lever["target"]) if lever else None),
+            ]
+        )
         if lever:
             lever_html += f'<div class="lever-instruction">{text_block(lever["instruction"])}</div>'
         lever_html = f'<section class="lever card"><h2>Lever</h2>{lever_html}</section>'
     generation = ""
     if candidate and (candidate.get("rationale") or candidate.get("precheck_failures")):
-        generation = ("<section><h2>Generator's note</h2>"
-                      + facts([("rationale", esc(candidate.get("rationale"))),
-                               ("pre-check failures", esc(", ".join(candidate.get("precheck_failures") or [])))])
-                      + "</section>")
+        generation = (
+            "<section><h2>Generator's note</h2>"
+            + facts(
+                [
+                    ("rationale", esc(candidate.get("rationale"))),
+                    ("pre-check failures", esc(", ".join(candidate.get("precheck_failures") or []))),
+                ]
+            )
+            + "</section>"
+        )
     replies = "".join(reply_card(entry) for entry in detail["models"])
-    replies_html = (f'<section><h2>Replies ({len(detail["models"])} models)</h2><div class="replies">{replies}</div>'
-                    "</section>") if replies else ""
-    return (f'<h1 class="item-question">{esc(item.get("question") or item.get("item_id"))}</h1>'
-            f'<p class="muted">run {esc(run_name)}</p><div class="overview"><div class="card">{summary}</div>{lever_html}</div>'
-            f"{change_section(item)}{generation}{verification_section(detail['verifications'])}{replies_html}")
+    replies_html = (
+        (f'<section><h2>Replies ({len(detail["models"])} models)</h2><div class="replies">{replies}</div></section>')
+        if replies
+        else ""
+    )
+    return (
+        f'<h1 class="item-question">{esc(item.get("question") or item.get("item_id"))}</h1>'
+        f'<p class="muted">run {esc(run_name)}</p><div class="overview"><div class="card">{summary}</div>{lever_html}</div>'
+        f"{change_section(item)}{generation}{verification_section(detail['verifications'])}{replies_html}"
+    )

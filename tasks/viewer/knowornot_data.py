@@ -68,7 +68,7 @@ class KnowOrNotRun:
             page = 1
         pages = max(1, math.ceil(len(positions) / PAGE_SIZE))
         page = min(page, pages)
-        chosen = positions[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+        chosen = positions[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
         columns = [c for c in (*SHOWN, *self.specs) if c in frame]
         rows = [{c: plain(frame[c].iat[p]) for c in columns} for p in chosen]
         return {"total": len(positions), "page": page, "pages": pages, "specs": self.specs, "rows": rows}
@@ -81,11 +81,16 @@ class KnowOrNotRun:
         withheld = self.pairs.get(str(row.get("question_id")))
         fact = self.facts.get(str(withheld.get("source"))) if withheld else None
         outputs = self.outputs.rows(experiment_id) if self.outputs else []
-        return {"row": row, "specs": self.specs,
-                "passages": [self.pairs.get(str(i), {"id": i}) for i in row.get("context_ids") or []],
-                "withheld": withheld, "fact": fact, "output": outputs[0] if outputs else None,
-                "evaluations": self.evaluations.rows(experiment_id) if self.evaluations else [],
-                "labels": self.labels.get(experiment_id, [])}
+        return {
+            "row": row,
+            "specs": self.specs,
+            "passages": [self.pairs.get(str(i), {"id": i}) for i in row.get("context_ids") or []],
+            "withheld": withheld,
+            "fact": fact,
+            "output": outputs[0] if outputs else None,
+            "evaluations": self.evaluations.rows(experiment_id) if self.evaluations else [],
+            "labels": self.labels.get(experiment_id, []),
+        }
 
 
 def _human_labels(store: ArtifactStore) -> dict[str, list[dict[str, Any]]]:
@@ -121,12 +126,18 @@ def load_knowornot(name: str, store: ArtifactStore) -> KnowOrNotRun:
     pairs_frame = store.read_frame(kon_files.QA_PAIRS.name) if store.has(kon_files.QA_PAIRS) else None
     if store.has(kon_files.QA_PAIRS_ALL):  # the withheld pair may be one the diversity filter dropped
         every = store.read_frame(kon_files.QA_PAIRS_ALL.name)
-        pairs_frame = every if pairs_frame is None else pd.concat([every, pairs_frame]).drop_duplicates("id", keep="last")
-    pairs = {str(r["id"]): {k: plain(v) for k, v in r.items()}
-             for r in (pairs_frame.to_dict(orient="records") if pairs_frame is not None else [])}
+        pairs_frame = (
+            every if pairs_frame is None else pd.concat([every, pairs_frame]).drop_duplicates("id", keep="last")
+        )
+    pairs = {
+        str(r["id"]): {k: plain(v) for k, v in r.items()}
+        for r in (pairs_frame.to_dict(orient="records") if pairs_frame is not None else [])
+    }
     facts_frame = store.read_frame(kon_files.FACTS.name) if store.has(kon_files.FACTS) else None
-    facts = {str(r["fact_id"]): {k: plain(v) for k, v in r.items()}
-             for r in (facts_frame.to_dict(orient="records") if facts_frame is not None else [])}
+    facts = {
+        str(r["fact_id"]): {k: plain(v) for k, v in r.items()}
+        for r in (facts_frame.to_dict(orient="records") if facts_frame is not None else [])
+    }
     text = results["question"].fillna("").astype(str)
     for column in ("response", "context", "expected_answer"):
         if column in results:
@@ -134,9 +145,16 @@ def load_knowornot(name: str, store: ArtifactStore) -> KnowOrNotRun:
     outputs = store.read_frame(kon_files.EXPERIMENT_OUTPUTS.name) if store.has(kon_files.EXPERIMENT_OUTPUTS) else None
     evaluations = store.read_frame(kon_files.EVALUATIONS.name) if store.has(kon_files.EVALUATIONS) else None
     return KnowOrNotRun(
-        name=name, uri=store.root,
+        name=name,
+        uri=store.root,
         manifest=store.read_json(runfolder.MANIFEST.name) if store.has(runfolder.MANIFEST) else None,
-        results=results, specs=_specs(store, results), search=text.str.lower(),
-        outputs=Keyed.of(outputs, "experiment_id"), evaluations=Keyed.of(evaluations, "experiment_id"),
-        pairs=pairs, facts=facts, labels=_human_labels(store),
-        row_of={str(k): i for i, k in enumerate(results["experiment_id"])})
+        results=results,
+        specs=_specs(store, results),
+        search=text.str.lower(),
+        outputs=Keyed.of(outputs, "experiment_id"),
+        evaluations=Keyed.of(evaluations, "experiment_id"),
+        pairs=pairs,
+        facts=facts,
+        labels=_human_labels(store),
+        row_of={str(k): i for i, k in enumerate(results["experiment_id"])},
+    )

@@ -48,11 +48,13 @@ def page(title: str, body: str, runs: Sequence[tuple[str, str]] = (), compare: b
     """
     links = "".join(f'<a href="{esc(url("/runs/" + segment(name) + "/items"))}">{esc(name)}</a>' for name, _ in runs)
     compare_link = '<a href="/compare">compare runs</a>' if compare else ""
-    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)} · refusalbench view</title><style>{_asset('viewer.css')}</style></head><body>"
-            f"<header class=\"top\"><a class=\"brand\" href=\"/\">refusalbench view</a>{links}{compare_link}</header>"
-            f"<main>{body}</main><script>{_asset('viewer.js')}</script></body></html>")
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · refusalbench view</title><style>{_asset('viewer.css')}</style></head><body>"
+        f'<header class="top"><a class="brand" href="/">refusalbench view</a>{links}{compare_link}</header>'
+        f"<main>{body}</main><script>{_asset('viewer.js')}</script></body></html>"
+    )
 
 
 VERDICT_CLASS = {CORRECT: "v-correct", WRONG: "v-wrong", NOT_SCORED: "v-not-scored"}
@@ -78,8 +80,9 @@ def short_decision(decision: str | None) -> str:
     return "⊘ " + ("missing" if words[0] == "info" else words[0])
 
 
-def table(headers: Sequence[str | tuple[str, str]], rows: Iterable[Sequence[str]], *, sortable: bool = False,
-          css: str = "") -> str:
+def table(
+    headers: Sequence[str | tuple[str, str]], rows: Iterable[Sequence[str]], *, sortable: bool = False, css: str = ""
+) -> str:
     """An HTML table of ready-made cells (each ``<td>...</td>``); a header is its text or (text, th class)."""
     heads = []
     for header in headers:
@@ -88,8 +91,10 @@ def table(headers: Sequence[str | tuple[str, str]], rows: Iterable[Sequence[str]
         heads.append(f'<th class="{cls}">{esc(text)}</th>' if cls else f"<th>{esc(text)}</th>")
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
     classes = " ".join(c for c in ("sortable" if sortable else "", css) if c)
-    return (f'<div class="scroll"><table class="{classes}"><thead><tr>{"".join(heads)}</tr></thead>'
-            f"<tbody>{body}</tbody></table></div>")
+    return (
+        f'<div class="scroll"><table class="{classes}"><thead><tr>{"".join(heads)}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def td(content: str, cls: str = "", value: Any = None) -> str:
@@ -125,10 +130,13 @@ def options(name: str, label: str, values: Sequence[str], chosen: str, any_label
 
 def pager(path: str, params: Mapping[str, str], page_number: int, pages: int, total: int, noun: str) -> str:
     """Previous / next links around "page N of M (T items)"."""
+
     def link(to: int, text: str) -> str:
         return f'<a href="{esc(url(path, {**params, "page": str(to)}))}" rel="{text}">{esc(text)}</a>'
 
     previous = link(page_number - 1, "previous") if page_number > 1 else '<span class="muted">previous</span>'
     following = link(page_number + 1, "next") if page_number < pages else '<span class="muted">next</span>'
-    return (f'<div class="pager">{previous}<span>page {page_number} of {pages} '
-            f'(<span class="total">{total}</span> {esc(noun)})</span>{following}</div>')
+    return (
+        f'<div class="pager">{previous}<span>page {page_number} of {pages} '
+        f'(<span class="total">{total}</span> {esc(noun)})</span>{following}</div>'
+    )

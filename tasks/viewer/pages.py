@@ -41,20 +41,32 @@ def leaderboard(run: RefusalBenchRun) -> str:
     rows = []
     for model, rank in model_ranks(metrics):
         values = metrics[model]
-        cells = [td(esc("—" if rank is None else rank), "num", rank if rank is not None else ""),
-                 td(f'<a href="{esc(url(_items_path(run), {"model": model}))}">{esc(model)}</a>', value=model)]
+        cells = [
+            td(esc("—" if rank is None else rank), "num", rank if rank is not None else ""),
+            td(f'<a href="{esc(url(_items_path(run), {"model": model}))}">{esc(model)}</a>', value=model),
+        ]
         for metric, _ in LEADERBOARD:
             value = _number(values.get(metric))
             interval = intervals.get(model, {}).get(metric)
             text = esc(format_value(value, metric))
             ci = format_interval(tuple(interval) if interval else None, metric)
-            cells.append(td(text + (f' <span class="ci">{esc(ci)}</span>' if ci else ""), "num",
-                            "" if math.isnan(value) else round(value, 6)))
+            cells.append(
+                td(
+                    text + (f' <span class="ci">{esc(ci)}</span>' if ci else ""),
+                    "num",
+                    "" if math.isnan(value) else round(value, 6),
+                )
+            )
         n = _number(values.get("n"))
         count = 0 if math.isnan(n) else int(n)
         cells.append(td(esc(count), "num", count))
         rows.append(cells)
-    headers: list[str | tuple[str, str]] = [("#", "num"), "Model", *((label, "num") for _, label in LEADERBOARD), ("n", "num")]
+    headers: list[str | tuple[str, str]] = [
+        ("#", "num"),
+        "Model",
+        *((label, "num") for _, label in LEADERBOARD),
+        ("n", "num"),
+    ]
     return table(headers, rows, sortable=True, css="leaderboard")
 
 
@@ -78,12 +90,14 @@ def item_rows(run: RefusalBenchRun, page: ItemPage, query: ItemQuery) -> str:
     """The item table of one page: the item's columns, then one decision cell per model."""
     rows = []
     for row in page.rows:
-        cells = [td(item_link(run.name, row["item_id"], row["question"] or row["item_id"]), "question"),
-                 td(_chip(run, query, "perturbation_class", row["perturbation_class"]), "class"),
-                 td(_chip(run, query, "intensity", row["intensity"]), "intensity"),
-                 td(_chip(run, query, "lever", row["lever_id"]), "lever"),
-                 td(f'<span title="{esc(row["expected"])}">{esc(short_decision(row["expected"]))}</span>', "expected"),
-                 td(_chip(run, query, "domain", row["domain"]), "domain")]
+        cells = [
+            td(item_link(run.name, row["item_id"], row["question"] or row["item_id"]), "question"),
+            td(_chip(run, query, "perturbation_class", row["perturbation_class"]), "class"),
+            td(_chip(run, query, "intensity", row["intensity"]), "intensity"),
+            td(_chip(run, query, "lever", row["lever_id"]), "lever"),
+            td(f'<span title="{esc(row["expected"])}">{esc(short_decision(row["expected"]))}</span>', "expected"),
+            td(_chip(run, query, "domain", row["domain"]), "domain"),
+        ]
         for model in page.models:
             cell = row["models"][model]
             if cell["decision"] is None and cell["verdict"] is None:
@@ -93,28 +107,42 @@ def item_rows(run: RefusalBenchRun, page: ItemPage, query: ItemQuery) -> str:
             tip = f"{model}: {cell['decision'] or 'no decision'} ({verdict or 'not judged'}"
             tip += f", decided by {cell['source']})" if cell["source"] else ")"
             mark = VERDICT_MARK.get(verdict or "", "")
-            cells.append(td(badge(f"{mark} {short_decision(cell['decision'])}".strip(), verdict, tip), "cell",
-                            verdict or ""))
+            cells.append(
+                td(badge(f"{mark} {short_decision(cell['decision'])}".strip(), verdict, tip), "cell", verdict or "")
+            )
         rows.append(cells)
-    headers: list[str | tuple[str, str]] = ["Question", "Class", "Intensity", "Lever", "Expected", "Domain",
-                                            *((m, "model") for m in page.models)]
+    headers: list[str | tuple[str, str]] = [
+        "Question",
+        "Class",
+        "Intensity",
+        "Lever",
+        "Expected",
+        "Domain",
+        *((m, "model") for m in page.models),
+    ]
     return table(headers, rows, css="items")
 
 
 def filter_form(run: RefusalBenchRun, query: ItemQuery) -> str:
     choices = run.options()
-    parts = [options("model", "Model", choices["model"], query.model, "every model"),
-             options("class", "Class", choices["class"], query.perturbation_class),
-             options("intensity", "Intensity", choices["intensity"], query.intensity),
-             options("lever", "Lever", choices["lever"], query.lever),
-             options("outcome", "Outcome", list(VERDICTS), query.outcome),
-             options("domain", "Domain", choices["domain"], query.domain)]
+    parts = [
+        options("model", "Model", choices["model"], query.model, "every model"),
+        options("class", "Class", choices["class"], query.perturbation_class),
+        options("intensity", "Intensity", choices["intensity"], query.intensity),
+        options("lever", "Lever", choices["lever"], query.lever),
+        options("outcome", "Outcome", list(VERDICTS), query.outcome),
+        options("domain", "Domain", choices["domain"], query.domain),
+    ]
     if choices["source"]:
         parts.append(options("source", "Decided by", choices["source"], query.decision_source))
-    parts.append(f'<label class="check"><input type="checkbox" name="disagree" value="1"'
-                 f'{" checked" if query.disagree else ""}> models disagree</label>')
-    parts.append(f'<label>Search question, context, replies<input type="search" name="q" value="{esc(query.q)}"'
-                 ' placeholder="words to find"></label>')
+    parts.append(
+        f'<label class="check"><input type="checkbox" name="disagree" value="1"'
+        f"{' checked' if query.disagree else ''}> models disagree</label>"
+    )
+    parts.append(
+        f'<label>Search question, context, replies<input type="search" name="q" value="{esc(query.q)}"'
+        ' placeholder="words to find"></label>'
+    )
     parts.append('<button type="submit" id="apply">Apply</button>')
     parts.append(f'<a href="{esc(_items_path(run))}">clear</a>')
     return f'<form class="filters" method="get" action="{esc(_items_path(run))}">{"".join(parts)}</form>'
@@ -126,8 +154,10 @@ def items_section(run: RefusalBenchRun, query: ItemQuery, *, with_form: bool = T
     params.pop("page", None)
     body = filter_form(run, query) if with_form else ""
     body += pager(_items_path(run), params, page.page, page.pages, page.total, "items")
-    body += ('<p class="legend">Each model\'s decision: answer, or ⊘ and its refusal code; ✓ correct, ✗ wrong, '
-             '– not scored. Click a class, intensity, lever or domain to filter by it, a question to open it.</p>')
+    body += (
+        '<p class="legend">Each model\'s decision: answer, or ⊘ and its refusal code; ✓ correct, ✗ wrong, '
+        "– not scored. Click a class, intensity, lever or domain to filter by it, a question to open it.</p>"
+    )
     body += item_rows(run, page, query)
     if page.pages > 1:
         body += pager(_items_path(run), params, page.page, page.pages, page.total, "items")
@@ -147,10 +177,12 @@ def _run_heading(run: RefusalBenchRun) -> str:
 def home_section(run: RefusalBenchRun) -> str:
     """One run on the home page: its leaderboard and the first page of its items."""
     first = ItemQuery(page_size=20)
-    return (f'<section class="run" data-run="{esc(run.name)}"><h1>{esc(run.name)}</h1>{_run_heading(run)}'
-            f"<h2>Leaderboard</h2>{leaderboard(run)}"
-            f'<h2>Items <a class="muted" href="{esc(_items_path(run))}">(all, with filters)</a></h2>'
-            f"{items_section(run, first, with_form=False)}</section>")
+    return (
+        f'<section class="run" data-run="{esc(run.name)}"><h1>{esc(run.name)}</h1>{_run_heading(run)}'
+        f"<h2>Leaderboard</h2>{leaderboard(run)}"
+        f'<h2>Items <a class="muted" href="{esc(_items_path(run))}">(all, with filters)</a></h2>'
+        f"{items_section(run, first, with_form=False)}</section>"
+    )
 
 
 def items_page_body(run: RefusalBenchRun, query: ItemQuery) -> str:
@@ -158,6 +190,7 @@ def items_page_body(run: RefusalBenchRun, query: ItemQuery) -> str:
 
 
 # ---------------------------------------------------------------- compare
+
 
 def _signed(value: float, metric: str) -> str:
     if math.isnan(value):
@@ -169,8 +202,10 @@ def _signed(value: float, metric: str) -> str:
 
 
 def compare_form(names: Sequence[str], a: str, b: str) -> str:
-    return (f'<form class="filters" method="get" action="/compare">{options("a", "Run A", names, a, "choose")}'
-            f'{options("b", "Run B", names, b, "choose")}<button type="submit">Compare</button></form>')
+    return (
+        f'<form class="filters" method="get" action="/compare">{options("a", "Run A", names, a, "choose")}'
+        f'{options("b", "Run B", names, b, "choose")}<button type="submit">Compare</button></form>'
+    )
 
 
 def _change_cell(row: dict[str, Any]) -> str:
@@ -181,35 +216,66 @@ def _change_cell(row: dict[str, Any]) -> str:
     significant = not math.isnan(row["low"]) and (row["low"] > 0 or row["high"] < 0)
     interval = "" if math.isnan(row["low"]) else f"[{_signed(row['low'], metric)}, {_signed(row['high'], metric)}]"
     values = f"{format_value(row['a'], metric)} → {format_value(row['b'], metric)}"
-    return td(f'<span class="{trend}">{esc(_signed(moved, metric))}{" *" if significant else ""}</span> '
-              f'<span class="ci">{esc(interval)}</span><br><span class="ci">{esc(values)}</span>', "num",
-              "" if math.isnan(moved) else round(moved, 6))
+    return td(
+        f'<span class="{trend}">{esc(_signed(moved, metric))}{" *" if significant else ""}</span> '
+        f'<span class="ci">{esc(interval)}</span><br><span class="ci">{esc(values)}</span>',
+        "num",
+        "" if math.isnan(moved) else round(moved, 6),
+    )
 
 
 def compare_body(comparison: Comparison) -> str:
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
     for row in comparison.metric_rows:
         by_model.setdefault(row["model"], {})[row["metric"]] = row
-    rows = [[td(esc(model)), *(_change_cell(cells[m]) if m in cells else td("") for m, _ in COMPARED)]
-            for model, cells in by_model.items()]
-    metrics = (table(["Model", *((f"{label} B − A", "num") for _, label in COMPARED)], rows, sortable=True,
-                     css="metric-changes")
-               + '<p class="muted">B − A with the 95% interval of a difference of two independent estimates (each '
-                 "run's bootstrap standard error), then run A's and run B's values; * the interval excludes 0. "
-                 "Green: better, red: worse.</p>"
-               if rows else '<p class="muted">No model has metrics in both runs.</p>')
+    rows = [
+        [td(esc(model)), *(_change_cell(cells[m]) if m in cells else td("") for m, _ in COMPARED)]
+        for model, cells in by_model.items()
+    ]
+    metrics = (
+        table(
+            ["Model", *((f"{label} B − A", "num") for _, label in COMPARED)], rows, sortable=True, css="metric-changes"
+        )
+        + '<p class="muted">B − A with the 95% interval of a difference of two independent estimates (each '
+        "run's bootstrap standard error), then run A's and run B's values; * the interval excludes 0. "
+        "Green: better, red: worse.</p>"
+        if rows
+        else '<p class="muted">No model has metrics in both runs.</p>'
+    )
     changed = []
     for row in comparison.changed:
-        changed.append([td(item_link(comparison.b, row["item_b"], row["question"] or row["item_b"]), "question"),
-                        td(esc(row["class"])), td(esc(row["intensity"])), td(esc(row["expected"])),
-                        td(esc(row["model"])),
-                        td(badge(short_decision(row["decision_a"]) or "none", row["verdict_a"], row["decision_a"])),
-                        td(badge(short_decision(row["decision_b"]) or "none", row["verdict_b"], row["decision_b"]))])
-    shown = (f'<p>{comparison.changed_total} decisions changed over {comparison.matched} items matched by '
-             f"{esc(comparison.matched_by)}"
-             + (f" (the first {len(comparison.changed)} shown)" if comparison.changed_total > len(comparison.changed)
-                else "") + ".</p>")
-    changes = table(["Question (run B)", "Class", "Intensity", "Expected", "Model", "Run A", "Run B"], changed,
-                    sortable=True, css="changed") if changed else ""
-    return (f"<h2>Metric changes: {esc(comparison.b)} − {esc(comparison.a)}</h2>{metrics}"
-            f"<h2>Items whose decision changed</h2>{shown}{changes}")
+        changed.append(
+            [
+                td(item_link(comparison.b, row["item_b"], row["question"] or row["item_b"]), "question"),
+                td(esc(row["class"])),
+                td(esc(row["intensity"])),
+                td(esc(row["expected"])),
+                td(esc(row["model"])),
+                td(badge(short_decision(row["decision_a"]) or "none", row["verdict_a"], row["decision_a"])),
+                td(badge(short_decision(row["decision_b"]) or "none", row["verdict_b"], row["decision_b"])),
+            ]
+        )
+    shown = (
+        f"<p>{comparison.changed_total} decisions changed over {comparison.matched} items matched by "
+        f"{esc(comparison.matched_by)}"
+        + (
+            f" (the first {len(comparison.changed)} shown)"
+            if comparison.changed_total > len(comparison.changed)
+            else ""
+        )
+        + ".</p>"
+    )
+    changes = (
+        table(
+            ["Question (run B)", "Class", "Intensity", "Expected", "Model", "Run A", "Run B"],
+            changed,
+            sortable=True,
+            css="changed",
+        )
+        if changed
+        else ""
+    )
+    return (
+        f"<h2>Metric changes: {esc(comparison.b)} − {esc(comparison.a)}</h2>{metrics}"
+        f"<h2>Items whose decision changed</h2>{shown}{changes}"
+    )

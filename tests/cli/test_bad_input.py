@@ -13,9 +13,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,21 +33,35 @@ def _jsonl(rows: list[dict]) -> str:
 
 
 def _base_row(item_id: str = "a", **changes) -> dict:
-    row = {"id": item_id, "question": "When did the bridge open?", "answers": ["1932"],
-           "context": "The bridge opened in 1932."}
+    row = {
+        "id": item_id,
+        "question": "When did the bridge open?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+    }
     row.update(changes)
     return {k: v for k, v in row.items() if v is not ...}
 
 
 def _bench_table(rows_changed: Callable[[list[dict]], None] | None = None, drop: str | None = None) -> pa.Table:
-    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
     from refusalbench.tasks.core.tables import to_table
+    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
     items = [
-        BenchmarkItem(item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
-                      intensity="MEDIUM", lever_id="lever", generator="gen", question=f"Question {i}?",
-                      context="Some context.", original_question="q", answers=["x"],
-                      expected="REFUSE_INFO_MISSING_IN_CONTEXT")
+        BenchmarkItem(
+            item_id=f"item{i}",
+            base_id=f"b{i}",
+            variant="single",
+            perturbation_class="P-MissingInfo",
+            intensity="MEDIUM",
+            lever_id="lever",
+            generator="gen",
+            question=f"Question {i}?",
+            context="Some context.",
+            original_question="q",
+            answers=["x"],
+            expected="REFUSE_INFO_MISSING_IN_CONTEXT",
+        )
         for i in range(3)
     ]
     table = to_table(items, BenchmarkItem)
@@ -69,7 +83,13 @@ def _write_parquet(table: pa.Table, path: Path) -> Path:
 
 
 def _judged_row(item_id: str = "i1", **changes) -> dict:
-    row = {"model": "m", "item_id": item_id, "expected": "ANSWER_CORRECTLY", "decision": "ANSWER", "answer_correct": True}
+    row = {
+        "model": "m",
+        "item_id": item_id,
+        "expected": "ANSWER_CORRECTLY",
+        "decision": "ANSWER",
+        "answer_correct": True,
+    }
     row.update(changes)
     return {k: v for k, v in row.items() if v is not ...}
 
@@ -189,135 +209,457 @@ COMMANDS: dict[str, str] = {
 
 NOT_UTF8_BASE = b'{"id": "a", "question": "q", "answers": ["x"], "context": "c"}\n{"id": "b", "question": "caf\xe9?", "answers": ["x"], "context": "c"}\n'
 TRUNCATED_BASE = _jsonl([_base_row()]) + '{"id": "b", "question": "When'
-BASE_ENORMOUS = lambda: _enormous_line(_jsonl([_base_row()]), '{"id": "b", "question": "q", "answers": ["x"], "context": "')  # noqa: E731
+
+
+def BASE_ENORMOUS() -> bytes:  # named as the constants beside it; made on demand, the file is large
+    return _enormous_line(_jsonl([_base_row()]), '{"id": "b", "question": "q", "answers": ["x"], "context": "')
+
 
 CASES: list[Case] = [
     # ---- base sets (data validate: every problem, one line each)
-    Case("base-empty", "data", "empty file (0 bytes)", text_file("base.jsonl", ""), None, "-", "empty file: no records"),
-    Case("base-truncated", "data", "JSONL cut off inside the second record", text_file("base.jsonl", TRUNCATED_BASE),
-         2, "-", "not valid JSON"),
-    Case("base-not-utf8", "data", "Latin-1 byte in line 2", bytes_file("base.jsonl", lambda: NOT_UTF8_BASE),
-         2, "-", "not UTF-8 (byte 0xe9 at column 29)"),
-    Case("base-wrong-type", "data", '`answers` is a string, not a list',
-         text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", answers="1932")])), 2, "answers",
-         "must be a list of strings"),
-    Case("base-missing-field", "data", "record without `question`",
-         text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", question=...)])), 2, "question", "missing field"),
-    Case("base-unknown-field", "data", "typo `answer` for `answers`",
-         text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", answers=..., answer=["x"])])), 2, "answer",
-         "unknown field"),
-    Case("base-duplicate-id", "data", "id `a` on lines 1 and 2",
-         text_file("base.jsonl", _jsonl([_base_row("a"), _base_row("a")])), 2, "id", "duplicate id 'a'"),
-    Case("base-enormous-line", "data", "line 2 is longer than 10 MiB", bytes_file("base.jsonl", BASE_ENORMOUS),
-         2, "-", "line is longer than 10 MiB"),
-    Case("base-parquet-truncated", "data", "Parquet file cut in half", truncated_parquet("base.parquet"),
-         None, "-", "not a readable Parquet file"),
-    Case("base-csv-missing-column", "data", "CSV header without `answers`",
-         text_file("base.csv", "id,question,context\na,When?,The bridge opened in 1932.\n"), 1, "answers", "missing column"),
+    Case(
+        "base-empty", "data", "empty file (0 bytes)", text_file("base.jsonl", ""), None, "-", "empty file: no records"
+    ),
+    Case(
+        "base-truncated",
+        "data",
+        "JSONL cut off inside the second record",
+        text_file("base.jsonl", TRUNCATED_BASE),
+        2,
+        "-",
+        "not valid JSON",
+    ),
+    Case(
+        "base-not-utf8",
+        "data",
+        "Latin-1 byte in line 2",
+        bytes_file("base.jsonl", lambda: NOT_UTF8_BASE),
+        2,
+        "-",
+        "not UTF-8 (byte 0xe9 at column 29)",
+    ),
+    Case(
+        "base-wrong-type",
+        "data",
+        "`answers` is a string, not a list",
+        text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", answers="1932")])),
+        2,
+        "answers",
+        "must be a list of strings",
+    ),
+    Case(
+        "base-missing-field",
+        "data",
+        "record without `question`",
+        text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", question=...)])),
+        2,
+        "question",
+        "missing field",
+    ),
+    Case(
+        "base-unknown-field",
+        "data",
+        "typo `answer` for `answers`",
+        text_file("base.jsonl", _jsonl([_base_row(), _base_row("b", answers=..., answer=["x"])])),
+        2,
+        "answer",
+        "unknown field",
+    ),
+    Case(
+        "base-duplicate-id",
+        "data",
+        "id `a` on lines 1 and 2",
+        text_file("base.jsonl", _jsonl([_base_row("a"), _base_row("a")])),
+        2,
+        "id",
+        "duplicate id 'a'",
+    ),
+    Case(
+        "base-enormous-line",
+        "data",
+        "line 2 is longer than 10 MiB",
+        bytes_file("base.jsonl", BASE_ENORMOUS),
+        2,
+        "-",
+        "line is longer than 10 MiB",
+    ),
+    Case(
+        "base-parquet-truncated",
+        "data",
+        "Parquet file cut in half",
+        truncated_parquet("base.parquet"),
+        None,
+        "-",
+        "not a readable Parquet file",
+    ),
+    Case(
+        "base-csv-missing-column",
+        "data",
+        "CSV header without `answers`",
+        text_file("base.csv", "id,question,context\na,When?,The bridge opened in 1932.\n"),
+        1,
+        "answers",
+        "missing column",
+    ),
     # ---- base sets given to generate (stops before any model call; one line)
-    Case("gen-base-empty", "generate-base", "empty base set", text_file("base.jsonl", ""), None, "-", "empty file: no records"),
-    Case("gen-base-not-utf8", "generate-base", "Latin-1 byte in line 2", bytes_file("base.jsonl", lambda: NOT_UTF8_BASE),
-         2, "-", "not UTF-8 (byte 0xe9 at column 29)"),
-    Case("gen-base-duplicate-id", "generate-base", "id `a` on lines 1 and 2",
-         text_file("base.jsonl", _jsonl([_base_row("a"), _base_row("a")])), 2, "id", "duplicate id 'a'"),
-    Case("gen-base-enormous-line", "generate-base", "line 2 is longer than 10 MiB", bytes_file("base.jsonl", BASE_ENORMOUS),
-         2, "-", "line is longer than 10 MiB"),
+    Case(
+        "gen-base-empty",
+        "generate-base",
+        "empty base set",
+        text_file("base.jsonl", ""),
+        None,
+        "-",
+        "empty file: no records",
+    ),
+    Case(
+        "gen-base-not-utf8",
+        "generate-base",
+        "Latin-1 byte in line 2",
+        bytes_file("base.jsonl", lambda: NOT_UTF8_BASE),
+        2,
+        "-",
+        "not UTF-8 (byte 0xe9 at column 29)",
+    ),
+    Case(
+        "gen-base-duplicate-id",
+        "generate-base",
+        "id `a` on lines 1 and 2",
+        text_file("base.jsonl", _jsonl([_base_row("a"), _base_row("a")])),
+        2,
+        "id",
+        "duplicate id 'a'",
+    ),
+    Case(
+        "gen-base-enormous-line",
+        "generate-base",
+        "line 2 is longer than 10 MiB",
+        bytes_file("base.jsonl", BASE_ENORMOUS),
+        2,
+        "-",
+        "line is longer than 10 MiB",
+    ),
     # ---- run configs
     Case("cfg-empty", "generate-config", "empty file", text_file("run.yaml", ""), None, "-", "empty config file"),
-    Case("cfg-truncated", "generate-config", "YAML cut off inside a flow list",
-         text_file("run.yaml", config_text("generation:\n  base_set: base.jsonl\n  generators: [gen, ")), 10, "-",
-         "invalid YAML"),
-    Case("cfg-not-utf8", "generate-config", "Latin-1 byte in line 3",
-         bytes_file("run.yaml", lambda: b"models:\n  gen:\n    model: openai/caf\xe9\n"), 3, "-", "not UTF-8 (byte 0xe9 at column 22)"),
-    Case("cfg-wrong-type", "generate-config", "`max_concurrency: lots`",
-         text_file("run.yaml", config_text(GOOD_GENERATION).replace("    model: openai/gen\n",
-                                                                    "    model: openai/gen\n    max_concurrency: lots\n")),
-         4, "models.gen.max_concurrency", "Input should be a valid integer"),
-    Case("cfg-missing-field", "generate-config", "generation without `generators`",
-         text_file("run.yaml", config_text("generation:\n  base_set: base.jsonl\n  verifiers: [ver]\n")), 8,
-         "generation.generators", "required key missing"),
-    Case("cfg-duplicate-key", "generate-config", "model `gen` defined twice",
-         text_file("run.yaml", config_text("  gen:\n    model: openai/other\n" + GOOD_GENERATION)), 8, "models.gen",
-         "duplicate key 'gen'"),
-    Case("cfg-unknown-key", "generate-config", "typo `filtre` for `filter`",
-         text_file("run.yaml", config_text(GOOD_GENERATION + "  filtre: majority\n")), 12, "generation.filtre",
-         "unknown key 'filtre'"),
-    Case("cfg-unknown-model", "generate-config", "verifier not in the registry",
-         text_file("run.yaml", config_text(GOOD_GENERATION.replace("[ver]", "[nope]"))), 11, "generation.verifiers",
-         "model 'nope' is not in the registry"),
-    Case("cfg-literal-key", "generate-config", "an API key pasted into `api_key_env`",
-         text_file("run.yaml", config_text(GOOD_GENERATION).replace("    model: openai/gen\n",
-                                                                    "    model: openai/gen\n    api_key_env: sk-live-0123\n")),
-         4, "models.gen.api_key_env", "must be the NAME of an environment variable"),
-    Case("cfg-unset-variable", "generate-config", "`api_base: ${RB_UNSET_MODELS_URL}` with the variable unset",
-         text_file("run.yaml", config_text(GOOD_GENERATION, url="${RB_UNSET_MODELS_URL}")), 4, "models.gen.api_base",
-         "environment variable RB_UNSET_MODELS_URL is not set"),
-    Case("cfg-enormous", "generate-config", "a config of 11 MiB (one huge line)",
-         bytes_file("run.yaml", lambda: b"name: " + b"x" * (11 * 1024 * 1024) + b"\n"), None, "-",
-         "too large for a config"),
-    Case("cfg-unreachable-model", "generate-config", "api_base where nothing listens", unreachable_config, None, "models",
-         "cannot run gen"),
+    Case(
+        "cfg-truncated",
+        "generate-config",
+        "YAML cut off inside a flow list",
+        text_file("run.yaml", config_text("generation:\n  base_set: base.jsonl\n  generators: [gen, ")),
+        10,
+        "-",
+        "invalid YAML",
+    ),
+    Case(
+        "cfg-not-utf8",
+        "generate-config",
+        "Latin-1 byte in line 3",
+        bytes_file("run.yaml", lambda: b"models:\n  gen:\n    model: openai/caf\xe9\n"),
+        3,
+        "-",
+        "not UTF-8 (byte 0xe9 at column 22)",
+    ),
+    Case(
+        "cfg-wrong-type",
+        "generate-config",
+        "`max_concurrency: lots`",
+        text_file(
+            "run.yaml",
+            config_text(GOOD_GENERATION).replace(
+                "    model: openai/gen\n", "    model: openai/gen\n    max_concurrency: lots\n"
+            ),
+        ),
+        4,
+        "models.gen.max_concurrency",
+        "Input should be a valid integer",
+    ),
+    Case(
+        "cfg-missing-field",
+        "generate-config",
+        "generation without `generators`",
+        text_file("run.yaml", config_text("generation:\n  base_set: base.jsonl\n  verifiers: [ver]\n")),
+        8,
+        "generation.generators",
+        "required key missing",
+    ),
+    Case(
+        "cfg-duplicate-key",
+        "generate-config",
+        "model `gen` defined twice",
+        text_file("run.yaml", config_text("  gen:\n    model: openai/other\n" + GOOD_GENERATION)),
+        8,
+        "models.gen",
+        "duplicate key 'gen'",
+    ),
+    Case(
+        "cfg-unknown-key",
+        "generate-config",
+        "typo `filtre` for `filter`",
+        text_file("run.yaml", config_text(GOOD_GENERATION + "  filtre: majority\n")),
+        12,
+        "generation.filtre",
+        "unknown key 'filtre'",
+    ),
+    Case(
+        "cfg-unknown-model",
+        "generate-config",
+        "verifier not in the registry",
+        text_file("run.yaml", config_text(GOOD_GENERATION.replace("[ver]", "[nope]"))),
+        11,
+        "generation.verifiers",
+        "model 'nope' is not in the registry",
+    ),
+    Case(
+        "cfg-literal-key",
+        "generate-config",
+        "an API key pasted into `api_key_env`",
+        text_file(
+            "run.yaml",
+            config_text(GOOD_GENERATION).replace(
+                "    model: openai/gen\n", "    model: openai/gen\n    api_key_env: sk-live-0123\n"
+            ),
+        ),
+        4,
+        "models.gen.api_key_env",
+        "must be the NAME of an environment variable",
+    ),
+    Case(
+        "cfg-unset-variable",
+        "generate-config",
+        "`api_base: ${RB_UNSET_MODELS_URL}` with the variable unset",
+        text_file("run.yaml", config_text(GOOD_GENERATION, url="${RB_UNSET_MODELS_URL}")),
+        4,
+        "models.gen.api_base",
+        "environment variable RB_UNSET_MODELS_URL is not set",
+    ),
+    Case(
+        "cfg-enormous",
+        "generate-config",
+        "a config of 11 MiB (one huge line)",
+        bytes_file("run.yaml", lambda: b"name: " + b"x" * (11 * 1024 * 1024) + b"\n"),
+        None,
+        "-",
+        "too large for a config",
+    ),
+    Case(
+        "cfg-unreachable-model",
+        "generate-config",
+        "api_base where nothing listens",
+        unreachable_config,
+        None,
+        "models",
+        "cannot run gen",
+    ),
     # ---- benchmark files
-    Case("bench-missing-file", "evaluate", "path does not exist", lambda folder: folder / "nothere.parquet", None, "-",
-         "benchmark file not found"),
-    Case("bench-empty-file", "evaluate", "empty file (0 bytes)", text_file("bench.parquet", ""), None, "-",
-         "not a readable Parquet file"),
-    Case("bench-no-rows", "evaluate", "valid Parquet with zero rows",
-         parquet_file("bench.parquet", lambda: _bench_table().slice(0, 0)), None, "-", "the benchmark has no items"),
-    Case("bench-truncated", "evaluate", "Parquet file cut in half", truncated_parquet("bench.parquet"), None, "-",
-         "not a readable Parquet file"),
-    Case("bench-not-parquet", "evaluate", "Latin-1 JSONL text named .parquet",
-         bytes_file("bench.parquet", lambda: b'{"item_id": "caf\xe9"}\n'), None, "-", "not a readable Parquet file"),
-    Case("bench-wrong-type", "evaluate", "`answers` null in row 2",
-         parquet_file("bench.parquet", lambda: _bench_table(lambda rows: rows[1].update(answers=None))), 2, "answers",
-         "Input should be a valid list"),
-    Case("bench-bad-expected", "evaluate", "`expected: MAYBE` in row 2",
-         parquet_file("bench.parquet", lambda: _bench_table(lambda rows: rows[1].update(expected="MAYBE"))), 2,
-         "expected", "not ANSWER_CORRECTLY or a refusal code: 'MAYBE'"),
-    Case("bench-missing-column", "evaluate", "no `expected` column",
-         parquet_file("bench.parquet", lambda: _bench_table(drop="expected")), None, "expected", "required column is missing"),
-    Case("bench-duplicate-id", "evaluate", "row 3 repeats `item0`",
-         parquet_file("bench.parquet", lambda: _bench_table(lambda rows: rows[2].update(item_id="item0"))), 3, "item_id",
-         "duplicate item_id 'item0'"),
-    Case("bench-enormous", "evaluate", "30 MiB of random bytes", huge_random_file("bench.parquet", 30 * 1024 * 1024),
-         None, "-", "not a readable Parquet file"),
+    Case(
+        "bench-missing-file",
+        "evaluate",
+        "path does not exist",
+        lambda folder: folder / "nothere.parquet",
+        None,
+        "-",
+        "benchmark file not found",
+    ),
+    Case(
+        "bench-empty-file",
+        "evaluate",
+        "empty file (0 bytes)",
+        text_file("bench.parquet", ""),
+        None,
+        "-",
+        "not a readable Parquet file",
+    ),
+    Case(
+        "bench-no-rows",
+        "evaluate",
+        "valid Parquet with zero rows",
+        parquet_file("bench.parquet", lambda: _bench_table().slice(0, 0)),
+        None,
+        "-",
+        "the benchmark has no items",
+    ),
+    Case(
+        "bench-truncated",
+        "evaluate",
+        "Parquet file cut in half",
+        truncated_parquet("bench.parquet"),
+        None,
+        "-",
+        "not a readable Parquet file",
+    ),
+    Case(
+        "bench-not-parquet",
+        "evaluate",
+        "Latin-1 JSONL text named .parquet",
+        bytes_file("bench.parquet", lambda: b'{"item_id": "caf\xe9"}\n'),
+        None,
+        "-",
+        "not a readable Parquet file",
+    ),
+    Case(
+        "bench-wrong-type",
+        "evaluate",
+        "`answers` null in row 2",
+        parquet_file("bench.parquet", lambda: _bench_table(lambda rows: rows[1].update(answers=None))),
+        2,
+        "answers",
+        "Input should be a valid list",
+    ),
+    Case(
+        "bench-bad-expected",
+        "evaluate",
+        "`expected: MAYBE` in row 2",
+        parquet_file("bench.parquet", lambda: _bench_table(lambda rows: rows[1].update(expected="MAYBE"))),
+        2,
+        "expected",
+        "not ANSWER_CORRECTLY or a refusal code: 'MAYBE'",
+    ),
+    Case(
+        "bench-missing-column",
+        "evaluate",
+        "no `expected` column",
+        parquet_file("bench.parquet", lambda: _bench_table(drop="expected")),
+        None,
+        "expected",
+        "required column is missing",
+    ),
+    Case(
+        "bench-duplicate-id",
+        "evaluate",
+        "row 3 repeats `item0`",
+        parquet_file("bench.parquet", lambda: _bench_table(lambda rows: rows[2].update(item_id="item0"))),
+        3,
+        "item_id",
+        "duplicate item_id 'item0'",
+    ),
+    Case(
+        "bench-enormous",
+        "evaluate",
+        "30 MiB of random bytes",
+        huge_random_file("bench.parquet", 30 * 1024 * 1024),
+        None,
+        "-",
+        "not a readable Parquet file",
+    ),
     # ---- judged responses (score)
     Case("score-empty", "score", "empty file", text_file("judged.jsonl", ""), None, "-", "no judged responses in file"),
-    Case("score-truncated", "score", "JSONL cut off inside line 2",
-         text_file("judged.jsonl", _jsonl([_judged_row()]) + '{"model": "m", "item_'), 2, "-", "invalid JSON"),
-    Case("score-not-utf8", "score", "Latin-1 byte in line 2",
-         bytes_file("judged.jsonl", lambda: _jsonl([_judged_row()]).encode() + b'{"model": "caf\xe9"}\n'), 2, "-",
-         "not UTF-8 (byte 0xe9 at column 15)"),
-    Case("score-wrong-type", "score", '`answer_correct: "maybe"`',
-         text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row("i2", answer_correct="maybe")])), 2,
-         "answer_correct", "not a boolean"),
-    Case("score-missing-field", "score", "row without `expected`",
-         text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row("i2", expected=...)])), 2, "expected",
-         "expected is missing"),
-    Case("score-duplicate-id", "score", "(model, item_id) repeated",
-         text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row()])), 2, "item_id", "duplicate (model, item_id)"),
-    Case("score-enormous-line", "score", "line 2 is longer than 10 MiB",
-         bytes_file("judged.jsonl", lambda: _enormous_line(_jsonl([_judged_row()]),
-                                                            '{"model": "m", "item_id": "i2", "response": "')),
-         2, "-", "line is longer than 10 MiB"),
+    Case(
+        "score-truncated",
+        "score",
+        "JSONL cut off inside line 2",
+        text_file("judged.jsonl", _jsonl([_judged_row()]) + '{"model": "m", "item_'),
+        2,
+        "-",
+        "invalid JSON",
+    ),
+    Case(
+        "score-not-utf8",
+        "score",
+        "Latin-1 byte in line 2",
+        bytes_file("judged.jsonl", lambda: _jsonl([_judged_row()]).encode() + b'{"model": "caf\xe9"}\n'),
+        2,
+        "-",
+        "not UTF-8 (byte 0xe9 at column 15)",
+    ),
+    Case(
+        "score-wrong-type",
+        "score",
+        '`answer_correct: "maybe"`',
+        text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row("i2", answer_correct="maybe")])),
+        2,
+        "answer_correct",
+        "not a boolean",
+    ),
+    Case(
+        "score-missing-field",
+        "score",
+        "row without `expected`",
+        text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row("i2", expected=...)])),
+        2,
+        "expected",
+        "expected is missing",
+    ),
+    Case(
+        "score-duplicate-id",
+        "score",
+        "(model, item_id) repeated",
+        text_file("judged.jsonl", _jsonl([_judged_row(), _judged_row()])),
+        2,
+        "item_id",
+        "duplicate (model, item_id)",
+    ),
+    Case(
+        "score-enormous-line",
+        "score",
+        "line 2 is longer than 10 MiB",
+        bytes_file(
+            "judged.jsonl",
+            lambda: _enormous_line(_jsonl([_judged_row()]), '{"model": "m", "item_id": "i2", "response": "'),
+        ),
+        2,
+        "-",
+        "line is longer than 10 MiB",
+    ),
     # ---- KnowOrNot QA pairs (JSONL of {id, question, answer})
     Case("qa-empty", "knowornot-qa", "empty file", text_file("qa.jsonl", ""), None, "-", "no QA pairs in file"),
-    Case("qa-truncated", "knowornot-qa", "JSONL cut off inside line 2",
-         text_file("qa.jsonl", _jsonl([_qa_row()]) + '{"id": "q2", "quest'), 2, "-", "invalid JSON"),
-    Case("qa-not-utf8", "knowornot-qa", "Latin-1 byte in line 2",
-         bytes_file("qa.jsonl", lambda: _jsonl([_qa_row()]).encode() + b'{"id": "q2", "question": "caf\xe9", "answer": "a"}\n'),
-         2, "-", "not UTF-8 (byte 0xe9 at column 30)"),
-    Case("qa-wrong-type", "knowornot-qa", "`answer: 30` (a number)",
-         text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row("q2", answer=30)])), 2, "answer", "must be a string"),
-    Case("qa-missing-field", "knowornot-qa", "pair without `question`",
-         text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row("q2", question=...)])), 2, "question", "missing"),
-    Case("qa-duplicate-id", "knowornot-qa", "id `q1` on lines 1 and 2",
-         text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row()])), 2, "id", "duplicate id 'q1'"),
-    Case("qa-enormous-line", "knowornot-qa", "line 2 is longer than 10 MiB",
-         bytes_file("qa.jsonl", lambda: _enormous_line(_jsonl([_qa_row()]), '{"id": "q2", "answer": "a", "question": "')),
-         2, "-", "line is longer than 10 MiB"),
+    Case(
+        "qa-truncated",
+        "knowornot-qa",
+        "JSONL cut off inside line 2",
+        text_file("qa.jsonl", _jsonl([_qa_row()]) + '{"id": "q2", "quest'),
+        2,
+        "-",
+        "invalid JSON",
+    ),
+    Case(
+        "qa-not-utf8",
+        "knowornot-qa",
+        "Latin-1 byte in line 2",
+        bytes_file(
+            "qa.jsonl", lambda: _jsonl([_qa_row()]).encode() + b'{"id": "q2", "question": "caf\xe9", "answer": "a"}\n'
+        ),
+        2,
+        "-",
+        "not UTF-8 (byte 0xe9 at column 30)",
+    ),
+    Case(
+        "qa-wrong-type",
+        "knowornot-qa",
+        "`answer: 30` (a number)",
+        text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row("q2", answer=30)])),
+        2,
+        "answer",
+        "must be a string",
+    ),
+    Case(
+        "qa-missing-field",
+        "knowornot-qa",
+        "pair without `question`",
+        text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row("q2", question=...)])),
+        2,
+        "question",
+        "missing",
+    ),
+    Case(
+        "qa-duplicate-id",
+        "knowornot-qa",
+        "id `q1` on lines 1 and 2",
+        text_file("qa.jsonl", _jsonl([_qa_row(), _qa_row()])),
+        2,
+        "id",
+        "duplicate id 'q1'",
+    ),
+    Case(
+        "qa-enormous-line",
+        "knowornot-qa",
+        "line 2 is longer than 10 MiB",
+        bytes_file(
+            "qa.jsonl", lambda: _enormous_line(_jsonl([_qa_row()]), '{"id": "q2", "answer": "a", "question": "')
+        ),
+        2,
+        "-",
+        "line is longer than 10 MiB",
+    ),
 ]
-
 
 
 def _pdf(encrypt: bool = False, blank: bool = False) -> bytes:
@@ -326,7 +668,11 @@ def _pdf(encrypt: bool = False, blank: bool = False) -> bytes:
 
     from pypdf import PdfReader, PdfWriter
 
-    writer = PdfWriter() if blank else PdfWriter(clone_from=PdfReader(ROOT / "tests/fixtures/knowornot_docs/clinic-handbook.pdf"))
+    writer = (
+        PdfWriter()
+        if blank
+        else PdfWriter(clone_from=PdfReader(ROOT / "tests/fixtures/knowornot_docs/clinic-handbook.pdf"))
+    )
     if blank:
         writer.add_blank_page(612, 792)
     if encrypt:
@@ -338,21 +684,58 @@ def _pdf(encrypt: bool = False, blank: bool = False) -> bytes:
 
 CASES += [
     # ---- KnowOrNot documents (PDF and HTML knowledge bases)
-    Case("doc-pdf-encrypted", "knowornot-docs", "PDF encrypted with a user password",
-         bytes_file("handbook.pdf", lambda: _pdf(encrypt=True)), None, "-", "PDF is encrypted with a password"),
-    Case("doc-pdf-corrupt", "knowornot-docs", "PDF cut off after 300 bytes",
-         bytes_file("handbook.pdf", lambda: _pdf()[:300]), None, "-", "not a readable PDF"),
-    Case("doc-pdf-no-text", "knowornot-docs", "PDF of one image-only (blank) page",
-         bytes_file("handbook.pdf", lambda: _pdf(blank=True)), None, "-", "PDF has no text layer"),
-    Case("doc-html-not-utf8", "knowornot-docs", "Latin-1 byte in line 2 of an HTML page",
-         bytes_file("fees.html", lambda: b"<h1>Fees</h1>\n<p>caf\xe9</p>\n"), 2, "-", "not UTF-8 (byte 0xe9 at column 7)"),
+    Case(
+        "doc-pdf-encrypted",
+        "knowornot-docs",
+        "PDF encrypted with a user password",
+        bytes_file("handbook.pdf", lambda: _pdf(encrypt=True)),
+        None,
+        "-",
+        "PDF is encrypted with a password",
+    ),
+    Case(
+        "doc-pdf-corrupt",
+        "knowornot-docs",
+        "PDF cut off after 300 bytes",
+        bytes_file("handbook.pdf", lambda: _pdf()[:300]),
+        None,
+        "-",
+        "not a readable PDF",
+    ),
+    Case(
+        "doc-pdf-no-text",
+        "knowornot-docs",
+        "PDF of one image-only (blank) page",
+        bytes_file("handbook.pdf", lambda: _pdf(blank=True)),
+        None,
+        "-",
+        "PDF has no text layer",
+    ),
+    Case(
+        "doc-html-not-utf8",
+        "knowornot-docs",
+        "Latin-1 byte in line 2 of an HTML page",
+        bytes_file("fees.html", lambda: b"<h1>Fees</h1>\n<p>caf\xe9</p>\n"),
+        2,
+        "-",
+        "not UTF-8 (byte 0xe9 at column 7)",
+    ),
 ]
 
 CASES_BY_ID = {case.id: case for case in CASES}
 
 # Final artifact names no failed run may leave behind.
-FINAL_ARTIFACTS = ("benchmark.parquet", "candidates.parquet", "verifications.parquet", "manifest.json", "metrics.json",
-                   "report.html", "responses.parquet", "judgments.parquet", "gv_analysis.json")
+FINAL_ARTIFACTS = (
+    "benchmark.parquet",
+    "candidates.parquet",
+    "verifications.parquet",
+    "manifest.json",
+    "metrics.json",
+    "report.html",
+    "responses.parquet",
+    "judgments.parquet",
+    "gv_analysis.json",
+)
 
 
 # ----------------------------------------------------------------- wiring a case into a command
@@ -383,7 +766,9 @@ def prepare(case: Case, folder: Path) -> Prepared:
     if case.kind == "evaluate":
         config = folder / "eval.yaml"
         config.write_text(config_text("evaluation:\n  targets: [gen]\n  judge: ver\n"))
-        return Prepared(["evaluate", "--config", str(config), "--benchmark", str(bad), "--out", str(out)], str(bad), out)
+        return Prepared(
+            ["evaluate", "--config", str(config), "--benchmark", str(bad), "--out", str(out)], str(bad), out
+        )
     if case.kind == "score":
         return Prepared(["score", str(bad), "--out", str(out)], str(bad), out)
     if case.kind == "knowornot-qa":
@@ -412,8 +797,14 @@ def run_in_process(argv: list[str], capsys) -> tuple[int, str, str]:
 def run_process(argv: list[str], cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(cwd / "prefect-home"))
     env.pop("PREFECT_API_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "refusalbench.flows.cli", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "refusalbench.flows.cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 LINE_FORMAT = re.compile(r"^(?P<file>.+?)(?::(?P<line>\d+))?: (?P<field>[^:]+): (?P<problem>.+)$")

@@ -11,15 +11,36 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 COMMANDS = [
-    [], ["levers"], ["levers", "list"], ["levers", "validate"], ["data", "validate"], ["models"], ["models", "list"],
-    ["models", "pull"], ["models", "serve"], ["generate"], ["evaluate"], ["score"], ["report"], ["knowornot"],
-    ["knowornot", "run"], ["run"], ["data", "import"], ["data", "import", "kilt-nq"], ["data", "import", "garage"],
-    ["pretest"], ["plan"], ["export"], ["view"],
+    [],
+    ["levers"],
+    ["levers", "list"],
+    ["levers", "validate"],
+    ["data", "validate"],
+    ["models"],
+    ["models", "list"],
+    ["models", "pull"],
+    ["models", "serve"],
+    ["generate"],
+    ["evaluate"],
+    ["score"],
+    ["report"],
+    ["knowornot"],
+    ["knowornot", "run"],
+    ["run"],
+    ["data", "import"],
+    ["data", "import", "kilt-nq"],
+    ["data", "import", "garage"],
+    ["pretest"],
+    ["plan"],
+    ["export"],
+    ["view"],
 ]
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "root")
@@ -37,7 +58,9 @@ def test_levers_list_json_contract():
     rows = json.loads(result.stdout)
     assert len(rows) == 176
     assert {"id", "perturbation_class", "intensity", "name", "instruction", "expected"} <= set(rows[0])
-    filtered = json.loads(cli("levers", "list", "--format", "json", "--class", "P-Contradiction", "--intensity", "high").stdout)
+    filtered = json.loads(
+        cli("levers", "list", "--format", "json", "--class", "P-Contradiction", "--intensity", "high").stdout
+    )
     assert len(filtered) == 10 and {r["intensity"] for r in filtered} == {"HIGH"}
 
 
@@ -59,7 +82,9 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path):
 
 def test_data_validate_reports_file_line_field(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "question": "q?", "answers": ["x"], "context": "c"}\n{"id": "a", "question": " ", "answers": [], "context": "c"}\n')
+    bad.write_text(
+        '{"id": "a", "question": "q?", "answers": ["x"], "context": "c"}\n{"id": "a", "question": " ", "answers": [], "context": "c"}\n'
+    )
     result = cli("data", "validate", str(bad))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.refusalbench.basesets import import_garage, import_kilt_nq, load_base_set
 from refusalbench.tasks.core.config import packaged_config
+from refusalbench.tasks.refusalbench.basesets import import_garage, import_kilt_nq, load_base_set
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -29,8 +29,14 @@ PAPER_GENERATORS = ["claude-4-sonnet", "deepseek-r1", "gpt-4o", "nova-pro"]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
 
 
 def import_kilt(out: Path, *extra: str, questions: Path = NQ, knowledge: Path = KS) -> subprocess.CompletedProcess:
@@ -54,7 +60,8 @@ def test_kilt_nq_import_through_the_cli_passes_validation(tmp_path):
     assert done.stdout.strip() == (
         f"{out}: 4 items (without a short answer {stats['no_short_answer']}, answer not in the cited passage "
         f"{stats['answer_not_in_passage']}, not sampled {stats['not_sampled']}, knowledge pages read 17, "
-        f"cited pages used {stats['pages_kept']}, cited pages missing from the dump 1)")
+        f"cited pages used {stats['pages_kept']}, cited pages missing from the dump 1)"
+    )
     assert done.stderr == ""  # no bar off a terminal
     assert cli("data", "validate", out).returncode == 0
     assert load_base_set(out) == expected
@@ -96,7 +103,10 @@ def test_a_malformed_line_is_one_line_naming_file_and_line_and_writes_nothing(tm
 def test_import_refuses_bad_arguments_before_reading(tmp_path):
     parquet = import_kilt(tmp_path / "base.parquet")
     assert parquet.returncode == 2
-    assert parquet.stderr.strip() == f"{tmp_path / 'base.parquet'}: --out: the base set is written as JSON lines: name it *.jsonl"
+    assert (
+        parquet.stderr.strip()
+        == f"{tmp_path / 'base.parquet'}: --out: the base set is written as JSON lines: name it *.jsonl"
+    )
     missing = import_kilt(tmp_path / "base.jsonl", knowledge=tmp_path / "kilt_knowledgesource.json")
     assert missing.returncode == 2
     assert missing.stderr.strip() == f"{tmp_path / 'kilt_knowledgesource.json'}: -: file not found"
@@ -169,8 +179,9 @@ def test_paper_configs_plan_offline(tmp_path, name):
     plan = json.loads(keyless.stdout)
     check_contract(plan)
     assert plan["stages"]["generate"]["calls"] == 0
-    assert set(plan["stages"]["respond"]["by_model"]) == {m for m in plan["stages"]["respond"]["by_model"]
-                                                          if m.startswith(("llama", "qwen", "olmo"))}
+    assert set(plan["stages"]["respond"]["by_model"]) == {
+        m for m in plan["stages"]["respond"]["by_model"] if m.startswith(("llama", "qwen", "olmo"))
+    }
     assert any(note.startswith("left out as unavailable: ") and "gpt-4o" in note for note in plan["notes"])
     assert "skipping unavailable models" in keyless.stderr
 

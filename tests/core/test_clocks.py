@@ -29,10 +29,14 @@ def test_clocks_count_under_their_scope_in_each_thread():
 
 
 def _config(tmp_path: Path, shard_size: str = "") -> Path:
-    models = "".join(f"  {n}:\n    model: openai/{n}\n    api_base: http://127.0.0.1:9/v1\n    max_concurrency: 16\n"
-                     for n in ("t1", "t2", "judge"))
+    models = "".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: http://127.0.0.1:9/v1\n    max_concurrency: 16\n"
+        for n in ("t1", "t2", "judge")
+    )
     path = tmp_path / "c.yaml"
-    path.write_text(f"models:\n{models}evaluation:\n  targets: [t1, t2]\n  judge: judge\n{shard_size}", encoding="utf-8")
+    path.write_text(
+        f"models:\n{models}evaluation:\n  targets: [t1, t2]\n  judge: judge\n{shard_size}", encoding="utf-8"
+    )
     return path
 
 

@@ -30,7 +30,9 @@ models:
 
 def test_include_merges_registry_and_run(tmp_path):
     _write(tmp_path / "models.yaml", REGISTRY)
-    cfg_path = _write(tmp_path / "run.yaml", """
+    cfg_path = _write(
+        tmp_path / "run.yaml",
+        """
         include: models.yaml
         generation:
           base_set: data.jsonl
@@ -42,7 +44,8 @@ def test_include_merges_registry_and_run(tmp_path):
         models:
           gen:
             max_concurrency: 3
-    """)
+    """,
+    )
     cfg = load_config(cfg_path)
     assert set(cfg.models) == {"gen", "judge"}
     assert cfg.models["gen"].max_concurrency == 3  # the including file wins
@@ -54,24 +57,30 @@ def test_include_merges_registry_and_run(tmp_path):
 
 
 def test_unknown_key_names_key_file_and_line(tmp_path):
-    path = _write(tmp_path / "run.yaml", """
+    path = _write(
+        tmp_path / "run.yaml",
+        """
         models:
           gen:
             model: openai/gen
             temprature: 0.2
-    """)
+    """,
+    )
     with pytest.raises(InputError) as info:
         load_config(path)
     assert str(info.value) == f"{path}:4: models.gen.temprature: unknown key 'temprature'"
 
 
 def test_unknown_key_in_an_included_file_points_at_that_file(tmp_path):
-    registry = _write(tmp_path / "models.yaml", """
+    registry = _write(
+        tmp_path / "models.yaml",
+        """
         models:
           gen:
             model: openai/gen
             bogus: 1
-    """)
+    """,
+    )
     path = _write(tmp_path / "run.yaml", "include: models.yaml\n")
     with pytest.raises(InputError) as info:
         load_config(path)
@@ -80,24 +89,30 @@ def test_unknown_key_in_an_included_file_points_at_that_file(tmp_path):
 
 def test_model_names_are_checked_against_the_registry(tmp_path):
     _write(tmp_path / "models.yaml", REGISTRY)
-    path = _write(tmp_path / "run.yaml", """
+    path = _write(
+        tmp_path / "run.yaml",
+        """
         include: models.yaml
         evaluation:
           targets: [gen, gpt-9]
           judge: judge
-    """)
+    """,
+    )
     with pytest.raises(InputError) as info:
         load_config(path)
     assert "evaluation.targets: model 'gpt-9' is not in the registry" in str(info.value)
 
 
 def test_api_key_must_be_an_env_var_name(tmp_path):
-    path = _write(tmp_path / "run.yaml", """
+    path = _write(
+        tmp_path / "run.yaml",
+        """
         models:
           x:
             model: openai/gpt-4o
             api_key_env: sk-live-1234-abcd
-    """)
+    """,
+    )
     with pytest.raises(InputError) as info:
         load_config(path)
     assert "NAME of an environment variable" in str(info.value)
@@ -140,8 +155,11 @@ def test_non_utf8_config(tmp_path):
 
 # ---------------------------------------------------------------- ${NAME} in endpoints
 
+
 def test_endpoints_are_expanded_from_the_environment(tmp_path, monkeypatch):
-    path = _write(tmp_path / "run.yaml", """
+    path = _write(
+        tmp_path / "run.yaml",
+        """
         models:
           m:
             model: openai/m
@@ -152,7 +170,8 @@ def test_endpoints_are_expanded_from_the_environment(tmp_path, monkeypatch):
         cache:
           backend: redis
           url: "${RB_TEST_REDIS_URL:-redis://redis:6379/0}"
-    """)
+    """,
+    )
     monkeypatch.delenv("RB_TEST_MODELS_URL", raising=False)
     monkeypatch.setenv("RB_TEST_REDIS_URL", "")  # empty counts as unset, as with the shell's :-
     monkeypatch.setenv("RB_TEST_HOST", "gpu-box")
@@ -165,25 +184,34 @@ def test_endpoints_are_expanded_from_the_environment(tmp_path, monkeypatch):
     assert cfg.models["m"].api_base == "http://127.0.0.1:18080/v1" and cfg.cache.url == "redis://127.0.0.1:16379/0"
     # The deployment is the one written: the call cache keys on it wherever the variable points.
     assert cfg.models["m"].api_base_as_written == "${RB_TEST_MODELS_URL:-http://models:8080/v1}"
-    assert cfg.models["m"].model_copy(update={"api_base": "http://127.0.0.1:5/v1"}).api_base_as_written == \
-        "http://127.0.0.1:5/v1"  # a copy sent elsewhere (a server the run started) is keyed as that
+    assert (
+        cfg.models["m"].model_copy(update={"api_base": "http://127.0.0.1:5/v1"}).api_base_as_written
+        == "http://127.0.0.1:5/v1"
+    )  # a copy sent elsewhere (a server the run started) is keyed as that
 
 
 def test_a_missing_variable_is_a_config_error_at_its_line(tmp_path, monkeypatch):
     monkeypatch.delenv("RB_TEST_UNSET", raising=False)
-    path = _write(tmp_path / "run.yaml", """
+    path = _write(
+        tmp_path / "run.yaml",
+        """
         models:
           m:
             model: openai/m
             api_base: "${RB_TEST_UNSET}"
-    """)
+    """,
+    )
     with pytest.raises(InputError) as info:
         load_config(path)
-    assert str(info.value) == (f"{path.resolve()}:4: models.m.api_base: environment variable RB_TEST_UNSET is not set "
-                               "(give a default: ${RB_TEST_UNSET:-...})")
-    for text, problem in (("cache:\n  url: '${RB_TEST_UNSET}'\n", "cache.url: environment variable RB_TEST_UNSET"),
-                          ("cache:\n  url: 'redis://${REDIS'\n", "cache.url: unclosed '${'"),
-                          ("cache:\n  url: '${1X:-y}'\n", "cache.url: '${1X:-y}' is not ${NAME} or ${NAME:-default}")):
+    assert str(info.value) == (
+        f"{path.resolve()}:4: models.m.api_base: environment variable RB_TEST_UNSET is not set "
+        "(give a default: ${RB_TEST_UNSET:-...})"
+    )
+    for text, problem in (
+        ("cache:\n  url: '${RB_TEST_UNSET}'\n", "cache.url: environment variable RB_TEST_UNSET"),
+        ("cache:\n  url: 'redis://${REDIS'\n", "cache.url: unclosed '${'"),
+        ("cache:\n  url: '${1X:-y}'\n", "cache.url: '${1X:-y}' is not ${NAME} or ${NAME:-default}"),
+    ):
         path.write_text(text, encoding="utf-8")
         with pytest.raises(InputError, match=re.escape(problem)):
             load_config(path)

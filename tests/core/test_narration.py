@@ -23,7 +23,9 @@ def test_without_a_runtime_the_story_goes_to_the_logger_and_artifacts_nowhere(ca
     finally:
         narration.install(previous)
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("refusalbench", logging.INFO, "stage score: done"), ("refusalbench", logging.WARNING, "note: odd")]
+        ("refusalbench", logging.INFO, "stage score: done"),
+        ("refusalbench", logging.WARNING, "note: odd"),
+    ]
 
 
 def test_loading_the_pipeline_points_the_narration_at_the_prefect_ui():
@@ -58,7 +60,8 @@ def test_pure_codes_narration_reaches_the_runs_logs_and_artifacts():
     with get_client(sync_client=True) as client:
         logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        )
     assert [log.message for log in logs if log.name == "refusalbench.story"] == ["stage audit: done in 0.5 s"]
     by_key = {a.key: a for a in artifacts}
     assert set(by_key) == {"audit-pass-rates", "knowornot-report"}

@@ -61,9 +61,11 @@ def test_a_child_that_dies_leaves_its_jobs_to_this_process():
 
 
 def test_on_one_core_everything_is_drawn_here():
-    script = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-              "from refusalbench.tasks.core.plotting import drawn_spread; "
-              "print(set(drawn_spread([(os.getpid, ())] * 3)) == {os.getpid()})")
+    script = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from refusalbench.tasks.core.plotting import drawn_spread; "
+        "print(set(drawn_spread([(os.getpid, ())] * 3)) == {os.getpid()})"
+    )
     if not sys.platform.startswith("linux"):
         pytest.skip("sched_setaffinity: Linux only")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)

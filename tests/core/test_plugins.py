@@ -25,8 +25,8 @@ from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.providers import PROVIDERS
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS
-from tests.scripted import by_model, judge_by_reference, last_user_text
 from tests.pipeline.test_evaluation_flow import ITEMS
+from tests.scripted import by_model, judge_by_reference, last_user_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from refusalbench.tasks.llm.callcache import CallCache, cache_backends, open_cache, register_cache_backend
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.llm.callcache import CallCache, cache_backends, open_cache, register_cache_backend
 from refusalbench.tasks.llm.gateway import gateway_for
 
 
@@ -42,7 +42,8 @@ def open_memory_cache(*, path: str | None = None, url: str | None = None) -> Cal
 
 def _config(tmp_path, api_base: str, backend: str):
     path = tmp_path / "run.yaml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         models:
           m:
             model: openai/fake
@@ -50,7 +51,9 @@ def _config(tmp_path, api_base: str, backend: str):
             max_attempts: 2
         cache:
           backend: {backend}
-    """).lstrip("\n"), encoding="utf-8")
+    """).lstrip("\n"),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -104,24 +107,45 @@ def restore_prechecks():
 
 @pytest.mark.usefixtures("restore_prechecks")
 def test_a_new_precheck_is_one_function_and_one_decorator():
-    from refusalbench.tasks.refusalbench.stages.prechecks import precheck_names, register_precheck, run_prechecks
     from refusalbench.tasks.refusalbench.schema.records import BaseItem, Candidate, Lever, LeverExample
+    from refusalbench.tasks.refusalbench.stages.prechecks import precheck_names, register_precheck, run_prechecks
 
     @register_precheck("question_shouts")
     def question_shouts(candidate, item, lever):
         return "the question is in capitals" if candidate.question.isupper() else None
 
-    lever = Lever(id="x", name="X", perturbation_class="P-Ambiguity", intensity="LOW", target="query-context",
-                  instruction="do", example=LeverExample(question="q", context="c", expected="ANSWER_CORRECTLY", answer="a"),
-                  multi_document="m")
-    item = BaseItem(id="b1", question="When was the bridge opened?", answers=["1932"], context="The bridge opened in 1932.")
-    fields = dict(candidate_id="c1", assignment_id="a1", base_id="b1", lever_id="x", perturbation_class="P-Ambiguity",
-                  intensity="LOW", variant="single", generator="g", status="ok", expected="ANSWER_CORRECTLY",
-                  prompt_hash="h", context="The bridge opened in 1933.")
+    lever = Lever(
+        id="x",
+        name="X",
+        perturbation_class="P-Ambiguity",
+        intensity="LOW",
+        target="query-context",
+        instruction="do",
+        example=LeverExample(question="q", context="c", expected="ANSWER_CORRECTLY", answer="a"),
+        multi_document="m",
+    )
+    item = BaseItem(
+        id="b1", question="When was the bridge opened?", answers=["1932"], context="The bridge opened in 1932."
+    )
+    fields = dict(
+        candidate_id="c1",
+        assignment_id="a1",
+        base_id="b1",
+        lever_id="x",
+        perturbation_class="P-Ambiguity",
+        intensity="LOW",
+        variant="single",
+        generator="g",
+        status="ok",
+        expected="ANSWER_CORRECTLY",
+        prompt_hash="h",
+        context="The bridge opened in 1933.",
+    )
 
     assert precheck_names()[-1] == "question_shouts"
     assert run_prechecks(Candidate(**fields, question="WHEN WAS THE BRIDGE OPENED?"), item, lever) == [
-        "question_shouts: the question is in capitals"]
+        "question_shouts: the question is in capitals"
+    ]
     assert run_prechecks(Candidate(**fields, question="When was the bridge closed?"), item, lever) == []
 
 
@@ -141,8 +165,11 @@ def test_a_second_registration_of_a_name_raises_unless_replacing():
     def make_widget():
         return 3
 
-    with pytest.raises(ValueError, match=r"widget 'made' is already registered by "
-                                         rf"{re.escape(__name__)}\.test_a_second_registration_of_a_name_raises_unless_replacing\.<locals>\.make_widget"):
+    with pytest.raises(
+        ValueError,
+        match=r"widget 'made' is already registered by "
+        rf"{re.escape(__name__)}\.test_a_second_registration_of_a_name_raises_unless_replacing\.<locals>\.make_widget",
+    ):
         widgets.register("made")(lambda: 4)
     assert widgets["made"] is make_widget
 
@@ -164,20 +191,45 @@ def _project_registries():
     from refusalbench.tasks.knowornot.stages.retrieval import RETRIEVERS, register_retriever
     from refusalbench.tasks.llm.callcache import CACHE_BACKENDS
     from refusalbench.tasks.refusalbench.basesets.readers import READERS, register_reader
-    from refusalbench.tasks.refusalbench.stages.prechecks import PRECHECKS, register_precheck
     from refusalbench.tasks.refusalbench.rule_generator import RULES, register_rule
+    from refusalbench.tasks.refusalbench.stages.prechecks import PRECHECKS, register_precheck
 
     spec = EvalSpec(name="abstention", tag="other", outcomes=["a", "b"], prompt="p")
     return [
-        (CACHE_BACKENDS, "sqlite", lambda replace: register_cache_backend("sqlite", replace=replace)(open_memory_cache)),
-        (PRECHECKS, "unchanged", lambda replace: register_precheck("unchanged", replace=replace)(lambda c, i, label: None)),
-        (RULES, "missing-info-medium-answer-clause-excised",
-         lambda replace: register_rule("missing-info-medium-answer-clause-excised", replace=replace)(lambda item, key: None)),
-        (READERS, ".csv", lambda replace: register_reader(".csv", replace=replace)(lambda path, problems, limit: iter(()))),
+        (
+            CACHE_BACKENDS,
+            "sqlite",
+            lambda replace: register_cache_backend("sqlite", replace=replace)(open_memory_cache),
+        ),
+        (
+            PRECHECKS,
+            "unchanged",
+            lambda replace: register_precheck("unchanged", replace=replace)(lambda c, i, label: None),
+        ),
+        (
+            RULES,
+            "missing-info-medium-answer-clause-excised",
+            lambda replace: register_rule("missing-info-medium-answer-clause-excised", replace=replace)(
+                lambda item, key: None
+            ),
+        ),
+        (
+            READERS,
+            ".csv",
+            lambda replace: register_reader(".csv", replace=replace)(lambda path, problems, limit: iter(())),
+        ),
         (RETRIEVERS, "direct", lambda replace: register_retriever("direct", replace=replace)(lambda query, kb, k: [])),
-        (EMBEDDERS, "hashing", lambda replace: register_embedder("hashing", replace=replace)(lambda: HashingEmbedder(dimension=8))),
+        (
+            EMBEDDERS,
+            "hashing",
+            lambda replace: register_embedder("hashing", replace=replace)(lambda: HashingEmbedder(dimension=8)),
+        ),
         (EVAL_SPECS, "abstention", lambda replace: register_eval_spec(spec, replace=replace)),
-        (CONFIG_CHECKS, "cache.backend", lambda replace: CONFIG_CHECKS.register("cache.backend", replace=replace)(lambda cfg: None)),
+        (
+            CONFIG_CHECKS,
+            "cache.backend",
+            lambda replace: CONFIG_CHECKS.register("cache.backend", replace=replace)(lambda cfg: None),
+        ),
     ]
 
 

@@ -24,18 +24,42 @@ from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
 # A manifest as the code before the versioned contract wrote it: no schema_version.
 UNVERSIONED_MANIFEST = {
-    "run_id": "old", "kind": "generate", "created_at": "2026-01-01T00:00:00+00:00", "finished_at": None,
-    "package_version": "0.1.0", "config_hash": "h", "config": {}, "catalogue_hash": None, "prompt_hashes": {},
-    "seed": 0, "timings_s": {"generate": 1.5}, "counts": {"benchmark": 1}, "calls": {}, "notes": [],
-    "artifacts": ["benchmark.parquet"], "status": "completed",
+    "run_id": "old",
+    "kind": "generate",
+    "created_at": "2026-01-01T00:00:00+00:00",
+    "finished_at": None,
+    "package_version": "0.1.0",
+    "config_hash": "h",
+    "config": {},
+    "catalogue_hash": None,
+    "prompt_hashes": {},
+    "seed": 0,
+    "timings_s": {"generate": 1.5},
+    "counts": {"benchmark": 1},
+    "calls": {},
+    "notes": [],
+    "artifacts": ["benchmark.parquet"],
+    "status": "completed",
 }
 NEWER = ("1.4", "2.0")
 
 
 def _item() -> BenchmarkItem:
-    return BenchmarkItem(item_id="i", base_id="b", variant="single", perturbation_class="P-Ambiguity",
-                         intensity="LOW", lever_id="x", generator="g", question="q?", context="c",
-                         original_question="oq", original_context="oc", answers=["a"], expected="ANSWER_CORRECTLY")
+    return BenchmarkItem(
+        item_id="i",
+        base_id="b",
+        variant="single",
+        perturbation_class="P-Ambiguity",
+        intensity="LOW",
+        lever_id="x",
+        generator="g",
+        question="q?",
+        context="c",
+        original_question="oq",
+        original_context="oc",
+        answers=["a"],
+        expected="ANSWER_CORRECTLY",
+    )
 
 
 def _folder(path, version: str | None) -> ArtifactStore:
@@ -50,11 +74,14 @@ def _folder(path, version: str | None) -> ArtifactStore:
 
 
 def _refusal(store: ArtifactStore, version: str) -> str:
-    return (f"{store.uri(runfolder.MANIFEST.name)}: schema_version: {version} is newer than this refusalbench "
-            f"reads ({runfolder.SCHEMA_VERSION}); upgrade refusalbench")
+    return (
+        f"{store.uri(runfolder.MANIFEST.name)}: schema_version: {version} is newer than this refusalbench "
+        f"reads ({runfolder.SCHEMA_VERSION}); upgrade refusalbench"
+    )
 
 
 # ---------------------------------------------------------------- older: read, migrated
+
 
 def test_an_unversioned_manifest_is_read_as_contract_1_0(tmp_path):
     store = _folder(tmp_path, None)
@@ -83,6 +110,7 @@ def test_a_new_manifest_carries_this_contract(tmp_path):
 
 
 # ---------------------------------------------------------------- newer: refused
+
 
 @pytest.mark.parametrize("version", NEWER)
 def test_a_folder_of_a_newer_contract_is_refused_before_any_file_is_read(tmp_path, version):
@@ -142,6 +170,12 @@ def test_every_command_that_reads_a_run_folder_refuses_a_newer_one(tmp_path, cap
 
 
 def test_a_run_manifest_roundtrips_with_its_version():
-    manifest = RunManifest(schema_version="1.1", run_id="r", kind="evaluate", package_version="0", config_hash="h",
-                           created_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    manifest = RunManifest(
+        schema_version="1.1",
+        run_id="r",
+        kind="evaluate",
+        package_version="0",
+        config_hash="h",
+        created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    )
     assert RunManifest.model_validate_json(manifest.model_dump_json()) == manifest

@@ -7,18 +7,27 @@ import os
 import pyarrow as pa
 import pytest
 
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 
 
 def _items(n: int) -> list[BenchmarkItem]:
     return [
         BenchmarkItem(
-            item_id=f"i{i}", base_id=f"b{i}", variant="multi" if i % 2 else "single",
-            perturbation_class="P-Ambiguity", intensity="LOW", lever_id="l", generator="g",
-            question=f"q{i}?", context=None if i % 2 else "ctx",
+            item_id=f"i{i}",
+            base_id=f"b{i}",
+            variant="multi" if i % 2 else "single",
+            perturbation_class="P-Ambiguity",
+            intensity="LOW",
+            lever_id="l",
+            generator="g",
+            question=f"q{i}?",
+            context=None if i % 2 else "ctx",
             passages=[Passage(text="p", relevant=True)] if i % 2 else None,
-            original_question="oq", answers=["a", "b"], expected="ANSWER_CORRECTLY", domain=None,
+            original_question="oq",
+            answers=["a", "b"],
+            expected="ANSWER_CORRECTLY",
+            domain=None,
         )
         for i in range(n)
     ]
@@ -73,8 +82,16 @@ def s3_endpoint():
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_ENDPOINT_URL=endpoint, AWS_DEFAULT_REGION="us-east-1")
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="test",
+        AWS_SECRET_ACCESS_KEY="test",
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     import boto3
 
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
@@ -114,14 +131,20 @@ def test_the_store_has_s3_credentials_of_its_own(s3_endpoint, monkeypatch):
     _roundtrip(store)
     assert (store.fs.key, store.fs.secret) == ("store-key", "store-secret")
     options = storage_options("s3://bench/own-credentials")
-    assert options == {"client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
-                       "endpoint_url": s3_endpoint}
+    assert options == {
+        "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
+        "endpoint_url": s3_endpoint,
+    }
     block = RemoteFileSystem(basepath="s3://bench/own-credentials/_prefect", settings=options)
     assert block.filesystem.key == "store-key" and "store-secret" not in block.model_dump_json()
 
     # Unset, the store reads the AWS chain as it always did.
-    for name in ("REFUSALBENCH_S3_ACCESS_KEY_ID", "REFUSALBENCH_S3_SECRET_ACCESS_KEY", "REFUSALBENCH_S3_ENDPOINT_URL",
-                 "REFUSALBENCH_S3_REGION"):
+    for name in (
+        "REFUSALBENCH_S3_ACCESS_KEY_ID",
+        "REFUSALBENCH_S3_SECRET_ACCESS_KEY",
+        "REFUSALBENCH_S3_ENDPOINT_URL",
+        "REFUSALBENCH_S3_REGION",
+    ):
         monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
     store = ArtifactStore("s3://bench/aws-chain")

@@ -11,8 +11,8 @@ from refusalbench.tasks.core.textinput import decode_text, open_bytes, read_text
 
 def test_utf8_is_read_with_or_without_a_bom(tmp_path):
     plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
-    plain.write_bytes("café\nline two\n".encode("utf-8"))
-    marked.write_bytes(b"\xef\xbb\xbf" + "café\nline two\n".encode("utf-8"))
+    plain.write_bytes("café\nline two\n".encode())
+    marked.write_bytes(b"\xef\xbb\xbf" + "café\nline two\n".encode())
     assert read_text(plain) == read_text(marked) == "café\nline two\n"
 
 

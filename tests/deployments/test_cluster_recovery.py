@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 from tests.pipeline.test_generation_flow import BASE
+from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ POOL = "recovery"
 DEPLOYMENT = "refresh-recovery"
 FAKE_KEY = "sk-recovery-fake-key-3b9c1e77"  # must never be written to a worker's disk
 CRASH_WITHIN_S = 45  # the zombie automation's window for this test (production: 90 s)
-LATENCY_S = 1.0      # per model call: the round lasts long enough to be killed twice in the middle
+LATENCY_S = 1.0  # per model call: the round lasts long enough to be killed twice in the middle
 
 
 class RecoveryRig:
@@ -38,10 +38,15 @@ class RecoveryRig:
 
     def __init__(self, api_url: str, env: dict[str, str], folder: Path):
         self.api_url, self.folder = api_url, folder
-        self.env = {**env, "PREFECT_API_URL": api_url, "RECOVERY_KEY": FAKE_KEY,
-                    "REFUSALBENCH_PROJECT_DIR": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "1",
-                    "PREFECT_WORKER_PREFETCH_SECONDS": "5",
-                    "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])}
+        self.env = {
+            **env,
+            "PREFECT_API_URL": api_url,
+            "RECOVERY_KEY": FAKE_KEY,
+            "REFUSALBENCH_PROJECT_DIR": str(ROOT),
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
+        }
         self.workers: dict[str, subprocess.Popen] = {}
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -50,8 +55,9 @@ class RecoveryRig:
         return reply.json() if reply.content else None
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         return done.stdout
 
@@ -60,8 +66,18 @@ class RecoveryRig:
         self.cli("-m", "prefect", "work-pool", "create", POOL, "--type", "process")
         source = self.api("GET", "/deployments/name/refusalbench-refresh/refresh")
         limit = (source.get("global_concurrency_limit") or {}).get("limit")
-        body = {key: source[key] for key in ("flow_id", "entrypoint", "path", "pull_steps", "job_variables", "tags",
-                                             "parameter_openapi_schema")}
+        body = {
+            key: source[key]
+            for key in (
+                "flow_id",
+                "entrypoint",
+                "path",
+                "pull_steps",
+                "job_variables",
+                "tags",
+                "parameter_openapi_schema",
+            )
+        }
         body.update(name=DEPLOYMENT, work_pool_name=POOL, concurrency_limit=limit, parameters={})
         return self.api("POST", "/deployments/", json=body)["id"]
 
@@ -71,10 +87,14 @@ class RecoveryRig:
         for sub in ("home", "tmp", "cwd"):
             (home / sub).mkdir(parents=True, exist_ok=True)
         env = {**self.env, "PREFECT_HOME": str(home / "home"), "TMPDIR": str(home / "tmp")}
-        worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type",
-                                   "process", "--name", name], env=env, cwd=home / "cwd",
-                                  stdout=(home / "worker.log").open("wb"), stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type", "process", "--name", name],
+            env=env,
+            cwd=home / "cwd",
+            stdout=(home / "worker.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.workers[name] = worker
         return worker
 
@@ -96,8 +116,10 @@ class RecoveryRig:
         deadline = time.monotonic() + timeout_s
         while (value := check()) in (None, False):
             if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-3000:]}"
-                                 for p in sorted(self.folder.glob("*/worker.log")))
+                logs = "\n".join(
+                    f"--- {p}\n{p.read_text(errors='replace')[-3000:]}"
+                    for p in sorted(self.folder.glob("*/worker.log"))
+                )
                 raise AssertionError(f"{what}: not within {timeout_s:.0f} s\n{logs}")
             time.sleep(interval_s)
         return value
@@ -105,14 +127,17 @@ class RecoveryRig:
 
 def write_config(folder: Path, models_url: str) -> Path:
     (folder / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = "\n".join(f"  {name}:\n    model: openai/{name}\n    api_base: {models_url}\n    api_key_env: RECOVERY_KEY\n"
-                       f"    max_concurrency: 2\n    max_attempts: 2" for name in ("gen-a", "ver-a", "tgt", "judge"))
+    models = "\n".join(
+        f"  {name}:\n    model: openai/{name}\n    api_base: {models_url}\n    api_key_env: RECOVERY_KEY\n"
+        f"    max_concurrency: 2\n    max_attempts: 2"
+        for name in ("gen-a", "ver-a", "tgt", "judge")
+    )
     config = folder / "refresh.yaml"
     config.write_text(f"""
 models:
 {models}
 cache:
-  path: {folder / 'calls.sqlite'}
+  path: {folder / "calls.sqlite"}
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -152,9 +177,14 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
     end with it), then a whole worker container (worker and flow process at once). The round completes
     on a third worker. Returns the measured times (seconds after each kill)."""
     fake_llm.latency_s = LATENCY_S
-    fake_llm.responder = by_model({"gen-a": lambda req: generator_reply(req, "a"),
-                                   "ver-a": lambda req: verifier_reply("PASS"),
-                                   "tgt": lambda req: "REFUSE_INFO_MISSING", "judge": judge_by_reference})
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "tgt": lambda req: "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
     rig = RecoveryRig(api_url, env, folder)
     times: dict[str, float] = {}
     deployment_id = None
@@ -162,8 +192,11 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
         rig.cli("-m", "refusalbench.deployments.automations", "--within", str(CRASH_WITHIN_S))
         deployment_id = rig.copy_refresh_deployment()
         out_root = folder / "rounds"
-        run_id = rig.api("POST", f"/deployments/{deployment_id}/create_flow_run", json={"parameters": {
-            "config_path": str(write_config(folder, fake_llm.url)), "out_root": str(out_root)}})["id"]
+        run_id = rig.api(
+            "POST",
+            f"/deployments/{deployment_id}/create_flow_run",
+            json={"parameters": {"config_path": str(write_config(folder, fake_llm.url)), "out_root": str(out_root)}},
+        )["id"]
         kills: list[int] = []  # how many calls the scripted server had seen at each kill
 
         def kill_mid_round(worker: subprocess.Popen, *, container: bool, attempt: int) -> tuple[float, list[int]]:
@@ -175,7 +208,7 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
             if container:
                 os.killpg(worker.pid, signal.SIGKILL)  # the worker's whole container is gone
             else:
-                os.kill(worker.pid, signal.SIGKILL)    # the worker alone; its flow process must follow it
+                os.kill(worker.pid, signal.SIGKILL)  # the worker alone; its flow process must follow it
             return time.monotonic(), flow_pids
 
         def crashed(attempt: int) -> dict[str, Any] | None:
@@ -201,8 +234,13 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
         rig.wait("the second retry (its deployment slot free)", lambda: rig.flow_run(run_id)["run_count"] >= 3, 120)
         times["container_running_again_s"] = time.monotonic() - killed
 
-        final = rig.wait("the retried run's end", lambda: (run := rig.flow_run(run_id))["state_type"] in
-                         ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and run, 400)
+        final = rig.wait(
+            "the retried run's end",
+            lambda: (
+                (run := rig.flow_run(run_id))["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and run
+            ),
+            400,
+        )
         assert final["state_type"] == "COMPLETED", final["state"]
         assert not any(alive(pid) for pid in flow_pids)
 
@@ -223,8 +261,11 @@ def run_lost_worker_scenario(api_url: str, env: dict[str, str], fake_llm, folder
         assert all(c["authorization"] == f"Bearer {FAKE_KEY}" for c in calls)  # the key was in use
 
         # No secret on the workers' disks, no Prefect workspace manifest left behind.
-        leaks = [str(p) for p in folder.rglob("*") if p.is_file() and p.stat().st_size < 50_000_000
-                 and FAKE_KEY.encode() in p.read_bytes()]
+        leaks = [
+            str(p)
+            for p in folder.rglob("*")
+            if p.is_file() and p.stat().st_size < 50_000_000 and FAKE_KEY.encode() in p.read_bytes()
+        ]
         assert not leaks, f"the API key is in {leaks}"
         assert not list(folder.rglob("prefect-workspace-attempt-*"))
         return times
@@ -238,8 +279,12 @@ def test_lost_worker_round_completes_without_repeats_or_leaks(local_cluster, fak
     try:
         times = run_lost_worker_scenario(local_cluster.api_url, local_cluster.flow_env(), fake_llm, tmp_path)
     finally:  # the session cluster keeps the production window
-        subprocess.run([sys.executable, "-m", "refusalbench.deployments.automations"], cwd=ROOT, timeout=300,
-                       env={**local_cluster.flow_env(), "PATH": os.environ.get("PATH", os.defpath)})
+        subprocess.run(
+            [sys.executable, "-m", "refusalbench.deployments.automations"],
+            cwd=ROOT,
+            timeout=300,
+            env={**local_cluster.flow_env(), "PATH": os.environ.get("PATH", os.defpath)},
+        )
     # The worker alone: its flow process ends within seconds and the engine reports the crash at once.
     # (seconds measured on a loaded 2-core machine: 5-9 s and 6-13 s; without the guard it ran on for good)
     assert times["worker_flow_process_ended_s"] < 20 and times["worker_crashed_s"] < 30

@@ -32,12 +32,17 @@ def test_scheduler_creates_runs_on_sqlite(prefect_harness):
         async with get_client() as client:
             flow_id = await client.create_flow_from_name("schedule-probe")
             deployment_id = await client.create_deployment(
-                flow_id, name="every-10s", schedules=[DeploymentScheduleCreate(
-                    schedule=IntervalSchedule(interval=dt.timedelta(seconds=10)), active=True)])
+                flow_id,
+                name="every-10s",
+                schedules=[
+                    DeploymentScheduleCreate(schedule=IntervalSchedule(interval=dt.timedelta(seconds=10)), active=True)
+                ],
+            )
             try:
                 await schedule_deployments()  # one pass of the service `prefect server` runs every loop
-                return await client.read_flow_runs(deployment_filter=DeploymentFilter(
-                    id=DeploymentFilterId(any_=[deployment_id])))
+                return await client.read_flow_runs(
+                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+                )
             finally:
                 await client.delete_deployment(deployment_id)
 
@@ -51,8 +56,10 @@ def test_scheduler_creates_runs_on_sqlite(prefect_harness):
 
 def tiny_refresh_config(path: Path) -> Path:
     """A refresh round in seconds on the scripted models: rule-made items, one target, one judge."""
-    models = "\n".join(f'  {name}: {{model: openai/{name}, api_base: "${{REFUSALBENCH_MODELS_URL}}", max_attempts: 2}}'
-                       for name in ("verifier", "target", "judge"))
+    models = "\n".join(
+        f'  {name}: {{model: openai/{name}, api_base: "${{REFUSALBENCH_MODELS_URL}}", max_attempts: 2}}'
+        for name in ("verifier", "target", "judge")
+    )
     path.write_text(f"""name: schedule-test
 models:
 {models}
@@ -60,7 +67,7 @@ models:
 cache: {{backend: redis, url: "${{REFUSALBENCH_REDIS_URL}}"}}
 runner: thread
 generation:
-  base_set: {ROOT / 'data' / 'sample_single.jsonl'}
+  base_set: {ROOT / "data" / "sample_single.jsonl"}
   base_sample: 8
   generators: [rules]
   verifiers: [verifier]
@@ -91,7 +98,9 @@ def wait_for_runs(cluster, out_root: str, count: int, until, what: str, timeout_
         assert not failed, (failed[0]["state"], cluster.run_logs(failed[0]["id"])[-20:])
         if len(chosen := [r for r in runs if until(r)]) >= count:
             return chosen
-        assert time.monotonic() < deadline, f"{len(chosen)} of {count} scheduled rounds {what} in {timeout_s:.0f} s\n" + cluster.logs_tail()
+        assert time.monotonic() < deadline, (
+            f"{len(chosen)} of {count} scheduled rounds {what} in {timeout_s:.0f} s\n" + cluster.logs_tail()
+        )
         time.sleep(1)
 
 
@@ -114,11 +123,19 @@ def test_interval_schedule_makes_rounds_on_the_workers(local_cluster, tmp_path, 
     out_root = f"s3://{cluster.bucket}/schedule-test"
     config = tiny_refresh_config(tmp_path / "refresh.yaml")
     deployment = cluster.deployment(REFRESH)
-    anchor = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=3)
-    (schedule,) = cluster.api("POST", f"/deployments/{deployment['id']}/schedules", json=[{
-        "schedule": {"interval": INTERVAL_S, "anchor_date": anchor.isoformat(), "timezone": "UTC"},
-        "active": True, "max_scheduled_runs": 2,
-        "parameters": {"config_path": str(config), "out_root": out_root}}])
+    anchor = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3)
+    (schedule,) = cluster.api(
+        "POST",
+        f"/deployments/{deployment['id']}/schedules",
+        json=[
+            {
+                "schedule": {"interval": INTERVAL_S, "anchor_date": anchor.isoformat(), "timezone": "UTC"},
+                "active": True,
+                "max_scheduled_runs": 2,
+                "parameters": {"config_path": str(config), "out_root": out_root},
+            }
+        ],
+    )
     started: list[dict] = []
     try:
         # The scheduler makes the rounds; once two are running or done (one at a time: the

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from refusalbench.deployments.cluster import (
     SETTINGS_FILE,
     cluster_settings,
@@ -27,7 +28,9 @@ def test_compose_defaults_are_the_cluster_settings():
     shared = {(name, default) for name, default in defaults if name in settings}
     assert {name for name, _ in shared} >= {"REFUSALBENCH_BUCKET", "WORKER_REPLICAS", "WORKER_LIMIT", "PREFECT_PORT"}
     for name, default in shared:
-        assert default == settings[name], f"docker-compose.yml says ${{{name}:-{default}}}, cluster.env {settings[name]}"
+        assert default == settings[name], (
+            f"docker-compose.yml says ${{{name}:-{default}}}, cluster.env {settings[name]}"
+        )
     # The services that run Prefect read the tuning from the same file.
     assert "deployments/cluster.env" in COMPOSE.read_text()
 
@@ -41,11 +44,21 @@ def test_the_environment_overrides_the_settings_file():
 def test_down_and_status_without_a_cluster(tmp_path):
     state = tmp_path / "none"
     for _ in range(2):  # down is idempotent
-        done = subprocess.run(["bash", "scripts/cluster.sh", "down", "--state", str(state)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["bash", "scripts/cluster.sh", "down", "--state", str(state)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0 and "nothing runs" in done.stdout, done.stderr
-    done = subprocess.run(["bash", "scripts/cluster.sh", "status", "--state", str(state)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "scripts/cluster.sh", "status", "--state", str(state)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3 and "no cluster" in done.stdout
 
 
@@ -65,9 +78,23 @@ def test_local_cluster_runs_the_compose_services(local_cluster):
     password = (local_cluster.state_dir / "secrets" / "postgres-password").read_text()
     from refusalbench.deployments.cluster_processes import postgres_bin
 
-    rows = subprocess.run([postgres_bin("psql"), "-h", "127.0.0.1", "-p", str(postgres["port"]), "-U", "prefect", "-tAc",
-                           "select name from deployment order by name"], env={"PGPASSWORD": password},
-                          capture_output=True, text=True, timeout=30)
+    rows = subprocess.run(
+        [
+            postgres_bin("psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(postgres["port"]),
+            "-U",
+            "prefect",
+            "-tAc",
+            "select name from deployment order by name",
+        ],
+        env={"PGPASSWORD": password},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert rows.stdout.split() == ["evaluate", "generate", "knowornot", "refresh"], rows.stderr
     workers = local_cluster.api("POST", "/work_pools/refusalbench/workers/filter", json={})
     assert {w["name"] for w in workers} == {"worker-1", "worker-2"}
@@ -77,4 +104,6 @@ def test_local_cluster_runs_the_compose_services(local_cluster):
     assert redis.Redis.from_url(local_cluster.redis_url).ping()
     assert httpx.get(f"{local_cluster.models_url}/models", timeout=10).status_code == 200
     # Each worker has a folder of its own for its home, temp files and call cache.
-    assert all((w.folder / "tmp").is_dir() and w.folder.parent.parent == local_cluster.state_dir for w in local_cluster.workers)
+    assert all(
+        (w.folder / "tmp").is_dir() and w.folder.parent.parent == local_cluster.state_dir for w in local_cluster.workers
+    )

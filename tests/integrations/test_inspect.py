@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore
-from tests.scripted import by_model, judge_by_reference, last_user_text
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from tests.pipeline.test_evaluation_flow import ITEMS, oracle
+from tests.scripted import by_model, judge_by_reference, last_user_text
 
 inspect_ai = pytest.importorskip("inspect_ai", reason="the inspect extra: pip install -e '.[inspect]'")
 
@@ -71,8 +71,10 @@ def run_evaluate(tmp_path: Path, url: str, benchmark: str) -> Path:
 
     models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2" for n in RESPONDERS)
     config = tmp_path / "eval.yaml"
-    config.write_text(f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\nevaluation:\n"
-                      f"  targets: [{', '.join(TARGETS)}]\n  judge: judge\n  confidence: true\n  bootstrap: 200\n")
+    config.write_text(
+        f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\nevaluation:\n"
+        f"  targets: [{', '.join(TARGETS)}]\n  judge: judge\n  confidence: true\n  bootstrap: 200\n"
+    )
     out = tmp_path / "evaluate"
     run_evaluation(str(config), benchmark, str(out))
     return out
@@ -102,8 +104,10 @@ def openai_provider_usable() -> bool:
 @pytest.mark.parametrize("provider", ["refusalbench/openai", "openai"])
 def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect_env, capsys, monkeypatch, provider):
     if provider == "openai" and not openai_provider_usable():
-        pytest.skip("inspect's openai/ provider needs openai>=3.4; litellm==1.100.0 pins openai<3 "
-                    "(the refusalbench/openai/ provider stands in)")
+        pytest.skip(
+            "inspect's openai/ provider needs openai>=3.4; litellm==1.100.0 pins openai<3 "
+            "(the refusalbench/openai/ provider stands in)"
+        )
     from inspect_ai import eval as inspect_eval
 
     from refusalbench.tasks.integrations.inspect.task import refusalbench
@@ -114,8 +118,9 @@ def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect
 
     monkeypatch.setenv("OPENAI_API_KEY", "dummy-key")  # read by inspect's openai/ provider only
     task = refusalbench(benchmark=benchmark, judge=f"{provider}/judge", judge_base_url=fake_llm.url, confidence=True)
-    logs = inspect_eval(task, model=[f"{provider}/{t}" for t in TARGETS], model_base_url=fake_llm.url,
-                        display="none", max_retries=2)
+    logs = inspect_eval(
+        task, model=[f"{provider}/{t}" for t in TARGETS], model_base_url=fake_llm.url, display="none", max_retries=2
+    )
     assert [log.status for log in logs] == ["success"] * len(TARGETS)
     log_files = sorted(inspect_env.glob("*.eval"))
     assert len(log_files) == len(TARGETS)
@@ -124,9 +129,11 @@ def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect
     # hedger 4 (its even items are bare codes); the empty reply is not re-asked (inspect keeps it as it is).
     inspect_calls = fake_llm.calls[evaluate_calls:]
     assert len(inspect_calls) == 40 + 34
-    assert all(c["response_format"]["json_schema"]["name"] in ("JudgeSingleOutput", "JudgeMultiOutput",
-                                                               "JudgeDecisionOutput")
-               for c in inspect_calls if c["model"] == "judge")
+    assert all(
+        c["response_format"]["json_schema"]["name"] in ("JudgeSingleOutput", "JudgeMultiOutput", "JudgeDecisionOutput")
+        for c in inspect_calls
+        if c["model"] == "judge"
+    )
 
     out = tmp_path / "from-inspect"
     code, stdout, stderr = cli("score", *map(str, log_files), "--out", str(out), "--bootstrap", "200", capsys=capsys)
@@ -146,18 +153,24 @@ def test_inspect_run_scores_like_evaluate(tmp_path, fake_llm, benchmark, inspect
     # evaluate's main replies are never asked for a confidence: its confidences are its calibration
     # pass's (the same replies here), which inspect's single confidence-asking pass states.
     renamed = pd.read_parquet(evaluated / "judged.parquet").assign(
-        model=lambda f: f["model"].map(lambda m: f"{provider}/{m}"))
+        model=lambda f: f["model"].map(lambda m: f"{provider}/{m}")
+    )
     assert renamed["confidence"].isna().all()
     calibration = pd.read_parquet(evaluated / "calibration_judgments.parquet").set_index(["model", "item_id"])
-    renamed["confidence"] = [calibration["confidence"].get((m.split("/")[-1], i))
-                             for m, i in zip(renamed["model"], renamed["item_id"])]
+    renamed["confidence"] = [
+        calibration["confidence"].get((m.split("/")[-1], i)) for m, i in zip(renamed["model"], renamed["item_id"])
+    ]
     from_logs = pd.read_parquet(out / "judged.parquet")
     key = ["model", "item_id"]
-    pd.testing.assert_frame_equal(from_logs.sort_values(key).reset_index(drop=True),
-                                  renamed[from_logs.columns].sort_values(key).reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        from_logs.sort_values(key).reset_index(drop=True),
+        renamed[from_logs.columns].sort_values(key).reset_index(drop=True),
+        check_dtype=False,
+    )
     # ... and a log folder is read the same way as its files.
-    code, _, stderr = cli("score", str(inspect_env), "--out", str(tmp_path / "from-folder"), "--bootstrap", "200",
-                          capsys=capsys)
+    code, _, stderr = cli(
+        "score", str(inspect_env), "--out", str(tmp_path / "from-folder"), "--bootstrap", "200", capsys=capsys
+    )
     assert code == 0, stderr
     from_folder = json.loads((tmp_path / "from-folder" / "metrics.json").read_text())["models"]
     assert from_folder.keys() == theirs.keys()
@@ -170,15 +183,38 @@ def test_inspect_cli_finds_the_packaged_task(tmp_path, fake_llm, benchmark):
     env = dict(os.environ, REFUSALBENCH_BASE_URL=fake_llm.url, XDG_DATA_HOME=str(tmp_path / "xdg-data"))
     inspect_cli = Path(sys.executable).with_name("inspect")
     result = subprocess.run(
-        [str(inspect_cli), "eval", "refusalbench/refusalbench", "-T", f"benchmark={benchmark}",
-         "-T", "judge=refusalbench/openai/judge", "--model", "refusalbench/openai/oracle",
-         "--log-dir", str(tmp_path / "logs"), "--log-format", "json", "--display", "none"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        [
+            str(inspect_cli),
+            "eval",
+            "refusalbench/refusalbench",
+            "-T",
+            f"benchmark={benchmark}",
+            "-T",
+            "judge=refusalbench/openai/judge",
+            "--model",
+            "refusalbench/openai/oracle",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--log-format",
+            "json",
+            "--display",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (log,) = (tmp_path / "logs").glob("*.json")
     out = tmp_path / "scored"
-    scored = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "score", str(log), "--out", str(out),
-                             "--bootstrap", "0"], capture_output=True, text=True, timeout=300)
+    scored = subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", "score", str(log), "--out", str(out), "--bootstrap", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert scored.returncode == 0, scored.stderr
     metrics = json.loads((out / "metrics.json").read_text())["models"]["refusalbench/openai/oracle"]
     assert metrics["answer_accuracy"] == 1.0 and metrics["missed_refusal_rate"] == 1.0
@@ -194,8 +230,12 @@ def test_bad_logs_are_one_line_exit_2(tmp_path, capsys):
     garbage.write_text("not a zip archive")
     truncated = tmp_path / "truncated.json"
     truncated.write_text('{\n  "version": 2,\n  "status": "success",\n  "eval": {')
-    (foreign,) = inspect_eval(Task(dataset=[Sample(input="Say hi", target="hi")], scorer=includes()),
-                              model="mockllm/model", log_dir=str(tmp_path / "foreign"), display="none")
+    (foreign,) = inspect_eval(
+        Task(dataset=[Sample(input="Say hi", target="hi")], scorer=includes()),
+        model="mockllm/model",
+        log_dir=str(tmp_path / "foreign"),
+        display="none",
+    )
     judged = tmp_path / "judged.jsonl"
     judged.write_text('{"model": "m", "item_id": "a", "expected": "ANSWER_CORRECTLY", "decision": "ANSWER"}\n')
     cases = [
@@ -220,8 +260,10 @@ def test_bad_logs_are_one_line_exit_2(tmp_path, capsys):
 
 def test_core_import_path_does_not_load_inspect():
     """Scoring, the CLI and reading logs (until a log is read) work without inspect_ai."""
-    code = ("import sys; import refusalbench.tasks.refusalbench.scoring, refusalbench.tasks.refusalbench.report.run_outputs, refusalbench.flows.cli, "
-            "refusalbench.tasks.integrations.inspect.logs, refusalbench.tasks.integrations.inspect.bridge; "
-            "assert 'inspect_ai' not in sys.modules, 'inspect_ai imported'")
+    code = (
+        "import sys; import refusalbench.tasks.refusalbench.scoring, refusalbench.tasks.refusalbench.report.run_outputs, refusalbench.flows.cli, "
+        "refusalbench.tasks.integrations.inspect.logs, refusalbench.tasks.integrations.inspect.bridge; "
+        "assert 'inspect_ai' not in sys.modules, 'inspect_ai imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -14,21 +14,16 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.core import stats
-from refusalbench.tasks.knowornot import document_readers
-from refusalbench.tasks.knowornot.stages import diversity
-from refusalbench.tasks.knowornot.stages import evaluation
-from refusalbench.tasks.knowornot.human import label_screens
-from refusalbench.tasks.knowornot.human import labels
-from refusalbench.tasks.knowornot.stages import retrieval
-from refusalbench.tasks.knowornot.stages import sentences
-from refusalbench.tasks.labelling import agreement
-from refusalbench.tasks.labelling.label_store import LabelStore
-from refusalbench.tasks.knowornot.stages.embeddings import HashingEmbedder, normalise_rows
+from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.core.eval_spec import EvalSpec
-from refusalbench.tasks.knowornot.schema.records import ExperimentInput, OOKBQuestion, QAPair
 from refusalbench.tasks.core.human_labels import HumanLabel, LabelItem
+from refusalbench.tasks.core.tables import from_table, to_table
+from refusalbench.tasks.knowornot import document_readers
+from refusalbench.tasks.knowornot.human import label_screens, labels
+from refusalbench.tasks.knowornot.schema.records import ExperimentInput, OOKBQuestion, QAPair
+from refusalbench.tasks.knowornot.stages import diversity, evaluation, retrieval, sentences
+from refusalbench.tasks.knowornot.stages.embeddings import HashingEmbedder, normalise_rows
 from refusalbench.tasks.knowornot.stages.sources import (
     load_policybench,
     load_qa_jsonl,
@@ -36,7 +31,8 @@ from refusalbench.tasks.knowornot.stages.sources import (
     make_atomic_facts,
     qa_pair_from_fact,
 )
-from refusalbench.tasks.core.tables import from_table, to_table
+from refusalbench.tasks.labelling import agreement
+from refusalbench.tasks.labelling.label_store import LabelStore
 
 POLICYBENCH = Path(__file__).resolve().parents[3] / "shared" / "reference" / "policybench"
 
@@ -151,8 +147,9 @@ def test_pdf_document_keeps_headings_apart_and_joins_wrapped_lines():
         "ten dollars.",
     ]
     assert [s.text for s in sentences.document_sentences(doc)][:2] == [
-        "Harbour Clinic Handbook", "The Harbour Clinic opens at eight in the morning on weekdays and closes at six "
-                                   "in the evening."]
+        "Harbour Clinic Handbook",
+        "The Harbour Clinic opens at eight in the morning on weekdays and closes at six in the evening.",
+    ]
 
 
 def test_html_document_drops_page_machinery_and_keeps_blocks():
@@ -186,7 +183,9 @@ def test_unreadable_pdfs_and_html_are_one_line_input_errors(tmp_path):
     assert problem("cut.pdf", (KB_FIXTURES / "clinic-handbook.pdf").read_bytes()[:300]).startswith("not a readable PDF")
     assert problem("junk.pdf", b"<html>not a pdf</html>").startswith("not a readable PDF")
     assert problem("latin1.html", "<p>caf\xe9</p>".encode("latin-1")) == "not UTF-8 (byte 0xe9 at column 7)"
-    assert problem("chrome.html", b"<nav>Home</nav><script>x()</script>") == "document has no text once markup is removed"
+    assert (
+        problem("chrome.html", b"<nav>Home</nav><script>x()</script>") == "document has no text once markup is removed"
+    )
 
 
 def _pdf_bytes(writer) -> bytes:
@@ -236,10 +235,19 @@ def test_load_qa_jsonl_good_and_empty(tmp_path):
 
 def test_load_policybench_format(tmp_path):
     path = tmp_path / "kb.json"
-    path.write_text(json.dumps({"knowledge_base_identifier": "kb", "questions": [
-        {"question": "Q?", "answer": "A.", "identifier": "kb_0"},
-        {"question": "Q2?", "answer": "", "identifier": "kb_1"},
-    ]}, indent=2), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "knowledge_base_identifier": "kb",
+                "questions": [
+                    {"question": "Q?", "answer": "A.", "identifier": "kb_0"},
+                    {"question": "Q2?", "answer": "", "identifier": "kb_1"},
+                ],
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(InputErrors) as info:
         load_policybench(path)
     # The line where the question's object starts.
@@ -249,7 +257,12 @@ def test_load_policybench_format(tmp_path):
 @pytest.mark.skipif(not POLICYBENCH.is_dir(), reason="PolicyBench reference data not present")
 def test_load_real_policybench():
     counts = {f.name: len(load_qa_pairs(f)) for f in sorted(POLICYBENCH.glob("*.json"))}
-    assert counts == {"BTT_QA.json": 55, "CPF_filtered_qa.json": 112, "ICA_filtered_qa.json": 135, "medishield_QA.json": 29}
+    assert counts == {
+        "BTT_QA.json": 55,
+        "CPF_filtered_qa.json": 112,
+        "ICA_filtered_qa.json": 135,
+        "medishield_QA.json": 29,
+    }
 
 
 def test_every_record_round_trips_through_parquet(tmp_path):
@@ -259,7 +272,7 @@ def test_every_record_round_trips_through_parquet(tmp_path):
     from refusalbench.tasks.core.tables import Record
     from refusalbench.tasks.knowornot.schema import records as kr
 
-    t = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     examples = [
         kr.SourceDocument(doc_id="d", path="d.md", text="T."),
         kr.Sentence(doc_id="d", index=0, text="T."),
@@ -268,18 +281,41 @@ def test_every_record_round_trips_through_parquet(tmp_path):
         kr.OOKBQuestion(id="s", question="S?"),
         kr.HypotheticalAnswers(question_id="q", model="m", answers=["a", "b", "c"]),
         kr.FilterReport(method="both", n_input=3, n_kept=1, removed_keyword=1, removed_semantic=1, kept_ids=["q"]),
-        kr.ExperimentInput(experiment_id="e", question_id="q", target="m", retrieval="hyde_rag", prompt="basic",
-                           k=5, context_ids=["a", "b"], question="Q?", expected_answer="A.", ookb=False),
-        kr.ExperimentOutput(experiment_id="e", question_id="q", target="m", retrieval="direct", prompt="basic",
-                            ookb=True, response="I don't know."),
+        kr.ExperimentInput(
+            experiment_id="e",
+            question_id="q",
+            target="m",
+            retrieval="hyde_rag",
+            prompt="basic",
+            k=5,
+            context_ids=["a", "b"],
+            question="Q?",
+            expected_answer="A.",
+            ookb=False,
+        ),
+        kr.ExperimentOutput(
+            experiment_id="e",
+            question_id="q",
+            target="m",
+            retrieval="direct",
+            prompt="basic",
+            ookb=True,
+            response="I don't know.",
+        ),
         evaluation.ABSTENTION,
-        kr.EvalOutcome(experiment_id="e", spec="abstention", evaluator="j", outcome="yes", raw="<abstained>yes</abstained>"),
+        kr.EvalOutcome(
+            experiment_id="e", spec="abstention", evaluator="j", outcome="yes", raw="<abstained>yes</abstained>"
+        ),
         human_labels.LabelItem(item_id="e", spec="abstention", outcomes=["yes", "no"], question="Q?", response="R"),
         human_labels.HumanLabel(item_id="e", spec="abstention", annotator="ann", label="yes", labelled_at=t),
-        human_labels.AgreementReport(n=2, percent_agreement=0.5, kappa=0.0, labels=["yes", "no"], confusion=[[1, 0], [1, 0]]),
+        human_labels.AgreementReport(
+            n=2, percent_agreement=0.5, kappa=0.0, labels=["yes", "no"], confusion=[[1, 0], [1, 0]]
+        ),
     ]
     covered = {type(r) for r in examples}
-    defined = {v for v in vars(kr).values() if isinstance(v, type) and issubclass(v, Record) and v.__module__ == kr.__name__}
+    defined = {
+        v for v in vars(kr).values() if isinstance(v, type) and issubclass(v, Record) and v.__module__ == kr.__name__
+    }
     assert defined <= covered, defined - covered
     for record in examples:
         path = tmp_path / f"{type(record).__name__}.parquet"
@@ -355,10 +391,20 @@ def _grid(n: int = 8, k: int = 3, hyde: bool = True):
     # Each question embeds closest to its own pair, so every RAG search would return it first.
     question_vecs = normalise_rows(pair_vecs + 0.1 * rng.standard_normal(pair_vecs.shape).astype(np.float32))
     index = retrieval.build_index(pair_vecs)
-    hyde_vecs = {p.id: np.stack([pair_vecs[i], pair_vecs[i] + 0.2 * pair_vecs[(i + 1) % n]]) for i, p in enumerate(pairs)} if hyde else None
+    hyde_vecs = (
+        {p.id: np.stack([pair_vecs[i], pair_vecs[i] + 0.2 * pair_vecs[(i + 1) % n]]) for i, p in enumerate(pairs)}
+        if hyde
+        else None
+    )
     rows = retrieval.build_experiment_inputs(
-        pairs, question_vecs, index, targets=["m1", "m2"], retrievals=list(retrieval.RETRIEVERS),
-        prompts=["basic", "conservative"], k=k, hyde_embeddings=hyde_vecs,
+        pairs,
+        question_vecs,
+        index,
+        targets=["m1", "m2"],
+        retrievals=list(retrieval.RETRIEVERS),
+        prompts=["basic", "conservative"],
+        k=k,
+        hyde_embeddings=hyde_vecs,
     )
     return pairs, rows
 
@@ -400,7 +446,13 @@ def test_hyde_retrieves_neighbours_of_mean_hypothetical_answer_from_faiss():
     # 0.96·e3 + 0.09·e2 + 0.004·e1, so the nearest pairs are q3, then q2.
     hyde = {"q0": np.stack([e[3] + 0.3 * e[1], e[3] - 0.3 * e[1] + 0.3 * e[2], e[3]])}
     rows = retrieval.build_experiment_inputs(
-        pairs, question_vecs, index, ["m"], ["hyde_rag", "basic_rag"], ["basic"], k=2,
+        pairs,
+        question_vecs,
+        index,
+        ["m"],
+        ["hyde_rag", "basic_rag"],
+        ["basic"],
+        k=2,
         hyde_embeddings={**hyde, **{p.id: e[[0]] for p in pairs[1:]}},
     )
     by_key = {(r.question_id, r.retrieval): r.context_ids for r in rows}
@@ -425,8 +477,15 @@ def test_synthetic_ookb_questions_use_whole_kb():
     pairs = _pairs(4)
     e = _basis(4)
     rows = retrieval.build_experiment_inputs(
-        pairs, e, retrieval.build_index(e), ["m"], ["long_context", "basic_rag"], ["basic"], k=2,
-        ookb_questions=[OOKBQuestion(id="s0", question="Unrelated?")], ookb_embeddings=e[[1]],
+        pairs,
+        e,
+        retrieval.build_index(e),
+        ["m"],
+        ["long_context", "basic_rag"],
+        ["basic"],
+        k=2,
+        ookb_questions=[OOKBQuestion(id="s0", question="Unrelated?")],
+        ookb_embeddings=e[[1]],
     )
     synthetic = {r.retrieval: r for r in rows if r.ookb}
     assert synthetic["long_context"].context_ids == ["q0", "q1", "q2", "q3"]  # nothing withheld
@@ -463,7 +522,10 @@ def test_index_round_trip_and_fingerprint(tmp_path):
 
 def test_format_context_numbers_facts():
     text = retrieval.format_context(_pairs(2))
-    assert text == "Fact 1:\nQuestion: Question number 0?\nAnswer: Answer 0.\n\nFact 2:\nQuestion: Question number 1?\nAnswer: Answer 1."
+    assert (
+        text
+        == "Fact 1:\nQuestion: Question number 0?\nAnswer: Answer 0.\n\nFact 2:\nQuestion: Question number 1?\nAnswer: Answer 1."
+    )
     assert retrieval.format_context([]) == ""
 
 
@@ -492,7 +554,9 @@ def test_extract_tag_edge_cases(reply, expected):
 
 def test_extract_tag_returns_allowed_spelling():
     assert evaluation.extract_tag("<tier>Tier 2</tier>", "tier", ["tier_1", "tier_2", "tier_3"]) == ("tier_2", None)
-    assert evaluation.parse_eval_reply(evaluation.FACTUALITY, "<tier>tier_4</tier>")[1].startswith("outcome 'tier_4' not in")
+    assert evaluation.parse_eval_reply(evaluation.FACTUALITY, "<tier>tier_4</tier>")[1].startswith(
+        "outcome 'tier_4' not in"
+    )
 
 
 def test_eval_spec_validation_and_messages(tmp_path):
@@ -513,7 +577,9 @@ def test_eval_spec_validation_and_messages(tmp_path):
     assert custom_messages[1]["content"].count("</response>") == 1  # the reply cannot close its own fence
     assert evaluation.render_eval_messages(evaluation.FACTUALITY, {"question": "Q?", "response": "R"}) is None
     spec_file = tmp_path / "specs.yaml"
-    spec_file.write_text("- name: tone\n  tag: tone\n  outcomes: [polite, rude]\n  prompt: Judge the tone.\n", encoding="utf-8")
+    spec_file.write_text(
+        "- name: tone\n  tag: tone\n  outcomes: [polite, rude]\n  prompt: Judge the tone.\n", encoding="utf-8"
+    )
     assert evaluation.load_eval_specs(spec_file)[0].outcomes == ["polite", "rude"]
     spec_file.write_text("- name: tone\n  tag: tone\n  outcomes: []\n  prompt: Judge.\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"\[0\]\.outcomes"):
@@ -597,18 +663,25 @@ def test_evaluator_vs_human_confusion_and_annotator_agreement():
 
 def test_consensus_settles_disagreements_and_scores_an_evaluator():
     t = pd.Timestamp("2025-01-01", tz="UTC").to_pydatetime()
-    human = [HumanLabel(item_id=i, spec="factuality", annotator=who, label=lab, labelled_at=t)
-             for who, row in (("ann", ["tier_3", "tier_1", "tier_3"]), ("bob", ["tier_3", "tier_3", "tier_2"]))
-             for i, lab in zip("abc", row)]
-    assert agreement.disagreements(human, "factuality") == {"b": {"ann": "tier_1", "bob": "tier_3"},
-                                                            "c": {"ann": "tier_3", "bob": "tier_2"}}
-    settled = [HumanLabel(item_id="b", spec="factuality", annotator="ann+bob", label=lab, labelled_at=t)
-               for lab in ("tier_1", "tier_3")]  # recorded twice: the latest wins; c stays open
+    human = [
+        HumanLabel(item_id=i, spec="factuality", annotator=who, label=lab, labelled_at=t)
+        for who, row in (("ann", ["tier_3", "tier_1", "tier_3"]), ("bob", ["tier_3", "tier_3", "tier_2"]))
+        for i, lab in zip("abc", row)
+    ]
+    assert agreement.disagreements(human, "factuality") == {
+        "b": {"ann": "tier_1", "bob": "tier_3"},
+        "c": {"ann": "tier_3", "bob": "tier_2"},
+    }
+    settled = [
+        HumanLabel(item_id="b", spec="factuality", annotator="ann+bob", label=lab, labelled_at=t)
+        for lab in ("tier_1", "tier_3")
+    ]  # recorded twice: the latest wins; c stays open
     consensus = agreement.consensus_labels(human, settled, "factuality")
     assert consensus == {"a": "tier_3", "b": "tier_3"}
     # Positive = tier_3 (Table 4); an unparsable verdict (None) is left out of n.
-    scores = agreement.binary_scores(consensus | {"d": "tier_1"}, {"a": "tier_1", "b": "tier_3", "d": None},
-                                     evaluation.FACTUALITY.positive_outcome)
+    scores = agreement.binary_scores(
+        consensus | {"d": "tier_1"}, {"a": "tier_1", "b": "tier_3", "d": None}, evaluation.FACTUALITY.positive_outcome
+    )
     assert (scores.n, scores.tp, scores.tn, scores.fp, scores.fn) == (2, 1, 0, 0, 1)
     assert (scores.precision, scores.recall, scores.f1) == (1.0, 0.5, pytest.approx(2 / 3))
     assert scores.precision_ci[1] == 1.0 and 0 < scores.recall_ci[0] < 0.5 < scores.recall_ci[1]
@@ -627,15 +700,24 @@ def test_eval_spec_positive_outcome_and_evaluator_comparison_models_are_checked(
 
 
 def test_factuality_label_sample_holds_no_abstention():
-    frame = pd.DataFrame({"experiment_id": [f"e{i}" for i in range(8)], "target": "m", "retrieval": "direct",
-                          "prompt": "basic", "question": "Q?", "response": "R",
-                          "expected_answer": ["A"] * 6 + [None] * 2,  # two synthetic questions: nothing to compare with
-                          "abstention": ["yes", "no"] * 4})
+    frame = pd.DataFrame(
+        {
+            "experiment_id": [f"e{i}" for i in range(8)],
+            "target": "m",
+            "retrieval": "direct",
+            "prompt": "basic",
+            "question": "Q?",
+            "response": "R",
+            "expected_answer": ["A"] * 6 + [None] * 2,  # two synthetic questions: nothing to compare with
+            "abstention": ["yes", "no"] * 4,
+        }
+    )
     sample = labels.label_samples(frame, evaluation.BUILT_IN_SPECS, 4, seed=3)
     by_spec = {spec: set(rows.experiment_id) for spec, rows in sample.groupby("label_spec")}
     assert by_spec["factuality"] == {"e1", "e3", "e5"}  # answered, with an expected answer: only 3 exist
     assert list(sample[sample.label_spec == "abstention"].experiment_id) == list(
-        labels.stratified_label_sample(frame, 4, seed=3).experiment_id)  # the abstention sample is drawn as before
+        labels.stratified_label_sample(frame, 4, seed=3).experiment_id
+    )  # the abstention sample is drawn as before
 
 
 # ----------------------------------------------------------------- labelling
@@ -664,7 +746,9 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     store = tmp_path / "labels.jsonl"
     answers = iter(["maybe", "1", "s", "q"])
     shown: list[str] = []
-    first = label_screens.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append)
+    first = label_screens.label_in_terminal(
+        _items(), store, "ann", input_fn=lambda _: next(answers), output_fn=shown.append
+    )
     assert [(label.item_id, label.label) for label in first] == [("e0", "yes")]
     assert any("Not an option: 'maybe'" in line for line in shown)
     assert len(store.read_text().splitlines()) == 1
@@ -672,13 +756,17 @@ def test_terminal_labeller_saves_each_label_and_resumes(tmp_path):
     with open(store, "a") as handle:
         handle.write('{"item_id": "e1", "spec": "absten')
     answers = iter(["no", "YES"])
-    second = label_screens.label_in_terminal(_items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None)
+    second = label_screens.label_in_terminal(
+        _items(), store, "ann", input_fn=lambda _: next(answers), output_fn=lambda _: None
+    )
     assert [(label.item_id, label.label) for label in second] == [("e1", "no"), ("e2", "yes")]
     stored = LabelStore(store).load()
     assert [(label.item_id, label.label) for label in stored] == [("e0", "yes"), ("e1", "no"), ("e2", "yes")]
+
     # Another annotator starts from scratch; end of input stops cleanly.
     def eof(_: str) -> str:
         raise EOFError
+
     assert label_screens.label_in_terminal(_items(), store, "bob", input_fn=eof, output_fn=lambda _: None) == []
 
 
@@ -695,8 +783,14 @@ def _no_proxy_opener() -> urllib.request.OpenerDirector:
 
 def test_web_labeller_escapes_and_saves(tmp_path):
     items = [
-        LabelItem(item_id="e<1>", spec="abstention", outcomes=["yes", "no"], question="<script>alert(1)</script>?",
-                  response="I don't know & can't say", expected_answer="A"),
+        LabelItem(
+            item_id="e<1>",
+            spec="abstention",
+            outcomes=["yes", "no"],
+            question="<script>alert(1)</script>?",
+            response="I don't know & can't say",
+            expected_answer="A",
+        ),
         LabelItem(item_id="e2", spec="abstention", outcomes=["yes", "no"], question="Second?", response="B"),
     ]
     store = tmp_path / "web.jsonl"
@@ -714,7 +808,9 @@ def test_web_labeller_escapes_and_saves(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as info:
             opener.open(server.url + "label", data=bad, timeout=10)
         assert info.value.code == 403
-        wrong = urllib.parse.urlencode({"item_id": "e2", "spec": "abstention", "label": "maybe", "token": token}).encode()
+        wrong = urllib.parse.urlencode(
+            {"item_id": "e2", "spec": "abstention", "label": "maybe", "token": token}
+        ).encode()
         with pytest.raises(urllib.error.HTTPError) as info:
             opener.open(server.url + "label", data=wrong, timeout=10)
         assert info.value.code == 400
@@ -762,7 +858,9 @@ def test_policybench_btt_filters_and_loo_with_minilm():
     )
     assert own_first >= 0.9 * len(kept)
     # ...and with it, never in the context.
-    rows = retrieval.build_experiment_inputs(kept, kept_question_vecs, index, ["m"], ["long_context", "basic_rag"], ["basic"], k=5)
+    rows = retrieval.build_experiment_inputs(
+        kept, kept_question_vecs, index, ["m"], ["long_context", "basic_rag"], ["basic"], k=5
+    )
     assert retrieval.loo_violations(rows) == []
     assert all(len(r.context_ids) == 5 for r in rows if r.retrieval == "basic_rag")
 
@@ -785,19 +883,53 @@ class _ScriptedGateway:
 
 
 def test_custom_specs_apply_to_all_or_answered_and_can_read_the_context():
-    from refusalbench.tasks.knowornot.stages.model_steps import evaluate_outputs
     from refusalbench.tasks.knowornot.schema.records import ExperimentOutput
+    from refusalbench.tasks.knowornot.stages.model_steps import evaluate_outputs
 
     pairs = {"p1": QAPair(id="p1", question="When is the fair?", answer="In May.")}
-    rows = [ExperimentInput(experiment_id=e, question_id="q", target="t", retrieval="basic_rag", prompt="basic",
-                            context_ids=["p1"], question="Q?", expected_answer="A.", ookb=False) for e in ("e1", "e2")]
-    outputs = [ExperimentOutput(experiment_id="e1", question_id="q", target="t", retrieval="basic_rag", prompt="basic",
-                                ookb=False, response="I don't know."),
-               ExperimentOutput(experiment_id="e2", question_id="q", target="t", retrieval="basic_rag", prompt="basic",
-                                ookb=False, response="It is A.")]
+    rows = [
+        ExperimentInput(
+            experiment_id=e,
+            question_id="q",
+            target="t",
+            retrieval="basic_rag",
+            prompt="basic",
+            context_ids=["p1"],
+            question="Q?",
+            expected_answer="A.",
+            ookb=False,
+        )
+        for e in ("e1", "e2")
+    ]
+    outputs = [
+        ExperimentOutput(
+            experiment_id="e1",
+            question_id="q",
+            target="t",
+            retrieval="basic_rag",
+            prompt="basic",
+            ookb=False,
+            response="I don't know.",
+        ),
+        ExperimentOutput(
+            experiment_id="e2",
+            question_id="q",
+            target="t",
+            retrieval="basic_rag",
+            prompt="basic",
+            ookb=False,
+            response="It is A.",
+        ),
+    ]
     tone = EvalSpec(name="tone", tag="tone", outcomes=["polite", "rude"], prompt="Judge the tone.")
-    grounded = EvalSpec(name="grounded", tag="g", outcomes=["yes", "no"], prompt="Grounded in the context?",
-                        input_fields=["context", "response"], applies_to="answered")
+    grounded = EvalSpec(
+        name="grounded",
+        tag="g",
+        outcomes=["yes", "no"],
+        prompt="Grounded in the context?",
+        input_fields=["context", "response"],
+        applies_to="answered",
+    )
 
     def reply(call):
         text = call.messages[-1]["content"]
@@ -813,19 +945,33 @@ def test_custom_specs_apply_to_all_or_answered_and_can_read_the_context():
     gateway = _ScriptedGateway(reply)
     outcomes = evaluate_outputs(gateway, "ev", evaluation.run_specs([tone, grounded]), rows, outputs, pairs=pairs)
     got = {(o.spec, o.experiment_id): o.outcome for o in outcomes}
-    assert got == {("abstention", "e1"): "yes", ("abstention", "e2"): "no", ("factuality", "e2"): "tier_1",
-                   ("tone", "e1"): "polite", ("tone", "e2"): "polite", ("grounded", "e2"): "no"}
+    assert got == {
+        ("abstention", "e1"): "yes",
+        ("abstention", "e2"): "no",
+        ("factuality", "e2"): "tier_1",
+        ("tone", "e1"): "polite",
+        ("tone", "e2"): "polite",
+        ("grounded", "e2"): "no",
+    }
     assert evaluation.FACTUALITY.applies_to == "answered" and evaluation.ABSTENTION.applies_to == "all"
     with pytest.raises(ValueError, match="unknown input field"):
         EvalSpec(name="x", tag="x", outcomes=["a"], prompt="p", input_fields=["answer_key"])
-    assert EvalSpec.model_validate({"name": "x", "tag": "x", "values": ["a", "b"], "prompt": "p"}).outcomes == ["a", "b"]
+    assert EvalSpec.model_validate({"name": "x", "tag": "x", "values": ["a", "b"], "prompt": "p"}).outcomes == [
+        "a",
+        "b",
+    ]
 
 
 def test_outcome_rates_hand_computed():
     tone = EvalSpec(name="tone", tag="tone", outcomes=["Polite", "rude"], prompt="p")
     df = pd.DataFrame(
-        [("m", "direct", "basic", "Polite"), ("m", "direct", "basic", "rude"), ("m", "direct", "basic", "Polite"),
-         ("m", "direct", "basic", None), ("m", "hyde_rag", "basic", None)],
+        [
+            ("m", "direct", "basic", "Polite"),
+            ("m", "direct", "basic", "rude"),
+            ("m", "direct", "basic", "Polite"),
+            ("m", "direct", "basic", None),
+            ("m", "hyde_rag", "basic", None),
+        ],
         columns=["target", "retrieval", "prompt", "tone"],
     )
     rates = evaluation.outcome_rates(df, [tone], n_boot=200, seed=3).set_index(["retrieval", "outcome"])
@@ -841,9 +987,17 @@ def test_outcome_rates_hand_computed():
 def test_overlap_audit_finds_near_duplicates():
     from refusalbench.tasks.knowornot.stages.overlap import overlap_audit
 
-    pairs = [QAPair(id=f"p{i}", question=q, answer="a") for i, q in enumerate([
-        "How long is the warranty on new laptops?", "How long is the warranty on new laptops sold online?",
-        "Who approves travel claims for staff?", "When are salaries paid each month?"])]
+    pairs = [
+        QAPair(id=f"p{i}", question=q, answer="a")
+        for i, q in enumerate(
+            [
+                "How long is the warranty on new laptops?",
+                "How long is the warranty on new laptops sold online?",
+                "Who approves travel claims for staff?",
+                "When are salaries paid each month?",
+            ]
+        )
+    ]
     audit = overlap_audit(pairs, HashingEmbedder())
     tfidf = {level.threshold: level.n_overlapping for level in audit.tfidf}
     assert tfidf[0.5] == 2 and tfidf[0.9] == 0  # the two warranty questions overlap each other only
@@ -869,6 +1023,7 @@ def test_label_sample_default_is_the_papers_200():
 
 # ---------------------------------------------------------------- embeddings kept in the call cache
 
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self):
         super().__init__(dimension=32)
@@ -880,8 +1035,8 @@ class CountingEmbedder(HashingEmbedder):
 
 
 def test_cached_embedder_computes_each_text_once_across_processes_worth_of_caches(tmp_path):
-    from refusalbench.tasks.llm.callcache import open_cache
     from refusalbench.tasks.knowornot.stages.embeddings import CachedEmbedder
+    from refusalbench.tasks.llm.callcache import open_cache
 
     inner = CountingEmbedder()
     first = CachedEmbedder(inner, open_cache("sqlite", path=str(tmp_path / "calls.sqlite")))
@@ -930,9 +1085,13 @@ def test_the_model_warms_up_in_the_background_only_when_some_vector_is_not_cache
     # The run's warm-up: no load for the hashing stand-in, nor for a MiniLM run whose pair texts are all cached.
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"id": "q1", "question": "Who?", "answer": "Ann."}\n')
-    cfg = RunConfig.model_validate({"models": {"m": {"model": "openai/m"}}, "cache": {"path": str(tmp_path / "c.sqlite")},
-                                    "knowornot": {"targets": ["m"], "evaluator": "m", "qa_pairs": str(qa),
-                                                  "embedder": "hashing"}})
+    cfg = RunConfig.model_validate(
+        {
+            "models": {"m": {"model": "openai/m"}},
+            "cache": {"path": str(tmp_path / "c.sqlite")},
+            "knowornot": {"targets": ["m"], "evaluator": "m", "qa_pairs": str(qa), "embedder": "hashing"},
+        }
+    )
     warm_up_embedder(cfg)  # nothing to load, nothing raised
     minilm = cfg.model_copy(update={"knowornot": cfg.knowornot.model_copy(update={"embedder": "minilm"})})
     run_embedder = embedder_for(minilm)
@@ -949,10 +1108,12 @@ def test_a_knowornot_command_starts_without_nltk_plotting_or_litellm():
     import subprocess
     import sys
 
-    probe = ("import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.knowornot; "
-             "from refusalbench.tasks.llm.accounting import _map_token_prices; "
-             "assert _map_token_prices('openai/target') is None; "
-             "print(sorted(m for m in ('nltk', 'sklearn', 'matplotlib', 'litellm') if m in sys.modules))")
+    probe = (
+        "import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.knowornot; "
+        "from refusalbench.tasks.llm.accounting import _map_token_prices; "
+        "assert _map_token_prices('openai/target') is None; "
+        "print(sorted(m for m in ('nltk', 'sklearn', 'matplotlib', 'litellm') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

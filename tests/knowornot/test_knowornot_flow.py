@@ -7,20 +7,22 @@ import json
 import pandas as pd
 import pytest
 
-from tests.scripted import by_model, fenced, last_user_text, run_config, requested_schema
+from tests.scripted import by_model, fenced, last_user_text, requested_schema, run_config
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 PAIRS = [
     {"id": f"p{i}", "question": q, "answer": a}
-    for i, (q, a) in enumerate([
-        ("How long is the warranty on laptops?", "Two years from purchase."),
-        ("Who approves travel claims?", "The line manager approves them."),
-        ("When are salaries paid?", "On the last working day of the month."),
-        ("What is the parking fee per day?", "Four dollars per day."),
-        ("How many leave days do new staff get?", "Eighteen days a year."),
-        ("Which form requests a new badge?", "Form B-12 at reception."),
-    ])
+    for i, (q, a) in enumerate(
+        [
+            ("How long is the warranty on laptops?", "Two years from purchase."),
+            ("Who approves travel claims?", "The line manager approves them."),
+            ("When are salaries paid?", "On the last working day of the month."),
+            ("What is the parking fee per day?", "Four dollars per day."),
+            ("How many leave days do new staff get?", "Eighteen days a year."),
+            ("Which form requests a new badge?", "Form B-12 at reception."),
+        ]
+    )
 ]
 
 
@@ -35,7 +37,9 @@ def evaluator(request):
     text = last_user_text(request)
     if "<abstained>" in text:
         answer = " ".join(fenced(text, "model_answer"))
-        return "The model " + ("declined. <abstained>yes</abstained>" if "don't know" in answer else "answered. <abstained>no</abstained>")
+        return "The model " + (
+            "declined. <abstained>yes</abstained>" if "don't know" in answer else "answered. <abstained>no</abstained>"
+        )
     return "Reasoning... <tier>tier_1</tier>"
 
 
@@ -44,16 +48,34 @@ def test_knowornot_flow(tmp_path, fake_llm):
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
+
     def helper_model(request):
         if requested_schema(request) == "OOKBQuestionsOutput":
-            return json.dumps({"questions": ["What is the dress code on Fridays?", "Who runs the canteen?",
-                                             "When are salaries paid?"]})  # the last repeats a known question
+            return json.dumps(
+                {
+                    "questions": [
+                        "What is the dress code on Fridays?",
+                        "Who runs the canteen?",
+                        "When are salaries paid?",
+                    ]
+                }
+            )  # the last repeats a known question
         return json.dumps({"answers": ["A warranty lasts years."]})
 
-    fake_llm.responder = by_model({"tgt": target, "hyde": helper_model, "eval": evaluator,
-                                   "strict": lambda r: "<abstained>yes</abstained> <tier>tier_3</tier>",
-                                   "lenient": lambda r: "<abstained>no</abstained> <tier>tier_1</tier>"})
-    config = run_config(tmp_path, fake_llm.url, ["tgt", "hyde", "eval", "strict", "lenient"], """
+    fake_llm.responder = by_model(
+        {
+            "tgt": target,
+            "hyde": helper_model,
+            "eval": evaluator,
+            "strict": lambda r: "<abstained>yes</abstained> <tier>tier_3</tier>",
+            "lenient": lambda r: "<abstained>no</abstained> <tier>tier_1</tier>",
+        }
+    )
+    config = run_config(
+        tmp_path,
+        fake_llm.url,
+        ["tgt", "hyde", "eval", "strict", "lenient"],
+        """
 knowornot:
   qa_pairs: qa.jsonl
   targets: [tgt]
@@ -68,7 +90,9 @@ knowornot:
   embedder: hashing
   label_sample: 4
   synthetic_ookb: 2
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
@@ -104,8 +128,10 @@ knowornot:
     from refusalbench.tasks.knowornot.stages.ookb import open_validity_session
 
     validity = open_validity_session(str(out))  # what `knowornot label --spec ookb_validity` shows
-    assert sorted(item.question for item in validity.items) == ["What is the dress code on Fridays?",
-                                                                "Who runs the canteen?"]
+    assert sorted(item.question for item in validity.items) == [
+        "What is the dress code on Fridays?",
+        "Who runs the canteen?",
+    ]
     assert all(len(item.context.splitlines()) == 2 for item in validity.items)  # the k = 2 closest pairs
     # One sample per spec, each from the rows it applies to: factuality never shows an abstention.
     sample = pd.read_parquet(out / "label_sample.parquet")
@@ -114,7 +140,8 @@ knowornot:
     # The comparison evaluators judged exactly the sample: each spec on its own sample's rows.
     compared = pd.read_parquet(out / "evaluator_comparison.parquet")
     assert compared.groupby(["evaluator", "spec"]).size().to_dict() == {
-        (e, s): 4 for e in ("strict", "lenient") for s in ("abstention", "factuality")}
+        (e, s): 4 for e in ("strict", "lenient") for s in ("abstention", "factuality")
+    }
     assert json.loads((out / "manifest.json").read_text())["counts"]["comparison_evaluations"] == 16
     assert "KnowOrNot" in (out / "report.html").read_text()
     # A second run reuses everything: no new calls.
@@ -129,8 +156,14 @@ knowornot:
 
     root = Path(__file__).resolve().parents[2]
     for annotator, answers in (("ann", "1\n1\n2\n2\n"), ("bob", "1\n2\n2\n2\n")):
-        done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out), "--annotator", annotator],
-                              input=answers, capture_output=True, text=True, cwd=root, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out), "--annotator", annotator],
+            input=answers,
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
     labels = (out / "labels" / "abstention.jsonl").read_text().splitlines()
     assert len(labels) == 8
@@ -139,13 +172,33 @@ knowornot:
 
     (pending,) = open_label_session(str(out), "abstention", consensus=True).items
     assert pending.shown_labels == "ann: yes · bob: no"
-    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out),
-                           "--annotator", "ann+bob", "--consensus"], input="1\n", capture_output=True, text=True,
-                          cwd=root, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "refusalbench.flows.cli",
+            "knowornot",
+            "label",
+            str(out),
+            "--annotator",
+            "ann+bob",
+            "--consensus",
+        ],
+        input="1\n",
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert not open_label_session(str(out), "abstention", consensus=True).items
-    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "agreement", str(out)],
-                          capture_output=True, text=True, cwd=root, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "agreement", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "agreement-abstention.json").read_text())
     assert set(report["evaluator_vs_human"]) >= {"ann", "bob"}
@@ -157,8 +210,18 @@ knowornot:
     rows = {r["evaluator"]: r for r in report["evaluator_comparison"]}
     assert [rows[e]["role"] for e in ("eval", "strict", "lenient")] == ["run", "comparison", "comparison"]
     assert {k: rows["strict"][k] for k in ("n", "tp", "tn", "fp", "fn")} == {"n": 4, "tp": 2, "tn": 0, "fp": 2, "fn": 0}
-    assert rows["strict"]["precision"] == 0.5 and rows["strict"]["recall"] == 1 and rows["strict"]["f1"] == pytest.approx(2 / 3)
-    assert {k: rows["lenient"][k] for k in ("tp", "tn", "fp", "fn", "f1")} == {"tp": 0, "tn": 2, "fp": 0, "fn": 2, "f1": 0}
+    assert (
+        rows["strict"]["precision"] == 0.5
+        and rows["strict"]["recall"] == 1
+        and rows["strict"]["f1"] == pytest.approx(2 / 3)
+    )
+    assert {k: rows["lenient"][k] for k in ("tp", "tn", "fp", "fn", "f1")} == {
+        "tp": 0,
+        "tn": 2,
+        "fp": 0,
+        "fn": 2,
+        "f1": 0,
+    }
     assert "Evaluators against the human consensus" in (out / "report.html").read_text()
 
 
@@ -185,8 +248,9 @@ def demo_model(request):
         return json.dumps({"facts": [sentence, f"The town handbook states that {sentence[0].lower()}{sentence[1:]}"]})
     if schema == "QAPairOutput":
         (fact,) = fenced(text, "fact")
-        return json.dumps({"question": f"According to the town handbook, {fact[0].lower()}{fact[1:].rstrip('.')}?",
-                           "answer": fact})
+        return json.dumps(
+            {"question": f"According to the town handbook, {fact[0].lower()}{fact[1:].rstrip('.')}?", "answer": fact}
+        )
     if schema == "HydeOutput":
         (question,) = fenced(text, "question")
         return json.dumps({"answers": [f"A passage on this: {question}"]})
@@ -210,8 +274,11 @@ def demo_config(tmp_path, server) -> str:
     section = yaml.safe_load(DEMO_CONFIG.read_text())["knowornot"]
     section["documents"] = [str(ROOT / "data" / "knowornot-kb")]
     names = dict.fromkeys([*section["targets"], section["evaluator"], section["extractor"]])
-    config = {"models": {n: {"model": f"openai/{n}", "api_base": server.url, "max_attempts": 2} for n in names},
-              "cache": {"path": str(tmp_path / "calls.sqlite")}, "knowornot": section}
+    config = {
+        "models": {n: {"model": f"openai/{n}", "api_base": server.url, "max_attempts": 2} for n in names},
+        "cache": {"path": str(tmp_path / "calls.sqlite")},
+        "knowornot": section,
+    }
     path = tmp_path / "kon-demo.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return str(path)
@@ -229,7 +296,8 @@ def look_at_report_in_a_browser(report, shot, images: int) -> None:
     assert facts["images"] == images and facts["broken"] == 0, facts["headings"]
     assert "not enough data" not in facts["text"].lower()
     assert {"Abstention and factuality per configuration", "Duplicate-overlap audit of the question set"} <= set(
-        facts["headings"])
+        facts["headings"]
+    )
     assert shot.stat().st_size > 50_000  # a real full-page photograph, not a blank tab
     keep = os.environ.get("REFUSALBENCH_SCREENSHOTS")
     if keep:
@@ -259,9 +327,9 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     import sys
 
     from refusalbench.flows.launch import run_knowornot
+    from refusalbench.tasks.core.human_labels import HumanLabel
     from refusalbench.tasks.knowornot.human.labels import open_label_session, write_agreement
     from refusalbench.tasks.labelling.label_store import LabelStore
-    from refusalbench.tasks.core.human_labels import HumanLabel
 
     fake_llm.responder = demo_model
     out = tmp_path / "run"
@@ -308,16 +376,39 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     session = open_label_session(str(out), "cites_context")
     sample = pd.read_parquet(out / "label_sample.parquet")
     assert session.spec.tag == "cited" and len(session.items) == (sample.label_spec == "cites_context").sum()
-    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "knowornot", "label", str(out),
-                           "--annotator", "ann", "--spec", "cites_context"],
-                          input="1\n" * len(session.items), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "refusalbench.flows.cli",
+            "knowornot",
+            "label",
+            str(out),
+            "--annotator",
+            "ann",
+            "--spec",
+            "cites_context",
+        ],
+        input="1\n" * len(session.items),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     import datetime as dt
 
     store = LabelStore(session.labels_path)
     for item in session.items:
-        store.append(HumanLabel(item_id=item.item_id, spec="cites_context", annotator="bob", label="yes",
-                                labelled_at=dt.datetime.now(dt.timezone.utc)))
+        store.append(
+            HumanLabel(
+                item_id=item.item_id,
+                spec="cites_context",
+                annotator="bob",
+                label="yes",
+                labelled_at=dt.datetime.now(dt.UTC),
+            )
+        )
     agreement = write_agreement(str(out), "cites_context")
     assert agreement["annotators"]["pairwise"]["ann|bob"]["n"] == len(session.items)
     rebuilt = (out / "report.html").read_text()
@@ -328,11 +419,13 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
 
 OTHER_PAIRS = [
     {"id": f"p{i}", "question": q, "answer": a}  # the same ids as PAIRS: the run must keep the bases apart
-    for i, (q, a) in enumerate([
-        ("What time does the library open?", "At eight in the morning."),
-        ("How many books may a member borrow?", "Up to ten books."),
-        ("What is the fine for a late book?", "Ten cents a day."),
-    ])
+    for i, (q, a) in enumerate(
+        [
+            ("What time does the library open?", "At eight in the morning."),
+            ("How many books may a member borrow?", "Up to ten books."),
+            ("What is the fine for a late book?", "Ten cents a day."),
+        ]
+    )
 ]
 
 
@@ -341,9 +434,14 @@ def test_knowornot_runs_several_knowledge_bases_each_leave_one_out_within_itself
 
     (tmp_path / "hr.jsonl").write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
     (tmp_path / "library.jsonl").write_text("\n".join(json.dumps(p) for p in OTHER_PAIRS) + "\n")
-    fake_llm.responder = by_model({"tgt": target, "hyde": lambda r: json.dumps({"answers": ["A guess."]}),
-                                   "eval": evaluator})
-    config = run_config(tmp_path, fake_llm.url, ["tgt", "hyde", "eval"], """
+    fake_llm.responder = by_model(
+        {"tgt": target, "hyde": lambda r: json.dumps({"answers": ["A guess."]}), "eval": evaluator}
+    )
+    config = run_config(
+        tmp_path,
+        fake_llm.url,
+        ["tgt", "hyde", "eval"],
+        """
 knowornot:
   knowledge_bases:
     - {name: hr, qa_pairs: hr.jsonl}
@@ -357,7 +455,9 @@ knowornot:
   filters: []
   embedder: hashing
   label_sample: 4
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
     inputs = pd.read_parquet(out / "experiment_inputs.parquet")
@@ -399,7 +499,9 @@ def test_knowledge_bases_exclude_documents_and_need_distinct_names():
     with pytest.raises(ValidationError, match="not both"):
         KnowOrNotConfig(**base, qa_pairs="a.jsonl", knowledge_bases=[{"name": "a", "qa_pairs": "a.jsonl"}])
     with pytest.raises(ValidationError, match="must differ"):
-        KnowOrNotConfig(**base, knowledge_bases=[{"name": "a", "qa_pairs": "a.jsonl"}, {"name": "a", "qa_pairs": "b.jsonl"}])
+        KnowOrNotConfig(
+            **base, knowledge_bases=[{"name": "a", "qa_pairs": "a.jsonl"}, {"name": "a", "qa_pairs": "b.jsonl"}]
+        )
     with pytest.raises(ValidationError, match="either documents or qa_pairs"):
         KnowOrNotConfig(**base, knowledge_bases=[{"name": "a"}])
     with pytest.raises(ValidationError):

@@ -38,7 +38,11 @@ def test_pdf_knowledge_base_goes_through_facts_qa_and_leave_one_out(tmp_path, fa
     from refusalbench.flows.launch import run_knowornot
 
     fake_llm.responder = pdf_kb_model
-    config = run_config(tmp_path, fake_llm.url, ["kon", "emb"], f"""
+    config = run_config(
+        tmp_path,
+        fake_llm.url,
+        ["kon", "emb"],
+        f"""
 knowornot:
   documents: [{KB_FIXTURES / "clinic-handbook.pdf"}]
   targets: [kon]
@@ -50,7 +54,9 @@ knowornot:
   embedder: api
   embedding_model: emb
   label_sample: 0
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
 
@@ -72,29 +78,33 @@ knowornot:
     assert {c["model"] for c in embedded} == {"emb"} and sum(len(c["input"]) for c in embedded) == 10
 
 
-QA = [("How long is the laptop warranty?", "Laptops carry a two year warranty."),
-      ("Does the laptop warranty cover batteries?", "The laptop warranty covers batteries for one year."),
-      ("When is the canteen open?", "The canteen opens at noon."),
-      ("What does the canteen serve on Fridays?", "The canteen serves fish on Fridays.")]
+QA = [
+    ("How long is the laptop warranty?", "Laptops carry a two year warranty."),
+    ("Does the laptop warranty cover batteries?", "The laptop warranty covers batteries for one year."),
+    ("When is the canteen open?", "The canteen opens at noon."),
+    ("What does the canteen serve on Fridays?", "The canteen serves fish on Fridays."),
+]
 
 
 def test_api_embedder_retrieves_through_litellm_and_a_rerun_sends_nothing(tmp_path, fake_llm):
     from refusalbench.tasks.core.config import ModelConfig
-    from refusalbench.tasks.knowornot.stages.embeddings import make_embedder
     from refusalbench.tasks.knowornot.schema.records import QAPair
+    from refusalbench.tasks.knowornot.stages.embeddings import make_embedder
     from refusalbench.tasks.knowornot.stages.retrieval import build_experiment_inputs, build_index, pair_text
     from refusalbench.tasks.llm.callcache import open_cache
 
     pairs = [QAPair(id=f"q{i}", question=q, answer=a) for i, (q, a) in enumerate(QA)]
-    model = ModelConfig(model="openai/text-embedding-3-small", api_base=fake_llm.url, max_attempts=2,
-                        params={"dimensions": 32})
+    model = ModelConfig(
+        model="openai/text-embedding-3-small", api_base=fake_llm.url, max_attempts=2, params={"dimensions": 32}
+    )
     cache = open_cache("sqlite", path=str(tmp_path / "calls.sqlite"))
 
     def retrieve():
         embedder = make_embedder("api", cache, model=model)
         index = build_index(embedder.embed([pair_text(p) for p in pairs]))
-        return embedder, build_experiment_inputs(pairs, embedder.embed([p.question for p in pairs]), index, ["t"],
-                                                 ["basic_rag"], ["basic"], k=1)
+        return embedder, build_experiment_inputs(
+            pairs, embedder.embed([p.question for p in pairs]), index, ["t"], ["basic_rag"], ["basic"], k=1
+        )
 
     fake_llm.fail_next(1, status=500)  # retried by the client, not by the SDK behind it
     embedder, rows = retrieve()
@@ -103,8 +113,12 @@ def test_api_embedder_retrieves_through_litellm_and_a_rerun_sends_nothing(tmp_pa
     assert calls[1]["params"]["dimensions"] == 32 and len(calls[1]["input"]) == 4  # one batch, the model's params
     assert embedder.dimension == 32 and embedder.name == "api:openai/text-embedding-3-small;dimensions=32"
     # Leave-one-out: each question's nearest other pair is its topic's neighbour.
-    assert {r.question_id: list(r.context_ids) for r in rows} == {"q0": ["q1"], "q1": ["q0"], "q2": ["q3"],
-                                                                  "q3": ["q2"]}
+    assert {r.question_id: list(r.context_ids) for r in rows} == {
+        "q0": ["q1"],
+        "q1": ["q0"],
+        "q2": ["q3"],
+        "q3": ["q2"],
+    }
     # A re-run (a new embedder over the same call cache) sends no request and gets the same vectors.
     again, rows_again = retrieve()
     assert len(fake_llm.calls) == 3 and again.inner.client.requests == 0
@@ -147,13 +161,16 @@ def test_api_embedder_needs_an_embedding_model_of_the_registry(tmp_path):
 
     def problem(knowornot: str) -> str:
         path = tmp_path / "run.yaml"
-        path.write_text("models:\n  m: {model: openai/m}\nknowornot:\n  qa_pairs: qa.jsonl\n  targets: [m]\n"
-                        f"  evaluator: m\n{knowornot}")
+        path.write_text(
+            "models:\n  m: {model: openai/m}\nknowornot:\n  qa_pairs: qa.jsonl\n  targets: [m]\n"
+            f"  evaluator: m\n{knowornot}"
+        )
         with pytest.raises(Exception) as info:
             load_config(path)
         return str(info.value)
 
     assert "name it in knowornot.embedding_model" in problem("  embedder: api\n")
     assert "knowornot.embedding_model: model 'nope' is not in the registry" in problem(
-        "  embedder: api\n  embedding_model: nope\n")
+        "  embedder: api\n  embedding_model: nope\n"
+    )
     assert "embedding_model is called only by embedder 'api'" in problem("  embedder: hashing\n  embedding_model: m\n")

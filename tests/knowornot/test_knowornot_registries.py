@@ -12,20 +12,22 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.knowornot.stages.embeddings import EMBEDDERS, HashingEmbedder, register_embedder
 from refusalbench.tasks.knowornot.stages.evaluation import EVAL_SPECS, register_eval_spec
-from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.knowornot.stages.retrieval import RETRIEVERS, register_retriever
 from tests.scripted import by_model, fenced, last_user_text, run_config
 
 PAIRS = [
     {"id": f"p{i}", "question": q, "answer": a}
-    for i, (q, a) in enumerate([
-        ("How long is the warranty on laptops?", "Two years from purchase."),
-        ("Who approves travel claims?", "The line manager approves them."),
-        ("When are salaries paid?", "On the last working day of the month."),
-        ("What is the parking fee per day?", "Four dollars per day."),
-    ])
+    for i, (q, a) in enumerate(
+        [
+            ("How long is the warranty on laptops?", "Two years from purchase."),
+            ("Who approves travel claims?", "The line manager approves them."),
+            ("When are salaries paid?", "On the last working day of the month."),
+            ("What is the parking fee per day?", "Four dollars per day."),
+        ]
+    )
 ]
 
 
@@ -55,7 +57,12 @@ def restore_registries():
 def write_config(tmp_path, server, **knowornot) -> str:
     (tmp_path / "qa.jsonl").write_text("\n".join(json.dumps(p) for p in PAIRS) + "\n")
     section = "\n".join(f"  {key}: {json.dumps(value)}" for key, value in knowornot.items())
-    return str(run_config(tmp_path, server.url, ["tgt", "eval"], f"""
+    return str(
+        run_config(
+            tmp_path,
+            server.url,
+            ["tgt", "eval"],
+            f"""
 knowornot:
   qa_pairs: qa.jsonl
   targets: [tgt]
@@ -64,7 +71,10 @@ knowornot:
   k: 2
   label_sample: 2
 {section}
-""", max_attempts=2))
+""",
+            max_attempts=2,
+        )
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness", "restore_registries")
@@ -88,7 +98,11 @@ def test_a_registered_retrieval_strategy_runs_in_the_flow(tmp_path, fake_llm):
     assert result.experiments == len(inputs) == 4 * 2
     mine = inputs[inputs.retrieval == "two_after"].set_index("question_id")
     assert {q: list(ids) for q, ids in mine.context_ids.items()} == {
-        "p0": ["p1", "p2"], "p1": ["p2", "p3"], "p2": ["p3", "p0"], "p3": ["p0", "p1"]}
+        "p0": ["p1", "p2"],
+        "p1": ["p2", "p3"],
+        "p2": ["p3", "p0"],
+        "p3": ["p0", "p1"],
+    }
     assert (mine.k == 2).all()  # uses_k: the rows record k
     results = pd.read_parquet(out / "results.parquet")
     assert set(results[results.retrieval == "two_after"].abstention) == {"yes", "no"}
@@ -108,8 +122,14 @@ def test_a_registered_embedder_builds_the_index(tmp_path, fake_llm):
         return HashingEmbedder(dimension=16)
 
     fake_llm.responder = by_model({"tgt": target, "eval": evaluator})
-    config = write_config(tmp_path, fake_llm, retrieval=["basic_rag"], filters=["semantic"], semantic_threshold=0.0,
-                          embedder="small_hashing")
+    config = write_config(
+        tmp_path,
+        fake_llm,
+        retrieval=["basic_rag"],
+        filters=["semantic"],
+        semantic_threshold=0.0,
+        embedder="small_hashing",
+    )
     out = tmp_path / "run"
     run_knowornot(config, str(out))
 
@@ -130,8 +150,10 @@ def test_config_accepts_only_registered_names(tmp_path):
     def config_with(**knowornot):
         path = tmp_path / "kon.yaml"
         section = "\n".join(f"  {key}: {json.dumps(value)}" for key, value in knowornot.items())
-        path.write_text(f"models:\n  m:\n    model: openai/m\nknowornot:\n  qa_pairs: qa.jsonl\n  targets: [m]\n"
-                        f"  evaluator: m\n{section}\n")
+        path.write_text(
+            f"models:\n  m:\n    model: openai/m\nknowornot:\n  qa_pairs: qa.jsonl\n  targets: [m]\n"
+            f"  evaluator: m\n{section}\n"
+        )
         return path
 
     with pytest.raises(InputError) as info:
@@ -152,9 +174,9 @@ def test_config_accepts_only_registered_names(tmp_path):
 
 @pytest.mark.usefixtures("restore_registries")
 def test_label_session_finds_a_registered_spec(tmp_path):
-    from refusalbench.tasks.knowornot.schema import artifacts as kon_files
-    from refusalbench.tasks.knowornot.human.labels import open_label_session
     from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.knowornot.human.labels import open_label_session
+    from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 
     sample = pd.DataFrame([{"experiment_id": "e1", "question": "Q?", "response": "R.", "expected_answer": "A."}])
     ArtifactStore(tmp_path).save(kon_files.LABEL_SAMPLE, sample)

@@ -23,13 +23,19 @@ from tests.scripted import dry_run_responder, last_user_text, requested_schema
 ROOT = Path(__file__).resolve().parents[2]
 NO_KEY = "REFUSALBENCH_TEST_UNSET_KEY"  # the key the skipped targets want: never set
 POLICYBENCH = ROOT.parent / "shared" / "reference" / "policybench"
-needs_policybench = pytest.mark.skipif(not POLICYBENCH.is_dir(), reason="PolicyBench is not beside the checkout "
-                                                                        "(../shared/reference/policybench)")
+needs_policybench = pytest.mark.skipif(
+    not POLICYBENCH.is_dir(), reason="PolicyBench is not beside the checkout (../shared/reference/policybench)"
+)
 
 
 def cli(*args: object, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def abstaining_gpt(request: dict) -> str:
@@ -46,17 +52,34 @@ def test_a_bad_policybench_file_is_named_by_line_and_nothing_is_imported(tmp_pat
     source = tmp_path / "release"
     source.mkdir()
     for name in POLICYBENCH_FILES:
-        (source / name).write_text(json.dumps({"knowledge_base_identifier": "x", "questions": [
-            {"question": "Q?", "answer": "A.", "identifier": f"{name}_0"}]}, indent=2))
-    (source / "BTT_QA.json").write_text(json.dumps({"knowledge_base_identifier": "BTT", "questions": [
-        {"question": "Q?", "answer": "A.", "identifier": "BTT_0"},
-        {"question": "Q2?", "answer": " ", "identifier": "BTT_1"}]}, indent=2))
+        (source / name).write_text(
+            json.dumps(
+                {
+                    "knowledge_base_identifier": "x",
+                    "questions": [{"question": "Q?", "answer": "A.", "identifier": f"{name}_0"}],
+                },
+                indent=2,
+            )
+        )
+    (source / "BTT_QA.json").write_text(
+        json.dumps(
+            {
+                "knowledge_base_identifier": "BTT",
+                "questions": [
+                    {"question": "Q?", "answer": "A.", "identifier": "BTT_0"},
+                    {"question": "Q2?", "answer": " ", "identifier": "BTT_1"},
+                ],
+            },
+            indent=2,
+        )
+    )
     (source / "medishield_QA.json").unlink()
     done = cli("data", "import", "policybench", source, "--out", tmp_path / "data" / "policybench")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"{source / 'BTT_QA.json'}:9: questions[1].answer: must not be blank",
-        f"{source / 'medishield_QA.json'}: -: file not found (the release has {', '.join(POLICYBENCH_FILES)})"]
+        f"{source / 'medishield_QA.json'}: -: file not found (the release has {', '.join(POLICYBENCH_FILES)})",
+    ]
     assert not (tmp_path / "data").exists()
 
 
@@ -66,9 +89,11 @@ def test_the_shipped_config_says_which_import_to_run_when_the_files_are_missing(
     monkeypatch.chdir(tmp_path)  # a fresh clone's working folder, without data/policybench
     with pytest.raises(InputError) as info:
         check_knowornot_inputs(load_config(packaged_config("paper-policybench.yaml")))
-    assert str(info.value) == ("data/policybench/BTT_QA.json: -: file not found (beside the config, nor in the working "
-                               "folder): import the released PolicyBench files first: refusalbench data import "
-                               "policybench DIR --out data/policybench")
+    assert str(info.value) == (
+        "data/policybench/BTT_QA.json: -: file not found (beside the config, nor in the working "
+        "folder): import the released PolicyBench files first: refusalbench data import "
+        "policybench DIR --out data/policybench"
+    )
 
 
 @needs_policybench
@@ -79,8 +104,10 @@ def test_the_shipped_config_evaluates_exactly_the_331_released_questions(tmp_pat
 
     done = cli("data", "import", "policybench", POLICYBENCH, "--out", "data/policybench", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ("data/policybench: 331 questions in 4 files (BTT_QA.json 55, CPF_filtered_qa.json "
-                                   "112, ICA_filtered_qa.json 135, medishield_QA.json 29)")
+    assert done.stdout.strip() == (
+        "data/policybench: 331 questions in 4 files (BTT_QA.json 55, CPF_filtered_qa.json "
+        "112, ICA_filtered_qa.json 135, medishield_QA.json 29)"
+    )
     shipped = load_config(packaged_config("paper-policybench.yaml")).knowornot
     # The shipped config as shipped: only its models become scripted ones (no latency) and the embedder a
     # model-free one; bases, filters, retrieval, prompts, targets and k are the paper's. As for a user with
@@ -89,11 +116,15 @@ def test_the_shipped_config_evaluates_exactly_the_331_released_questions(tmp_pat
     monkeypatch.delenv(NO_KEY, raising=False)
     served = {shipped.evaluator: None, **{name: NO_KEY for name in shipped.targets if name != shipped.evaluator}}
     entry = {"api_base": fake_llm.url, "max_concurrency": 32}
-    registry = "".join(f"  {name}: {json.dumps({'model': f'openai/{name}', 'api_key_env': key, **entry})}\n"
-                       for name, key in served.items())
+    registry = "".join(
+        f"  {name}: {json.dumps({'model': f'openai/{name}', 'api_key_env': key, **entry})}\n"
+        for name, key in served.items()
+    )
     config = tmp_path / "run.yaml"
-    config.write_text(f"include: {packaged_config('paper-policybench.yaml')}\nmodels:\n{registry}"
-                      f"cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\nknowornot:\n  embedder: hashing\n")
+    config.write_text(
+        f"include: {packaged_config('paper-policybench.yaml')}\nmodels:\n{registry}"
+        f"cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\nknowornot:\n  embedder: hashing\n"
+    )
     fake_llm.responder = abstaining_gpt
     out = tmp_path / "run"
     result = run_knowornot(str(config), str(out))
@@ -108,7 +139,11 @@ def test_the_shipped_config_evaluates_exactly_the_331_released_questions(tmp_pat
     report = json.loads((out / "filter_report.json").read_text())
     assert report["n_input"] == report["n_kept"] == 331 and report["method"] == "none"
     assert {b["knowledge_base"]: (b["method"], b["n_kept"]) for b in report["by_knowledge_base"]} == {
-        "btt": ("none", 55), "cpf": ("none", 112), "ica": ("none", 135), "medishield": ("none", 29)}
+        "btt": ("none", 55),
+        "cpf": ("none", 112),
+        "ica": ("none", 135),
+        "medishield": ("none", 29),
+    }
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["qa_pairs_all"] == manifest["counts"]["qa_pairs"] == 331
     metrics = pd.read_parquet(out / "metrics.parquet")

@@ -13,14 +13,15 @@ from refusalbench.tasks.labelling.label_store import LabelStore
 from refusalbench.tasks.refusalbench.audit.human_audit import AUDIT_SPEC, AuditLabelStore
 from refusalbench.tasks.refusalbench.schema.json_files import AuditLabel
 
-NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def test_a_method_keeps_its_own_label_record_in_the_shared_store(tmp_path):
     path = tmp_path / "labels" / "audit.jsonl"
     store = AuditLabelStore(path)
-    store.append(AuditLabel(item_id="i1", annotator="ann", label="FAIL", failed_criteria=["lever_fidelity"],
-                            labelled_at=NOW))
+    store.append(
+        AuditLabel(item_id="i1", annotator="ann", label="FAIL", failed_criteria=["lever_fidelity"], labelled_at=NOW)
+    )
     (label,) = store.load()
     assert isinstance(label, AuditLabel) and label.failed_criteria == ["lever_fidelity"]
     assert store.labelled_ids("ann") == {"i1"}
@@ -37,9 +38,11 @@ def test_a_method_keeps_its_own_label_record_in_the_shared_store(tmp_path):
 
 
 def test_audit_verdicts_are_measured_by_the_shared_agreement():
-    labels = [AuditLabel(item_id=f"i{n}", annotator=who, label=verdict, labelled_at=NOW)
-              for who, verdicts in (("ann", "PPFF"), ("bob", "PPFP"))
-              for n, verdict in enumerate({"P": "PASS", "F": "FAIL"}[v] for v in verdicts)]
+    labels = [
+        AuditLabel(item_id=f"i{n}", annotator=who, label=verdict, labelled_at=NOW)
+        for who, verdicts in (("ann", "PPFF"), ("bob", "PPFP"))
+        for n, verdict in enumerate({"P": "PASS", "F": "FAIL"}[v] for v in verdicts)
+    ]
     agreement = annotator_agreement(labels, AUDIT_SPEC)
     # 3 of 4 agree; p_e = 0.5 * 0.75 + 0.5 * 0.25 = 0.5 -> kappa 0.5
     assert agreement["pairwise"]["ann|bob"]["kappa"] == pytest.approx(0.5)

@@ -38,8 +38,13 @@ def _models(server, mode: str, **batch) -> dict[str, ModelConfig]:
     common = {"mode": mode, "batch": FAST.model_copy(update=batch), "max_attempts": 2}
     return {
         "gpt": ModelConfig(model="openai/gpt-4o-mini", api_base=server.url, price=PRICE, **common),
-        "claude": ModelConfig(model="anthropic/claude-haiku-4-5", api_base=server.anthropic_url,
-                              api_key_env=KEY_ENV, params={"max_tokens": 64}, **common),
+        "claude": ModelConfig(
+            model="anthropic/claude-haiku-4-5",
+            api_base=server.anthropic_url,
+            api_key_env=KEY_ENV,
+            params={"max_tokens": 64},
+            **common,
+        ),
         "local": ModelConfig(model="openai/scripted-local", api_base=server.url, **common),
     }
 
@@ -48,11 +53,23 @@ def _specs(models: list[str], tag: str) -> list[CallSpec]:
     specs = []
     for model in models:
         for n in range(3):
-            specs.append(CallSpec(model=model, messages=[{"role": "user", "content": f"{tag} question {n}"}],
-                                  stage="respond", tag=f"{model}-{n}"))
-        specs.append(CallSpec(model=model, messages=[{"role": "system", "content": "Judge it."},
-                                                     {"role": "user", "content": f"{tag} reply"}],
-                              schema=Verdict, stage="judge", tag=f"{model}-judge"))
+            specs.append(
+                CallSpec(
+                    model=model,
+                    messages=[{"role": "user", "content": f"{tag} question {n}"}],
+                    stage="respond",
+                    tag=f"{model}-{n}",
+                )
+            )
+        specs.append(
+            CallSpec(
+                model=model,
+                messages=[{"role": "system", "content": "Judge it."}, {"role": "user", "content": f"{tag} reply"}],
+                schema=Verdict,
+                stage="judge",
+                tag=f"{model}-judge",
+            )
+        )
         specs.append(specs[-1].model_copy(update={"tag": f"{model}-again"}))  # identical: sent once
     return specs
 
@@ -62,8 +79,18 @@ def _gateway(server, tmp_path, mode: str, name: str, **batch) -> Gateway:
 
 
 def _reply(result) -> tuple:
-    return (result.model, result.tag, result.text, result.parsed, result.reasoning, result.error, result.prompt_tokens,
-            result.completion_tokens, result.finish_reason, result.served_model)
+    return (
+        result.model,
+        result.tag,
+        result.text,
+        result.parsed,
+        result.reasoning,
+        result.error,
+        result.prompt_tokens,
+        result.completion_tokens,
+        result.finish_reason,
+        result.served_model,
+    )
 
 
 def test_batch_replies_equal_the_sync_run_at_the_batch_price(server, tmp_path):
@@ -107,8 +134,9 @@ def test_a_delayed_batch_is_polled_until_it_completes(server, tmp_path):
 
     def complete_once_polled() -> None:  # each job looked at twice while in progress, then it completes
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (len(server.batches.jobs) == jobs + 2 and all(
-                job.looks >= 2 for job in server.batches.jobs[jobs:])):
+        while time.monotonic() < deadline and not (
+            len(server.batches.jobs) == jobs + 2 and all(job.looks >= 2 for job in server.batches.jobs[jobs:])
+        ):
             time.sleep(0.02)
         server.batches.delay_s = 0.0
 
@@ -135,8 +163,9 @@ def test_requests_the_batch_failed_are_sent_synchronously(server, tmp_path, kind
         server.batches.clear_failures()
     assert all(r.ok for r in results)
     assert [r.batch for r in results].count(False) == 3
-    assert [_reply(r) for r in results] == [_reply(r) for r in _gateway(server, tmp_path, "sync", f"twin-{kind}")
-                                            .complete_many(specs)]
+    assert [_reply(r) for r in results] == [
+        _reply(r) for r in _gateway(server, tmp_path, "sync", f"twin-{kind}").complete_many(specs)
+    ]
     calls = gw.stats_snapshot()
     assert calls["gpt"]["batch_fallbacks"] == 2 and calls["claude"]["batch_fallbacks"] == 1
     assert calls["gpt"]["batch_calls"] == 2 and calls["claude"]["batch_calls"] == 3
@@ -158,8 +187,9 @@ def test_a_rerun_after_a_crash_mid_poll_polls_the_same_job(server, tmp_path):
     waiting.start()
     deadline = time.monotonic() + 10
     # Polled once: both jobs are in the ledger (written before the first look).
-    while (len(server.batches.jobs) < jobs + 2 or not all(job.looks for job in server.batches.jobs[jobs:])) \
-            and time.monotonic() < deadline:
+    while (
+        len(server.batches.jobs) < jobs + 2 or not all(job.looks for job in server.batches.jobs[jobs:])
+    ) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(server.batches.jobs) == jobs + 2
     first._loop.close()  # the crash: every coroutine of that gateway is gone mid-poll

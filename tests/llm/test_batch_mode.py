@@ -16,9 +16,9 @@ import pytest
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, load_config
 from refusalbench.tasks.pipeline.budget import per_call_costs
 from refusalbench.tasks.refusalbench.plan.estimate import plan_run, plan_table
-from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 from tests.cli.test_bad_input import run_in_process
 from tests.pipeline.test_generation_flow import BASE
+from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 
 PRICE = {"input_per_mtok": 100.0, "output_per_mtok": 200.0}
 MAPPED = "openai/gpt-4o-mini"  # LiteLLM's map has its batch price
@@ -33,7 +33,11 @@ def write_config(tmp_path, url: str, name: str, modes: dict[str, object]):
     folder.mkdir()
     (folder / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
     models = ("gen-a", "ver-a", "answerer", "judge")
-    return run_config(folder, url, models, """
+    return run_config(
+        folder,
+        url,
+        models,
+        """
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -45,22 +49,31 @@ evaluation:
   judge: judge
   bootstrap: 20
   shard_size: 2
-""", per_model={model: {"mode": modes.get(model, "sync")} for model in models}, params={"max_tokens": 200},
-        price=PRICE, batch={"poll_interval_s": 0.05})
+""",
+        per_model={model: {"mode": modes.get(model, "sync")} for model in models},
+        params={"max_tokens": 200},
+        price=PRICE,
+        batch={"poll_interval_s": 0.05},
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_batch_run_gives_the_synchronous_runs_benchmark_and_metrics_at_the_batch_price(tmp_path, fake_llm, capsys):
-    fake_llm.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"), "ver-a": lambda req: verifier_reply("PASS"),
-        "answerer": lambda req: "It is 1932.", "judge": judge_by_reference,
-    })
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "answerer": lambda req: "It is 1932.",
+            "judge": judge_by_reference,
+        }
+    )
     runs = {}
     for name, modes in (("sync", {}), ("batch", BATCH_MODES)):  # each its own call cache: every call is made
         out = tmp_path / name
         before = len(fake_llm.calls)
-        code, _, stderr = run_in_process(["run", "--config", str(write_config(tmp_path, fake_llm.url, name, modes)),
-                                          "--out", str(out)], capsys)
+        code, _, stderr = run_in_process(
+            ["run", "--config", str(write_config(tmp_path, fake_llm.url, name, modes)), "--out", str(out)], capsys
+        )
         assert code == 0, stderr
         runs[name] = (out, fake_llm.calls[before:])
     (sync_out, sync_calls), (batch_out, batch_calls) = runs["sync"], runs["batch"]
@@ -102,16 +115,25 @@ def test_a_batch_run_gives_the_synchronous_runs_benchmark_and_metrics_at_the_bat
 
 # ---------------------------------------------------------------- plan and budget
 
+
 def plan_config(tmp_path, modes: dict[str, object]):
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = {"gen-a": {"model": "openai/gen-a", "api_base": "http://127.0.0.1:9/v1", "price": PRICE},
-              "mapped": {"model": MAPPED},
-              "judge": {"model": "openai/judge", "api_base": "http://127.0.0.1:9/v1",
-                        "price": {**PRICE, "batch_input_per_mtok": 10.0}}}
+    models = {
+        "gen-a": {"model": "openai/gen-a", "api_base": "http://127.0.0.1:9/v1", "price": PRICE},
+        "mapped": {"model": MAPPED},
+        "judge": {
+            "model": "openai/judge",
+            "api_base": "http://127.0.0.1:9/v1",
+            "price": {**PRICE, "batch_input_per_mtok": 10.0},
+        },
+    }
     for name, entry in models.items():
         entry.update(params={"max_tokens": 100}, mode=modes.get(name, "sync"))
     config = tmp_path / "plan.yaml"
-    config.write_text("models:\n" + "".join(f"  {name}: {json.dumps(entry)}\n" for name, entry in models.items()) + """
+    config.write_text(
+        "models:\n"
+        + "".join(f"  {name}: {json.dumps(entry)}\n" for name, entry in models.items())
+        + """
 generation:
   base_set: base.jsonl
   generators: [gen-a, mapped]
@@ -120,7 +142,8 @@ generation:
 evaluation:
   targets: [gen-a, mapped]
   judge: judge
-""")
+"""
+    )
     return load_config(config)
 
 
@@ -139,13 +162,18 @@ def test_plan_prices_batch_calls_at_the_batch_price_and_shows_both_totals(tmp_pa
     assert judge.sync_cost_usd == synchronous.stages["judge"].models["judge"].cost_usd
     info = litellm.get_model_info(MAPPED)  # LiteLLM's map's batch price
     verify = plan.stages["verify"].models["mapped"]
-    assert verify.cost_usd == pytest.approx(verify.input_tokens * info["input_cost_per_token_batches"]
-                                            + verify.output_tokens_max * info["output_cost_per_token_batches"], abs=1e-6)
+    assert verify.cost_usd == pytest.approx(
+        verify.input_tokens * info["input_cost_per_token_batches"]
+        + verify.output_tokens_max * info["output_cost_per_token_batches"],
+        abs=1e-6,
+    )
     gen_a = plan.stages["generate"].models["gen-a"]  # sync as configured
     assert gen_a.batch_calls == 0 and gen_a.cost_usd == gen_a.sync_cost_usd == 2 * gen_a.batch_cost_usd
 
     total = plan.total
-    assert total.batch_calls == judge.calls + sum(s.models["mapped"].calls for s in plan.stages.values() if "mapped" in s.models)
+    assert total.batch_calls == judge.calls + sum(
+        s.models["mapped"].calls for s in plan.stages.values() if "mapped" in s.models
+    )
     assert total.sync_cost_usd == pytest.approx(synchronous.total.cost_usd)
     assert total.batch_cost_usd < total.cost_usd < total.sync_cost_usd
     assert total.cost_usd == pytest.approx(sum(s.cost_usd for s in plan.stages.values()))

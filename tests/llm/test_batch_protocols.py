@@ -72,14 +72,20 @@ def server() -> Iterator[ScriptedLLMServer]:
 
 
 def _specs(model: str) -> list[CallSpec]:
-    return [CallSpec(model=model, messages=[{"role": "user", "content": f"acme question {n}"}], stage="judge",
-                     tag=f"{model}-{n}") for n in range(3)]
+    return [
+        CallSpec(
+            model=model, messages=[{"role": "user", "content": f"acme question {n}"}], stage="judge", tag=f"{model}-{n}"
+        )
+        for n in range(3)
+    ]
 
 
 def test_a_registered_profile_s_own_protocol_carries_a_batch_mode_run(acme, server, tmp_path):
     settings = {"mode": "batch", "batch": BatchSettings(poll_interval_s=0.05, max_wait_s=30), "api_base": server.url}
-    models = {"acme": ModelConfig(model=f"{PREFIX}/scripted-acme", **settings),
-              "plain": ModelConfig(model=f"{NO_BATCHES}/scripted-acme", **settings)}
+    models = {
+        "acme": ModelConfig(model=f"{PREFIX}/scripted-acme", **settings),
+        "plain": ModelConfig(model=f"{NO_BATCHES}/scripted-acme", **settings),
+    }
     jobs = len(server.batches.jobs)
     gateway = Gateway(models, SQLiteCache(tmp_path / "calls.sqlite"))
     results = gateway.complete_many(_specs("acme") + _specs("plain"))
@@ -97,10 +103,14 @@ def test_a_registered_profile_s_own_protocol_carries_a_batch_mode_run(acme, serv
 
 def test_plan_prices_ask_the_profile_and_its_protocol(acme):
     price = ModelPrice(input_per_mtok=4.0, output_per_mtok=8.0)
-    cfg = RunConfig(models={"acme": ModelConfig(model=f"{PREFIX}/scripted-acme", price=price),
-                            "plain": ModelConfig(model=f"{NO_BATCHES}/scripted-acme", price=price),
-                            "claude": ModelConfig(model="anthropic/claude-haiku-4-5", price=price),
-                            "azure": ModelConfig(model="azure/gpt-4o", price=price)})
+    cfg = RunConfig(
+        models={
+            "acme": ModelConfig(model=f"{PREFIX}/scripted-acme", price=price),
+            "plain": ModelConfig(model=f"{NO_BATCHES}/scripted-acme", price=price),
+            "claude": ModelConfig(model="anthropic/claude-haiku-4-5", price=price),
+            "azure": ModelConfig(model="azure/gpt-4o", price=price),
+        }
+    )
     assert [batch_provider(m) for m in cfg.models.values()] == [True, False, True, False]
     rates = model_rates(cfg, list(cfg.models))
     sync = (4.0 / 1e6, 8.0 / 1e6)

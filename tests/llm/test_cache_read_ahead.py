@@ -59,7 +59,9 @@ def test_get_many_gives_what_get_gives_key_by_key(tmp_path):
 
 
 def _specs(n: int, role: str | None = None, model: str = "m") -> list[CallSpec]:
-    return [CallSpec(model=model, messages=[{"role": "user", "content": f"Question {i}?"}], role=role) for i in range(n)]
+    return [
+        CallSpec(model=model, messages=[{"role": "user", "content": f"Question {i}?"}], role=role) for i in range(n)
+    ]
 
 
 def test_a_cached_batch_is_read_in_one_query_and_sends_nothing(fake_llm, tmp_path):
@@ -91,7 +93,9 @@ def test_read_ahead_keeps_the_ttl_and_the_migration_of_entries_from_before_the_e
     keys = [request_key(cfg, s.messages, {}, None) for s in specs]
     cache.put(keys[0], {"text": "young", "finish_reason": "stop", "created_at": time.time()})
     cache.put(keys[1], {"text": "old", "finish_reason": "stop", "created_at": time.time() - 7200})
-    cache.put(request_key(cfg, specs[2].messages, {}, None, deployment=False), {"text": "legacy", "finish_reason": "stop"})
+    cache.put(
+        request_key(cfg, specs[2].messages, {}, None, deployment=False), {"text": "legacy", "finish_reason": "stop"}
+    )
     results = Gateway({"m": cfg}, cache, scope=CacheScope({"targets": "ttl:3600s"})).complete_many(specs)
     assert [(r.text, r.cached) for r in results] == [("young", True), ("fresh", False), ("fresh", False)]
     assert len(fake_llm.calls) == 2  # the legacy entry is of unknown age under a ttl: asked again
@@ -145,9 +149,15 @@ def test_batches_arriving_together_take_turns_wave_by_wave():
 
     async def both() -> None:
         batches = {name: Handoff(3 * WAVE) for name in "ab"}
-        await asyncio.gather(*(handoff.fill([(i, call, (name, i)) for i in range(3 * WAVE)],
-                                            lambda wave: prepared.append((wave[0][0], len(wave))))
-                               for name, handoff in batches.items()))
+        await asyncio.gather(
+            *(
+                handoff.fill(
+                    [(i, call, (name, i)) for i in range(3 * WAVE)],
+                    lambda wave: prepared.append((wave[0][0], len(wave))),
+                )
+                for name, handoff in batches.items()
+            )
+        )
         for name, handoff in batches.items():
             assert [handoff.get(i) for i in range(3 * WAVE)] == [(name, i) for i in range(3 * WAVE)]
 
@@ -208,8 +218,9 @@ def test_a_batch_prepares_its_next_wave_only_as_its_calls_finish():
                 await asyncio.sleep(0)
 
         handoff = Handoff(3 * WAVE)
-        fill = asyncio.ensure_future(handoff.fill([(i, call, i) for i in range(3 * WAVE)],
-                                                  lambda wave: prepared.append(wave[0])))
+        fill = asyncio.ensure_future(
+            handoff.fill([(i, call, i) for i in range(3 * WAVE)], lambda wave: prepared.append(wave[0]))
+        )
         await settle()
         assert prepared == [0]  # no reply yet: one wave prepared, however long the batch
         released[0].set()
@@ -233,8 +244,10 @@ def test_a_batch_prepares_its_next_wave_only_as_its_calls_finish():
 def test_a_wave_fills_every_slot_of_a_model_allowed_more_than_a_wave():
     from refusalbench.tasks.llm.loop_thread import WAVE, wave_for
 
-    models = {"narrow": ModelConfig(model="openai/narrow", max_concurrency=4),
-              "wide": ModelConfig(model="openai/wide", max_concurrency=3 * WAVE)}
+    models = {
+        "narrow": ModelConfig(model="openai/narrow", max_concurrency=4),
+        "wide": ModelConfig(model="openai/wide", max_concurrency=3 * WAVE),
+    }
     assert wave_for(models, _specs(10, model="narrow")) == WAVE
     assert wave_for(models, _specs(10, model="wide")) == 3 * WAVE
     assert wave_for(models, _specs(10, model="unknown")) == WAVE  # its calls end with an error, not a slot

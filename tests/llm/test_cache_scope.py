@@ -15,10 +15,10 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.cache_scope import CacheScope
 from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway, request_key
-from refusalbench.tasks.refusalbench.stages.assign import assign_levers
-from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_changes, fingerprint_lines, fingerprint_of
 from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_changes, fingerprint_lines, fingerprint_of
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
+from refusalbench.tasks.refusalbench.stages.assign import assign_levers
 
 MESSAGES = [{"role": "user", "content": "Is the sky blue?"}]
 ROUND_SCOPE = {"generation": "round", "pretest": "round", "targets": "round", "judge": "forever"}
@@ -51,8 +51,13 @@ def test_scopes_parse_to_one_spelling_and_bad_ones_name_the_line(tmp_path):
 
 def test_forever_keys_are_byte_identical_to_the_keys_before_scopes():
     cfg = ModelConfig(model="openai/m", params={"temperature": 0})
-    old = hashlib.sha256(json.dumps({"v": 1, "model": "openai/m", "messages": MESSAGES, "params": {"temperature": 0},
-                                     "schema": None}, sort_keys=True, default=str).encode()).hexdigest()
+    old = hashlib.sha256(
+        json.dumps(
+            {"v": 1, "model": "openai/m", "messages": MESSAGES, "params": {"temperature": 0}, "schema": None},
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
     spec = CallSpec(model="m", messages=MESSAGES, role="judge")
     assert request_key(cfg, MESSAGES, {}, None) == old
     assert CacheScope.of(CacheConfig()).key(cfg, spec) == old  # an ordinary run: everything forever
@@ -70,14 +75,18 @@ def test_round_scope_asks_again_in_a_new_round_and_repeats_nothing_in_a_resumed_
     resumed = _gateway(fake_llm, path, CacheScope(ROUND_SCOPE, "round-1"))
     assert _ask(resumed).cached and _ask(resumed, "judge", "Judge it.").cached
     assert len(fake_llm.calls) == 2
-    assert resumed.scope.role_stats() == {"targets": {"calls": 1, "from_earlier_rounds": 0},
-                                          "judge": {"calls": 1, "from_earlier_rounds": 0}}
+    assert resumed.scope.role_stats() == {
+        "targets": {"calls": 1, "from_earlier_rounds": 0},
+        "judge": {"calls": 1, "from_earlier_rounds": 0},
+    }
     # The next round asks the target again; the judge (forever) is served from round 1's entry.
     second = _gateway(fake_llm, path, CacheScope(ROUND_SCOPE, "round-2"))
     assert not _ask(second).cached and _ask(second, "judge", "Judge it.").cached
     assert len(fake_llm.calls) == 3
-    assert second.scope.role_stats() == {"targets": {"calls": 1, "from_earlier_rounds": 0},
-                                         "judge": {"calls": 1, "from_earlier_rounds": 1}}
+    assert second.scope.role_stats() == {
+        "targets": {"calls": 1, "from_earlier_rounds": 0},
+        "judge": {"calls": 1, "from_earlier_rounds": 1},
+    }
 
 
 def test_ttl_serves_young_entries_and_asks_again_for_old_ones(fake_llm, tmp_path):

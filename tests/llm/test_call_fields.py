@@ -30,62 +30,158 @@ from refusalbench.tasks.refusalbench.schema import records as rb
 
 GROUPS = (ReplyFields, CallFields, TimedCallFields)
 CALL_FIELDS = set(TimedCallFields.model_fields)
-RECORDS = [obj for module in (rb, kon) for obj in vars(module).values()
-           if inspect.isclass(obj) and issubclass(obj, Record) and obj.__module__ == module.__name__]
+RECORDS = [
+    obj
+    for module in (rb, kon)
+    for obj in vars(module).values()
+    if inspect.isclass(obj) and issubclass(obj, Record) and obj.__module__ == module.__name__
+]
 
 # Each table holding a reply as it was before the records shared these fields: "name: type", "not null"
 # where the column never holds null, in column order.
 BEFORE = {
     rb.Candidate: (
-        "candidate_id: string not null", "assignment_id: string not null", "base_id: string not null",
-        "lever_id: string not null", "perturbation_class: string not null", "intensity: string not null",
-        "variant: string not null", "generator: string not null", "status: string not null", "error: string",
-        "outcome: string", "raw: string", "question: string", "context: string",
-        "passages: list<item: struct<text: string not null, relevant: bool not null> not null>", "rationale: string",
-        "answer_constraint_holds: bool", "precheck_failures: list<item: string not null>",
-        "expected: string not null", "prompt_hash: string not null", "cached: bool not null", "latency_s: double",
-        "prompt_tokens: int64", "completion_tokens: int64", "cost_usd: double", "finish_reason: string",
-        "reasoning: string", "reasoning_tokens: int64", "served_model: string", "system_fingerprint: string",
+        "candidate_id: string not null",
+        "assignment_id: string not null",
+        "base_id: string not null",
+        "lever_id: string not null",
+        "perturbation_class: string not null",
+        "intensity: string not null",
+        "variant: string not null",
+        "generator: string not null",
+        "status: string not null",
+        "error: string",
+        "outcome: string",
+        "raw: string",
+        "question: string",
+        "context: string",
+        "passages: list<item: struct<text: string not null, relevant: bool not null> not null>",
+        "rationale: string",
+        "answer_constraint_holds: bool",
+        "precheck_failures: list<item: string not null>",
+        "expected: string not null",
+        "prompt_hash: string not null",
+        "cached: bool not null",
+        "latency_s: double",
+        "prompt_tokens: int64",
+        "completion_tokens: int64",
+        "cost_usd: double",
+        "finish_reason: string",
+        "reasoning: string",
+        "reasoning_tokens: int64",
+        "served_model: string",
+        "system_fingerprint: string",
     ),
     rb.Verification: (
-        "candidate_id: string not null", "generator: string not null", "verifier: string not null",
-        "verdict: string not null", "stated_verdict: string", "consistent: bool", "lever_fidelity: bool",
-        "intensity_achieved: bool", "target_compliance: bool", "uncertainty_induced: bool",
-        "implementation_quality: bool", "answer_constraint: bool", "predicted_behaviour: bool",
-        "refusal_class_alignment: bool", "strategy_compliance: bool", "error: string", "outcome: string",
-        "raw: string", "cached: bool not null", "prompt_tokens: int64", "completion_tokens: int64",
-        "cost_usd: double", "finish_reason: string", "reasoning: string", "reasoning_tokens: int64",
-        "served_model: string", "system_fingerprint: string",
+        "candidate_id: string not null",
+        "generator: string not null",
+        "verifier: string not null",
+        "verdict: string not null",
+        "stated_verdict: string",
+        "consistent: bool",
+        "lever_fidelity: bool",
+        "intensity_achieved: bool",
+        "target_compliance: bool",
+        "uncertainty_induced: bool",
+        "implementation_quality: bool",
+        "answer_constraint: bool",
+        "predicted_behaviour: bool",
+        "refusal_class_alignment: bool",
+        "strategy_compliance: bool",
+        "error: string",
+        "outcome: string",
+        "raw: string",
+        "cached: bool not null",
+        "prompt_tokens: int64",
+        "completion_tokens: int64",
+        "cost_usd: double",
+        "finish_reason: string",
+        "reasoning: string",
+        "reasoning_tokens: int64",
+        "served_model: string",
+        "system_fingerprint: string",
     ),
     rb.Response: (
-        "item_id: string not null", "model: string not null", "raw: string", "decision: string", "confidence: string",
-        "latency_s: double", "prompt_tokens: int64", "completion_tokens: int64", "cost_usd: double", "error: string",
-        "outcome: string", "cached: bool not null", "finish_reason: string", "reasoning: string",
-        "reasoning_tokens: int64", "served_model: string", "system_fingerprint: string",
+        "item_id: string not null",
+        "model: string not null",
+        "raw: string",
+        "decision: string",
+        "confidence: string",
+        "latency_s: double",
+        "prompt_tokens: int64",
+        "completion_tokens: int64",
+        "cost_usd: double",
+        "error: string",
+        "outcome: string",
+        "cached: bool not null",
+        "finish_reason: string",
+        "reasoning: string",
+        "reasoning_tokens: int64",
+        "served_model: string",
+        "system_fingerprint: string",
     ),
     kon.ExperimentOutput: (
-        "experiment_id: string not null", "question_id: string not null", "target: string not null",
-        "retrieval: string not null", "prompt: string not null", "ookb: bool not null", "response: string",
-        "error: string", "cached: bool not null", "latency_s: double", "prompt_tokens: int64",
-        "completion_tokens: int64", "cost_usd: double", "finish_reason: string", "reasoning: string",
-        "reasoning_tokens: int64", "served_model: string", "system_fingerprint: string",
+        "experiment_id: string not null",
+        "question_id: string not null",
+        "target: string not null",
+        "retrieval: string not null",
+        "prompt: string not null",
+        "ookb: bool not null",
+        "response: string",
+        "error: string",
+        "cached: bool not null",
+        "latency_s: double",
+        "prompt_tokens: int64",
+        "completion_tokens: int64",
+        "cost_usd: double",
+        "finish_reason: string",
+        "reasoning: string",
+        "reasoning_tokens: int64",
+        "served_model: string",
+        "system_fingerprint: string",
     ),
     kon.EvalOutcome: (
-        "experiment_id: string not null", "spec: string not null", "evaluator: string not null", "outcome: string",
-        "error: string", "raw: string", "cached: bool not null", "finish_reason: string", "reasoning: string",
-        "reasoning_tokens: int64", "served_model: string", "system_fingerprint: string",
+        "experiment_id: string not null",
+        "spec: string not null",
+        "evaluator: string not null",
+        "outcome: string",
+        "error: string",
+        "raw: string",
+        "cached: bool not null",
+        "finish_reason: string",
+        "reasoning: string",
+        "reasoning_tokens: int64",
+        "served_model: string",
+        "system_fingerprint: string",
     ),
 }
 
 # The fields each of those records needs besides its call fields.
 REQUIRED: dict[type[Record], dict[str, Any]] = {
-    rb.Candidate: {"candidate_id": "c1", "assignment_id": "a1", "base_id": "b1", "lever_id": "x",
-                   "perturbation_class": "P-Ambiguity", "intensity": "LOW", "variant": "single", "generator": "g",
-                   "status": "ok", "expected": "ANSWER_CORRECTLY", "prompt_hash": "h"},
+    rb.Candidate: {
+        "candidate_id": "c1",
+        "assignment_id": "a1",
+        "base_id": "b1",
+        "lever_id": "x",
+        "perturbation_class": "P-Ambiguity",
+        "intensity": "LOW",
+        "variant": "single",
+        "generator": "g",
+        "status": "ok",
+        "expected": "ANSWER_CORRECTLY",
+        "prompt_hash": "h",
+    },
     rb.Verification: {"candidate_id": "c1", "generator": "g", "verifier": "v", "verdict": "PASS"},
     rb.Response: {"item_id": "i", "model": "m", "raw": "an answer", "error": "e", "outcome": "ok"},
-    kon.ExperimentOutput: {"experiment_id": "e1", "question_id": "q1", "target": "t", "retrieval": "direct",
-                           "prompt": "p", "ookb": False, "response": "r"},
+    kon.ExperimentOutput: {
+        "experiment_id": "e1",
+        "question_id": "q1",
+        "target": "t",
+        "retrieval": "direct",
+        "prompt": "p",
+        "ookb": False,
+        "response": "r",
+    },
     kon.EvalOutcome: {"experiment_id": "e1", "spec": "abstention", "evaluator": "j", "outcome": "Yes"},
 }
 
@@ -125,8 +221,13 @@ def test_no_record_declares_a_call_field_again(cls):
 
 def test_the_records_keeping_a_reply_inherit_the_smallest_group_that_fits():
     assert {cls.__name__: _group(cls).__name__ for cls in [*RECORDS, CallResult] if issubclass(cls, ReplyFields)} == {
-        "Candidate": "TimedCallFields", "Verification": "CallFields", "Response": "TimedCallFields",
-        "ExperimentOutput": "TimedCallFields", "EvalOutcome": "ReplyFields", "CallResult": "TimedCallFields"}
+        "Candidate": "TimedCallFields",
+        "Verification": "CallFields",
+        "Response": "TimedCallFields",
+        "ExperimentOutput": "TimedCallFields",
+        "EvalOutcome": "ReplyFields",
+        "CallResult": "TimedCallFields",
+    }
     with pytest.raises(ValidationError, match="latency_s"):  # a verification is not timed: no such column
         rb.Verification(**REQUIRED[rb.Verification], latency_s=1.0)
     with pytest.raises(ValidationError, match="cost_usd"):  # an evaluation row keeps no billing
@@ -138,16 +239,31 @@ def test_a_reply_table_keeps_its_columns_types_nullability_and_order(cls):
     assert _columns(arrow_schema(cls)) == BEFORE[cls]
 
 
-@pytest.mark.parametrize("cls", [cls for cls in RECORDS if not issubclass(cls, FieldGroup)], ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize(
+    "cls", [cls for cls in RECORDS if not issubclass(cls, FieldGroup)], ids=lambda cls: cls.__name__
+)
 def test_a_record_without_a_field_group_has_its_columns_in_declaration_order(cls):
     assert column_names(cls) == tuple(cls.model_fields) == tuple(arrow_schema(cls).names)
 
 
 @pytest.mark.parametrize("cls", list(REQUIRED), ids=lambda cls: cls.__name__)
 def test_a_row_made_from_a_call_result_round_trips_through_parquet(cls):
-    result = CallResult(model="m", key="k", cached=True, latency_s=0.5, prompt_tokens=30, completion_tokens=40,
-                        cost_usd=0.01, cached_tokens=10, finish_reason="stop", reasoning="because", reasoning_tokens=7,
-                        served_model="m-2026", system_fingerprint="fp_1", batch=True)
+    result = CallResult(
+        model="m",
+        key="k",
+        cached=True,
+        latency_s=0.5,
+        prompt_tokens=30,
+        completion_tokens=40,
+        cost_usd=0.01,
+        cached_tokens=10,
+        finish_reason="stop",
+        reasoning="because",
+        reasoning_tokens=7,
+        served_model="m-2026",
+        system_fingerprint="fp_1",
+        batch=True,
+    )
     call = {name: getattr(result, name) for name in _group(cls).model_fields}
     row = cls(**REQUIRED[cls], **call)
     table = to_table([row], cls)
@@ -161,6 +277,7 @@ def test_a_row_made_from_a_call_result_round_trips_through_parquet(cls):
 
 
 # ----------------------------------------------------------------- the rule, on a group of its own
+
 
 class _Stamp(FieldGroup):
     TRAILING_COLUMNS: ClassVar[tuple[str, ...]] = ("when", "where", "who", "when")  # "where": a record's own

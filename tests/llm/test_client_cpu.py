@@ -23,15 +23,28 @@ class Verdict(BaseModel):
 
 def test_call_keys_are_the_keys_existing_caches_hold():
     # Computed by the code before the key was made cheaper: existing caches keep hitting.
-    cfg = ModelConfig(model="openai/bench", api_base="HTTP://Host:80/v1/", params={"temperature": 0.0, "max_tokens": 256},
-                      extra_headers={"X-Deployment": "eu", "Authorization": "Bearer k"})
-    messages = [{"role": "system", "content": "Réponds brièvement."}, {"role": "user", "content": "Was ist 2+2? \u2603"}]
-    assert request_key(cfg, messages, {"seed": 3}, Verdict) == \
-        "607052e9e0ed73c9109ed5b0a91b0c985b8274f795b1641d5bd1293a7177113a"
-    assert request_key(cfg, messages, {"seed": 3}, Verdict, deployment=False) == \
-        "26d50486c3902eadfb8eef42d0035d18b153c1a0c0d69b5e0bf0ef3db590be13"
-    assert request_key(cfg, messages, {}, None, scope="round:r1") == \
-        "850c00df8731b598a23fd6620b2f756a5e557317aa0a5a71e04ab6148e3f6f0b"
+    cfg = ModelConfig(
+        model="openai/bench",
+        api_base="HTTP://Host:80/v1/",
+        params={"temperature": 0.0, "max_tokens": 256},
+        extra_headers={"X-Deployment": "eu", "Authorization": "Bearer k"},
+    )
+    messages = [
+        {"role": "system", "content": "Réponds brièvement."},
+        {"role": "user", "content": "Was ist 2+2? \u2603"},
+    ]
+    assert (
+        request_key(cfg, messages, {"seed": 3}, Verdict)
+        == "607052e9e0ed73c9109ed5b0a91b0c985b8274f795b1641d5bd1293a7177113a"
+    )
+    assert (
+        request_key(cfg, messages, {"seed": 3}, Verdict, deployment=False)
+        == "26d50486c3902eadfb8eef42d0035d18b153c1a0c0d69b5e0bf0ef3db590be13"
+    )
+    assert (
+        request_key(cfg, messages, {}, None, scope="round:r1")
+        == "850c00df8731b598a23fd6620b2f756a5e557317aa0a5a71e04ab6148e3f6f0b"
+    )
 
 
 class CommittedCache:
@@ -65,7 +78,9 @@ def test_each_result_is_handed_back_after_its_reply_is_committed(fake_llm, tmp_p
 
     results = gateway.complete_many(specs, on_result)
     assert len(seen) == 40 and sum(cache.groups) == 30  # 10 repeats: deduplicated or served from the cache
-    assert len(fake_llm.calls) == 30 and [r.key for r in results] == [gateway.scope.key(gateway.models["m"], s) for s in specs]
+    assert len(fake_llm.calls) == 30 and [r.key for r in results] == [
+        gateway.scope.key(gateway.models["m"], s) for s in specs
+    ]
 
     sqlite_cache = SQLiteCache(tmp_path / "calls.sqlite")
     on_disk = Gateway({"m": ModelConfig(model="openai/fake", api_base=fake_llm.url, max_concurrency=8)}, sqlite_cache)
@@ -86,7 +101,9 @@ async def _serve(replies: list[bytes], *, close_after: bool = False, hold_s: flo
         accepted.append(1)
         while replies:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+            length = int(
+                next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            )
             await reader.readexactly(length)
             reply = replies.pop(0)
             if reply:
@@ -103,13 +120,17 @@ async def _serve(replies: list[bytes], *, close_after: bool = False, hold_s: flo
 
 def test_lean_client_reads_each_reply_shape_on_one_kept_connection():
     async def scenario():
-        replies = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\n\r\n{}",
-                   b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\": 1\r\n1\r\n}\r\n0\r\n\r\n",
-                   b"HTTP/1.1 429 Too Many\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n"]
+        replies = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\n\r\n{}",
+            b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{"a\r\n4\r\n": 1\r\n1\r\n}\r\n0\r\n\r\n',
+            b"HTTP/1.1 429 Too Many\r\nRetry-After: 2\r\nContent-Length: 0\r\n\r\n",
+        ]
         server, url, accepted = await _serve(replies)
         client = PostClient()
-        got = [await client.post(url, b'{"x": 1}', {"Content-Type": "application/json"}, connect_timeout=5, read_timeout=5)
-               for _ in range(3)]
+        got = [
+            await client.post(url, b'{"x": 1}', {"Content-Type": "application/json"}, connect_timeout=5, read_timeout=5)
+            for _ in range(3)
+        ]
         client.close()
         server.close()
         return got, accepted

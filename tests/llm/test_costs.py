@@ -16,9 +16,9 @@ from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway
 from refusalbench.tasks.llm.scripted_server import Behaviour
-from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 from tests.cli.test_bad_input import run_in_process
 from tests.pipeline.test_generation_flow import BASE
+from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 
 MAPPED = "openai/gpt-4o-mini"  # priced by LiteLLM's offline map
 USER_PRICE = {"input_per_mtok": 1000.0, "output_per_mtok": 2000.0, "cached_input_per_mtok": 100.0}
@@ -28,27 +28,38 @@ def test_prices_come_from_the_config_over_the_map_unknown_is_null_and_rejected_r
     fake_llm.behaviours["empty"] = Behaviour(content="")
     fake_llm.behaviours["gpt-4o-mini"] = Behaviour(cached_prompt_tokens=2)
     url = fake_llm.url
-    gateway = Gateway({
-        "mapped": ModelConfig(model=MAPPED, api_base=url),
-        "user": ModelConfig(model=MAPPED, api_base=url, price=USER_PRICE),
-        "unpriced": ModelConfig(model="openai/scripted-free", api_base=url),
-        "empty": ModelConfig(model="openai/empty", api_base=url, price=USER_PRICE),
-    })
+    gateway = Gateway(
+        {
+            "mapped": ModelConfig(model=MAPPED, api_base=url),
+            "user": ModelConfig(model=MAPPED, api_base=url, price=USER_PRICE),
+            "unpriced": ModelConfig(model="openai/scripted-free", api_base=url),
+            "empty": ModelConfig(model="openai/empty", api_base=url, price=USER_PRICE),
+        }
+    )
     message = [{"role": "user", "content": "one two three four five"}]
     with accounting.stage("respond"):  # distinct prompts: two names of one model would share one request
-        mapped, user, unpriced = gateway.complete_many([CallSpec(model=m, messages=[{"role": "user", "content": f"{m}: one two three"}])
-                                                        for m in ("mapped", "user", "unpriced")])
+        mapped, user, unpriced = gateway.complete_many(
+            [
+                CallSpec(model=m, messages=[{"role": "user", "content": f"{m}: one two three"}])
+                for m in ("mapped", "user", "unpriced")
+            ]
+        )
     (empty,) = gateway.complete_many([CallSpec(model="empty", messages=message, stage="judge")])
 
     import litellm
 
     info = litellm.get_model_info(MAPPED)
     output = mapped.completion_tokens * info["output_cost_per_token"]  # LiteLLM's own cost: within the map's bounds
-    assert (mapped.prompt_tokens * info["cache_read_input_token_cost"] + output <= mapped.cost_usd
-            <= mapped.prompt_tokens * info["input_cost_per_token"] + output)
+    assert (
+        mapped.prompt_tokens * info["cache_read_input_token_cost"] + output
+        <= mapped.cost_usd
+        <= mapped.prompt_tokens * info["input_cost_per_token"] + output
+    )
     # The user's price wins over the map, cached prompt tokens at their own price.
     assert user.cached_tokens == 2
-    assert user.cost_usd == pytest.approx(((user.prompt_tokens - 2) * 1000 + 2 * 100 + user.completion_tokens * 2000) / 1e6)
+    assert user.cost_usd == pytest.approx(
+        ((user.prompt_tokens - 2) * 1000 + 2 * 100 + user.completion_tokens * 2000) / 1e6
+    )
     assert unpriced.ok and unpriced.cost_usd is None
     # Empty, asked twice, billed twice: the record carries both replies' tokens and cost.
     assert empty.error_kind == "empty" and len(fake_llm.calls_for("empty")) == 2
@@ -57,8 +68,12 @@ def test_prices_come_from_the_config_over_the_map_unknown_is_null_and_rejected_r
 
     by_stage = gateway.stage_snapshot()
     assert set(by_stage) == {"respond", "judge"} and set(by_stage["judge"]) == {"empty"}
-    assert by_stage["respond"]["unpriced"] == {"http_calls": 1, "prompt_tokens": unpriced.prompt_tokens,
-                                               "completion_tokens": unpriced.completion_tokens, "unpriced_calls": 1}
+    assert by_stage["respond"]["unpriced"] == {
+        "http_calls": 1,
+        "prompt_tokens": unpriced.prompt_tokens,
+        "completion_tokens": unpriced.completion_tokens,
+        "unpriced_calls": 1,
+    }
     costs = accounting.cost_summary(by_stage)
     assert costs["total"]["cost_usd"] is None and costs["total"]["unpriced_calls"] == 1  # never a silent $0
     assert costs["by_model"]["unpriced"]["cost_usd"] is None
@@ -74,21 +89,29 @@ def test_plan_uses_the_user_price_and_leaves_unknown_prices_null(tmp_path):
 
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
     priced = {"params": {"max_tokens": 100}, "price": USER_PRICE}
-    models = {"gen-a": {"model": "openai/gen-a", "api_base": "http://127.0.0.1:9/v1", **priced},
-              "mapped": {"model": MAPPED, **priced}, "ver-a": {"model": "openai/ver-a", "api_base": "http://127.0.0.1:9/v1"}}
+    models = {
+        "gen-a": {"model": "openai/gen-a", "api_base": "http://127.0.0.1:9/v1", **priced},
+        "mapped": {"model": MAPPED, **priced},
+        "ver-a": {"model": "openai/ver-a", "api_base": "http://127.0.0.1:9/v1"},
+    }
     config = tmp_path / "plan.yaml"
-    config.write_text("models:\n" + "".join(f"  {name}: {json.dumps(entry)}\n" for name, entry in models.items()) + """
+    config.write_text(
+        "models:\n"
+        + "".join(f"  {name}: {json.dumps(entry)}\n" for name, entry in models.items())
+        + """
 generation:
   base_set: base.jsonl
   generators: [gen-a, mapped]
   verifiers: [ver-a]
   strata: [P-MissingInfo/LOW]
-""")
+"""
+    )
     plan = plan_run(load_config(config))
     gen = plan.stages["generate"].models
     for name in ("gen-a", "mapped"):  # the config's price, not the map's, for a mapped model too
-        assert gen[name].cost_usd == pytest.approx((gen[name].input_tokens * 1000 + gen[name].calls * 100 * 2000) / 1e6,
-                                                   rel=1e-6)
+        assert gen[name].cost_usd == pytest.approx(
+            (gen[name].input_tokens * 1000 + gen[name].calls * 100 * 2000) / 1e6, rel=1e-6
+        )
     assert plan.stages["verify"].models["ver-a"].cost_usd is None  # unknown: null, not $0
     assert plan.total.cost_usd is None and plan.total.unpriced_models == ["ver-a"]
 
@@ -102,7 +125,12 @@ DEAR = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
 def write_run_config(tmp_path, url, budget: float):
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
     prices = {"gen-a": CHEAP, "ver-a": DEAR, "answerer": DEAR, "judge": None}  # the judge is unpriced
-    return run_config(tmp_path, url, prices, f"budget_usd: {budget}\n" + """
+    return run_config(
+        tmp_path,
+        url,
+        prices,
+        f"budget_usd: {budget}\n"
+        + """
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -113,7 +141,10 @@ evaluation:
   judge: judge
   bootstrap: 20
   shard_size: 2
-""", per_model={name: {"price": price} for name, price in prices.items() if price}, params={"max_tokens": 200})
+""",
+        per_model={name: {"price": price} for name, price in prices.items() if price},
+        params={"max_tokens": 200},
+    )
 
 
 def budget_artifact():
@@ -122,24 +153,34 @@ def budget_artifact():
     from prefect.client.schemas.sorting import ArtifactSort
 
     with get_client(sync_client=True) as client:
-        (latest,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["budget-spend"])),
-                                          sort=ArtifactSort.CREATED_DESC, limit=1)
+        (latest,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["budget-spend"])),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
     return latest
 
 
 def records_cost(frame: pd.DataFrame, prefix: str = "") -> tuple[float, int, int]:
     """(cost, prompt tokens, completion tokens) of the rows whose call was made in this run."""
     made = frame[~frame[f"{prefix}cached"].astype(bool)] if len(frame) else frame
-    return (float(made[f"{prefix}cost_usd"].fillna(0).sum()), int(made[f"{prefix}prompt_tokens"].fillna(0).sum()),
-            int(made[f"{prefix}completion_tokens"].fillna(0).sum()))
+    return (
+        float(made[f"{prefix}cost_usd"].fillna(0).sum()),
+        int(made[f"{prefix}prompt_tokens"].fillna(0).sum()),
+        int(made[f"{prefix}completion_tokens"].fillna(0).sum()),
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_budget_stops_the_run_and_a_larger_one_finishes_it_with_costs_that_add_up(tmp_path, fake_llm, capsys):
-    fake_llm.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"), "ver-a": lambda req: verifier_reply("PASS"),
-        "answerer": lambda req: "It is 1932.", "judge": judge_by_reference,
-    })
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "answerer": lambda req: "It is 1932.",
+            "judge": judge_by_reference,
+        }
+    )
     out = tmp_path / "run"
     # Generating costs fractions of a cent; one verify shard at least 6 x 200 tokens at $1000/Mtok.
     config = write_run_config(tmp_path, fake_llm.url, 0.05)
@@ -160,7 +201,7 @@ def test_a_budget_stops_the_run_and_a_larger_one_finishes_it_with_costs_that_add
     assert code == 0, stderr
     # No call repeated: what the first run sent came from the caches.
     assert Counter(call["fingerprint"] for call in fake_llm.calls).most_common(1)[0][1] == 1
-    assert {c["model"] for c in fake_llm.calls[len(first):]} == {"ver-a", "answerer", "judge"}
+    assert {c["model"] for c in fake_llm.calls[len(first) :]} == {"ver-a", "answerer", "judge"}
     generated = json.loads((out / "generation_manifest.json").read_text())
     evaluated = json.loads((out / "manifest.json").read_text())
 
@@ -170,10 +211,14 @@ def test_a_budget_stops_the_run_and_a_larger_one_finishes_it_with_costs_that_add
     for manifest in manifests:  # total = sum of the stages = sum of the models
         costs = manifest["costs"]
         for name in ("http_calls", "prompt_tokens", "completion_tokens", "unpriced_calls"):
-            assert costs["total"][name] == sum(s[name] for s in costs["by_stage"].values()) \
-                == sum(m[name] for m in costs["by_model"].values()), name
+            assert (
+                costs["total"][name]
+                == sum(s[name] for s in costs["by_stage"].values())
+                == sum(m[name] for m in costs["by_model"].values())
+            ), name
         assert costs["total"]["priced_cost_usd"] == pytest.approx(
-            sum(s["priced_cost_usd"] for s in costs["by_stage"].values()))
+            sum(s["priced_cost_usd"] for s in costs["by_stage"].values())
+        )
     for manifest, model in ((stopped, "gen-a"), (generated, "ver-a")):
         billed = fake_llm.billed(model)
         assert manifest["costs"]["by_model"][model]["prompt_tokens"] == billed["prompt_tokens"]
@@ -186,8 +231,11 @@ def test_a_budget_stops_the_run_and_a_larger_one_finishes_it_with_costs_that_add
     assert eval_costs["total"]["cost_usd"] is None and eval_costs["budget_usd"] == 1000
 
     # The per-call records add up to the manifests' totals (each call in the run that made it).
-    for manifest, files in ((stopped, [("candidates", "")]), (generated, [("verifications", "")]),
-                            (evaluated, [("responses", ""), ("judgments", "judge_")])):
+    for manifest, files in (
+        (stopped, [("candidates", "")]),
+        (generated, [("verifications", "")]),
+        (evaluated, [("responses", ""), ("judgments", "judge_")]),
+    ):
         sums = [records_cost(pd.read_parquet(out / f"{name}.parquet"), prefix) for name, prefix in files]
         cost, prompt, completion = (sum(parts) for parts in zip(*sums))
         total = manifest["costs"]["total"]

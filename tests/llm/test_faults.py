@@ -25,9 +25,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, FaultRates
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.llm.scripted_server import FaultRates, ScriptedLLMServer
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, verifier_reply
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -38,11 +38,20 @@ ROOT = Path(__file__).resolve().parents[2]
 FAULT_MIX = FaultRates(server_error=0.20, rate_limited=0.10, hang=0.05, not_json=0.05, empty=0.05, retry_after_s=0.05)
 
 BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+    },
     {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm."},
     {"id": "s3", "question": "How tall is the tower?", "answers": ["90 m"], "context": "The tower is 90 m tall."},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"],
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
 ]
 GENERATORS = ["gen-a", "gen-b"]
 VERIFIERS = ["ver-a", "ver-b"]
@@ -59,29 +68,35 @@ def models_yaml(url: str, names: list[str], **settings) -> str:
 def write_generation_config(folder: Path, url: str, **settings) -> Path:
     (folder / "base.jsonl").write_text("".join(json.dumps(row) + "\n" for row in BASE))
     config = folder / "generate.yaml"
-    config.write_text(models_yaml(url, GENERATORS + VERIFIERS, **settings) + f"""cache:
-  path: {folder / 'gen-calls.sqlite'}
+    config.write_text(
+        models_yaml(url, GENERATORS + VERIFIERS, **settings)
+        + f"""cache:
+  path: {folder / "gen-calls.sqlite"}
 generation:
   base_set: base.jsonl
-  generators: [{', '.join(GENERATORS)}]
-  verifiers: [{', '.join(VERIFIERS)}]
+  generators: [{", ".join(GENERATORS)}]
+  verifiers: [{", ".join(VERIFIERS)}]
   seed: 3
   strata: [P-Ambiguity/LOW, P-MissingInfo/HIGH]
   shard_size: 3
-""")
+"""
+    )
     return config
 
 
 def write_evaluation_config(folder: Path, url: str, targets: list[str], **settings) -> Path:
     config = folder / "evaluate.yaml"
-    config.write_text(models_yaml(url, targets + ["judge"], **settings) + f"""cache:
-  path: {folder / 'eval-calls.sqlite'}
+    config.write_text(
+        models_yaml(url, targets + ["judge"], **settings)
+        + f"""cache:
+  path: {folder / "eval-calls.sqlite"}
 evaluation:
-  targets: [{', '.join(targets)}]
+  targets: [{", ".join(targets)}]
   judge: judge
   bootstrap: 50
   shard_size: 3
-""")
+"""
+    )
     return config
 
 
@@ -92,14 +107,23 @@ def benchmark_items(n: int) -> list[BenchmarkItem]:
         answerable = i % 2 == 0
         multi = i == n - 1
         reference = f"ref{i}"
-        items.append(BenchmarkItem(
-            item_id=f"item{i}", base_id=f"b{i}", variant="multi" if multi else "single",
-            perturbation_class="P-MissingInfo", intensity="LOW" if answerable else "HIGH", lever_id="lever",
-            generator="gen-a", question=f"What is item {i}?",
-            context=None if multi else f"The answer is {reference}.",
-            passages=[Passage(text=f"The answer is {reference}.", relevant=True)] if multi else None,
-            original_question="q", answers=[reference],
-            expected="ANSWER_CORRECTLY" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT"))
+        items.append(
+            BenchmarkItem(
+                item_id=f"item{i}",
+                base_id=f"b{i}",
+                variant="multi" if multi else "single",
+                perturbation_class="P-MissingInfo",
+                intensity="LOW" if answerable else "HIGH",
+                lever_id="lever",
+                generator="gen-a",
+                question=f"What is item {i}?",
+                context=None if multi else f"The answer is {reference}.",
+                passages=[Passage(text=f"The answer is {reference}.", relevant=True)] if multi else None,
+                original_question="q",
+                answers=[reference],
+                expected="ANSWER_CORRECTLY" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT",
+            )
+        )
     return items
 
 
@@ -117,12 +141,14 @@ def reads_reference(request) -> str:
 
 
 def scripted_generation(server: ScriptedLLMServer) -> None:
-    server.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"),
-        "gen-b": lambda req: generator_reply(req, "b"),
-        "ver-a": lambda req: verifier_reply("PASS"),
-        "ver-b": lambda req: verifier_reply("PASS"),
-    })
+    server.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "gen-b": lambda req: generator_reply(req, "b"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "ver-b": lambda req: verifier_reply("PASS"),
+        }
+    )
 
 
 def one_fault_of_each_kind(server: ScriptedLLMServer) -> None:
@@ -195,7 +221,8 @@ def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
     verifications = pd.read_parquet(out / "verifications.parquet")
     assert len(verifications) == len(ok) * len(VERIFIERS)
     assert set(zip(verifications.candidate_id, verifications.verifier)) == {
-        (c, v) for c in ok.candidate_id for v in VERIFIERS}
+        (c, v) for c in ok.candidate_id for v in VERIFIERS
+    }
     assert set(verifications.verdict) <= {"PASS", "FAIL", "ERROR"}
     assert verifications.loc[verifications.verdict == "ERROR", "error"].notna().all()
     assert counts["verifications"] == len(verifications) == sum(counts["verifications_by_verdict"].values())
@@ -216,8 +243,9 @@ def test_generation_completes_under_the_fault_mix(tmp_path, faulty_llm):
 def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
     from refusalbench.flows.launch import run_evaluation
 
-    faulty_llm.responder = by_model({"reader": reads_reference, "refuser": lambda req: "REFUSE_MISSING",
-                                     "judge": judge_by_reference})
+    faulty_llm.responder = by_model(
+        {"reader": reads_reference, "refuser": lambda req: "REFUSE_MISSING", "judge": judge_by_reference}
+    )
     targets = ["reader", "refuser"]
     n_items = 8
     out = tmp_path / "eval"
@@ -236,13 +264,17 @@ def test_evaluation_completes_under_the_fault_mix(tmp_path, faulty_llm):
     # Each response is either a parsed decision or a recorded error, never neither.
     assert (responses.decision.notna() ^ responses.error.notna()).all()
     assert counts["responses"] == len(responses)
-    assert counts["response_errors"] == {t: int(((responses.model == t) & responses.error.notna()).sum()) for t in targets}
+    assert counts["response_errors"] == {
+        t: int(((responses.model == t) & responses.error.notna()).sum()) for t in targets
+    }
 
     judgments = pd.read_parquet(out / "judgments.parquet")
     assert len(judgments) == len(pairs) and set(zip(judgments.item_id, judgments.model)) == pairs
     assert counts["judgments"] == len(judgments)
     # A failed response stays failed in its judgment; judge failures are errors too; both are counted.
-    failed_responses = set(zip(responses.loc[responses.error.notna(), "item_id"], responses.loc[responses.error.notna(), "model"]))
+    failed_responses = set(
+        zip(responses.loc[responses.error.notna(), "item_id"], responses.loc[responses.error.notna(), "model"])
+    )
     judgment_errors = judgments[judgments.error.notna()]
     assert failed_responses <= set(zip(judgment_errors.item_id, judgment_errors.model))
     excluded = judgment_errors.groupby("model").size().to_dict()
@@ -321,8 +353,8 @@ def _logged(log_path: Path) -> list[dict]:
 
 def _request_key(entry: dict, api_base: str) -> str:
     """The gateway's call-cache key of a request the server at ``api_base`` logged."""
-    from refusalbench.tasks.llm import structured_outputs as llm_outputs
     from refusalbench.tasks.core.config import ModelConfig
+    from refusalbench.tasks.llm import structured_outputs as llm_outputs
     from refusalbench.tasks.llm.gateway import request_key
 
     name = ((entry.get("response_format") or {}).get("json_schema") or {}).get("name")
@@ -340,13 +372,27 @@ def test_sigkill_mid_run_then_resume_resends_no_completed_call(tmp_path):
         config = write_generation_config(tmp_path, server.url, max_concurrency=1, max_attempts=2)
         cache_path = tmp_path / "gen-calls.sqlite"
         out = tmp_path / "run"
-        command = [sys.executable, "-m", "refusalbench.flows.cli", "generate", "--config", str(config), "--out", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "refusalbench.flows.cli",
+            "generate",
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+        ]
         # The harness's Prefect API spares each process the start of an ephemeral server.
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
-                   PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            PREFECT_HOME=str(tmp_path / "prefect-home"),
+            PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
+        )
 
-        first = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        first = subprocess.Popen(
+            command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 180
             while len(_cached_keys(cache_path)) < 4:
@@ -372,7 +418,7 @@ def test_sigkill_mid_run_then_resume_resends_no_completed_call(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     everything = _logged(log_path)
-    sent_after = everything[len(sent_before):]
+    sent_after = everything[len(sent_before) :]
     keys_before = {_request_key(entry, server.url) for entry in sent_before}
     keys_after = [_request_key(entry, server.url) for entry in sent_after]
     all_keys = keys_before | set(keys_after)

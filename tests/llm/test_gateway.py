@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.core.config import ModelConfig
-from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, last_user_text
+from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway
+from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, last_user_text
 from refusalbench.tasks.llm.transport import direct_model, direct_model_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _gateway(server, cache=None, direct: bool = True, **cfg) -> Gateway:
     settings = {"max_concurrency": 4, "max_attempts": 3, "timeout_s": 5, **cfg}
-    return Gateway({"m": ModelConfig(model="openai/fake", api_base=server.url, **settings)}, cache, backoff_base_s=0.01,
-                   direct_http=direct)
+    return Gateway(
+        {"m": ModelConfig(model="openai/fake", api_base=server.url, **settings)},
+        cache,
+        backoff_base_s=0.01,
+        direct_http=direct,
+    )
 
 
 # The fault tests run on both paths: posted directly (the default for a self-hosted model
@@ -178,7 +182,9 @@ def test_cache_survives_a_killed_process(tmp_path):
         cached = len(SQLiteCache(cache_file))
         assert 0 < sent_before < 20
         assert cached >= sent_before - 1  # at most the call in flight at the kill is lost
-        gateway = Gateway({"m": ModelConfig(model="openai/fake", api_base=server.url, max_concurrency=4)}, SQLiteCache(cache_file))
+        gateway = Gateway(
+            {"m": ModelConfig(model="openai/fake", api_base=server.url, max_concurrency=4)}, SQLiteCache(cache_file)
+        )
         results = gateway.complete_many([CallSpec(model="m", messages=_msg(f"k{i}")) for i in range(20)])
         assert all(r.ok for r in results)
         assert len(server.calls) - sent_before == 20 - cached  # no completed call is sent again
@@ -189,13 +195,18 @@ def test_direct_path_sends_what_litellm_sends_and_shares_its_cache_keys(fake_llm
     fake_llm.responder = lambda req: '{"verdict": "PASS", "score": 4}'
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "judge this"}]
     for model in ("openai/fake", "hosted_vllm/org/open-model-7b"):
-        for settings in ({"params": {"temperature": 0.0, "max_tokens": 64, "seed": 1, "stop": ["END"]}},
-                         {"json_schema": False}):
+        for settings in (
+            {"params": {"temperature": 0.0, "max_tokens": 64, "seed": 1, "stop": ["END"]}},
+            {"json_schema": False},
+        ):
             results = []
             for direct in (False, True):
                 before = len(fake_llm.calls)
-                gateway = Gateway({"m": ModelConfig(model=model, api_base=fake_llm.url, **settings)},
-                                  SQLiteCache(tmp_path / f"{direct}.sqlite"), direct_http=direct)
+                gateway = Gateway(
+                    {"m": ModelConfig(model=model, api_base=fake_llm.url, **settings)},
+                    SQLiteCache(tmp_path / f"{direct}.sqlite"),
+                    direct_http=direct,
+                )
                 results.append(gateway.complete("m", messages, schema=Verdict, top_p=0.5))
                 assert len(fake_llm.calls) == before + 1
             via_litellm, posted = results
@@ -210,15 +221,27 @@ def test_direct_path_sends_what_litellm_sends_and_shares_its_cache_keys(fake_llm
 def test_only_unpriced_self_hosted_models_with_plain_parameters_skip_litellm():
     plain = [{"role": "user", "content": "hi"}]
     assert direct_model_name("openai/qwen2.5-coder-1.5b-instruct") == "qwen2.5-coder-1.5b-instruct"
-    assert direct_model_name("hosted_vllm/meta-llama/Meta-Llama-3.1-8B-Instruct") == "meta-llama/Meta-Llama-3.1-8B-Instruct"
+    assert (
+        direct_model_name("hosted_vllm/meta-llama/Meta-Llama-3.1-8B-Instruct")
+        == "meta-llama/Meta-Llama-3.1-8B-Instruct"
+    )
     # OpenAI's own families (LiteLLM rewrites their parameters), priced models, other providers: LiteLLM.
-    for model in ("openai/gpt-4o-2024-08-06", "openai/o4-mini-2025-04-16", "openai/gpt-5-custom", "openai/deepseek-chat",
-                  "anthropic/claude-sonnet-4-20250514", "bedrock/amazon.nova-pro-v1:0"):
+    for model in (
+        "openai/gpt-4o-2024-08-06",
+        "openai/o4-mini-2025-04-16",
+        "openai/gpt-5-custom",
+        "openai/deepseek-chat",
+        "anthropic/claude-sonnet-4-20250514",
+        "bedrock/amazon.nova-pro-v1:0",
+    ):
         assert direct_model_name(model) is None, model
     assert direct_model("openai/fake", "http://127.0.0.1:1/v1", {"temperature": 0}, plain) == "fake"
     assert direct_model("openai/fake", None, {}, plain) is None  # no endpoint
     assert direct_model("openai/fake", "http://127.0.0.1:1/v1", {"thinking": {"type": "enabled"}}, plain) is None
-    assert direct_model("openai/fake", "http://127.0.0.1:1/v1", {}, [{"role": "user", "content": [{"type": "text"}]}]) is None
+    assert (
+        direct_model("openai/fake", "http://127.0.0.1:1/v1", {}, [{"role": "user", "content": [{"type": "text"}]}])
+        is None
+    )
 
 
 def test_a_refused_connection_is_retried_then_recorded():
@@ -227,6 +250,8 @@ def test_a_refused_connection_is_retried_then_recorded():
     with socket.socket() as sock:  # a port nobody listens on once the socket is closed
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    gateway = Gateway({"m": ModelConfig(model="openai/fake", api_base=url, max_attempts=2, timeout_s=2)}, backoff_base_s=0.01)
+    gateway = Gateway(
+        {"m": ModelConfig(model="openai/fake", api_base=url, max_attempts=2, timeout_s=2)}, backoff_base_s=0.01
+    )
     result = gateway.complete("m", _msg("anyone?"))
     assert not result.ok and result.attempts == 2 and "after 2 attempts" in result.error

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 
-from refusalbench.tasks.refusalbench.stages.assign import assign_levers
-from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import Gateway
-from refusalbench.tasks.refusalbench.stages.generate import generate_candidates
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
+from refusalbench.tasks.refusalbench.stages.assign import assign_levers
+from refusalbench.tasks.refusalbench.stages.generate import generate_candidates
 from tests.scripted import generator_reply
 
 
 def _setup(fake_llm, tmp_path):
     fake_llm.responder = lambda req: generator_reply(req, "x")
-    gateway = Gateway({"gen": ModelConfig(model="openai/gen", api_base=fake_llm.url)}, SQLiteCache(tmp_path / "c.sqlite"))
+    gateway = Gateway(
+        {"gen": ModelConfig(model="openai/gen", api_base=fake_llm.url)}, SQLiteCache(tmp_path / "c.sqlite")
+    )
     items = [BaseItem(id=f"b{i}", question=f"Question {i}?", answers=["a"], context=f"Context {i}.") for i in range(3)]
     levers = [lv for lv in load_catalogue() if lv.perturbation_class == "P-MissingInfo" and lv.intensity != "MEDIUM"]
     assignments = assign_levers(items, levers, seed=1, strata=[("P-MissingInfo", "LOW"), ("P-MissingInfo", "HIGH")])
@@ -50,9 +52,13 @@ def test_changed_template_invalidates_the_calls_rendered_with_it(fake_llm, tmp_p
     assert len(fake_llm.calls) == sent
     # A template whose rendering differs (simulated by a changed system text) re-sends every call it renders.
     original = generate.generation_messages
-    monkeypatch.setattr(generate, "generation_messages",
-                        lambda item, lever: [{**m, "content": m["content"] + " v2"} if m["role"] == "system" else m
-                                             for m in original(item, lever)])
+    monkeypatch.setattr(
+        generate,
+        "generation_messages",
+        lambda item, lever: [
+            {**m, "content": m["content"] + " v2"} if m["role"] == "system" else m for m in original(item, lever)
+        ],
+    )
     generate_candidates(gateway, assignments, items, by_id, "gen")
     assert len(fake_llm.calls) == sent + len(assignments)
     assert json.dumps(fake_llm.calls[-1]["messages"]).count(" v2") == 1
@@ -69,8 +75,14 @@ def test_stage_task_cache_key_follows_the_typed_config():
     (inputs_policy,) = [p for p in respond_shard.cache_policy.policies if isinstance(p, Inputs)]
 
     def key(cfg: RunConfig, api_bases: dict[str, str]) -> str:
-        inputs = {"config": cfg, "run_root": "run", "target": "m", "items_name": "_work/items-0000.parquet",
-                  "content_hash": "h", "api_bases": api_bases}
+        inputs = {
+            "config": cfg,
+            "run_root": "run",
+            "target": "m",
+            "items_name": "_work/items-0000.parquet",
+            "content_hash": "h",
+            "api_bases": api_bases,
+        }
         return inputs_policy.compute_key(None, inputs, {})
 
     raw = {"models": {"m": {"model": "openai/m"}}, "evaluation": {"targets": ["m"], "judge": "m"}}

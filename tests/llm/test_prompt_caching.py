@@ -17,8 +17,8 @@ from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.callcache import open_cache
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway, request_key
-from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.prompt_cache import marked_messages
+from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 from refusalbench.tasks.refusalbench.report.cost_section import cost_rows, cost_section
 
@@ -40,14 +40,19 @@ def server():
 
 
 def test_anthropic_gets_the_system_prompt_marked_reads_it_cached_and_the_costs_show_the_savings(server, tmp_path):
-    models = {"claude": ModelConfig(model="anthropic/claude-priced", api_base=server.anthropic_url, price=PRICE,
-                                    params={"max_tokens": 20}),
-              "mapped": ModelConfig(model=MAPPED_CLAUDE, api_base=server.anthropic_url, params={"max_tokens": 20})}
+    models = {
+        "claude": ModelConfig(
+            model="anthropic/claude-priced", api_base=server.anthropic_url, price=PRICE, params={"max_tokens": 20}
+        ),
+        "mapped": ModelConfig(model=MAPPED_CLAUDE, api_base=server.anthropic_url, params={"max_tokens": 20}),
+    }
     cache = open_cache("sqlite", path=str(tmp_path / "calls.sqlite"))
     gateway = Gateway(models, cache)
     with accounting.stage("judge"):
-        first, second = gateway.complete_many([CallSpec(model="claude", messages=prompt("first item"))])[0], \
-            gateway.complete_many([CallSpec(model="claude", messages=prompt("second item"))])[0]
+        first, second = (
+            gateway.complete_many([CallSpec(model="claude", messages=prompt("first item"))])[0],
+            gateway.complete_many([CallSpec(model="claude", messages=prompt("second item"))])[0],
+        )
         mapped = [gateway.complete_many([CallSpec(model="mapped", messages=prompt(q))])[0] for q in ("one", "two")]
 
     # The request carried cache_control on the system prompt; the prefix was written once, then read.
@@ -60,10 +65,12 @@ def test_anthropic_gets_the_system_prompt_marked_reads_it_cached_and_the_costs_s
     assert first.prompt_tokens == second.prompt_tokens == system_tokens + 2  # cached tokens stay prompt tokens
 
     # Priced at the cached price (the config's), the write at 1.25x the input price.
-    assert first.cost_usd == pytest.approx(((first.prompt_tokens + 0.25 * system_tokens) * 1000
-                                            + first.completion_tokens * 2000) / 1e6)
-    assert second.cost_usd == pytest.approx(((second.prompt_tokens - system_tokens) * 1000 + system_tokens * 100
-                                             + second.completion_tokens * 2000) / 1e6)
+    assert first.cost_usd == pytest.approx(
+        ((first.prompt_tokens + 0.25 * system_tokens) * 1000 + first.completion_tokens * 2000) / 1e6
+    )
+    assert second.cost_usd == pytest.approx(
+        ((second.prompt_tokens - system_tokens) * 1000 + system_tokens * 100 + second.completion_tokens * 2000) / 1e6
+    )
     saved = system_tokens * (1000 - 100) / 1e6 - system_tokens * 250 / 1e6  # the read's discount less the write premium
 
     # Without a config price, LiteLLM's map prices the cached tokens (its cache read and write prices).
@@ -71,11 +78,14 @@ def test_anthropic_gets_the_system_prompt_marked_reads_it_cached_and_the_costs_s
 
     info = litellm.get_model_info(MAPPED_CLAUDE)
     assert mapped[1].cached_tokens == system_tokens
-    assert mapped[1].cost_usd == pytest.approx((mapped[1].prompt_tokens - system_tokens) * info["input_cost_per_token"]
-                                               + system_tokens * info["cache_read_input_token_cost"]
-                                               + mapped[1].completion_tokens * info["output_cost_per_token"])
-    mapped_saved = (system_tokens * (info["input_cost_per_token"] - info["cache_read_input_token_cost"])
-                    - system_tokens * (info["cache_creation_input_token_cost"] - info["input_cost_per_token"]))
+    assert mapped[1].cost_usd == pytest.approx(
+        (mapped[1].prompt_tokens - system_tokens) * info["input_cost_per_token"]
+        + system_tokens * info["cache_read_input_token_cost"]
+        + mapped[1].completion_tokens * info["output_cost_per_token"]
+    )
+    mapped_saved = system_tokens * (
+        info["input_cost_per_token"] - info["cache_read_input_token_cost"]
+    ) - system_tokens * (info["cache_creation_input_token_cost"] - info["input_cost_per_token"])
 
     # The manifest's costs: cached tokens and savings per stage and model, the total their sum.
     costs = accounting.cost_summary(gateway.stage_snapshot())
@@ -85,12 +95,18 @@ def test_anthropic_gets_the_system_prompt_marked_reads_it_cached_and_the_costs_s
     assert judge["mapped"]["cached_savings_usd"] == pytest.approx(mapped_saved)
     assert costs["total"]["cached_savings_usd"] == pytest.approx(saved + mapped_saved)
     assert costs["total"]["batch_savings_usd"] == 0
-    assert costs["total"]["cost_usd"] == pytest.approx(first.cost_usd + second.cost_usd + sum(r.cost_usd for r in mapped))
+    assert costs["total"]["cost_usd"] == pytest.approx(
+        first.cost_usd + second.cost_usd + sum(r.cost_usd for r in mapped)
+    )
 
     # The cost report: a row per stage and model, the totals, the savings.
     rows = cost_rows(costs)
-    assert [(r["stage"], r["model"]) for r in rows] == [("judge", "claude"), ("judge", "mapped"),
-                                                        ("judge", "all models"), ("all stages", "all models")]
+    assert [(r["stage"], r["model"]) for r in rows] == [
+        ("judge", "claude"),
+        ("judge", "mapped"),
+        ("judge", "all models"),
+        ("all stages", "all models"),
+    ]
     assert rows[-1]["cached prompt tokens"] == 2 * system_tokens
     html = cost_section({"costs": costs})
     assert "Cost of this run" in html and "cached-prefix savings" in html and cost_section({}) is None
@@ -103,8 +119,9 @@ def test_anthropic_gets_the_system_prompt_marked_reads_it_cached_and_the_costs_s
 
 
 def test_openai_receives_unmarked_messages_and_reports_repeated_prefixes_as_cached(server):
-    gateway = Gateway({"gpt": ModelConfig(model="openai/gpt-scripted", api_base=server.url, price=PRICE)},
-                      direct_http=False)  # through LiteLLM's OpenAI adapter, as a hosted OpenAI model goes
+    gateway = Gateway(
+        {"gpt": ModelConfig(model="openai/gpt-scripted", api_base=server.url, price=PRICE)}, direct_http=False
+    )  # through LiteLLM's OpenAI adapter, as a hosted OpenAI model goes
     long_user = " ".join(f"passage-{i}" for i in range(40))
     first = gateway.complete("gpt", prompt(long_user + " question one"))
     second = gateway.complete("gpt", prompt(long_user + " question two"))
@@ -114,17 +131,23 @@ def test_openai_receives_unmarked_messages_and_reports_repeated_prefixes_as_cach
     # The shared prefix is the system prompt and the passages (41 + 40 words): cached from the
     # minimum on, in steps of 128 tokens (here 30 + 128 > 81: the minimum itself).
     assert second.cached_tokens == MIN_TOKENS
-    assert second.cost_usd == pytest.approx(((second.prompt_tokens - MIN_TOKENS) * 1000 + MIN_TOKENS * 100
-                                             + second.completion_tokens * 2000) / 1e6)
+    assert second.cost_usd == pytest.approx(
+        ((second.prompt_tokens - MIN_TOKENS) * 1000 + MIN_TOKENS * 100 + second.completion_tokens * 2000) / 1e6
+    )
 
 
 def test_only_explicit_caching_providers_get_marked_messages():
     messages = prompt("an item")
-    for model, api_base, marked in [("anthropic/claude-x", None, True), ("bedrock/anthropic.claude-3-haiku", None, True),
-                                    ("bedrock/meta.llama3-70b-instruct-v1:0", None, False),
-                                    ("openai/gpt-4o", None, False), ("openai/local", "http://127.0.0.1:9/v1", False),
-                                    ("gemini/gemini-2.0-flash", None, False),
-                                    ("vertex_ai/claude-sonnet-4-5", None, True), ("vertex_ai/gemini-2.0-flash", None, False)]:
+    for model, api_base, marked in [
+        ("anthropic/claude-x", None, True),
+        ("bedrock/anthropic.claude-3-haiku", None, True),
+        ("bedrock/meta.llama3-70b-instruct-v1:0", None, False),
+        ("openai/gpt-4o", None, False),
+        ("openai/local", "http://127.0.0.1:9/v1", False),
+        ("gemini/gemini-2.0-flash", None, False),
+        ("vertex_ai/claude-sonnet-4-5", None, True),
+        ("vertex_ai/gemini-2.0-flash", None, False),
+    ]:
         sent = marked_messages(profile_for(model, api_base), model, messages)
         if marked:
             assert sent[0]["content"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
@@ -144,10 +167,19 @@ def test_the_run_costs_table_artifact_shows_spend_per_stage_and_model_and_the_sa
 
     from refusalbench.tasks.pipeline.ui import publish_run_costs
 
-    by_stage = {"respond": {"a": {"http_calls": 2, "prompt_tokens": 90, "cached_tokens": 40, "cost_usd": 0.5,
-                                  "cached_savings_usd": 0.03},
-                            "b": {"http_calls": 1, "prompt_tokens": 10, "unpriced_calls": 1}},
-                "judge": {"a": {"http_calls": 1, "prompt_tokens": 50, "cost_usd": 0.25, "batch_savings_usd": 0.25}}}
+    by_stage = {
+        "respond": {
+            "a": {
+                "http_calls": 2,
+                "prompt_tokens": 90,
+                "cached_tokens": 40,
+                "cost_usd": 0.5,
+                "cached_savings_usd": 0.03,
+            },
+            "b": {"http_calls": 1, "prompt_tokens": 10, "unpriced_calls": 1},
+        },
+        "judge": {"a": {"http_calls": 1, "prompt_tokens": 50, "cost_usd": 0.25, "batch_savings_usd": 0.25}},
+    }
     costs = {**accounting.cost_summary(by_stage), "budget_usd": 5.0}
 
     @flow
@@ -157,7 +189,9 @@ def test_the_run_costs_table_artifact_shows_spend_per_stage_and_model_and_the_sa
 
     run_id = costed()
     with get_client(sync_client=True) as client:
-        (artifact,) = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+        (artifact,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        )
     assert artifact.key == "run-costs" and artifact.type == "table"
     assert "Spent $0.7500 on 4 calls (and 1 calls with no known price" in artifact.description
     table = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data  # Prefect keeps JSON text

@@ -27,8 +27,14 @@ from refusalbench.tasks.llm.endpoints import endpoint_identity, normalised_endpo
 from refusalbench.tasks.llm.gateway import CACHE_VERSION, CallSpec, Gateway, request_key
 from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.rate_limits import ModelLimiter, announced_wait, go_duration_seconds
-from refusalbench.tasks.llm.scripted_server import (Behaviour, RateLimit, Rejection, ScriptedLLMServer, error_body,
-                                                    last_user_text)
+from refusalbench.tasks.llm.scripted_server import (
+    Behaviour,
+    RateLimit,
+    Rejection,
+    ScriptedLLMServer,
+    error_body,
+    last_user_text,
+)
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.refusalbench.stages.respond import target_messages
 from tests.scripted import by_model, fenced, judge_by_reference, run_config, verifier_reply
@@ -47,13 +53,18 @@ def _msg(text: str) -> list[dict[str, str]]:
 
 
 def _gateway(url: str, model: str = "openai/m", direct: bool = True, **settings) -> Gateway:
-    cfg = ModelConfig(model=model, api_base=url, **{"max_concurrency": 4, "max_attempts": 3, "timeout_s": 10, **settings})
+    cfg = ModelConfig(
+        model=model, api_base=url, **{"max_concurrency": 4, "max_attempts": 3, "timeout_s": 10, **settings}
+    )
     return Gateway({"m": cfg}, backoff_base_s=0.01, direct_http=direct)
 
 
 # openai/ through the direct path and through LiteLLM's OpenAI adapter; anthropic/ through LiteLLM's Messages API.
-WIRES = pytest.mark.parametrize("wire, direct", [("openai", True), ("openai", False), ("anthropic", False)],
-                                ids=["openai-direct", "openai-litellm", "anthropic"])
+WIRES = pytest.mark.parametrize(
+    "wire, direct",
+    [("openai", True), ("openai", False), ("anthropic", False)],
+    ids=["openai-direct", "openai-litellm", "anthropic"],
+)
 
 
 def _wired(server: ScriptedLLMServer, wire: str, name: str, direct: bool, **settings) -> Gateway:
@@ -71,7 +82,13 @@ def _wired(server: ScriptedLLMServer, wire: str, name: str, direct: bool, **sett
 
 def test_go_durations_as_openai_writes_them():
     assert [go_duration_seconds(t) for t in ("250ms", "2s", "6m0s", "1h2m3s", "1.5s", "0.25")] == [
-        0.25, 2.0, 360.0, 3723.0, 1.5, 0.25]
+        0.25,
+        2.0,
+        360.0,
+        3723.0,
+        1.5,
+        0.25,
+    ]
     assert go_duration_seconds("soon") is None and go_duration_seconds("2x") is None
 
 
@@ -81,13 +98,29 @@ def test_every_header_form_a_provider_announces_a_wait_in():
     assert announced_wait({"retry-after": formatdate(now + 10, usegmt=True)}, now) == pytest.approx(10.0)
     assert announced_wait({"retry-after-ms": "250", "retry-after": "1"}, now) == 0.25  # the finer one wins
     # Only the budget that is used up counts: its requests reset in 2 s, not the tokens' 6 minutes.
-    assert announced_wait({"x-ratelimit-reset-requests": "2s", "x-ratelimit-remaining-requests": "0",
-                           "x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "149000"}, now) == 2.0
+    assert (
+        announced_wait(
+            {
+                "x-ratelimit-reset-requests": "2s",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-tokens": "6m0s",
+                "x-ratelimit-remaining-tokens": "149000",
+            },
+            now,
+        )
+        == 2.0
+    )
     assert announced_wait({"x-ratelimit-reset-tokens": "250ms"}, now) == 0.25
     reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 7))
-    assert announced_wait({"anthropic-ratelimit-requests-reset": reset, "anthropic-ratelimit-requests-remaining": "0",
-                           "anthropic-ratelimit-tokens-reset": reset, "anthropic-ratelimit-tokens-remaining": "49"},
-                          now) == pytest.approx(7.0)
+    assert announced_wait(
+        {
+            "anthropic-ratelimit-requests-reset": reset,
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-tokens-reset": reset,
+            "anthropic-ratelimit-tokens-remaining": "49",
+        },
+        now,
+    ) == pytest.approx(7.0)
     assert announced_wait({"content-type": "application/json"}, now) is None
     assert announced_wait(None) is None
 
@@ -221,8 +254,16 @@ class RejectsResponseFormat(ScriptedLLMServer):
     def _behaviour_rejection(self, request, body, behaviour, wire, now):
         kind = (request.get("response_format") or {}).get("type")
         if kind:
-            return Rejection(400, error_body(wire, 400, f"response_format type '{kind}' is not supported",
-                                             kind="invalid_request_error", param="response_format"))
+            return Rejection(
+                400,
+                error_body(
+                    wire,
+                    400,
+                    f"response_format type '{kind}' is not supported",
+                    kind="invalid_request_error",
+                    param="response_format",
+                ),
+            )
         return super()._behaviour_rejection(request, body, behaviour, wire, now)
 
 
@@ -263,20 +304,43 @@ def test_a_400_about_something_else_is_no_fallback(fake_llm):
 
 
 GEN_BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+    },
     {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm."},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"],
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
 ]
 
 
 def _generator(request) -> str:
     """A generator that knows its output shape from the prompt, as it must without a schema."""
     if "<passage" in json.dumps(request["messages"]):
-        return json.dumps({"perturbed_question": "Multi?", "passages": [{"index": 1, "text": "Edited.", "relevant": True}],
-                           "lever_applied": "x", "rationale": "r", "answer_constraint_holds": True})
-    return json.dumps({"perturbed_question": "Single?", "perturbed_context": "Perturbed.", "lever_applied": "x",
-                       "rationale": "r", "answer_constraint_holds": True})
+        return json.dumps(
+            {
+                "perturbed_question": "Multi?",
+                "passages": [{"index": 1, "text": "Edited.", "relevant": True}],
+                "lever_applied": "x",
+                "rationale": "r",
+                "answer_constraint_holds": True,
+            }
+        )
+    return json.dumps(
+        {
+            "perturbed_question": "Single?",
+            "perturbed_context": "Perturbed.",
+            "lever_applied": "x",
+            "rationale": "r",
+            "answer_constraint_holds": True,
+        }
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -284,7 +348,11 @@ def test_generate_with_a_generator_that_rejects_json_schema(tmp_path, fake_llm):
     from refusalbench.flows.launch import run_generation
 
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(row) + "\n" for row in GEN_BASE))
-    config = run_config(tmp_path, fake_llm.url, ["gen-a", "gen-b", "ver-a"], """
+    config = run_config(
+        tmp_path,
+        fake_llm.url,
+        ["gen-a", "gen-b", "ver-a"],
+        """
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -292,7 +360,10 @@ generation:
   seed: 7
   strata: [P-Ambiguity/LOW, P-MissingInfo/HIGH]
   shard_size: 2
-""", max_concurrency=4, max_attempts=1)
+""",
+        max_concurrency=4,
+        max_attempts=1,
+    )
     fake_llm.responder = by_model({"gen-a": _generator, "gen-b": _generator, "ver-a": lambda r: verifier_reply("PASS")})
     fake_llm.behaviours["gen-a"] = Behaviour(rejects_json_schema=True)
     fake_llm.behaviours["ver-a"] = Behaviour(rejects_json_schema=True)
@@ -334,7 +405,10 @@ def test_the_key_holds_the_endpoint_and_the_deployment_headers_but_no_credential
     plain = ModelConfig(model="openai/gpt-4o")
     legacy = {"v": CACHE_VERSION, "model": "openai/gpt-4o", "messages": messages, "params": {}, "schema": None}
     # A model at its provider's own endpoint keeps the key it always had.
-    assert request_key(plain, messages, {}, None) == hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()
+    assert (
+        request_key(plain, messages, {}, None)
+        == hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()
+    )
     host_a = ModelConfig(model="openai/open-7b", api_base="http://host-a:8000/v1")
     host_b = ModelConfig(model="openai/open-7b", api_base="http://host-b:8000/v1")
     assert request_key(host_a, messages, {}, None) != request_key(host_b, messages, {}, None)
@@ -344,7 +418,10 @@ def test_the_key_holds_the_endpoint_and_the_deployment_headers_but_no_credential
     assert request_key(keyed, messages, {}, None) == request_key(host_a, messages, {}, None)
     deployment = host_a.model_copy(update={"extra_headers": {"X-Deployment": "eu-west"}})
     assert request_key(deployment, messages, {}, None) != request_key(host_a, messages, {}, None)
-    assert endpoint_identity(deployment) == {"endpoint": "http://host-a:8000/v1", "headers": {"x-deployment": "eu-west"}}
+    assert endpoint_identity(deployment) == {
+        "endpoint": "http://host-a:8000/v1",
+        "headers": {"x-deployment": "eu-west"},
+    }
 
 
 def test_a_single_endpoint_config_keeps_its_cache_from_before_the_endpoint_joined_the_key(tmp_path, fake_llm):
@@ -386,7 +463,10 @@ def test_an_endpoint_named_by_a_variable_keeps_its_cache_where_the_variable_poin
         result = Gateway({"m": moved}, cache, direct_http=True).complete("m", _msg("q"))
         assert (result.text, result.cached, len(there.calls)) == ("here", True, 0)
         # Another written endpoint is another deployment, asked afresh.
-        assert Gateway({"m": model("${RB_TEST_MODELS_URL}")}, cache, direct_http=True).complete("m", _msg("q")).text == "there"
+        assert (
+            Gateway({"m": model("${RB_TEST_MODELS_URL}")}, cache, direct_http=True).complete("m", _msg("q")).text
+            == "there"
+        )
 
 
 def _benchmark(tmp_path, items: list[BenchmarkItem]) -> str:
@@ -396,10 +476,19 @@ def _benchmark(tmp_path, items: list[BenchmarkItem]) -> str:
 def _item(i: int, context: str | None = None) -> BenchmarkItem:
     answerable = i % 2 == 0
     return BenchmarkItem(
-        item_id=f"item{i}", base_id=f"b{i}", variant="single", perturbation_class="P-MissingInfo",
-        intensity="LOW" if answerable else "HIGH", lever_id="lever", generator="gen-a", question=f"What is item {i}?",
-        context=context or f"The answer is ref{i}.", original_question="q", answers=[f"ref{i}"],
-        expected="ANSWER_CORRECTLY" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT")
+        item_id=f"item{i}",
+        base_id=f"b{i}",
+        variant="single",
+        perturbation_class="P-MissingInfo",
+        intensity="LOW" if answerable else "HIGH",
+        lever_id="lever",
+        generator="gen-a",
+        question=f"What is item {i}?",
+        context=context or f"The answer is ref{i}.",
+        original_question="q",
+        answers=[f"ref{i}"],
+        expected="ANSWER_CORRECTLY" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT",
+    )
 
 
 def _reads_reference(request) -> str:
@@ -412,15 +501,18 @@ def _reads_reference(request) -> str:
 def _evaluation_config(tmp_path, models: dict[str, dict], targets: list[str]) -> str:
     lines = ["models:"] + [f"  {name}: {json.dumps(fields)}" for name, fields in models.items()]
     config = tmp_path / "evaluate.yaml"
-    config.write_text("\n".join(lines) + f"""
+    config.write_text(
+        "\n".join(lines)
+        + f"""
 cache:
-  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}
+  path: {json.dumps(str(tmp_path / "calls.sqlite"))}
 evaluation:
-  targets: [{', '.join(targets)}]
+  targets: [{", ".join(targets)}]
   judge: judge
   bootstrap: 20
   shard_size: 3
-""")
+"""
+    )
     return str(config)
 
 
@@ -432,9 +524,11 @@ def test_one_model_string_on_two_endpoints_is_two_models(tmp_path):
     benchmark = _benchmark(tmp_path, items)
     with ScriptedLLMServer() as host_a, ScriptedLLMServer(responder=lambda r: "I cannot tell.") as host_b:
         host_a.responder = by_model({"open-7b": _reads_reference, "judge": judge_by_reference})
-        models = {"host-a": {"model": "openai/open-7b", "api_base": host_a.url},
-                  "host-b": {"model": "openai/open-7b", "api_base": host_b.url},
-                  "judge": {"model": "openai/judge", "api_base": host_a.url}}
+        models = {
+            "host-a": {"model": "openai/open-7b", "api_base": host_a.url},
+            "host-b": {"model": "openai/open-7b", "api_base": host_b.url},
+            "judge": {"model": "openai/judge", "api_base": host_a.url},
+        }
         config = _evaluation_config(tmp_path, models, ["host-a", "host-b"])
         run_evaluation(config, benchmark, str(tmp_path / "run"))
         assert len(host_a.calls_for("open-7b")) == len(items)  # two sets of calls ...
@@ -461,13 +555,17 @@ def test_windows_come_from_the_config_or_litellms_map():
     small = ModelConfig(model="openai/fake", context_window=100)
     assert overflow(small, _msg("word " * 50), 10) is None
     reason = overflow(small, _msg("word " * 200), 10)
-    assert reason.startswith("too_long: the prompt has 20") and "takes at most 90 (context window 100 less max_tokens 10)" in reason
+    assert (
+        reason.startswith("too_long: the prompt has 20")
+        and "takes at most 90 (context window 100 less max_tokens 10)" in reason
+    )
 
 
 def test_a_prompt_over_the_window_is_too_long_without_a_call(fake_llm):
     gateway = _gateway(fake_llm.url, context_window=120, params={"max_tokens": 20})
-    short, long = gateway.complete_many([CallSpec(model="m", messages=_msg("short one")),
-                                         CallSpec(model="m", messages=_msg("many words " * 100))])
+    short, long = gateway.complete_many(
+        [CallSpec(model="m", messages=_msg("short one")), CallSpec(model="m", messages=_msg("many words " * 100))]
+    )
     assert short.ok
     assert long.outcome == "too_long" and long.error.startswith("too_long:") and long.attempts == 0
     assert [last_user_text(c) for c in fake_llm.calls] == ["short one"]
@@ -509,17 +607,25 @@ def test_evaluate_and_plan_with_limits_as_providers_set_them(tmp_path, windowed_
     window = (short_tokens + long_tokens) // 2 + 32  # the short items fit with max_tokens 32, the long one does not
 
     windowed_llm.latency_s = 0.05
-    windowed_llm.responder = by_model({"limited": _reads_reference, "stormy": _reads_reference, "small": _reads_reference,
-                                   "judge": judge_by_reference})
+    windowed_llm.responder = by_model(
+        {
+            "limited": _reads_reference,
+            "stormy": _reads_reference,
+            "small": _reads_reference,
+            "judge": judge_by_reference,
+        }
+    )
     # 429s with only x-ratelimit-reset-requests for the 2 s after the model's first request.
     windowed_llm.behaviours["limited"] = Behaviour(rate_limit=RateLimit(form="reset_requests"))
     windowed_llm.windows = {"limited": 2.0}
     windowed_llm.behaviours["stormy"] = Behaviour(rate_limit=RateLimit(form="seconds", wait_s=1))
     plain = {"api_base": windowed_llm.url, "max_concurrency": 4, "max_attempts": 2}
-    models = {"limited": {"model": "openai/limited", **plain},
-              "stormy": {"model": "openai/stormy", **plain, "max_rate_limit_wait_s": 1.5},
-              "small": {"model": "openai/small", **plain, "context_window": window, "params": {"max_tokens": 32}},
-              "judge": {"model": "openai/judge", **plain}}
+    models = {
+        "limited": {"model": "openai/limited", **plain},
+        "stormy": {"model": "openai/stormy", **plain, "max_rate_limit_wait_s": 1.5},
+        "small": {"model": "openai/small", **plain, "context_window": window, "params": {"max_tokens": 32}},
+        "judge": {"model": "openai/judge", **plain},
+    }
     config = _evaluation_config(tmp_path, models, ["limited", "stormy", "small"])
 
     plan = plan_run(load_config(config), benchmark=benchmark)

@@ -35,8 +35,8 @@ from refusalbench.tasks.llm.gateway import Gateway
 from refusalbench.tasks.llm.scripted_server import CANNED_REFUSAL, Behaviour, ScriptedLLMServer, last_user_text
 from refusalbench.tasks.llm.structured_outputs import JudgeSingleOutput
 from refusalbench.tasks.refusalbench.scoring import prepare, score_frame
-from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 from tests.pipeline.test_evaluation_flow import ITEMS, oracle
+from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 
 ANSWER = "The capital is Paris."
 QUESTION = [{"role": "user", "content": "Where is the capital?"}]
@@ -61,14 +61,21 @@ BEHAVIOURS = {
 
 def gateway_for_server(server: ScriptedLLMServer, wire: str, names, cache=None, **fields) -> Gateway:
     api_base = server.url if wire == "openai" else server.anthropic_url
-    models = {name: ModelConfig(model=f"{wire}/{name}", api_base=api_base, params={"max_tokens": 40},
-                                max_attempts=3, **fields) for name in names}
+    models = {
+        name: ModelConfig(
+            model=f"{wire}/{name}", api_base=api_base, params={"max_tokens": 40}, max_attempts=3, **fields
+        )
+        for name in names
+    }
     return Gateway(models, cache)
 
 
 def billed_by_gateway(gateway: Gateway, model: str) -> dict[str, int]:
     stats = gateway.stats_snapshot().get(model, {})
-    return {"prompt_tokens": int(stats.get("prompt_tokens", 0)), "completion_tokens": int(stats.get("completion_tokens", 0))}
+    return {
+        "prompt_tokens": int(stats.get("prompt_tokens", 0)),
+        "completion_tokens": int(stats.get("completion_tokens", 0)),
+    }
 
 
 def billed_by_server(server: ScriptedLLMServer, model: str) -> dict[str, int]:
@@ -106,8 +113,9 @@ def test_each_behaviour_comes_to_its_outcome_sent_at_most_twice_and_billed(wire,
 
 
 def test_the_refusal_channel_names_what_the_provider_said():
-    with ScriptedLLMServer(responder=answer_or_judge, behaviours={"refuses": Behaviour(content=CANNED_REFUSAL,
-                                                                                        finish="refusal")}) as server:
+    with ScriptedLLMServer(
+        responder=answer_or_judge, behaviours={"refuses": Behaviour(content=CANNED_REFUSAL, finish="refusal")}
+    ) as server:
         for direct in (True, False):  # the gateway's own HTTP path and LiteLLM read the same channel
             gateway = gateway_for_server(server, "openai", ["refuses"])
             gateway.direct_http = direct
@@ -148,8 +156,10 @@ def test_a_truncated_reply_is_asked_once_more_with_the_larger_budget(tmp_path):
 
 
 def test_structured_replies_that_are_no_answer_are_never_served_from_the_cache(tmp_path):
-    behaviours = {"cutoff": Behaviour(truncate_at=6, finish="length"),
-                  "filtered": Behaviour(content="", finish="content_filter")}
+    behaviours = {
+        "cutoff": Behaviour(truncate_at=6, finish="length"),
+        "filtered": Behaviour(content="", finish="content_filter"),
+    }
     with ScriptedLLMServer(responder=answer_or_judge, behaviours=behaviours) as server:
         cache = SQLiteCache(tmp_path / "calls.sqlite")
         for round_ in (1, 2):  # the second round is a re-run over the same cache
@@ -168,10 +178,20 @@ def test_structured_replies_that_are_no_answer_are_never_served_from_the_cache(t
 
         cfg = ModelConfig(model="openai/cutoff", api_base=server.url, params={"max_tokens": 40})
         key = request_key(cfg, [{"role": "user", "content": "Old?"}], {}, JudgeSingleOutput)
-        cache.put(key, {"text": '{"quality": 5, "rationale": "x"}', "finish_reason": "length", "prompt_tokens": 1,
-                        "completion_tokens": 40, "cost_usd": None, "latency_s": 0.1})
+        cache.put(
+            key,
+            {
+                "text": '{"quality": 5, "rationale": "x"}',
+                "finish_reason": "length",
+                "prompt_tokens": 1,
+                "completion_tokens": 40,
+                "cost_usd": None,
+                "latency_s": 0.1,
+            },
+        )
         old = gateway_for_server(server, "openai", ["cutoff"], cache).complete(
-            "cutoff", [{"role": "user", "content": "Old?"}], schema=JudgeSingleOutput)
+            "cutoff", [{"role": "user", "content": "Old?"}], schema=JudgeSingleOutput
+        )
         assert not old.cached and old.outcome == "truncated"
 
 
@@ -182,11 +202,18 @@ def judged_rows(outcomes):
     rows = []
     for i, outcome in enumerate(outcomes):
         answerable = i % 2 == 0
-        rows.append({"model": "m", "item_id": f"i{i}", "outcome": outcome,
-                     "expected": "ANSWER_CORRECTLY" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT",
-                     "decision": (("ANSWER" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT")
-                                  if outcome == "ok" else None),
-                     "answer_correct": True if outcome == "ok" and answerable else None})
+        rows.append(
+            {
+                "model": "m",
+                "item_id": f"i{i}",
+                "outcome": outcome,
+                "expected": "ANSWER_CORRECTLY" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT",
+                "decision": (
+                    ("ANSWER" if answerable else "REFUSE_INFO_MISSING_IN_CONTEXT") if outcome == "ok" else None
+                ),
+                "answer_correct": True if outcome == "ok" and answerable else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -231,9 +258,18 @@ TARGETS = {
     "claude-refusal": ("anthropic", Behaviour(content="", finish="refusal")),
     "claude-cutoff": ("anthropic", Behaviour(truncate_at=4, finish="length")),
 }
-EXPECTED = {"polite": "ok", "cutoff": "truncated", "thinker": "truncated", "filtered": "provider_blocked",
-            "canned": "provider_blocked", "refuses": "provider_blocked", "prompt-filtered": "provider_blocked",
-            "silent": "empty", "claude-refusal": "provider_blocked", "claude-cutoff": "truncated"}
+EXPECTED = {
+    "polite": "ok",
+    "cutoff": "truncated",
+    "thinker": "truncated",
+    "filtered": "provider_blocked",
+    "canned": "provider_blocked",
+    "refuses": "provider_blocked",
+    "prompt-filtered": "provider_blocked",
+    "silent": "empty",
+    "claude-refusal": "provider_blocked",
+    "claude-cutoff": "truncated",
+}
 
 
 def flaky(request):
@@ -246,19 +282,27 @@ def evaluation_config(tmp_path, server, **evaluation) -> str:
     lines = ["models:"]
     for name, (wire, _) in {**TARGETS, "judge": ("openai", None)}.items():
         api_base = server.url if wire == "openai" else server.anthropic_url
-        lines += [f"  {name}:", f"    model: {wire}/{name}", f"    api_base: {api_base}", "    max_attempts: 2",
-                  "    params: {max_tokens: 64}"]
+        lines += [
+            f"  {name}:",
+            f"    model: {wire}/{name}",
+            f"    api_base: {api_base}",
+            "    max_attempts: 2",
+            "    params: {max_tokens: 64}",
+        ]
     settings = "".join(f"  {k}: {v}\n" for k, v in evaluation.items())
     config = tmp_path / "eval.yaml"
-    config.write_text("\n".join(lines) + f"""
+    config.write_text(
+        "\n".join(lines)
+        + f"""
 cache:
-  path: {tmp_path / 'calls.sqlite'}
+  path: {tmp_path / "calls.sqlite"}
 evaluation:
-  targets: [{', '.join(TARGETS)}]
+  targets: [{", ".join(TARGETS)}]
   judge: judge
   bootstrap: 50
   shard_size: 5
-{settings}""")
+{settings}"""
+    )
     return str(config)
 
 
@@ -268,8 +312,11 @@ def leaderboard_artifact() -> list[dict]:
     from prefect.client.schemas.sorting import ArtifactSort
 
     with get_client(sync_client=True) as client:
-        (latest,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["leaderboard"])),
-                                          sort=ArtifactSort.CREATED_DESC, limit=1)
+        (latest,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["leaderboard"])),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
     data = latest.data
     return json.loads(data) if isinstance(data, str) else data
 
@@ -340,8 +387,9 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
         manifest = json.loads((out / "manifest.json").read_text())
         for name in [*TARGETS, "judge"]:
             stats = manifest["calls"][name]
-            assert {k: int(stats.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")} == \
-                billed_by_server(server, name), name
+            assert {k: int(stats.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")} == billed_by_server(
+                server, name
+            ), name
         assert manifest["calls"]["cutoff"]["completion_tokens"] == 64 * n  # the whole budget, each time
 
         # The judged table says what became of each row and how it was treated.
@@ -349,8 +397,10 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
         assert len(judged) == n * len(TARGETS)
         by_row = judged.set_index(["model", "item_id"])
         assert by_row.loc[("cutoff", "item0"), "outcome"] == "truncated"
-        assert by_row.loc[("cutoff", "item0"), "treatment"] == \
-            "excluded from accuracy; counted in non_response_rate and truncated_rate"
+        assert (
+            by_row.loc[("cutoff", "item0"), "treatment"]
+            == "excluded from accuracy; counted in non_response_rate and truncated_rate"
+        )
         assert by_row.loc[("flaky", "item0"), "treatment"] == "excluded from accuracy; counted in failed_rate"
         assert by_row.loc[("polite", "item0"), "treatment"] == "scored"
 
@@ -360,7 +410,9 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
         assert set(metrics) == set(TARGETS)
         assert metrics["polite"]["answer_accuracy"] == 1.0 and metrics["polite"]["coverage"] == 1.0
         assert metrics["flaky"]["answer_accuracy"] == 1.0 and metrics["flaky"]["n"] == n - 1  # item0 left out
-        assert metrics["flaky"]["coverage"] == pytest.approx(0.9) and metrics["flaky"]["failed_rate"] == pytest.approx(0.1)
+        assert metrics["flaky"]["coverage"] == pytest.approx(0.9) and metrics["flaky"]["failed_rate"] == pytest.approx(
+            0.1
+        )
         for name in ("cutoff", "thinker", "claude-cutoff"):
             assert metrics[name]["truncated_rate"] == 1.0 and metrics[name]["non_response_rate"] == 1.0
         for name in ("filtered", "canned", "refuses", "prompt-filtered", "claude-refusal"):
@@ -376,9 +428,13 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
         assert manifest["counts"]["incomplete"]["flaky"] == pytest.approx(0.9)
 
         # The story: per model, what each stage lost (warnings, so the terminal shows them).
-        assert f"respond: cutoff: {n} of {n} rows excluded (0 failed, {n} truncated, 0 blocked, 0 too long, 0 empty)" \
+        assert (
+            f"respond: cutoff: {n} of {n} rows excluded (0 failed, {n} truncated, 0 blocked, 0 too long, 0 empty)"
             in lines
-        assert f"respond: flaky: 1 of {n} rows excluded (1 failed, 0 truncated, 0 blocked, 0 too long, 0 empty)" in lines
+        )
+        assert (
+            f"respond: flaky: 1 of {n} rows excluded (1 failed, 0 truncated, 0 blocked, 0 too long, 0 empty)" in lines
+        )
         assert any(line.startswith("score: flaky is incomplete: 90.0% of its rows scored") for line in lines)
         assert any(line.startswith("score: no row could be scored for ") and "silent" in line for line in lines)
 
@@ -386,8 +442,10 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
         report = (out / "report.html").read_text()
         leaderboard = report.split("<h2>Leaderboard</h2>")[1].split("</table>")[0]
         assert "<tr><td>1</td><td class='name'>polite</td>" in leaderboard
-        assert "<td>—</td><td class='name'>flaky <span class='ci'>(incomplete: 90.0% of rows scored)</span></td>" \
+        assert (
+            "<td>—</td><td class='name'>flaky <span class='ci'>(incomplete: 90.0% of rows scored)</span></td>"
             in leaderboard
+        )
         assert leaderboard.index("polite") < leaderboard.index("flaky") < leaderboard.index("cutoff")
         assert "(incomplete: 0.0% of rows scored)" in leaderboard.split("canned", 1)[1].split("</tr>")[0]
         assert "<h2>Rows not scored</h2>" in report and "No row could be scored for: canned" in report
@@ -396,20 +454,26 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
         board = {row["model"]: row for row in leaderboard_artifact()}
         assert set(board) == set(TARGETS)
         assert (board["polite"]["rank"], board["polite"]["status"]) == (1, "complete")
-        assert (board["flaky"]["rank"], board["flaky"]["status"], board["flaky"]["coverage"]) == \
-            (None, "incomplete", 0.9)
+        assert (board["flaky"]["rank"], board["flaky"]["status"], board["flaky"]["coverage"]) == (
+            None,
+            "incomplete",
+            0.9,
+        )
         assert board["cutoff"]["coverage"] == 0.0 and board["cutoff"]["rank"] is None
 
         # --strict fails a run with an incomplete target. A re-run: the call cache serves every
         # reply but the empty ones and the failed call, which are asked again.
         calls = len(server.calls)
-        code, err = run_in_process(["evaluate", "--config", config, "--benchmark", benchmark, "--out",
-                                    str(tmp_path / "strict"), "--strict"], capsys)
+        code, err = run_in_process(
+            ["evaluate", "--config", config, "--benchmark", benchmark, "--out", str(tmp_path / "strict"), "--strict"],
+            capsys,
+        )
         assert code == 1, err
         assert f"--strict: {len(TARGETS) - 1} incomplete target(s): canned (0.0% of rows scored)" in err
         assert Counter(c["model"] for c in server.calls[calls:]) == {"silent": 2 * n, "flaky": 2}
-        code, err = run_in_process(["evaluate", "--config", config, "--benchmark", benchmark, "--out",
-                                    str(tmp_path / "lenient")], capsys)
+        code, err = run_in_process(
+            ["evaluate", "--config", config, "--benchmark", benchmark, "--out", str(tmp_path / "lenient")], capsys
+        )
         assert code == 0 and "incomplete (listed unranked on the leaderboard): canned" in err
 
 
@@ -420,17 +484,21 @@ def test_evaluation_records_scores_bills_and_shows_every_outcome(tmp_path, capsy
 def test_generate_exits_1_naming_the_cause_when_calls_failed_and_the_benchmark_is_empty(tmp_path, capsys):
     from tests.llm.test_faults import BASE
 
-    behaviours = {"gen-a": Behaviour(content="", finish="content_filter"),
-                  "gen-b": Behaviour(truncate_at=10, finish="length")}
+    behaviours = {
+        "gen-a": Behaviour(content="", finish="content_filter"),
+        "gen-b": Behaviour(truncate_at=10, finish="length"),
+    }
     table = {"gen-a": generator_reply, "gen-b": generator_reply, "ver-a": lambda r: verifier_reply("PASS")}
     with ScriptedLLMServer(responder=by_model(table), behaviours=behaviours) as server:
         (tmp_path / "base.jsonl").write_text("".join(json.dumps(row) + "\n" for row in BASE))
-        models = "".join(f"  {m}:\n    model: openai/{m}\n    api_base: {server.url}\n    params: {{max_tokens: 50}}\n"
-                         for m in ("gen-a", "gen-b", "ver-a"))
+        models = "".join(
+            f"  {m}:\n    model: openai/{m}\n    api_base: {server.url}\n    params: {{max_tokens: 50}}\n"
+            for m in ("gen-a", "gen-b", "ver-a")
+        )
         config = tmp_path / "gen.yaml"
         config.write_text(f"""models:
 {models}cache:
-  path: {tmp_path / 'calls.sqlite'}
+  path: {tmp_path / "calls.sqlite"}
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -449,14 +517,17 @@ generation:
         candidates = pd.read_parquet(out / "candidates.parquet")
         assert set(candidates.status) == {"call_error"}
         assert dict(Counter(zip(candidates.generator, candidates.outcome))) == {
-            ("gen-a", "provider_blocked"): len(BASE), ("gen-b", "truncated"): len(BASE)}
+            ("gen-a", "provider_blocked"): len(BASE),
+            ("gen-b", "truncated"): len(BASE),
+        }
         # Sent once each (no retry of a blocked or truncated structured call), and billed.
         for name in ("gen-a", "gen-b"):
             assert set(Counter(c["fingerprint"] for c in server.calls_for(name)).values()) == {1}
         manifest = json.loads((out / "manifest.json").read_text())
         for name in ("gen-a", "gen-b"):
             stats = manifest["calls"][name]
-            assert {k: int(stats.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")} == \
-                billed_by_server(server, name)
+            assert {k: int(stats.get(k, 0)) for k in ("prompt_tokens", "completion_tokens")} == billed_by_server(
+                server, name
+            )
         assert manifest["counts"]["generate_outcomes"]["gen-a"]["blocked"] == len(BASE)
         assert "natural imbalance" not in json.dumps(manifest.get("notes", []))

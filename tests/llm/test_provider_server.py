@@ -40,8 +40,12 @@ litellm.suppress_debug_info = True
 
 ANSWER = "The capital is Paris."
 REASONING = "The passage names Paris. Should I answer REFUSE? No, it is stated."
-JUDGE_SCHEMA = {"type": "object", "properties": {"quality": {"type": "integer"}, "rationale": {"type": "string"}},
-                "required": ["quality", "rationale"], "additionalProperties": False}
+JUDGE_SCHEMA = {
+    "type": "object",
+    "properties": {"quality": {"type": "integer"}, "rationale": {"type": "string"}},
+    "required": ["quality", "rationale"],
+    "additionalProperties": False,
+}
 JUDGE_FORMAT = {"type": "json_schema", "json_schema": {"name": "JudgeOutput", "schema": JUDGE_SCHEMA, "strict": False}}
 MESSAGES = [{"role": "system", "content": "Answer from the passage."}, {"role": "user", "content": "Where is it?"}]
 PROMPT_WORDS = 7  # the scripted server bills a token per whitespace-separated word
@@ -67,8 +71,15 @@ def call(server, wire, model, behaviour=None, **kwargs):
     if behaviour is not None:
         server.behaviours[model] = behaviour
     api_base = server.url if wire == "openai" else server.anthropic_url
-    return litellm.completion(model=f"{wire}/{model}", messages=kwargs.pop("messages", MESSAGES), api_base=api_base,
-                              api_key="sk-scripted", max_retries=0, num_retries=0, **{"max_tokens": 64, **kwargs})
+    return litellm.completion(
+        model=f"{wire}/{model}",
+        messages=kwargs.pop("messages", MESSAGES),
+        api_base=api_base,
+        api_key="sk-scripted",
+        max_retries=0,
+        num_retries=0,
+        **{"max_tokens": 64, **kwargs},
+    )
 
 
 def failure(server, wire, model, behaviour=None, **kwargs) -> Exception:
@@ -111,9 +122,13 @@ def test_native_structured_output_on_the_messages_api_arrives_as_text(server):
 
 def test_the_messages_api_refuses_what_anthropic_refuses():
     with ScriptedLLMServer() as server:
+
         def post(headers, body):
-            request = urllib.request.Request(f"{server.anthropic_url}/v1/messages", data=json.dumps(body).encode(),
-                                             headers={"content-type": "application/json", **headers})
+            request = urllib.request.Request(
+                f"{server.anthropic_url}/v1/messages",
+                data=json.dumps(body).encode(),
+                headers={"content-type": "application/json", **headers},
+            )
             with pytest.raises(urllib.error.HTTPError) as raised:
                 urllib.request.urlopen(request, timeout=5)
             return raised.value.code, json.loads(raised.value.read())
@@ -128,8 +143,10 @@ def test_the_messages_api_refuses_what_anthropic_refuses():
         assert [c["status"] for c in server.calls] == [401, 400, 400]
 
 
-@pytest.mark.parametrize("status, exception", [(529, litellm.InternalServerError), (429, litellm.RateLimitError),
-                                                (500, litellm.InternalServerError)])
+@pytest.mark.parametrize(
+    "status, exception",
+    [(529, litellm.InternalServerError), (429, litellm.RateLimitError), (500, litellm.InternalServerError)],
+)
 def test_injected_faults_are_worded_as_the_messages_api_words_them(server, status, exception):
     server.fail_next(status=status, retry_after=3)
     error = failure(server, "anthropic", f"claude-fault-{status}")
@@ -146,9 +163,19 @@ def test_the_async_path_takes_the_same_adapters(server):
     server.behaviours["claude-async"] = Behaviour(reasoning=REASONING)
 
     async def both():
-        return await asyncio.gather(*(litellm.acompletion(
-            model=f"{wire}/claude-async", messages=MESSAGES, api_key="sk-scripted", max_tokens=64, max_retries=0,
-            api_base=server.url if wire == "openai" else server.anthropic_url) for wire in WIRES))
+        return await asyncio.gather(
+            *(
+                litellm.acompletion(
+                    model=f"{wire}/claude-async",
+                    messages=MESSAGES,
+                    api_key="sk-scripted",
+                    max_tokens=64,
+                    max_retries=0,
+                    api_base=server.url if wire == "openai" else server.anthropic_url,
+                )
+                for wire in WIRES
+            )
+        )
 
     for reply in asyncio.run(both()):
         assert reply.choices[0].message.content == ANSWER
@@ -210,7 +237,9 @@ def test_reasoning_can_depend_on_the_request(server):
 
 
 def test_structured_output_through_the_forced_tool_loses_the_thinking(server):
-    reply = call(server, "anthropic", "claude-json-thinking", Behaviour(reasoning=REASONING), response_format=JUDGE_FORMAT)
+    reply = call(
+        server, "anthropic", "claude-json-thinking", Behaviour(reasoning=REASONING), response_format=JUDGE_FORMAT
+    )
     message = reply.choices[0].message
     assert json.loads(message.content)["quality"] == 5
     # LiteLLM replaces the message with the tool's JSON: the thinking block and text are dropped.
@@ -229,8 +258,12 @@ def test_a_budget_spent_on_reasoning_leaves_no_content(server, wire):
     assert not reply.choices[0].message.content  # "" on the OpenAI adapter, None on the Anthropic one
     assert reply.choices[0].message.reasoning_content == REASONING
     assert reply.usage.completion_tokens == 40  # the whole budget is billed
-    assert server.calls_for("o-budget")[-1]["billed"] == {"prompt_tokens": PROMPT_WORDS, "completion_tokens": 40,
-                                                        "reasoning_tokens": 40, "cached_tokens": 0}
+    assert server.calls_for("o-budget")[-1]["billed"] == {
+        "prompt_tokens": PROMPT_WORDS,
+        "completion_tokens": 40,
+        "reasoning_tokens": 40,
+        "cached_tokens": 0,
+    }
 
 
 def test_a_budget_spent_inside_inline_reasoning_leaves_an_unclosed_think_tag(server):
@@ -295,10 +328,16 @@ def test_a_prompt_filtered_with_a_400(server):
 
 
 def test_json_schema_rejected_while_json_object_works(server):
-    error = failure(server, "openai", "json-object-only", Behaviour(rejects_json_schema=True), response_format=JUDGE_FORMAT)
+    error = failure(
+        server, "openai", "json-object-only", Behaviour(rejects_json_schema=True), response_format=JUDGE_FORMAT
+    )
     assert isinstance(error, litellm.BadRequestError) and error.status_code == 400
-    assert error.body == {"message": JSON_SCHEMA_UNSUPPORTED, "type": "invalid_request_error",
-                          "param": "response_format", "code": None}
+    assert error.body == {
+        "message": JSON_SCHEMA_UNSUPPORTED,
+        "type": "invalid_request_error",
+        "param": "response_format",
+        "code": None,
+    }
     reply = call(server, "openai", "json-object-only", response_format={"type": "json_object"})
     assert reply.choices[0].finish_reason == "stop"
     assert [c["status"] for c in server.calls_for("json-object-only")] == [400, 200]
@@ -308,7 +347,9 @@ def test_output_format_rejected_on_the_messages_api_while_the_tool_path_works(se
     server.behaviours["claude-tools-only"] = Behaviour(rejects_json_schema=True)
     reply = call(server, "anthropic", "claude-tools-only", response_format=JUDGE_FORMAT)  # forced tool
     assert json.loads(reply.choices[0].message.content)["quality"] == 5
-    error = failure(server, "anthropic", NATIVE_CLAUDE, Behaviour(rejects_json_schema=True), response_format=JUDGE_FORMAT)
+    error = failure(
+        server, "anthropic", NATIVE_CLAUDE, Behaviour(rejects_json_schema=True), response_format=JUDGE_FORMAT
+    )
     assert isinstance(error, litellm.BadRequestError) and "output_format" in str(error)
     server.behaviours.pop(NATIVE_CLAUDE)
 
@@ -333,11 +374,14 @@ def test_a_rate_limit_for_a_number_of_requests(server, wire):
     assert [c["billed"]["prompt_tokens"] for c in server.calls_for(model)] == [0, 0, PROMPT_WORDS]
 
 
-@pytest.mark.parametrize("form, header, value", [
-    ("ms", "retry-after-ms", "250"),
-    ("reset_requests", "x-ratelimit-reset-requests", "250ms"),
-    ("reset_tokens", "x-ratelimit-reset-tokens", "250ms"),
-])
+@pytest.mark.parametrize(
+    "form, header, value",
+    [
+        ("ms", "retry-after-ms", "250"),
+        ("reset_requests", "x-ratelimit-reset-requests", "250ms"),
+        ("reset_tokens", "x-ratelimit-reset-tokens", "250ms"),
+    ],
+)
 def test_rate_limit_headers_in_each_form_reach_the_exception(server, form, header, value):
     model = f"limited-{form}"
     error = failure(server, "openai", model, Behaviour(rate_limit=RateLimit(form=form, wait_s=0.25, requests=1)))
@@ -349,7 +393,9 @@ def test_rate_limit_headers_in_each_form_reach_the_exception(server, form, heade
 
 
 def test_the_reset_header_with_minutes(server):
-    error = failure(server, "openai", "limited-minutes", Behaviour(rate_limit=RateLimit(form="reset_tokens", wait_s=360)))
+    error = failure(
+        server, "openai", "limited-minutes", Behaviour(rate_limit=RateLimit(form="reset_tokens", wait_s=360))
+    )
     assert error.litellm_response_headers["x-ratelimit-reset-tokens"] == "6m0s"
 
 

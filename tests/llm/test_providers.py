@@ -71,7 +71,9 @@ def test_the_gateway_sends_what_the_profile_says(acme, fake_llm, monkeypatch):
     fake_llm.responder = lambda request: '{"verdict": "PASS", "score": 4}'
     fake_llm.fail_next(1, status=404)  # retriable for acme only
     cfg = ModelConfig(model="acme/big-1", api_base=fake_llm.url, params={"max_tokens": 64, "temperature": 0.0})
-    result = Gateway({"m": cfg}, backoff_base_s=0.01).complete("m", [{"role": "user", "content": "judge"}], schema=Verdict)
+    result = Gateway({"m": cfg}, backoff_base_s=0.01).complete(
+        "m", [{"role": "user", "content": "judge"}], schema=Verdict
+    )
     assert result.ok and result.parsed == Verdict(verdict="PASS", score=4)
     assert result.attempts == 2 and len(fake_llm.calls) == 2
     sent = fake_llm.calls[-1]
@@ -109,14 +111,17 @@ def test_a_built_in_json_mode_provider_through_litellms_own_adapter(fake_llm):
     assert fake_llm.calls[-1]["response_format"] == {"type": "json_object"}
 
 
-@pytest.mark.parametrize(("model", "json_schema", "expected"), [
-    ("openai/gpt-4o", True, "json_schema"),
-    ("openai/gpt-4o", False, "json_object"),  # the model config's json_schema: false lowers the profile's mode
-    ("bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0", True, "tool"),
-    ("bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0", False, "json_object"),
-    ("deepseek/deepseek-chat", True, "json_object"),
-    ("some_new_provider/x", True, "json_schema"),  # no profile of its own: the default
-])
+@pytest.mark.parametrize(
+    ("model", "json_schema", "expected"),
+    [
+        ("openai/gpt-4o", True, "json_schema"),
+        ("openai/gpt-4o", False, "json_object"),  # the model config's json_schema: false lowers the profile's mode
+        ("bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0", True, "tool"),
+        ("bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0", False, "json_object"),
+        ("deepseek/deepseek-chat", True, "json_object"),
+        ("some_new_provider/x", True, "json_schema"),  # no profile of its own: the default
+    ],
+)
 def test_structured_mode_is_the_profiles_unless_the_config_says_no_schema(model, json_schema, expected):
     cfg = ModelConfig(model=model, json_schema=json_schema)
     assert structured_mode(cfg, profile_for(cfg.model, cfg.api_base)) == expected
@@ -144,10 +149,16 @@ def test_the_endpoint_picks_the_profile_and_the_credentials():
 
 
 def test_the_inspect_bridge_shapes_its_calls_by_the_profile(acme):
-    settings = {"max_tokens": 32, "response_schema": {"name": "Verdict", "json_schema": {"type": "object"}, "strict": False}}
+    settings = {
+        "max_tokens": 32,
+        "response_schema": {"name": "Verdict", "json_schema": {"type": "object"}, "strict": False},
+    }
     kwargs = litellm_kwargs("acme/big-1", settings, "http://127.0.0.1:9/v1", None)
-    assert kwargs == {"max_completion_tokens": 32, "response_format": {"type": "json_object"},
-                      "api_base": "http://127.0.0.1:9/v1"}  # no placeholder key: acme endpoints need theirs
+    assert kwargs == {
+        "max_completion_tokens": 32,
+        "response_format": {"type": "json_object"},
+        "api_base": "http://127.0.0.1:9/v1",
+    }  # no placeholder key: acme endpoints need theirs
     compatible = litellm_kwargs("openai/judge", settings, "http://127.0.0.1:9/v1", None)
     assert compatible["response_format"]["type"] == "json_schema" and compatible["api_key"] == "no-key"
 

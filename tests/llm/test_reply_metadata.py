@@ -16,19 +16,25 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm import gateway as gateway_module
 from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import REPLY_METADATA, CallResult, Gateway, request_key
 from refusalbench.tasks.llm.providers import profile_for, reasoning_mode
 from refusalbench.tasks.llm.reasoning import split_reasoning, split_think_tags
-from refusalbench.tasks.llm.scripted_server import Behaviour, ScriptedLLMServer, fenced, last_user_text, requested_schema
+from refusalbench.tasks.llm.scripted_server import (
+    Behaviour,
+    ScriptedLLMServer,
+    fenced,
+    last_user_text,
+    requested_schema,
+)
 from refusalbench.tasks.llm.structured_outputs import JudgeSingleOutput, parse_output
 from refusalbench.tasks.refusalbench.decisions import parse_decision
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.report.responses import responses_section
-from refusalbench.tasks.core.store import ArtifactStore
-from tests.scripted import judge_by_reference
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
 from tests.pipeline.test_evaluation_flow import ITEMS
+from tests.scripted import judge_by_reference
 
 # Reasoning that names a refusal code (the wrong one for every item) and carries markup to escape.
 REASONING = "Is the context enough? Maybe I should reply REFUSE_FALSE_PREMISE <b>&</b>. No: it is stated."
@@ -38,14 +44,17 @@ REASONING_WORDS = len(REASONING.split())
 # ---------------------------------------------------------------- splitting and parsing
 
 
-@pytest.mark.parametrize("text, answer, reasoning", [
-    ("<think>\nR REFUSE_AMBIGUOUS\n</think>\n\nIt is ref0.", "It is ref0.", "R REFUSE_AMBIGUOUS"),
-    ("R REFUSE_AMBIGUOUS\n</think>\n\nIt is ref0.", "It is ref0.", "R REFUSE_AMBIGUOUS"),  # template opened the tag
-    ("<THINK>a</THINK><think>b</think> It is ref0.", "It is ref0.", "ab"),
-    ("<think>\nthe budget ran out", "", "the budget ran out"),
-    ("It is ref0.", "It is ref0.", None),
-    ("I would say <think> is a tag. It is ref0.", "I would say <think> is a tag. It is ref0.", None),
-])
+@pytest.mark.parametrize(
+    "text, answer, reasoning",
+    [
+        ("<think>\nR REFUSE_AMBIGUOUS\n</think>\n\nIt is ref0.", "It is ref0.", "R REFUSE_AMBIGUOUS"),
+        ("R REFUSE_AMBIGUOUS\n</think>\n\nIt is ref0.", "It is ref0.", "R REFUSE_AMBIGUOUS"),  # template opened the tag
+        ("<THINK>a</THINK><think>b</think> It is ref0.", "It is ref0.", "ab"),
+        ("<think>\nthe budget ran out", "", "the budget ran out"),
+        ("It is ref0.", "It is ref0.", None),
+        ("I would say <think> is a tag. It is ref0.", "I would say <think> is a tag. It is ref0.", None),
+    ],
+)
 def test_inline_reasoning_is_split_off_the_answer(text, answer, reasoning):
     assert split_think_tags(text) == (answer, reasoning)
 
@@ -85,12 +94,15 @@ def test_the_decision_reads_the_final_answer_only():
 DRAFT, FINAL = '{"quality": 1, "rationale": "draft"}', '{"quality": 5, "rationale": "final"}'
 
 
-@pytest.mark.parametrize("reply", [
-    f"<think>\nFirst try: {DRAFT}\n</think>\n\n{FINAL}",
-    f"Draft:\n```json\n{DRAFT}\n```\nCorrected:\n```json\n{FINAL}\n```",
-    f"{DRAFT} on second thought {FINAL} (a note {{not json}})",
-    f'{{"outer": {DRAFT}}} and then {FINAL}',
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        f"<think>\nFirst try: {DRAFT}\n</think>\n\n{FINAL}",
+        f"Draft:\n```json\n{DRAFT}\n```\nCorrected:\n```json\n{FINAL}\n```",
+        f"{DRAFT} on second thought {FINAL} (a note {{not json}})",
+        f'{{"outer": {DRAFT}}} and then {FINAL}',
+    ],
+)
 def test_the_structured_parser_prefers_the_last_valid_object(reply):
     parsed, error = parse_output(JudgeSingleOutput, reply)
     assert error is None and parsed == JudgeSingleOutput(quality=5, rationale="final")
@@ -108,16 +120,19 @@ def test_the_last_object_is_found_after_many_brackets():
 
 
 def _gateway(server: ScriptedLLMServer, tmp_path, **models: dict) -> Gateway:
-    configs = {name: ModelConfig(**({"model": f"openai/{name}", "api_base": server.url} | fields))
-               for name, fields in models.items()}
+    configs = {
+        name: ModelConfig(**({"model": f"openai/{name}", "api_base": server.url} | fields))
+        for name, fields in models.items()
+    }
     return Gateway(configs, SQLiteCache(tmp_path / "calls.sqlite"), backoff_base_s=0.01)
 
 
 @pytest.mark.parametrize("model", ["local-r1", "gpt-r1"])  # direct path, LiteLLM's OpenAI adapter
 def test_both_paths_bring_back_the_same_metadata(tmp_path, model):
     with ScriptedLLMServer(responder=lambda request: "It is ref0.") as server:
-        server.behaviours[model] = Behaviour(reasoning=REASONING, reasoning_in="reasoning_field",
-                                             served_model="r1-2025-05-28", system_fingerprint="fp_1")
+        server.behaviours[model] = Behaviour(
+            reasoning=REASONING, reasoning_in="reasoning_field", served_model="r1-2025-05-28", system_fingerprint="fp_1"
+        )
         gateway = _gateway(server, tmp_path, **{model: {}})
         spy = []
         real = gateway_module.litellm_completion
@@ -128,8 +143,13 @@ def test_both_paths_bring_back_the_same_metadata(tmp_path, model):
             gateway_module.litellm_completion = real
     assert bool(spy) == model.startswith("gpt-")
     assert result.ok and result.text == "It is ref0."
-    assert result.metadata() == {"finish_reason": "stop", "reasoning": REASONING, "reasoning_tokens": REASONING_WORDS,
-                                 "served_model": "r1-2025-05-28", "system_fingerprint": "fp_1"}
+    assert result.metadata() == {
+        "finish_reason": "stop",
+        "reasoning": REASONING,
+        "reasoning_tokens": REASONING_WORDS,
+        "served_model": "r1-2025-05-28",
+        "system_fingerprint": "fp_1",
+    }
     assert result.completion_tokens == REASONING_WORDS + 3
 
 
@@ -139,8 +159,17 @@ def test_an_old_cache_entry_without_the_new_fields_still_serves(tmp_path):
         messages = [{"role": "user", "content": "Q?"}]
         key = request_key(gateway.models["old"], messages, {}, None)
         # The layout the cache had before replies carried their metadata, inline reasoning left in the text.
-        gateway.cache.put(key, {"text": f"<think>{REASONING}</think>\n\nIt is ref0.", "latency_s": 0.1,
-                                "prompt_tokens": 5, "completion_tokens": 20, "cost_usd": None, "created_at": 0.0})
+        gateway.cache.put(
+            key,
+            {
+                "text": f"<think>{REASONING}</think>\n\nIt is ref0.",
+                "latency_s": 0.1,
+                "prompt_tokens": 5,
+                "completion_tokens": 20,
+                "cost_usd": None,
+                "created_at": 0.0,
+            },
+        )
         result = gateway.complete("old", messages)
         assert server.calls == []
     assert result.ok and result.cached and result.text == "It is ref0." and result.reasoning == REASONING
@@ -161,11 +190,22 @@ def test_the_cache_keeps_the_text_as_it_came_so_the_mode_applies_when_read(tmp_p
 
 
 def test_records_carry_the_metadata_and_old_tables_still_read(tmp_path):
-    result = CallResult(model="m", key="k", text="x", finish_reason="length", reasoning="r", reasoning_tokens=3,
-                        served_model="s", system_fingerprint="f")
+    result = CallResult(
+        model="m",
+        key="k",
+        text="x",
+        finish_reason="length",
+        reasoning="r",
+        reasoning_tokens=3,
+        served_model="s",
+        system_fingerprint="f",
+    )
     assert set(Response.model_fields) >= set(REPLY_METADATA)
     assert set(Judgment.model_fields) >= {f"judge_{name}" for name in REPLY_METADATA}
-    assert Judgment(item_id="i", model="m", expected="E", decision=None, **result.metadata("judge_")).judge_reasoning == "r"
+    assert (
+        Judgment(item_id="i", model="m", expected="E", decision=None, **result.metadata("judge_")).judge_reasoning
+        == "r"
+    )
     # A responses table written before these columns existed reads with them absent.
     store = ArtifactStore(tmp_path)
     old = pd.DataFrame({"item_id": ["i"], "model": ["m"], "raw": ["x"], "decision": ["ANSWER"], "cached": [False]})
@@ -175,13 +215,31 @@ def test_records_carry_the_metadata_and_old_tables_still_read(tmp_path):
 
 
 def test_the_report_section_escapes_reasoning_and_totals_reasoning_tokens():
-    frame = pd.DataFrame([
-        {"item_id": "i1", "model": "m", "raw": "It is <x>.", "decision": "ANSWER", "completion_tokens": 20,
-         "finish_reason": "stop", "reasoning": "<script>alert(1)</script>", "reasoning_tokens": 15},
-        {"item_id": "i2", "model": "m", "raw": "REFUSE_MISSING", "decision": "REFUSE_INFO_MISSING_IN_CONTEXT",
-         "completion_tokens": 5, "finish_reason": "stop", "reasoning": None, "reasoning_tokens": 0},
-        {"item_id": "i1", "model": "old", "raw": "y", "decision": "ANSWER"},  # an older folder's row: no metadata
-    ])
+    frame = pd.DataFrame(
+        [
+            {
+                "item_id": "i1",
+                "model": "m",
+                "raw": "It is <x>.",
+                "decision": "ANSWER",
+                "completion_tokens": 20,
+                "finish_reason": "stop",
+                "reasoning": "<script>alert(1)</script>",
+                "reasoning_tokens": 15,
+            },
+            {
+                "item_id": "i2",
+                "model": "m",
+                "raw": "REFUSE_MISSING",
+                "decision": "REFUSE_INFO_MISSING_IN_CONTEXT",
+                "completion_tokens": 5,
+                "finish_reason": "stop",
+                "reasoning": None,
+                "reasoning_tokens": 0,
+            },
+            {"item_id": "i1", "model": "old", "raw": "y", "decision": "ANSWER"},  # an older folder's row: no metadata
+        ]
+    )
     html = responses_section(frame, ["m", "old"])
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<details><summary>reasoning (15 tokens)</summary>" in html and "It is &lt;x&gt;." in html
@@ -203,8 +261,10 @@ def _answer_right(request) -> str:
 def _config(tmp_path, server, models: dict[str, dict], targets: list[str], judge: str, name: str) -> str:
     entries = "".join(f"  {label}: {json.dumps({'max_attempts': 2} | fields)}\n" for label, fields in models.items())
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"models:\n{entries}cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n"
-                    f"evaluation:\n  targets: {json.dumps(targets)}\n  judge: {judge}\n  bootstrap: 50\n")
+    path.write_text(
+        f"models:\n{entries}cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n"
+        f"evaluation:\n  targets: {json.dumps(targets)}\n  judge: {judge}\n  bootstrap: 50\n"
+    )
     return str(path)
 
 
@@ -223,13 +283,18 @@ def benchmark(tmp_path):
 
 # target label -> (model entry, behaviour, where its reasoning lands)
 def _targets(server) -> dict[str, tuple[dict, Behaviour | None]]:
-    inline, r1 = Behaviour(reasoning=REASONING, reasoning_in="think_tags"), Behaviour(reasoning=REASONING, reasoning_in="think_end_only")
+    inline, r1 = (
+        Behaviour(reasoning=REASONING, reasoning_in="think_tags"),
+        Behaviour(reasoning=REASONING, reasoning_in="think_end_only"),
+    )
     return {
         "plain": (_openai(server, "plain"), None),
         "inline-direct": (_openai(server, "inline-direct"), inline),
         "r1-direct": (_openai(server, "r1-direct"), r1),
-        "field-direct": (_openai(server, "field-direct"),
-                         Behaviour(reasoning=REASONING, served_model="ds-r1-0528", system_fingerprint="fp_ds")),
+        "field-direct": (
+            _openai(server, "field-direct"),
+            Behaviour(reasoning=REASONING, served_model="ds-r1-0528", system_fingerprint="fp_ds"),
+        ),
         "inline-litellm": (_openai(server, "gpt-inline"), inline),
         "r1-litellm": (_openai(server, "gpt-r1"), r1),
         "field-litellm": (_openai(server, "gpt-field"), Behaviour(reasoning=REASONING, reasoning_in="reasoning_field")),
@@ -240,11 +305,14 @@ def _targets(server) -> dict[str, tuple[dict, Behaviour | None]]:
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_reasoning_target_with_right_answers_scores_like_the_same_answers_without_reasoning(
-        tmp_path, fake_llm, benchmark):
+    tmp_path, fake_llm, benchmark
+):
     from refusalbench.flows.launch import run_evaluation
 
     targets = _targets(fake_llm)
-    fake_llm.responder = lambda request: judge_by_reference(request) if requested_schema(request) else _answer_right(request)
+    fake_llm.responder = lambda request: (
+        judge_by_reference(request) if requested_schema(request) else _answer_right(request)
+    )
     fake_llm.behaviours.update({entry["model"].split("/", 1)[1]: b for entry, b in targets.values() if b})
     models = {label: entry for label, (entry, _) in targets.items()} | {"judge": _openai(fake_llm, "judge")}
     out = tmp_path / "eval"
@@ -279,16 +347,20 @@ def test_a_reasoning_target_with_right_answers_scores_like_the_same_answers_with
     report = (out / "report.html").read_text()
     assert "Replies and reasoning" in report and report.count("<details><summary>reasoning") >= 5 * (len(targets) - 1)
     assert REASONING not in report and "REFUSE_FALSE_PREMISE &lt;b&gt;&amp;&lt;/b&gt;" in report
-    replies = report[report.index("Replies and reasoning"):]
+    replies = report[report.index("Replies and reasoning") :]
     row = re.search(r"<tr><td class='name'>field-direct</td>(.*?)</tr>", replies).group(1)
     assert f"<td>{10 * REASONING_WORDS}</td>" in row  # reasoning tokens per model
 
     # Cache entries written before replies carried metadata still serve: strip the new fields, re-run.
     with sqlite3.connect(tmp_path / "calls.sqlite") as db:
         rows = db.execute("SELECT key, value FROM calls").fetchall()
-        db.executemany("UPDATE calls SET value = ? WHERE key = ?", [
-            (json.dumps({k: v for k, v in json.loads(value).items() if k not in REPLY_METADATA}), key)
-            for key, value in rows])
+        db.executemany(
+            "UPDATE calls SET value = ? WHERE key = ?",
+            [
+                (json.dumps({k: v for k, v in json.loads(value).items() if k not in REPLY_METADATA}), key)
+                for key, value in rows
+            ],
+        )
     before = len(fake_llm.calls)
     again = tmp_path / "again"
     run_evaluation(_config(tmp_path, fake_llm, models, list(targets), "judge", "eval"), str(benchmark), str(again))
@@ -305,23 +377,32 @@ def test_a_reasoning_target_with_right_answers_scores_like_the_same_answers_with
 def _draft_then_verdict(request) -> str:
     """The judge's reasoning: a draft verdict, the opposite of the one it ends with."""
     final = json.loads(judge_by_reference(request))
-    flipped = {"quality": 6 - final["quality"]} if "quality" in final else {
-        name: 1 - final[name] for name in ("eligibility", "factuality", "raf")}
+    flipped = (
+        {"quality": 6 - final["quality"]}
+        if "quality" in final
+        else {name: 1 - final[name] for name in ("eligibility", "factuality", "raf")}
+    )
     draft = {**final, **flipped, "rationale": "draft"}
     return f"Let me draft it: {json.dumps(draft)} Hmm, no."
 
 
 @pytest.mark.usefixtures("prefect_harness")
-@pytest.mark.parametrize("judge, entry", [
-    ("judge-direct", {}),  # split off by the gateway
-    ("gpt-judge", {}),  # LiteLLM's OpenAI adapter splits the leading block itself
-    ("judge-unsplit", {"reasoning": "none"}),  # nothing split: the parser takes the last object
-])
+@pytest.mark.parametrize(
+    "judge, entry",
+    [
+        ("judge-direct", {}),  # split off by the gateway
+        ("gpt-judge", {}),  # LiteLLM's OpenAI adapter splits the leading block itself
+        ("judge-unsplit", {"reasoning": "none"}),  # nothing split: the parser takes the last object
+    ],
+)
 def test_a_judge_whose_reasoning_drafts_the_opposite_verdict_is_scored_by_its_final_json(
-        tmp_path, fake_llm, benchmark, judge, entry):
+    tmp_path, fake_llm, benchmark, judge, entry
+):
     from refusalbench.flows.launch import run_evaluation
 
-    fake_llm.responder = lambda request: judge_by_reference(request) if requested_schema(request) else _answer_right(request)
+    fake_llm.responder = lambda request: (
+        judge_by_reference(request) if requested_schema(request) else _answer_right(request)
+    )
     fake_llm.behaviours[judge] = Behaviour(reasoning=_draft_then_verdict, reasoning_in="think_tags")
     models = {"target": _openai(fake_llm, "target"), "judge": _openai(fake_llm, judge, **entry)}
     out = tmp_path / "eval"

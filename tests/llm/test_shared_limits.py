@@ -56,16 +56,28 @@ BUDGET = RPM * WINDOW_S / 60 + 1  # rpm + one burst, scaled from a minute to the
 def run_config(server: ScriptedLLMServer, redis_url: str, backend: str, lease_s: float = 30.0) -> dict:
     model = {"api_base": server.url, "max_attempts": 1, "timeout_s": 60}
     models = {"shared": {"max_concurrency": 4}, "paced": {"rpm": RPM, "max_concurrency": 16}, "warm": {}}
-    return {"models": {name: {"model": f"openai/{name}", **model, **limits} for name, limits in models.items()},
-            "cache": {"backend": "none"}, "limits": {"backend": backend, "url": redis_url, "lease_s": lease_s}}
+    return {
+        "models": {name: {"model": f"openai/{name}", **model, **limits} for name, limits in models.items()},
+        "cache": {"backend": "none"},
+        "limits": {"backend": backend, "url": redis_url, "lease_s": lease_s},
+    }
 
 
 def start(config: dict, *names: str, calls: dict[str, int]) -> list[subprocess.Popen]:
     """One process per name, started together; returned once every one is ready."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    processes = [subprocess.Popen([sys.executable, "-c", PROCESS, json.dumps(config), name, json.dumps(calls)], cwd=ROOT,
-                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for name in names]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROCESS, json.dumps(config), name, json.dumps(calls)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    ]
     for process in processes:
         assert process.stdout.readline().strip() == "ready", process.stderr.read()[-2000:]
     return processes
@@ -168,8 +180,9 @@ def test_one_process_alone_pays_no_round_trip_per_call(fake_llm, redis_url):
     cfg = ModelConfig(model="openai/alone", api_base=fake_llm.url, max_concurrency=8)
     gateway = Gateway({"m": cfg}, limits_url=redis_url)
     client.config_resetstat()
-    results = gateway.complete_many([CallSpec(model="m", messages=[{"role": "user", "content": f"q{i}"}])
-                                     for i in range(200)])
+    results = gateway.complete_many(
+        [CallSpec(model="m", messages=[{"role": "user", "content": f"q{i}"}]) for i in range(200)]
+    )
     assert all(r.ok for r in results) and fake_llm.max_inflight <= 8
     scripts = sum(stats["calls"] for name, stats in client.info("commandstats").items() if "eval" in name)
     assert scripts <= 10
@@ -199,10 +212,23 @@ def write_benchmark(path: Path, run: str, count: int) -> str:
     from refusalbench.tasks.core.store import ArtifactStore
     from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
-    items = [BenchmarkItem(item_id=f"{run}{i}", base_id=f"{run}-b{i}", variant="single", perturbation_class="P-MissingInfo",
-                           intensity="LOW", lever_id="lever", generator="gen", question=f"{run}: what is item {i}?",
-                           context=f"Item {i} is described here; the answer is ref{i}.", original_question="q",
-                           answers=[f"ref{i}"], expected="REFUSE_INFO_MISSING_IN_CONTEXT") for i in range(count)]
+    items = [
+        BenchmarkItem(
+            item_id=f"{run}{i}",
+            base_id=f"{run}-b{i}",
+            variant="single",
+            perturbation_class="P-MissingInfo",
+            intensity="LOW",
+            lever_id="lever",
+            generator="gen",
+            question=f"{run}: what is item {i}?",
+            context=f"Item {i} is described here; the answer is ref{i}.",
+            original_question="q",
+            answers=[f"ref{i}"],
+            expected="REFUSE_INFO_MISSING_IN_CONTEXT",
+        )
+        for i in range(count)
+    ]
     return ArtifactStore(path).write_records("benchmark.parquet", items, BenchmarkItem)
 
 
@@ -213,8 +239,12 @@ def test_two_evaluation_runs_on_the_workers_keep_to_one_max_concurrency(local_cl
     max_concurrency 4. The config shares its call cache in Redis, so its limits are shared there
     too (``limits.backend: auto``): the scripted provider never sees more than 4 in flight."""
     cluster = local_cluster
-    with ScriptedLLMServer(latency_s=0.3, responder=lambda request: (
-            '{"quality": 1, "rationale": ""}' if request["model"] == "judge" else "I cannot answer: REFUSE_MISSING")) as server:
+    with ScriptedLLMServer(
+        latency_s=0.3,
+        responder=lambda request: (
+            '{"quality": 1, "rationale": ""}' if request["model"] == "judge" else "I cannot answer: REFUSE_MISSING"
+        ),
+    ) as server:
         config = tmp_path / "limits.yaml"
         config.write_text(f"""name: shared-limits
 models:
@@ -223,9 +253,17 @@ models:
 cache: {{backend: redis, url: "${{REFUSALBENCH_REDIS_URL}}"}}
 evaluation: {{targets: [target], judge: judge, bootstrap: 50}}
 """)
-        runs = {run: cluster.trigger("refusalbench-evaluate/evaluate", {
-            "config_path": str(config), "benchmark": write_benchmark(tmp_path / run, run, 60),
-            "out": f"s3://{cluster.bucket}/shared-limits/{run}"}) for run in ("first", "second")}
+        runs = {
+            run: cluster.trigger(
+                "refusalbench-evaluate/evaluate",
+                {
+                    "config_path": str(config),
+                    "benchmark": write_benchmark(tmp_path / run, run, 60),
+                    "out": f"s3://{cluster.bucket}/shared-limits/{run}",
+                },
+            )
+            for run in ("first", "second")
+        }
         for run_id in runs.values():
             finished = cluster.wait_for(run_id, timeout_s=300)
             assert finished["state_type"] == "COMPLETED", cluster.run_logs(run_id)[-20:]

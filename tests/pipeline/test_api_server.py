@@ -54,8 +54,12 @@ class Shared:
 
 
 def user_env(base: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), REFUSALBENCH_HOME=str(base / "user-data"),
-               REFUSALBENCH_API_IDLE_MINUTES=str(IDLE_MINUTES))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        REFUSALBENCH_HOME=str(base / "user-data"),
+        REFUSALBENCH_API_IDLE_MINUTES=str(IDLE_MINUTES),
+    )
     env.pop("PREFECT_HOME", None)
     env.pop("PREFECT_API_URL", None)
     return env
@@ -68,8 +72,14 @@ def folder(base: Path, name: str) -> Path:
 
 
 def cli(*argv: str, env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *argv], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def alive(pid: int) -> bool:
@@ -78,12 +88,13 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
-    return " Z " not in stat[stat.rfind(")"):]
+    return " Z " not in stat[stat.rfind(")") :]
 
 
 def api(url: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
-                                     method="POST")
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
     with urllib.request.urlopen(request, timeout=30) as reply:
         text = reply.read()
     return json.loads(text) if text else None
@@ -108,8 +119,9 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     fcntl.flock(users, fcntl.LOCK_SH)
     try:
         work = folder(base, "project-a")
-        done = subprocess.run([sys.executable, "-c", ENSURE], capture_output=True, text=True, env=env, cwd=work,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", ENSURE], capture_output=True, text=True, env=env, cwd=work, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         yield Shared(base, env, home, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr, users)
     finally:
@@ -137,8 +149,9 @@ def test_status_in_a_fresh_folder_only_looks(shared: Shared) -> None:
     state_files = ("refusalbench-server.json", "refusalbench-server.used", "server.pid")
 
     def snapshot() -> dict[str, tuple[int, int]]:
-        return {name: ((shared.home / name).stat().st_mtime_ns, (shared.home / name).stat().st_size)
-                for name in state_files}
+        return {
+            name: ((shared.home / name).stat().st_mtime_ns, (shared.home / name).stat().st_size) for name in state_files
+        }
 
     before = snapshot()
     done = cli("api", "status", env=shared.env, cwd=fresh, timeout=60)
@@ -158,7 +171,9 @@ def test_status_with_no_server_says_so_and_creates_nothing(tmp_path: Path) -> No
     env = user_env(tmp_path)
     done = cli("api", "status", env=env, cwd=folder(tmp_path, "work"), timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Prefect server: not running") and str(tmp_path / "user-data" / "prefect") in done.stdout
+    assert (
+        done.stdout.startswith("Prefect server: not running") and str(tmp_path / "user-data" / "prefect") in done.stdout
+    )
     assert not (tmp_path / "user-data").exists() and list((tmp_path / "work").iterdir()) == []
 
 

@@ -22,9 +22,9 @@ import pytest
 from refusalbench.tasks.pipeline import prefect_server
 from refusalbench.tasks.pipeline.prefect_server import running_server, stop_background_server
 from tests.browser import Browser
-from tests.scripted import by_model, judge_by_reference, run_config
 from tests.llm.test_faults import reads_reference, write_benchmark
 from tests.pipeline.test_prefect_ui import has_text, open_tab
+from tests.scripted import by_model, judge_by_reference, run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_LINK = re.compile(r"Prefect UI: (http://127\.0\.0\.1:(\d+))/runs/flow-run/([0-9a-f-]{36})")
@@ -59,8 +59,13 @@ def listening(port: int) -> bool:
 
 
 def cli(*argv: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *argv], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -68,12 +73,17 @@ def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, 
     """Two `refusalbench evaluate` commands: the first starts the server, the second uses it;
     each prints its run's page, which shows the run, its logs and its artifacts in the UI."""
     benchmark = write_benchmark(tmp_path, 4)
-    config = run_config(tmp_path, fake_llm.url, ["answerer", "judge"], """
+    config = run_config(
+        tmp_path,
+        fake_llm.url,
+        ["answerer", "judge"],
+        """
         evaluation:
           targets: [answerer]
           judge: judge
           bootstrap: 50
-        """)
+        """,
+    )
     fake_llm.responder = by_model({"answerer": reads_reference, "judge": judge_by_reference})
     env = embedded_env(home)
     runs = []
@@ -89,8 +99,9 @@ def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, 
     assert server is not None and server["port"] == port and alive(server["pid"])  # still up after both ended
     assert (home / "server.pid").read_text().strip() == str(server["pid"])  # Prefect's own record of it
     with sqlite3.connect(home / "prefect.db") as db:
-        stored = db.execute("SELECT flow_run.id, flow.name, flow_run.state_type FROM flow_run "
-                            "JOIN flow ON flow.id = flow_run.flow_id").fetchall()
+        stored = db.execute(
+            "SELECT flow_run.id, flow.name, flow_run.state_type FROM flow_run JOIN flow ON flow.id = flow_run.flow_id"
+        ).fetchall()
     assert sorted(stored) == sorted((run[2], "refusalbench-evaluate", "COMPLETED") for run in (first, second))
 
     keep = os.environ.get("REFUSALBENCH_SCREENSHOTS")
@@ -98,13 +109,25 @@ def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, 
     page = f"{ui}/runs/flow-run/{second[2]}"
     with Browser() as browser:
         # The run's page opens on its Logs tab: the run's story, stage by stage, to the report.
-        logs = browser.look(page, script="document.body.innerText", screenshot=shots / "embedded-run-logs.png",
-                            wait_for=has_text("stage score: done", "report: file://"), settle_s=1.0, timeout_s=90)
+        logs = browser.look(
+            page,
+            script="document.body.innerText",
+            screenshot=shots / "embedded-run-logs.png",
+            wait_for=has_text("stage score: done", "report: file://"),
+            settle_s=1.0,
+            timeout_s=90,
+        )
         assert "refusalbench-evaluate" in logs and "Completed" in logs
         assert "stage respond: done" in logs and "stage judge: done" in logs
         # Its Artifacts tab: the leaderboard and the report link.
-        artifacts = browser.look(page, script=open_tab("Artifacts", "leaderboard"), wait_for=has_text("Artifacts"),
-                                 screenshot=shots / "embedded-run-artifacts.png", settle_s=1.0, timeout_s=90)
+        artifacts = browser.look(
+            page,
+            script=open_tab("Artifacts", "leaderboard"),
+            wait_for=has_text("Artifacts"),
+            screenshot=shots / "embedded-run-artifacts.png",
+            settle_s=1.0,
+            timeout_s=90,
+        )
         assert "leaderboard" in artifacts and "report" in artifacts, artifacts
     assert (shots / "embedded-run-logs.png").stat().st_size > 10_000
 
@@ -119,10 +142,20 @@ def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, 
 
 
 def test_commands_started_together_start_one_server(home):
-    script = ("import os\nfrom refusalbench.tasks.pipeline.prefect_server import start_embedded_api, wait_until_ready\n"
-              "start_embedded_api(); wait_until_ready(); print(os.environ['PREFECT_API_URL'])")
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=embedded_env(home), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    script = (
+        "import os\nfrom refusalbench.tasks.pipeline.prefect_server import start_embedded_api, wait_until_ready\n"
+        "start_embedded_api(); wait_until_ready(); print(os.environ['PREFECT_API_URL'])"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=embedded_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outputs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1, outputs  # two servers would have taken two ports
@@ -252,8 +285,13 @@ def test_commands_that_start_no_flow_collect_from_the_start():
         finally:
             print("collector on:", seen, file=sys.stderr)
         """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert done.returncode == 0 and "collector on: [True]" in done.stderr, done.stderr[-2000:]
 
 
@@ -272,5 +310,7 @@ def test_settings_files_that_may_set_the_api_are_noticed(tmp_path, monkeypatch):
     (work / "pyproject.toml").write_text("[tool.prefect.api]\nurl = 'http://server:4200/api'\n")
     assert settings_files_mention_api(work)
     (work / "pyproject.toml").unlink()
-    (home / "profiles.toml").write_text("active = 'prod'\n[profiles.prod]\nPREFECT_API_URL = 'http://server:4200/api'\n")
+    (home / "profiles.toml").write_text(
+        "active = 'prod'\n[profiles.prod]\nPREFECT_API_URL = 'http://server:4200/api'\n"
+    )
     assert settings_files_mention_api(work)

@@ -8,8 +8,8 @@ import re
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 from tests.scripted import by_model, fenced, judge_by_reference, last_user_text
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -18,11 +18,22 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 def _item(i: int, intensity: str, expected: str, cls: str = "P-MissingInfo", multi: bool = False) -> BenchmarkItem:
     answer = f"ref{i}"
     return BenchmarkItem(
-        item_id=f"item{i}", base_id=f"b{i}", variant="multi" if multi else "single", perturbation_class=cls,
-        intensity=intensity, lever_id=f"lever-{intensity.lower()}", generator="gen-a", question=f"What is item {i}?",
+        item_id=f"item{i}",
+        base_id=f"b{i}",
+        variant="multi" if multi else "single",
+        perturbation_class=cls,
+        intensity=intensity,
+        lever_id=f"lever-{intensity.lower()}",
+        generator="gen-a",
+        question=f"What is item {i}?",
         context=None if multi else f"The answer is {answer}.",
-        passages=[Passage(text=f"The answer is {answer}.", relevant=True), Passage(text="Noise.", relevant=False)] if multi else None,
-        original_question="q", answers=[answer], expected=expected, domain="science" if i % 2 else "health",
+        passages=[Passage(text=f"The answer is {answer}.", relevant=True), Passage(text="Noise.", relevant=False)]
+        if multi
+        else None,
+        original_question="q",
+        answers=[answer],
+        expected=expected,
+        domain="science" if i % 2 else "health",
     )
 
 
@@ -42,16 +53,18 @@ def oracle(request):
 
 
 def write_config(tmp_path, url, targets):
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2"
-                       for n in ["refuser", "answerer", "oracle", "late", "judge"])
+    models = "\n".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2"
+        for n in ["refuser", "answerer", "oracle", "late", "judge"]
+    )
     config = tmp_path / "eval.yaml"
     config.write_text(f"""
 models:
 {models}
 cache:
-  path: {tmp_path / 'calls.sqlite'}
+  path: {tmp_path / "calls.sqlite"}
 evaluation:
-  targets: [{', '.join(targets)}]
+  targets: [{", ".join(targets)}]
   judge: judge
   bootstrap: 200
   shard_size: 4
@@ -68,14 +81,18 @@ def benchmark(tmp_path):
 def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
     from refusalbench.flows.launch import run_evaluation
 
-    fake_llm.responder = by_model({
-        "refuser": lambda req: "I cannot answer: **REFUSE_MISSING**",
-        "answerer": lambda req: "I believe it is something.",
-        "oracle": oracle,
-        "judge": judge_by_reference,
-    })
+    fake_llm.responder = by_model(
+        {
+            "refuser": lambda req: "I cannot answer: **REFUSE_MISSING**",
+            "answerer": lambda req: "I believe it is something.",
+            "oracle": oracle,
+            "judge": judge_by_reference,
+        }
+    )
     out = tmp_path / "eval"
-    result = run_evaluation(str(write_config(tmp_path, fake_llm.url, ["refuser", "answerer", "oracle"])), benchmark, str(out))
+    result = run_evaluation(
+        str(write_config(tmp_path, fake_llm.url, ["refuser", "answerer", "oracle"])), benchmark, str(out)
+    )
     metrics = json.loads((out / "metrics.json").read_text())["models"]
 
     refuser = metrics["refuser"]
@@ -120,9 +137,18 @@ def test_metrics_of_scripted_targets(tmp_path, fake_llm, benchmark):
 
     # Adding a target computes only the new target.
     before = len(fake_llm.calls)
-    fake_llm.responder = by_model({"refuser": lambda req: "REFUSE_AMBIGUOUS", "answerer": lambda req: "x",
-                                   "oracle": oracle, "late": oracle, "judge": judge_by_reference})
-    run_evaluation(str(write_config(tmp_path, fake_llm.url, ["refuser", "answerer", "oracle", "late"])), benchmark, str(out))
+    fake_llm.responder = by_model(
+        {
+            "refuser": lambda req: "REFUSE_AMBIGUOUS",
+            "answerer": lambda req: "x",
+            "oracle": oracle,
+            "late": oracle,
+            "judge": judge_by_reference,
+        }
+    )
+    run_evaluation(
+        str(write_config(tmp_path, fake_llm.url, ["refuser", "answerer", "oracle", "late"])), benchmark, str(out)
+    )
     new_calls = fake_llm.calls[before:]
     # Only the new target is called: its 4 judge requests are identical to the oracle's (same
     # item, same reply), so the call cache serves them.
@@ -178,9 +204,12 @@ def test_the_judge_calls_go_out_as_the_replies_come_in(tmp_path, fake_llm, bench
     fake_llm.latency_s = 0.3
     fake_llm.responder = by_model({"oracle": oracle, "judge": judge_by_reference})
     config = tmp_path / "ahead.yaml"
-    config.write_text(write_config(tmp_path, fake_llm.url, ["oracle"]).read_text().replace("shard_size: 4",
-                                                                                         "shard_size: 10")
-                      .replace("max_attempts: 2", "max_attempts: 2\n    max_concurrency: 2"))
+    config.write_text(
+        write_config(tmp_path, fake_llm.url, ["oracle"])
+        .read_text()
+        .replace("shard_size: 4", "shard_size: 10")
+        .replace("max_attempts: 2", "max_attempts: 2\n    max_concurrency: 2")
+    )
     out = tmp_path / "eval"
     run_evaluation(str(config), benchmark, str(out))
 

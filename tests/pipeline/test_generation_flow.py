@@ -12,27 +12,51 @@ from tests.scripted import by_model, generator_reply, intensity_of, run_config, 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932.", "domain": "history"},
-    {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm.", "domain": "business"},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"], "domain": "health",
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+        "domain": "history",
+    },
+    {
+        "id": "s2",
+        "question": "Who founded the firm?",
+        "answers": ["Ada Lee"],
+        "context": "Ada Lee founded the firm.",
+        "domain": "business",
+    },
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "domain": "health",
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
 ]
 
 
 def write_config(tmp_path, url, *, verifiers, filter_rule="unanimous", extra=""):
     base = tmp_path / "base.jsonl"
     base.write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    return run_config(tmp_path, url, ["gen-a", "gen-b", "ver-a", "ver-b", "ver-c"], f"""
+    return run_config(
+        tmp_path,
+        url,
+        ["gen-a", "gen-b", "ver-a", "ver-b", "ver-c"],
+        f"""
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
-  verifiers: [{', '.join(verifiers)}]
+  verifiers: [{", ".join(verifiers)}]
   filter: {filter_rule}
   seed: 7
   strata: [P-Ambiguity/LOW, P-MissingInfo/HIGH]
   shard_size: 4
 {extra}
-""", max_concurrency=4, max_attempts=2)
+""",
+        max_concurrency=4,
+        max_attempts=2,
+    )
 
 
 def scripted(fake_llm, *, ver_b_fails_high_of_gen_a=True, ver_b_always_fails=False):
@@ -48,13 +72,15 @@ def scripted(fake_llm, *, ver_b_fails_high_of_gen_a=True, ver_b_always_fails=Fal
             return verifier_reply("FAIL")
         return verifier_reply("PASS")
 
-    fake_llm.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"),
-        "gen-b": gen_b,
-        "ver-a": lambda req: verifier_reply("PASS"),
-        "ver-b": ver_b,
-        "ver-c": lambda req: verifier_reply("PASS"),
-    })
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "gen-b": gen_b,
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "ver-b": ver_b,
+            "ver-c": lambda req: verifier_reply("PASS"),
+        }
+    )
 
 
 def run(config, out):
@@ -81,15 +107,37 @@ def test_unanimous_counts(tmp_path, fake_llm):
     bench = pd.read_parquet(out / "benchmark.parquet")
     assert len(bench) == 7
     assert set(bench.expected) == {"ANSWER_CORRECTLY", "REFUSE_INFO_MISSING_IN_CONTEXT"}
-    assert {"item_id", "base_id", "variant", "perturbation_class", "intensity", "lever_id", "generator", "question",
-            "context", "passages", "original_question", "original_context", "original_passages", "answers", "expected",
-            "domain"} <= set(bench.columns)
+    assert {
+        "item_id",
+        "base_id",
+        "variant",
+        "perturbation_class",
+        "intensity",
+        "lever_id",
+        "generator",
+        "question",
+        "context",
+        "passages",
+        "original_question",
+        "original_context",
+        "original_passages",
+        "answers",
+        "expected",
+        "domain",
+    } <= set(bench.columns)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     assert manifest["counts"]["candidates_by_status"] == {"ok": 10, "parse_error": 2, "call_error": 0}
     assert manifest["catalogue_hash"] and "generator_single.j2" in manifest["prompt_hashes"]
     gv = json.loads((out / "gv_analysis.json").read_text())
-    assert gv["funnel"] == {"attempted": 12, "parsed": 10, "prechecked": 10, "verified": 10, "accepted": 7, "sampled": 7}
+    assert gv["funnel"] == {
+        "attempted": 12,
+        "parsed": 10,
+        "prechecked": 10,
+        "verified": 10,
+        "accepted": 7,
+        "sampled": 7,
+    }
     # gen-a: 6 parsed candidates; ver-b passes 3 of them (fails the 3 HIGH ones); ver-a passes all.
     assert gv["pass_rate_matrix"]["gen-a"]["ver-b"] == pytest.approx(3 / 6)
     assert gv["pass_rate_matrix"]["gen-a"]["ver-a"] == 1.0
@@ -113,7 +161,9 @@ def test_unanimous_counts(tmp_path, fake_llm):
 def test_majority_accepts_two_of_three(tmp_path, fake_llm):
     scripted(fake_llm)
     out = tmp_path / "run"
-    result = run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b", "ver-c"], filter_rule="majority"), out)
+    result = run(
+        write_config(tmp_path, fake_llm.url, verifiers=["ver-a", "ver-b", "ver-c"], filter_rule="majority"), out
+    )
     assert result.accepted == 10  # the 3 gen-a HIGH candidates pass 2 of 3
     assert len(pd.read_parquet(out / "verifications.parquet")) == 30
 
@@ -138,7 +188,9 @@ def test_filter_none_keeps_every_prechecked_candidate_and_says_so(tmp_path, fake
     assert result.accepted == (candidates.status == "ok").sum() == 10
     assert (pd.read_parquet(out / "verifications.parquet").query("verifier == 'ver-b'").verdict == "FAIL").all()
     decisions = json.loads((out / "filter_decisions.json").read_text())
-    reasons = {d["reason"] for d in (decisions["decisions"] if isinstance(decisions, dict) else decisions) if d["accepted"]}
+    reasons = {
+        d["reason"] for d in (decisions["decisions"] if isinstance(decisions, dict) else decisions) if d["accepted"]
+    }
     assert reasons == {"no filter (verdicts recorded only: 1 PASS, 1 FAIL)"}
     assert "Not a verified benchmark" in (out / "report.html").read_text()
 
@@ -165,8 +217,9 @@ def test_generator_balance_gives_every_generator_the_same_count_per_stratum(tmp_
     manifest = json.loads((out / "manifest.json").read_text())
     short = manifest["counts"]["shortfalls"]
     assert set(short) == {"P-Ambiguity/LOW", "P-MissingInfo/HIGH"}
-    assert all(s == {"wanted": 6, "got": 4, "generators": {"gen-b": {"wanted": 3, "accepted": 2}}}
-               for s in short.values())
+    assert all(
+        s == {"wanted": 6, "got": 4, "generators": {"gen-b": {"wanted": 3, "accepted": 2}}} for s in short.values()
+    )
     assert any("per generator" in note for note in manifest["notes"])
 
 
@@ -177,7 +230,8 @@ def test_the_generation_report_shows_the_runs_calls(tmp_path, fake_llm):
     run(write_config(tmp_path, fake_llm.url, verifiers=["ver-a"]), out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert {model: stats["http_calls"] for model, stats in manifest["calls"].items()} == {
-        model: len(fake_llm.calls_for(model)) for model in ("gen-a", "gen-b", "ver-a")}
+        model: len(fake_llm.calls_for(model)) for model in ("gen-a", "gen-b", "ver-a")
+    }
     report = (out / "report.html").read_text()
-    metadata = report[report.index("<h3>calls</h3>"):]
+    metadata = report[report.index("<h3>calls</h3>") :]
     assert "http_calls" in metadata.split("<h3>")[1], "the report's run metadata has no call counts"

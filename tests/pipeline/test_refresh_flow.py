@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 from tests.pipeline.test_generation_flow import BASE
+from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -24,13 +24,20 @@ def test_two_rounds_trend_and_flag(tmp_path, fake_llm):
         # Refuses with the wrong code in round 1, answers correctly-ish in round 2: its score moves.
         return "REFUSE_OTHER" if state["round"] == 1 else "REFUSE_INFO_MISSING"
 
-    fake_llm.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"), "ver-a": lambda req: verifier_reply("PASS"),
-        "flip": flipper, "steady": lambda req: "REFUSE_INFO_MISSING", "judge": judge_by_reference,
-    })
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "flip": flipper,
+            "steady": lambda req: "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-                       for n in ["gen-a", "ver-a", "flip", "steady", "judge"])
+    models = "\n".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
+        for n in ["gen-a", "ver-a", "flip", "steady", "judge"]
+    )
     config = tmp_path / "refresh.yaml"
     config.write_text(f"""
 models:
@@ -52,8 +59,17 @@ evaluation:
     state["round"] = 2
     crashed = tmp_path / "rounds" / "round-20000101T000000Z-s99"  # a round that failed: listed, not left out
     crashed.mkdir()
-    (crashed / "round.json").write_text(json.dumps({"round_id": crashed.name, "seed": 99, "flow_run_id": None,
-                                                    "started_at": "2000-01-01T00:00:00+00:00", "status": "failed"}))
+    (crashed / "round.json").write_text(
+        json.dumps(
+            {
+                "round_id": crashed.name,
+                "seed": 99,
+                "flow_run_id": None,
+                "started_at": "2000-01-01T00:00:00+00:00",
+                "status": "failed",
+            }
+        )
+    )
     second = run_refresh(str(config), str(tmp_path / "rounds"), seed=22)
     assert first.round != second.round and first.round.endswith("-s11")
     rounds = sorted(p.name for p in (tmp_path / "rounds").iterdir())
@@ -78,8 +94,13 @@ evaluation:
 def look_at_the_refresh_run(round_id: str) -> None:
     """The refresh run's own page: summary, readable trend table, trend plot, report link, stage lines."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey,
-                                                LogFilter, LogFilterFlowRunId)
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
     from prefect.client.schemas.sorting import ArtifactSort
     from prefect.logging.handlers import APILogHandler
 
@@ -87,16 +108,28 @@ def look_at_the_refresh_run(round_id: str) -> None:
     with get_client(sync_client=True) as client:
         (summary,) = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["refresh-summary"])),
-            sort=ArtifactSort.CREATED_DESC, limit=1)
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
         run_id = summary.flow_run_id
-        artifacts = {a.key: a for a in client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))}
+        artifacts = {
+            a.key: a
+            for a in client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+            )
+        }
         logs = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))]
     assert {"refresh-summary", "refresh-trend", "refresh-trend-plot", "refresh-report"} <= set(artifacts)
     text = summary.data
     assert f"# Refresh round {round_id}" in text
-    for heading in ("## Leaderboard", "## What changed since the last round", "## Items, calls and cost",
-                    "## Freshness", "## Incomplete rounds", "## Report"):
+    for heading in (
+        "## Leaderboard",
+        "## What changed since the last round",
+        "## Items, calls and cost",
+        "## Freshness",
+        "## Incomplete rounds",
+        "## Report",
+    ):
         assert heading in text, heading
     leaderboard = text.split("## Leaderboard")[1].split("## What changed")[0]
     assert "| flip" in leaderboard and "| steady" in leaderboard
@@ -109,8 +142,11 @@ def look_at_the_refresh_run(round_id: str) -> None:
     assert all(len(row["CRS"].split(" ")[0]) == 5 for row in rows)  # 0.500: rounded, with its [interval]
     assert "data:image/png;base64," in artifacts["refresh-trend-plot"].data
     assert "report.html" in artifacts["refresh-report"].data
-    for line in ("stage main job (generate -> evaluate): started", "stage main job (generate -> evaluate): done in",
-                 "stage trend and report: done in"):
+    for line in (
+        "stage main job (generate -> evaluate): started",
+        "stage main job (generate -> evaluate): done in",
+        "stage trend and report: done in",
+    ):
         assert any(message.startswith(line) for message in logs), (line, logs)
     assert any(message.startswith("main job, generate stages: ") for message in logs), logs
 

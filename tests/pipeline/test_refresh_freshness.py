@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from refusalbench.flows.results import RefreshResult
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.scripted_server import Behaviour
 from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_changes, item_digest
-from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 from tests.pipeline.test_generation_flow import BASE
+from tests.scripted import by_model, generator_reply, judge_by_reference, run_config, verifier_reply
 
 SECTIONS = """
 generation:
@@ -32,11 +32,14 @@ MODELS = ["gen-a", "ver-a", "drift", "judge"]
 def _script(fake_llm, state):
     """The generator writes the same item whatever the lever (so later rounds send the targets the
     same prompts); ``drift`` changes its answers and its fingerprint in round 2."""
-    fake_llm.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"), "ver-a": lambda req: verifier_reply("PASS"),
-        "drift": lambda req: "REFUSE_OTHER" if state["round"] == 1 else "REFUSE_INFO_MISSING",
-        "judge": judge_by_reference,
-    })
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "drift": lambda req: "REFUSE_OTHER" if state["round"] == 1 else "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
     fake_llm.behaviours["drift"] = Behaviour(system_fingerprint=f"fp_{state['round']}")
 
 
@@ -68,8 +71,10 @@ def test_refresh_defaults_ask_a_changed_model_again_and_forever_does_not(tmp_pat
 
     state = {"round": 1}
     _script(fake_llm, state)
-    scoped = {"defaults": _folder(tmp_path, "defaults"),
-              "forever": _folder(tmp_path, "forever", "{generation: forever, pretest: forever, targets: forever}")}
+    scoped = {
+        "defaults": _folder(tmp_path, "defaults"),
+        "forever": _folder(tmp_path, "forever", "{generation: forever, pretest: forever, targets: forever}"),
+    }
     configs = {name: _config(folder, fake_llm.url, policy) for name, (folder, policy) in scoped.items()}
     results: dict[str, list[RefreshResult]] = {name: [] for name in scoped}
     for round_number, seed in ((1, 11), (2, 22)):
@@ -122,7 +127,7 @@ def test_fresh_targets_asks_only_the_targets_again_and_a_resume_repeats_nothing(
     from refusalbench.flows.launch import run_main
 
     _script(fake_llm, {"round": 1})
-    (folder, _), = [_folder(tmp_path, "run")]
+    ((folder, _),) = [_folder(tmp_path, "run")]
     config = str(_config(folder, fake_llm.url, ""))
     run_main(config, str(folder / "first"))
     before = len(fake_llm.calls)

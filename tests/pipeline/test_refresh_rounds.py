@@ -13,9 +13,16 @@ import time
 
 import pytest
 
-from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import (MAX_ATTEMPTS, RoundRecord, choose_round, fail_round_of,
-                                                        finish_round, read_records, start_round)
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import (
+    MAX_ATTEMPTS,
+    RoundRecord,
+    choose_round,
+    fail_round_of,
+    finish_round,
+    read_records,
+    start_round,
+)
 
 
 def record(round_id: str, run: str | None, status: str = "running", seed: int = 1, attempts: int = 1) -> RoundRecord:
@@ -24,8 +31,12 @@ def record(round_id: str, run: str | None, status: str = "running", seed: int = 
 
 def test_choose_round_resumes_own_then_latest_dead_round():
     alive = {"live"}.__contains__
-    rounds = [record("round-1", "old-dead"), record("round-2", "dead"), record("round-3", "live"),
-              record("round-0", "x", status="complete")]
+    rounds = [
+        record("round-1", "old-dead"),
+        record("round-2", "dead"),
+        record("round-3", "live"),
+        record("round-0", "x", status="complete"),
+    ]
     # The same flow run started again resumes its own round, whatever else there is, even one it completed
     # (a run marked Crashed for missed heartbeats while it went on working).
     assert choose_round(rounds, "live", None, alive).resume.round_id == "round-3"
@@ -33,7 +44,9 @@ def test_choose_round_resumes_own_then_latest_dead_round():
     # A new run resumes the latest round whose run is over; the older dead one is closed.
     choice = choose_round(rounds, "new", None, alive)
     assert choice.resume.round_id == "round-2"
-    assert [(r.round_id, why.startswith("not resumed: a later round")) for r, why in choice.abandon] == [("round-1", True)]
+    assert [(r.round_id, why.startswith("not resumed: a later round")) for r, why in choice.abandon] == [
+        ("round-1", True)
+    ]
     # A round whose run may still come back (live) is neither resumed nor closed.
     assert all(r.round_id != "round-3" for r, _ in choice.abandon)
     # A seed given by hand resumes only a round of that seed.
@@ -155,10 +168,12 @@ def test_importing_the_flows_starts_no_guard_but_each_flow_and_the_cli_do():
     import ast
     from pathlib import Path
 
-    code = ("import refusalbench.flows, refusalbench.flows.evaluation, refusalbench.flows.refresh, refusalbench.flows.cli\n"
-            "from refusalbench.tasks.pipeline import process_guard\nprint(process_guard._armed)\n"
-            "from refusalbench.flows.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(process_guard._armed)\n")
+    code = (
+        "import refusalbench.flows, refusalbench.flows.evaluation, refusalbench.flows.refresh, refusalbench.flows.cli\n"
+        "from refusalbench.tasks.pipeline import process_guard\nprint(process_guard._armed)\n"
+        "from refusalbench.flows.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(process_guard._armed)\n"
+    )
     env = {**os.environ, "PREFECT__FLOW_RUN_ID": "test"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     lines = done.stdout.strip().splitlines()
@@ -167,7 +182,9 @@ def test_importing_the_flows_starts_no_guard_but_each_flow_and_the_cli_do():
     seen = []
     for path in flows.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef) and any("flow" in ast.unparse(d).split("(")[0] for d in node.decorator_list):
+            if isinstance(node, ast.FunctionDef) and any(
+                "flow" in ast.unparse(d).split("(")[0] for d in node.decorator_list
+            ):
                 body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
                 assert ast.unparse(body[0]) == "follow_parent()", (path.name, node.name)
                 seen.append(node.name)
@@ -197,27 +214,39 @@ def test_next_refresh_run_resumes_a_crashed_round_from_the_cache(tmp_path, fake_
     """A round left running by a dead flow run is resumed by the next run: same round, same seed,
     and no call sent again (every call of the round had finished and is in the cache)."""
     from refusalbench.flows.launch import run_refresh
-    from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
     from tests.pipeline.test_generation_flow import BASE
+    from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 
-    fake_llm.responder = by_model({"gen-a": lambda req: generator_reply(req, "a"),
-                                   "ver-a": lambda req: verifier_reply("PASS"),
-                                   "tgt": lambda req: "REFUSE_INFO_MISSING", "judge": judge_by_reference})
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "tgt": lambda req: "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-                       for n in ["gen-a", "ver-a", "tgt", "judge"])
+    models = "\n".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
+        for n in ["gen-a", "ver-a", "tgt", "judge"]
+    )
     config = tmp_path / "refresh.yaml"
-    config.write_text(f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\ngeneration:\n"
-                      "  base_set: base.jsonl\n  generators: [gen-a]\n  verifiers: [ver-a]\n  base_sample: 3\n"
-                      "  strata: [P-MissingInfo/LOW, P-MissingInfo/MEDIUM]\n"
-                      "evaluation:\n  targets: [tgt]\n  judge: judge\n  bootstrap: 50\n")
+    config.write_text(
+        f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\ngeneration:\n"
+        "  base_set: base.jsonl\n  generators: [gen-a]\n  verifiers: [ver-a]\n  base_sample: 3\n"
+        "  strata: [P-MissingInfo/LOW, P-MissingInfo/MEDIUM]\n"
+        "evaluation:\n  targets: [tgt]\n  judge: judge\n  bootstrap: 50\n"
+    )
     out = tmp_path / "rounds"
     first = run_refresh(str(config), str(out), seed=11)
     calls = len(fake_llm.calls)
     # As a crashed run leaves it: still running, owned by a flow run that is over.
     path = out / first.round / "round.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "running", "flow_run_id": "dead-run",
-                                "finished_at": None}))
+    path.write_text(
+        json.dumps(
+            {**json.loads(path.read_text()), "status": "running", "flow_run_id": "dead-run", "finished_at": None}
+        )
+    )
     again = run_refresh(str(config), str(out))
     assert (again.round, again.seed) == (first.round, 11)
     assert len(fake_llm.calls) == calls  # the cache answered every call of the resumed round

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 from tests.cli.test_bad_input import run_in_process
 from tests.pipeline.test_generation_flow import BASE
+from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -20,11 +20,16 @@ EVALUATING = ["answerer", "judge"]
 def write_config(tmp_path, url, *, judge_fields=None):
     """A run of every model on the scripted server; ``judge_fields`` are added to the judge's entry."""
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
-    entries = {name: {"model": f"openai/{name}", "api_base": url, "max_attempts": 2} for name in GENERATING + EVALUATING}
+    entries = {
+        name: {"model": f"openai/{name}", "api_base": url, "max_attempts": 2} for name in GENERATING + EVALUATING
+    }
     entries["judge"].update(judge_fields or {})
     config = tmp_path / "run.yaml"
-    config.write_text("models:\n" + "".join(f"  {name}: {json.dumps(entry)}\n" for name, entry in entries.items())
-                      + f"cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n" + """
+    config.write_text(
+        "models:\n"
+        + "".join(f"  {name}: {json.dumps(entry)}\n" for name, entry in entries.items())
+        + f"cache:\n  path: {json.dumps(str(tmp_path / 'calls.sqlite'))}\n"
+        + """
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -34,15 +39,20 @@ evaluation:
   targets: [answerer]
   judge: judge
   bootstrap: 50
-""")
+"""
+    )
     return config
 
 
 def script(fake_llm):
-    fake_llm.responder = by_model({
-        "gen-a": lambda req: generator_reply(req, "a"), "ver-a": lambda req: verifier_reply("PASS"),
-        "answerer": lambda req: "It is 1932.", "judge": judge_by_reference,
-    })
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "answerer": lambda req: "It is 1932.",
+            "judge": judge_by_reference,
+        }
+    )
 
 
 def http_calls(manifest: dict, model: str) -> int:

@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 
 from refusalbench.flows.results import EvaluationResult
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.core.store import ArtifactStore
-from tests.scripted import by_model, judge_by_reference
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from tests.pipeline.test_evaluation_flow import ITEMS, oracle
+from tests.scripted import by_model, judge_by_reference
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]
 
@@ -43,8 +43,9 @@ def free_port() -> int:
 
 
 def write_config(path: Path, url: str, *, cache: str, runner: str = "thread") -> Path:
-    models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2"
-                       for n in [*TARGETS, "judge"])
+    models = "\n".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2" for n in [*TARGETS, "judge"]
+    )
     path.write_text(f"""
 models:
 {models}
@@ -52,7 +53,7 @@ cache:
 {cache}
 runner: {runner}
 evaluation:
-  targets: [{', '.join(TARGETS)}]
+  targets: [{", ".join(TARGETS)}]
   judge: judge
   bootstrap: 200
   shard_size: 4
@@ -83,6 +84,7 @@ def comparable_judgments(frame: pd.DataFrame) -> list[dict]:
 
 # ---------------------------------------------------------------- S3 (moto)
 
+
 @pytest.fixture
 def s3_bucket(monkeypatch):
     """moto's S3 server on a free loopback port, credentials and endpoint in the env."""
@@ -93,8 +95,12 @@ def s3_bucket(monkeypatch):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("REFUSALBENCH_S3_ENDPOINT", raising=False)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
@@ -135,6 +141,7 @@ def test_s3_out(tmp_path, fake_llm, benchmark, s3_bucket):
 
 # ---------------------------------------------------------------- Redis (real redis-server)
 
+
 def redis_cache(url: str) -> str:
     return f"  backend: redis\n  url: {url}"
 
@@ -157,8 +164,10 @@ def test_redis_cache(tmp_path, fake_llm, benchmark, redis_url):
     second = tmp_path / "second"
     run_eval(config, benchmark, str(second))
     assert len(fake_llm.calls) == calls
-    assert (json.loads((second / "metrics.json").read_text())["models"]
-            == json.loads((first / "metrics.json").read_text())["models"])
+    assert (
+        json.loads((second / "metrics.json").read_text())["models"]
+        == json.loads((first / "metrics.json").read_text())["models"]
+    )
     assert pd.read_parquet(second / "responses.parquet")["cached"].all()
 
 
@@ -183,8 +192,14 @@ def test_redis_cache_shared_across_processes(tmp_path, fake_llm, redis_url):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
     def run_process() -> list:
-        done = subprocess.run([sys.executable, "-c", GATEWAY_SCRIPT, redis_url, fake_llm.url], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", GATEWAY_SCRIPT, redis_url, fake_llm.url],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -200,13 +215,15 @@ def test_redis_cache_shared_across_processes(tmp_path, fake_llm, redis_url):
 
 # ---------------------------------------------------------------- Dask (local cluster, process workers)
 
+
 def test_dask_runner(tmp_path, fake_llm, benchmark, monkeypatch):
     """Same flow on a 2-process Dask cluster: identical metrics and judgments to threads."""
     monkeypatch.setenv("REFUSALBENCH_DASK_WORKERS", "2")
     fake_llm.responder = by_model(SCRIPT)
     threads_cfg = write_config(tmp_path / "threads.yaml", fake_llm.url, cache=sqlite_cache(tmp_path / "threads.sqlite"))
-    dask_cfg = write_config(tmp_path / "dask.yaml", fake_llm.url, cache=sqlite_cache(tmp_path / "dask.sqlite"),
-                            runner="dask")
+    dask_cfg = write_config(
+        tmp_path / "dask.yaml", fake_llm.url, cache=sqlite_cache(tmp_path / "dask.sqlite"), runner="dask"
+    )
     run_eval(threads_cfg, benchmark, str(tmp_path / "threads"))
     thread_calls = len(fake_llm.calls)
     run_eval(dask_cfg, benchmark, str(tmp_path / "dask"))

@@ -6,8 +6,14 @@ from collections import Counter
 
 import pytest
 
-from refusalbench.tasks.refusalbench.stages.assign import assign_levers, assignment_id, draw_assignments, parse_strata, sample_base_items
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, Lever, LeverExample, Passage
+from refusalbench.tasks.refusalbench.stages.assign import (
+    assign_levers,
+    assignment_id,
+    draw_assignments,
+    parse_strata,
+    sample_base_items,
+)
 from refusalbench.tasks.refusalbench.taxonomy import STRATA, expected_behaviour
 
 
@@ -16,12 +22,18 @@ def make_levers(per_stratum: dict[tuple[str, str], int] | None = None, default: 
     levers = []
     for cls, intensity in STRATA:
         for k in range((per_stratum or {}).get((cls, intensity), default)):
-            levers.append(Lever(
-                id=f"{cls}-{intensity}-{k}".lower(), name=f"lever {k}", perturbation_class=cls, intensity=intensity,
-                target="query", instruction="Change the question.",
-                example=LeverExample(question="q", context="c", expected=expected_behaviour(cls, intensity)),
-                multi_document="Apply to the signal passages.",
-            ))
+            levers.append(
+                Lever(
+                    id=f"{cls}-{intensity}-{k}".lower(),
+                    name=f"lever {k}",
+                    perturbation_class=cls,
+                    intensity=intensity,
+                    target="query",
+                    instruction="Change the question.",
+                    example=LeverExample(question="q", context="c", expected=expected_behaviour(cls, intensity)),
+                    multi_document="Apply to the signal passages.",
+                )
+            )
     return levers
 
 
@@ -100,7 +112,10 @@ def test_deterministic_for_a_seed_and_different_across_seeds():
 def test_strata_subset_in_given_order():
     strata = parse_strata(["P-FalsePremise/HIGH", "p-ambiguity/low"])
     out = assign_levers(make_items(3), make_levers(), seed=0, strata=strata)
-    assert [(a.perturbation_class, a.intensity) for a in out[:2]] == [("P-FalsePremise", "HIGH"), ("P-Ambiguity", "LOW")]
+    assert [(a.perturbation_class, a.intensity) for a in out[:2]] == [
+        ("P-FalsePremise", "HIGH"),
+        ("P-Ambiguity", "LOW"),
+    ]
     assert len(out) == 6
 
 
@@ -119,7 +134,9 @@ def test_assignment_errors():
 
 def test_parse_strata():
     assert parse_strata(["P-Ambiguity/LOW", "P-EpistemicMismatch/high", "P-Ambiguity/LOW"]) == [
-        ("P-Ambiguity", "LOW"), ("P-EpistemicMismatch", "HIGH")]
+        ("P-Ambiguity", "LOW"),
+        ("P-EpistemicMismatch", "HIGH"),
+    ]
     for bad in ["P-Ambiguity", "P-Vagueness/LOW", "P-Ambiguity/EXTREME", ""]:
         with pytest.raises(ValueError, match="unknown stratum .*expected CLASS/INTENSITY"):
             parse_strata([bad])

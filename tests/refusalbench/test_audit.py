@@ -15,7 +15,11 @@ from typer.testing import CliRunner
 
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.runfolder import RunManifest
+from refusalbench.tasks.core.stats import fleiss_kappa, wilson_interval
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.audit.audit_screens import serve_audit, word_diff_html
 from refusalbench.tasks.refusalbench.audit.human_audit import (
     AuditLabelStore,
     audit_document,
@@ -24,17 +28,13 @@ from refusalbench.tasks.refusalbench.audit.human_audit import (
     rubric,
     sample_run,
 )
-from refusalbench.tasks.refusalbench.audit.audit_screens import serve_audit, word_diff_html
-from refusalbench.tasks.refusalbench.schema.json_files import AuditDocument, AuditLabel
-from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.stats import fleiss_kappa, wilson_interval
 from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage, Verification
-from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
-from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.taxonomy import expected_behaviour
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.json_files import AuditDocument, AuditLabel
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage, Verification
 from refusalbench.tasks.refusalbench.stages.verify import required_criteria
+from refusalbench.tasks.refusalbench.taxonomy import expected_behaviour
 
 EVIL = "<script>alert(1)</script>"
 STRATA = {("P-MissingInfo", "LOW"): 4, ("P-Contradiction", "HIGH"): 4, ("P-FalsePremise", "MEDIUM"): 2}
@@ -52,18 +52,40 @@ def make_items(levers) -> list[BenchmarkItem]:
         lever = next(lv for lv in levers if lv.perturbation_class == cls and lv.intensity == intensity)
         for k in range(count):
             multi = cls == "P-MissingInfo" and k == 0
-            common = dict(item_id=f"{cls[2:5].lower()}-{intensity[0]}-{k}", base_id=f"b{k}", perturbation_class=cls,
-                          intensity=intensity, lever_id=lever.id, generator=f"gen-{'ab'[k % 2]}",
-                          question=f"When did the bridge {k} open?", original_question=f"When did bridge {k} open?",
-                          answers=["1932"], expected=expected_behaviour(cls, intensity), domain="history")
+            common = dict(
+                item_id=f"{cls[2:5].lower()}-{intensity[0]}-{k}",
+                base_id=f"b{k}",
+                perturbation_class=cls,
+                intensity=intensity,
+                lever_id=lever.id,
+                generator=f"gen-{'ab'[k % 2]}",
+                question=f"When did the bridge {k} open?",
+                original_question=f"When did bridge {k} open?",
+                answers=["1932"],
+                expected=expected_behaviour(cls, intensity),
+                domain="history",
+            )
             if multi:
-                items.append(BenchmarkItem(variant="multi", **common,
-                                           passages=[Passage(text="It opened in 19xx.", relevant=True)],
-                                           original_passages=[Passage(text="It opened in 1932.", relevant=True),
-                                                              Passage(text="Noise.", relevant=False)]))
+                items.append(
+                    BenchmarkItem(
+                        variant="multi",
+                        **common,
+                        passages=[Passage(text="It opened in 19xx.", relevant=True)],
+                        original_passages=[
+                            Passage(text="It opened in 1932.", relevant=True),
+                            Passage(text="Noise.", relevant=False),
+                        ],
+                    )
+                )
             else:
-                items.append(BenchmarkItem(variant="single", **common, context=f"It opened in 1932. {EVIL}\x1b[2J",
-                                           original_context="It opened in 1932."))
+                items.append(
+                    BenchmarkItem(
+                        variant="single",
+                        **common,
+                        context=f"It opened in 1932. {EVIL}\x1b[2J",
+                        original_context="It opened in 1932.",
+                    )
+                )
     items[-1] = items[-1].model_copy(update={"lever_id": "retired-lever"})  # gone from the catalogue
     return items
 
@@ -73,11 +95,13 @@ def make_verifications(items) -> list[Verification]:
     for index, item in enumerate(items):
         verdicts = {"ver-a": "PASS", "ver-b": "PASS"}
         if index == 1:
-            verdicts["ver-b"] = "FAIL"   # a tie: the consensus is FAIL
+            verdicts["ver-b"] = "FAIL"  # a tie: the consensus is FAIL
         if index == 2:
             verdicts["ver-b"] = "ERROR"  # only ver-a answered: PASS
-        rows += [Verification(candidate_id=item.item_id, generator=item.generator, verifier=v, verdict=verdict)
-                 for v, verdict in verdicts.items()]
+        rows += [
+            Verification(candidate_id=item.item_id, generator=item.generator, verifier=v, verdict=verdict)
+            for v, verdict in verdicts.items()
+        ]
     return rows
 
 
@@ -91,7 +115,7 @@ def run(tmp_path, levers):
 
 
 def now():
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 # ---------------------------------------------------------------- sampling
@@ -99,9 +123,11 @@ def now():
 
 def test_sample_is_stratified_reproducible_and_guarded(run):
     first = sample_run(run.root, per_stratum=3, seed=5)
-    assert first == {"P-MissingInfo/LOW": {"available": 4, "sampled": 3},
-                     "P-Contradiction/HIGH": {"available": 4, "sampled": 3},
-                     "P-FalsePremise/MEDIUM": {"available": 2, "sampled": 2}}
+    assert first == {
+        "P-MissingInfo/LOW": {"available": 4, "sampled": 3},
+        "P-Contradiction/HIGH": {"available": 4, "sampled": 3},
+        "P-FalsePremise/MEDIUM": {"available": 2, "sampled": 2},
+    }
     drawn = [i.item_id for i in run.load(rb_files.AUDIT_SAMPLE)]
     assert len(drawn) == len(set(drawn)) == 8
     sample_run(run.root, per_stratum=3, seed=5)
@@ -114,7 +140,8 @@ def test_sample_is_stratified_reproducible_and_guarded(run):
 
     # Once labelled, a different sample needs --force; the same one may be drawn again.
     AuditLabelStore(run.uri(rb_files.AUDIT_LABELS.name)).append(
-        AuditLabel(item_id=drawn[0], annotator="ann", label="PASS", labelled_at=now()))
+        AuditLabel(item_id=drawn[0], annotator="ann", label="PASS", labelled_at=now())
+    )
     other_seed = next(s for s in range(6, 40) if [i.item_id for i in draw_sample(items, 3, s)] != drawn)
     with pytest.raises(InputError, match="--force"):
         sample_run(run.root, per_stratum=3, seed=other_seed)
@@ -166,8 +193,11 @@ def test_terminal_labelling_saves_every_label_and_resumes(run):
     sample_run(run.root, per_stratum=3, seed=1)
     session = open_audit_session(run.root)
     labels_path = session.labels_path
-    first = runner.invoke(audit_app, ["label", run.root, "--annotator", "ann"],
-                          input="x\np\n\nf\n1 zz\nlever_fidelity, 3\ntoo subtle\ns\n")
+    first = runner.invoke(
+        audit_app,
+        ["label", run.root, "--annotator", "ann"],
+        input="x\np\n\nf\n1 zz\nlever_fidelity, 3\ntoo subtle\ns\n",
+    )
     assert first.exit_code == 0, first.output
     assert "Not an option" in first.output and "Give numbers" in first.output
     assert "0 of 8 already audited" in first.output and "2 new labels saved" in first.output
@@ -177,7 +207,8 @@ def test_terminal_labelling_saves_every_label_and_resumes(run):
     cases = session.cases
     assert [(label.item_id, label.label, label.failed_criteria, label.note) for label in saved] == [
         (cases[0].item_id, "PASS", [], None),
-        (cases[1].item_id, "FAIL", ["lever_fidelity", "target_compliance"], "too subtle")]
+        (cases[1].item_id, "FAIL", ["lever_fidelity", "target_compliance"], "too subtle"),
+    ]
 
     # A crash mid-write leaves a torn line: it is ignored on load and cut off by the next append.
     with open(labels_path, "a", encoding="utf-8") as handle:
@@ -223,14 +254,21 @@ def test_web_labelling_over_loopback_http(run):
         assert "<script>" not in page
         token = page.split("name='token' value='")[1].split("'")[0]
 
-        assert _request(server.url, "POST", "/label", {"item_id": case.item_id, "label": "PASS", "token": "x"})[0] == 403
+        assert (
+            _request(server.url, "POST", "/label", {"item_id": case.item_id, "label": "PASS", "token": "x"})[0] == 403
+        )
         bad = {"item_id": case.item_id, "label": "PASS", "token": token, "failed": ["lever_fidelity"]}
         status, text = _request(server.url, "POST", "/label", bad)
         assert status == 400 and "untick them" in text
         assert _request(server.url, "POST", "/label", {**bad, "label": "FAIL", "failed": ["no_such"]})[0] == 400
         assert _request(server.url, "POST", "/label", {**bad, "label": "MAYBE", "failed": []})[0] == 400
-        good = {"item_id": case.item_id, "label": "FAIL", "token": token, "failed": ["answer_constraint", "lever_fidelity"],
-                "note": f"note {EVIL}"}
+        good = {
+            "item_id": case.item_id,
+            "label": "FAIL",
+            "token": token,
+            "failed": ["answer_constraint", "lever_fidelity"],
+            "note": f"note {EVIL}",
+        }
         assert _request(server.url, "POST", "/label", good)[0] == 303
         assert _request(server.url, "POST", "/label", good)[0] == 303  # a double click saves once
         status, page = _request(server.url, "GET")
@@ -240,7 +278,9 @@ def test_web_labelling_over_loopback_http(run):
         assert len(server.saved) == 2
     saved = AuditLabelStore(session.labels_path).load()
     assert [(label.item_id, label.label, label.failed_criteria, label.note) for label in saved] == [
-        (case.item_id, "FAIL", ["lever_fidelity", "answer_constraint"], f"note {EVIL}"), (second, "PASS", [], None)]
+        (case.item_id, "FAIL", ["lever_fidelity", "answer_constraint"], f"note {EVIL}"),
+        (second, "PASS", [], None),
+    ]
     with serve_audit(session.cases, session.labels_path, "ann") as server:  # resumes at the third item
         assert "2 of 8 labelled" in _request(server.url, "GET")[1]
 
@@ -266,8 +306,15 @@ def _label_all(run, names_and_verdicts):
     store = AuditLabelStore(run.uri(rb_files.AUDIT_LABELS.name))
     for annotator, verdicts in names_and_verdicts:
         for item, verdict in zip(sample, verdicts):
-            store.append(AuditLabel(item_id=item.item_id, annotator=annotator, label=verdict, labelled_at=now(),
-                                    failed_criteria=["lever_fidelity"] if verdict == "FAIL" else []))
+            store.append(
+                AuditLabel(
+                    item_id=item.item_id,
+                    annotator=annotator,
+                    label=verdict,
+                    labelled_at=now(),
+                    failed_criteria=["lever_fidelity"] if verdict == "FAIL" else [],
+                )
+            )
     return sample
 
 
@@ -310,9 +357,11 @@ def test_report_end_to_end_with_two_annotators(run):
 def test_fleiss_kappa_for_three_annotators_and_labels_of_an_old_sample_drop_out(levers):
     sample = sorted(make_items(levers), key=lambda i: i.item_id)[:4]
     third = ["PASS", "FAIL", "PASS", "PASS"]
-    labels = [AuditLabel(item_id=item.item_id, annotator=name, label=v, labelled_at=now())
-              for name, verdicts in (("a", ANN[:4]), ("b", BOB[:4]), ("c", third))
-              for item, v in zip(sample, verdicts)]
+    labels = [
+        AuditLabel(item_id=item.item_id, annotator=name, label=v, labelled_at=now())
+        for name, verdicts in (("a", ANN[:4]), ("b", BOB[:4]), ("c", third))
+        for item, v in zip(sample, verdicts)
+    ]
     labels.append(AuditLabel(item_id="not-in-sample", annotator="a", label="FAIL", labelled_at=now()))
     audit = audit_document(sample, labels, consensus=None)
     # Items x (PASS, FAIL) counts: [3,0], [2,1], [3,0], [2,1].
@@ -325,12 +374,35 @@ def test_fleiss_kappa_for_three_annotators_and_labels_of_an_old_sample_drop_out(
 def test_report_section_and_rebuilt_report(run):
     sample_run(run.root, per_stratum=3, seed=4)
     sample = _label_all(run, [("ann", ANN), (EVIL, BOB)])
-    run.save(runfolder.MANIFEST, RunManifest(run_id="t", kind="run", created_at=now(), package_version="0",
-                                             config_hash="x", config={"evaluation": {"bootstrap": 20, "seed": 0}}))
-    judged = pd.DataFrame([{"model": "m", "item_id": i.item_id, "expected": i.expected, "decision": "ANSWER",
-                            "answer_correct": True, "confidence": None, "perturbation_class": i.perturbation_class,
-                            "intensity": i.intensity, "lever_id": i.lever_id, "domain": i.domain,
-                            "generator": i.generator} for i in sample])
+    run.save(
+        runfolder.MANIFEST,
+        RunManifest(
+            run_id="t",
+            kind="run",
+            created_at=now(),
+            package_version="0",
+            config_hash="x",
+            config={"evaluation": {"bootstrap": 20, "seed": 0}},
+        ),
+    )
+    judged = pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "item_id": i.item_id,
+                "expected": i.expected,
+                "decision": "ANSWER",
+                "answer_correct": True,
+                "confidence": None,
+                "perturbation_class": i.perturbation_class,
+                "intensity": i.intensity,
+                "lever_id": i.lever_id,
+                "domain": i.domain,
+                "generator": i.generator,
+            }
+            for i in sample
+        ]
+    )
     run.save(rb_files.JUDGED, judged)
     result = runner.invoke(audit_app, ["report", run.root])
     assert result.exit_code == 0, result.output

@@ -13,15 +13,38 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.refusalbench.stages.base_sampling import domain_draw, domain_shares, sample_by_domain, shortfalls
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
-from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, run_config, verifier_reply
+from refusalbench.tasks.refusalbench.stages.base_sampling import (
+    domain_draw,
+    domain_shares,
+    sample_by_domain,
+    shortfalls,
+)
+from tests.scripted import (
+    by_model,
+    fenced,
+    generator_reply,
+    judge_by_reference,
+    last_user_text,
+    run_config,
+    verifier_reply,
+)
 
 DOMAINS = ("Finance", "Health", "Science")
-BASE = [{"id": f"{domain[0].lower()}{k}", "question": f"What is the {domain} figure number {k}?", "answers": [f"{k}0"],
-         "domain": domain, "passages": [{"text": f"The {domain} figure number {k} is {k}0.", "relevant": True},
-                                        {"text": "Unrelated passage.", "relevant": False}]}
-        for domain in DOMAINS for k in range(1, 4)]
+BASE = [
+    {
+        "id": f"{domain[0].lower()}{k}",
+        "question": f"What is the {domain} figure number {k}?",
+        "answers": [f"{k}0"],
+        "domain": domain,
+        "passages": [
+            {"text": f"The {domain} figure number {k} is {k}0.", "relevant": True},
+            {"text": "Unrelated passage.", "relevant": False},
+        ],
+    }
+    for domain in DOMAINS
+    for k in range(1, 4)
+]
 BY_QUESTION = {row["question"]: row for row in BASE}
 WRONG = {"f1", "s1", "s2"}  # after the pre-test: Finance 2, Health 3, Science 1
 
@@ -44,7 +67,9 @@ def test_equal_shares_by_seed_and_a_short_domain_gives_all_it_has():
     assert shortfalls(draw) == {"Science": 1}
     # A domain the pre-test emptied is still one of the shares, and reported.
     no_science = [item for item in kept if item.domain != "Science"]
-    assert shortfalls(domain_draw(no_science, sample_by_domain(no_science, 6, 4, DOMAINS), 6, 4, DOMAINS)) == {"Science": 2}
+    assert shortfalls(domain_draw(no_science, sample_by_domain(no_science, 6, 4, DOMAINS), 6, 4, DOMAINS)) == {
+        "Science": 2
+    }
     # Without base_sample: the poorest domain's count for each; a remainder goes to domains drawn by seed.
     assert domain_shares(None, {"A": 3, "B": 1}, 0) == {"A": 1, "B": 1}
     assert sorted(domain_shares(7, {"A": 9, "B": 9, "C": 9}, 0).values()) == [2, 2, 3]
@@ -64,10 +89,20 @@ def test_generation_draws_equal_counts_per_domain_after_the_pretest(tmp_path, fa
     from refusalbench.flows.launch import run_generation
     from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
 
-    fake_llm.responder = by_model({"pre": pretest_model, "judge": judge_by_reference,
-                                   "gen": generator_reply, "ver": lambda req: verifier_reply("PASS")})
+    fake_llm.responder = by_model(
+        {
+            "pre": pretest_model,
+            "judge": judge_by_reference,
+            "gen": generator_reply,
+            "ver": lambda req: verifier_reply("PASS"),
+        }
+    )
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in BASE))
-    config = run_config(tmp_path, fake_llm.url, ["pre", "judge", "gen", "ver"], """
+    config = run_config(
+        tmp_path,
+        fake_llm.url,
+        ["pre", "judge", "gen", "ver"],
+        """
 generation:
   base_set: base.jsonl
   generators: [gen]
@@ -77,7 +112,8 @@ generation:
   base_sample: 6
   base_sample_by: domain
   pretest: {models: [pre], judge: judge}
-""")
+""",
+    )
     out = tmp_path / "run"
     run_generation(str(config), str(out))
 
@@ -99,14 +135,20 @@ def test_base_sample_by_domain_needs_a_domain_on_every_item(tmp_path):
     from refusalbench.tasks.core.config import load_config
     from refusalbench.tasks.core.errors import InputError
 
-    (tmp_path / "base.jsonl").write_text("".join(json.dumps({**r, "domain": None} if r["id"] == "h2" else r) + "\n"
-                                                 for r in BASE))
-    config = run_config(tmp_path, "http://127.0.0.1:9/v1", ["gen"], """
+    (tmp_path / "base.jsonl").write_text(
+        "".join(json.dumps({**r, "domain": None} if r["id"] == "h2" else r) + "\n" for r in BASE)
+    )
+    config = run_config(
+        tmp_path,
+        "http://127.0.0.1:9/v1",
+        ["gen"],
+        """
 generation:
   base_set: base.jsonl
   generators: [gen]
   verifiers: [gen]
   base_sample_by: domain
-""")
+""",
+    )
     with pytest.raises(InputError, match=r"generation.base_sample_by: .*1 have none \(e.g. h2\)"):
         check_generation_inputs(load_config(config))

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from refusalbench.tasks.core.errors import InputErrors
+from refusalbench.tasks.core.tables import to_table
 from refusalbench.tasks.refusalbench.basesets import (
     MAX_PROBLEMS,
     PAPER_GARAGE_DOMAINS,
@@ -21,9 +23,7 @@ from refusalbench.tasks.refusalbench.basesets import (
     validate_base_set,
     write_base_set,
 )
-from refusalbench.tasks.core.errors import InputErrors
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
-from refusalbench.tasks.core.tables import to_table
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -41,8 +41,12 @@ def single(item_id: str = "a", **overrides: object) -> dict:
 
 
 def multi(item_id: str = "m", **overrides: object) -> dict:
-    record = {"id": item_id, "question": "Where is it?", "answers": ["here"],
-              "passages": [{"text": "It is here.", "relevant": True}, {"text": "Other.", "relevant": False}]}
+    record = {
+        "id": item_id,
+        "question": "Where is it?",
+        "answers": ["here"],
+        "passages": [{"text": "It is here.", "relevant": True}, {"text": "Other.", "relevant": False}],
+    }
     record.update(overrides)
     return {k: v for k, v in record.items() if v is not _DROP}
 
@@ -56,19 +60,32 @@ def parquet_bytes(columns: dict[str, list]) -> bytes:
     return sink.getvalue()
 
 
-GOOD_PARQUET = parquet_bytes({"id": ["a", "b"], "question": ["q1", "q2"], "answers": [["x"], ["y"]],
-                              "context": ["x is here", "y is here"]})
+GOOD_PARQUET = parquet_bytes(
+    {"id": ["a", "b"], "question": ["q1", "q2"], "answers": [["x"], ["y"]], "context": ["x is here", "y is here"]}
+)
 
 # (case, file suffix, file content, every expected line after the file name; "…" at the end = prefix match)
 BAD_INPUT_CASES: list[tuple[str, str, bytes, list[str]]] = [
     ("empty file", ".jsonl", b"", [": -: empty file: no records"]),
     ("only blank lines", ".jsonl", b"\n   \n\n", [": -: empty file: no records"]),
-    ("not json", ".jsonl", jl(single("a"), '{"id": "a",}'),
-     [":2: -: not valid JSON: Expecting property name enclosed in double quotes (column 12)"]),
-    ("truncated last line", ".jsonl", jl(single("a")) + b'{"id": "b", "question": "q',
-     [":2: -: not valid JSON: Unterminated string starting at (column 25)"]),
-    ("not an object", ".jsonl", jl(single("a"), "[1, 2]", '"text"'),
-     [":2: -: expected a JSON object, got list", ":3: -: expected a JSON object, got string"]),
+    (
+        "not json",
+        ".jsonl",
+        jl(single("a"), '{"id": "a",}'),
+        [":2: -: not valid JSON: Expecting property name enclosed in double quotes (column 12)"],
+    ),
+    (
+        "truncated last line",
+        ".jsonl",
+        jl(single("a")) + b'{"id": "b", "question": "q',
+        [":2: -: not valid JSON: Unterminated string starting at (column 25)"],
+    ),
+    (
+        "not an object",
+        ".jsonl",
+        jl(single("a"), "[1, 2]", '"text"'),
+        [":2: -: expected a JSON object, got list", ":3: -: expected a JSON object, got string"],
+    ),
     ("missing question", ".jsonl", jl(single("a", question=_DROP)), [":1: question: missing field"]),
     ("missing id", ".jsonl", jl(single(id=_DROP)), [":1: id: missing field"]),
     ("missing answers", ".jsonl", jl(single("a", answers=_DROP)), [":1: answers: missing field"]),
@@ -76,102 +93,242 @@ BAD_INPUT_CASES: list[tuple[str, str, bytes, list[str]]] = [
     ("question null", ".jsonl", jl(single("a", question=None)), [":1: question: must be a string, got null"]),
     ("blank question", ".jsonl", jl(single("a"), single("b", question="  \t")), [":2: question: is blank"]),
     ("blank id", ".jsonl", jl(single(" ")), [":1: id: is blank"]),
-    ("empty answers", ".jsonl", jl(single("a", answers=[])),
-     [":1: answers: is empty: at least one answer is needed"]),
-    ("answers not a list", ".jsonl", jl(single("a", answers="here")),
-     [":1: answers: must be a list of strings, got string"]),
-    ("non-string answer", ".jsonl", jl(single("a", answers=["here", 3])),
-     [":1: answers[1]: must be a string, got number"]),
+    ("empty answers", ".jsonl", jl(single("a", answers=[])), [":1: answers: is empty: at least one answer is needed"]),
+    (
+        "answers not a list",
+        ".jsonl",
+        jl(single("a", answers="here")),
+        [":1: answers: must be a list of strings, got string"],
+    ),
+    (
+        "non-string answer",
+        ".jsonl",
+        jl(single("a", answers=["here", 3])),
+        [":1: answers[1]: must be a string, got number"],
+    ),
     ("blank answer", ".jsonl", jl(single("a", answers=[""])), [":1: answers[0]: is blank"]),
-    ("duplicate id", ".jsonl", jl(single("a"), single("b"), single("a")),
-     [":3: id: duplicate id 'a' (first used on line 1)"]),
-    ("non-utf8", ".jsonl", jl(single("a")) + b'{"id": "b", "question": "caf\xe9?", "answers": ["x"], "context": "c"}\n',
-     [":2: -: not UTF-8 (byte 0xe9 at column 29)"]),
-    ("context and passages", ".jsonl", jl(single("a", passages=[{"text": "t", "relevant": True}])),
-     [":1: context: has both context and passages: give one (context = single-document, passages = multi-document)"]),
-    ("neither context nor passages", ".jsonl", jl(single("a", context=_DROP)),
-     [":1: context: missing field: give context (single-document) or passages (multi-document)"]),
+    (
+        "duplicate id",
+        ".jsonl",
+        jl(single("a"), single("b"), single("a")),
+        [":3: id: duplicate id 'a' (first used on line 1)"],
+    ),
+    (
+        "non-utf8",
+        ".jsonl",
+        jl(single("a")) + b'{"id": "b", "question": "caf\xe9?", "answers": ["x"], "context": "c"}\n',
+        [":2: -: not UTF-8 (byte 0xe9 at column 29)"],
+    ),
+    (
+        "context and passages",
+        ".jsonl",
+        jl(single("a", passages=[{"text": "t", "relevant": True}])),
+        [":1: context: has both context and passages: give one (context = single-document, passages = multi-document)"],
+    ),
+    (
+        "neither context nor passages",
+        ".jsonl",
+        jl(single("a", context=_DROP)),
+        [":1: context: missing field: give context (single-document) or passages (multi-document)"],
+    ),
     ("blank context", ".jsonl", jl(single("a", context=" ")), [":1: context: is blank"]),
     ("context mistyped", ".jsonl", jl(single("a", context=["x"])), [":1: context: must be a string, got list"]),
-    ("unknown field", ".jsonl", jl(single("a", answer="here")),
-     [":1: answer: unknown field (allowed: id, question, answers, context, passages, domain)"]),
+    (
+        "unknown field",
+        ".jsonl",
+        jl(single("a", answer="here")),
+        [":1: answer: unknown field (allowed: id, question, answers, context, passages, domain)"],
+    ),
     ("domain mistyped", ".jsonl", jl(single("a", domain=3)), [":1: domain: must be a string, got number"]),
-    ("passages not a list", ".jsonl", jl(multi(passages="It is here.")),
-     [":1: passages: must be a list of {text, relevant} objects, got string"]),
-    ("passages empty", ".jsonl", jl(multi(passages=[])),
-     [":1: passages: is empty: a multi-document item needs passages"]),
-    ("passage not an object", ".jsonl", jl(multi(passages=["It is here."])),
-     [":1: passages[0]: must be an object {text, relevant}, got string"]),
-    ("passage missing text", ".jsonl", jl(multi(passages=[{"relevant": True}])),
-     [":1: passages[0].text: missing field"]),
-    ("passage missing relevant", ".jsonl", jl(multi(passages=[{"text": "t", "relevant": True}, {"text": "u"}])),
-     [":1: passages[1].relevant: missing field"]),
-    ("passage relevant not bool", ".jsonl", jl(multi(passages=[{"text": "t", "relevant": "yes"}])),
-     [":1: passages[0].relevant: must be true or false, got string"]),
-    ("passage text blank", ".jsonl", jl(multi(passages=[{"text": "", "relevant": True}])),
-     [":1: passages[0].text: is blank"]),
-    ("passage unknown key", ".jsonl", jl(multi(passages=[{"text": "t", "relevant": True, "score": 1}])),
-     [":1: passages[0].score: unknown field (allowed: text, relevant)"]),
-    ("no relevant passage", ".jsonl", jl(multi(passages=[{"text": "t", "relevant": False}])),
-     [":1: passages: no passage is marked relevant: at least one must carry the answer"]),
-    ("every problem of a record and of the file", ".jsonl",
-     jl(single("a", question="", answers=[]), "nope", single("a", extra=1)),
-     [":1: question: is blank", ":1: answers: is empty: at least one answer is needed",
-      ":2: -: not valid JSON: Expecting value (column 1)",
-      ":3: extra: unknown field (allowed: id, question, answers, context, passages, domain)",
-      ":3: id: duplicate id 'a' (first used on line 1)"]),
+    (
+        "passages not a list",
+        ".jsonl",
+        jl(multi(passages="It is here.")),
+        [":1: passages: must be a list of {text, relevant} objects, got string"],
+    ),
+    (
+        "passages empty",
+        ".jsonl",
+        jl(multi(passages=[])),
+        [":1: passages: is empty: a multi-document item needs passages"],
+    ),
+    (
+        "passage not an object",
+        ".jsonl",
+        jl(multi(passages=["It is here."])),
+        [":1: passages[0]: must be an object {text, relevant}, got string"],
+    ),
+    (
+        "passage missing text",
+        ".jsonl",
+        jl(multi(passages=[{"relevant": True}])),
+        [":1: passages[0].text: missing field"],
+    ),
+    (
+        "passage missing relevant",
+        ".jsonl",
+        jl(multi(passages=[{"text": "t", "relevant": True}, {"text": "u"}])),
+        [":1: passages[1].relevant: missing field"],
+    ),
+    (
+        "passage relevant not bool",
+        ".jsonl",
+        jl(multi(passages=[{"text": "t", "relevant": "yes"}])),
+        [":1: passages[0].relevant: must be true or false, got string"],
+    ),
+    (
+        "passage text blank",
+        ".jsonl",
+        jl(multi(passages=[{"text": "", "relevant": True}])),
+        [":1: passages[0].text: is blank"],
+    ),
+    (
+        "passage unknown key",
+        ".jsonl",
+        jl(multi(passages=[{"text": "t", "relevant": True, "score": 1}])),
+        [":1: passages[0].score: unknown field (allowed: text, relevant)"],
+    ),
+    (
+        "no relevant passage",
+        ".jsonl",
+        jl(multi(passages=[{"text": "t", "relevant": False}])),
+        [":1: passages: no passage is marked relevant: at least one must carry the answer"],
+    ),
+    (
+        "every problem of a record and of the file",
+        ".jsonl",
+        jl(single("a", question="", answers=[]), "nope", single("a", extra=1)),
+        [
+            ":1: question: is blank",
+            ":1: answers: is empty: at least one answer is needed",
+            ":2: -: not valid JSON: Expecting value (column 1)",
+            ":3: extra: unknown field (allowed: id, question, answers, context, passages, domain)",
+            ":3: id: duplicate id 'a' (first used on line 1)",
+        ],
+    ),
     ("unsupported suffix", ".txt", b"hello\n", [": -: unsupported file type '.txt' (use .jsonl, .parquet or .csv)"]),
     # ---- CSV: the header is line 1; a record's line is where it starts
     ("csv header only", ".csv", b"id,question,answers,context\n", [": -: empty file: no records"]),
     ("csv missing column", ".csv", b"id,question,context\na,q,c\n", [":1: answers: missing column"]),
-    ("csv unknown column", ".csv", b"id,question,answers,context,notes\na,q,x,c x,n\n",
-     [":1: notes: unknown column (allowed: id, question, answers, context, passages, domain)"]),
-    ("csv no context column", ".csv", b"id,question,answers\na,q,x\n",
-     [":1: -: needs a context column (single-document) or a passages column (multi-document)"]),
-    ("csv field count", ".csv", b"id,question,answers,context\na,q,x,c x\nb,q,x\n",
-     [":3: -: record has 3 fields but the header has 4"]),
-    ("csv blank question after multi-line record", ".csv",
-     b'id,question,answers,context\na,q,x,"line one\nline two x"\nb, ,x,c x\n', [":4: question: is blank"]),
-    ("csv empty answers", ".csv", b"id,question,answers,context\na,q,,c\n",
-     [":2: answers: is empty: at least one answer is needed"]),
+    (
+        "csv unknown column",
+        ".csv",
+        b"id,question,answers,context,notes\na,q,x,c x,n\n",
+        [":1: notes: unknown column (allowed: id, question, answers, context, passages, domain)"],
+    ),
+    (
+        "csv no context column",
+        ".csv",
+        b"id,question,answers\na,q,x\n",
+        [":1: -: needs a context column (single-document) or a passages column (multi-document)"],
+    ),
+    (
+        "csv field count",
+        ".csv",
+        b"id,question,answers,context\na,q,x,c x\nb,q,x\n",
+        [":3: -: record has 3 fields but the header has 4"],
+    ),
+    (
+        "csv blank question after multi-line record",
+        ".csv",
+        b'id,question,answers,context\na,q,x,"line one\nline two x"\nb, ,x,c x\n',
+        [":4: question: is blank"],
+    ),
+    (
+        "csv empty answers",
+        ".csv",
+        b"id,question,answers,context\na,q,,c\n",
+        [":2: answers: is empty: at least one answer is needed"],
+    ),
     ("csv blank pipe answer", ".csv", b"id,question,answers,context\na,q,x||y,c\n", [":2: answers[1]: is blank"]),
-    ("csv answers bad json", ".csv", b'id,question,answers,context\na,q,"[""x"",",c\n',
-     [":2: answers: looks like a JSON list but is not valid JSON: Expecting value"]),
-    ("csv passages bad json", ".csv", b"id,question,answers,passages\na,q,x,not json\n",
-     [":2: passages: not valid JSON: Expecting value"]),
-    ("csv passage relevant not bool", ".csv",
-     b'id,question,answers,passages\na,q,x,"[{""text"": ""t"", ""relevant"": 1}]"\n',
-     [":2: passages[0].relevant: must be true or false, got number"]),
-    ("csv duplicate id", ".csv", b"id,question,answers,context\na,q,x,c\na,q,x,c\n",
-     [":3: id: duplicate id 'a' (first used on line 2)"]),
-    ("csv neither context nor passages", ".csv", b"id,question,answers,context,passages\na,q,x,,\n",
-     [":2: context: missing field: give context (single-document) or passages (multi-document)"]),
-    ("csv non-utf8", ".csv", b"id,question,answers,context\na,q,x,c\nb,caf\xe9,x,c\n",
-     [":3: -: not UTF-8 (byte 0xe9 at column 6)"]),
-    ("csv unterminated quote", ".csv", b'id,question,answers,context\na,q,x,"c\n',
-     [":2: -: malformed CSV: unexpected end of data"]),
+    (
+        "csv answers bad json",
+        ".csv",
+        b'id,question,answers,context\na,q,"[""x"",",c\n',
+        [":2: answers: looks like a JSON list but is not valid JSON: Expecting value"],
+    ),
+    (
+        "csv passages bad json",
+        ".csv",
+        b"id,question,answers,passages\na,q,x,not json\n",
+        [":2: passages: not valid JSON: Expecting value"],
+    ),
+    (
+        "csv passage relevant not bool",
+        ".csv",
+        b'id,question,answers,passages\na,q,x,"[{""text"": ""t"", ""relevant"": 1}]"\n',
+        [":2: passages[0].relevant: must be true or false, got number"],
+    ),
+    (
+        "csv duplicate id",
+        ".csv",
+        b"id,question,answers,context\na,q,x,c\na,q,x,c\n",
+        [":3: id: duplicate id 'a' (first used on line 2)"],
+    ),
+    (
+        "csv neither context nor passages",
+        ".csv",
+        b"id,question,answers,context,passages\na,q,x,,\n",
+        [":2: context: missing field: give context (single-document) or passages (multi-document)"],
+    ),
+    (
+        "csv non-utf8",
+        ".csv",
+        b"id,question,answers,context\na,q,x,c\nb,caf\xe9,x,c\n",
+        [":3: -: not UTF-8 (byte 0xe9 at column 6)"],
+    ),
+    (
+        "csv unterminated quote",
+        ".csv",
+        b'id,question,answers,context\na,q,x,"c\n',
+        [":2: -: malformed CSV: unexpected end of data"],
+    ),
     # ---- Parquet: LINE is the 1-based row number
-    ("parquet id mistyped", ".parquet",
-     parquet_bytes({"id": [1, 2], "question": ["q", "q"], "answers": [["x"], ["x"]], "context": ["c", "c"]}),
-     [":1: id: must be a string, got number", ":2: id: must be a string, got number"]),
-    ("parquet blank question row 2", ".parquet",
-     parquet_bytes({"id": ["a", "b"], "question": ["q", ""], "answers": [["x"], ["x"]], "context": ["c", "c"]}),
-     [":2: question: is blank"]),
-    ("parquet empty answers", ".parquet",
-     parquet_bytes({"id": ["a"], "question": ["q"], "answers": [[]], "context": ["c"]}),
-     [":1: answers: is empty: at least one answer is needed"]),
-    ("parquet missing column", ".parquet", parquet_bytes({"id": ["a"], "question": ["q"], "context": ["c"]}),
-     [": answers: missing column"]),
-    ("parquet no rows", ".parquet",
-     parquet_bytes({"id": pa.array([], pa.string()), "question": pa.array([], pa.string()),
-                    "answers": pa.array([], pa.list_(pa.string())), "context": pa.array([], pa.string())}),
-     [": -: empty file: no records"]),
+    (
+        "parquet id mistyped",
+        ".parquet",
+        parquet_bytes({"id": [1, 2], "question": ["q", "q"], "answers": [["x"], ["x"]], "context": ["c", "c"]}),
+        [":1: id: must be a string, got number", ":2: id: must be a string, got number"],
+    ),
+    (
+        "parquet blank question row 2",
+        ".parquet",
+        parquet_bytes({"id": ["a", "b"], "question": ["q", ""], "answers": [["x"], ["x"]], "context": ["c", "c"]}),
+        [":2: question: is blank"],
+    ),
+    (
+        "parquet empty answers",
+        ".parquet",
+        parquet_bytes({"id": ["a"], "question": ["q"], "answers": [[]], "context": ["c"]}),
+        [":1: answers: is empty: at least one answer is needed"],
+    ),
+    (
+        "parquet missing column",
+        ".parquet",
+        parquet_bytes({"id": ["a"], "question": ["q"], "context": ["c"]}),
+        [": answers: missing column"],
+    ),
+    (
+        "parquet no rows",
+        ".parquet",
+        parquet_bytes(
+            {
+                "id": pa.array([], pa.string()),
+                "question": pa.array([], pa.string()),
+                "answers": pa.array([], pa.list_(pa.string())),
+                "context": pa.array([], pa.string()),
+            }
+        ),
+        [": -: empty file: no records"],
+    ),
     ("parquet truncated", ".parquet", GOOD_PARQUET[: len(GOOD_PARQUET) // 2], [": -: not a readable Parquet file: …"]),
     ("parquet file that is text", ".parquet", b"id,question\n", [": -: not a readable Parquet file: …"]),
 ]
 
 
-@pytest.mark.parametrize(("case", "suffix", "content", "expected"), BAD_INPUT_CASES, ids=[c[0] for c in BAD_INPUT_CASES])
+@pytest.mark.parametrize(
+    ("case", "suffix", "content", "expected"), BAD_INPUT_CASES, ids=[c[0] for c in BAD_INPUT_CASES]
+)
 def test_bad_input_reports_every_problem_as_file_line_field(tmp_path, case, suffix, content, expected):
     path = tmp_path / f"base{suffix}"
     path.write_bytes(content)
@@ -230,7 +387,9 @@ def test_reading_stops_after_the_problem_cap(tmp_path):
 
 def test_jsonl_with_bom_blank_lines_and_nulls(tmp_path):
     path = tmp_path / "ok.jsonl"
-    path.write_bytes(b"\xef\xbb\xbf" + jl(single("a", domain="science")) + b"\n" + jl(multi("m", context=None, domain=None)))
+    path.write_bytes(
+        b"\xef\xbb\xbf" + jl(single("a", domain="science")) + b"\n" + jl(multi("m", context=None, domain=None))
+    )
     items = load_base_set(path)
     assert [i.id for i in items] == ["a", "m"]
     assert items[0].variant == "single" and items[0].domain == "science"
@@ -240,7 +399,9 @@ def test_jsonl_with_bom_blank_lines_and_nulls(tmp_path):
 
 def test_csv_answers_as_json_or_pipes_and_passages_as_json(tmp_path):
     path = tmp_path / "ok.csv"
-    passages = json.dumps([{"text": "P one.", "relevant": True}, {"text": "P two.", "relevant": False}]).replace('"', '""')
+    passages = json.dumps([{"text": "P one.", "relevant": True}, {"text": "P two.", "relevant": False}]).replace(
+        '"', '""'
+    )
     path.write_bytes(
         "\ufeffid,question,answers,context,passages,domain\n"
         'a,"Who, then?","[""Ann"", ""Anne""]",Ann did it.,,history\n'
@@ -328,8 +489,10 @@ def test_kilt_reads_passages_from_the_knowledge_source():
     items = import_kilt_nq(FIXTURES / "kilt_nq_sample.jsonl", FIXTURES / "kilt_knowledge_sample.jsonl")
     aldermoor = next(i for i in items if i.id == "kq-005")
     # paragraphs 1..3, section heading dropped, bullet marker removed
-    assert aldermoor.context == ("Aldermoor is a market town in the western uplands, known for its wool trade. "
-                                 "The town lies on both banks of the Wend, a tributary of the larger Sarne.")
+    assert aldermoor.context == (
+        "Aldermoor is a market town in the western uplands, known for its wool trade. "
+        "The town lies on both banks of the Wend, a tributary of the larger Sarne."
+    )
 
 
 def test_kilt_n_samples_by_seed():
@@ -342,8 +505,13 @@ def test_kilt_n_samples_by_seed():
 
 def test_kilt_malformed_records_are_input_errors(tmp_path):
     path = tmp_path / "nq.jsonl"
-    path.write_bytes(jl({"id": "x", "output": []}, {"id": "y", "input": "q", "output": "1931"},
-                        {"id": "x", "input": "q", "output": [{"answer": 5}]}))
+    path.write_bytes(
+        jl(
+            {"id": "x", "output": []},
+            {"id": "y", "input": "q", "output": "1931"},
+            {"id": "x", "input": "q", "output": [{"answer": 5}]},
+        )
+    )
     with pytest.raises(InputErrors) as info:
         import_kilt_nq(path)
     assert info.value.lines() == [
@@ -365,9 +533,18 @@ def test_garage_curation_rules():
     stats: Counter[str] = Counter()
     items = garage(stats=stats)
     assert list(items) == ["g-sci-1", "g-sci-2", "g-sci-3", "g-fin-1", "g-travel-1", "g-biz-4"]
-    assert stats == Counter(kept=6, temporal_type=2, complexity=1, question_not_valid=1, answer_not_validated=1,
-                            false_premise=1, too_few_passages=1, no_answering_passage=1,
-                            too_few_noise_passages=1, not_sampled=0)
+    assert stats == Counter(
+        kept=6,
+        temporal_type=2,
+        complexity=1,
+        question_not_valid=1,
+        answer_not_validated=1,
+        false_premise=1,
+        too_few_passages=1,
+        no_answering_passage=1,
+        too_few_noise_passages=1,
+        not_sampled=0,
+    )
     assert all(len(i.passages) == 10 and i.variant == "multi" for i in items.values())
 
 
@@ -375,8 +552,11 @@ def numbers(item: BaseItem, relevant: bool | None = None) -> list[int]:
     """The fixture's passage numbers (its texts say 'Report N ...' / 'item N' / 'note N')."""
     import re
 
-    return [int(re.search(r"\b(\d+)\b", p.text).group(1)) for p in item.passages
-            if relevant is None or p.relevant is relevant]
+    return [
+        int(re.search(r"\b(\d+)\b", p.text).group(1))
+        for p in item.passages
+        if relevant is None or p.relevant is relevant
+    ]
 
 
 def test_garage_signal_capped_at_five_cited_first_in_original_order():

@@ -19,8 +19,9 @@ import pytest
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 from refusalbench.tasks.refusalbench.stages.respond import target_messages
-from tests.scripted import by_model, judge_by_reference, run_config
 from tests.pipeline.test_evaluation_flow import ITEMS, oracle
+from tests.scripted import by_model, judge_by_reference, run_config
+
 
 def asks_confidence(request: dict) -> bool:
     """Whether a request is the calibration pass's (its prompt asks for a CONFIDENCE line)."""
@@ -37,14 +38,19 @@ def refuser(request: dict) -> str:
 
 
 def write_config(tmp_path, url: str, confidence: bool):
-    return run_config(tmp_path, url, ("sure", "refuser", "judge"), f"""
+    return run_config(
+        tmp_path,
+        url,
+        ("sure", "refuser", "judge"),
+        f"""
         evaluation:
           targets: [sure, refuser]
           judge: judge
           confidence: {str(confidence).lower()}
           bootstrap: 20
           shard_size: 5
-        """)
+        """,
+    )
 
 
 def request_hash(request: dict) -> str:
@@ -77,11 +83,14 @@ def test_ece_comes_from_the_calibration_rows_and_the_rest_from_the_main_ones():
         assert both.metrics[model]["n_confidence"] == alone.metrics[model]["n_confidence"] > 0
         rest = [k for k in plain.metrics[model] if k not in calibration_metrics() and k != "n_confidence"]
         assert {k: both.metrics[model][k] for k in rest} == pytest.approx(
-            {k: plain.metrics[model][k] for k in rest}, nan_ok=True)
+            {k: plain.metrics[model][k] for k in rest}, nan_ok=True
+        )
         assert math.isnan(plain.metrics[model]["ece"])
     pd.testing.assert_frame_equal(both.calibration, alone.calibration)
     by_class = both.breakdown[(both.breakdown["group"] == "perturbation_class") & (both.breakdown["metric"] == "ece")]
-    expected = alone.breakdown[(alone.breakdown["group"] == "perturbation_class") & (alone.breakdown["metric"] == "ece")]
+    expected = alone.breakdown[
+        (alone.breakdown["group"] == "perturbation_class") & (alone.breakdown["metric"] == "ece")
+    ]
     assert by_class["estimate"].tolist() == pytest.approx(expected["estimate"].tolist(), nan_ok=True)
     assert both.calibration_source == "calibration pass" and alone.calibration_source == "responses"
     assert both.max_confidence == alone.max_confidence and alone.max_confidence["alpha"]["n"] == 24
@@ -132,9 +141,13 @@ def test_calibration_pass_is_its_own_and_feeds_ece(tmp_path, fake_llm):
     # Its calls are charged to stage calibrate (targets and judge), the main ones to respond.
     by_stage = manifest["costs"]["by_stage"]
     assert {m: c["http_calls"] for m, c in by_stage["calibrate"]["by_model"].items() if m != "judge"} == {
-        "sure": len(ITEMS), "refuser": len(ITEMS)}
+        "sure": len(ITEMS),
+        "refuser": len(ITEMS),
+    }
     assert {m: c["http_calls"] for m, c in by_stage["respond"]["by_model"].items()} == {
-        "sure": len(ITEMS), "refuser": len(ITEMS)}
+        "sure": len(ITEMS),
+        "refuser": len(ITEMS),
+    }
     assert by_stage["calibrate"]["by_model"]["judge"]["http_calls"] > 0
     report = (calibrated / "report.html").read_text()
     assert "At maximum confidence" in report and "ECE for answers vs refusals" in report

@@ -10,13 +10,19 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.core.stats import cluster_resample_counts, ratio_design_effects, resampled_cluster_sums
-from refusalbench.tasks.refusalbench.schema.json_files import MetricsDocument
-from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows
 from refusalbench.tasks.refusalbench.report.leaderboard import significance
-from refusalbench.tasks.refusalbench.scoring import (bootstrap_summary, breakdown, load_score_outputs, prepare,
-                                                     render_score_outputs, score_frame)
+from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame
+from refusalbench.tasks.refusalbench.schema.json_files import MetricsDocument
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
+from refusalbench.tasks.refusalbench.scoring import (
+    bootstrap_summary,
+    breakdown,
+    load_score_outputs,
+    prepare,
+    render_score_outputs,
+    score_frame,
+)
 from refusalbench.tasks.refusalbench.scoring.pairwise import pairwise_comparisons
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
 
@@ -30,9 +36,17 @@ def benchmark(n_base: int = 40, seed: int = 0) -> pd.DataFrame:
     records = []
     for b in range(n_base):
         for k, (cls, intensity) in enumerate(STRATA):
-            records.append({"item_id": f"b{b}-{k}", "base_id": f"b{b}", "perturbation_class": cls,
-                            "intensity": intensity, "lever_id": f"lever-{k}", "expected": expected_behaviour(cls, intensity),
-                            "domain": DOMAINS[b % len(DOMAINS)]})
+            records.append(
+                {
+                    "item_id": f"b{b}-{k}",
+                    "base_id": f"b{b}",
+                    "perturbation_class": cls,
+                    "intensity": intensity,
+                    "lever_id": f"lever-{k}",
+                    "expected": expected_behaviour(cls, intensity),
+                    "domain": DOMAINS[b % len(DOMAINS)],
+                }
+            )
     return pd.DataFrame(records)
 
 
@@ -119,7 +133,7 @@ def test_domain_breakdown_intervals_widen_with_base_items_and_levers_stay_as_the
     plain = plain.set_index(["model", "value", "metric"])
     for metric in ("answer_accuracy", "refusal_accuracy", "calibrated_refusal_score"):  # Wilson, Wilson, bootstrap
         row = ("m1", "law", metric)
-        assert (clustered.loc[row, "estimate"] == plain.loc[row, "estimate"])
+        assert clustered.loc[row, "estimate"] == plain.loc[row, "estimate"]
         assert width(clustered.loc[row, ["ci_low", "ci_high"]]) > 1.5 * width(plain.loc[row, ["ci_low", "ci_high"]])
     # a lever holds one item per base item: the two designs are the same, and so are the intervals
     levers = breakdown(correlated, "lever_id", n_resamples=200)
@@ -140,17 +154,34 @@ def test_metrics_json_has_both_figures_and_the_pairwise_block(correlated_score):
     (pair,) = document["pairwise"]["comparisons"]
     assert (pair["model_a"], pair["model_b"], pair["n_items"], pair["same_items"]) == ("m1", "m2", 720, True)
     back = load_score_outputs(files)
-    assert back.intervals_iid["m1"]["answer_accuracy"] == pytest.approx(correlated_score.intervals_iid["m1"]["answer_accuracy"])
+    assert back.intervals_iid["m1"]["answer_accuracy"] == pytest.approx(
+        correlated_score.intervals_iid["m1"]["answer_accuracy"]
+    )
     assert back.pairwise["comparisons"][0]["metrics"]["answer_accuracy"]["p_adjusted"] == pytest.approx(
-        pair["metrics"]["answer_accuracy"]["p_adjusted"])
+        pair["metrics"]["answer_accuracy"]["p_adjusted"]
+    )
 
 
 def test_judged_frame_carries_each_items_base_id():
-    items = [BenchmarkItem(item_id=f"i{k}", base_id=f"b{k // 2}", variant="single", perturbation_class="P-Ambiguity",
-                           intensity="HIGH", lever_id="l", generator="g", question="q", original_question="q",
-                           answers=["a"], expected="REFUSE_AMBIGUOUS") for k in range(4)]
-    judgments = [Judgment(item_id=f"i{k}", model="m", expected="REFUSE_AMBIGUOUS", decision="REFUSE_AMBIGUOUS")
-                 for k in range(4)]
+    items = [
+        BenchmarkItem(
+            item_id=f"i{k}",
+            base_id=f"b{k // 2}",
+            variant="single",
+            perturbation_class="P-Ambiguity",
+            intensity="HIGH",
+            lever_id="l",
+            generator="g",
+            question="q",
+            original_question="q",
+            answers=["a"],
+            expected="REFUSE_AMBIGUOUS",
+        )
+        for k in range(4)
+    ]
+    judgments = [
+        Judgment(item_id=f"i{k}", model="m", expected="REFUSE_AMBIGUOUS", decision="REFUSE_AMBIGUOUS") for k in range(4)
+    ]
     frame, _ = judged_frame(judgments, items)
     assert frame["base_id"].tolist() == ["b0", "b0", "b1", "b1"]
     assert "base_id" in prepare(frame).columns
@@ -161,7 +192,7 @@ def test_judged_frame_carries_each_items_base_id():
 
 @pytest.fixture(scope="module")
 def three_models() -> pd.DataFrame:
-    """"strong" and its exact copy "twin", and "weak" 20 points below them, on 60 base items × 18 items."""
+    """ "strong" and its exact copy "twin", and "weak" 20 points below them, on 60 base items × 18 items."""
     items = benchmark(n_base=60)
     strong = scripted(items, "strong", 0.7, 7, correlated=False)
     rng = np.random.default_rng(8)
@@ -169,8 +200,11 @@ def three_models() -> pd.DataFrame:
     # weak: right where strong is right, but wrong on 2 of 7 of those items: 70% -> 50%
     lose = right.to_numpy() & (rng.random(len(items)) < 2 / 7)
     answerable = items["expected"].to_numpy() == A
-    weak = strong.assign(model="weak", decision=np.where(lose & ~answerable, "ANSWER", strong["decision"]),
-                         answer_correct=strong["answer_correct"] & ~lose)
+    weak = strong.assign(
+        model="weak",
+        decision=np.where(lose & ~answerable, "ANSWER", strong["decision"]),
+        answer_correct=strong["answer_correct"] & ~lose,
+    )
     return prepare(pd.concat([strong, strong.assign(model="twin"), weak], ignore_index=True))
 
 
@@ -211,7 +245,10 @@ def test_leaderboard_shows_the_leaders_group_and_rank_ranges(three_models):
     result = score_frame(three_models, n_resamples=200, seed=0)
     groups = significance(result.metrics, result.pairwise)
     assert {m: (g["rank_low"], g["rank_high"], g["tied_with_leader"]) for m, g in groups.items()} == {
-        "strong": (1, 2, True), "twin": (1, 2, True), "weak": (3, 3, False)}
+        "strong": (1, 2, True),
+        "twin": (1, 2, True),
+        "weak": (3, 3, False),
+    }
     rows = {row["model"]: row for row in leaderboard_rows(result.metrics, result.intervals, pairwise=result.pairwise)}
     leader = [m for m, row in rows.items() if row["rank"] == 1][0]
     assert rows[leader]["group"] == "#1"
@@ -222,9 +259,15 @@ def test_leaderboard_shows_the_leaders_group_and_rank_ranges(three_models):
     markdown = leaderboard_markdown(result.metrics, result.intervals, pairwise=result.pairwise)
     assert "| Rank range | Group |" in markdown and "tied with #1" in markdown and "Holm" in markdown
     # only the tables this needs: the figures of a whole report take seconds
-    page = build_report(ReportInputs(metrics=result.metrics, intervals=result.intervals, pairwise=result.pairwise,
-                                     standard_errors=result.standard_errors,
-                                     standard_errors_iid=result.standard_errors_iid))
+    page = build_report(
+        ReportInputs(
+            metrics=result.metrics,
+            intervals=result.intervals,
+            pairwise=result.pairwise,
+            standard_errors=result.standard_errors,
+            standard_errors_iid=result.standard_errors_iid,
+        )
+    )
     board = page.split("<h2>Leaderboard</h2>")[1].split("</table>")[0]
     assert "<th>Rank range</th><th>Group</th>" in board and "<td>tied with #1</td>" in board
     assert "cluster bootstrap" in page.split("<h2>Leaderboard</h2>")[1].split("<table>")[0]

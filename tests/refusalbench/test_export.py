@@ -28,12 +28,27 @@ from tests.scripted import by_model, generator_reply, intensity_of, verifier_rep
 ROOT = Path(__file__).resolve().parents[2]
 
 BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"],
-     "context": "The bridge opened in 1932.", "domain": "history"},
-    {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm.",
-     "domain": "business"},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"], "domain": "health",
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+        "domain": "history",
+    },
+    {
+        "id": "s2",
+        "question": "Who founded the firm?",
+        "answers": ["Ada Lee"],
+        "context": "Ada Lee founded the firm.",
+        "domain": "business",
+    },
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "domain": "health",
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
 ]
 
 
@@ -42,12 +57,14 @@ def _scripted(server) -> None:
         text = json.dumps(request["messages"])
         return verifier_reply("FAIL" if intensity_of(request) == "HIGH" and " question a?" in text else "PASS")
 
-    server.responder = by_model({
-        "gen-a": lambda request: generator_reply(request, "a"),
-        "gen-b": lambda request: generator_reply(request, "b"),
-        "ver-a": lambda request: verifier_reply("PASS"),
-        "ver-b": ver_b,
-    })
+    server.responder = by_model(
+        {
+            "gen-a": lambda request: generator_reply(request, "a"),
+            "gen-b": lambda request: generator_reply(request, "b"),
+            "ver-a": lambda request: verifier_reply("PASS"),
+            "ver-b": ver_b,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +78,16 @@ def generated(tmp_path_factory, prefect_harness) -> Path:
     with ScriptedLLMServer() as server, pytest.MonkeyPatch.context() as patch:
         patch.setenv("REFUSALBENCH_CACHE_DIR", str(folder / "cache"))
         _scripted(server)
-        models = "".join(f"  {name}: {{model: openai/{name}, api_base: '{server.url}', max_attempts: 2}}\n"
-                         for name in ("gen-a", "gen-b", "ver-a", "ver-b"))
+        models = "".join(
+            f"  {name}: {{model: openai/{name}, api_base: '{server.url}', max_attempts: 2}}\n"
+            for name in ("gen-a", "gen-b", "ver-a", "ver-b")
+        )
         config = folder / "run.yaml"
-        config.write_text(f"models:\n{models}cache:\n  path: {json.dumps(str(folder / 'calls.sqlite'))}\n"
-                          "generation:\n  base_set: base.jsonl\n  generators: [gen-a, gen-b]\n"
-                          "  verifiers: [ver-a, ver-b]\n  seed: 7\n  strata: [P-Ambiguity/LOW, P-MissingInfo/HIGH]\n")
+        config.write_text(
+            f"models:\n{models}cache:\n  path: {json.dumps(str(folder / 'calls.sqlite'))}\n"
+            "generation:\n  base_set: base.jsonl\n  generators: [gen-a, gen-b]\n"
+            "  verifiers: [ver-a, ver-b]\n  seed: 7\n  strata: [P-Ambiguity/LOW, P-MissingInfo/HIGH]\n"
+        )
         run_generation(str(config), str(folder / "run"))
     return folder / "run"
 
@@ -109,7 +130,7 @@ def table_after(body: str, heading: str) -> list[list[str]]:
     lines = body.splitlines()
     start = lines.index(heading)
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("|"):
             rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
         elif rows:
@@ -120,8 +141,13 @@ def table_after(body: str, heading: str) -> list[list[str]]:
 def as_counts(table: list[list[str]]) -> dict[tuple[str, str], int]:
     """A crosstab from the card (total row and column left out) as {(row, column): n}, zeros dropped."""
     header, *rows = table
-    return {(row[0], column): int(value) for row in rows if row[0] != "total"
-            for column, value in zip(header[1:], row[1:]) if column != "total" and int(value)}
+    return {
+        (row[0], column): int(value)
+        for row in rows
+        if row[0] != "total"
+        for column, value in zip(header[1:], row[1:])
+        if column != "total" and int(value)
+    }
 
 
 def export(run_dir: Path, out: Path, *extra: str, capsys=None) -> tuple[int, str, str]:
@@ -146,7 +172,10 @@ def test_export_reads_back_as_the_benchmark(run_dir, tmp_path, capsys):
     bench = pq.read_table(run_dir / "benchmark.parquet")
     assert f"exported {bench.num_rows} items" in stdout
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "README.md", "data/multi/test-00000-of-00001.parquet", "data/single/test-00000-of-00001.parquet"]
+        "README.md",
+        "data/multi/test-00000-of-00001.parquet",
+        "data/single/test-00000-of-00001.parquet",
+    ]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
     meta, _ = card_parts(out)
@@ -166,8 +195,10 @@ def test_export_reads_back_as_the_benchmark(run_dir, tmp_path, capsys):
         assert part.schema.remove_metadata() == bench.schema.remove_metadata()
         assert by_id(part) == [r for r in rows if r["variant"] == variant]
     multi = next(r for r in by_id(test) if r["variant"] == "multi")
-    assert multi["passages"] == [{"text": "Edited passage one.", "relevant": True},
-                                 {"text": "Noise passage.", "relevant": False}]
+    assert multi["passages"] == [
+        {"text": "Edited passage one.", "relevant": True},
+        {"text": "Noise passage.", "relevant": False},
+    ]
     assert multi["original_passages"][0] == {"text": "The dose is 5 mg.", "relevant": True}
 
 
@@ -183,8 +214,9 @@ def test_card_figures_are_the_runs(run_dir, tmp_path):
     composition = table_after(body, "### Class × intensity")
     assert as_counts(composition) == dict(Counter(zip(frame.perturbation_class, frame.intensity)))
     assert composition[-1][-1] == str(len(frame))
-    assert as_counts(table_after(body, "### Generator × class")) == dict(Counter(zip(frame.generator,
-                                                                                     frame.perturbation_class)))
+    assert as_counts(table_after(body, "### Generator × class")) == dict(
+        Counter(zip(frame.generator, frame.perturbation_class))
+    )
     expected = {row[0]: int(row[1]) for row in table_after(body, "### Expected behaviour")[1:]}
     assert expected == dict(Counter(frame.expected))
 
@@ -200,9 +232,16 @@ def test_card_figures_are_the_runs(run_dir, tmp_path):
 
     # How it was made: the run's numbers and settings, not literals.
     methods = body.split("## How it was made", 1)[1].split("\n## ", 1)[0]
-    for fact in (f"seed {manifest['seed']}", f"{gv['funnel']['attempted']} attempts", "unanimous filter",
-                 f"{gv['funnel']['accepted']} accepted", f"{manifest['counts']['assignments']} assignments",
-                 f"{sum(gv['verdict_counts'].values())} verifications", "gen-a = `openai/gen-a`", "`base.jsonl`"):
+    for fact in (
+        f"seed {manifest['seed']}",
+        f"{gv['funnel']['attempted']} attempts",
+        "unanimous filter",
+        f"{gv['funnel']['accepted']} accepted",
+        f"{manifest['counts']['assignments']} assignments",
+        f"{sum(gv['verdict_counts'].values())} verifications",
+        "gen-a = `openai/gen-a`",
+        "`base.jsonl`",
+    ):
         assert fact in methods, fact
     # Provenance: catalogue and template hashes of the manifest; nothing of the endpoints.
     assert manifest["catalogue_hash"] in body and "176 levers" in body
@@ -218,16 +257,16 @@ def test_card_figures_are_the_runs(run_dir, tmp_path):
 def test_card_carries_the_audit_when_there_is_one(run_dir, tmp_path):
     import datetime as dt
 
-    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-    from refusalbench.tasks.refusalbench.audit.human_audit import AuditLabelStore, sample_run, write_audit
-    from refusalbench.tasks.refusalbench.schema.json_files import AuditLabel
-    from refusalbench.tasks.refusalbench.export.hf_dataset import export_run
     from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.refusalbench.audit.human_audit import AuditLabelStore, sample_run, write_audit
+    from refusalbench.tasks.refusalbench.export.hf_dataset import export_run
+    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+    from refusalbench.tasks.refusalbench.schema.json_files import AuditLabel
 
     sample_run(str(run_dir), per_stratum=3, seed=1)
     sample = ArtifactStore(run_dir).load(rb_files.AUDIT_SAMPLE)
     labels = AuditLabelStore(run_dir / rb_files.AUDIT_LABELS.name)
-    when = dt.datetime.now(dt.timezone.utc)
+    when = dt.datetime.now(dt.UTC)
     for annotator, fail_every in (("ann", 2), ("bob", 3)):
         for index, item in enumerate(sample):
             verdict = "FAIL" if index % fail_every == 0 else "PASS"
@@ -237,8 +276,7 @@ def test_card_carries_the_audit_when_there_is_one(run_dir, tmp_path):
 
     export_run(str(run_dir), tmp_path / "hf")
     _, body = card_parts(tmp_path / "hf")
-    shown = {(row[0], row[1]): (int(row[2]), int(row[3]), row[4])
-             for row in table_after(body, "## Human audit")[1:]}
+    shown = {(row[0], row[1]): (int(row[2]), int(row[3]), row[4]) for row in table_after(body, "## Human audit")[1:]}
     wanted = {("class", r["value"]): (r["n"], r["passed"], f"{r['pass_rate']:.3f}") for r in audit["by_class"]}
     wanted |= {("intensity", r["value"]): (r["n"], r["passed"], f"{r['pass_rate']:.3f}") for r in audit["by_intensity"]}
     wanted[("all", "all")] = (audit["overall"]["n"], audit["overall"]["passed"], f"{audit['overall']['pass_rate']:.3f}")
@@ -275,8 +313,10 @@ def test_large_variants_are_cut_into_numbered_shards(run_dir, tmp_path):
     from refusalbench.tasks.refusalbench.export.hf_dataset import export_run
 
     result = export_run(str(run_dir), tmp_path / "hf", max_rows=4)
-    assert [f for f in result.files if "single" in f] == ["data/single/test-00000-of-00002.parquet",
-                                                          "data/single/test-00001-of-00002.parquet"]
+    assert [f for f in result.files if "single" in f] == [
+        "data/single/test-00000-of-00002.parquet",
+        "data/single/test-00001-of-00002.parquet",
+    ]
     (single,) = load_config(tmp_path / "hf", "single").values()
     (everything,) = load_config(tmp_path / "hf").values()
     assert single.num_rows == 6 and everything.num_rows == 9
@@ -294,8 +334,10 @@ def test_datasets_library_loads_the_export_offline(run_dir, tmp_path, monkeypatc
     export_run(str(run_dir), out)
     bench = by_id(pq.read_table(run_dir / "benchmark.parquet"))
     cache = str(home / "datasets")
-    for loaded in (datasets.load_dataset("parquet", data_dir=str(out), cache_dir=cache),
-                   datasets.load_dataset(str(out), cache_dir=cache)):
+    for loaded in (
+        datasets.load_dataset("parquet", data_dir=str(out), cache_dir=cache),
+        datasets.load_dataset(str(out), cache_dir=cache),
+    ):
         assert list(loaded) == ["test"]
         assert sorted(loaded["test"].to_list(), key=lambda r: r["item_id"]) == bench
         passages = loaded["test"].features["passages"]
@@ -315,8 +357,9 @@ def test_force_replaces_only_the_card_and_the_data(run_dir, tmp_path, capsys):
     (out / "README.md").write_text("old card\n")
 
     code, _, stderr = export(run_dir, out, capsys=capsys)
-    assert code == 2 and stderr.strip() == (f"{out}: --out: the folder is not empty; pass --force to replace its "
-                                            "README.md and data/")
+    assert code == 2 and stderr.strip() == (
+        f"{out}: --out: the folder is not empty; pass --force to replace its README.md and data/"
+    )
     assert (out / "README.md").read_text() == "old card\n"
     code, _, stderr = export(run_dir, out, "--force", capsys=capsys)
     assert code == 0, stderr
@@ -363,10 +406,14 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_dir, tmp_path, c
     (unfinished / "manifest.json").write_text(json.dumps({**manifest, "status": "failed"}))
     cases = [
         ([str(missing), "--format", "hf"], f"{missing}: -: no such run folder"),
-        ([str(unfinished), "--format", "hf"],
-         f"{unfinished / 'manifest.json'}: -: the generation run did not complete (status failed)"),
-        ([str(empty_folder), "--format", "hf"],
-         f"{empty_folder / 'benchmark.parquet'}: -: no benchmark.parquet in this run folder"),
+        (
+            [str(unfinished), "--format", "hf"],
+            f"{unfinished / 'manifest.json'}: -: the generation run did not complete (status failed)",
+        ),
+        (
+            [str(empty_folder), "--format", "hf"],
+            f"{empty_folder / 'benchmark.parquet'}: -: no benchmark.parquet in this run folder",
+        ),
         ([str(empty_bench), "--format", "hf"], f"{empty_bench / 'benchmark.parquet'}: -: the benchmark has no items"),
         ([str(run_dir), "--format", "csv"], "csv: --format: unknown export format (known: hf)"),
     ]
@@ -378,8 +425,10 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_dir, tmp_path, c
         stderr = capsys.readouterr().err
         assert exit_info.value.code == 2 and stderr.count("\n") == 1 and stderr.startswith(message), stderr
         assert not out.exists() and not missing.exists()
-    for argv, message in (([str(run_dir), "--out", str(run_dir), "--force"], "is the run folder itself"),
-                          ([str(run_dir), "--out", str(project), "--force"], "holds files other than Parquet")):
+    for argv, message in (
+        ([str(run_dir), "--out", str(run_dir), "--force"], "is the run folder itself"),
+        ([str(run_dir), "--out", str(project), "--force"], "holds files other than Parquet"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(["export", *argv])
         stderr = capsys.readouterr().err
@@ -390,6 +439,11 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_dir, tmp_path, c
     # A real process: the exit status and a clean stderr.
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"))
     env.pop("PREFECT_API_URL", None)
-    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "export", str(missing), "--format", "hf",
-                           "--out", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", "export", str(missing), "--format", "hf", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == "" and done.stderr == f"{missing}: -: no such run folder\n"

@@ -18,25 +18,45 @@ import math
 import pandas as pd
 import pytest
 
+from refusalbench.tasks.refusalbench.report.generation_figures import self_cross_table
+from refusalbench.tasks.refusalbench.report.gv import gv_section_html
 from refusalbench.tasks.refusalbench.schema.json_files import GVAnalysis
 from refusalbench.tasks.refusalbench.stages.gv_analysis import gv_analysis
 from refusalbench.tasks.refusalbench.stages.gv_matched import CRITERIA
-from refusalbench.tasks.refusalbench.report.generation_figures import self_cross_table
-from refusalbench.tasks.refusalbench.report.gv import gv_section_html
 
-CANDIDATES = [("c11", "a1", "g1", "ok", []), ("c21", "a1", "g2", "ok", []),
-              ("c12", "a2", "g1", "ok", ["unchanged: the question and context are the original's"]),
-              ("c22", "a2", "g2", "ok", []), ("c13", "a3", "g1", "ok", []), ("c23", "a3", "g2", "call_error", None),
-              ("c14", "a4", "g1", "ok", [])]
-VERDICTS = {"c11": ("PASS", "FAIL", "PASS"), "c21": ("PASS", "PASS", "FAIL"), "c22": ("FAIL", "PASS", "ERROR"),
-            "c13": ("PASS", "PASS", "PASS")}
+CANDIDATES = [
+    ("c11", "a1", "g1", "ok", []),
+    ("c21", "a1", "g2", "ok", []),
+    ("c12", "a2", "g1", "ok", ["unchanged: the question and context are the original's"]),
+    ("c22", "a2", "g2", "ok", []),
+    ("c13", "a3", "g1", "ok", []),
+    ("c23", "a3", "g2", "call_error", None),
+    ("c14", "a4", "g1", "ok", []),
+]
+VERDICTS = {
+    "c11": ("PASS", "FAIL", "PASS"),
+    "c21": ("PASS", "PASS", "FAIL"),
+    "c22": ("FAIL", "PASS", "ERROR"),
+    "c13": ("PASS", "PASS", "PASS"),
+}
 VERIFIERS = ["g1", "g2", "v3"]
 
 
 def analysis() -> dict:
-    candidates = pd.DataFrame([{"candidate_id": c, "assignment_id": a, "generator": g, "status": status,
-                                "precheck_failures": failures, "perturbation_class": "P-Ambiguity", "intensity": "LOW"}
-                               for c, a, g, status, failures in CANDIDATES])
+    candidates = pd.DataFrame(
+        [
+            {
+                "candidate_id": c,
+                "assignment_id": a,
+                "generator": g,
+                "status": status,
+                "precheck_failures": failures,
+                "perturbation_class": "P-Ambiguity",
+                "intensity": "LOW",
+            }
+            for c, a, g, status, failures in CANDIDATES
+        ]
+    )
     generator_of = {c: g for c, _, g, _, _ in CANDIDATES}
     rows = []
     for c, verdicts in VERDICTS.items():
@@ -44,9 +64,17 @@ def analysis() -> dict:
             criteria = {} if verdict == "ERROR" else {k: None if k == "strategy_compliance" else True for k in CRITERIA}
             if verdict == "FAIL":
                 criteria["lever_fidelity"] = False
-            rows.append({"candidate_id": c, "generator": generator_of[c], "verifier": verifier, "verdict": verdict,
-                         "stated_verdict": None if verdict == "ERROR" else verdict,
-                         "consistent": None if verdict == "ERROR" else True, **criteria})
+            rows.append(
+                {
+                    "candidate_id": c,
+                    "generator": generator_of[c],
+                    "verifier": verifier,
+                    "verdict": verdict,
+                    "stated_verdict": None if verdict == "ERROR" else verdict,
+                    "consistent": None if verdict == "ERROR" else True,
+                    **criteria,
+                }
+            )
     raw = gv_analysis(candidates, pd.DataFrame(rows), set(), set(), ["g1", "g2"], VERIFIERS)
     return GVAnalysis.model_validate(raw).model_dump(mode="json")
 

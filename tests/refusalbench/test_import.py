@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.refusalbench.basesets import (
     PAPER_GARAGE_DOMAINS,
     import_garage,
@@ -22,7 +23,6 @@ from refusalbench.tasks.refusalbench.basesets import (
     validate_base_set,
     write_base_set,
 )
-from refusalbench.tasks.core.errors import InputError, InputErrors
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NQ = FIXTURES / "kilt" / "nq-sample-kilt.jsonl"
@@ -45,8 +45,15 @@ def test_kilt_curation_reads_passages_from_the_knowledge_source():
     items, stats = kilt()
     by_id = {i.id: i for i in items}
     assert list(by_id) == PASSING
-    assert stats == Counter(kept=7, no_short_answer=1, answer_not_in_passage=2, not_sampled=0,
-                            pages_read=17, pages_kept=5, pages_not_found=1)
+    assert stats == Counter(
+        kept=7,
+        no_short_answer=1,
+        answer_not_in_passage=2,
+        not_sampled=0,
+        pages_read=17,
+        pages_kept=5,
+        pages_not_found=1,
+    )
     assert by_id["nq-01"].context == "Building work began in 1861 and the viaduct opened to trains in 1864."
     # paragraphs 1..3, the title line excluded by the range; the found alias first
     assert by_id["nq-09"].context.endswith("directed by his daughter, Freya Lind.")

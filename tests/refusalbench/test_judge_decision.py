@@ -14,19 +14,19 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.gateway import CallResult, gateway_for
-from refusalbench.tasks.llm.structured_outputs import JUDGE_CLASSIFICATIONS, JudgeDecisionOutput, JudgeSingleOutput
 from refusalbench.tasks.llm.scripted_replies import scripted_classification
+from refusalbench.tasks.llm.structured_outputs import JUDGE_CLASSIFICATIONS, JudgeDecisionOutput, JudgeSingleOutput
 from refusalbench.tasks.refusalbench.decisions import bare_code
-from refusalbench.tasks.refusalbench.stages.judge import judge_responses, judgment_from_result, parser_agreement
+from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Response
-from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.scoring import score_frame
+from refusalbench.tasks.refusalbench.stages.judge import judge_responses, judgment_from_result, parser_agreement
 from refusalbench.tasks.refusalbench.taxonomy import REFUSAL_CODES
-from refusalbench.tasks.core.store import ArtifactStore
-from tests.scripted import by_model, judge_by_reference
 from tests.pipeline.test_evaluation_flow import ITEMS, oracle
+from tests.scripted import by_model, judge_by_reference
 
 # Two answerable items (one multi-document), two missing-info items, one ambiguous item.
 SMALL = [ITEMS[0], ITEMS[3], ITEMS[4], ITEMS[5], ITEMS[7]]
@@ -61,19 +61,39 @@ def _judged(raw: str, reply: str, schema=JudgeSingleOutput, item: BenchmarkItem 
 def test_old_judge_reply_keeps_the_parser_decision_and_unknown_classification_fails():
     old = _judged("REFUSE_MISSING, sorry", '{"quality": 5}')  # written before the judge classified
     assert (old.decision, old.decision_source, old.answer_correct, old.quality) == (
-        "REFUSE_INFO_MISSING_IN_CONTEXT", "parser", False, None)
+        "REFUSE_INFO_MISSING_IN_CONTEXT",
+        "parser",
+        False,
+        None,
+    )
     odd = _judged("x", '{"classification": "maybe", "quality": 1}')
     assert odd.outcome == "judge_error" and "unknown classification" in odd.error
     answer = _judged("ref0, not REFUSE_MISSING", '{"classification": "answer attempt", "quality": 5}')
     assert (answer.decision, answer.decision_source, answer.answer_correct, answer.quality) == (
-        "ANSWER", "judge", True, 5)
-    refusal = _judged("unclear", '{"classification": "REFUSE_AMBIGUOUS", "refusal_reasons": "two readings"}',
-                      JudgeDecisionOutput, ITEMS[7])
-    assert (refusal.decision, refusal.refusal_correct, refusal.refusal_reasons) == ("REFUSE_AMBIGUOUS_QUERY", True,
-                                                                                   "two readings")
+        "ANSWER",
+        "judge",
+        True,
+        5,
+    )
+    refusal = _judged(
+        "unclear",
+        '{"classification": "REFUSE_AMBIGUOUS", "refusal_reasons": "two readings"}',
+        JudgeDecisionOutput,
+        ITEMS[7],
+    )
+    assert (refusal.decision, refusal.refusal_correct, refusal.refusal_reasons) == (
+        "REFUSE_AMBIGUOUS_QUERY",
+        True,
+        "two readings",
+    )
     assert parser_agreement([old, odd, answer, refusal])["m"] == {
-        "judge_decided": 2, "agreement": 0.0, "prose_refusals_missed": 0, "quoted_codes_as_refusals": 1,
-        "other_code": 1, "parser_decided": 1}
+        "judge_decided": 2,
+        "agreement": 0.0,
+        "prose_refusals_missed": 0,
+        "quoted_codes_as_refusals": 1,
+        "other_code": 1,
+        "parser_decided": 1,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +107,10 @@ def _evaluate(tmp_path, url: str, benchmark: str, decision: str):
 
     models = "\n".join(f"  {n}:\n    model: openai/{n}\n    api_base: {url}" for n in RESPONDERS)
     config = tmp_path / f"{decision}.yaml"
-    config.write_text(f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\nevaluation:\n"
-                      f"  targets: [prose, quoter, bare]\n  judge: judge\n  decision: {decision}\n  bootstrap: 0\n")
+    config.write_text(
+        f"models:\n{models}\ncache:\n  path: {tmp_path / 'calls.sqlite'}\nevaluation:\n"
+        f"  targets: [prose, quoter, bare]\n  judge: judge\n  decision: {decision}\n  bootstrap: 0\n"
+    )
     out = tmp_path / decision
     run_evaluation(str(config), benchmark, str(out))
     metrics = json.loads((out / "metrics.json").read_text())["models"]
@@ -112,11 +134,23 @@ def test_judge_decides_and_codes_keep_the_parser(tmp_path, fake_llm, small_bench
     assert set(judgments.loc["bare", "decision_source"]) == {"parser"}
     assert set(judgments.loc["prose", "parser_decision"]) == {"ANSWER"}
     assert counts["decision"] == "judge"
-    assert counts["parser_agreement"]["prose"] == {"judge_decided": 5, "agreement": 0.0, "prose_refusals_missed": 5,
-                                                   "quoted_codes_as_refusals": 0, "other_code": 0, "parser_decided": 0}
+    assert counts["parser_agreement"]["prose"] == {
+        "judge_decided": 5,
+        "agreement": 0.0,
+        "prose_refusals_missed": 5,
+        "quoted_codes_as_refusals": 0,
+        "other_code": 0,
+        "parser_decided": 0,
+    }
     assert counts["parser_agreement"]["quoter"]["quoted_codes_as_refusals"] == 5
-    assert counts["parser_agreement"]["bare"] == {"judge_decided": 0, "agreement": None, "prose_refusals_missed": 0,
-                                                  "quoted_codes_as_refusals": 0, "other_code": 0, "parser_decided": 5}
+    assert counts["parser_agreement"]["bare"] == {
+        "judge_decided": 0,
+        "agreement": None,
+        "prose_refusals_missed": 0,
+        "quoted_codes_as_refusals": 0,
+        "other_code": 0,
+        "parser_decided": 5,
+    }
     report = (out / "report.html").read_text()
     assert "Answer vs refusal decision" in report and "prose refusals missed" in report
 
@@ -125,8 +159,9 @@ def test_judge_decides_and_codes_keep_the_parser(tmp_path, fake_llm, small_bench
     before = len(fake_llm.calls_for("judge"))
     config = load_config(str(tmp_path / "judge.yaml"))
     responses = ArtifactStore(out).read_records("responses.parquet", Response)
-    judgments = judge_responses(gateway_for(config), {i.item_id: i for i in SMALL}, responses, "judge",
-                                decision="codes")
+    judgments = judge_responses(
+        gateway_for(config), {i.item_id: i for i in SMALL}, responses, "judge", decision="codes"
+    )
     metrics = score_frame(judged_frame(judgments, SMALL)[0], n_resamples=0).metrics
     assert metrics["prose"]["refusal_rate"] == 0.0 and metrics["prose"]["missed_refusal_rate"] == 1.0
     assert metrics["prose"]["answer_accuracy"] == 0.0

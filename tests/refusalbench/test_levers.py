@@ -28,7 +28,13 @@ from refusalbench.tasks.refusalbench.levers import (
     validate_catalogue,
 )
 from refusalbench.tasks.refusalbench.schema.records import Lever
-from refusalbench.tasks.refusalbench.taxonomy import CANONICAL_CODE, CLASS_SLUG, PERTURBATION_CLASSES, STRATA, expected_behaviour
+from refusalbench.tasks.refusalbench.taxonomy import (
+    CANONICAL_CODE,
+    CLASS_SLUG,
+    PERTURBATION_CLASSES,
+    STRATA,
+    expected_behaviour,
+)
 
 # ----------------------------------------------------------------- helpers
 
@@ -102,7 +108,11 @@ def test_reference_names_cover_176_levers_in_18_strata() -> None:
 
 @pytest.mark.parametrize(
     ("file", "cls", "count"),
-    [("ambiguity.yaml", "P-Ambiguity", 29), ("contradiction.yaml", "P-Contradiction", 28), ("missing_info.yaml", "P-MissingInfo", 30)],
+    [
+        ("ambiguity.yaml", "P-Ambiguity", 29),
+        ("contradiction.yaml", "P-Contradiction", 28),
+        ("missing_info.yaml", "P-MissingInfo", 30),
+    ],
 )
 def test_class_file_is_complete_and_clean(file: str, cls: str, count: int) -> None:
     levers = load_lever_file(CATALOGUE_DIR / file)
@@ -230,8 +240,9 @@ def test_id_breaking_the_slug_rule_is_reported() -> None:
 
 
 def test_short_and_empty_strata_are_reported() -> None:
-    records = [r for r in synthetic_records()
-               if not (r["perturbation_class"] == "P-FalsePremise" and r["intensity"] == "HIGH")]
+    records = [
+        r for r in synthetic_records() if not (r["perturbation_class"] == "P-FalsePremise" and r["intensity"] == "HIGH")
+    ]
     short = [r for r in records if (r["perturbation_class"], r["intensity"]) == ("P-Ambiguity", "MEDIUM")]
     records.remove(short[0])
     problems = validate_catalogue(records, {})
@@ -250,8 +261,10 @@ def test_unknown_class_in_raw_records_is_reported() -> None:
 
 def test_missing_reference_name_is_reported() -> None:
     records = synthetic_records()
-    reference = {("P-Ambiguity", "LOW"): [records[0]["name"], "Dominant-sense Polysemy"],
-                 ("P-Ambiguity", "HIGH"): [records[0]["name"]]}
+    reference = {
+        ("P-Ambiguity", "LOW"): [records[0]["name"], "Dominant-sense Polysemy"],
+        ("P-Ambiguity", "HIGH"): [records[0]["name"]],
+    }
     problems = validate_catalogue(records, reference)
     assert problems == [
         "stratum P-Ambiguity/LOW lacks reference lever 'Dominant-sense Polysemy'",
@@ -277,7 +290,9 @@ def test_filter_and_group_by_stratum() -> None:
     levers = [Lever.model_validate(r) for r in synthetic_records(per_stratum=2)]
     picked = filter_levers(levers, ["P-Contradiction", "P-FalsePremise"], ["HIGH"])
     assert Counter((lv.perturbation_class, lv.intensity) for lv in picked) == {
-        ("P-Contradiction", "HIGH"): 2, ("P-FalsePremise", "HIGH"): 2}
+        ("P-Contradiction", "HIGH"): 2,
+        ("P-FalsePremise", "HIGH"): 2,
+    }
     assert filter_levers(levers, None, None) == levers
     with pytest.raises(ValueError, match="P-Vagueness"):
         filter_levers(levers, ["P-Vagueness"], None)
@@ -341,7 +356,9 @@ def test_false_premise_lever_targeting_context_fails_with_file_and_line(tmp_path
     assert "P-FalsePremise levers modify 'query' (paper App. I.3), not 'context'" in problems[0]
 
 
-def test_levers_validate_command_exits_non_zero_on_a_target_violation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_levers_validate_command_exits_non_zero_on_a_target_violation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from refusalbench.flows.cli import app
 
     copy = copy_catalogue(tmp_path)
@@ -365,10 +382,13 @@ def test_exceptions_must_be_needed_and_give_a_reason() -> None:
     excused["target"], excused["target_exception"] = "query", "The mismatch is carried by the question alone here."
     problems = validate_catalogue(records, {})
     assert len(problems) == 3
-    assert any(p.startswith(f"lever {departs['id']!r}: target: P-MissingInfo levers modify 'context'") for p in problems)
+    assert any(
+        p.startswith(f"lever {departs['id']!r}: target: P-MissingInfo levers modify 'context'") for p in problems
+    )
     assert any(p.startswith(f"lever {blank['id']!r}: target_exception: is empty") for p in problems)
-    assert any(p.startswith(f"lever {needless['id']!r}: target_exception: ") and "drop the exception" in p
-               for p in problems)
+    assert any(
+        p.startswith(f"lever {needless['id']!r}: target_exception: ") and "drop the exception" in p for p in problems
+    )
 
 
 def test_levers_list_json_keeps_the_contract_fields() -> None:

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from refusalbench.tasks.integrations.inspect.bridge import sample_metrics
-from refusalbench.tasks.refusalbench.schema.records import Judgment
 from refusalbench.tasks.refusalbench.report import leaderboard_markdown, leaderboard_metrics, leaderboard_rows
 from refusalbench.tasks.refusalbench.report.comparison_figures import ModelFacts, compared_metrics, scaling_table
+from refusalbench.tasks.refusalbench.schema.records import Judgment
 from refusalbench.tasks.refusalbench.scoring import (
     METRIC_SPECS,
     METRICS_FILE,
@@ -36,8 +36,16 @@ SHARE = "false_refusal_share"
 @pytest.fixture
 def false_refusal_share() -> Iterator[MetricSpec]:
     """A new ratio metric, one declaration: of the refusals, the share on answerable items."""
-    spec = declare(MetricSpec(SHARE, label="False refusal share", numerator=("answerable_refused",),
-                              denominator=("refused",), higher_is_better=False, leaderboard=True))
+    spec = declare(
+        MetricSpec(
+            SHARE,
+            label="False refusal share",
+            numerator=("answerable_refused",),
+            denominator=("refused",),
+            higher_is_better=False,
+            leaderboard=True,
+        )
+    )
     yield spec
     METRIC_SPECS.remove(SHARE)
 
@@ -78,8 +86,14 @@ def test_a_second_declaration_of_a_name_raises_unless_replacing(false_refusal_sh
 
 def test_a_formula_metric_is_one_function_and_one_decorator():
     try:
-        @formula_metric("balanced_error", label="Balanced error", of=("false_refusal_rate", "missed_refusal_rate"),
-                        higher_is_better=False, compared=True)
+
+        @formula_metric(
+            "balanced_error",
+            label="Balanced error",
+            of=("false_refusal_rate", "missed_refusal_rate"),
+            higher_is_better=False,
+            compared=True,
+        )
         def balanced_error(frr: np.ndarray, mrr: np.ndarray) -> np.ndarray:
             return (frr + mrr) / 2
 
@@ -102,17 +116,29 @@ def test_a_formula_metric_is_one_function_and_one_decorator():
 
 def test_inspect_metrics_are_the_declared_ones_computed_from_judgments(false_refusal_share):
     """The inspect task's metrics go through ``score``'s own computation, a new declaration included."""
-    verdicts = [("a1", "ANSWER_CORRECTLY", "ANSWER", True), ("a2", "ANSWER_CORRECTLY", "REFUSE_MISSING", False),
-                ("a3", "ANSWER_CORRECTLY", "ANSWER", False), ("u1", "REFUSE_MISSING", "REFUSE_MISSING", None),
-                ("u2", "REFUSE_OTHER", "ANSWER", False), ("u3", "REFUSE_OTHER", "REFUSE_MISSING", None)]
-    payloads = [{"judgment": Judgment(item_id=item, model="m", expected=expected, decision=decision,
-                                      answer_correct=correct).model_dump(mode="json"), "variant": "single"}
-                for item, expected, decision, correct in verdicts]
+    verdicts = [
+        ("a1", "ANSWER_CORRECTLY", "ANSWER", True),
+        ("a2", "ANSWER_CORRECTLY", "REFUSE_MISSING", False),
+        ("a3", "ANSWER_CORRECTLY", "ANSWER", False),
+        ("u1", "REFUSE_MISSING", "REFUSE_MISSING", None),
+        ("u2", "REFUSE_OTHER", "ANSWER", False),
+        ("u3", "REFUSE_OTHER", "REFUSE_MISSING", None),
+    ]
+    payloads = [
+        {
+            "judgment": Judgment(
+                item_id=item, model="m", expected=expected, decision=decision, answer_correct=correct
+            ).model_dump(mode="json"),
+            "variant": "single",
+        }
+        for item, expected, decision, correct in verdicts
+    ]
     failed = Judgment(item_id="a4", model="m", expected="ANSWER_CORRECTLY", decision="ANSWER", error="judge failed")
     payloads += [{"judgment": failed.model_dump(mode="json"), "variant": "single"}, None]  # both left out
     names = ["refusal_rate", "false_refusal_rate", "missed_refusal_rate", SHARE]
     assert sample_metrics(payloads, names) == pytest.approx(
-        {"refusal_rate": 3 / 6, "false_refusal_rate": 1 / 3, "missed_refusal_rate": 1 / 3, SHARE: 1 / 3})
+        {"refusal_rate": 3 / 6, "false_refusal_rate": 1 / 3, "missed_refusal_rate": 1 / 3, SHARE: 1 / 3}
+    )
     assert all(math.isnan(v) for v in sample_metrics([None], names).values())
 
 
@@ -131,16 +157,43 @@ def test_a_declaration_that_cannot_be_computed_is_refused():
 def test_the_built_in_declarations_give_the_published_layout():
     """metrics.json's order and the leaderboard's columns (DESIGN.md §6) as they were before the declarations."""
     assert all_metrics() == (
-        "answer_accuracy", "refusal_accuracy", "false_refusal_rate", "missed_refusal_rate", "refusal_rate",
-        "correct_refusal_rate", "detection_precision", "detection_recall", "detection_f1", "category_accuracy",
-        "hierarchical_score", "calibrated_refusal_score", "ece", "ece_answer", "ece_refusal",
-        "answer_quality_score", "hybrid_score", "eligibility_rate", "factuality_rate", "raf_rate")
+        "answer_accuracy",
+        "refusal_accuracy",
+        "false_refusal_rate",
+        "missed_refusal_rate",
+        "refusal_rate",
+        "correct_refusal_rate",
+        "detection_precision",
+        "detection_recall",
+        "detection_f1",
+        "category_accuracy",
+        "hierarchical_score",
+        "calibrated_refusal_score",
+        "ece",
+        "ece_answer",
+        "ece_refusal",
+        "answer_quality_score",
+        "hybrid_score",
+        "eligibility_rate",
+        "factuality_rate",
+        "raf_rate",
+    )
     single = {"m": {"answer_quality_score": math.nan}}
     assert leaderboard_metrics(single) == (
-        ("calibrated_refusal_score", "CRS"), ("answer_accuracy", "Answer acc."), ("refusal_accuracy", "Refusal acc."),
-        ("false_refusal_rate", "FRR"), ("missed_refusal_rate", "MRR"), ("detection_f1", "Detection F1"),
-        ("category_accuracy", "Category acc."), ("hierarchical_score", "Hierarchical"), ("ece", "ECE"))
+        ("calibrated_refusal_score", "CRS"),
+        ("answer_accuracy", "Answer acc."),
+        ("refusal_accuracy", "Refusal acc."),
+        ("false_refusal_rate", "FRR"),
+        ("missed_refusal_rate", "MRR"),
+        ("detection_f1", "Detection F1"),
+        ("category_accuracy", "Category acc."),
+        ("hierarchical_score", "Hierarchical"),
+        ("ece", "ECE"),
+    )
     multi = leaderboard_metrics({"m": {"answer_quality_score": 0.5, "hybrid_score": 0.4}})
     assert multi[-2:] == (("answer_quality_score", "Answer quality"), ("hybrid_score", "Hybrid"))
-    assert [name for name, _ in compared_metrics()] == ["answer_accuracy", "refusal_accuracy",
-                                                       "calibrated_refusal_score"]
+    assert [name for name, _ in compared_metrics()] == [
+        "answer_accuracy",
+        "refusal_accuracy",
+        "calibrated_refusal_score",
+    ]

@@ -7,15 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.core.config import GenerationConfig, load_config, packaged_config
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.refusalbench.plan.estimate import plan_run
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_MODELS = ["claude-4-sonnet", "deepseek-r1", "gpt-4o", "nova-pro"]  # generators = verifiers (§3.4, App. E)
-FRONTIER = {"gpt-4o", "gpt-4.1", "o4-mini", "claude-4-opus", "claude-4-sonnet", "claude-3.5-sonnet", "deepseek-r1",
-            "nova-pro", "nova-premier"}  # §4.1: the frontier models evaluated
+FRONTIER = {
+    "gpt-4o",
+    "gpt-4.1",
+    "o4-mini",
+    "claude-4-opus",
+    "claude-4-sonnet",
+    "claude-3.5-sonnet",
+    "deepseek-r1",
+    "nova-pro",
+    "nova-premier",
+}  # §4.1: the frontier models evaluated
 
 
 @pytest.mark.parametrize("name", ["paper-nq.yaml", "paper-garage.yaml"])
@@ -72,15 +81,19 @@ def test_balance_and_pretest_are_checked(tmp_path):
         load_config(no_judge)
 
 
-@pytest.mark.parametrize(("name", "stand_in"), [("paper-nq.yaml", "sample_single.jsonl"),
-                                                ("paper-garage.yaml", "sample_multi.jsonl")])
+@pytest.mark.parametrize(
+    ("name", "stand_in"), [("paper-nq.yaml", "sample_single.jsonl"), ("paper-garage.yaml", "sample_multi.jsonl")]
+)
 def test_paper_config_can_be_planned(tmp_path, name, stand_in):
     # The bundled samples stand in for the imported base sets.
-    config = _write(tmp_path / "run.yaml", f"""
+    config = _write(
+        tmp_path / "run.yaml",
+        f"""
         include: {packaged_config(name)}
         generation:
-          base_set: {ROOT / 'data' / stand_in}
-        """)
+          base_set: {ROOT / "data" / stand_in}
+        """,
+    )
     cfg = load_config(config)
     items = min(100, len(load_base_set(ROOT / "data" / stand_in)))
     plan = plan_run(cfg)

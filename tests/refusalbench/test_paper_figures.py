@@ -26,22 +26,53 @@ from refusalbench.tasks.refusalbench.report.paper_tables import (
 )
 
 MISSING, AMBIGUOUS = "REFUSE_INFO_MISSING_IN_CONTEXT", "REFUSE_AMBIGUOUS_QUERY"
-CONFUSION = pd.DataFrame([
-    ("a", "ANSWER_CORRECTLY", "ANSWER", 3), ("a", AMBIGUOUS, MISSING, 2), ("a", MISSING, MISSING, 1),
-    ("b", "ANSWER_CORRECTLY", MISSING, 1), ("b", AMBIGUOUS, AMBIGUOUS, 2), ("b", MISSING, "ANSWER", 1),
-], columns=["model", "expected", "predicted", "count"])
+CONFUSION = pd.DataFrame(
+    [
+        ("a", "ANSWER_CORRECTLY", "ANSWER", 3),
+        ("a", AMBIGUOUS, MISSING, 2),
+        ("a", MISSING, MISSING, 1),
+        ("b", "ANSWER_CORRECTLY", MISSING, 1),
+        ("b", AMBIGUOUS, AMBIGUOUS, 2),
+        ("b", MISSING, "ANSWER", 1),
+    ],
+    columns=["model", "expected", "predicted", "count"],
+)
 
 
 def judged_row(model, item, expected, decision, intensity, outcome="ok"):
-    return {"model": model, "item_id": item, "expected": expected, "decision": decision,
-            "answer_correct": True if decision == "ANSWER" and expected == "ANSWER_CORRECTLY" else None,
-            "confidence": None, "perturbation_class": "P-Ambiguity", "intensity": intensity, "lever_id": "l",
-            "domain": "health", "generator": "g", "outcome": outcome, "treatment": "scored" if outcome == "ok" else "x"}
+    return {
+        "model": model,
+        "item_id": item,
+        "expected": expected,
+        "decision": decision,
+        "answer_correct": True if decision == "ANSWER" and expected == "ANSWER_CORRECTLY" else None,
+        "confidence": None,
+        "perturbation_class": "P-Ambiguity",
+        "intensity": intensity,
+        "lever_id": "l",
+        "domain": "health",
+        "generator": "g",
+        "outcome": outcome,
+        "treatment": "scored" if outcome == "ok" else "x",
+    }
 
 
 def breakdown_rows(group, metric, values):
-    return pd.DataFrame([{"model": m, "group": group, "value": v, "metric": metric, "estimate": e,
-                          "ci_low": math.nan, "ci_high": math.nan, "n": 4} for m, v, e in values])
+    return pd.DataFrame(
+        [
+            {
+                "model": m,
+                "group": group,
+                "value": v,
+                "metric": metric,
+                "estimate": e,
+                "ci_low": math.nan,
+                "ci_high": math.nan,
+                "n": 4,
+            }
+            for m, v, e in values
+        ]
+    )
 
 
 def test_paper_tables_by_hand():
@@ -52,10 +83,14 @@ def test_paper_tables_by_hand():
     shares = prediction_shares(matrix)
     assert shares[MISSING] == pytest.approx(4 / 10) and shares.sum() == pytest.approx(1)
 
-    judged = pd.DataFrame([judged_row("a", "i1", "ANSWER_CORRECTLY", "ANSWER", "LOW"),
-                           judged_row("b", "i1", "ANSWER_CORRECTLY", "REFUSE_MISSING", "LOW"),
-                           judged_row("a", "i2", AMBIGUOUS, "REFUSE_MISSING", "HIGH"),
-                           judged_row("b", "i2", AMBIGUOUS, None, "HIGH", outcome="truncated")])
+    judged = pd.DataFrame(
+        [
+            judged_row("a", "i1", "ANSWER_CORRECTLY", "ANSWER", "LOW"),
+            judged_row("b", "i1", "ANSWER_CORRECTLY", "REFUSE_MISSING", "LOW"),
+            judged_row("a", "i2", AMBIGUOUS, "REFUSE_MISSING", "HIGH"),
+            judged_row("b", "i2", AMBIGUOUS, None, "HIGH", outcome="truncated"),
+        ]
+    )
     by_intensity = confusion_by_intensity(judged)
     assert list(by_intensity) == ["LOW", "HIGH"]
     assert by_intensity["LOW"].loc["ANSWER_CORRECTLY"].to_dict() == {"ANSWER": 1, MISSING: 1}
@@ -67,22 +102,38 @@ def test_paper_tables_by_hand():
     assert table.to_dict("list") == {"domain": ["health", "law"], "items": [2, 2], "share": [0.4, 0.4]}
     assert domain_distribution(bench.drop(columns="domain")).empty
 
-    grid = model_domain_grid(breakdown_rows("domain", "refusal_accuracy", [("a", "law", 0.5), ("b", "health", 1.0)]),
-                             "refusal_accuracy", ["b", "a"])
+    grid = model_domain_grid(
+        breakdown_rows("domain", "refusal_accuracy", [("a", "law", 0.5), ("b", "health", 1.0)]),
+        "refusal_accuracy",
+        ["b", "a"],
+    )
     assert list(grid.index) == ["b", "a"] and grid.loc["a", "law"] == 0.5 and math.isnan(grid.loc["a", "health"])
 
-    classes = class_difficulty(breakdown_rows("perturbation_class", "refusal_accuracy", [
-        ("a", "P-Ambiguity", 0.2), ("b", "P-Ambiguity", 0.4), ("a", "P-MissingInfo", 0.9),
-        ("b", "P-MissingInfo", math.nan)]))
+    classes = class_difficulty(
+        breakdown_rows(
+            "perturbation_class",
+            "refusal_accuracy",
+            [
+                ("a", "P-Ambiguity", 0.2),
+                ("b", "P-Ambiguity", 0.4),
+                ("a", "P-MissingInfo", 0.9),
+                ("b", "P-MissingInfo", math.nan),
+            ],
+        )
+    )
     assert classes["perturbation_class"].tolist() == ["P-Ambiguity", "P-MissingInfo"]  # hardest first
     assert classes.iloc[0][["mean", "min", "max", "models"]].tolist() == pytest.approx([0.3, 0.2, 0.4, 2])
     assert classes.iloc[1]["models"] == 1 and classes.iloc[1]["std"] == 0  # NaN is no model's value
-    assert generation_class_ranking({"pass_rate_by_class": {"P-Ambiguity": 0.9, "P-MissingInfo": 0.7}}).index[0] \
+    assert (
+        generation_class_ranking({"pass_rate_by_class": {"P-Ambiguity": 0.9, "P-MissingInfo": 0.7}}).index[0]
         == "P-MissingInfo"
+    )
 
-    metrics = {"a": {"refusal_accuracy": 0.6, "hierarchical_score": 0.5, "answer_accuracy": 0.4},
-               "b": {"refusal_accuracy": 0.2, "hierarchical_score": math.nan, "answer_accuracy": 0.9},
-               "c": {"refusal_accuracy": math.nan, "answer_accuracy": 0.5}}
+    metrics = {
+        "a": {"refusal_accuracy": 0.6, "hierarchical_score": 0.5, "answer_accuracy": 0.4},
+        "b": {"refusal_accuracy": 0.2, "hierarchical_score": math.nan, "answer_accuracy": 0.9},
+        "c": {"refusal_accuracy": math.nan, "answer_accuracy": 0.5},
+    }
     ranking = refusal_ranking(metrics)
     assert ranking["model"].tolist() == ["b", "a"]  # lowest first; c has no refusal accuracy
     panels = dict(dashboard_panels(metrics))
@@ -107,17 +158,23 @@ def test_figures_without_their_data_are_left_out_with_their_reasons():
         "Confusion across models": "no scored response in this run",
     }
     assert figures.sections == []
-    one_domain = paper_figures(ReportInputs(metrics=metrics, benchmark=pd.DataFrame({"domain": ["health"] * 3}),
-                                            confusion=CONFUSION), ["m<1>"])
-    assert dict(one_domain.left_out)["Benchmark domains"] == \
-        "needs items from at least two domains (this benchmark's: health)"
-    assert dict(one_domain.left_out)["Confusion by intensity"] == \
-        "judged.parquet is absent or its rows carry no intensity"
+    one_domain = paper_figures(
+        ReportInputs(metrics=metrics, benchmark=pd.DataFrame({"domain": ["health"] * 3}), confusion=CONFUSION), ["m<1>"]
+    )
+    assert (
+        dict(one_domain.left_out)["Benchmark domains"]
+        == "needs items from at least two domains (this benchmark's: health)"
+    )
+    assert (
+        dict(one_domain.left_out)["Confusion by intensity"] == "judged.parquet is absent or its rows carry no intensity"
+    )
     # Without benchmark.parquet, the judged rows' items give the domains.
     judged = pd.DataFrame([judged_row("a", "i1", "ANSWER_CORRECTLY", "ANSWER", None)])
     from_judged = paper_figures(ReportInputs(metrics=metrics, judged=judged), ["m<1>"])
-    assert dict(from_judged.left_out)["Benchmark domains"] == \
-        "needs items from at least two domains (this benchmark's: health)"
+    assert (
+        dict(from_judged.left_out)["Benchmark domains"]
+        == "needs items from at least two domains (this benchmark's: health)"
+    )
 
     page = build_report(run)
     assert "<h2>Figures not drawn</h2>" in page

@@ -66,9 +66,9 @@ def test_codes_are_found_inside_markdown_and_prose(spelling, canonical, wrapper)
         "Missing information: the passage does not give a date.",
         "This question is ambiguous and the context is contradictory; I refuse.",
         "The answer is 1912.",
-        "REFUSE_CONTRADICTION",      # not a listed spelling: letters continue the code
-        "XREFUSE_MISSING",           # a letter before the code
-        "REFUSE_MISSING2",           # a digit after the code
+        "REFUSE_CONTRADICTION",  # not a listed spelling: letters continue the code
+        "XREFUSE_MISSING",  # a letter before the code
+        "REFUSE_MISSING2",  # a digit after the code
         "ANSWER_CORRECTLY",
     ],
 )
@@ -90,12 +90,15 @@ def test_several_distinct_codes_last_one_wins():
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
-@pytest.mark.parametrize("text", [
-    "REFUSE_AMBIGUOUS then REFUSE_INFO_MISSING_IN_CONTEXT",
-    "refuse_info_missing_in_context, REFUSE_OTHER",
-    "REFUSE_CONTRADICT REFUSE_CONTRADICTORY_CONTEXT_ REFUSE_FALSE_PREMISE",
-    "no code here",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "REFUSE_AMBIGUOUS then REFUSE_INFO_MISSING_IN_CONTEXT",
+        "refuse_info_missing_in_context, REFUSE_OTHER",
+        "REFUSE_CONTRADICT REFUSE_CONTRADICTORY_CONTEXT_ REFUSE_FALSE_PREMISE",
+        "no code here",
+    ],
+)
 def test_last_code_shortcut_agrees_with_the_full_scan(text, wrapper):
     text = wrapper.format(text)
     codes = find_codes(text)
@@ -125,6 +128,7 @@ def test_normalise_decision_accepts_answer_and_aliases_only():
 
 # ----------------------------------------------------------------- confidence
 
+
 @pytest.mark.parametrize(
     "text,expected",
     [
@@ -135,13 +139,13 @@ def test_normalise_decision_accepts_answer_and_aliases_only():
         ("somewhat_confident", "SOMEWHAT_CONFIDENT"),
         ("uncertain", "UNCERTAIN"),
         ("VERY UNCERTAIN", "VERY_UNCERTAIN"),
-        ("CONFIDENCE: VERY_UNCERTAIN", "VERY_UNCERTAIN"),    # contains UNCERTAIN
-        ("Confidence: very confident", "VERY_CONFIDENT"),     # contains CONFIDENT
+        ("CONFIDENCE: VERY_UNCERTAIN", "VERY_UNCERTAIN"),  # contains UNCERTAIN
+        ("Confidence: very confident", "VERY_CONFIDENT"),  # contains CONFIDENT
         ("**Confidence:** SOMEWHAT CONFIDENT", "SOMEWHAT_CONFIDENT"),
         ("Answer: Paris\nCONFIDENCE LEVEL = uncertain", "UNCERTAIN"),
         ("Paris.\nCONFIDENCE: 0.8", "0.8"),
         ("Paris.\nConfidence: 80%", "0.8"),
-        ("Confidence: 80", "0.8"),                            # after a label, >1 is a percentage
+        ("Confidence: 80", "0.8"),  # after a label, >1 is a percentage
         ("Confidence = 0.35 (fairly low)", "0.35"),
         ("0.8", "0.8"),
         ("80%", "0.8"),

@@ -7,22 +7,31 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from refusalbench.tasks.refusalbench.stages.assign import assign_levers, parse_strata, sample_base_items
-from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.tables import to_table
+from refusalbench.tasks.pipeline.refusalbench.assign_step import prepare_inputs
+from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.plan.estimate import CHARS_PER_TOKEN, plan_run, plan_table, time_bound
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
-from refusalbench.tasks.core.tables import to_table
-from refusalbench.tasks.pipeline.refusalbench.assign_step import prepare_inputs
+from refusalbench.tasks.refusalbench.stages.assign import assign_levers, parse_strata, sample_base_items
 
 BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+    },
     {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm."},
     {"id": "s3", "question": "Where is the mill?", "answers": ["Tarn"], "context": "The mill stands in Tarn."},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"],
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
 ]
 
 # gen-a/gen-b/ver-a have no price (openai/<made-up name>); priced is GPT-4o in LiteLLM's map.
@@ -37,7 +46,9 @@ models:
 
 def write_config(tmp_path, *, generation="", evaluation=True):
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in BASE))
-    text = MODELS + f"""
+    text = (
+        MODELS
+        + f"""
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -48,6 +59,7 @@ generation:
   target_size: 4
 {generation}
 """
+    )
     if evaluation:
         text += """
 evaluation:
@@ -70,8 +82,9 @@ def test_generate_calls_equal_assignments_times_generators(tmp_path):
     assert gen.by_model == {"gen-a": 6, "gen-b": 6} and not gen.upper_bound
     # ... which is also what the assignment functions give directly with the config's seed
     items = sample_base_items(load_base_set(tmp_path / "base.jsonl"), 3, 7)
-    assert len(assign_levers(items, load_catalogue(), seed=7,
-                             strata=parse_strata(cfg.generation.strata))) * 2 == gen.calls
+    assert (
+        len(assign_levers(items, load_catalogue(), seed=7, strata=parse_strata(cfg.generation.strata))) * 2 == gen.calls
+    )
     assert gen.input_tokens > 0 and gen.models["gen-a"].input_tokens == gen.models["gen-b"].input_tokens
 
 
@@ -119,7 +132,9 @@ def test_cost_is_none_for_an_unknown_price_and_a_number_for_gpt_4o(tmp_path):
     unpriced = verify.models["ver-a"]
     assert unpriced.cost_usd is None and unpriced.input_cost_usd is None and unpriced.output_tokens_max == 12 * 200
     assert verify.cost_usd is None and plan.total.cost_usd is None  # never a silent 0
-    assert plan.total.priced_cost_usd == pytest.approx(priced.cost_usd + plan.stages["respond"].models["priced"].cost_usd)
+    assert plan.total.priced_cost_usd == pytest.approx(
+        priced.cost_usd + plan.stages["respond"].models["priced"].cost_usd
+    )
     assert plan.total.unpriced_models == ["gen-a", "gen-b", "ver-a"]
     # gen-b has no max_tokens: its output is not bounded
     assert plan.stages["generate"].models["gen-b"].output_tokens_max is None
@@ -163,8 +178,11 @@ def test_input_tokens_are_characters_over_four_of_the_rendered_prompts(tmp_path)
     plan = plan_run(cfg)
     inputs = prepare_inputs(cfg, 7)
     levers = {lever.id: lever for lever in inputs.levers}
-    chars = sum(len(m["content"]) for a in inputs.assignments
-                for m in generation_messages(inputs.items_by_id[a.base_id], levers[a.lever_id]))
+    chars = sum(
+        len(m["content"])
+        for a in inputs.assignments
+        for m in generation_messages(inputs.items_by_id[a.base_id], levers[a.lever_id])
+    )
     assert plan.stages["generate"].models["gen-b"].input_tokens == -(-chars // CHARS_PER_TOKEN)
     assert plan.stages["generate"].models["gen-a"].input_tokens > plan.stages["generate"].models["gen-b"].input_tokens
 
@@ -183,11 +201,26 @@ def test_pretest_stage_and_its_effect_on_generate(tmp_path):
 
 def test_plan_of_a_benchmark_file_is_exact_for_respond(tmp_path):
     cfg = write_config(tmp_path)
-    rows = [BenchmarkItem(item_id=f"i{k}", base_id="s1", variant="single", perturbation_class="P-Ambiguity",
-                          intensity=intensity, lever_id="x", generator="gen-a", question="q?", context="c.",
-                          original_question="q?", original_context="c.", answers=["a"], expected=expected)
-            for k, (intensity, expected) in enumerate([("LOW", "ANSWER_CORRECTLY"), ("HIGH", "REFUSE_AMBIGUOUS_QUERY"),
-                                                       ("LOW", "ANSWER_CORRECTLY")])]
+    rows = [
+        BenchmarkItem(
+            item_id=f"i{k}",
+            base_id="s1",
+            variant="single",
+            perturbation_class="P-Ambiguity",
+            intensity=intensity,
+            lever_id="x",
+            generator="gen-a",
+            question="q?",
+            context="c.",
+            original_question="q?",
+            original_context="c.",
+            answers=["a"],
+            expected=expected,
+        )
+        for k, (intensity, expected) in enumerate(
+            [("LOW", "ANSWER_CORRECTLY"), ("HIGH", "REFUSE_AMBIGUOUS_QUERY"), ("LOW", "ANSWER_CORRECTLY")]
+        )
+    ]
     pq.write_table(to_table(rows, BenchmarkItem), tmp_path / "benchmark.parquet")
     plan = plan_run(cfg, benchmark=str(tmp_path / "benchmark.parquet"))
     assert list(plan.stages) == ["respond", "judge"]
@@ -227,6 +260,7 @@ def test_json_shape_and_table(tmp_path):
 
 # ---------------------------------------------------------------- round sizing (issue 26, part 3)
 
+
 def test_round_size_of_theorem_3_1():
     from refusalbench.tasks.core.stats import rounds_epsilon, rounds_sample_size
 
@@ -259,12 +293,14 @@ def test_plan_command_prints_the_round_size(tmp_path):
 
     write_config(tmp_path)
     runner = CliRunner()
-    table = runner.invoke(app, ["plan", "--config", str(tmp_path / "run.yaml"), "--rounds", "52", "--epsilon", "0.05",
-                                "--delta", "0.05"])
+    table = runner.invoke(
+        app, ["plan", "--config", str(tmp_path / "run.yaml"), "--rounds", "52", "--epsilon", "0.05", "--delta", "0.05"]
+    )
     assert table.exit_code == 0, table.output
     assert "n = 1,529 items per round" in table.output and "generate  gen-a" in table.output  # the plan stays
-    as_json = runner.invoke(app, ["plan", "--config", str(tmp_path / "run.yaml"), "--rounds", "52", "--per-stratum",
-                                  "--format", "json"])
+    as_json = runner.invoke(
+        app, ["plan", "--config", str(tmp_path / "run.yaml"), "--rounds", "52", "--per-stratum", "--format", "json"]
+    )
     data = json.loads(as_json.output)
     assert set(data) >= {"stages", "total", "round_sizing"} and data["round_sizing"]["per_round"] == 1529
     plain = json.loads(runner.invoke(app, ["plan", "--config", str(tmp_path / "run.yaml"), "--format", "json"]).output)

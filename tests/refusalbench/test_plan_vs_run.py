@@ -24,32 +24,63 @@ from pathlib import Path
 import pytest
 
 from refusalbench.tasks.llm.scripted_server import request_fingerprint
-from tests.scripted import (fenced, generator_reply, intensity_of, judge_by_reference, last_user_text, requested_schema,
-                            run_config, verifier_reply)
+from tests.scripted import (
+    fenced,
+    generator_reply,
+    intensity_of,
+    judge_by_reference,
+    last_user_text,
+    requested_schema,
+    run_config,
+    verifier_reply,
+)
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 ROOT = Path(__file__).resolve().parents[2]
 
 BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+    },
     {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm."},
     {"id": "s3", "question": "Where is the mill?", "answers": ["Tarn"], "context": "The mill stands in Tarn."},
     {"id": "s4", "question": "How tall is the tower?", "answers": ["80 m"], "context": "The tower is 80 m tall."},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"],
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
-    {"id": "m2", "question": "Which port is closed?", "answers": ["Dover"],
-     "passages": [{"text": "Noise.", "relevant": False}, {"text": "The port of Dover is closed.", "relevant": True}]},
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
+    {
+        "id": "m2",
+        "question": "Which port is closed?",
+        "answers": ["Dover"],
+        "passages": [{"text": "Noise.", "relevant": False}, {"text": "The port of Dover is closed.", "relevant": True}],
+    },
 ]  # base_sample 5 of 6 keeps at least one multi-document item, which beta garbles
 
-STAGE_OF_SCHEMA = {"GeneratorSingleOutput": "generate", "GeneratorMultiOutput": "generate",
-                   "VerifierOutput": "verify", "JudgeSingleOutput": "judge", "JudgeMultiOutput": "judge",
-                   "JudgeDecisionOutput": "judge", None: "respond"}
+STAGE_OF_SCHEMA = {
+    "GeneratorSingleOutput": "generate",
+    "GeneratorMultiOutput": "generate",
+    "VerifierOutput": "verify",
+    "JudgeSingleOutput": "judge",
+    "JudgeMultiOutput": "judge",
+    "JudgeDecisionOutput": "judge",
+    None: "respond",
+}
 
 
 def write_config(tmp_path: Path, url: str, extra: str = "") -> Path:
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(row) + "\n" for row in BASE))
-    return run_config(tmp_path, url, ("alpha", "beta", "gamma", "delta"), f"""
+    return run_config(
+        tmp_path,
+        url,
+        ("alpha", "beta", "gamma", "delta"),
+        f"""
 generation:
   base_set: base.jsonl
   generators: [alpha, beta]
@@ -64,7 +95,11 @@ generation:
   judge: gamma
   bootstrap: 50
   shard_size: 4
-""", max_concurrency=4, max_attempts=1, params={"max_tokens": 256})
+""",
+        max_concurrency=4,
+        max_attempts=1,
+        params={"max_tokens": 256},
+    )
 
 
 def responder(request: dict) -> str:
@@ -85,8 +120,14 @@ def responder(request: dict) -> str:
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 def planned(config: Path, *extra: str) -> dict:
@@ -113,8 +154,11 @@ def test_plan_predicts_the_calls_of_the_run(tmp_path, fake_llm):
     assert fake_llm.calls == []  # planning calls no model
 
     out = tmp_path / "run"
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"),
-               PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()))
+    env = dict(
+        os.environ,
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
+    )
     done = cli("run", "--config", str(config), "--out", str(out), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert all(call["status"] == 200 for call in fake_llm.calls)  # no retry inflates the counts
@@ -160,8 +204,11 @@ def test_plan_predicts_the_calls_of_the_pretest(tmp_path, fake_llm):
     assert list(plan["stages"]) == ["pretest", "generate", "verify", "respond", "judge"]
     assert plan["stages"]["generate"]["upper_bound"]  # the pre-test may keep fewer items
 
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"),
-               PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()))
+    env = dict(
+        os.environ,
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_API_URL=str(prefect.settings.PREFECT_API_URL.value()),
+    )
     done = cli("pretest", "--config", str(config), "--out", str(tmp_path / "pre"), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("(base items: imported 6 -> pretested 6 -> kept 5 -> sampled 5)")

@@ -13,17 +13,34 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.refusalbench.stages.pretest import kept_items, summary_by_model, unperturbed_item
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, Candidate, PretestRow
+from refusalbench.tasks.refusalbench.stages.pretest import kept_items, summary_by_model, unperturbed_item
 from refusalbench.tasks.refusalbench.stages.select import stratified_sample
-from tests.scripted import by_model, fenced, generator_reply, judge_by_reference, last_user_text, run_config, verifier_reply
+from tests.scripted import (
+    by_model,
+    fenced,
+    generator_reply,
+    judge_by_reference,
+    last_user_text,
+    run_config,
+    verifier_reply,
+)
 
 BASE = [
-    {"id": "s1", "question": "When was the bridge opened?", "answers": ["1932"], "context": "The bridge opened in 1932."},
+    {
+        "id": "s1",
+        "question": "When was the bridge opened?",
+        "answers": ["1932"],
+        "context": "The bridge opened in 1932.",
+    },
     {"id": "s2", "question": "Who founded the firm?", "answers": ["Ada Lee"], "context": "Ada Lee founded the firm."},
     {"id": "s3", "question": "Where is the mill?", "answers": ["Tarn"], "context": "The mill stands in Tarn."},
-    {"id": "m1", "question": "What is the dose?", "answers": ["5 mg"],
-     "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}]},
+    {
+        "id": "m1",
+        "question": "What is the dose?",
+        "answers": ["5 mg"],
+        "passages": [{"text": "The dose is 5 mg.", "relevant": True}, {"text": "Unrelated.", "relevant": False}],
+    },
 ]
 BY_QUESTION = {row["question"]: row for row in BASE}
 MODELS = ["pre-a", "pre-b", "judge", "gen-a", "gen-b", "ver-a"]
@@ -31,7 +48,11 @@ MODELS = ["pre-a", "pre-b", "judge", "gen-a", "gen-b", "ver-a"]
 
 def write_config(tmp_path, url, *, pretest="{models: [pre-a, pre-b], judge: judge}", extra=""):
     (tmp_path / "base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in BASE))
-    return run_config(tmp_path, url, MODELS, f"""
+    return run_config(
+        tmp_path,
+        url,
+        MODELS,
+        f"""
 generation:
   base_set: base.jsonl
   generators: [gen-a, gen-b]
@@ -41,11 +62,14 @@ generation:
   shard_size: 3
   pretest: {pretest}
 {extra}
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
 
 
 def target(*, wrong=(), refuse=(), broken=()):
     """A scripted pre-test model: the reference answer, except wrong / refused / failing items."""
+
     def reply(request):
         (question,) = fenced(last_user_text(request), "question")
         item = BY_QUESTION[question]["id"]
@@ -54,18 +78,21 @@ def target(*, wrong=(), refuse=(), broken=()):
         if item in refuse:
             return "REFUSE_INFO_MISSING_IN_CONTEXT"
         return "I am not sure, maybe 1900." if item in wrong else BY_QUESTION[question]["answers"][0]
+
     return reply
 
 
 def script(fake_llm, **pre_b):
-    fake_llm.responder = by_model({
-        "pre-a": target(refuse={"s3"} if pre_b.pop("a_refuses_s3", False) else ()),
-        "pre-b": target(**pre_b),
-        "judge": judge_by_reference,
-        "gen-a": lambda req: generator_reply(req, "a"),
-        "gen-b": lambda req: generator_reply(req, "b"),
-        "ver-a": lambda req: verifier_reply("PASS"),
-    })
+    fake_llm.responder = by_model(
+        {
+            "pre-a": target(refuse={"s3"} if pre_b.pop("a_refuses_s3", False) else ()),
+            "pre-b": target(**pre_b),
+            "judge": judge_by_reference,
+            "gen-a": lambda req: generator_reply(req, "a"),
+            "gen-b": lambda req: generator_reply(req, "b"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+        }
+    )
 
 
 def run_generation(config, out):
@@ -78,12 +105,16 @@ def run_generation(config, out):
 
 
 def test_kept_needs_every_model_correct_and_a_missing_row_is_not_correct():
-    rows = [PretestRow(item_id=i, model=m, variant="single", correct=ok)
-            for i, m, ok in [("a", "x", True), ("a", "y", True), ("b", "x", True), ("b", "y", False), ("c", "x", True)]]
+    rows = [
+        PretestRow(item_id=i, model=m, variant="single", correct=ok)
+        for i, m, ok in [("a", "x", True), ("a", "y", True), ("b", "x", True), ("b", "y", False), ("c", "x", True)]
+    ]
     assert kept_items(["a", "b", "c"], rows, ["x", "y"]) == {"a"}
     failed = PretestRow(item_id="a", model="y", variant="single", correct=False, error="response failed: 500")
-    assert summary_by_model([*rows, failed], ["x", "y"]) == {"x": {"correct": 3, "wrong": 0, "failed": 0},
-                                                              "y": {"correct": 1, "wrong": 1, "failed": 1}}
+    assert summary_by_model([*rows, failed], ["x", "y"]) == {
+        "x": {"correct": 3, "wrong": 0, "failed": 0},
+        "y": {"correct": 1, "wrong": 1, "failed": 1},
+    }
 
 
 def test_unperturbed_item_is_the_base_item_as_an_answerable_item():
@@ -93,6 +124,7 @@ def test_unperturbed_item_is_the_base_item_as_an_answerable_item():
 
 
 # ---------------------------------------------------------------- pre-test in the generation flow
+
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_generation_keeps_only_items_every_pretest_model_answers(tmp_path, fake_llm):
@@ -203,9 +235,21 @@ def candidates(counts: dict[tuple[str, str, str], int]) -> list[Candidate]:
     out = []
     for (cls, intensity, generator), n in counts.items():
         for k in range(n):
-            out.append(Candidate(candidate_id=f"{cls}-{intensity}-{generator}-{k}", assignment_id="a", base_id=f"b{k}",
-                                 lever_id="l", perturbation_class=cls, intensity=intensity, variant="single",
-                                 generator=generator, status="ok", expected="x", prompt_hash="h"))
+            out.append(
+                Candidate(
+                    candidate_id=f"{cls}-{intensity}-{generator}-{k}",
+                    assignment_id="a",
+                    base_id=f"b{k}",
+                    lever_id="l",
+                    perturbation_class=cls,
+                    intensity=intensity,
+                    variant="single",
+                    generator=generator,
+                    status="ok",
+                    expected="x",
+                    prompt_hash="h",
+                )
+            )
     return out
 
 
@@ -217,10 +261,12 @@ def per_stratum_generator(sample: list[Candidate]) -> Counter:
 
 
 def test_generator_balance_takes_equal_counts_per_generator_in_every_stratum():
-    pool = candidates({(*AMB, "g1"): 9, (*AMB, "g2"): 5, (*AMB, "g3"): 7,
-                       (*MISS, "g1"): 6, (*MISS, "g2"): 8, (*MISS, "g3"): 6})
-    sample, shortfalls = stratified_sample(pool, 24, seed=1, strata=[AMB, MISS], balance="generator",
-                                           generators=["g1", "g2", "g3"])
+    pool = candidates(
+        {(*AMB, "g1"): 9, (*AMB, "g2"): 5, (*AMB, "g3"): 7, (*MISS, "g1"): 6, (*MISS, "g2"): 8, (*MISS, "g3"): 6}
+    )
+    sample, shortfalls = stratified_sample(
+        pool, 24, seed=1, strata=[AMB, MISS], balance="generator", generators=["g1", "g2", "g3"]
+    )
     # 24 = 3 generators x 8, spread over 2 strata: 4 per generator per stratum.
     assert set(per_stratum_generator(sample).values()) == {4} and len(per_stratum_generator(sample)) == 6
     assert shortfalls == {}
@@ -228,29 +274,36 @@ def test_generator_balance_takes_equal_counts_per_generator_in_every_stratum():
     natural, _ = stratified_sample(pool, 36, seed=1, strata=[AMB, MISS])
     assert len(set(per_stratum_generator(natural).values())) > 1
     # Deterministic by seed.
-    again, _ = stratified_sample(pool, 24, seed=1, strata=[AMB, MISS], balance="generator", generators=["g1", "g2", "g3"])
+    again, _ = stratified_sample(
+        pool, 24, seed=1, strata=[AMB, MISS], balance="generator", generators=["g1", "g2", "g3"]
+    )
     assert [c.candidate_id for c in again] == [c.candidate_id for c in sample]
 
 
 def test_generator_balance_reports_the_short_generator_and_keeps_counts_equal():
     pool = candidates({(*AMB, "g1"): 9, (*AMB, "g2"): 2, (*MISS, "g1"): 6, (*MISS, "g2"): 6})
     # g3 is one of the run's generators but had nothing accepted in either stratum.
-    sample, shortfalls = stratified_sample(pool, 16, seed=0, strata=[AMB, MISS], balance="generator",
-                                           generators=["g1", "g2"])
+    sample, shortfalls = stratified_sample(
+        pool, 16, seed=0, strata=[AMB, MISS], balance="generator", generators=["g1", "g2"]
+    )
     counts = per_stratum_generator(sample)
     assert counts[(*AMB, "g1")] == counts[(*AMB, "g2")] == 2  # share 4, g2 has 2: both give 2
     assert counts[(*MISS, "g1")] == counts[(*MISS, "g2")] == 4
-    assert shortfalls == {"P-Ambiguity/LOW": {"wanted": 8, "got": 4, "generators": {"g2": {"wanted": 4, "accepted": 2}}}}
-    _, missing = stratified_sample(pool, 18, seed=0, strata=[AMB, MISS], balance="generator",
-                                   generators=["g1", "g2", "g3"])
+    assert shortfalls == {
+        "P-Ambiguity/LOW": {"wanted": 8, "got": 4, "generators": {"g2": {"wanted": 4, "accepted": 2}}}
+    }
+    _, missing = stratified_sample(
+        pool, 18, seed=0, strata=[AMB, MISS], balance="generator", generators=["g1", "g2", "g3"]
+    )
     assert missing["P-MissingInfo/HIGH"]["got"] == 0
     assert missing["P-MissingInfo/HIGH"]["generators"] == {"g3": {"wanted": 3, "accepted": 0}}
 
 
 def test_generator_balance_without_a_target_takes_the_poorest_generators_count():
     pool = candidates({(*AMB, "g1"): 5, (*AMB, "g2"): 3, (*MISS, "g1"): 2, (*MISS, "g2"): 4})
-    sample, shortfalls = stratified_sample(pool, None, seed=0, strata=[AMB, MISS], balance="generator",
-                                           generators=["g1", "g2"])
+    sample, shortfalls = stratified_sample(
+        pool, None, seed=0, strata=[AMB, MISS], balance="generator", generators=["g1", "g2"]
+    )
     counts = per_stratum_generator(sample)
     assert counts == Counter({(*AMB, "g1"): 3, (*AMB, "g2"): 3, (*MISS, "g1"): 2, (*MISS, "g2"): 2})
     assert shortfalls == {}
@@ -259,8 +312,10 @@ def test_generator_balance_without_a_target_takes_the_poorest_generators_count()
 def test_report_shows_the_base_set_funnel_and_the_pretest_per_model():
     from refusalbench.tasks.refusalbench.report import ReportInputs, build_report
 
-    counts = {"base_set_funnel": {"imported": 4, "pretested": 4, "kept": 2, "sampled": 2},
-              "pretest_by_model": {"pre-<b>": {"correct": 3, "wrong": 1, "failed": 0}}}
+    counts = {
+        "base_set_funnel": {"imported": 4, "pretested": 4, "kept": 2, "sampled": 2},
+        "pretest_by_model": {"pre-<b>": {"correct": 3, "wrong": 1, "failed": 0}},
+    }
     html = build_report(ReportInputs(metrics={}, manifest={"counts": counts}))
     assert "<h2>Base set</h2>" in html and "pretested" in html and "pre-&lt;b&gt;" in html
     # An evaluation's own manifest has no funnel: the generation's counts are given beside it.

@@ -9,7 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.refusalbench.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows, ranked_models
+from refusalbench.tasks.refusalbench.report import (
+    ReportInputs,
+    build_report,
+    leaderboard_markdown,
+    leaderboard_rows,
+    ranked_models,
+)
 from refusalbench.tasks.refusalbench.scoring import load_score_outputs, render_score_outputs, score_frame
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
 
@@ -36,10 +42,18 @@ def judged(models, with_confidence=True, n_items=72, seed=0):
                 decision = expected
             else:
                 decision = "REFUSE_INFO_MISSING"
-            record = {"model": model, "item_id": f"i{i}", "expected": expected, "decision": decision,
-                      "answer_correct": bool(rng.random() < 0.6), "perturbation_class": cls,
-                      "intensity": intensity, "domain": ["law", "health"][i % 2],
-                      "lever_id": f"lever-{i % 12}", "generator": "g1"}
+            record = {
+                "model": model,
+                "item_id": f"i{i}",
+                "expected": expected,
+                "decision": decision,
+                "answer_correct": bool(rng.random() < 0.6),
+                "perturbation_class": cls,
+                "intensity": intensity,
+                "domain": ["law", "health"][i % 2],
+                "lever_id": f"lever-{i % 12}",
+                "generator": "g1",
+            }
             if with_confidence:
                 record["confidence"] = rng.choice(["VERY_CONFIDENT", "CONFIDENT", "UNCERTAIN"])
             records.append(record)
@@ -77,7 +91,7 @@ def test_untrusted_text_is_escaped_everywhere(scored):
     page = build_report(inputs)
     assert EVIL not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert page.count(IMG) == 14 + PAPER + 1   # plus the round-trend plot
+    assert page.count(IMG) == 14 + PAPER + 1  # plus the round-trend plot
     assert "Run metadata" in page and "Generator × verifier analysis" in page
 
 
@@ -85,7 +99,7 @@ def test_report_without_confidences_says_so():
     result = score_frame(judged(["alpha", "beta"], with_confidence=False), n_resamples=20)
     page = build_report(ReportInputs.from_score(result))
     assert "No confidences were elicited" in page
-    assert page.count(IMG) == 2 + 1 + 2 + 1 + 2 + 1 + 1 + PAPER   # no reliability diagram
+    assert page.count(IMG) == 2 + 1 + 2 + 1 + 2 + 1 + 1 + PAPER  # no reliability diagram
 
 
 def test_report_from_files_and_from_metrics_only(scored):
@@ -109,7 +123,7 @@ def test_leaderboard_rows_and_markdown_rank_by_crs():
     rows = leaderboard_rows(metrics, intervals)
     assert [r["model"] for r in rows] == ["high|pipe", "low", "undefined"]
     assert rows[0]["crs_ci_low"] == 0.6 and rows[0]["rank"] == 1
-    assert rows[2]["calibrated_refusal_score"] is None   # NaN -> None for JSON
+    assert rows[2]["calibrated_refusal_score"] is None  # NaN -> None for JSON
     markdown = leaderboard_markdown(metrics, intervals)
     lines = markdown.strip().splitlines()
     assert len(lines) == 2 + 3

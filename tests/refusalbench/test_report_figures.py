@@ -20,8 +20,6 @@ import math
 import pandas as pd
 import pytest
 
-from refusalbench.tasks.refusalbench.schema.json_files import GVAnalysis
-from refusalbench.tasks.refusalbench.stages.gv_analysis import gv_analysis
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report, build_report
 from refusalbench.tasks.refusalbench.report.comparison_figures import (
     alignment_table,
@@ -39,26 +37,58 @@ from refusalbench.tasks.refusalbench.report.generation_figures import (
     pass_rate_table,
     self_bias_table,
 )
+from refusalbench.tasks.refusalbench.schema.json_files import GVAnalysis
+from refusalbench.tasks.refusalbench.stages.gv_analysis import gv_analysis
 
 IMG = '<img src="data:image/png;base64,'
 
-CANDIDATES = [("c1", "g1", "P-Ambiguity", "LOW"), ("c2", "g1", "P-Ambiguity", "HIGH"),
-              ("c3", "g1", "P-MissingInfo", "HIGH"), ("c4", "g2", "P-Ambiguity", "LOW"),
-              ("c5", "g2", "P-MissingInfo", "MEDIUM")]
-VERDICTS = {"c1": ("PASS", "PASS"), "c2": ("PASS", "FAIL"), "c3": ("PASS", "PASS"), "c4": ("FAIL", "PASS"),
-            "c5": ("PASS", "ERROR")}
+CANDIDATES = [
+    ("c1", "g1", "P-Ambiguity", "LOW"),
+    ("c2", "g1", "P-Ambiguity", "HIGH"),
+    ("c3", "g1", "P-MissingInfo", "HIGH"),
+    ("c4", "g2", "P-Ambiguity", "LOW"),
+    ("c5", "g2", "P-MissingInfo", "MEDIUM"),
+]
+VERDICTS = {
+    "c1": ("PASS", "PASS"),
+    "c2": ("PASS", "FAIL"),
+    "c3": ("PASS", "PASS"),
+    "c4": ("FAIL", "PASS"),
+    "c5": ("PASS", "ERROR"),
+}
 
 
 def analysis(verifiers=("g1", "v2"), generators=("g1", "g2"), accepted=("c1", "c3")) -> dict:
     """gv_analysis.json of the synthetic run, as the report reads it (JSON form)."""
     # c1 and c4 perturb the same assignment: the matched set (Fig. 3) is that one.
-    candidates = pd.DataFrame([{"candidate_id": c, "assignment_id": {"c4": "c1"}.get(c, c), "generator": g,
-                                "perturbation_class": k, "intensity": i, "status": "ok", "precheck_failures": []}
-                               for c, g, k, i in CANDIDATES])
+    candidates = pd.DataFrame(
+        [
+            {
+                "candidate_id": c,
+                "assignment_id": {"c4": "c1"}.get(c, c),
+                "generator": g,
+                "perturbation_class": k,
+                "intensity": i,
+                "status": "ok",
+                "precheck_failures": [],
+            }
+            for c, g, k, i in CANDIDATES
+        ]
+    )
     generator_of = {c: g for c, g, _, _ in CANDIDATES}
-    rows = [{"candidate_id": c, "generator": generator_of[c], "verifier": v, "verdict": verdict,
-             "stated_verdict": None if verdict == "ERROR" else verdict, "consistent": None if verdict == "ERROR" else True}
-            for c, pair in VERDICTS.items() for v, verdict in zip(("g1", "v2"), pair) if v in verifiers]
+    rows = [
+        {
+            "candidate_id": c,
+            "generator": generator_of[c],
+            "verifier": v,
+            "verdict": verdict,
+            "stated_verdict": None if verdict == "ERROR" else verdict,
+            "consistent": None if verdict == "ERROR" else True,
+        }
+        for c, pair in VERDICTS.items()
+        for v, verdict in zip(("g1", "v2"), pair)
+        if v in verifiers
+    ]
     raw = gv_analysis(candidates, pd.DataFrame(rows), set(accepted), set(accepted), list(generators), list(verifiers))
     return GVAnalysis.model_validate(raw).model_dump(mode="json")
 
@@ -68,8 +98,10 @@ def analysis(verifiers=("g1", "v2"), generators=("g1", "g2"), accepted=("c1", "c
 
 def test_generation_tables_by_hand():
     gv = analysis()
-    assert composition_table(gv).to_dict() == {"LOW": {"P-Ambiguity": 1, "P-MissingInfo": 0},
-                                               "HIGH": {"P-Ambiguity": 0, "P-MissingInfo": 1}}
+    assert composition_table(gv).to_dict() == {
+        "LOW": {"P-Ambiguity": 1, "P-MissingInfo": 0},
+        "HIGH": {"P-Ambiguity": 0, "P-MissingInfo": 1},
+    }
     # Both accepted candidates are g1's; g2 keeps its (empty) bar.
     for stage in ("accepted", "sampled"):
         table = contribution_table(gv, stage)
@@ -105,11 +137,15 @@ def test_every_generation_figure_is_drawn_when_the_run_allows():
 
 def test_generation_figures_left_out_say_what_is_missing():
     page = generation_figures_html(analysis(verifiers=("v2",), generators=("g2",), accepted=()))
-    assert "Self-evaluation bias by class: needs a model that is both a generator and a verifier " \
-           "(this run: generators g2; verifiers v2)." in page
+    assert (
+        "Self-evaluation bias by class: needs a model that is both a generator and a verifier "
+        "(this run: generators g2; verifiers v2)." in page
+    )
     assert "Verifier agreement: needs at least two verifiers (this run: v2)." in page
-    assert "Self vs cross pass rate: needs a model that is both a generator and a verifier " \
-           "(this run: generators g2; verifiers v2)." in page
+    assert (
+        "Self vs cross pass rate: needs a model that is both a generator and a verifier "
+        "(this run: generators g2; verifiers v2)." in page
+    )
     # Nothing accepted: no composition, no contributions, each said in one line.
     assert "Benchmark composition: the benchmark holds no item." in page
     assert "Generator contributions: no candidate was accepted." in page
@@ -118,10 +154,21 @@ def test_generation_figures_left_out_say_what_is_missing():
 
 
 def test_a_run_without_any_verdict_says_so():
-    candidates = pd.DataFrame([{"candidate_id": "c1", "generator": "g1", "perturbation_class": "P-Ambiguity",
-                                "intensity": "LOW", "status": "parse_error", "precheck_failures": None}])
-    verifications = pd.DataFrame(columns=["candidate_id", "generator", "verifier", "verdict", "stated_verdict",
-                                          "consistent"])
+    candidates = pd.DataFrame(
+        [
+            {
+                "candidate_id": "c1",
+                "generator": "g1",
+                "perturbation_class": "P-Ambiguity",
+                "intensity": "LOW",
+                "status": "parse_error",
+                "precheck_failures": None,
+            }
+        ]
+    )
+    verifications = pd.DataFrame(
+        columns=["candidate_id", "generator", "verifier", "verdict", "stated_verdict", "consistent"]
+    )
     raw = gv_analysis(candidates, verifications, set(), set(), ["g1"], ["g1", "v2"])
     page = generation_figures_html(GVAnalysis.model_validate(raw).model_dump(mode="json"))
     assert "Pass rate by generator and perturbation class: no candidate received a PASS or FAIL verdict." in page
@@ -134,12 +181,24 @@ def test_a_run_without_any_verdict_says_so():
 
 
 def _m(answer, refusal):
-    return {"answer_accuracy": answer, "refusal_accuracy": refusal,
-            "calibrated_refusal_score": (answer + refusal) / 2, "n": 10}
+    return {
+        "answer_accuracy": answer,
+        "refusal_accuracy": refusal,
+        "calibrated_refusal_score": (answer + refusal) / 2,
+        "n": 10,
+    }
 
 
-METRICS = {"qwen-s": _m(0.1, 0.1), "qwen-l": _m(0.5, 0.2), "olmo-sft": _m(0.3, 0.1), "olmo-dpo": _m(0.4, 0.3),
-           "olmo-dpo-7": _m(0.5, 0.4), "sonnet": _m(0.6, 0.7), "sonnet-1024": _m(0.58, 0.72), "other": _m(0.5, 0.5)}
+METRICS = {
+    "qwen-s": _m(0.1, 0.1),
+    "qwen-l": _m(0.5, 0.2),
+    "olmo-sft": _m(0.3, 0.1),
+    "olmo-dpo": _m(0.4, 0.3),
+    "olmo-dpo-7": _m(0.5, 0.4),
+    "sonnet": _m(0.6, 0.7),
+    "sonnet-1024": _m(0.58, 0.72),
+    "other": _m(0.5, 0.5),
+}
 REGISTRY = {
     "qwen-s": {"model": "x/q05", "family": "Qwen 1.5", "parameters_b": 0.5},
     "qwen-l": {"model": "x/q7", "family": "Qwen 1.5", "parameters_b": 7},
@@ -155,8 +214,13 @@ REGISTRY = {
 def domain_breakdown() -> pd.DataFrame:
     # law: answer (0.8, 0.6) refusal (0.4, 0.2); health: answer (1.0, 0.8) refusal (0.5, 0.7)
     cells = [("a", "law", 0.8, 0.4), ("b", "law", 0.6, 0.2), ("a", "health", 1.0, 0.5), ("b", "health", 0.8, 0.7)]
-    return pd.DataFrame([{"model": m, "group": "domain", "value": d, "metric": metric, "estimate": value}
-                         for m, d, a, r in cells for metric, value in (("answer_accuracy", a), ("refusal_accuracy", r))])
+    return pd.DataFrame(
+        [
+            {"model": m, "group": "domain", "value": d, "metric": metric, "estimate": value}
+            for m, d, a, r in cells
+            for metric, value in (("answer_accuracy", a), ("refusal_accuracy", r))
+        ]
+    )
 
 
 def test_comparison_tables_by_hand():
@@ -164,8 +228,11 @@ def test_comparison_tables_by_hand():
     scaling = scaling_table(METRICS, facts)
     # Qwen has two sizes; OLMo-2 DPO two (1B, 7B); OLMo-2 SFT one size only; thinking variants are not sizes.
     assert scaling[["line", "model", "parameters_b"]].values.tolist() == [
-        ["OLMo-2 (DPO)", "olmo-dpo", 1.0], ["OLMo-2 (DPO)", "olmo-dpo-7", 7.0],
-        ["Qwen 1.5", "qwen-s", 0.5], ["Qwen 1.5", "qwen-l", 7.0]]
+        ["OLMo-2 (DPO)", "olmo-dpo", 1.0],
+        ["OLMo-2 (DPO)", "olmo-dpo-7", 7.0],
+        ["Qwen 1.5", "qwen-s", 0.5],
+        ["Qwen 1.5", "qwen-l", 7.0],
+    ]
     assert scaling.set_index("model").loc["qwen-l", "calibrated_refusal_score"] == pytest.approx(0.35)
 
     (pair,) = alignment_table(METRICS, facts).to_dict("records")
@@ -174,7 +241,9 @@ def test_comparison_tables_by_hand():
 
     thinking = thinking_table(METRICS, facts)
     assert thinking[["group", "model", "thinking_budget"]].values.tolist() == [
-        ["sonnet", "sonnet", 0], ["sonnet", "sonnet-1024", 1024]]
+        ["sonnet", "sonnet", 0],
+        ["sonnet", "sonnet-1024", 1024],
+    ]
 
     difficulty = domain_difficulty(domain_breakdown()).set_index("domain")
     assert list(difficulty.index) == ["law", "health"]  # hardest first
@@ -194,12 +263,18 @@ def test_comparison_figures_left_out_name_what_is_missing():
     metrics = {"qwen-s": METRICS["qwen-s"], "olmo-sft": METRICS["olmo-sft"], "other": METRICS["other"]}
     page = comparison_figures_html(metrics, domain_breakdown()[lambda f: f["value"] == "law"], REGISTRY)
     assert page.count(IMG) == 0
-    assert ("Scaling curves: needs at least two sizes of one model family (this run: olmo-sft (OLMo-2, 1B), "
-            "qwen-s (Qwen 1.5, 0.5B); 1 model(s) without family and parameters_b in the registry).") in page
-    assert "SFT vs DPO: needs an SFT and a DPO model of one family at the same size " \
-           "(this run, models marked sft/dpo: olmo-sft (SFT, OLMo-2, 1B))." in page
-    assert "Thinking budget: needs at least two thinking budgets of one model " \
-           "(this run, models with thinking_budget: none)." in page
+    assert (
+        "Scaling curves: needs at least two sizes of one model family (this run: olmo-sft (OLMo-2, 1B), "
+        "qwen-s (Qwen 1.5, 0.5B); 1 model(s) without family and parameters_b in the registry)."
+    ) in page
+    assert (
+        "SFT vs DPO: needs an SFT and a DPO model of one family at the same size "
+        "(this run, models marked sft/dpo: olmo-sft (SFT, OLMo-2, 1B))." in page
+    )
+    assert (
+        "Thinking budget: needs at least two thinking budgets of one model "
+        "(this run, models with thinking_budget: none)." in page
+    )
     assert "Domain difficulty: needs items from at least two domains (this run&#x27;s domains: law)." in page
     assert "not enough data" not in page.lower()
 
@@ -209,8 +284,9 @@ def test_comparison_figures_left_out_name_what_is_missing():
 
 def test_full_report_takes_the_registry_from_the_manifest():
     manifest = {"run_id": "r", "config": {"models": REGISTRY}}
-    page = build_report(ReportInputs(metrics=METRICS, breakdown=domain_breakdown(), manifest=manifest,
-                                     gv_analysis=analysis()))
+    page = build_report(
+        ReportInputs(metrics=METRICS, breakdown=domain_breakdown(), manifest=manifest, gv_analysis=analysis())
+    )
     comparison = page.split("<h2>Model comparison</h2>")[1].split("</section>")[0]
     generation = page.split("<h2>Benchmark generation</h2>")[1].split("</section>")[0]
     assert comparison.count(IMG) == 4 and generation.count(IMG) == 7
@@ -221,8 +297,11 @@ def test_full_report_takes_the_registry_from_the_manifest():
 
 
 def test_generation_only_report_has_no_evaluation_sections():
-    page = build_generation_report(ReportInputs(metrics={}, gv_analysis=analysis(), manifest={"run_id": "r"},
-                                                title="RefusalBench report (generation only)"))
+    page = build_generation_report(
+        ReportInputs(
+            metrics={}, gv_analysis=analysis(), manifest={"run_id": "r"}, title="RefusalBench report (generation only)"
+        )
+    )
     assert page.count(IMG) == 7
     assert "Leaderboard" not in page and "Model comparison" not in page and "not enough data" not in page.lower()
     assert "<h2>Run metadata</h2>" in page
@@ -235,17 +314,25 @@ def test_the_final_report_shows_the_figures_the_generation_report_drew(tmp_path)
 
     from refusalbench.tasks.core import runfolder
     from refusalbench.tasks.core.store import ArtifactStore
-    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-    from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report, write_report
     from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key, generation_figures_html
+    from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report, write_report
+    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
     from refusalbench.tasks.refusalbench.scoring import score_frame
     from tests.refusalbench.test_report import judged
 
     store = ArtifactStore(str(tmp_path))
     store.save(rb_files.GV_ANALYSIS, GVAnalysis.model_validate(analysis()))
-    store.save(runfolder.MANIFEST, runfolder.RunManifest(
-        schema_version=runfolder.SCHEMA_VERSION, run_id="r", kind="run", package_version="0", config_hash="h",
-        created_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)))
+    store.save(
+        runfolder.MANIFEST,
+        runfolder.RunManifest(
+            schema_version=runfolder.SCHEMA_VERSION,
+            run_id="r",
+            kind="run",
+            package_version="0",
+            config_hash="h",
+            created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        ),
+    )
     write_generation_report(store)
     stored = list((tmp_path / runfolder.WORK).glob("generation-figures-*.html"))
     assert len(stored) == 1 and stored[0].read_text() == generation_figures_html(analysis())
@@ -264,16 +351,23 @@ def test_the_final_report_shows_the_figures_the_generation_report_drew(tmp_path)
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_generate_leaves_a_generation_report(tmp_path, fake_llm):
-    from tests.scripted import by_model, generator_reply, intensity_of, requested_schema, verifier_reply
     from tests.pipeline.test_generation_flow import run, write_config
+    from tests.scripted import by_model, generator_reply, intensity_of, requested_schema, verifier_reply
 
     def gen_a(request):  # gen-a generates and also verifies (it passes everything it sees)
-        return verifier_reply("PASS") if requested_schema(request) == "VerifierOutput" else generator_reply(request, "a")
+        return (
+            verifier_reply("PASS") if requested_schema(request) == "VerifierOutput" else generator_reply(request, "a")
+        )
 
-    fake_llm.responder = by_model({
-        "gen-a": gen_a, "gen-b": lambda r: generator_reply(r, "b"),
-        "ver-b": lambda r: verifier_reply("FAIL" if intensity_of(r) == "HIGH" and " question a?" in json.dumps(r)
-                                          else "PASS")})
+    fake_llm.responder = by_model(
+        {
+            "gen-a": gen_a,
+            "gen-b": lambda r: generator_reply(r, "b"),
+            "ver-b": lambda r: verifier_reply(
+                "FAIL" if intensity_of(r) == "HIGH" and " question a?" in json.dumps(r) else "PASS"
+            ),
+        }
+    )
     out = tmp_path / "run"
     run(write_config(tmp_path, fake_llm.url, verifiers=["gen-a", "ver-b"]), out)
 
@@ -303,10 +397,18 @@ def test_small_multiples_keep_a_model_whose_every_cell_is_undefined():
 
     from refusalbench.tasks.refusalbench.report.figures import _rows_of, class_intensity_panels
 
-    grid = pd.DataFrame({"model": ["a", "a", "b"], "perturbation_class": ["P-Ambiguity"] * 3,
-                         "intensity": ["LOW", "MEDIUM", "LOW"], "correct_rate": [0.5, 0.2, math.nan], "n": [2, 3, 0]})
-    rates = grid.pivot_table(index=["model", "perturbation_class"], columns="intensity", values="correct_rate",
-                             aggfunc="mean")
+    grid = pd.DataFrame(
+        {
+            "model": ["a", "a", "b"],
+            "perturbation_class": ["P-Ambiguity"] * 3,
+            "intensity": ["LOW", "MEDIUM", "LOW"],
+            "correct_rate": [0.5, 0.2, math.nan],
+            "n": [2, 3, 0],
+        }
+    )
+    rates = grid.pivot_table(
+        index=["model", "perturbation_class"], columns="intensity", values="correct_rate", aggfunc="mean"
+    )
     assert "b" not in rates.index.get_level_values(0)  # what the pivot does: the case below is real
     assert _rows_of(rates, "b").reindex(index=["P-Ambiguity"], columns=["LOW"]).isna().all().all()
     assert _rows_of(rates, "a").loc["P-Ambiguity", "MEDIUM"] == 0.2

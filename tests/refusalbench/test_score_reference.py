@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.refusalbench.scoring import score_frame
-from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS
-from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_stats
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
+from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_stats
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "score_reference.json"
@@ -35,14 +35,26 @@ def paper_rows(n_models: int, n_base: int, confidence: bool, seed: int) -> pd.Da
             for s, (cls, intensity) in enumerate((c, i) for c in PERTURBATION_CLASSES for i in INTENSITIES):
                 expected = expected_behaviour(cls, intensity)
                 draw = rng.random()
-                decision = ("ANSWER" if draw < 0.5 else expected if draw < 0.8 else "REFUSE_INFO_MISSING")
+                decision = "ANSWER" if draw < 0.5 else expected if draw < 0.8 else "REFUSE_INFO_MISSING"
                 conf = None
                 if confidence:
                     conf = str(rng.choice(["VERY_CONFIDENT", "UNCERTAIN"])) if m % 2 else f"{rng.random():.3f}"
-                rows.append({"model": f"m{m}", "item_id": f"b{b}-{s}", "base_id": f"b{b}", "expected": expected,
-                             "decision": decision, "answer_correct": bool(rng.random() < 0.6), "confidence": conf,
-                             "perturbation_class": cls, "intensity": intensity, "lever_id": f"lever-{s}",
-                             "domain": ("law", "health")[b % 2], "generator": f"g{s % 2}"})
+                rows.append(
+                    {
+                        "model": f"m{m}",
+                        "item_id": f"b{b}-{s}",
+                        "base_id": f"b{b}",
+                        "expected": expected,
+                        "decision": decision,
+                        "answer_correct": bool(rng.random() < 0.6),
+                        "confidence": conf,
+                        "perturbation_class": cls,
+                        "intensity": intensity,
+                        "lever_id": f"lever-{s}",
+                        "domain": ("law", "health")[b % 2],
+                        "generator": f"g{s % 2}",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -53,10 +65,18 @@ def figures(case: str) -> dict:
     """The numbers under test, as JSON-ready values (floats by repr)."""
     result = score_frame(paper_rows(*CASES[case]), n_resamples=200, seed=0, generated_at="fixed")
     table = result.breakdown.sort_values(["group", "model", "value", "metric"])
-    return json.loads(json.dumps({
-        "intervals": result.intervals, "standard_errors": result.standard_errors,
-        "intervals_iid": result.intervals_iid, "standard_errors_iid": result.standard_errors_iid,
-        "pairwise": result.pairwise, "breakdown": table[["ci_low", "ci_high"]].to_numpy().tolist()}))
+    return json.loads(
+        json.dumps(
+            {
+                "intervals": result.intervals,
+                "standard_errors": result.standard_errors,
+                "intervals_iid": result.intervals_iid,
+                "standard_errors_iid": result.standard_errors_iid,
+                "pairwise": result.pairwise,
+                "breakdown": table[["ci_low", "ci_high"]].to_numpy().tolist(),
+            }
+        )
+    )
 
 
 def same(a, b) -> bool:

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench import scoring
 from refusalbench.tasks.refusalbench.decisions import parse_decision
-from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.scoring import (
     bootstrap_intervals,
     breakdown,
@@ -23,12 +23,12 @@ from refusalbench.tasks.refusalbench.scoring import (
     prepare,
     read_judged,
     read_metrics_json,
+    read_score,
     refusal_rate_by_intensity,
     render_score_outputs,
     score_frame,
     single_document_metrics,
     write_score,
-    read_score,
 )
 
 A = "ANSWER_CORRECTLY"
@@ -38,40 +38,66 @@ NAN = math.nan
 def rows(model, spec):
     """spec: (item, expected, response-or-decision, answer_correct, confidence, intensity)."""
     return [
-        {"model": model, "item_id": item, "expected": expected, "response": response,
-         "answer_correct": correct, "confidence": confidence, "intensity": intensity}
+        {
+            "model": model,
+            "item_id": item,
+            "expected": expected,
+            "response": response,
+            "answer_correct": correct,
+            "confidence": confidence,
+            "intensity": intensity,
+        }
         for item, expected, response, correct, confidence, intensity in spec
     ]
 
 
 # m1: 4 answerable + 6 unanswerable, verbal confidences, responses in mixed spellings.
-M1 = rows("m1", [
-    ("a1", A, "Paris.", True, "VERY_CONFIDENT", "LOW"),
-    ("a2", A, "Lyon.", False, "CONFIDENT", "LOW"),
-    ("a3", A, "**REFUSE_MISSING**", None, "UNCERTAIN", "LOW"),          # false refusal
-    ("a4", A, "1912", True, "confident", "LOW"),
-    ("u1", "REFUSE_AMBIGUOUS_QUERY", "refuse_ambiguous", None, "VERY_CONFIDENT", "HIGH"),   # right
-    ("u2", "REFUSE_MISSING", "`REFUSE_INFO_MISSING`", None, "CONFIDENT", "MEDIUM"),         # right
-    ("u3", "REFUSE_FALSE_PREMISE_IN_QUERY", "REFUSE_INFO_MISSING_IN_CONTEXT", None,
-     "VERY_CONFIDENT", "HIGH"),                                                               # wrong code
-    ("u4", "REFUSE_GRANULARITY_MISMATCH", "The info is missing, but 5.", False,
-     "VERY_CONFIDENT", "MEDIUM"),                                                             # missed
-    ("u5", "REFUSE_NONFACTUAL_QUERY", "REFUSE_NONFACTUAL", None, "SOMEWHAT_CONFIDENT", "HIGH"),  # right
-    ("u6", "REFUSE_CONTRADICTORY_CONTEXT", "Both, really.", False, None, "HIGH"),             # missed
-])
+M1 = rows(
+    "m1",
+    [
+        ("a1", A, "Paris.", True, "VERY_CONFIDENT", "LOW"),
+        ("a2", A, "Lyon.", False, "CONFIDENT", "LOW"),
+        ("a3", A, "**REFUSE_MISSING**", None, "UNCERTAIN", "LOW"),  # false refusal
+        ("a4", A, "1912", True, "confident", "LOW"),
+        ("u1", "REFUSE_AMBIGUOUS_QUERY", "refuse_ambiguous", None, "VERY_CONFIDENT", "HIGH"),  # right
+        ("u2", "REFUSE_MISSING", "`REFUSE_INFO_MISSING`", None, "CONFIDENT", "MEDIUM"),  # right
+        (
+            "u3",
+            "REFUSE_FALSE_PREMISE_IN_QUERY",
+            "REFUSE_INFO_MISSING_IN_CONTEXT",
+            None,
+            "VERY_CONFIDENT",
+            "HIGH",
+        ),  # wrong code
+        (
+            "u4",
+            "REFUSE_GRANULARITY_MISMATCH",
+            "The info is missing, but 5.",
+            False,
+            "VERY_CONFIDENT",
+            "MEDIUM",
+        ),  # missed
+        ("u5", "REFUSE_NONFACTUAL_QUERY", "REFUSE_NONFACTUAL", None, "SOMEWHAT_CONFIDENT", "HIGH"),  # right
+        ("u6", "REFUSE_CONTRADICTORY_CONTEXT", "Both, really.", False, None, "HIGH"),  # missed
+    ],
+)
 
 M1_EXPECTED = {
-    "n": 10, "n_answerable": 4, "n_unanswerable": 6, "n_confidence": 9, "n_unjudged": 0,
-    "answer_accuracy": 2 / 4,            # a1, a4 answered correctly / 4 answerable
-    "refusal_accuracy": 3 / 6,           # u1, u2, u5 right code / 6 unanswerable
-    "false_refusal_rate": 1 / 4,         # a3 refused / 4 answerable
-    "missed_refusal_rate": 2 / 6,        # u4, u6 answered / 6 unanswerable
-    "refusal_rate": 5 / 10,              # a3 u1 u2 u3 u5 refused / 10
-    "correct_refusal_rate": 4 / 6,       # u1 u2 u3 u5 refused / 6 unanswerable
-    "detection_precision": 4 / 5,        # 4 unanswerable refused / 5 refused
+    "n": 10,
+    "n_answerable": 4,
+    "n_unanswerable": 6,
+    "n_confidence": 9,
+    "n_unjudged": 0,
+    "answer_accuracy": 2 / 4,  # a1, a4 answered correctly / 4 answerable
+    "refusal_accuracy": 3 / 6,  # u1, u2, u5 right code / 6 unanswerable
+    "false_refusal_rate": 1 / 4,  # a3 refused / 4 answerable
+    "missed_refusal_rate": 2 / 6,  # u4, u6 answered / 6 unanswerable
+    "refusal_rate": 5 / 10,  # a3 u1 u2 u3 u5 refused / 10
+    "correct_refusal_rate": 4 / 6,  # u1 u2 u3 u5 refused / 6 unanswerable
+    "detection_precision": 4 / 5,  # 4 unanswerable refused / 5 refused
     "detection_recall": 4 / 6,
-    "detection_f1": 8 / 11,              # 2·(4/5)(2/3) / (4/5 + 2/3) = (16/15)/(22/15)
-    "category_accuracy": 3 / 4,          # 3 right code / 4 unanswerable refused
+    "detection_f1": 8 / 11,  # 2·(4/5)(2/3) / (4/5 + 2/3) = (16/15)/(22/15)
+    "category_accuracy": 3 / 4,  # 3 right code / 4 unanswerable refused
     "hierarchical_score": 8 / 11 * 3 / 4,
     "calibrated_refusal_score": (0.5 + 0.5) / 2,
     # ECE over the 9 rows with a confidence (u6 has none); correct = a1 a4 u1 u2 u5.
@@ -116,7 +142,7 @@ def test_decision_column_gives_the_same_metrics_as_responses():
 def test_decision_column_wins_and_missing_decisions_fall_back_to_the_response():
     df = frame(M1)
     df["decision"] = None
-    df.loc[df["item_id"] == "a1", "decision"] = "refuse_other"   # overrides "Paris."
+    df.loc[df["item_id"] == "a1", "decision"] = "refuse_other"  # overrides "Paris."
     prepared = prepare(df)
     assert prepared.set_index("item_id").loc["a1", "decision"] == "REFUSE_OTHER"
     assert prepared.set_index("item_id").loc["u2", "decision"] == "REFUSE_INFO_MISSING_IN_CONTEXT"
@@ -124,69 +150,121 @@ def test_decision_column_wins_and_missing_decisions_fall_back_to_the_response():
 
 def test_only_answerable_items_leave_refusal_side_undefined():
     # m2: three answerable; one answered right, one wrong, one refused (REFUSE_OTHER).
-    df = frame(rows("m2", [
-        ("a1", A, "yes", True, None, "LOW"),
-        ("a2", A, "no", False, None, "LOW"),
-        ("a3", A, "REFUSE_OTHER", None, None, "LOW"),
-    ]))
-    assert_metrics(compute_metrics(df)["m2"], {
-        "answer_accuracy": 1 / 3, "false_refusal_rate": 1 / 3, "refusal_rate": 1 / 3,
-        "refusal_accuracy": NAN, "missed_refusal_rate": NAN, "correct_refusal_rate": NAN,
-        "detection_precision": 0 / 1,      # one refusal, none on an unanswerable item
-        "detection_recall": NAN, "detection_f1": NAN,   # recall undefined -> F1 undefined
-        "category_accuracy": NAN,          # no unanswerable item refused: 0/0
-        "hierarchical_score": NAN, "calibrated_refusal_score": NAN,
-        "ece": NAN, "ece_answer": NAN, "ece_refusal": NAN,   # no confidences
-        "n_unanswerable": 0,
-    })
+    df = frame(
+        rows(
+            "m2",
+            [
+                ("a1", A, "yes", True, None, "LOW"),
+                ("a2", A, "no", False, None, "LOW"),
+                ("a3", A, "REFUSE_OTHER", None, None, "LOW"),
+            ],
+        )
+    )
+    assert_metrics(
+        compute_metrics(df)["m2"],
+        {
+            "answer_accuracy": 1 / 3,
+            "false_refusal_rate": 1 / 3,
+            "refusal_rate": 1 / 3,
+            "refusal_accuracy": NAN,
+            "missed_refusal_rate": NAN,
+            "correct_refusal_rate": NAN,
+            "detection_precision": 0 / 1,  # one refusal, none on an unanswerable item
+            "detection_recall": NAN,
+            "detection_f1": NAN,  # recall undefined -> F1 undefined
+            "category_accuracy": NAN,  # no unanswerable item refused: 0/0
+            "hierarchical_score": NAN,
+            "calibrated_refusal_score": NAN,
+            "ece": NAN,
+            "ece_answer": NAN,
+            "ece_refusal": NAN,  # no confidences
+            "n_unanswerable": 0,
+        },
+    )
 
 
 def test_no_refusals_at_all():
-    df = frame(rows("m3", [
-        ("a1", A, "x", True, None, "LOW"),
-        ("a2", A, "y", False, None, "LOW"),
-        ("u1", "REFUSE_OTHER", "z", False, None, "HIGH"),
-        ("u2", "REFUSE_MISSING", "the info is missing", False, None, "HIGH"),
-    ]))
-    assert_metrics(compute_metrics(df)["m3"], {
-        "answer_accuracy": 1 / 2, "refusal_accuracy": 0 / 2, "false_refusal_rate": 0.0,
-        "missed_refusal_rate": 2 / 2, "refusal_rate": 0.0, "correct_refusal_rate": 0.0,
-        "detection_precision": NAN,        # 0 refusals: 0/0
-        "detection_recall": 0.0, "detection_f1": NAN, "category_accuracy": NAN,
-        "hierarchical_score": NAN, "calibrated_refusal_score": (0.5 + 0.0) / 2,
-    })
+    df = frame(
+        rows(
+            "m3",
+            [
+                ("a1", A, "x", True, None, "LOW"),
+                ("a2", A, "y", False, None, "LOW"),
+                ("u1", "REFUSE_OTHER", "z", False, None, "HIGH"),
+                ("u2", "REFUSE_MISSING", "the info is missing", False, None, "HIGH"),
+            ],
+        )
+    )
+    assert_metrics(
+        compute_metrics(df)["m3"],
+        {
+            "answer_accuracy": 1 / 2,
+            "refusal_accuracy": 0 / 2,
+            "false_refusal_rate": 0.0,
+            "missed_refusal_rate": 2 / 2,
+            "refusal_rate": 0.0,
+            "correct_refusal_rate": 0.0,
+            "detection_precision": NAN,  # 0 refusals: 0/0
+            "detection_recall": 0.0,
+            "detection_f1": NAN,
+            "category_accuracy": NAN,
+            "hierarchical_score": NAN,
+            "calibrated_refusal_score": (0.5 + 0.0) / 2,
+        },
+    )
 
 
 def test_f1_is_zero_when_precision_and_recall_are_both_defined_and_zero():
     # Refuses both answerable items, answers the unanswerable one.
-    df = frame(rows("m4", [
-        ("a1", A, "REFUSE_MISSING", None, None, "LOW"),
-        ("a2", A, "REFUSE_OTHER", None, None, "LOW"),
-        ("u1", "REFUSE_OTHER", "an answer", False, None, "HIGH"),
-    ]))
-    assert_metrics(compute_metrics(df)["m4"], {
-        "detection_precision": 0 / 2, "detection_recall": 0 / 1, "detection_f1": 0.0,
-        "category_accuracy": NAN, "hierarchical_score": NAN,
-        "answer_accuracy": 0.0, "refusal_accuracy": 0.0, "calibrated_refusal_score": 0.0,
-        "refusal_rate": 2 / 3,
-    })
+    df = frame(
+        rows(
+            "m4",
+            [
+                ("a1", A, "REFUSE_MISSING", None, None, "LOW"),
+                ("a2", A, "REFUSE_OTHER", None, None, "LOW"),
+                ("u1", "REFUSE_OTHER", "an answer", False, None, "HIGH"),
+            ],
+        )
+    )
+    assert_metrics(
+        compute_metrics(df)["m4"],
+        {
+            "detection_precision": 0 / 2,
+            "detection_recall": 0 / 1,
+            "detection_f1": 0.0,
+            "category_accuracy": NAN,
+            "hierarchical_score": NAN,
+            "answer_accuracy": 0.0,
+            "refusal_accuracy": 0.0,
+            "calibrated_refusal_score": 0.0,
+            "refusal_rate": 2 / 3,
+        },
+    )
 
 
 def test_ece_with_float_confidences_uses_ten_bins():
-    df = frame(rows("m5", [
-        ("a1", A, "x", True, 0.92, "LOW"),                 # bin 0.9-1.0
-        ("a2", A, "y", False, 1.0, "LOW"),                 # 1.0 goes to the last bin
-        ("a3", A, "z", True, "0.15", "LOW"),               # bin 0.1-0.2
-        ("u1", "REFUSE_OTHER", "REFUSE_OTHER", None, 0.55, "HIGH"),      # bin 0.5-0.6, right
-        ("u2", "REFUSE_OTHER", "REFUSE_MISSING", None, "50%", "HIGH"),   # bin 0.5-0.6, wrong
-    ]))
-    assert_metrics(compute_metrics(df)["m5"], {
-        # bin .9: a1 a2 -> |1 − 1.92| = .92; bin .1: a3 -> |1 − .15| = .85;
-        # bin .5: u1 u2 -> |1 − 1.05| = .05; N = 5.  (= Σ n_b/N·|acc_b − mean conf_b|)
-        "ece": (0.92 + 0.85 + 0.05) / 5,
-        "ece_answer": (0.92 + 0.85) / 3,
-        "ece_refusal": 0.05 / 2,
-    })
+    df = frame(
+        rows(
+            "m5",
+            [
+                ("a1", A, "x", True, 0.92, "LOW"),  # bin 0.9-1.0
+                ("a2", A, "y", False, 1.0, "LOW"),  # 1.0 goes to the last bin
+                ("a3", A, "z", True, "0.15", "LOW"),  # bin 0.1-0.2
+                ("u1", "REFUSE_OTHER", "REFUSE_OTHER", None, 0.55, "HIGH"),  # bin 0.5-0.6, right
+                ("u2", "REFUSE_OTHER", "REFUSE_MISSING", None, "50%", "HIGH"),  # bin 0.5-0.6, wrong
+            ],
+        )
+    )
+    assert_metrics(
+        compute_metrics(df)["m5"],
+        {
+            # bin .9: a1 a2 -> |1 − 1.92| = .92; bin .1: a3 -> |1 − .15| = .85;
+            # bin .5: u1 u2 -> |1 − 1.05| = .05; N = 5.  (= Σ n_b/N·|acc_b − mean conf_b|)
+            "ece": (0.92 + 0.85 + 0.05) / 5,
+            "ece_answer": (0.92 + 0.85) / 3,
+            "ece_refusal": 0.05 / 2,
+        },
+    )
 
 
 def test_float_bin_edges():
@@ -197,10 +275,15 @@ def test_float_bin_edges():
 
 
 def test_mixed_verbal_and_float_confidences_keep_separate_bins():
-    df = frame(rows("m6", [
-        ("a1", A, "x", True, "CONFIDENT", "LOW"),     # verbal bin CONFIDENT (.8)
-        ("a2", A, "y", False, 0.85, "LOW"),           # float bin 0.8-0.9
-    ]))
+    df = frame(
+        rows(
+            "m6",
+            [
+                ("a1", A, "x", True, "CONFIDENT", "LOW"),  # verbal bin CONFIDENT (.8)
+                ("a2", A, "y", False, 0.85, "LOW"),  # float bin 0.8-0.9
+            ],
+        )
+    )
     # Separate bins: (|1 − .8| + |0 − .85|) / 2 = .525 (one shared bin would give |1 − 1.65|/2 = .325)
     assert compute_metrics(df)["m6"]["ece"] == pytest.approx(0.525)
 
@@ -221,6 +304,7 @@ def test_models_are_scored_separately():
 
 # ----------------------------------------------------------------- bootstrap
 
+
 def synthetic(n_per_model=300, models=("alpha", "beta"), seed=1, float_conf=False):
     rng = np.random.default_rng(seed)
     records = []
@@ -231,9 +315,18 @@ def synthetic(n_per_model=300, models=("alpha", "beta"), seed=1, float_conf=Fals
             draw = rng.random()
             decision = "ANSWER" if draw < 0.5 else ("REFUSE_MISSING" if draw < 0.8 else "REFUSE_OTHER")
             conf = float(rng.random()) if float_conf else rng.choice(["CONFIDENT", "UNCERTAIN", "VERY_CONFIDENT"])
-            records.append({"model": model, "item_id": f"i{i}", "expected": expected, "decision": decision,
-                            "answer_correct": bool(rng.random() < 0.7), "confidence": conf,
-                            "intensity": ["LOW", "MEDIUM", "HIGH"][i % 3], "domain": ["law", "health"][i % 2]})
+            records.append(
+                {
+                    "model": model,
+                    "item_id": f"i{i}",
+                    "expected": expected,
+                    "decision": decision,
+                    "answer_correct": bool(rng.random() < 0.7),
+                    "confidence": conf,
+                    "intensity": ["LOW", "MEDIUM", "HIGH"][i % 3],
+                    "domain": ["law", "health"][i % 2],
+                }
+            )
     return pd.DataFrame(records)
 
 
@@ -277,7 +370,7 @@ def test_multinomial_bootstrap_matches_row_resampling():
     values = {name: [] for name in ("refusal_accuracy", "detection_f1", "ece")}
     for _ in range(2000):
         sample = df.iloc[rng.integers(0, n, n)].copy()
-        sample["item_id"] = np.arange(n).astype(str)   # resampled rows repeat items
+        sample["item_id"] = np.arange(n).astype(str)  # resampled rows repeat items
         metrics = compute_metrics(sample)["alpha"]
         for name in values:
             values[name].append(metrics[name])
@@ -291,13 +384,14 @@ def test_float_confidences_beyond_the_exact_limit_use_the_grid(monkeypatch):
     df = prepare(synthetic(n_per_model=400, models=("alpha",), float_conf=True))
     exact = bootstrap_intervals(df, metrics=["ece", "ece_answer"], n_resamples=300, seed=5)["alpha"]
     monkeypatch.setattr(scoring.bootstrap, "MAX_EXACT_TYPES", 10)
-    monkeypatch.setattr(scoring.bootstrap, "FLOAT_GRID", 20)   # coarse, so the grouping really happens
+    monkeypatch.setattr(scoring.bootstrap, "FLOAT_GRID", 20)  # coarse, so the grouping really happens
     grid = bootstrap_intervals(df, metrics=["ece", "ece_answer"], n_resamples=300, seed=5)["alpha"]
     for name in exact:
         assert grid[name] == pytest.approx(exact[name], abs=0.03)
 
 
 # ----------------------------------------------------------------- tables
+
 
 def test_breakdown_by_intensity_long_format():
     table = breakdown(frame(M1), "intensity")
@@ -375,9 +469,10 @@ def test_domain_champions():
 
 # ----------------------------------------------------------------- whole score and files
 
+
 def test_score_frame_and_outputs_round_trip(tmp_path):
     df = synthetic(n_per_model=60)
-    df.loc[0, "model"] = "alpha"   # keep names simple
+    df.loc[0, "model"] = "alpha"  # keep names simple
     only_answerable = pd.DataFrame(rows("gamma", [("a1", A, "x", True, None, "LOW")]))
     df = pd.concat([df, only_answerable], ignore_index=True)
     result = score_frame(df, n_resamples=50, seed=1, generated_at="2025-01-01T00:00:00+00:00")
@@ -392,10 +487,15 @@ def test_score_frame_and_outputs_round_trip(tmp_path):
         raise AssertionError(f"non-JSON token {token}")
 
     document = json.loads(files["metrics.json"], parse_constant=no_nan)
-    assert document["models"]["gamma"]["refusal_accuracy"] is None     # NaN written as null
+    assert document["models"]["gamma"]["refusal_accuracy"] is None  # NaN written as null
     assert document["models"]["alpha"]["n"] == 60
-    assert document["counts"]["gamma"] == {"n": 1, "n_answerable": 1, "n_unanswerable": 0,
-                                           "n_confidence": 0, "n_unjudged": 0}
+    assert document["counts"]["gamma"] == {
+        "n": 1,
+        "n_answerable": 1,
+        "n_unanswerable": 0,
+        "n_confidence": 0,
+        "n_unjudged": 0,
+    }
     assert document["intervals"]["gamma"]["refusal_accuracy"] == [None, None]
     back = read_metrics_json(files["metrics.json"])
     assert math.isnan(back["models"]["gamma"]["refusal_accuracy"])
@@ -409,6 +509,7 @@ def test_score_frame_and_outputs_round_trip(tmp_path):
 
 
 # ----------------------------------------------------------------- reading files
+
 
 def write_jsonl(path, records, blank_after=None):
     lines = []
@@ -432,7 +533,7 @@ def test_read_judged_jsonl_reports_the_line_of_the_bad_record(tmp_path):
     records = frame(M1).to_dict(orient="records")
     records[2]["expected"] = "REFUSE_MAYBE"
     path = tmp_path / "j.jsonl"
-    write_jsonl(path, records, blank_after=0)           # a blank line 2 shifts record 3 to line 4
+    write_jsonl(path, records, blank_after=0)  # a blank line 2 shifts record 3 to line 4
     with pytest.raises(InputError) as error:
         read_judged(path)
     assert (error.value.line, error.value.field) == (4, "expected")
@@ -449,8 +550,8 @@ def test_read_judged_jsonl_invalid_json(tmp_path):
 
 def test_read_judged_csv_line_accounts_for_multiline_fields(tmp_path):
     df = frame(M1)
-    df.loc[0, "response"] = "line one\nline two\nline three"   # record 1 spans file lines 2-4
-    df.loc[1, "answer_correct"] = "perhaps"                     # record 2 starts on line 5
+    df.loc[0, "response"] = "line one\nline two\nline three"  # record 1 spans file lines 2-4
+    df.loc[1, "answer_correct"] = "perhaps"  # record 2 starts on line 5
     path = tmp_path / "j.csv"
     df.to_csv(path, index=False)
     with pytest.raises(InputError) as error:
@@ -480,8 +581,14 @@ def test_bad_input_names_the_field(tmp_path, change, field):
 
 
 def test_answer_correct_may_be_absent_when_every_answerable_item_is_refused():
-    df = pd.DataFrame({"model": ["m", "m"], "item_id": ["1", "2"], "expected": [A, "REFUSE_OTHER"],
-                       "decision": ["REFUSE_OTHER", "ANSWER"]})
+    df = pd.DataFrame(
+        {
+            "model": ["m", "m"],
+            "item_id": ["1", "2"],
+            "expected": [A, "REFUSE_OTHER"],
+            "decision": ["REFUSE_OTHER", "ANSWER"],
+        }
+    )
     assert compute_metrics(df)["m"]["refusal_accuracy"] == 0.0
 
 
@@ -509,8 +616,12 @@ def test_calibration_table_bins():
 def test_numeric_breakdown_values_read_as_text(tmp_path):
     df = frame(M1)
     df["lever_id"] = [1, 1, 2, 2, 3, 3, 3, None, 4, 4]
-    df.to_parquet(tmp_path / "j.parquet")          # ints with a null come back as floats
+    df.to_parquet(tmp_path / "j.parquet")  # ints with a null come back as floats
     table = breakdown(read_judged(tmp_path / "j.parquet"), "lever_id")
     assert set(table["value"]) == {"1", "2", "3", "4"}
     assert table[table["metric"] == "refusal_rate"].set_index("value")["n"].to_dict() == {
-        "1": 2, "2": 2, "3": 3, "4": 2}
+        "1": 2,
+        "2": 2,
+        "3": 3,
+        "4": 2,
+    }

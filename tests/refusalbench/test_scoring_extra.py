@@ -12,11 +12,11 @@ import pytest
 
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.gateway import CallResult
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.stages.judge import judgment_from_result
-from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Passage, Response
+from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, parse_output
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_report, leaderboard_markdown, leaderboard_rows
+from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Passage, Response
 from refusalbench.tasks.refusalbench.scoring import (
     all_metrics,
     bootstrap_intervals,
@@ -35,7 +35,7 @@ from refusalbench.tasks.refusalbench.scoring import (
     score_frame,
     single_document_metrics,
 )
-from refusalbench.tasks.llm.structured_outputs import JudgeMultiOutput, parse_output
+from refusalbench.tasks.refusalbench.stages.judge import judgment_from_result
 from tests.refusalbench.test_scoring import M1, A, assert_metrics, frame, synthetic
 
 NAN = math.nan
@@ -50,18 +50,28 @@ def garage_rows(model="g", variant="multi"):
         ("a1", A, "ANSWER", 1, 1, 1),
         ("a2", A, "ANSWER", 0, 1, 1),
         ("a3", A, "ANSWER", 0, 0, 0),
-        ("a4", A, "ANSWER", 1, 1, 0),            # RAF 1 with unadjusted factuality 0: allowed
-        ("a5", A, "REFUSE_MISSING", None, None, None),        # false refusal: RAF 0
+        ("a4", A, "ANSWER", 1, 1, 0),  # RAF 1 with unadjusted factuality 0: allowed
+        ("a5", A, "REFUSE_MISSING", None, None, None),  # false refusal: RAF 0
         ("a6", A, "ANSWER", 1, 1, 1),
-        ("u1", "REFUSE_AMBIGUOUS", "REFUSE_AMBIGUOUS", None, None, None),   # right code
-        ("u2", "REFUSE_OTHER", "REFUSE_OTHER", None, None, None),           # right code
-        ("u3", "REFUSE_FALSE_PREMISE", "ANSWER", None, None, None),         # missed refusal
-        ("u4", "REFUSE_MISSING", "REFUSE_MISSING", None, None, None),       # right code
+        ("u1", "REFUSE_AMBIGUOUS", "REFUSE_AMBIGUOUS", None, None, None),  # right code
+        ("u2", "REFUSE_OTHER", "REFUSE_OTHER", None, None, None),  # right code
+        ("u3", "REFUSE_FALSE_PREMISE", "ANSWER", None, None, None),  # missed refusal
+        ("u4", "REFUSE_MISSING", "REFUSE_MISSING", None, None, None),  # right code
     ]
-    return [{"model": model, "item_id": item, "expected": expected, "decision": decision,
-             "answer_correct": None if raf is None else raf == 1, "raf": raf, "eligibility": eligibility,
-             "factuality": factuality, "variant": variant}
-            for item, expected, decision, raf, eligibility, factuality in spec]
+    return [
+        {
+            "model": model,
+            "item_id": item,
+            "expected": expected,
+            "decision": decision,
+            "answer_correct": None if raf is None else raf == 1,
+            "raf": raf,
+            "eligibility": eligibility,
+            "factuality": factuality,
+            "variant": variant,
+        }
+        for item, expected, decision, raf, eligibility, factuality in spec
+    ]
 
 
 GARAGE_EXPECTED = {
@@ -81,6 +91,7 @@ GARAGE_EXPECTED = {
 
 # ----------------------------------------------------------------- GaRAGe scores
 
+
 def test_answer_quality_and_hybrid_scores_by_hand():
     metrics = compute_metrics(frame(garage_rows()))["g"]
     assert set(metrics) >= set(all_metrics())
@@ -99,22 +110,51 @@ def test_multi_document_metrics_are_nan_on_single_document_rows():
     assert_metrics(metrics["s"], {name: NAN for name in multi_document_metrics()})
     # A single-document run: §6's metrics only by default, NaN (never 0) when asked for all.
     alone = frame(M1)
-    assert set(compute_metrics(alone)["m1"]) == set(single_document_metrics()) | {"n", "n_answerable", "n_unanswerable",
-                                                                "n_confidence", "n_unjudged"}
+    assert set(compute_metrics(alone)["m1"]) == set(single_document_metrics()) | {
+        "n",
+        "n_answerable",
+        "n_unanswerable",
+        "n_confidence",
+        "n_unjudged",
+    }
     assert_metrics(compute_metrics(alone, all_metrics())["m1"], {name: NAN for name in multi_document_metrics()})
 
 
 def test_only_multi_document_rows_enter_the_garage_scores():
     # One model, its 10 multi rows plus 2 single rows (a correct answer, a right refusal).
     extra = [
-        {"model": "g", "item_id": "s1", "expected": A, "decision": "ANSWER", "answer_correct": True,
-         "raf": None, "eligibility": None, "factuality": None, "variant": "single"},
-        {"model": "g", "item_id": "s2", "expected": "REFUSE_OTHER", "decision": "REFUSE_OTHER",
-         "answer_correct": None, "raf": None, "eligibility": None, "factuality": None, "variant": "single"},
+        {
+            "model": "g",
+            "item_id": "s1",
+            "expected": A,
+            "decision": "ANSWER",
+            "answer_correct": True,
+            "raf": None,
+            "eligibility": None,
+            "factuality": None,
+            "variant": "single",
+        },
+        {
+            "model": "g",
+            "item_id": "s2",
+            "expected": "REFUSE_OTHER",
+            "decision": "REFUSE_OTHER",
+            "answer_correct": None,
+            "raf": None,
+            "eligibility": None,
+            "factuality": None,
+            "variant": "single",
+        },
     ]
     metrics = compute_metrics(frame(garage_rows(), extra))["g"]
-    assert_metrics(metrics, {**{k: GARAGE_EXPECTED[k] for k in multi_document_metrics()},
-                             "answer_accuracy": 4 / 7, "refusal_accuracy": 4 / 5})
+    assert_metrics(
+        metrics,
+        {
+            **{k: GARAGE_EXPECTED[k] for k in multi_document_metrics()},
+            "answer_accuracy": 4 / 7,
+            "refusal_accuracy": 4 / 5,
+        },
+    )
 
 
 def test_without_a_variant_column_a_file_with_raf_is_multi_document():
@@ -126,7 +166,7 @@ def test_without_a_variant_column_a_file_with_raf_is_multi_document():
 
 def test_raf_one_with_eligibility_zero_is_refused_as_input(tmp_path):
     rows = garage_rows()
-    rows[2] = dict(rows[2], raf=1, answer_correct=True)   # a3: eligibility 0
+    rows[2] = dict(rows[2], raf=1, answer_correct=True)  # a3: eligibility 0
     path = tmp_path / "j.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     with pytest.raises(InputError) as error:
@@ -135,11 +175,14 @@ def test_raf_one_with_eligibility_zero_is_refused_as_input(tmp_path):
     assert "eligibility" in str(error.value)
 
 
-@pytest.mark.parametrize("change,field", [
-    (lambda rows: rows.__setitem__(0, dict(rows[0], answer_correct=False)), "answer_correct"),  # RAF 1
-    (lambda rows: rows.__setitem__(1, dict(rows[1], factuality=3)), "factuality"),
-    (lambda rows: rows.__setitem__(1, dict(rows[1], variant="both")), "variant"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        (lambda rows: rows.__setitem__(0, dict(rows[0], answer_correct=False)), "answer_correct"),  # RAF 1
+        (lambda rows: rows.__setitem__(1, dict(rows[1], factuality=3)), "factuality"),
+        (lambda rows: rows.__setitem__(1, dict(rows[1], variant="both")), "variant"),
+    ],
+)
 def test_bad_multi_document_cells_name_their_field(change, field):
     rows = garage_rows()
     change(rows)
@@ -156,10 +199,11 @@ def test_multi_document_metrics_round_trip_through_csv(tmp_path):
 
 # ----------------------------------------------------------------- standard errors (App. G)
 
+
 def test_standard_errors_are_the_bootstrap_spread():
     df = synthetic(n_per_model=2000, models=("alpha",))
     intervals, errors = bootstrap_summary(df, n_resamples=1000, seed=4)
-    assert intervals == bootstrap_intervals(df, n_resamples=1000, seed=4)   # the same resamples
+    assert intervals == bootstrap_intervals(df, n_resamples=1000, seed=4)  # the same resamples
     metrics = compute_metrics(df)["alpha"]
     # For a proportion the bootstrap SE approaches the binomial sqrt(p(1 - p) / n).
     for name, n in (("answer_accuracy", metrics["n_answerable"]), ("refusal_rate", metrics["n"])):
@@ -169,13 +213,14 @@ def test_standard_errors_are_the_bootstrap_spread():
 
 
 def test_standard_error_is_nan_where_the_metric_is_undefined():
-    df = frame([r for r in M1 if r["expected"] == A])          # answerable only
+    df = frame([r for r in M1 if r["expected"] == A])  # answerable only
     errors = bootstrap_summary(df, n_resamples=200)[1]["m1"]
     assert math.isnan(errors["refusal_accuracy"])
     assert errors["answer_accuracy"] > 0
 
 
 # ----------------------------------------------------------------- breakdown intervals
+
 
 def _wilson(k, n, z=1.959963984540054):
     p = k / n
@@ -201,7 +246,7 @@ def test_breakdown_rows_have_wilson_intervals_for_proportions():
     # undefined (MEDIUM has no answerable item): NaN estimate, NaN interval
     assert table.loc[("MEDIUM", "false_refusal_rate"), ["estimate", "ci_low", "ci_high"]].isna().all()
     # a composite (CRS, bootstrap within LOW) gets an interval too
-    assert table.loc[("LOW", "calibrated_refusal_score"), ["ci_low", "ci_high"]].isna().all()   # refusal side undefined
+    assert table.loc[("LOW", "calibrated_refusal_score"), ["ci_low", "ci_high"]].isna().all()  # refusal side undefined
     assert table.loc[("LOW", "detection_f1"), ["ci_low", "ci_high"]].isna().all()
     assert table.loc[("HIGH", "detection_f1"), ["ci_low", "ci_high"]].notna().all()
 
@@ -218,7 +263,9 @@ def test_every_defined_breakdown_row_has_an_interval():
     formulas = [m for m in all_metrics() if not metric_spec(m).is_ratio]
     composite = table[defined & table["metric"].isin(formulas) & (table["group"] != "overall")]
     assert not composite.empty
-    inside = (composite["ci_low"] <= composite["estimate"] + 1e-9) & (composite["estimate"] <= composite["ci_high"] + 1e-9)
+    inside = (composite["ci_low"] <= composite["estimate"] + 1e-9) & (
+        composite["estimate"] <= composite["ci_high"] + 1e-9
+    )
     assert inside.mean() > 0.95
 
 
@@ -232,14 +279,19 @@ def test_breakdown_intervals_are_deterministic_and_group_local():
     no_bootstrap = breakdown(df, "domain", n_resamples=0)
     assert no_bootstrap[no_bootstrap["metric"] == "detection_f1"]["ci_low"].isna().all()
     accuracy = no_bootstrap[no_bootstrap["metric"] == "answer_accuracy"]
-    assert accuracy["ci_low"].notna().tolist() == accuracy["estimate"].notna().tolist()   # Wilson needs no resample
+    assert accuracy["ci_low"].notna().tolist() == accuracy["estimate"].notna().tolist()  # Wilson needs no resample
 
 
 # ----------------------------------------------------------------- response distribution
 
 M1_OUTCOMES = {  # a1 a4 | a2 | u1 u2 u5 | u3 | a3 | u4 u6 | (every row usable)
-    "correct_answer": 2, "wrong_answer": 1, "correct_refusal": 3, "wrong_category_refusal": 1,
-    "false_refusal": 1, "missed_refusal": 2, "no_usable_response": 0,
+    "correct_answer": 2,
+    "wrong_answer": 1,
+    "correct_refusal": 3,
+    "wrong_category_refusal": 1,
+    "false_refusal": 1,
+    "missed_refusal": 2,
+    "no_usable_response": 0,
 }
 
 
@@ -270,13 +322,14 @@ def test_distribution_sums_to_one_per_model_and_reaches_the_files():
 
 # ----------------------------------------------------------------- FRR-MRR correlation
 
+
 def test_frr_mrr_correlation_by_hand():
     metrics = {
         "m1": {"false_refusal_rate": 0.1, "missed_refusal_rate": 0.8},
         "m2": {"false_refusal_rate": 0.2, "missed_refusal_rate": 0.5},
         "m3": {"false_refusal_rate": 0.3, "missed_refusal_rate": 0.6},
         "m4": {"false_refusal_rate": 0.4, "missed_refusal_rate": 0.1},
-        "m5": {"false_refusal_rate": 0.5, "missed_refusal_rate": NAN},   # undefined: left out
+        "m5": {"false_refusal_rate": 0.5, "missed_refusal_rate": NAN},  # undefined: left out
     }
     result = frr_mrr_correlation(metrics)
     # dx = (-.15, -.05, .05, .15), dy = (.3, 0, .1, -.4): r = -.1 / sqrt(.05 · .26)
@@ -287,30 +340,38 @@ def test_frr_mrr_correlation_by_hand():
 
 
 def test_frr_mrr_correlation_needs_three_varying_models():
-    two = frr_mrr_correlation({"a": {"false_refusal_rate": 0.1, "missed_refusal_rate": 0.2},
-                               "b": {"false_refusal_rate": 0.3, "missed_refusal_rate": 0.1}})
+    two = frr_mrr_correlation(
+        {
+            "a": {"false_refusal_rate": 0.1, "missed_refusal_rate": 0.2},
+            "b": {"false_refusal_rate": 0.3, "missed_refusal_rate": 0.1},
+        }
+    )
     assert math.isnan(two["pearson"]) and math.isnan(two["spearman"]) and two["n"] == 2
-    flat = frr_mrr_correlation({m: {"false_refusal_rate": 0.2, "missed_refusal_rate": v}
-                                for m, v in (("a", 0.1), ("b", 0.2), ("c", 0.3))})
+    flat = frr_mrr_correlation(
+        {m: {"false_refusal_rate": 0.2, "missed_refusal_rate": v} for m, v in (("a", 0.1), ("b", 0.2), ("c", 0.3))}
+    )
     assert math.isnan(flat["pearson"]) and flat["n"] == 3
 
 
 def test_metrics_json_carries_the_new_keys_and_validates():
     multi = [dict(r, model="h") for r in garage_rows()]
-    result = score_frame(pd.concat([synthetic(n_per_model=60), frame(garage_rows(), multi)], ignore_index=True),
-                         n_resamples=50, seed=1)
+    result = score_frame(
+        pd.concat([synthetic(n_per_model=60), frame(garage_rows(), multi)], ignore_index=True), n_resamples=50, seed=1
+    )
     files = render_score_outputs(result)
     document = json.loads(files[rb_files.METRICS.name])
-    rb_files.METRICS.schema.model_validate(document)           # the declared shape
-    assert document["models"]["alpha"]["answer_quality_score"] is None      # single-document: null
+    rb_files.METRICS.schema.model_validate(document)  # the declared shape
+    assert document["models"]["alpha"]["answer_quality_score"] is None  # single-document: null
     assert document["models"]["g"]["answer_quality_score"] == pytest.approx(0.5)
     assert document["standard_errors"]["alpha"]["answer_accuracy"] > 0
     assert document["intervals"]["g"]["hybrid_score"][0] <= 0.6 <= document["intervals"]["g"]["hybrid_score"][1]
     assert document["frr_mrr_correlation"]["n"] == 4
-    assert document["multi_document"] == {m: {"n_items": 10, "n_answerable": 6, "n_answer_attempts_judged": 5,
-                                              "n_eligibility": 5, "n_factuality": 5} for m in ("g", "h")}
+    assert document["multi_document"] == {
+        m: {"n_items": 10, "n_answerable": 6, "n_answer_attempts_judged": 5, "n_eligibility": 5, "n_factuality": 5}
+        for m in ("g", "h")
+    }
     back = read_metrics_json(files[rb_files.METRICS.name])
-    assert math.isnan(back["standard_errors"]["alpha"]["answer_quality_score"])   # null -> NaN
+    assert math.isnan(back["standard_errors"]["alpha"]["answer_quality_score"])  # null -> NaN
     assert back["frr_mrr_correlation"]["pearson"] == pytest.approx(result.frr_mrr_correlation["pearson"])
     single = json.loads(render_score_outputs(score_frame(frame(M1), n_resamples=10))[rb_files.METRICS.name])
     assert single["frr_mrr_correlation"]["pearson"] is None and single["frr_mrr_correlation"]["n"] == 1
@@ -319,13 +380,24 @@ def test_metrics_json_carries_the_new_keys_and_validates():
 
 # ----------------------------------------------------------------- multi-document judging
 
+
 def _item(i, expected=A, multi=True):
     return BenchmarkItem(
-        item_id=f"item{i}", base_id=f"b{i}", variant="multi" if multi else "single", perturbation_class="P-MissingInfo",
-        intensity="LOW", lever_id="lever-low", generator="gen-a", question=f"What is item {i}?",
+        item_id=f"item{i}",
+        base_id=f"b{i}",
+        variant="multi" if multi else "single",
+        perturbation_class="P-MissingInfo",
+        intensity="LOW",
+        lever_id="lever-low",
+        generator="gen-a",
+        question=f"What is item {i}?",
         context=None if multi else "The answer is x.",
         passages=[Passage(text="The answer is x.", relevant=True)] if multi else None,
-        original_question="q", answers=["x"], expected=expected, domain="science")
+        original_question="q",
+        answers=["x"],
+        expected=expected,
+        domain="science",
+    )
 
 
 def _response(i, decision="ANSWER"):
@@ -338,8 +410,12 @@ def test_judge_reply_with_raf_but_no_eligibility_is_a_parse_failure():
     good, _ = parse_output(JudgeMultiOutput, '{"eligibility": 1, "factuality": 0, "raf": 1}')
     assert good is not None
     # An object that slipped past validation (model_construct) is refused by the judge stage too.
-    result = CallResult(model="judge", key="k", text="{}", parsed=JudgeMultiOutput.model_construct(
-        eligibility=0, factuality=1, raf=1, rationale=""))
+    result = CallResult(
+        model="judge",
+        key="k",
+        text="{}",
+        parsed=JudgeMultiOutput.model_construct(eligibility=0, factuality=1, raf=1, rationale=""),
+    )
     judgment = judgment_from_result(_item(1), _response(1), "judge", result)
     assert judgment.error is not None and "eligibility" in judgment.error
     assert judgment.answer_correct is None and judgment.raf is None
@@ -348,10 +424,19 @@ def test_judge_reply_with_raf_but_no_eligibility_is_a_parse_failure():
 def test_judged_frame_carries_variant_and_judge_scores():
     items = [_item(1), _item(2, "REFUSE_MISSING"), _item(3, multi=False)]
     judgments = [
-        Judgment(item_id="item1", model="t", expected=A, decision="ANSWER", answer_correct=True,
-                 eligibility=1, factuality=1, raf=1),
-        Judgment(item_id="item2", model="t", expected="REFUSE_MISSING", decision="REFUSE_MISSING",
-                 refusal_correct=True),
+        Judgment(
+            item_id="item1",
+            model="t",
+            expected=A,
+            decision="ANSWER",
+            answer_correct=True,
+            eligibility=1,
+            factuality=1,
+            raf=1,
+        ),
+        Judgment(
+            item_id="item2", model="t", expected="REFUSE_MISSING", decision="REFUSE_MISSING", refusal_correct=True
+        ),
         Judgment(item_id="item3", model="t", expected=A, decision="ANSWER", answer_correct=False, quality=2),
     ]
     frame_, excluded = judged_frame(judgments, items)
@@ -365,6 +450,7 @@ def test_judged_frame_carries_variant_and_judge_scores():
 
 
 # ----------------------------------------------------------------- report and leaderboard
+
 
 def test_report_shows_distribution_standard_errors_and_garage_scores():
     multi = [dict(r, model="h", decision="ANSWER" if r["item_id"] == "u2" else r["decision"]) for r in garage_rows()]
@@ -395,7 +481,7 @@ def test_leaderboard_forms_add_garage_scores_and_the_crs_standard_error():
 def test_group_bootstrap_matches_row_resampling_within_the_group():
     df = prepare(synthetic(n_per_model=1200, models=("alpha",)))
     table = breakdown(df, "domain", n_resamples=1000, seed=3).set_index(["value", "metric"])
-    group = df[df["domain"] == "health"].reset_index(drop=True)      # unanswerable items only
+    group = df[df["domain"] == "health"].reset_index(drop=True)  # unanswerable items only
     rng = np.random.default_rng(11)
     drawn = {"detection_f1": [], "ece_refusal": []}
     for _ in range(1000):

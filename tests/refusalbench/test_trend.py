@@ -12,10 +12,18 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
 from refusalbench.tasks.refusalbench.report.trend_section import round_label, trend_plot, trend_section
-from refusalbench.tasks.refusalbench.rounds.trend import (HEADLINE_METRIC, collect_trend, compare_rounds, flags,
-                                                   readable_trend, round_error, round_rows, save_trend)
+from refusalbench.tasks.refusalbench.rounds.trend import (
+    HEADLINE_METRIC,
+    collect_trend,
+    compare_rounds,
+    flags,
+    readable_trend,
+    round_error,
+    round_rows,
+    save_trend,
+)
+from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
 
 FDR = 0.05
 PER_CLASS = 150  # answerable and unanswerable items per round: a 300-item weekly round
@@ -32,8 +40,12 @@ def simulated_metrics(rng: np.random.Generator, truths: dict[str, tuple[float, f
     for model, (answer, refusal) in truths.items():
         answerable = rng.multinomial(PER_CLASS, [answer, 0.15, 0.85 - answer])
         unanswerable = rng.multinomial(PER_CLASS, [refusal, 0.2, 0.8 - refusal])
-        values = {"answer_accuracy": answerable[0] / PER_CLASS, "false_refusal_rate": answerable[1] / PER_CLASS,
-                  "refusal_accuracy": unanswerable[0] / PER_CLASS, "missed_refusal_rate": unanswerable[1] / PER_CLASS}
+        values = {
+            "answer_accuracy": answerable[0] / PER_CLASS,
+            "false_refusal_rate": answerable[1] / PER_CLASS,
+            "refusal_accuracy": unanswerable[0] / PER_CLASS,
+            "missed_refusal_rate": unanswerable[1] / PER_CLASS,
+        }
         se = {name: math.sqrt(v * (1 - v) / PER_CLASS) for name, v in values.items()}
         values[HEADLINE_METRIC] = (values["answer_accuracy"] + values["refusal_accuracy"]) / 2
         se[HEADLINE_METRIC] = 0.5 * math.hypot(se["answer_accuracy"], se["refusal_accuracy"])
@@ -43,8 +55,9 @@ def simulated_metrics(rng: np.random.Generator, truths: dict[str, tuple[float, f
     return {"models": models, "intervals": intervals, "standard_errors": errors, "counts": counts}
 
 
-def simulate(seed: int, rounds: int = 20, models: int = 30, improver: str | None = None,
-             improve_at: int = 10) -> list[pd.DataFrame]:
+def simulate(
+    seed: int, rounds: int = 20, models: int = 30, improver: str | None = None, improve_at: int = 10
+) -> list[pd.DataFrame]:
     """The comparisons each refresh round makes (rounds 2..``rounds``), with ``models`` models whose true
     rates never change; ``improver`` (one more model) gains 20 points in both accuracies at round
     ``improve_at``."""
@@ -80,8 +93,10 @@ def test_thirty_steady_models_over_twenty_rounds_flag_within_the_fdr():
     assert sum(c["significant"].sum() for c in made) / defined <= FDR / 10  # per model x metric: rarer still
     # The old rule (the new estimate outside the previous round's 95% interval) flags noise in nearly every
     # round: about 17% of comparisons, dozens of the 150 defined ones per round.
-    outside = [((c["latest"] < c["previous_interval"].str[0]) | (c["latest"] > c["previous_interval"].str[1])).sum()
-               for c in made]
+    outside = [
+        ((c["latest"] < c["previous_interval"].str[0]) | (c["latest"] > c["previous_interval"].str[1])).sum()
+        for c in made
+    ]
     assert min(outside) >= 5
     # Uncorrected two-sample tests would still flag a few per round; BH keeps it to none.
     assert sum((c["p_value"] < 0.05).sum() for c in made) > 19
@@ -100,21 +115,30 @@ def test_a_model_that_improves_by_twenty_points_is_flagged():
 
 
 def test_comparison_of_two_rounds_by_hand():
-    rows = pd.DataFrame([
-        {"round": "r1", "model": "a", HEADLINE_METRIC: 0.50, f"{HEADLINE_METRIC}_se": 0.02},
-        {"round": "r2", "model": "a", HEADLINE_METRIC: 0.60, f"{HEADLINE_METRIC}_se": 0.02},
-        {"round": "r1", "model": "b", HEADLINE_METRIC: 0.50, f"{HEADLINE_METRIC}_ci_low": 0.40,
-         f"{HEADLINE_METRIC}_ci_high": 0.60},  # no standard error: the interval's half-width / 1.96
-        {"round": "r2", "model": "b", HEADLINE_METRIC: 0.55, f"{HEADLINE_METRIC}_se": 0.05},
-        {"round": "r2", "model": "new", HEADLINE_METRIC: 0.9, f"{HEADLINE_METRIC}_se": 0.01},  # no previous round
-    ])
+    rows = pd.DataFrame(
+        [
+            {"round": "r1", "model": "a", HEADLINE_METRIC: 0.50, f"{HEADLINE_METRIC}_se": 0.02},
+            {"round": "r2", "model": "a", HEADLINE_METRIC: 0.60, f"{HEADLINE_METRIC}_se": 0.02},
+            {
+                "round": "r1",
+                "model": "b",
+                HEADLINE_METRIC: 0.50,
+                f"{HEADLINE_METRIC}_ci_low": 0.40,
+                f"{HEADLINE_METRIC}_ci_high": 0.60,
+            },  # no standard error: the interval's half-width / 1.96
+            {"round": "r2", "model": "b", HEADLINE_METRIC: 0.55, f"{HEADLINE_METRIC}_se": 0.05},
+            {"round": "r2", "model": "new", HEADLINE_METRIC: 0.9, f"{HEADLINE_METRIC}_se": 0.01},  # no previous round
+        ]
+    )
     table = compare_rounds(rows, FDR, metrics=(HEADLINE_METRIC,)).set_index("model")
     assert list(table.index) == ["a", "b"]
     a, b = table.loc["a"], table.loc["b"]
     assert a["difference"] == pytest.approx(0.1)
     half = 1.959964 * math.sqrt(2) * 0.02
-    assert (a["difference_low"], a["difference_high"]) == (pytest.approx(0.1 - half, abs=1e-5),
-                                                          pytest.approx(0.1 + half, abs=1e-5))
+    assert (a["difference_low"], a["difference_high"]) == (
+        pytest.approx(0.1 - half, abs=1e-5),
+        pytest.approx(0.1 + half, abs=1e-5),
+    )
     assert a["p_value"] == pytest.approx(0.000407, rel=0.01) and a["significant"]
     z = 0.05 / math.hypot(0.10 / 1.959964, 0.05)  # the interval's half-width / z stands in for its se
     assert b["p_value"] == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-4) and not b["significant"]
@@ -142,8 +166,11 @@ def test_incomplete_rounds_are_listed_not_left_out(tmp_path):
     write_round(root, "round-20260205T000000Z-s6", simulated_metrics(rng, truths), "running")  # this one
     trend = collect_trend(root, limit=10, current="round-20260205T000000Z-s6")
     assert trend.rounds == ["round-20260101T000000Z-s1", "round-20260108T000000Z-s2", "round-20260205T000000Z-s6"]
-    assert [(r.round[-2:], r.status) for r in trend.incomplete] == [("s3", "failed"), ("s4", "running"),
-                                                                    ("s5", "complete")]
+    assert [(r.round[-2:], r.status) for r in trend.incomplete] == [
+        ("s3", "failed"),
+        ("s4", "running"),
+        ("s5", "complete"),
+    ]
     assert "no metrics.json" in trend.incomplete[2].reason
     comparisons = compare_rounds(trend.rows, FDR)
     assert set(comparisons["previous_round"]) == {"round-20260108T000000Z-s2"}  # the previous *complete* round
@@ -160,13 +187,23 @@ def test_trend_section_shows_plot_changes_and_incomplete_rounds():
     rng = np.random.default_rng(0)
     steady = {"a": (0.4, 0.5), "b": (0.5, 0.5)}
     truths = [steady, steady, {"a": (0.7, 0.8), "b": (0.5, 0.5)}]  # a improves by 30 points in round 3
-    rows = pd.DataFrame([r for t, truth in enumerate(truths)
-                         for r in round_rows(f"round-2026010{t + 1}T040000Z-s{t}", simulated_metrics(rng, truth))])
+    rows = pd.DataFrame(
+        [
+            r
+            for t, truth in enumerate(truths)
+            for r in round_rows(f"round-2026010{t + 1}T040000Z-s{t}", simulated_metrics(rng, truth))
+        ]
+    )
     comparisons = compare_rounds(rows, FDR)
     assert set(comparisons[comparisons["significant"]]["model"]) == {"a"}
-    document = TrendDocument(rounds=sorted(rows["round"].unique()), flags=flags(comparisons), metric=HEADLINE_METRIC,
-                             fdr=FDR, comparisons=len(comparisons), incomplete_rounds=[
-                                 {"round": "round-x", "status": "failed", "reason": "round.json says failed"}])
+    document = TrendDocument(
+        rounds=sorted(rows["round"].unique()),
+        flags=flags(comparisons),
+        metric=HEADLINE_METRIC,
+        fdr=FDR,
+        comparisons=len(comparisons),
+        incomplete_rounds=[{"round": "round-x", "status": "failed", "reason": "round.json says failed"}],
+    )
     html = trend_section(rows, document.model_dump(mode="json"))
     assert html.count("<img") == 1 and "significant change(s)</b> since the previous round" in html
     assert "<li>a: CRS 0." in html and "round-x: round.json says failed" in html
@@ -182,9 +219,23 @@ def test_trend_section_shows_plot_changes_and_incomplete_rounds():
 
 def test_a_trend_json_of_the_older_version_still_renders():
     """Rounds written before the two-sample test: flags without a difference or p-value."""
-    old = {"rounds": ["r1", "r2"], "metric": HEADLINE_METRIC, "flags": [
-        {"model": "a", "metric": HEADLINE_METRIC, "previous_round": "r1", "round": "r2", "previous": 0.5,
-         "previous_interval": [0.4, 0.6], "latest": 0.75, "direction": "up"}]}
-    rows = pd.DataFrame([{"round": "r1", "model": "a", HEADLINE_METRIC: 0.5},
-                         {"round": "r2", "model": "a", HEADLINE_METRIC: 0.75}])
+    old = {
+        "rounds": ["r1", "r2"],
+        "metric": HEADLINE_METRIC,
+        "flags": [
+            {
+                "model": "a",
+                "metric": HEADLINE_METRIC,
+                "previous_round": "r1",
+                "round": "r2",
+                "previous": 0.5,
+                "previous_interval": [0.4, 0.6],
+                "latest": 0.75,
+                "direction": "up",
+            }
+        ],
+    }
+    rows = pd.DataFrame(
+        [{"round": "r1", "model": "a", HEADLINE_METRIC: 0.5}, {"round": "r2", "model": "a", HEADLINE_METRIC: 0.75}]
+    )
     assert "a: CRS 0.500 -&gt; 0.750 (up)" in trend_section(rows, old)  # HTML-escaped

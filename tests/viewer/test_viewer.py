@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from tests.browser import Browser
+from tests.pipeline.test_generation_flow import BASE
 from tests.scripted import (
     by_model,
     fenced,
@@ -30,7 +31,6 @@ from tests.scripted import (
     run_config,
     verifier_reply,
 )
-from tests.pipeline.test_generation_flow import BASE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -61,12 +61,18 @@ def target(kind: str, changed: bool = False):
         if kind == "cautious":
             return "REFUSE_AMBIGUOUS: I cannot tell which is meant."
         return f"Maybe {SCRIPT} it is Perturbed context."
+
     return reply
 
 
 def _viewer(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "refusalbench.flows.cli", "view", *args, "--port", "0"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "refusalbench.flows.cli", "view", *args, "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _url_of(process: subprocess.Popen, timeout_s: float = 120) -> str:
@@ -101,10 +107,18 @@ def runs(tmp_path_factory, llm, prefect_harness) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("viewer")
     (folder / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
     models = ["gen-a", "ver-a", *TARGETS, "judge", "tgt", "eval"]
-    table = {"gen-a": generator, "ver-a": lambda r: verifier_reply("PASS"), "judge": judge,
-             **{t: target(t) for t in TARGETS}}
+    table = {
+        "gen-a": generator,
+        "ver-a": lambda r: verifier_reply("PASS"),
+        "judge": judge,
+        **{t: target(t) for t in TARGETS},
+    }
     llm.responder = by_model(table)
-    config = run_config(folder, llm.url, models, """
+    config = run_config(
+        folder,
+        llm.url,
+        models,
+        """
 generation:
   base_set: base.jsonl
   generators: [gen-a]
@@ -114,30 +128,52 @@ evaluation:
   targets: [answerer, cautious, mixed]
   judge: judge
   bootstrap: 50
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
     first, second, kon = folder / "round-1", folder / "round-2", folder / "kon"
     run_main(str(config), str(first))
 
     llm.responder = by_model({**table, "answerer": target("answerer", changed=True)})
     again = folder / "again"
     again.mkdir()
-    config = run_config(again, llm.url, models, """
+    config = run_config(
+        again,
+        llm.url,
+        models,
+        """
 evaluation:
   targets: [answerer, cautious, mixed]
   judge: judge
   bootstrap: 50
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
     run_evaluation(str(config), str(first / "benchmark.parquet"), str(second))
 
-    pairs = [{"id": f"p{i}", "question": q, "answer": a} for i, (q, a) in enumerate([
-        ("How long is the warranty on laptops?", "Two years from purchase."),
-        ("Who approves travel claims?", "The line manager approves them."),
-        ("When are salaries paid?", "On the last working day of the month."),
-        ("What is the parking fee per day?", "Four dollars per day.")])]
+    pairs = [
+        {"id": f"p{i}", "question": q, "answer": a}
+        for i, (q, a) in enumerate(
+            [
+                ("How long is the warranty on laptops?", "Two years from purchase."),
+                ("Who approves travel claims?", "The line manager approves them."),
+                ("When are salaries paid?", "On the last working day of the month."),
+                ("What is the parking fee per day?", "Four dollars per day."),
+            ]
+        )
+    ]
     (folder / "qa.jsonl").write_text("\n".join(json.dumps(p) for p in pairs) + "\n")
-    llm.responder = by_model({"tgt": lambda r: "It is two years.",
-                              "eval": lambda r: "The model answered. <abstained>no</abstained> <tier>tier_2</tier>"})
-    config = run_config(folder, llm.url, models, """
+    llm.responder = by_model(
+        {
+            "tgt": lambda r: "It is two years.",
+            "eval": lambda r: "The model answered. <abstained>no</abstained> <tier>tier_2</tier>",
+        }
+    )
+    config = run_config(
+        folder,
+        llm.url,
+        models,
+        """
 knowornot:
   qa_pairs: qa.jsonl
   targets: [tgt]
@@ -149,12 +185,21 @@ knowornot:
   embedder: hashing
   label_sample: 2
   synthetic_ookb: 0
-""", max_attempts=2)
+""",
+        max_attempts=2,
+    )
     run_knowornot(str(config), str(kon))
     experiment = pd.read_parquet(kon / "results.parquet").experiment_id.iloc[0]
-    LabelStore(kon / "labels" / "abstention.jsonl").append(HumanLabel(
-        item_id=experiment, spec="abstention", annotator="ann", label="yes", labelled_at="2025-01-02T03:04:05Z",
-        note="hedged answer"))
+    LabelStore(kon / "labels" / "abstention.jsonl").append(
+        HumanLabel(
+            item_id=experiment,
+            spec="abstention",
+            annotator="ann",
+            label="yes",
+            labelled_at="2025-01-02T03:04:05Z",
+            note="hedged answer",
+        )
+    )
     return {"round-1": first, "round-2": second, "kon": kon}
 
 
@@ -259,11 +304,14 @@ def test_comparing_two_runs_shows_the_items_whose_decision_changed(viewer, runs,
         assert tab.evaluate("document.querySelectorAll('table.metric-changes tbody tr').length") == len(TARGETS)
         tab.click("table.changed a.item-link", navigates=True)
         assert "/runs/round-2/items/" in tab.evaluate("location.pathname")
-        assert tab.evaluate("document.querySelector('.reply[data-model=answerer] .badge').innerText") == \
-            "REFUSE_INFO_MISSING_IN_CONTEXT"
+        assert (
+            tab.evaluate("document.querySelector('.reply[data-model=answerer] .badge').innerText")
+            == "REFUSE_INFO_MISSING_IN_CONTEXT"
+        )
 
 
 # ---------------------------------------------------------------- over HTTP
+
 
 def test_item_pages_and_json_are_paged_and_filtered_on_the_server(viewer, runs):
     items = _benchmark(runs)
@@ -333,16 +381,27 @@ def test_a_knowornot_experiment_shows_its_fact_passages_answer_and_labels(viewer
 
 # ---------------------------------------------------------------- the command
 
+
 def test_a_folder_that_is_not_a_run_folder_is_one_line_and_exit_2(tmp_path):
     missing = tmp_path / "nowhere"
-    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "view", str(missing)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", "view", str(missing)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and str(missing) in done.stderr
     assert not missing.exists()  # the viewer creates nothing
     (tmp_path / "empty").mkdir()
-    done = subprocess.run([sys.executable, "-m", "refusalbench.flows.cli", "view", str(tmp_path / "empty")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "refusalbench.flows.cli", "view", str(tmp_path / "empty")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "not a run folder" in done.stderr and done.stderr.strip().count("\n") == 0
 
 

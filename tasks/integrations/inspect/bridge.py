@@ -25,42 +25,59 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel
 
+from refusalbench.tasks.integrations.inspect.sample_metadata import ITEM_KEY, SCORE_KEY
 from refusalbench.tasks.llm.gateway import CallResult
 from refusalbench.tasks.llm.providers import PLACEHOLDER_KEY, profile_for, response_format_for
 from refusalbench.tasks.llm.reply_outcomes import OK, outcome_error, reply_outcome
-from refusalbench.tasks.integrations.inspect.sample_metadata import ITEM_KEY, SCORE_KEY
-from refusalbench.tasks.refusalbench.stages.judge import (DecisionMode, judge_messages, judge_schema, judgment_from_result,
-                                                  judgment_without_model, needs_judge)
-from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
-from refusalbench.tasks.refusalbench.stages.respond import response_from_result, target_messages
-from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics
 from refusalbench.tasks.llm.structured_outputs import json_schema_for, parse_output
+from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
+from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics
+from refusalbench.tasks.refusalbench.stages.judge import (
+    DecisionMode,
+    judge_messages,
+    judge_schema,
+    judgment_from_result,
+    judgment_without_model,
+    needs_judge,
+)
+from refusalbench.tasks.refusalbench.stages.respond import response_from_result, target_messages
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
-
 
 # ----------------------------------------------------------------- the task's side
 
 
 def sample_fields(item: BenchmarkItem, confidence: bool) -> dict[str, Any]:
     """An inspect Sample's fields for one benchmark item (messages as role/content dicts)."""
-    return {"id": item.item_id, "messages": target_messages(item, confidence), "target": list(item.answers),
-            "metadata": {ITEM_KEY: item.model_dump(mode="json"), "confidence": confidence}}
+    return {
+        "id": item.item_id,
+        "messages": target_messages(item, confidence),
+        "target": list(item.answers),
+        "metadata": {ITEM_KEY: item.model_dump(mode="json"), "confidence": confidence},
+    }
 
 
-def response_of(item: BenchmarkItem, model: str, text: str | None, confidence: bool,
-                error: str | None = None, stop_reason: str | None = None) -> Response:
+def response_of(
+    item: BenchmarkItem,
+    model: str,
+    text: str | None,
+    confidence: bool,
+    error: str | None = None,
+    stop_reason: str | None = None,
+) -> Response:
     """The target's reply read as ``respond`` reads it. A reply that is no answer has its outcome,
     as in the gateway (``reply_outcomes``): cut at the limit (inspect's stop reason
     ``max_tokens``), blocked (``content_filter``) or empty; a sample's error is a failed call."""
     kind = None
     if error is None and (outcome := reply_outcome(text, stop_reason)) != OK:
         error, kind = outcome_error(outcome, stop_reason), outcome
-    return response_from_result(item, model, CallResult(model=model, key="", text=text, error=error, error_kind=kind),
-                                confidence)
+    return response_from_result(
+        item, model, CallResult(model=model, key="", text=text, error=error, error_kind=kind), confidence
+    )
 
 
-def judge_request(item: BenchmarkItem, response: Response,
-                  decision: DecisionMode = "judge") -> tuple[list[dict[str, str]], str, dict[str, Any]] | None:
+def judge_request(
+    item: BenchmarkItem, response: Response, decision: DecisionMode = "judge"
+) -> tuple[list[dict[str, str]], str, dict[str, Any]] | None:
     """(messages, schema name, JSON schema) when the judge model must decide, else None (no call)."""
     if not needs_judge(item, response, decision):
         return None
@@ -68,8 +85,14 @@ def judge_request(item: BenchmarkItem, response: Response,
     return judge_messages(item, response), schema.__name__, json_schema_for(schema)
 
 
-def judgment_of(item: BenchmarkItem, response: Response, judge: str | None = None, text: str | None = None,
-                error: str | None = None, decision: DecisionMode = "judge") -> Judgment:
+def judgment_of(
+    item: BenchmarkItem,
+    response: Response,
+    judge: str | None = None,
+    text: str | None = None,
+    error: str | None = None,
+    decision: DecisionMode = "judge",
+) -> Judgment:
     """The judgment of one response: without a call where none is needed, else from the judge's reply."""
     if not needs_judge(item, response, decision):
         return judgment_without_model(item, response)
@@ -95,15 +118,25 @@ def score_fields(item: BenchmarkItem, response: Response, judgment: Judgment) ->
     """An inspect Score's fields: C/I (N when left out of the metrics) and everything the metrics need."""
     correct = is_correct(judgment)
     value = "N" if correct is None else ("C" if correct else "I")
-    verdict = judgment.error or (f"judge quality {judgment.quality}" if judgment.quality is not None else
-                                 f"judge RAF {judgment.raf}" if judgment.raf is not None else "no judge call")
+    verdict = judgment.error or (
+        f"judge quality {judgment.quality}"
+        if judgment.quality is not None
+        else f"judge RAF {judgment.raf}"
+        if judgment.raf is not None
+        else "no judge call"
+    )
     return {
         "value": value,
         "answer": judgment.decision,
         "explanation": f"expected {item.expected}, decision {judgment.decision} (by the "
-                       f"{judgment.decision_source or 'parser'}); {verdict}",
-        "metadata": {SCORE_KEY: {"judgment": judgment.model_dump(mode="json"), "variant": item.variant,
-                                 "response_error": response.error}},
+        f"{judgment.decision_source or 'parser'}); {verdict}",
+        "metadata": {
+            SCORE_KEY: {
+                "judgment": judgment.model_dump(mode="json"),
+                "variant": item.variant,
+                "response_error": response.error,
+            }
+        },
     }
 
 
@@ -124,11 +157,25 @@ def sample_metrics(payloads: Iterable[dict[str, Any] | None], names: Sequence[st
 # ----------------------------------------------------------------- the model provider's side
 
 # inspect GenerateConfig field -> LiteLLM keyword, for the settings passed through as they are.
-_PASSED = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "seed": "seed",
-           "stop_seqs": "stop", "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-           "logit_bias": "logit_bias", "extra_headers": "extra_headers", "extra_body": "extra_body"}
-_STOP_REASONS = {"stop": "stop", "length": "max_tokens", "content_filter": "content_filter",
-                 "tool_calls": "tool_calls", "function_call": "tool_calls"}
+_PASSED = {
+    "max_tokens": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "seed": "seed",
+    "stop_seqs": "stop",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "logit_bias": "logit_bias",
+    "extra_headers": "extra_headers",
+    "extra_body": "extra_body",
+}
+_STOP_REASONS = {
+    "stop": "stop",
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+}
 
 
 def litellm_kwargs(model: str, settings: dict[str, Any], base_url: str | None, api_key: str | None) -> dict[str, Any]:
@@ -138,11 +185,14 @@ def litellm_kwargs(model: str, settings: dict[str, Any], base_url: str | None, a
     the placeholder key for a server without auth.
     """
     profile = profile_for(model, base_url)
-    kwargs = profile.rewrite_params({key: settings[name] for name, key in _PASSED.items() if settings.get(name) is not None})
+    kwargs = profile.rewrite_params(
+        {key: settings[name] for name, key in _PASSED.items() if settings.get(name) is not None}
+    )
     schema = settings.get("response_schema")
     if schema:
-        response_format = response_format_for(profile.structured_output, schema["name"], schema["json_schema"],
-                                              strict=bool(schema.get("strict")))
+        response_format = response_format_for(
+            profile.structured_output, schema["name"], schema["json_schema"], strict=bool(schema.get("strict"))
+        )
         if response_format is not None:
             kwargs["response_format"] = response_format
     if base_url:

@@ -25,8 +25,8 @@ from pydantic import ValidationError
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.report.run_outputs import judged_frame, write_report, write_scores
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
 
 INSTALL_HINT = "reading inspect eval logs needs inspect_ai: pip install 'refusalbench[inspect]'"
@@ -50,8 +50,11 @@ def log_files(paths: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".eval", ".json")
-                           and is_inspect_log(p))
+            found = sorted(
+                p
+                for p in path.iterdir()
+                if p.is_file() and p.suffix.lower() in (".eval", ".json") and is_inspect_log(p)
+            )
             if not found:
                 raise InputError(str(path), "no inspect eval logs (.eval or .json) in this folder")
             files.extend(found)
@@ -71,8 +74,9 @@ def _read_log(path: Path) -> Any:
         return read_eval_log(str(path))
     except Exception as exc:  # not a zip, truncated JSON, a schema it does not know ...
         detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-        raise InputError(str(path), f"not a readable inspect eval log ({type(exc).__name__}"
-                                    f"{': ' + detail if detail else ''})") from None
+        raise InputError(
+            str(path), f"not a readable inspect eval log ({type(exc).__name__}{': ' + detail if detail else ''})"
+        ) from None
 
 
 def _payload(sample: Any) -> dict[str, Any] | None:
@@ -88,13 +92,19 @@ def _sample_judgment(path: Path, log: Any, sample: Any) -> tuple[Judgment, Bench
     try:
         item = item_of(sample.metadata)
     except (KeyError, TypeError, ValidationError):
-        raise InputError(str(path), f"{where} has no RefusalBench item in its metadata "
-                                    "(was the log written by the refusalbench task?)", field="metadata") from None
+        raise InputError(
+            str(path),
+            f"{where} has no RefusalBench item in its metadata (was the log written by the refusalbench task?)",
+            field="metadata",
+        ) from None
     payload = _payload(sample)
     if payload is None:
         if sample.error is None:
-            raise InputError(str(path), f"{where} has no RefusalBench score (was the log scored by the "
-                                        "refusalbench scorer?)", field="scores")
+            raise InputError(
+                str(path),
+                f"{where} has no RefusalBench score (was the log scored by the refusalbench scorer?)",
+                field="scores",
+            )
         # The bridge loads the prompt and judge modules: only a failed sample needs them.
         from refusalbench.tasks.integrations.inspect.bridge import judgment_of, response_of
 
@@ -117,8 +127,9 @@ def read_inspect_logs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[s
             raise InputError(str(path), f"no samples in this log (status: {log.status})")
         for sample in samples:
             if sample.epoch != 1:
-                raise InputError(str(path), "RefusalBench scores one reply per (model, item): run with --epochs 1",
-                                 field="epochs")
+                raise InputError(
+                    str(path), "RefusalBench scores one reply per (model, item): run with --epochs 1", field="epochs"
+                )
             judgment, item = _sample_judgment(path, log, sample)
             judgments.append(judgment)
             items.setdefault(item.item_id, item)
@@ -126,8 +137,9 @@ def read_inspect_logs(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[s
     return frame, excluded, list(items.values())
 
 
-def score_inspect_logs(files: Iterable[Path | str], out: str, *, bootstrap: int = 1000,
-                       seed: int = 0) -> tuple[str, str, dict[str, int]]:
+def score_inspect_logs(
+    files: Iterable[Path | str], out: str, *, bootstrap: int = 1000, seed: int = 0
+) -> tuple[str, str, dict[str, int]]:
     """``refusalbench score LOG...``: an inspect_ai run's logs -> judged.parquet, metrics and report.html.
 
     Returns (metrics uri, report uri, per-model counts of samples left out: failed calls or judgments).

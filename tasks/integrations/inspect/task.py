@@ -50,23 +50,26 @@ from inspect_ai.solver import TaskState, generate
 from inspect_ai.tool import ToolChoice, ToolInfo
 from inspect_ai.util import JSONSchema
 
-from refusalbench.tasks.integrations.inspect import bridge as bridge
-from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
 from refusalbench.tasks.core.plugins import load_entry_points
-from refusalbench.tasks.refusalbench.stages.judge import DecisionMode
+from refusalbench.tasks.integrations.inspect import bridge as bridge
 from refusalbench.tasks.integrations.inspect.sample_metadata import SCORE_KEY, item_of
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.reasoning import split_reasoning
 from refusalbench.tasks.llm.transport import CallFailed, litellm_completion
+from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
 from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, metric_spec
+from refusalbench.tasks.refusalbench.stages.judge import DecisionMode
 
 BASE_URL_ENV = "REFUSALBENCH_BASE_URL"
 API_KEY_ENV = "REFUSALBENCH_API_KEY"
 DEFAULT_TIMEOUT_S = 600.0
 
 _MESSAGE_TYPES: dict[str, type[ChatMessage]] = {
-    "system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
+    "system": ChatMessageSystem,
+    "user": ChatMessageUser,
+    "assistant": ChatMessageAssistant,
+}
 
 
 def chat_messages(messages: list[dict[str, str]]) -> list[ChatMessage]:
@@ -77,8 +80,13 @@ def chat_messages(messages: list[dict[str, str]]) -> list[ChatMessage]:
 
 
 @task
-def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str | None = None,
-                 confidence: bool = False, decision: str = "judge") -> Task:
+def refusalbench(
+    benchmark: str,
+    judge: str | None = None,
+    judge_base_url: str | None = None,
+    confidence: bool = False,
+    decision: str = "judge",
+) -> Task:
     """RefusalBench over a ``benchmark.parquet`` (a local path or s3:// URI).
 
     Args:
@@ -94,13 +102,18 @@ def refusalbench(benchmark: str, judge: str | None = None, judge_base_url: str |
     samples = []
     for item in items:
         fields = bridge.sample_fields(item, confidence)
-        samples.append(Sample(input=chat_messages(fields["messages"]), id=fields["id"], target=fields["target"],
-                              metadata=fields["metadata"]))
+        samples.append(
+            Sample(
+                input=chat_messages(fields["messages"]),
+                id=fields["id"],
+                target=fields["target"],
+                metadata=fields["metadata"],
+            )
+        )
     return Task(
         dataset=MemoryDataset(samples, name=Path(benchmark).stem, location=str(benchmark)),
         solver=generate(),
-        scorer=refusalbench_judge(judge=judge, judge_base_url=judge_base_url, confidence=confidence,
-                                  decision=mode),
+        scorer=refusalbench_judge(judge=judge, judge_base_url=judge_base_url, confidence=confidence, decision=mode),
         metadata={"refusalbench_prompt_hashes": all_template_hashes()},
     )
 
@@ -126,8 +139,11 @@ def declared_metric(name: str) -> Metric:
 # the installed RefusalBench plugins (``refusalbench.plugins`` entry points) are loaded first, so their
 # metrics and provider profiles count here too (no run config, hence no ``plugins:`` list, is read).
 load_entry_points()
-TASK_METRICS: list[Metric] = [accuracy(), stderr(),
-                              *(declared_metric(name) for name in all_metrics() if metric_spec(name).inspect_task)]
+TASK_METRICS: list[Metric] = [
+    accuracy(),
+    stderr(),
+    *(declared_metric(name) for name in all_metrics() if metric_spec(name).inspect_task),
+]
 
 
 def _decision_mode(decision: str) -> DecisionMode:
@@ -139,14 +155,16 @@ def _decision_mode(decision: str) -> DecisionMode:
     raise ValueError(f"decision must be 'judge' or 'codes', not {decision!r}")
 
 
-async def _ask_judge(judge: str | None, judge_base_url: str | None,
-                    request: tuple[list[dict[str, str]], str, dict[str, Any]]) -> tuple[str, str | None, str | None]:
+async def _ask_judge(
+    judge: str | None, judge_base_url: str | None, request: tuple[list[dict[str, str]], str, dict[str, Any]]
+) -> tuple[str, str | None, str | None]:
     """(judge name, reply text, error): a judge call that fails after inspect's retries is
     recorded as a failed judgment (left out of the metrics, as in ``evaluate``), not raised."""
     messages, schema_name, schema = request
     model = get_model(judge, base_url=judge_base_url) if judge else get_model(role="grader", required=True)
-    config = GenerateConfig(response_schema=ResponseSchema(
-        name=schema_name, json_schema=JSONSchema.model_validate(schema), strict=False))
+    config = GenerateConfig(
+        response_schema=ResponseSchema(name=schema_name, json_schema=JSONSchema.model_validate(schema), strict=False)
+    )
     try:
         output = await model.generate(chat_messages(messages), config=config)
     except Exception as exc:
@@ -155,14 +173,19 @@ async def _ask_judge(judge: str | None, judge_base_url: str | None,
 
 
 @scorer(metrics=TASK_METRICS)
-def refusalbench_judge(judge: str | None = None, judge_base_url: str | None = None, confidence: bool = False,
-                       decision: DecisionMode = "judge") -> Scorer:
+def refusalbench_judge(
+    judge: str | None = None,
+    judge_base_url: str | None = None,
+    confidence: bool = False,
+    decision: DecisionMode = "judge",
+) -> Scorer:
     """The project's refusal parsing and judging; C/I per sample, N when left out of the metrics."""
 
     async def score(state: TaskState, target: Target) -> Score:
         item = item_of(state.metadata)
-        response = bridge.response_of(item, str(state.model), state.output.completion, confidence,
-                                      stop_reason=state.output.stop_reason)
+        response = bridge.response_of(
+            item, str(state.model), state.output.completion, confidence, stop_reason=state.output.stop_reason
+        )
         request = bridge.judge_request(item, response, decision)
         if request is None:
             judgment = bridge.judgment_of(item, response, decision=decision)
@@ -186,30 +209,57 @@ class LiteLLMAPI(ModelAPI):
     as LiteLLM reads it (a keyless OpenAI-compatible server gets a placeholder).
     """
 
-    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                 config: GenerateConfig | None = None, **model_args: Any) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig | None = None,
+        **model_args: Any,
+    ) -> None:
         base_url = base_url or os.getenv(BASE_URL_ENV) or os.getenv("INSPECT_EVAL_MODEL_BASE_URL")
         # A fresh GenerateConfig per model: a default instance would be shared (and mutable).
-        super().__init__(model_name, base_url=base_url, api_key=api_key or os.getenv(API_KEY_ENV),
-                         api_key_vars=[API_KEY_ENV], config=config if config is not None else GenerateConfig())
+        super().__init__(
+            model_name,
+            base_url=base_url,
+            api_key=api_key or os.getenv(API_KEY_ENV),
+            api_key_vars=[API_KEY_ENV],
+            config=config if config is not None else GenerateConfig(),
+        )
         self.model_args = model_args
 
-    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice,
-                       config: GenerateConfig) -> ModelOutput:
+    async def generate(
+        self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
+    ) -> ModelOutput:
         messages = [{"role": m.role, "content": m.text} for m in input]
-        kwargs = {**bridge.litellm_kwargs(self.model_name, config.model_dump(mode="json", exclude_none=True),
-                                          self.base_url, self.api_key), **self.model_args}
+        kwargs = {
+            **bridge.litellm_kwargs(
+                self.model_name, config.model_dump(mode="json", exclude_none=True), self.base_url, self.api_key
+            ),
+            **self.model_args,
+        }
         timeout = float(config.attempt_timeout or config.timeout or DEFAULT_TIMEOUT_S)
         reply = await litellm_completion(self.model_name, messages, timeout, kwargs)
         # Reasoning goes apart from the answer (as the gateway splits it), so the scorer reads the answer only.
-        answer, reasoning = split_reasoning(None if reply.text is None else str(reply.text), reply.reasoning,
-                                            profile_for(self.model_name, self.base_url).reasoning)
-        content: Any = [ContentReasoning(reasoning=reasoning), ContentText(text=answer or "")] if reasoning else answer or ""
-        output = ModelOutput.from_content(model=self.model_name, content=content,
-                                          stop_reason=bridge.stop_reason(reply.finish_reason))  # type: ignore[arg-type]
+        answer, reasoning = split_reasoning(
+            None if reply.text is None else str(reply.text),
+            reply.reasoning,
+            profile_for(self.model_name, self.base_url).reasoning,
+        )
+        content: Any = (
+            [ContentReasoning(reasoning=reasoning), ContentText(text=answer or "")] if reasoning else answer or ""
+        )
+        output = ModelOutput.from_content(
+            model=self.model_name, content=content, stop_reason=bridge.stop_reason(reply.finish_reason)
+        )  # type: ignore[arg-type]
         prompt, completion = reply.prompt_tokens or 0, reply.completion_tokens or 0
-        output.usage = ModelUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
-                                  reasoning_tokens=reply.reasoning_tokens, total_cost=reply.cost_usd)
+        output.usage = ModelUsage(
+            input_tokens=prompt,
+            output_tokens=completion,
+            total_tokens=prompt + completion,
+            reasoning_tokens=reply.reasoning_tokens,
+            total_cost=reply.cost_usd,
+        )
         return output
 
     def should_retry(self, ex: Exception) -> bool | RetryDecision:

@@ -24,7 +24,20 @@ from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.labelling.agreement import binary_scores
 
 # The columns of the comparison table, in the paper's order.
-COMPARISON_COLUMNS = ("evaluator", "role", "n", "tp", "tn", "fp", "fn", "errors", "accuracy", "precision", "recall", "f1")
+COMPARISON_COLUMNS = (
+    "evaluator",
+    "role",
+    "n",
+    "tp",
+    "tn",
+    "fp",
+    "fn",
+    "errors",
+    "accuracy",
+    "precision",
+    "recall",
+    "f1",
+)
 
 
 def evaluator_outcomes(store: ArtifactStore, spec: str) -> dict[str, tuple[str, dict[str, str | None]]]:
@@ -41,8 +54,9 @@ def evaluator_outcomes(store: ArtifactStore, spec: str) -> dict[str, tuple[str, 
     return out
 
 
-def compare_with_consensus(outcomes: Mapping[str, tuple[str, Mapping[str, str | None]]], consensus: Mapping[str, str],
-                           spec: EvalSpec) -> list[dict[str, Any]]:
+def compare_with_consensus(
+    outcomes: Mapping[str, tuple[str, Mapping[str, str | None]]], consensus: Mapping[str, str], spec: EvalSpec
+) -> list[dict[str, Any]]:
     """One row per evaluator: its confusion counts and scores against the human consensus of ``spec``.
 
     ``errors``: consensus items the evaluator gave no parsable outcome for (left out of ``n``).
@@ -51,8 +65,9 @@ def compare_with_consensus(outcomes: Mapping[str, tuple[str, Mapping[str, str | 
     for name, (role, given) in outcomes.items():
         judged = {item: given.get(item) for item in consensus}
         scores = binary_scores(consensus, judged, spec.positive_outcome)
-        rows.append({"evaluator": name, "role": role, **scores.model_dump(),
-                     "errors": sum(v is None for v in judged.values())})
+        rows.append(
+            {"evaluator": name, "role": role, **scores.model_dump(), "errors": sum(v is None for v in judged.values())}
+        )
     return rows
 
 
@@ -60,15 +75,19 @@ def comparison_html(rows: Sequence[Mapping[str, Any]], open_items: Sequence[str]
     """The report's table of one spec: each evaluator against the human consensus, and the open disagreements."""
     parts = []
     if open_items:
-        parts.append(f"<p>{len(open_items)} item(s) the annotators labelled differently wait for a consensus pass "
-                     "(<code>knowornot label RUN --spec SPEC --annotator NAME --consensus</code>); until then they "
-                     "are left out of the consensus.</p>")
+        parts.append(
+            f"<p>{len(open_items)} item(s) the annotators labelled differently wait for a consensus pass "
+            "(<code>knowornot label RUN --spec SPEC --annotator NAME --consensus</code>); until then they "
+            "are left out of the consensus.</p>"
+        )
     if not rows:
         return "".join(parts)
     positive = rows[0].get("positive")
-    table = pd.DataFrame([{column: row.get(column) for column in COMPARISON_COLUMNS} for row in rows],
-                         columns=list(COMPARISON_COLUMNS))
-    parts.append(f"<p>Evaluators against the human consensus (App. D.3), positive = <b>{escape(positive)}</b>; "
-                 "n = consensus items with a parsable verdict, errors = consensus items without one:</p>"
-                 + frame_table(table))
+    table = pd.DataFrame(
+        [{column: row.get(column) for column in COMPARISON_COLUMNS} for row in rows], columns=list(COMPARISON_COLUMNS)
+    )
+    parts.append(
+        f"<p>Evaluators against the human consensus (App. D.3), positive = <b>{escape(positive)}</b>; "
+        "n = consensus items with a parsable verdict, errors = consensus items without one:</p>" + frame_table(table)
+    )
     return "".join(parts)

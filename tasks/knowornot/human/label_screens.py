@@ -22,7 +22,7 @@ from refusalbench.tasks.labelling.label_store import LabelStore
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _match_outcome(answer: str, outcomes: Sequence[str]) -> str | None:
@@ -86,7 +86,9 @@ def label_in_terminal(
             if outcome is None:
                 output_fn(f"Not an option: {answer.strip()!r}. Type a number, an outcome, s or q.")
                 continue
-            label = HumanLabel(item_id=item.item_id, spec=item.spec, annotator=annotator, label=outcome, labelled_at=_now())
+            label = HumanLabel(
+                item_id=item.item_id, spec=item.spec, annotator=annotator, label=outcome, labelled_at=_now()
+            )
             store.append(label)
             new.append(label)
             break
@@ -95,6 +97,7 @@ def label_in_terminal(
 
 
 # ----------------------------------------------------------------- web page
+
 
 def _item_html(item: LabelItem, token: str) -> str:
     esc = html.escape
@@ -108,13 +111,17 @@ def _item_html(item: LabelItem, token: str) -> str:
         if item.context:
             parts.append(f'<h2>{esc(VALIDITY_CONTEXT_TITLE)}</h2><div class="box">{esc(item.context)}</div>')
     elif item.context:
-        parts.append(f'<details><summary>Context given to the model</summary><div class="box">{esc(item.context)}</div></details>')
+        parts.append(
+            f'<details><summary>Context given to the model</summary><div class="box">{esc(item.context)}</div></details>'
+        )
     if item.expected_answer:
         parts.append(f'<h2>Expected answer</h2><div class="box">{esc(item.expected_answer)}</div>')
     if not validity:
         parts.append(f'<h2>Model response</h2><div class="box">{esc(item.response)}</div>')
     if item.shown_labels:
-        parts.append(f'<h2>Annotators\' labels (record the label you agreed on)</h2><div class="box">{esc(item.shown_labels)}</div>')
+        parts.append(
+            f'<h2>Annotators\' labels (record the label you agreed on)</h2><div class="box">{esc(item.shown_labels)}</div>'
+        )
     buttons = "".join(f'<button type="submit" name="label" value="{esc(o)}">{esc(o)}</button>' for o in item.outcomes)
     parts.append(
         '<form method="post" action="/label">'
@@ -143,9 +150,16 @@ def serve_labelling(
     """
     check_serve_args(annotator, host, allow_remote)  # before the store touches any file
     store = LabelStore(store_path)
-    return serve_form(_LabelForm(items, store, annotator), store=store, annotator=annotator,
-                      done_text="All items labelled. Thank you!", name="labelling",
-                      host=host, port=port, allow_remote=allow_remote)
+    return serve_form(
+        _LabelForm(items, store, annotator),
+        store=store,
+        annotator=annotator,
+        done_text="All items labelled. Thank you!",
+        name="labelling",
+        host=host,
+        port=port,
+        allow_remote=allow_remote,
+    )
 
 
 @dataclass
@@ -174,8 +188,9 @@ class _LabelForm:
         outcome = next((o for o in item.outcomes if o.lower() == given.lower()), None)
         if outcome is None:
             return f"{given} is not an allowed outcome."
-        return HumanLabel(item_id=item.item_id, spec=item.spec, annotator=self.annotator, label=outcome,
-                          labelled_at=_now())
+        return HumanLabel(
+            item_id=item.item_id, spec=item.spec, annotator=self.annotator, label=outcome, labelled_at=_now()
+        )
 
     def save(self, label: HumanLabel) -> bool:
         if label.item_id in self.store.labelled_ids(self.annotator, label.spec):

@@ -26,15 +26,19 @@ import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.knowornot.schema import artifacts as kon_files
-from refusalbench.tasks.knowornot.stages.evaluation import EVAL_SPECS
 from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.core.human_labels import LabelItem
-from refusalbench.tasks.knowornot.human.evaluator_comparison import compare_with_consensus, evaluator_outcomes
-from refusalbench.tasks.labelling.agreement import (annotator_agreement, consensus_labels, disagreements,
-                                                    evaluator_vs_human)
-from refusalbench.tasks.labelling.label_store import LabelStore
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.knowornot.human.evaluator_comparison import compare_with_consensus, evaluator_outcomes
+from refusalbench.tasks.knowornot.schema import artifacts as kon_files
+from refusalbench.tasks.knowornot.stages.evaluation import EVAL_SPECS
+from refusalbench.tasks.labelling.agreement import (
+    annotator_agreement,
+    consensus_labels,
+    disagreements,
+    evaluator_vs_human,
+)
+from refusalbench.tasks.labelling.label_store import LabelStore
 
 # ----------------------------------------------------------------- sampling
 
@@ -73,7 +77,12 @@ def stratified_label_sample(
     rng = np.random.default_rng(seed)
     if df.empty or n == 0:
         return df.iloc[0:0]
-    groups = [positions for _, positions in sorted(df.groupby(list(by), sort=True, dropna=False).indices.items(), key=lambda kv: str(kv[0]))]
+    groups = [
+        positions
+        for _, positions in sorted(
+            df.groupby(list(by), sort=True, dropna=False).indices.items(), key=lambda kv: str(kv[0])
+        )
+    ]
     quotas = _allocate([len(g) for g in groups], n, rng)
     chosen: list[int] = []
     for positions, quota in zip(groups, quotas):
@@ -102,8 +111,10 @@ def spec_rows(frame: pd.DataFrame, spec: EvalSpec) -> pd.DataFrame:
 def label_samples(frame: pd.DataFrame, specs: Sequence[EvalSpec], n: int, seed: int = 0) -> pd.DataFrame:
     """``n`` rows per spec, each drawn (``stratified_label_sample``) from the rows that spec applies to,
     the spec in the ``label_spec`` column."""
-    samples = [stratified_label_sample(spec_rows(frame, spec), n, seed=seed).assign(**{SAMPLE_SPEC: spec.name})
-               for spec in specs]
+    samples = [
+        stratified_label_sample(spec_rows(frame, spec), n, seed=seed).assign(**{SAMPLE_SPEC: spec.name})
+        for spec in specs
+    ]
     return pd.concat(samples, ignore_index=True) if samples else frame.iloc[0:0].assign(**{SAMPLE_SPEC: []})
 
 
@@ -128,6 +139,7 @@ def spec_sample(sample: pd.DataFrame, spec: EvalSpec, specs: Sequence[EvalSpec] 
 def label_items_from_frame(df: pd.DataFrame, spec: EvalSpec, shown: dict[str, str] | None = None) -> list[LabelItem]:
     """LabelItems from rows with ``experiment_id``, ``question``, ``response`` (+ optional
     ``expected_answer``, ``context``); ``shown``: item id -> the annotators' labels to show (consensus pass)."""
+
     def text(row: dict[str, Any], name: str) -> str | None:
         value = row.get(name)
         return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
@@ -179,7 +191,9 @@ def open_label_session(run_dir: str, spec_name: str, consensus: bool = False) ->
     """
     store = ArtifactStore(run_dir)
     if not store.has(kon_files.LABEL_SAMPLE):
-        raise InputError(store.uri(kon_files.LABEL_SAMPLE.name), "no label sample in this run folder (run knowornot first)")
+        raise InputError(
+            store.uri(kon_files.LABEL_SAMPLE.name), "no label sample in this run folder (run knowornot first)"
+        )
     specs = run_eval_specs(store)
     if spec_name not in specs:
         raise InputError(spec_name, f"unknown evaluation spec (known: {', '.join(specs)})", field="--spec")
@@ -190,8 +204,11 @@ def open_label_session(run_dir: str, spec_name: str, consensus: bool = False) ->
         return LabelSession(store, spec, label_items_from_frame(sample, spec), labels_path)
     consensus_path = Path(store.uri(kon_files.consensus_file(spec.name).name))
     settled = {label.item_id for label in LabelStore(consensus_path).load() if label.spec == spec.name}
-    open_items = {item: " · ".join(f"{who}: {label}" for who, label in given.items())
-                  for item, given in disagreements(LabelStore(labels_path).load(), spec.name).items() if item not in settled}
+    open_items = {
+        item: " · ".join(f"{who}: {label}" for who, label in given.items())
+        for item, given in disagreements(LabelStore(labels_path).load(), spec.name).items()
+        if item not in settled
+    }
     pending = sample[sample["experiment_id"].astype(str).isin(open_items)]
     return LabelSession(store, spec, label_items_from_frame(pending, spec, shown=open_items), consensus_path)
 
@@ -209,15 +226,21 @@ def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
     settled = LabelStore(session.store.uri(kon_files.consensus_file(spec_name).name)).load()
     consensus = consensus_labels(labels, settled, spec_name)
     results = session.store.load(kon_files.RESULTS)
-    evaluator = {row["experiment_id"]: (row[spec_name] if isinstance(row.get(spec_name), str) else None)
-                 for _, row in results.iterrows()}
+    evaluator = {
+        row["experiment_id"]: (row[spec_name] if isinstance(row.get(spec_name), str) else None)
+        for _, row in results.iterrows()
+    }
     open_items = [item for item in disagreements(labels, spec_name) if item not in consensus]
-    report = {"annotators": annotator_agreement(labels, session.spec),
-              "evaluator_vs_human": {k: v.model_dump() for k, v in
-                                     evaluator_vs_human(labels, evaluator, session.spec, settled).items()},
-              "disagreements_open": open_items,
-              "evaluator_comparison": compare_with_consensus(evaluator_outcomes(session.store, spec_name), consensus,
-                                                             session.spec)}
+    report = {
+        "annotators": annotator_agreement(labels, session.spec),
+        "evaluator_vs_human": {
+            k: v.model_dump() for k, v in evaluator_vs_human(labels, evaluator, session.spec, settled).items()
+        },
+        "disagreements_open": open_items,
+        "evaluator_comparison": compare_with_consensus(
+            evaluator_outcomes(session.store, spec_name), consensus, session.spec
+        ),
+    }
     session.store.save(kon_files.agreement_file(spec_name), report)
     if session.store.has(kon_files.KON_METRICS) and session.store.has(kon_files.KON_METRICS_TABLE):
         # Imported here: the report's figures bring matplotlib, which a run's start-up does not need.

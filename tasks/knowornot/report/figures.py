@@ -47,9 +47,16 @@ def rate_bars(metrics: pd.DataFrame, rate: str, low: str, high: str, title: str,
             above = np.clip(cells[high].to_numpy(dtype=float) - values, 0, None)
             positions = np.arange(len(strategies)) - 0.4 + width * (p + 0.5)
             defined = np.isfinite(values)
-            ax.bar(positions[defined], values[defined], width=width * 0.95, color=_COLOURS[p % len(_COLOURS)],
-                   label=plot_text(prompt), yerr=[np.nan_to_num(below[defined]), np.nan_to_num(above[defined])],
-                   capsize=3, error_kw={"elinewidth": 1, "ecolor": "#333"})
+            ax.bar(
+                positions[defined],
+                values[defined],
+                width=width * 0.95,
+                color=_COLOURS[p % len(_COLOURS)],
+                label=plot_text(prompt),
+                yerr=[np.nan_to_num(below[defined]), np.nan_to_num(above[defined])],
+                capsize=3,
+                error_kw={"elinewidth": 1, "ecolor": "#333"},
+            )
             tops = values + np.nan_to_num(above)
             for x, value, top in zip(positions[defined], values[defined], tops[defined]):
                 ax.text(x, min(top + 0.02, 1.08), f"{100 * value:.0f}%", ha="center", va="bottom", fontsize=7)
@@ -85,8 +92,12 @@ def outcome_shares(spec_rates: pd.DataFrame, spec: str, outcomes: Sequence[str])
     for o, outcome in enumerate(outcomes):
         shares = []
         for row in configurations[keys].itertuples(index=False):
-            match = part[(part["target"].astype(str) == row[0]) & (part["retrieval"].astype(str) == row[1])
-                         & (part["prompt"].astype(str) == row[2]) & (part["outcome"] == outcome)]
+            match = part[
+                (part["target"].astype(str) == row[0])
+                & (part["retrieval"].astype(str) == row[1])
+                & (part["prompt"].astype(str) == row[2])
+                & (part["outcome"] == outcome)
+            ]
             shares.append(float(match["rate"].iloc[0]) if len(match) else 0.0)
         values = np.nan_to_num(np.asarray(shares))
         ax.barh(range(len(labels)), values, left=left, color=_COLOURS[o % len(_COLOURS)], label=plot_text(outcome))

@@ -20,21 +20,23 @@ import pandas as pd
 from pydantic import ValidationError
 
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section
+from refusalbench.tasks.core.human_labels import HumanLabel
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.knowornot.human.evaluator_comparison import comparison_html
+from refusalbench.tasks.knowornot.report.figures import outcome_shares, overlap_histogram, rate_bars
+from refusalbench.tasks.knowornot.report.ookb_section import synthetic_ookb_html
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.schema.json_files import AgreementDocument, OverlapAudit
-from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section
 from refusalbench.tasks.knowornot.stages.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
-from refusalbench.tasks.knowornot.human.evaluator_comparison import comparison_html
-from refusalbench.tasks.core.eval_spec import EvalSpec
-from refusalbench.tasks.core.human_labels import HumanLabel
 from refusalbench.tasks.knowornot.stages.ookb import OOKB_VALIDITY, validity_summary
-from refusalbench.tasks.knowornot.report.ookb_section import synthetic_ookb_html
-from refusalbench.tasks.knowornot.report.figures import outcome_shares, overlap_histogram, rate_bars
-from refusalbench.tasks.core.store import ArtifactStore
 
-RATE_NOTE = ("Leave-one-out questions (synthetic out-of-KB ones have their own section below). "
-             "abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
-             "responses judged (the paper's definition); 95% seeded percentile-bootstrap intervals.")
+RATE_NOTE = (
+    "Leave-one-out questions (synthetic out-of-KB ones have their own section below). "
+    "abstention rate = abstained / responses judged; factuality rate = (tier_1 + tier_2) / answered "
+    "responses judged (the paper's definition); 95% seeded percentile-bootstrap intervals."
+)
 
 
 @dataclasses.dataclass
@@ -62,28 +64,37 @@ def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | Non
     specs = store.load(kon_files.RUN_SPECS).root if store.has(kon_files.RUN_SPECS) else list(BUILT_IN_SPECS)
     if counts is None:
         counts = store.load(runfolder.MANIFEST).counts if store.has(runfolder.MANIFEST) else {}
-    agreements = {s.name: store.load(kon_files.agreement_file(s.name)) for s in specs
-                  if store.has(kon_files.agreement_file(s.name))}
-    labels = {s.name: _labels_per_annotator(store.read_text(kon_files.labels_file(s.name).name)) for s in specs
-              if store.has(kon_files.labels_file(s.name))}
+    agreements = {
+        s.name: store.load(kon_files.agreement_file(s.name))
+        for s in specs
+        if store.has(kon_files.agreement_file(s.name))
+    }
+    labels = {
+        s.name: _labels_per_annotator(store.read_text(kon_files.labels_file(s.name).name))
+        for s in specs
+        if store.has(kon_files.labels_file(s.name))
+    }
     sample = store.load(kon_files.LABEL_SAMPLE) if store.has(kon_files.LABEL_SAMPLE) else None
     inputs = KnowOrNotReportInputs(
         metrics=store.load(kon_files.KON_METRICS_TABLE),
         filter_report=document.filter_report,
         metrics_by_base=pd.DataFrame(document.configurations_by_knowledge_base)
-        if document.configurations_by_knowledge_base else None,
+        if document.configurations_by_knowledge_base
+        else None,
         counts=counts,
         specs=specs,
         spec_rates=store.load(kon_files.SPEC_RATES) if store.has(kon_files.SPEC_RATES) else None,
         overlap=document.overlap_audit,
         label_sample_size=len(sample) if sample is not None else None,
         label_sample_per_spec=sample.groupby(kon_files.LABEL_SAMPLE_SPEC).size().to_dict()
-        if sample is not None and kon_files.LABEL_SAMPLE_SPEC in sample.columns else {},
+        if sample is not None and kon_files.LABEL_SAMPLE_SPEC in sample.columns
+        else {},
         agreements=agreements,
         labels_per_spec=labels,
         synthetic_ookb=pd.DataFrame(document.synthetic_ookb) if document.synthetic_ookb else None,
         ookb_validity=validity_summary(store.read_text(kon_files.labels_file(OOKB_VALIDITY.name).name))
-        if store.has(kon_files.labels_file(OOKB_VALIDITY.name)) else (),
+        if store.has(kon_files.labels_file(OOKB_VALIDITY.name))
+        else (),
     )
     return store.save(runfolder.REPORT, knowornot_report(inputs))
 
@@ -104,16 +115,20 @@ def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
     """The self-contained HTML page (no script, images inline)."""
     sections = [
         section("Abstention and factuality per configuration", _rates_html(inputs)),
-        section("Synthetic out-of-KB questions (their own experiment)",
-                synthetic_ookb_html(inputs.synthetic_ookb, inputs.ookb_validity)),
+        section(
+            "Synthetic out-of-KB questions (their own experiment)",
+            synthetic_ookb_html(inputs.synthetic_ookb, inputs.ookb_validity),
+        ),
         section("Factuality tiers and the run's own evaluation specs", _specs_html(inputs)),
         section("Human labels and agreement", _agreement_html(inputs)),
         section("Duplicate-overlap audit of the question set", _overlap_html(inputs)),
         section("Counts", _counts_html(inputs.counts)),
     ]
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
-            f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
-            f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts, _bases(inputs)))}</p>{''.join(sections)}</body></html>")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
+        f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
+        f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts, _bases(inputs)))}</p>{''.join(sections)}</body></html>"
+    )
 
 
 def _bases(inputs: KnowOrNotReportInputs) -> int:
@@ -124,18 +139,29 @@ def _bases(inputs: KnowOrNotReportInputs) -> int:
 def _filter_line(report: Mapping[str, Any], counts: Mapping[str, Any], bases: int = 1) -> str:
     used = counts.get("qa_pairs", report.get("n_kept"))
     cut = f", of which the first {used} were used (max_questions)" if used != report.get("n_kept") else ""
-    where = (f"over a knowledge base of {used} QA pairs" if bases == 1
-             else f"within each of {bases} knowledge bases, {used} QA pairs in all")
+    where = (
+        f"over a knowledge base of {used} QA pairs"
+        if bases == 1
+        else f"within each of {bases} knowledge bases, {used} QA pairs in all"
+    )
     # Each base filters with its own settings (e.g. `filters: []` for a released, already filtered set).
     per_base = "; ".join(
         f"{b['knowledge_base']} {b['method']}"
-        + "".join(f" {name} {b[f'{name}_threshold']}" for name in ("keyword", "semantic")
-                  if b.get(f"{name}_threshold") is not None)
-        + f", kept {b['n_kept']} of {b['n_input']}" for b in report.get("by_knowledge_base") or [])
-    return (f"Leave-one-out {where}: the diversity filters kept {report.get('n_kept')} "
-            f"of {report.get('n_input')}{cut}; the keyword filter removed {report.get('removed_keyword')}, the "
-            f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}"
-            + (f"; per base: {per_base}" if per_base else "") + ").")
+        + "".join(
+            f" {name} {b[f'{name}_threshold']}"
+            for name in ("keyword", "semantic")
+            if b.get(f"{name}_threshold") is not None
+        )
+        + f", kept {b['n_kept']} of {b['n_input']}"
+        for b in report.get("by_knowledge_base") or []
+    )
+    return (
+        f"Leave-one-out {where}: the diversity filters kept {report.get('n_kept')} "
+        f"of {report.get('n_input')}{cut}; the keyword filter removed {report.get('removed_keyword')}, the "
+        f"semantic filter {report.get('removed_semantic')} (filters: {report.get('method')}"
+        + (f"; per base: {per_base}" if per_base else "")
+        + ")."
+    )
 
 
 def _rates_html(inputs: KnowOrNotReportInputs) -> str:
@@ -144,32 +170,65 @@ def _rates_html(inputs: KnowOrNotReportInputs) -> str:
         return '<p class="note">The run has no evaluated responses.</p>'
     answered = int(metrics["n_answered"].sum())
     figures = [
-        _figure_or_reason(rate_bars(metrics, "abstention_rate", "abstention_ci_low", "abstention_ci_high",
-                                    "Abstention rate per retrieval strategy and system prompt", "abstention rate"),
-                          "abstention rate per retrieval x prompt x target",
-                          f"No abstention figure: none of the {int(metrics['n'].sum())} responses got a readable "
-                          "abstention verdict (see the error column of evaluations.parquet)."),
-        _figure_or_reason(rate_bars(metrics, "factuality_rate", "factuality_ci_low", "factuality_ci_high",
-                                    "Factuality rate of the answered responses", "factuality rate"),
-                          "factuality rate per retrieval x prompt x target",
-                          "No factuality figure: no response was judged as answered." if not answered else
-                          f"No factuality figure: the evaluator gave no readable tier for any of the {answered} answered "
-                          "responses (see the error column of evaluations.parquet)."),
+        _figure_or_reason(
+            rate_bars(
+                metrics,
+                "abstention_rate",
+                "abstention_ci_low",
+                "abstention_ci_high",
+                "Abstention rate per retrieval strategy and system prompt",
+                "abstention rate",
+            ),
+            "abstention rate per retrieval x prompt x target",
+            f"No abstention figure: none of the {int(metrics['n'].sum())} responses got a readable "
+            "abstention verdict (see the error column of evaluations.parquet).",
+        ),
+        _figure_or_reason(
+            rate_bars(
+                metrics,
+                "factuality_rate",
+                "factuality_ci_low",
+                "factuality_ci_high",
+                "Factuality rate of the answered responses",
+                "factuality rate",
+            ),
+            "factuality rate per retrieval x prompt x target",
+            "No factuality figure: no response was judged as answered."
+            if not answered
+            else f"No factuality figure: the evaluator gave no readable tier for any of the {answered} answered "
+            "responses (see the error column of evaluations.parquet).",
+        ),
     ]
-    per_base = "" if inputs.metrics_by_base is None else (
-        "<h3>Per knowledge base</h3><p>Each base is its own leave-one-out (its own index); the figures and the "
-        f"table above pool the bases.</p>{_rates_table(inputs.metrics_by_base)}")
-    return (f"<p>{escape(RATE_NOTE)}</p><div class='figs'>{''.join(figures)}</div>"
-            f"{_rates_table(metrics)}{per_base}")
+    per_base = (
+        ""
+        if inputs.metrics_by_base is None
+        else (
+            "<h3>Per knowledge base</h3><p>Each base is its own leave-one-out (its own index); the figures and the "
+            f"table above pool the bases.</p>{_rates_table(inputs.metrics_by_base)}"
+        )
+    )
+    return f"<p>{escape(RATE_NOTE)}</p><div class='figs'>{''.join(figures)}</div>{_rates_table(metrics)}{per_base}"
 
 
 def _rates_table(metrics: pd.DataFrame) -> str:
     table = metrics.copy()
     for name in ("abstention", "factuality"):
-        table[f"{name} (95% CI)"] = [_rate_with_interval(r, lo, hi) for r, lo, hi in
-                                     zip(table[f"{name}_rate"], table[f"{name}_ci_low"], table[f"{name}_ci_high"])]
-    shown = ["knowledge_base", "target", "retrieval", "prompt", "n", "n_abstention_judged", "abstention (95% CI)",
-             "n_answered", "n_factuality_judged", "factuality (95% CI)"]
+        table[f"{name} (95% CI)"] = [
+            _rate_with_interval(r, lo, hi)
+            for r, lo, hi in zip(table[f"{name}_rate"], table[f"{name}_ci_low"], table[f"{name}_ci_high"])
+        ]
+    shown = [
+        "knowledge_base",
+        "target",
+        "retrieval",
+        "prompt",
+        "n",
+        "n_abstention_judged",
+        "abstention (95% CI)",
+        "n_answered",
+        "n_factuality_judged",
+        "factuality (95% CI)",
+    ]
     return frame_table(table[[c for c in shown if c in table.columns]])
 
 
@@ -194,16 +253,25 @@ def _specs_html(inputs: KnowOrNotReportInputs) -> str:
         if spec.name == ABSTENTION.name:
             continue  # its two outcomes are the abstention rate above
         scope = "every response" if spec.applies_to == "all" else "the responses judged as answered"
-        parts.append(f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} given in "
-                     f"&lt;{escape(spec.tag)}&gt; tags, for {scope}; share of the responses judged.</p>")
+        parts.append(
+            f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} given in "
+            f"&lt;{escape(spec.tag)}&gt; tags, for {scope}; share of the responses judged.</p>"
+        )
         if spec.name != FACTUALITY.name and not rates.empty:
-            parts.append(_figure_or_reason(outcome_shares(rates, spec.name, spec.outcomes), f"outcomes of {spec.name}",
-                                           f"No figure: no response got a readable <{spec.tag}> verdict."))
+            parts.append(
+                _figure_or_reason(
+                    outcome_shares(rates, spec.name, spec.outcomes),
+                    f"outcomes of {spec.name}",
+                    f"No figure: no response got a readable <{spec.tag}> verdict.",
+                )
+            )
         parts.append(_outcome_table(rates, spec))
     if all(s.name in (ABSTENTION.name, FACTUALITY.name) for s in inputs.specs):
-        parts.append("<p>This run applied only the built-in specs. Add your own under <code>knowornot.evaluations"
-                     "</code> in the config: name, tag, outcomes, prompt, and optionally input_fields and "
-                     "applies_to (all | answered).</p>")
+        parts.append(
+            "<p>This run applied only the built-in specs. Add your own under <code>knowornot.evaluations"
+            "</code> in the config: name, tag, outcomes, prompt, and optionally input_fields and "
+            "applies_to (all | answered).</p>"
+        )
     return "".join(parts)
 
 
@@ -225,14 +293,19 @@ def _outcome_table(rates: pd.DataFrame, spec: EvalSpec) -> str:
 def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
     size = inputs.label_sample_size
     per_spec = ", ".join(f"{escape(spec)} {n}" for spec, n in inputs.label_sample_per_spec.items())
-    drawn = (f"{per_spec} responses, each spec's drawn from the responses it applies to (factuality: answered ones "
-             "only)" if per_spec else f"{size if size is not None else 'none'} responses")
-    parts = [f"<p>Label sample: {drawn}, evenly across the "
-             "configurations (the paper labelled 200, each by two annotators). Label with "
-             "<code>refusalbench knowornot label RUN --annotator NAME [--spec SPEC]</code>; settle the "
-             "disagreements with <code>... label RUN --annotator NAME --spec SPEC --consensus</code>; "
-             "<code>refusalbench knowornot agreement RUN [--spec SPEC]</code> computes the agreement and "
-             "rebuilds this page.</p>"]
+    drawn = (
+        f"{per_spec} responses, each spec's drawn from the responses it applies to (factuality: answered ones only)"
+        if per_spec
+        else f"{size if size is not None else 'none'} responses"
+    )
+    parts = [
+        f"<p>Label sample: {drawn}, evenly across the "
+        "configurations (the paper labelled 200, each by two annotators). Label with "
+        "<code>refusalbench knowornot label RUN --annotator NAME [--spec SPEC]</code>; settle the "
+        "disagreements with <code>... label RUN --annotator NAME --spec SPEC --consensus</code>; "
+        "<code>refusalbench knowornot agreement RUN [--spec SPEC]</code> computes the agreement and "
+        "rebuilds this page.</p>"
+    ]
     for spec, counts in inputs.labels_per_spec.items():
         if not counts:
             continue
@@ -242,20 +315,38 @@ def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
         parts.append("<p>No agreement computed yet for this run.</p>")
     for spec, document in inputs.agreements.items():
         annotators = document.annotators
-        pairs = [{"annotators": pair.replace("|", " vs "), "items": r.get("n"), "agreement": r.get("percent_agreement"),
-                  "agreement 95% CI": _interval(r.get("percent_agreement_ci")), "Cohen's kappa": r.get("kappa"),
-                  "kappa 95% CI": _interval(r.get("kappa_ci"))}
-                 for pair, r in (annotators.get("pairwise") or {}).items()]
-        versus = [{"human": who, "items": r.get("n"), "agreement": r.get("percent_agreement"),
-                   "Cohen's kappa": r.get("kappa")} for who, r in document.evaluator_vs_human.items()]
-        parts.append(f"<h3>{escape(spec)}</h3><p>Annotators: {escape(', '.join(annotators.get('annotators', [])))}; "
-                     f"Fleiss' kappa {_number(annotators.get('fleiss_kappa'))} over {annotators.get('fleiss_items', 0)} "
-                     "items labelled by all.</p>")
+        pairs = [
+            {
+                "annotators": pair.replace("|", " vs "),
+                "items": r.get("n"),
+                "agreement": r.get("percent_agreement"),
+                "agreement 95% CI": _interval(r.get("percent_agreement_ci")),
+                "Cohen's kappa": r.get("kappa"),
+                "kappa 95% CI": _interval(r.get("kappa_ci")),
+            }
+            for pair, r in (annotators.get("pairwise") or {}).items()
+        ]
+        versus = [
+            {
+                "human": who,
+                "items": r.get("n"),
+                "agreement": r.get("percent_agreement"),
+                "Cohen's kappa": r.get("kappa"),
+            }
+            for who, r in document.evaluator_vs_human.items()
+        ]
+        parts.append(
+            f"<h3>{escape(spec)}</h3><p>Annotators: {escape(', '.join(annotators.get('annotators', [])))}; "
+            f"Fleiss' kappa {_number(annotators.get('fleiss_kappa'))} over {annotators.get('fleiss_items', 0)} "
+            "items labelled by all.</p>"
+        )
         if pairs:
             parts.append("<p>Between annotators:</p>" + frame_table(pd.DataFrame(pairs)))
         if versus:
-            parts.append("<p>Evaluator against each annotator and against their consensus:</p>"
-                         + frame_table(pd.DataFrame(versus)))
+            parts.append(
+                "<p>Evaluator against each annotator and against their consensus:</p>"
+                + frame_table(pd.DataFrame(versus))
+            )
         parts.append(comparison_html(document.evaluator_comparison, document.disagreements_open))
     return "".join(parts)
 
@@ -276,9 +367,10 @@ def overlap_figure(audit: OverlapAudit) -> str | None:
     draws it beside its calls (``audit_beside_calls``), so its report only looks it up."""
     key = audit.model_dump_json()
     if key not in _overlap_figures:
-        figure = overlap_histogram({"TF-IDF": audit.nearest_tfidf, "embedding": audit.nearest_embedding},
-                                   {"TF-IDF": [lv.threshold for lv in audit.tfidf],
-                                    "embedding": [lv.threshold for lv in audit.embedding]})
+        figure = overlap_histogram(
+            {"TF-IDF": audit.nearest_tfidf, "embedding": audit.nearest_embedding},
+            {"TF-IDF": [lv.threshold for lv in audit.tfidf], "embedding": [lv.threshold for lv in audit.embedding]},
+        )
         _overlap_figures.clear()  # one audit's at a time: a long-lived process makes many
         _overlap_figures[key] = figure
     return _overlap_figures[key]
@@ -288,17 +380,25 @@ def _overlap_html(inputs: KnowOrNotReportInputs) -> str:
     audit = inputs.overlap
     if audit is None:
         return '<p class="note">This run folder holds no overlap audit (made before the audit existed).</p>'
-    levels = [{"measure": measure, "similarity ≥": level.threshold, "questions overlapping": level.n_overlapping,
-               "overlap rate": level.overlap_rate}
-              for measure, rows in (("TF-IDF cosine", audit.tfidf), (f"embedding cosine ({audit.embedder})", audit.embedding))
-              for level in rows]
+    levels = [
+        {
+            "measure": measure,
+            "similarity ≥": level.threshold,
+            "questions overlapping": level.n_overlapping,
+            "overlap rate": level.overlap_rate,
+        }
+        for measure, rows in (("TF-IDF cosine", audit.tfidf), (f"embedding cosine ({audit.embedder})", audit.embedding))
+        for level in rows
+    ]
     pairs = pd.DataFrame([p.model_dump() for p in audit.most_similar])
     figure = overlap_figure(audit)
-    parts = [f"<p>The paper checked by hand whether any question of its sets overlapped another (App. D.1: 0–1.5%). "
-             f"Here each of the {audit.n_questions} kept questions is compared with every other: it overlaps at a "
-             "threshold when another question is at least that similar. Before the audit the filters removed "
-             f"{audit.removed_keyword} (keyword) and {audit.removed_semantic} (semantic) of {audit.n_input} pairs.</p>",
-             frame_table(pd.DataFrame(levels))]
+    parts = [
+        f"<p>The paper checked by hand whether any question of its sets overlapped another (App. D.1: 0–1.5%). "
+        f"Here each of the {audit.n_questions} kept questions is compared with every other: it overlaps at a "
+        "threshold when another question is at least that similar. Before the audit the filters removed "
+        f"{audit.removed_keyword} (keyword) and {audit.removed_semantic} (semantic) of {audit.n_input} pairs.</p>",
+        frame_table(pd.DataFrame(levels)),
+    ]
     if figure:
         parts.append(image_tag(figure, "nearest-neighbour similarity of the kept questions"))
     if len(pairs):

@@ -87,12 +87,20 @@ class FilterReport(Record):
     removed_keyword_ids: list[str] = Field(default_factory=list)
     removed_semantic_ids: list[str] = Field(default_factory=list)
     by_knowledge_base: list[dict[str, Any]] = Field(
-        default_factory=list, description="multi-base runs: each base's method, thresholds and counts")
+        default_factory=list, description="multi-base runs: each base's method, thresholds and counts"
+    )
 
 
 # What a multi-base run's filter report keeps of each base's own (``by_knowledge_base``).
-BASE_FILTER_FIELDS = ("method", "keyword_threshold", "semantic_threshold", "n_input", "n_kept", "removed_keyword",
-                      "removed_semantic")
+BASE_FILTER_FIELDS = (
+    "method",
+    "keyword_threshold",
+    "semantic_threshold",
+    "n_input",
+    "n_kept",
+    "removed_keyword",
+    "removed_semantic",
+)
 
 
 # ----------------------------------------------------------------- experiments
@@ -115,7 +123,8 @@ class ExperimentInput(Record):
         "False for a leave-one-out question (its own pair withheld)"
     )
     knowledge_base: str | None = Field(
-        default=None, description="the base the question belongs to in a multi-base run (ids carry it as a prefix)")
+        default=None, description="the base the question belongs to in a multi-base run (ids carry it as a prefix)"
+    )
 
 
 class ExperimentOutput(Record, TimedCallFields):
@@ -132,6 +141,7 @@ class ExperimentOutput(Record, TimedCallFields):
 
 
 # ----------------------------------------------------------------- evaluation
+
 
 class EvalOutcome(Record, ReplyFields):
     """One evaluator's outcome for one experiment under one spec, with its reply's metadata."""

@@ -30,8 +30,8 @@ from typing import Literal
 
 import numpy as np
 
-from refusalbench.tasks.knowornot.stages.embeddings import normalise_rows
 from refusalbench.tasks.knowornot.schema.records import FilterReport, QAPair
+from refusalbench.tasks.knowornot.stages.embeddings import normalise_rows
 
 DEFAULT_THRESHOLD = 0.3
 FilterMethod = Literal["keyword", "semantic", "both", "none"]
@@ -162,7 +162,9 @@ def diversity_filter(
             raise ValueError("the semantic filter needs embeddings")
         embeddings = np.asarray(embeddings)
         if embeddings.ndim != 2 or embeddings.shape[0] != len(pairs):
-            raise ValueError(f"embeddings must have one row per pair: got shape {embeddings.shape} for {len(pairs)} pairs")
+            raise ValueError(
+                f"embeddings must have one row per pair: got shape {embeddings.shape} for {len(pairs)} pairs"
+            )
 
     positions = list(range(len(pairs)))
     removed_keyword: list[str] = []

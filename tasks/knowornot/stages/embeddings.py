@@ -26,16 +26,16 @@ import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from refusalbench.tasks.llm.callcache import CallCache
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import ModelUnavailable
 from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.llm.callcache import CallCache
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384
@@ -109,7 +109,7 @@ class CachedEmbedder:
         # An embedder whose vectors depend on more than its name (an API model's deployment and
         # parameters) says so in ``cache_identity``.
         identity = getattr(self.inner, "cache_identity", self.name)
-        return "embedding:" + hashlib.sha256(f"{identity}\0{text}".encode("utf-8")).hexdigest()
+        return "embedding:" + hashlib.sha256(f"{identity}\0{text}".encode()).hexdigest()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -276,7 +276,7 @@ class ApiEmbedder:
         texts = list(texts)
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            rows += self.client.embed(texts[start:start + self.batch_size])
+            rows += self.client.embed(texts[start : start + self.batch_size])
         if not rows:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = normalise_rows(np.asarray(rows, dtype=np.float32))

@@ -29,10 +29,10 @@ import pandas as pd
 
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.eval_spec import EvalSpec
-from refusalbench.tasks.knowornot.schema.records import ExperimentInput
 from refusalbench.tasks.core.registry import Registry
-from refusalbench.tasks.core.textinput import read_text
 from refusalbench.tasks.core.stats import bootstrap_means, percentile_interval, seeded_rng
+from refusalbench.tasks.core.textinput import read_text
+from refusalbench.tasks.knowornot.schema.records import ExperimentInput
 
 ABSTENTION_PROMPT = """\
 You label how an assistant handled a question. Decide whether the assistant abstained.
@@ -73,26 +73,30 @@ def register_eval_spec(spec: EvalSpec, *, replace: bool = False) -> EvalSpec:
     return EVAL_SPECS.add(spec.name, spec, replace=replace)
 
 
-ABSTENTION = register_eval_spec(EvalSpec(
-    name="abstention",
-    tag="abstained",
-    outcomes=["yes", "no"],
-    prompt=ABSTENTION_PROMPT,
-    prompt_template="kon_eval_abstention.j2",
-    input_fields=["question", "response"],
-    positive="yes",  # App. D.3, Table 3: detecting an abstention
-))
+ABSTENTION = register_eval_spec(
+    EvalSpec(
+        name="abstention",
+        tag="abstained",
+        outcomes=["yes", "no"],
+        prompt=ABSTENTION_PROMPT,
+        prompt_template="kon_eval_abstention.j2",
+        input_fields=["question", "response"],
+        positive="yes",  # App. D.3, Table 3: detecting an abstention
+    )
+)
 
-FACTUALITY = register_eval_spec(EvalSpec(
-    name="factuality",
-    tag="tier",
-    outcomes=["tier_1", "tier_2", "tier_3"],
-    prompt=FACTUALITY_PROMPT,
-    prompt_template="kon_eval_factuality.j2",
-    input_fields=["question", "expected_answer", "response"],
-    applies_to="answered",
-    positive="tier_3",  # App. D.3, Table 4: precision and recall in flagging unacceptable (tier 3) answers
-))
+FACTUALITY = register_eval_spec(
+    EvalSpec(
+        name="factuality",
+        tag="tier",
+        outcomes=["tier_1", "tier_2", "tier_3"],
+        prompt=FACTUALITY_PROMPT,
+        prompt_template="kon_eval_factuality.j2",
+        input_fields=["question", "expected_answer", "response"],
+        applies_to="answered",
+        positive="tier_3",  # App. D.3, Table 4: precision and recall in flagging unacceptable (tier 3) answers
+    )
+)
 
 BUILT_IN_SPECS = (ABSTENTION, FACTUALITY)
 
@@ -127,7 +131,9 @@ def load_eval_specs(path: str | Path) -> list[EvalSpec]:
         data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise InputError(file, f"invalid YAML: {getattr(exc, 'problem', exc)}", line=mark.line + 1 if mark else None) from None
+        raise InputError(
+            file, f"invalid YAML: {getattr(exc, 'problem', exc)}", line=mark.line + 1 if mark else None
+        ) from None
     if not isinstance(data, list) or not data:
         raise InputError(file, "expected a non-empty list of evaluation specs")
     specs: list[EvalSpec] = []
@@ -244,7 +250,9 @@ def split_experiments(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {LEAVE_ONE_OUT: df[~synthetic], SYNTHETIC_OOKB: df[synthetic]}
 
 
-def _bootstrap_interval(values: np.ndarray, rng: np.random.Generator, n_boot: int, confidence: float) -> tuple[float, float]:
+def _bootstrap_interval(
+    values: np.ndarray, rng: np.random.Generator, n_boot: int, confidence: float
+) -> tuple[float, float]:
     """Percentile interval of the rate (mean of 0/1 values); NaN with no values."""
     if values.size == 0:
         return float("nan"), float("nan")
@@ -362,7 +370,16 @@ def outcome_rates(
             for outcome in spec.outcomes:
                 hits = np.array([v == outcome.lower() for v in judged], dtype=float)
                 low, high = _bootstrap_interval(hits, _group_rng(seed, (*key, spec.name, outcome)), n_boot, confidence)
-                records.append({**dict(zip(by, key)), "spec": spec.name, "outcome": outcome, "n_judged": len(judged),
-                                "n_outcome": int(hits.sum()), "rate": float(hits.mean()) if hits.size else float("nan"),
-                                "ci_low": low, "ci_high": high})
+                records.append(
+                    {
+                        **dict(zip(by, key)),
+                        "spec": spec.name,
+                        "outcome": outcome,
+                        "n_judged": len(judged),
+                        "n_outcome": int(hits.sum()),
+                        "rate": float(hits.mean()) if hits.size else float("nan"),
+                        "ci_low": low,
+                        "ci_high": high,
+                    }
+                )
     return pd.DataFrame.from_records(records, columns=columns)

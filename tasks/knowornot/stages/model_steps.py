@@ -12,16 +12,26 @@ Every call's failure stays in its row.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
-from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.core.eval_spec import EvalSpec
+from refusalbench.tasks.knowornot.schema.records import (
+    AtomicFact,
+    EvalOutcome,
+    ExperimentInput,
+    ExperimentOutput,
+    HypotheticalAnswers,
+    OOKBQuestion,
+    QAPair,
+    Sentence,
+    SourceDocument,
+)
 from refusalbench.tasks.knowornot.stages.evaluation import parse_eval_reply, render_eval_messages
-from refusalbench.tasks.knowornot.schema.records import (AtomicFact, EvalOutcome, ExperimentInput, ExperimentOutput,
-                                                  HypotheticalAnswers, OOKBQuestion, QAPair, Sentence, SourceDocument)
 from refusalbench.tasks.knowornot.stages.retrieval import format_context
-from refusalbench.tasks.llm.structured_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
+from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.prompting import render_messages
+from refusalbench.tasks.llm.structured_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
 
 OnResult = Callable[[CallResult], None] | None
 
@@ -30,13 +40,25 @@ def _short_hash(*parts: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
-def extract_facts(gateway: Gateway, model: str, documents: Sequence[SourceDocument], sentences: Sequence[Sentence],
-                  on_result: OnResult = None) -> tuple[list[AtomicFact], list[dict[str, Any]]]:
+def extract_facts(
+    gateway: Gateway,
+    model: str,
+    documents: Sequence[SourceDocument],
+    sentences: Sequence[Sentence],
+    on_result: OnResult = None,
+) -> tuple[list[AtomicFact], list[dict[str, Any]]]:
     texts = {d.doc_id: d.text for d in documents}
-    specs = [CallSpec(model=model, schema=AtomicFacts, tag=f"{s.doc_id}:{s.index}",
-                      messages=render_messages("kon_fact_extraction.j2", sentence=s.text, sentence_index=s.index,
-                                               document_context=texts[s.doc_id]))
-             for s in sentences]
+    specs = [
+        CallSpec(
+            model=model,
+            schema=AtomicFacts,
+            tag=f"{s.doc_id}:{s.index}",
+            messages=render_messages(
+                "kon_fact_extraction.j2", sentence=s.text, sentence_index=s.index, document_context=texts[s.doc_id]
+            ),
+        )
+        for s in sentences
+    ]
     facts: list[AtomicFact] = []
     failures: list[dict[str, Any]] = []
     for sentence, result in zip(sentences, gateway.complete_many(specs, on_result=on_result)):
@@ -45,29 +67,57 @@ def extract_facts(gateway: Gateway, model: str, documents: Sequence[SourceDocume
             continue
         for text in result.parsed.facts:
             if text.strip():
-                facts.append(AtomicFact(fact_id=_short_hash(sentence.doc_id, str(sentence.index), text), doc_id=sentence.doc_id,
-                                        sentence_index=sentence.index, text=text.strip()))
+                facts.append(
+                    AtomicFact(
+                        fact_id=_short_hash(sentence.doc_id, str(sentence.index), text),
+                        doc_id=sentence.doc_id,
+                        sentence_index=sentence.index,
+                        text=text.strip(),
+                    )
+                )
     return facts, failures
 
 
-def generate_qa(gateway: Gateway, model: str, facts: Sequence[AtomicFact], on_result: OnResult = None) -> tuple[list[QAPair], list[dict[str, Any]]]:
-    specs = [CallSpec(model=model, schema=QAPairOutput, tag=f.fact_id, messages=render_messages("kon_qa_generation.j2", fact=f.text))
-             for f in facts]
+def generate_qa(
+    gateway: Gateway, model: str, facts: Sequence[AtomicFact], on_result: OnResult = None
+) -> tuple[list[QAPair], list[dict[str, Any]]]:
+    specs = [
+        CallSpec(
+            model=model,
+            schema=QAPairOutput,
+            tag=f.fact_id,
+            messages=render_messages("kon_qa_generation.j2", fact=f.text),
+        )
+        for f in facts
+    ]
     pairs: list[QAPair] = []
     failures: list[dict[str, Any]] = []
     for fact, result in zip(facts, gateway.complete_many(specs, on_result=on_result)):
         if not result.ok or not result.parsed.question.strip() or not result.parsed.answer.strip():
             failures.append({"stage": "qa", "item": fact.fact_id, "error": result.error or "blank question or answer"})
             continue
-        pairs.append(QAPair(id=f"qa-{fact.fact_id}", question=result.parsed.question.strip(), answer=result.parsed.answer.strip(),
-                            source=fact.fact_id, doc_id=fact.doc_id, sentence_index=fact.sentence_index))
+        pairs.append(
+            QAPair(
+                id=f"qa-{fact.fact_id}",
+                question=result.parsed.question.strip(),
+                answer=result.parsed.answer.strip(),
+                source=fact.fact_id,
+                doc_id=fact.doc_id,
+                sentence_index=fact.sentence_index,
+            )
+        )
     return pairs, failures
 
 
-def hyde_answers(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, on_result: OnResult = None
-                 ) -> tuple[list[HypotheticalAnswers], list[dict[str, Any]]]:
-    specs = [CallSpec(model=model, schema=HydeOutput, tag=p.id, messages=render_messages("kon_hyde.j2", question=p.question, n=n))
-             for p in pairs]
+def hyde_answers(
+    gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, on_result: OnResult = None
+) -> tuple[list[HypotheticalAnswers], list[dict[str, Any]]]:
+    specs = [
+        CallSpec(
+            model=model, schema=HydeOutput, tag=p.id, messages=render_messages("kon_hyde.j2", question=p.question, n=n)
+        )
+        for p in pairs
+    ]
     out: list[HypotheticalAnswers] = []
     failures: list[dict[str, Any]] = []
     for pair, result in zip(pairs, gateway.complete_many(specs, on_result=on_result)):
@@ -80,9 +130,17 @@ def hyde_answers(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, 
     return out, failures
 
 
-def synthetic_ookb_questions(gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, *, seed: int = 0,
-                             sample_size: int = 8, per_call: int = 5, on_result: OnResult = None
-                             ) -> tuple[list[OOKBQuestion], list[dict[str, Any]]]:
+def synthetic_ookb_questions(
+    gateway: Gateway,
+    model: str,
+    pairs: Sequence[QAPair],
+    n: int,
+    *,
+    seed: int = 0,
+    sample_size: int = 8,
+    per_call: int = 5,
+    on_result: OnResult = None,
+) -> tuple[list[OOKBQuestion], list[dict[str, Any]]]:
     """``n`` questions on the knowledge base's subject that it likely cannot answer.
 
     Each call sees a different seeded sample of known questions, so the batches differ.
@@ -95,8 +153,14 @@ def synthetic_ookb_questions(gateway: Gateway, model: str, pairs: Sequence[QAPai
     calls = []
     for batch in range(max(1, -(-n // per_call))):
         sample = rng.sample(known, min(sample_size, len(known)))
-        calls.append(CallSpec(model=model, schema=OOKBQuestionsOutput, tag=f"ookb-{batch}",
-                              messages=render_messages("kon_ookb_questions.j2", sample_questions=sample, n=per_call)))
+        calls.append(
+            CallSpec(
+                model=model,
+                schema=OOKBQuestionsOutput,
+                tag=f"ookb-{batch}",
+                messages=render_messages("kon_ookb_questions.j2", sample_questions=sample, n=per_call),
+            )
+        )
     seen = {q.strip().lower() for q in known}
     out: list[OOKBQuestion] = []
     failures: list[dict[str, Any]] = []
@@ -117,16 +181,30 @@ def answer_messages(row: ExperimentInput, pairs: dict[str, QAPair]) -> list[dict
     return render_messages(f"kon_system_{row.prompt}.j2", context_block=context, question=row.question)
 
 
-def answer_experiments(gateway: Gateway, rows: Sequence[ExperimentInput], pairs: dict[str, QAPair],
-                       on_result: OnResult = None) -> list[ExperimentOutput]:
+def answer_experiments(
+    gateway: Gateway, rows: Sequence[ExperimentInput], pairs: dict[str, QAPair], on_result: OnResult = None
+) -> list[ExperimentOutput]:
     specs = [CallSpec(model=row.target, messages=answer_messages(row, pairs), tag=row.experiment_id) for row in rows]
     outputs = []
     for row, result in zip(rows, gateway.complete_many(specs, on_result=on_result)):
-        outputs.append(ExperimentOutput(
-            experiment_id=row.experiment_id, question_id=row.question_id, target=row.target, retrieval=row.retrieval,
-            prompt=row.prompt, ookb=row.ookb, response=result.text, error=result.error if not result.ok else None,
-            cached=result.cached, latency_s=result.latency_s, prompt_tokens=result.prompt_tokens,
-            completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, **result.metadata()))
+        outputs.append(
+            ExperimentOutput(
+                experiment_id=row.experiment_id,
+                question_id=row.question_id,
+                target=row.target,
+                retrieval=row.retrieval,
+                prompt=row.prompt,
+                ookb=row.ookb,
+                response=result.text,
+                error=result.error if not result.ok else None,
+                cached=result.cached,
+                latency_s=result.latency_s,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                cost_usd=result.cost_usd,
+                **result.metadata(),
+            )
+        )
     return outputs
 
 
@@ -137,10 +215,16 @@ def _context_text(row: ExperimentInput, pairs: dict[str, QAPair] | None) -> str 
     return format_context([pairs[i] for i in row.context_ids]) if row.context_ids else "(no context)"
 
 
-def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec], rows: Sequence[ExperimentInput],
-                     outputs: Sequence[ExperimentOutput], on_result: OnResult = None,
-                     pairs: dict[str, QAPair] | None = None,
-                     judge_only: Mapping[str, Collection[str]] | None = None) -> list[EvalOutcome]:
+def evaluate_outputs(
+    gateway: Gateway,
+    evaluator: str,
+    specs: Sequence[EvalSpec],
+    rows: Sequence[ExperimentInput],
+    outputs: Sequence[ExperimentOutput],
+    on_result: OnResult = None,
+    pairs: dict[str, QAPair] | None = None,
+    judge_only: Mapping[str, Collection[str]] | None = None,
+) -> list[EvalOutcome]:
     """Apply each spec in order; a spec that ``applies_to`` answered responses (factuality) only
     where ``abstention``, applied before it, said "no". ``pairs`` lets a spec read the context.
 
@@ -157,13 +241,23 @@ def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec]
             if judge_only is not None and output.experiment_id not in judge_only.get(spec.name, ()):
                 continue
             if output.error is not None:
-                outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
-                                            error=f"no response: {output.error}"))
+                outcomes.append(
+                    EvalOutcome(
+                        experiment_id=output.experiment_id,
+                        spec=spec.name,
+                        evaluator=evaluator,
+                        error=f"no response: {output.error}",
+                    )
+                )
                 continue
             if judge_only is None and spec.applies_to == "answered" and abstained.get(output.experiment_id) != "no":
                 continue  # e.g. factuality is only defined for answers that were given
-            fields = {"question": row.question, "response": output.response, "expected_answer": row.expected_answer,
-                      "context": _context_text(row, pairs) if "context" in spec.input_fields else None}
+            fields = {
+                "question": row.question,
+                "response": output.response,
+                "expected_answer": row.expected_answer,
+                "context": _context_text(row, pairs) if "context" in spec.input_fields else None,
+            }
             messages = render_eval_messages(spec, fields)
             if messages is None:
                 continue  # e.g. synthetic out-of-KB questions have no expected answer to compare with
@@ -171,14 +265,31 @@ def evaluate_outputs(gateway: Gateway, evaluator: str, specs: Sequence[EvalSpec]
             owners.append(output)
         for output, result in zip(owners, gateway.complete_many(calls, on_result=on_result)):
             if not result.ok:
-                outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
-                                            error=result.error, raw=result.text, cached=result.cached,
-                                            **result.metadata()))
+                outcomes.append(
+                    EvalOutcome(
+                        experiment_id=output.experiment_id,
+                        spec=spec.name,
+                        evaluator=evaluator,
+                        error=result.error,
+                        raw=result.text,
+                        cached=result.cached,
+                        **result.metadata(),
+                    )
+                )
                 continue
             outcome, problem = parse_eval_reply(spec, result.text)
             if spec.name == "abstention":
                 abstained[output.experiment_id] = outcome
-            outcomes.append(EvalOutcome(experiment_id=output.experiment_id, spec=spec.name, evaluator=evaluator,
-                                        outcome=outcome, error=problem, raw=result.text, cached=result.cached,
-                                        **result.metadata()))
+            outcomes.append(
+                EvalOutcome(
+                    experiment_id=output.experiment_id,
+                    spec=spec.name,
+                    evaluator=evaluator,
+                    outcome=outcome,
+                    error=problem,
+                    raw=result.text,
+                    cached=result.cached,
+                    **result.metadata(),
+                )
+            )
     return outcomes

@@ -29,14 +29,16 @@ OOKB_VALIDITY = EvalSpec(
     tag="validity",
     outcomes=["out_of_kb", "in_kb"],
     prompt="A question was written to lie outside the knowledge base. Decide whether the knowledge base answers it: "
-           "out_of_kb if no pair of the knowledge base answers it, in_kb if one does (fully or in substance).",
+    "out_of_kb if no pair of the knowledge base answers it, in_kb if one does (fully or in substance).",
     input_fields=["question", "context"],
 )
 VALID = "out_of_kb"
 
 # What the labelling screens show above a validity item, instead of a model's response.
-VALIDITY_INSTRUCTION = ("Synthetic out-of-KB question: is it really not answerable from the knowledge base? "
-                        "out_of_kb = no pair answers it (a valid question); in_kb = the knowledge base answers it.")
+VALIDITY_INSTRUCTION = (
+    "Synthetic out-of-KB question: is it really not answerable from the knowledge base? "
+    "out_of_kb = no pair answers it (a valid question); in_kb = the knowledge base answers it."
+)
 VALIDITY_CONTEXT_TITLE = "Knowledge-base pairs closest to the question"
 
 
@@ -63,14 +65,25 @@ def validity_items(store: ArtifactStore) -> list[LabelItem]:
         if row.context_ids and (best is None or len(row.context_ids) < len(best)):
             closest[row.question_id] = list(row.context_ids)
     if not questions:
-        raise InputError(store.uri(kon_files.EXPERIMENT_INPUTS.name),
-                         "this run asked no synthetic out-of-KB questions (knowornot.synthetic_ookb: 0)", field="--spec")
+        raise InputError(
+            store.uri(kon_files.EXPERIMENT_INPUTS.name),
+            "this run asked no synthetic out-of-KB questions (knowornot.synthetic_ookb: 0)",
+            field="--spec",
+        )
     items = []
     for question_id, question in questions.items():
         ids = [i for i in closest.get(question_id, []) if i in pairs]
         context = "\n".join(f"{pairs[i].question} {pairs[i].answer}" for i in ids) or None
-        items.append(LabelItem(item_id=question_id, spec=OOKB_VALIDITY.name, outcomes=list(OOKB_VALIDITY.outcomes),
-                               question=question, response="", context=context))
+        items.append(
+            LabelItem(
+                item_id=question_id,
+                spec=OOKB_VALIDITY.name,
+                outcomes=list(OOKB_VALIDITY.outcomes),
+                question=question,
+                response="",
+                context=context,
+            )
+        )
     return items
 
 
@@ -95,6 +108,14 @@ def validity_summary(jsonl: str) -> list[dict[str, Any]]:
         given = [label for (who, _), label in latest.items() if who == annotator]
         valid = sum(label == VALID for label in given)
         low, high = wilson_interval(valid, len(given))
-        rows.append({"annotator": annotator, "labelled": len(given), "out_of_kb": valid,
-                     "valid_share": valid / len(given), "ci_low": low, "ci_high": high})
+        rows.append(
+            {
+                "annotator": annotator,
+                "labelled": len(given),
+                "out_of_kb": valid,
+                "valid_share": valid / len(given),
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
     return rows

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from refusalbench.tasks.knowornot.schema.json_files import OverlapAudit, OverlapLevel, SimilarPair
+from refusalbench.tasks.knowornot.schema.records import FilterReport, QAPair
 from refusalbench.tasks.knowornot.stages.diversity import tfidf_similarity
 from refusalbench.tasks.knowornot.stages.embeddings import Embedder
-from refusalbench.tasks.knowornot.schema.records import FilterReport, QAPair
 
 TFIDF_THRESHOLDS = (0.5, 0.7, 0.9)
 EMBEDDING_THRESHOLDS = (0.7, 0.8, 0.9)
@@ -49,8 +49,9 @@ def overlap_levels(similarity: np.ndarray, thresholds: Sequence[float]) -> list[
     return levels
 
 
-def most_similar_pairs(pairs: Sequence[QAPair], tfidf: np.ndarray, embedding: np.ndarray,
-                       limit: int = MOST_SIMILAR) -> list[SimilarPair]:
+def most_similar_pairs(
+    pairs: Sequence[QAPair], tfidf: np.ndarray, embedding: np.ndarray, limit: int = MOST_SIMILAR
+) -> list[SimilarPair]:
     """The ``limit`` pairs of distinct questions that are most alike (the larger of the two similarities first)."""
     n = len(pairs)
     if n < 2:
@@ -58,14 +59,26 @@ def most_similar_pairs(pairs: Sequence[QAPair], tfidf: np.ndarray, embedding: np
     upper = np.triu_indices(n, k=1)
     score = np.maximum(tfidf[upper], embedding[upper])
     order = np.argsort(-score, kind="stable")[:limit]
-    return [SimilarPair(id_a=pairs[i].id, id_b=pairs[j].id, question_a=pairs[i].question, question_b=pairs[j].question,
-                        tfidf=round(float(tfidf[i, j]), 4), embedding=round(float(embedding[i, j]), 4))
-            for i, j in ((int(upper[0][k]), int(upper[1][k])) for k in order)]
+    return [
+        SimilarPair(
+            id_a=pairs[i].id,
+            id_b=pairs[j].id,
+            question_a=pairs[i].question,
+            question_b=pairs[j].question,
+            tfidf=round(float(tfidf[i, j]), 4),
+            embedding=round(float(embedding[i, j]), 4),
+        )
+        for i, j in ((int(upper[0][k]), int(upper[1][k])) for k in order)
+    ]
 
 
-def overlap_audit(pairs: Sequence[QAPair], embedder: Embedder, filter_report: FilterReport | None = None,
-                  tfidf_thresholds: Sequence[float] = TFIDF_THRESHOLDS,
-                  embedding_thresholds: Sequence[float] = EMBEDDING_THRESHOLDS) -> OverlapAudit:
+def overlap_audit(
+    pairs: Sequence[QAPair],
+    embedder: Embedder,
+    filter_report: FilterReport | None = None,
+    tfidf_thresholds: Sequence[float] = TFIDF_THRESHOLDS,
+    embedding_thresholds: Sequence[float] = EMBEDDING_THRESHOLDS,
+) -> OverlapAudit:
     """The audit of the kept ``pairs``' questions, with the filters' removals from ``filter_report``."""
     questions = [p.question for p in pairs]
     tfidf = tfidf_similarity(questions) if questions else np.zeros((0, 0))

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from refusalbench.tasks.knowornot.stages.embeddings import normalise_rows
-from refusalbench.tasks.knowornot.schema.records import ExperimentInput, OOKBQuestion, QAPair
 from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.knowornot.schema.records import ExperimentInput, OOKBQuestion, QAPair
+from refusalbench.tasks.knowornot.stages.embeddings import normalise_rows
 
 if TYPE_CHECKING:
     import faiss
@@ -151,8 +151,9 @@ class RetrievalStrategy:
 RETRIEVERS: Registry[RetrievalStrategy] = Registry("retrieval strategy")
 
 
-def register_retriever(name: str, *, uses_k: bool = False, needs: Iterable[QueryField] = (),
-                       replace: bool = False) -> Callable[[S], S]:
+def register_retriever(
+    name: str, *, uses_k: bool = False, needs: Iterable[QueryField] = (), replace: bool = False
+) -> Callable[[S], S]:
     """Decorator: register a strategy class (instantiated once, without arguments) or function.
 
     ``uses_k``: it retrieves k neighbours (recorded on its rows); ``needs``: the query
@@ -292,11 +293,15 @@ def build_experiment_inputs(
         raise ValueError("synthetic question ids must be unique and differ from QA pair ids")
     question_embeddings = np.asarray(question_embeddings)
     if question_embeddings.ndim != 2 or question_embeddings.shape[0] != len(pairs):
-        raise ValueError(f"question_embeddings must have one row per pair: shape {question_embeddings.shape}, {len(pairs)} pairs")
+        raise ValueError(
+            f"question_embeddings must have one row per pair: shape {question_embeddings.shape}, {len(pairs)} pairs"
+        )
     if ookb_questions and strategies_need(retrievals, "question_embedding"):
         if ookb_embeddings is None or np.asarray(ookb_embeddings).shape[0] != len(ookb_questions):
             needing = [r for r in retrievals if "question_embedding" in RETRIEVERS[r].needs]
-            raise ValueError(f"{', '.join(needing)} over synthetic questions needs one ookb_embeddings row per question")
+            raise ValueError(
+                f"{', '.join(needing)} over synthetic questions needs one ookb_embeddings row per question"
+            )
     kb = IndexedKnowledgeBase(pairs=pairs, index=index)
     hyde = hyde_embeddings or {}
 
@@ -306,7 +311,9 @@ def build_experiment_inputs(
         queries.append((query, pair.question, pair.answer, False))
     for j, question in enumerate(ookb_questions):
         vector = None if ookb_embeddings is None else np.asarray(ookb_embeddings)[j]
-        queries.append((RetrievalQuery(question.id, None, vector, hyde.get(question.id)), question.question, None, True))
+        queries.append(
+            (RetrievalQuery(question.id, None, vector, hyde.get(question.id)), question.question, None, True)
+        )
 
     rows: list[ExperimentInput] = []
     for query, question_text, expected, ookb in queries:

@@ -131,7 +131,10 @@ def split_sentences(text: str, language: str = "english") -> list[str]:
 
 
 def document_sentences(document: SourceDocument, language: str = "english") -> list[Sentence]:
-    return [Sentence(doc_id=document.doc_id, index=i, text=s) for i, s in enumerate(split_sentences(document.text, language))]
+    return [
+        Sentence(doc_id=document.doc_id, index=i, text=s)
+        for i, s in enumerate(split_sentences(document.text, language))
+    ]
 
 
 def spread_sentences(sentences: Sequence[Sentence], limit: int | None) -> list[Sentence]:

@@ -26,7 +26,9 @@ _QA_FIELDS = ("id", "question", "answer")
 MAX_QA_LINE_BYTES = 10 * 1024 * 1024
 
 
-def _text_field(obj: dict[str, Any], name: str, file: str, line: int | None, where: str = "") -> tuple[str | None, InputError | None]:
+def _text_field(
+    obj: dict[str, Any], name: str, file: str, line: int | None, where: str = ""
+) -> tuple[str | None, InputError | None]:
     label = f"{where}{name}"
     if name not in obj:
         return None, InputError(file, "missing", line=line, field=label)
@@ -58,8 +60,11 @@ def load_qa_jsonl(path: str | Path) -> list[QAPair]:
         if not line.strip():
             continue
         if len(line) > MAX_QA_LINE_BYTES // 4 and len(line.encode("utf-8")) > MAX_QA_LINE_BYTES:
-            errors.append(InputError(file, f"line is longer than {human_bytes(MAX_QA_LINE_BYTES)}; refusing to read it",
-                                     line=line_no))
+            errors.append(
+                InputError(
+                    file, f"line is longer than {human_bytes(MAX_QA_LINE_BYTES)}; refusing to read it", line=line_no
+                )
+            )
             continue
         try:
             obj = json.loads(line)
@@ -82,7 +87,12 @@ def load_qa_jsonl(path: str | Path) -> list[QAPair]:
             continue
         if values["id"] in first_line_of:
             errors.append(
-                InputError(file, f"duplicate id {values['id']!r} (first on line {first_line_of[values['id']]})", line=line_no, field="id")
+                InputError(
+                    file,
+                    f"duplicate id {values['id']!r} (first on line {first_line_of[values['id']]})",
+                    line=line_no,
+                    field="id",
+                )
             )
             continue
         first_line_of[values["id"]] = line_no
@@ -144,8 +154,9 @@ def load_policybench(path: str | Path) -> list[QAPair]:
     for i, item in enumerate(data["questions"]):
         where, line = f"questions[{i}].", lines[i] if i < len(lines) else None
         if not isinstance(item, dict):
-            errors.append(InputError(file, f"expected an object, got {type(item).__name__}", line=line,
-                                     field=f"questions[{i}]"))
+            errors.append(
+                InputError(file, f"expected an object, got {type(item).__name__}", line=line, field=f"questions[{i}]")
+            )
             continue
         values: dict[str, str] = {}
         for name in ("identifier", "question", "answer"):
@@ -157,11 +168,16 @@ def load_policybench(path: str | Path) -> list[QAPair]:
         if len(values) != 3:
             continue
         if values["identifier"] in seen:
-            errors.append(InputError(file, f"duplicate identifier {values['identifier']!r}", line=line,
-                                     field=f"{where}identifier"))
+            errors.append(
+                InputError(
+                    file, f"duplicate identifier {values['identifier']!r}", line=line, field=f"{where}identifier"
+                )
+            )
             continue
         seen.add(values["identifier"])
-        pairs.append(QAPair(id=values["identifier"], question=values["question"], answer=values["answer"], source="file"))
+        pairs.append(
+            QAPair(id=values["identifier"], question=values["question"], answer=values["answer"], source="file")
+        )
     if errors:
         raise InputErrors(errors)
     if not pairs:
@@ -183,8 +199,12 @@ def load_qa_pairs(path: str | Path) -> list[QAPair]:
 
 # The KnowOrNot paper's released question sets (§4, App. C), already through its diversity
 # filters: file name -> questions in the release (331 in all).
-POLICYBENCH_FILES = {"BTT_QA.json": 55, "CPF_filtered_qa.json": 112, "ICA_filtered_qa.json": 135,
-                     "medishield_QA.json": 29}
+POLICYBENCH_FILES = {
+    "BTT_QA.json": 55,
+    "CPF_filtered_qa.json": 112,
+    "ICA_filtered_qa.json": 135,
+    "medishield_QA.json": 29,
+}
 
 
 def policybench_import_hint(out_dir: str) -> str:
@@ -230,7 +250,9 @@ def import_policybench(source_dir: str | Path, out_dir: str | Path) -> dict[str,
 # ----------------------------------------------------------------- pairs from facts
 
 
-def make_atomic_facts(doc_id: str, n_sentences: int, extracted: Sequence[tuple[int, str]]) -> tuple[list[AtomicFact], list[str]]:
+def make_atomic_facts(
+    doc_id: str, n_sentences: int, extracted: Sequence[tuple[int, str]]
+) -> tuple[list[AtomicFact], list[str]]:
     """Turn an LLM's ``(sentence_index, fact)`` list for one document into AtomicFacts.
 
     Facts citing a sentence index outside ``[0, n_sentences)`` or with blank text are dropped
@@ -249,7 +271,9 @@ def make_atomic_facts(doc_id: str, n_sentences: int, extracted: Sequence[tuple[i
             continue
         n = per_sentence.get(index, 0)
         per_sentence[index] = n + 1
-        facts.append(AtomicFact(fact_id=f"{doc_id}-s{index}-f{n}", doc_id=doc_id, sentence_index=index, text=text.strip()))
+        facts.append(
+            AtomicFact(fact_id=f"{doc_id}-s{index}-f{n}", doc_id=doc_id, sentence_index=index, text=text.strip())
+        )
     return facts, problems
 
 

@@ -51,8 +51,11 @@ def model_status(
         if not llama_cpp_installed():
             reasons.append(f"llama-cpp-python not installed ({LOCAL_EXTRA_HINT})")
     else:
-        row["runs_on"] = (f"endpoint {cfg.api_base}" if cfg.api_base else
-                          f"provider {provider_prefix(cfg.model) or 'inferred by LiteLLM'}")
+        row["runs_on"] = (
+            f"endpoint {cfg.api_base}"
+            if cfg.api_base
+            else f"provider {provider_prefix(cfg.model) or 'inferred by LiteLLM'}"
+        )
         if cfg.local is not None:
             row["weights"] = "cached" if is_pulled(name, cfg.local, cache_dir) else "not pulled"
         # Which variables or files hold the credentials is the provider profile's to say.
@@ -91,4 +94,3 @@ def check_available(
             continue
         out[name] = model_status(name, cfg, probe=probe, cache_dir=cache_dir, allow_pull=allow_pull)["reason"]
     return out
-

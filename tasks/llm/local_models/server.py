@@ -173,7 +173,7 @@ class LlamaServer:
             out[name] = models[name].model_copy(update={"api_base": self.api_base, "model": f"openai/{alias}"})
         return out
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> LlamaServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -206,10 +206,20 @@ def start_server(
     env = dict(os.environ)
     # The launcher lives in this package; make it importable even when run from a checkout.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_project_root(), env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "refusalbench.tasks.llm.local_models", "--config_file", str(config_path), "--parent_pid", str(os.getpid())]
+    command = [
+        sys.executable,
+        "-m",
+        "refusalbench.tasks.llm.local_models",
+        "--config_file",
+        str(config_path),
+        "--parent_pid",
+        str(os.getpid()),
+    ]
     log = (workdir / "server.log").open("wb")
     try:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     finally:
         log.close()
     aliases = {name: server_alias(name, models[name].local) for name in names}  # type: ignore[arg-type]

@@ -54,7 +54,11 @@ class ResponseFormatShim:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
-        if scope.get("type") != "http" or scope.get("method") != "POST" or not str(scope.get("path", "")).endswith("/chat/completions"):
+        if (
+            scope.get("type") != "http"
+            or scope.get("method") != "POST"
+            or not str(scope.get("path", "")).endswith("/chat/completions")
+        ):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -150,4 +154,3 @@ def main(argv: list[str] | None = None) -> None:
     settings = ConfigFileSettings.model_validate_json(Path(args.config_file).read_text(encoding="utf-8"))
     app = create_app(server_settings=ServerSettings.model_validate(settings), model_settings=settings.models)
     uvicorn.run(ResponseFormatShim(app), host=settings.host, port=settings.port, log_level="warning")
-

@@ -13,8 +13,9 @@ answering and evaluation run over the merged grid as over any other. A run with 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from prefect import Task
 
@@ -45,10 +46,22 @@ def knowledge_bases(cfg: RunConfig, out: str, digest_of: Callable[[KnowOrNotConf
         return [KnowledgeBaseSlice(None, cfg, out, digest_of(kon))]
     bases = []
     for source in kon.knowledge_bases:
-        narrowed = kon.model_copy(update={"documents": source.documents, "qa_pairs": source.qa_pairs,
-                                          "knowledge_bases": None, **source.filtering(kon)})
-        bases.append(KnowledgeBaseSlice(source.name, cfg.model_copy(update={"knowornot": narrowed}),
-                                   ArtifactStore(out).uri(f"kb/{source.name}"), digest_of(narrowed)))
+        narrowed = kon.model_copy(
+            update={
+                "documents": source.documents,
+                "qa_pairs": source.qa_pairs,
+                "knowledge_bases": None,
+                **source.filtering(kon),
+            }
+        )
+        bases.append(
+            KnowledgeBaseSlice(
+                source.name,
+                cfg.model_copy(update={"knowornot": narrowed}),
+                ArtifactStore(out).uri(f"kb/{source.name}"),
+                digest_of(narrowed),
+            )
+        )
     return bases
 
 
@@ -61,8 +74,9 @@ def each_base(stage: Task[..., Any], bases: list[KnowledgeBaseSlice], *args: Any
     return [future.result() for future in futures]
 
 
-def each_base_then(first: Task[..., Any], then: Task[..., Any], bases: list[KnowledgeBaseSlice], *then_args: Any
-                   ) -> tuple[list[Any], Callable[[], list[Any]]]:
+def each_base_then(
+    first: Task[..., Any], then: Task[..., Any], bases: list[KnowledgeBaseSlice], *then_args: Any
+) -> tuple[list[Any], Callable[[], list[Any]]]:
     """``first`` for every base, and ``then`` for each base as soon as its own ``first`` is done (the
     bases' encodes take turns on the one embedding model, so one base's HyDE calls are in flight while
     the next base encodes): the results of ``first`` in the bases' order, and a function that waits
@@ -72,8 +86,10 @@ def each_base_then(first: Task[..., Any], then: Task[..., Any], bases: list[Know
         done = first(task_parameter(only.cfg), only.out, only.digest)
         return [done], lambda: [then(task_parameter(only.cfg), only.out, only.digest, *then_args)]
     firsts = [first.submit(task_parameter(base.cfg), base.out, base.digest) for base in bases]
-    thens = [then.submit(task_parameter(base.cfg), base.out, base.digest, *then_args, wait_for=[future])
-             for base, future in zip(bases, firsts)]
+    thens = [
+        then.submit(task_parameter(base.cfg), base.out, base.digest, *then_args, wait_for=[future])
+        for base, future in zip(bases, firsts)
+    ]
     return [future.result() for future in firsts], lambda: [future.result() for future in thens]
 
 
@@ -86,24 +102,34 @@ def _pairs(name: str, pairs: list[QAPair]) -> list[QAPair]:
 
 
 def _inputs(name: str, rows: list[ExperimentInput]) -> list[ExperimentInput]:
-    return [r.model_copy(update={"experiment_id": prefixed(name, r.experiment_id),
-                                 "question_id": prefixed(name, r.question_id),
-                                 "context_ids": [prefixed(name, i) for i in r.context_ids],
-                                 "knowledge_base": name}) for r in rows]
+    return [
+        r.model_copy(
+            update={
+                "experiment_id": prefixed(name, r.experiment_id),
+                "question_id": prefixed(name, r.question_id),
+                "context_ids": [prefixed(name, i) for i in r.context_ids],
+                "knowledge_base": name,
+            }
+        )
+        for r in rows
+    ]
 
 
 def merged_filter_report(reports: list[tuple[str, FilterReport]]) -> FilterReport:
     """The bases' filter reports as one: counts summed, ids prefixed; each base's own method and thresholds
     kept beside (``by_knowledge_base``), and the merged ones only where every base used the same."""
+
     def shared(field: str) -> Any:
         values = {getattr(r, field) for _, r in reports}
         return values.pop() if len(values) == 1 else None
 
     return FilterReport(
-        method=shared("method") or "per_knowledge_base", keyword_threshold=shared("keyword_threshold"),
+        method=shared("method") or "per_knowledge_base",
+        keyword_threshold=shared("keyword_threshold"),
         semantic_threshold=shared("semantic_threshold"),
         by_knowledge_base=[{"knowledge_base": n, **r.model_dump(include=set(BASE_FILTER_FIELDS))} for n, r in reports],
-        n_input=sum(r.n_input for _, r in reports), n_kept=sum(r.n_kept for _, r in reports),
+        n_input=sum(r.n_input for _, r in reports),
+        n_kept=sum(r.n_kept for _, r in reports),
         removed_keyword=sum(r.removed_keyword for _, r in reports),
         removed_semantic=sum(r.removed_semantic for _, r in reports),
         kept_ids=[prefixed(n, i) for n, r in reports for i in r.kept_ids],
@@ -143,5 +169,8 @@ def summed(counts: list[dict[str, int]]) -> dict[str, int]:
 
 def failures_of(bases: list[KnowledgeBaseSlice], summaries: list[Any]) -> list[dict[str, Any]]:
     """The stage failures the bases' summaries carry, each naming its base in a multi-base run."""
-    return [{**failure, "knowledge_base": base.name} if base.name else failure
-            for base, summary in zip(bases, summaries) for failure in summary.failures]
+    return [
+        {**failure, "knowledge_base": base.name} if base.name else failure
+        for base, summary in zip(bases, summaries)
+        for failure in summary.failures
+    ]

@@ -42,8 +42,11 @@ def knowornot_section(cfg: RunConfig) -> KnowOrNotConfig:
 def check_knowornot_inputs(cfg: RunConfig) -> None:
     """Everything a KnowOrNot run needs from its config, checked before anything is written."""
     if cfg.knowornot is None:
-        raise InputError(str(cfg.source), "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
-                         field="knowornot")
+        raise InputError(
+            str(cfg.source),
+            "the config has no knowornot section (configs/knowornot-demo.yaml has one)",
+            field="knowornot",
+        )
     kon = knowornot_section(with_resolved_sources(cfg))
     written: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = cfg.knowornot.knowledge_bases or [cfg.knowornot]
     sources: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = kon.knowledge_bases or [kon]
@@ -58,17 +61,23 @@ def check_knowornot_inputs(cfg: RunConfig) -> None:
 def _check_imported(path: str, as_written: str) -> None:
     """A released PolicyBench file that is not there yet: the one line says how to import it."""
     if Path(path).name in POLICYBENCH_FILES and "://" not in path and not Path(path).exists():
-        raise InputError(as_written, "file not found (beside the config, nor in the working folder): "
-                                     + policybench_import_hint(str(Path(as_written).parent)))
+        raise InputError(
+            as_written,
+            "file not found (beside the config, nor in the working folder): "
+            + policybench_import_hint(str(Path(as_written).parent)),
+        )
 
 
 def with_resolved_sources(cfg: RunConfig) -> RunConfig:
     """The config with its QA file and documents resolved against the config's folder (tasks may run elsewhere)."""
+
     def resolved(source: Any) -> Any:
-        return source.model_copy(update={
-            "documents": [cfg.resolve_path(d) for d in source.documents or []] or None,
-            "qa_pairs": cfg.resolve_path(source.qa_pairs) if source.qa_pairs else None,
-        })
+        return source.model_copy(
+            update={
+                "documents": [cfg.resolve_path(d) for d in source.documents or []] or None,
+                "qa_pairs": cfg.resolve_path(source.qa_pairs) if source.qa_pairs else None,
+            }
+        )
 
     kon = resolved(cfg.knowornot)
     if kon.knowledge_bases:
@@ -81,8 +90,7 @@ def with_targets(cfg: RunConfig, usable: list[str]) -> RunConfig:
     kon = knowornot_section(cfg)
     targets = [t for t in kon.targets if t in usable]
     if not targets:
-        raise ModelUnavailable(f"{cfg.source or 'config'}: knowornot.targets: none of "
-                               f"{', '.join(kon.targets)} can run")
+        raise ModelUnavailable(f"{cfg.source or 'config'}: knowornot.targets: none of {', '.join(kon.targets)} can run")
     return cfg.model_copy(update={"knowornot": kon.model_copy(update={"targets": targets})})
 
 
@@ -122,6 +130,7 @@ def warm_up_overlap_audit() -> None:
     """Start importing what the overlap audit needs (scikit-learn, NLTK's stemmer, the report's plotting)
     on a background thread: the command's start mostly waits on Prefect's API, so the imports cost no
     wall time there, while beside the calls (``audit_beside_calls``) they would compete for the GIL."""
+
     def load() -> None:
         load_text_tools()
         importlib.import_module("refusalbench.tasks.knowornot.report.page")
@@ -139,5 +148,3 @@ def source_digest(kon: KnowOrNotConfig) -> str:
             if file.is_file():
                 digest.update(file.read_bytes())
     return digest.hexdigest()[:16]
-
-

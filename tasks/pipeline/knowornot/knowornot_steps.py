@@ -34,7 +34,17 @@ from refusalbench.tasks.pipeline.fanout import (
 )
 from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import knowornot_models, knowornot_section
 from refusalbench.tasks.pipeline.knowornot.knowornot_tasks import (
-    COMPARISON_INPUTS, FilterSummary, GridSummary, INPUT_SHARDS, KnowledgeBaseSummary, answer_shard, build_experiments, build_knowledge_base, compare_evaluator_shard, evaluate_shard, filter_and_index,
+    COMPARISON_INPUTS,
+    INPUT_SHARDS,
+    FilterSummary,
+    GridSummary,
+    KnowledgeBaseSummary,
+    answer_shard,
+    build_experiments,
+    build_knowledge_base,
+    compare_evaluator_shard,
+    evaluate_shard,
+    filter_and_index,
 )
 from refusalbench.tasks.pipeline.runtime import result_storage
 
@@ -53,6 +63,7 @@ def audit_beside_calls(cfg: RunConfig, out: str) -> Future[OverlapAudit]:
     All are CPU the metrics stage would otherwise spend after the last call: scikit-learn's TF-IDF
     (seconds to import on 2 cores) and matplotlib. The audit reads only what the experiment stage wrote,
     so it is the same audit; the calls' own thread mostly waits on the network meanwhile."""
+
     def audit() -> OverlapAudit:
         done = run_overlap_audit(ArtifactStore(out), embedder_for(cfg))
         importlib.import_module("refusalbench.tasks.knowornot.report.page").overlap_figure(done)
@@ -76,23 +87,38 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
     fanout = Fanout(cfg, out, api_bases)
     fanout.store.save(kon_files.RUN_SPECS, run_specs(kon.evaluations))
     rows = read_shared(out, kon_files.EXPERIMENT_INPUTS)  # the evaluate tasks read the same parse
-    shards = fanout.write_shards(INPUT_SHARDS, rows, ExperimentInput, kon.shard_size,
-                                 lambda chunk: content_digest(digest, [r.model_dump() for r in chunk]))
+    shards = fanout.write_shards(
+        INPUT_SHARDS,
+        rows,
+        ExperimentInput,
+        kon.shard_size,
+        lambda chunk: content_digest(digest, [r.model_dump() for r in chunk]),
+    )
     sharing = knowornot_models(kon)
     answered = fanout.submit(answer_shard, kon.targets, shards, sharing=sharing)
-    evaluated = fanout.submit(evaluate_shard, kon.targets, lambda target: [
-        Shard(future, content_digest(shard.digest, "evaluate")) for future, shard in zip(answered[target], shards)],
-                              sharing=sharing)
+    evaluated = fanout.submit(
+        evaluate_shard,
+        kon.targets,
+        lambda target: [
+            Shard(future, content_digest(shard.digest, "evaluate")) for future, shard in zip(answered[target], shards)
+        ],
+        sharing=sharing,
+    )
     outputs: list[ExperimentOutput] = fanout.gather(answered, ExperimentOutput)
     outcomes: list[EvalOutcome] = fanout.gather(evaluated, EvalOutcome)
     fanout.store.save(kon_files.EXPERIMENT_OUTPUTS, outputs)
     fanout.store.save(kon_files.EVALUATIONS, outcomes)
-    return {"responses": len(outputs), "response_errors": sum(o.error is not None for o in outputs),
-            "evaluations": len(outcomes), "evaluation_errors": sum(o.error is not None for o in outcomes)}
+    return {
+        "responses": len(outputs),
+        "response_errors": sum(o.error is not None for o in outputs),
+        "evaluations": len(outcomes),
+        "evaluation_errors": sum(o.error is not None for o in outcomes),
+    }
 
 
-def compare_evaluators(cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str],
-                       evaluators: list[str]) -> dict[str, int]:
+def compare_evaluators(
+    cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str], evaluators: list[str]
+) -> dict[str, int]:
     """The ``knowornot.evaluator_comparison`` models that can run (``evaluators``) judge the label
     sample's responses, written to ``evaluator_comparison.parquet``; the human labels come after the
     run, so the scores against them are computed by ``knowornot agreement``. Returns the counts for
@@ -103,17 +129,28 @@ def compare_evaluators(cfg: RunConfig, out: str, digest: str, api_bases: dict[st
     wanted = set().union(*per_spec.values()) if per_spec else set()
     outputs = [o for o in fanout.store.load(kon_files.EXPERIMENT_OUTPUTS) if o.experiment_id in wanted]
     # The shard's digest carries which spec each of its rows is sampled for: the task reads that from the sample.
-    shards = fanout.write_shards(COMPARISON_INPUTS, outputs, ExperimentOutput, kon.shard_size, lambda chunk: content_digest(
-        digest, "compare", [(o.experiment_id, sorted(s for s, ids in per_spec.items() if o.experiment_id in ids))
-                            for o in chunk]))
+    shards = fanout.write_shards(
+        COMPARISON_INPUTS,
+        outputs,
+        ExperimentOutput,
+        kon.shard_size,
+        lambda chunk: content_digest(
+            digest,
+            "compare",
+            [(o.experiment_id, sorted(s for s, ids in per_spec.items() if o.experiment_id in ids)) for o in chunk],
+        ),
+    )
     futures = fanout.submit(compare_evaluator_shard, evaluators, shards)
     outcomes: list[EvalOutcome] = fanout.gather(futures, EvalOutcome)
     fanout.store.save(kon_files.EVALUATOR_COMPARISON, outcomes)
-    return {"comparison_evaluations": len(outcomes),
-            "comparison_evaluation_errors": sum(o.error is not None for o in outcomes)}
+    return {
+        "comparison_evaluations": len(outcomes),
+        "comparison_evaluation_errors": sum(o.error is not None for o in outcomes),
+    }
 
 
 # ---------------------------------------------------------------- the tasks of one run
+
 
 @dataclass(frozen=True)
 class StageTasks:
@@ -127,7 +164,8 @@ class StageTasks:
 def stage_tasks(out: str) -> StageTasks:
     """The stage tasks for the run folder ``out``, so their results persist there however the flow started."""
     storage = result_storage(out)
-    return StageTasks(build_knowledge_base.with_options(result_storage=storage),
-                      filter_and_index.with_options(result_storage=storage),
-                      build_experiments.with_options(result_storage=storage))
-
+    return StageTasks(
+        build_knowledge_base.with_options(result_storage=storage),
+        filter_and_index.with_options(result_storage=storage),
+        build_experiments.with_options(result_storage=storage),
+    )

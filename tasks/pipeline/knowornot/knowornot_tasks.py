@@ -90,8 +90,11 @@ class FilterSummary(BaseModel):
     index_rebuilt: bool
 
     def counts(self) -> dict[str, int]:
-        return {"qa_pairs": self.kept, "removed_by_keyword_filter": self.removed_keyword,
-                "removed_by_semantic_filter": self.removed_semantic}
+        return {
+            "qa_pairs": self.kept,
+            "removed_by_keyword_filter": self.removed_keyword,
+            "removed_by_semantic_filter": self.removed_semantic,
+        }
 
 
 class GridSummary(BaseModel):
@@ -103,10 +106,18 @@ class GridSummary(BaseModel):
 
 # ---------------------------------------------------------------- knowledge base, filters, grid
 
-@task(name="kon-knowledge-base", task_run_name="kon-knowledge-base", cache_policy=STAGE_CACHE, retries=1,
-      retry_delay_seconds=2)
+
+@task(
+    name="kon-knowledge-base",
+    task_run_name="kon-knowledge-base",
+    cache_policy=STAGE_CACHE,
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
-def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> KnowledgeBaseSummary:
+def build_knowledge_base(
+    cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]
+) -> KnowledgeBaseSummary:
     """QA pairs from a QA file, or from documents via sentences -> facts -> QA (LLM)."""
     kon = knowornot_section(cfg)
     store = ArtifactStore(out)
@@ -119,17 +130,25 @@ def build_knowledge_base(cfg: RunConfig, out: str, input_digest: str, api_bases:
         documents = read_documents(kon.documents or [])
         sentences = spread_sentences([s for d in documents for s in document_sentences(d)], kon.max_sentences)
         store.save(kon_files.SENTENCES, sentences)
-        facts, fact_failures = extract_facts(gateway, model, documents, sentences,
-                                             on_result=progress_callback("extract facts", len(sentences)))
+        facts, fact_failures = extract_facts(
+            gateway, model, documents, sentences, on_result=progress_callback("extract facts", len(sentences))
+        )
         store.save(kon_files.FACTS, facts)
-        pairs, qa_failures = generate_qa(gateway, model, facts, on_result=progress_callback("write QA pairs", len(facts)))
+        pairs, qa_failures = generate_qa(
+            gateway, model, facts, on_result=progress_callback("write QA pairs", len(facts))
+        )
         failures = fact_failures + qa_failures
     store.save(kon_files.QA_PAIRS_ALL, pairs)
     return KnowledgeBaseSummary(pairs=len(pairs), failures=failures)
 
 
-@task(name="kon-filter-index", task_run_name="kon-filter-index", cache_policy=STAGE_CACHE, retries=1,
-      retry_delay_seconds=2)
+@task(
+    name="kon-filter-index",
+    task_run_name="kon-filter-index",
+    cache_policy=STAGE_CACHE,
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSummary:
     """Diversity filters, then the FAISS index over the kept pairs (reused when the KB is unchanged)."""
@@ -139,21 +158,33 @@ def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSumma
     embedder = embedder_for(cfg)
     method = filter_method(kon.filters)  # a multi-base run's slice carries its base's own filters and thresholds
     question_vectors = embedder.embed([p.question for p in pairs]) if method in ("both", "semantic") else None
-    kept, report = diversity_filter(pairs, question_vectors, method=method, keyword_threshold=kon.keyword_threshold,
-                                    semantic_threshold=kon.semantic_threshold)
+    kept, report = diversity_filter(
+        pairs,
+        question_vectors,
+        method=method,
+        keyword_threshold=kon.keyword_threshold,
+        semantic_threshold=kon.semantic_threshold,
+    )
     if kon.max_questions:
         kept = kept[: kon.max_questions]
     store.save(kon_files.QA_PAIRS, kept)
     store.save(kon_files.FILTER_REPORT, report)
-    return FilterSummary(kept=len(kept), removed_keyword=report.removed_keyword, removed_semantic=report.removed_semantic,
-                         index_rebuilt=_ensure_index(store, kept, embedder))
+    return FilterSummary(
+        kept=len(kept),
+        removed_keyword=report.removed_keyword,
+        removed_semantic=report.removed_semantic,
+        index_rebuilt=_ensure_index(store, kept, embedder),
+    )
 
 
 def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder) -> bool:
     """Build the FAISS index unless the run folder holds one of the same pairs and embedder; True if built."""
     fingerprint = kb_fingerprint(pairs, embedder.name)
-    if (store.has(kon_files.KB_INDEX) and store.has(kon_files.KB_INDEX_META)
-            and store.load(kon_files.KB_INDEX_META).fingerprint == fingerprint):
+    if (
+        store.has(kon_files.KB_INDEX)
+        and store.has(kon_files.KB_INDEX_META)
+        and store.load(kon_files.KB_INDEX_META).fingerprint == fingerprint
+    ):
         return False
     vectors = embedder.embed([pair_text(p) for p in pairs])
     store.save(kon_files.KB_INDEX, index_to_bytes(build_index(vectors)))
@@ -161,8 +192,9 @@ def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder)
     return True
 
 
-@task(name="kon-experiments", task_run_name="kon-experiments", cache_policy=STAGE_CACHE, retries=1,
-      retry_delay_seconds=2)
+@task(
+    name="kon-experiments", task_run_name="kon-experiments", cache_policy=STAGE_CACHE, retries=1, retry_delay_seconds=2
+)
 @with_plugins
 def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> GridSummary:
     """HyDE answers and synthetic questions (if asked for), then the grid with leave-one-out contexts."""
@@ -177,14 +209,25 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
         # The questions are encoded while the HyDE calls are in flight (the same vectors either way).
         question_vectors = encoder.submit(embedder.embed, [p.question for p in pairs])
         if strategies_need(kon.retrieval, "hyde_embeddings"):
-            answers, failures = hyde_answers(gateway_for(cfg, api_bases), model, pairs, kon.hyde_answers,
-                                             on_result=progress_callback("HyDE answers", len(pairs)))
+            answers, failures = hyde_answers(
+                gateway_for(cfg, api_bases),
+                model,
+                pairs,
+                kon.hyde_answers,
+                on_result=progress_callback("HyDE answers", len(pairs)),
+            )
             store.save(kon_files.HYDE_ANSWERS, answers)
             hyde = _embedded_answers(embedder, answers)
     ookb: list[OOKBQuestion] = []
     if kon.synthetic_ookb:
-        ookb, ookb_failures = synthetic_ookb_questions(gateway_for(cfg, api_bases), model, pairs, kon.synthetic_ookb,
-                                                       seed=kon.seed, on_result=progress_callback("out-of-KB questions", 1))
+        ookb, ookb_failures = synthetic_ookb_questions(
+            gateway_for(cfg, api_bases),
+            model,
+            pairs,
+            kon.synthetic_ookb,
+            seed=kon.seed,
+            on_result=progress_callback("out-of-KB questions", 1),
+        )
         failures += ookb_failures
         store.save(kon_files.OOKB_QUESTIONS, ookb)
         if hyde is not None:
@@ -193,10 +236,18 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
             extra, extra_failures = hyde_answers(gateway_for(cfg, api_bases), model, ookb_pairs, kon.hyde_answers)
             failures += extra_failures
             hyde.update(_embedded_answers(embedder, extra))
-    rows = build_experiment_inputs(pairs, question_vectors.result(),
-                                   index_from_bytes(store.load(kon_files.KB_INDEX)), kon.targets, kon.retrieval,
-                                   kon.prompts, k=kon.k, hyde_embeddings=hyde, ookb_questions=ookb,
-                                   ookb_embeddings=embedder.embed([q.question for q in ookb]) if ookb else None)
+    rows = build_experiment_inputs(
+        pairs,
+        question_vectors.result(),
+        index_from_bytes(store.load(kon_files.KB_INDEX)),
+        kon.targets,
+        kon.retrieval,
+        kon.prompts,
+        k=kon.k,
+        hyde_embeddings=hyde,
+        ookb_questions=ookb,
+        ookb_embeddings=embedder.embed([q.question for q in ookb]) if ookb else None,
+    )
     violations = loo_violations(rows)
     if violations:  # never send a leaked context to a target
         raise RuntimeError(f"leave-one-out violated: {violations[0]}")
@@ -209,7 +260,7 @@ def _embedded_answers(embedder: Embedder, answers: list[HypotheticalAnswers]) ->
     vectors = embedder.embed([text for a in answers for text in a.answers])
     out, start = {}, 0
     for a in answers:
-        out[a.question_id] = vectors[start:start + len(a.answers)]
+        out[a.question_id] = vectors[start : start + len(a.answers)]
         start += len(a.answers)
     return out
 
@@ -217,26 +268,39 @@ def _embedded_answers(embedder: Embedder, answers: list[HypotheticalAnswers]) ->
 # ---------------------------------------------------------------- answers and evaluations
 
 
-
-@task(name="kon-answer-shard", task_run_name="kon-answer {target} {shard}", cache_policy=STAGE_CACHE, retries=1,
-      retry_delay_seconds=2)
+@task(
+    name="kon-answer-shard",
+    task_run_name="kon-answer {target} {shard}",
+    cache_policy=STAGE_CACHE,
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
-def answer_shard(cfg: RunConfig, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]) -> str:
+def answer_shard(
+    cfg: RunConfig, out: str, target: str, shard: str, input_digest: str, api_bases: dict[str, str]
+) -> str:
     """One target answers its rows of one input shard; returns the answer shard's name."""
     store = ArtifactStore(out)
     rows = [r for r in store.read_records(shard, ExperimentInput) if r.target == target]
     # The pairs and the grid are parsed once per process, not once per shard task (fanout.read_shared).
     pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
-    outputs = answer_experiments(gateway_for(cfg, api_bases), rows, pairs,
-                                 on_result=progress_callback(f"{target} answers", len(rows)))
+    outputs = answer_experiments(
+        gateway_for(cfg, api_bases), rows, pairs, on_result=progress_callback(f"{target} answers", len(rows))
+    )
     return write_output_shard(out, ANSWER_SHARDS, target, shard, outputs, ExperimentOutput)
 
 
-@task(name="kon-evaluate-shard", task_run_name="kon-evaluate {target} {answers}", cache_policy=STAGE_CACHE, retries=1,
-      retry_delay_seconds=2)
+@task(
+    name="kon-evaluate-shard",
+    task_run_name="kon-evaluate {target} {answers}",
+    cache_policy=STAGE_CACHE,
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
-def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_digest: str,
-                   api_bases: dict[str, str]) -> str:
+def evaluate_shard(
+    cfg: RunConfig, out: str, target: str, answers: str, input_digest: str, api_bases: dict[str, str]
+) -> str:
     """The evaluator judges one target's answer shard (abstention, factuality, then the config's own specs);
     returns the outcome shard."""
     store = ArtifactStore(out)
@@ -245,27 +309,46 @@ def evaluate_shard(cfg: RunConfig, out: str, target: str, answers: str, input_di
     kon = knowornot_section(cfg)
     specs = run_specs(kon.evaluations)
     pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
-    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), kon.evaluator, specs, rows, outputs,
-                                on_result=progress_callback("evaluate answers", len(specs) * len(outputs)), pairs=pairs)
+    outcomes = evaluate_outputs(
+        gateway_for(cfg, api_bases),
+        kon.evaluator,
+        specs,
+        rows,
+        outputs,
+        on_result=progress_callback("evaluate answers", len(specs) * len(outputs)),
+        pairs=pairs,
+    )
     return write_output_shard(out, EVALUATION_SHARDS, target, answers, outcomes, EvalOutcome)
 
 
 # ---------------------------------------------------------------- evaluator comparison (App. D.3)
 
-@task(name="kon-compare-evaluators-shard", task_run_name="kon-compare-evaluators {evaluator} {shard}",
-      cache_policy=STAGE_CACHE, retries=1, retry_delay_seconds=2)
+
+@task(
+    name="kon-compare-evaluators-shard",
+    task_run_name="kon-compare-evaluators {evaluator} {shard}",
+    cache_policy=STAGE_CACHE,
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
-def compare_evaluator_shard(cfg: RunConfig, out: str, evaluator: str, shard: str, input_digest: str,
-                            api_bases: dict[str, str]) -> str:
+def compare_evaluator_shard(
+    cfg: RunConfig, out: str, evaluator: str, shard: str, input_digest: str, api_bases: dict[str, str]
+) -> str:
     """One candidate evaluator judges one shard of the label sample's responses, each spec on its own
     sample's rows (the same evaluation code as the run's evaluator); returns the outcome shard."""
     store = ArtifactStore(out)
     outputs = store.read_records(shard, ExperimentOutput)
     specs = run_specs(knowornot_section(cfg).evaluations)
     pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
-    outcomes = evaluate_outputs(gateway_for(cfg, api_bases), evaluator, specs, read_shared(out, kon_files.EXPERIMENT_INPUTS),
-                                outputs, on_result=progress_callback(f"{evaluator} (comparison)", len(outputs)),
-                                pairs=pairs, judge_only=sample_ids_per_spec(store.load(kon_files.LABEL_SAMPLE)))
+    outcomes = evaluate_outputs(
+        gateway_for(cfg, api_bases),
+        evaluator,
+        specs,
+        read_shared(out, kon_files.EXPERIMENT_INPUTS),
+        outputs,
+        on_result=progress_callback(f"{evaluator} (comparison)", len(outputs)),
+        pairs=pairs,
+        judge_only=sample_ids_per_spec(store.load(kon_files.LABEL_SAMPLE)),
+    )
     return write_output_shard(out, COMPARISON_SHARDS, evaluator, shard, outcomes, EvalOutcome)
-
-

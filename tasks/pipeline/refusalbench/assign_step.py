@@ -21,17 +21,17 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TypedDict
 
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.stages.assign import configured_strata, draw_assignments
-from refusalbench.tasks.refusalbench.stages.base_sampling import domain_draw, shortfalls, without_domain
-from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.levers import Stratum, catalogue_hash, load_catalogue
-from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.provenance import ManifestRecorder
-from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
+from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.pipeline.ui import publish_table, story
+from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.refusalbench.levers import Stratum, catalogue_hash, load_catalogue
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
+from refusalbench.tasks.refusalbench.stages.assign import configured_strata, draw_assignments
+from refusalbench.tasks.refusalbench.stages.base_sampling import domain_draw, shortfalls, without_domain
 
 
 class InputHashes(TypedDict):
@@ -78,10 +78,19 @@ class GenerationInputs:
         pool = self.base_set if self.pool is None else self.pool  # a pre-test may have kept nothing
         return domain_draw(pool, self.items, self.base_sample, self.seed, self.domains)
 
-    def drawn_from(self, pool: list[BaseItem]) -> "GenerationInputs":
+    def drawn_from(self, pool: list[BaseItem]) -> GenerationInputs:
         """The same inputs with the items drawn from ``pool`` (e.g. what the pre-test kept) instead."""
-        items, assignments = draw_assignments(pool, self.levers, self.strata, self.base_sample, self.levers_per_stratum,
-                                              self.seed, self.avoid, self.base_sample_by, self.domains)
+        items, assignments = draw_assignments(
+            pool,
+            self.levers,
+            self.strata,
+            self.base_sample,
+            self.levers_per_stratum,
+            self.seed,
+            self.avoid,
+            self.base_sample_by,
+            self.domains,
+        )
         return replace(self, items=items, assignments=assignments, pool=pool)
 
 
@@ -92,17 +101,24 @@ def prepare_inputs(cfg: RunConfig, seed: int, avoid: frozenset[tuple[str, str]] 
     if gen is None:
         raise InputError(str(cfg.source), "the config has no generation section", field="generation")
     if gen.verification == "short_circuit" and gen.filter != "unanimous":
-        raise InputError(str(cfg.source), "verification: short_circuit needs filter: unanimous", field="generation.verification")
+        raise InputError(
+            str(cfg.source), "verification: short_circuit needs filter: unanimous", field="generation.verification"
+        )
     base_set = load_base_set(cfg.resolve_path(gen.base_set))
     levers = load_catalogue()
     strata = configured_strata(cfg)
     if gen.base_sample_by == "domain" and (missing := without_domain(base_set)):
-        raise InputError(str(cfg.source), f"base_sample_by: domain needs a domain on every item of {gen.base_set}; "
-                                          f"{len(missing)} have none (e.g. {missing[0]})", field="generation.base_sample_by")
+        raise InputError(
+            str(cfg.source),
+            f"base_sample_by: domain needs a domain on every item of {gen.base_set}; "
+            f"{len(missing)} have none (e.g. {missing[0]})",
+            field="generation.base_sample_by",
+        )
     # Drawn from the whole base set now, so every check runs before a call; a pre-test redraws
     # from what it kept (drawn_from), with the same seed and settings.
-    undrawn = GenerationInputs(seed, [], levers, [], strata, base_set, gen.base_sample, gen.levers_per_stratum, avoid,
-                               gen.base_sample_by)
+    undrawn = GenerationInputs(
+        seed, [], levers, [], strata, base_set, gen.base_sample, gen.levers_per_stratum, avoid, gen.base_sample_by
+    )
     return undrawn.drawn_from(base_set)
 
 
@@ -140,12 +156,17 @@ def record_domain_draw(recorder: ManifestRecorder, inputs: GenerationInputs) -> 
         return
     short = shortfalls(draw)
     recorder.count(base_sample_by_domain=draw, base_sample_shortfall=short)
-    publish_table("base-sample-by-domain", [{"domain": domain, **row} for domain, row in draw.items()],
-                  "Base sample by domain: share, items available (after the pre-test), sampled, shortfall")
+    publish_table(
+        "base-sample-by-domain",
+        [{"domain": domain, **row} for domain, row in draw.items()],
+        "Base sample by domain: share, items available (after the pre-test), sampled, shortfall",
+    )
     if short:
-        recorder.note("base sample by domain: fewer items than the domain's share in "
-                      + ", ".join(f"{domain} ({draw[domain]['sampled']} of {draw[domain]['share']})"
-                                  for domain in short) + "; import more items per domain")
+        recorder.note(
+            "base sample by domain: fewer items than the domain's share in "
+            + ", ".join(f"{domain} ({draw[domain]['sampled']} of {draw[domain]['share']})" for domain in short)
+            + "; import more items per domain"
+        )
 
 
 def record_repeats(recorder: ManifestRecorder, inputs: GenerationInputs) -> None:
@@ -153,9 +174,17 @@ def record_repeats(recorder: ManifestRecorder, inputs: GenerationInputs) -> None
     repeated = sum((a.base_id, a.lever_id) in inputs.avoid for a in inputs.assignments)
     recorder.count(pairs_repeated=repeated, pool_exhausted=repeated > 0)
     if repeated:
-        story("assign: the pool of (base item, lever) pairs is exhausted: %d of %d pairs repeat earlier rounds "
-              "(a larger base set gives fresh ones)", repeated, len(inputs.assignments),
-              level=logging.WARNING, terminal=True)
+        story(
+            "assign: the pool of (base item, lever) pairs is exhausted: %d of %d pairs repeat earlier rounds "
+            "(a larger base set gives fresh ones)",
+            repeated,
+            len(inputs.assignments),
+            level=logging.WARNING,
+            terminal=True,
+        )
     else:
-        story("assign: all %d (base item, lever) pairs are new (%d assigned in earlier rounds avoided)",
-              len(inputs.assignments), len(inputs.avoid))
+        story(
+            "assign: all %d (base item, lever) pairs are new (%d assigned in earlier rounds avoided)",
+            len(inputs.assignments),
+            len(inputs.avoid),
+        )

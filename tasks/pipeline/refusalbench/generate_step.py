@@ -7,15 +7,15 @@ manifest (``counts.rule_skips``).
 
 from __future__ import annotations
 
-from refusalbench.tasks.pipeline.refusalbench.shard_tasks import generate_shard
 from refusalbench.tasks.core.provenance import package_version
+from refusalbench.tasks.pipeline.fanout import content_digest
+from refusalbench.tasks.pipeline.refusalbench.assign_step import GenerationInputs
+from refusalbench.tasks.pipeline.refusalbench.shard_tasks import generate_shard
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.refusalbench.rule_generator import rule_skips, ruleset_hash
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import Assignment, Candidate
-from refusalbench.tasks.refusalbench.rule_generator import rule_skips, ruleset_hash
 from refusalbench.tasks.refusalbench.stages.stage_outcomes import outcome_summary, tell_outcomes
-from refusalbench.tasks.pipeline.fanout import content_digest
-from refusalbench.tasks.pipeline.stage_run import StageRun
-from refusalbench.tasks.pipeline.refusalbench.assign_step import GenerationInputs
 
 STATUSES = ("ok", "parse_error", "call_error")
 
@@ -29,19 +29,28 @@ def generate_stage(run: StageRun, inputs: GenerationInputs, generators: list[str
     def digest(chunk: list[Assignment]) -> str:
         # What a generate task reads besides its inputs: the assignments' base items,
         # the catalogue and the templates (and the rules).
-        return content_digest([a.model_dump() for a in chunk], [inputs.items_by_id[a.base_id].model_dump() for a in chunk],
-                              inputs.hashes, package_version(), *rules)
+        return content_digest(
+            [a.model_dump() for a in chunk],
+            [inputs.items_by_id[a.base_id].model_dump() for a in chunk],
+            inputs.hashes,
+            package_version(),
+            *rules,
+        )
 
     with run.recorder.stage("generate"):
         size = run.fanout.shard_size(run.cfg.generation, len(inputs.assignments), generators)
         shards = run.fanout.write_shards("assignments", inputs.assignments, Assignment, size, digest)
-        candidates: list[Candidate] = run.fanout.gather(run.fanout.submit(generate_shard, generators, shards), Candidate)
+        candidates: list[Candidate] = run.fanout.gather(
+            run.fanout.submit(generate_shard, generators, shards), Candidate
+        )
         run.store.save(rb_files.CANDIDATES, candidates)
         run.recorder.artifact(rb_files.CANDIDATES)
         outcomes = outcome_summary(candidates, by="generator")
-        run.recorder.count(candidates=len(candidates),
-                           candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES},
-                           generate_outcomes=outcomes)
+        run.recorder.count(
+            candidates=len(candidates),
+            candidates_by_status={s: sum(c.status == s for c in candidates) for s in STATUSES},
+            generate_outcomes=outcomes,
+        )
         tell_outcomes("generate", outcomes)
         if rule_based:
             levers = {lever.id: lever for lever in inputs.levers}

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refusalbench.tasks.pipeline.refusalbench.shard_tasks import pretest_shard
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.stages.pretest import kept_items, mark_kept, summary_by_model, summary_rows
-from refusalbench.tasks.llm.prompting import template_hash
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.refusalbench.schema.records import BaseItem, PretestRow
+from refusalbench.tasks.llm.prompting import template_hash
 from refusalbench.tasks.pipeline.fanout import content_digest
-from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.refusalbench.assign_step import GenerationInputs
+from refusalbench.tasks.pipeline.refusalbench.shard_tasks import pretest_shard
+from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.ui import publish_table
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, PretestRow
+from refusalbench.tasks.refusalbench.stages.pretest import kept_items, mark_kept, summary_by_model, summary_rows
 
 # What a pre-test task renders besides its items: part of its content digest.
 PRETEST_TEMPLATES = ("target_single.j2", "target_multi.j2", "judge_single.j2", "judge_multi.j2")
@@ -44,12 +44,16 @@ def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], ju
     """Pre-test ``items`` with ``models`` (all must answer correctly) and ``judge``; see the module doc."""
     gen = run.cfg.generation
     assert gen is not None and gen.pretest is not None, "the pre-test runs only when the config has one"
-    fixed = content_digest({name: template_hash(name) for name in PRETEST_TEMPLATES},
-                           run.cfg.models[judge].model_dump(mode="json"), package_version())
+    fixed = content_digest(
+        {name: template_hash(name) for name in PRETEST_TEMPLATES},
+        run.cfg.models[judge].model_dump(mode="json"),
+        package_version(),
+    )
     with run.recorder.stage("pretest"):
         size = run.fanout.shard_size(gen, len(items), [*models, judge])
-        shards = run.fanout.write_shards("pretest-items", items, BaseItem, size,
-                                         lambda chunk: content_digest([i.model_dump() for i in chunk], fixed))
+        shards = run.fanout.write_shards(
+            "pretest-items", items, BaseItem, size, lambda chunk: content_digest([i.model_dump() for i in chunk], fixed)
+        )
         futures = run.fanout.submit(pretest_shard, models, shards if items else [], sharing=[*models, judge])
         answered: list[PretestRow] = run.fanout.gather(futures, PretestRow)
         kept_ids = kept_items([item.id for item in items], answered, models)
@@ -60,19 +64,27 @@ def pretest_base_set(run: StageRun, items: list[BaseItem], models: list[str], ju
         run.recorder.count(pretest_rows=len(rows), pretest_by_model=summary)
         skipped = [m for m in gen.pretest.models if m not in models]
         if skipped:
-            run.recorder.note(f"pre-test without the unavailable model(s) {', '.join(skipped)}: an item was kept "
-                              f"when the other {len(models)} answered it correctly")
+            run.recorder.note(
+                f"pre-test without the unavailable model(s) {', '.join(skipped)}: an item was kept "
+                f"when the other {len(models)} answered it correctly"
+            )
         failed = sum(row.error is not None for row in rows)
         if failed:
-            run.recorder.note(f"{failed} pre-test answer(s) failed (call or judge error): their items were not kept; "
-                              f"see the error column of {rb_files.PRETEST.name}")
-        publish_table("pretest-by-model", summary_rows(summary),
-                      "Pre-test: base items each model answered correctly unperturbed (a refusal is wrong)")
+            run.recorder.note(
+                f"{failed} pre-test answer(s) failed (call or judge error): their items were not kept; "
+                f"see the error column of {rb_files.PRETEST.name}"
+            )
+        publish_table(
+            "pretest-by-model",
+            summary_rows(summary),
+            "Pre-test: base items each model answered correctly unperturbed (a refusal is wrong)",
+        )
     return PretestOutcome(rows, [item for item in items if item.id in kept_ids], models, judge, len(items))
 
 
-def pretested_inputs(run: StageRun, inputs: GenerationInputs, models: list[str],
-                     judge: str | None) -> tuple[GenerationInputs, dict[str, int] | None]:
+def pretested_inputs(
+    run: StageRun, inputs: GenerationInputs, models: list[str], judge: str | None
+) -> tuple[GenerationInputs, dict[str, int] | None]:
     """The generation inputs drawn from what the pre-test kept, and its part of the funnel;
     ``inputs`` as they are when there is no pre-test (``judge`` None)."""
     if judge is None:

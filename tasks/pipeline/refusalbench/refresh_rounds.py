@@ -20,7 +20,8 @@ import dataclasses
 import datetime as dt
 import json
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.ui import story
@@ -47,13 +48,13 @@ class RoundRecord:
     reason: str | None = None
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RoundRecord":
+    def from_json(cls, data: dict[str, Any]) -> RoundRecord:
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in fields})
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def write_record(root: ArtifactStore, record: RoundRecord) -> None:
@@ -82,8 +83,9 @@ class RoundChoice:
     abandon: list[tuple[RoundRecord, str]]
 
 
-def choose_round(records: list[RoundRecord], flow_run_id: str | None, seed: int | None,
-                 owner_alive: Callable[[str], bool]) -> RoundChoice:
+def choose_round(
+    records: list[RoundRecord], flow_run_id: str | None, seed: int | None, owner_alive: Callable[[str], bool]
+) -> RoundChoice:
     """Which round a refresh run works on (pure: ``owner_alive(flow_run_id)`` answers for the server).
 
     Its own round first (the same flow run started again). Otherwise the latest running
@@ -128,8 +130,9 @@ def flow_run_alive(flow_run_id: str) -> bool:
     return state is not None and state.type.value in LIVE_STATE_TYPES
 
 
-def start_round(out_root: str, seed: int | None, flow_run_id: str | None = None,
-                owner_alive: Callable[[str], bool] = flow_run_alive) -> RoundRecord:
+def start_round(
+    out_root: str, seed: int | None, flow_run_id: str | None = None, owner_alive: Callable[[str], bool] = flow_run_alive
+) -> RoundRecord:
     """The round this refresh run works on, resumed or new, with ``round.json`` saying running."""
     if flow_run_id is None:
         from prefect.runtime import flow_run
@@ -140,18 +143,28 @@ def start_round(out_root: str, seed: int | None, flow_run_id: str | None = None,
     for record, reason in choice.abandon:
         write_record(root, dataclasses.replace(record, status=FAILED, finished_at=_now(), reason=reason))
     if choice.resume is not None:
-        record = dataclasses.replace(choice.resume, attempts=choice.resume.attempts + 1, flow_run_id=flow_run_id,
-                                     status=RUNNING, finished_at=None, reason=None)
+        record = dataclasses.replace(
+            choice.resume,
+            attempts=choice.resume.attempts + 1,
+            flow_run_id=flow_run_id,
+            status=RUNNING,
+            finished_at=None,
+            reason=None,
+        )
     else:
         seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh round: new sample, new levers
-        started = dt.datetime.now(dt.timezone.utc)
+        started = dt.datetime.now(dt.UTC)
         record = RoundRecord(round_name(started, seed), seed, flow_run_id, started.isoformat(timespec="seconds"))
     if flow_run_id and flow_run_id not in record.flow_runs:
         record.flow_runs = [*record.flow_runs, flow_run_id]
     write_record(root, record)
     if record.attempts > 1:
-        story("resuming refresh round %s (seed %d, attempt %d): finished calls come from the cache",
-              record.round_id, record.seed, record.attempts)
+        story(
+            "resuming refresh round %s (seed %d, attempt %d): finished calls come from the cache",
+            record.round_id,
+            record.seed,
+            record.attempts,
+        )
     for abandoned, reason in choice.abandon:
         story("refresh round %s is incomplete: %s", abandoned.round_id, reason)
     return record
@@ -182,5 +195,14 @@ def record_round_failed(flow: Any, flow_run: Any, state: Any) -> None:
         fail_round_of(out_root, str(flow_run.id), state.message or "the refresh run failed")
 
 
-__all__ = ["RoundRecord", "RoundChoice", "choose_round", "start_round", "finish_round", "fail_round_of",
-           "record_round_failed", "read_records", "MAX_ATTEMPTS"]
+__all__ = [
+    "RoundRecord",
+    "RoundChoice",
+    "choose_round",
+    "start_round",
+    "finish_round",
+    "fail_round_of",
+    "record_round_failed",
+    "read_records",
+    "MAX_ATTEMPTS",
+]

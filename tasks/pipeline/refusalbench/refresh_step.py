@@ -23,13 +23,24 @@ from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.ui import publish_link, publish_markdown, publish_table, story
+from refusalbench.tasks.refusalbench.report.run_outputs import build_report_for
+from refusalbench.tasks.refusalbench.rounds.freshness import (
+    fingerprint_changes,
+    fingerprint_lines,
+    freshness_lines,
+    previous_fingerprints,
+)
+from refusalbench.tasks.refusalbench.rounds.trend import (
+    Trend,
+    changes_markdown,
+    collect_trend,
+    compare_rounds,
+    readable_trend,
+    round_error,
+    save_trend,
+)
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
-from refusalbench.tasks.refusalbench.rounds.freshness import (fingerprint_changes, fingerprint_lines, freshness_lines,
-                                                      previous_fingerprints)
-from refusalbench.tasks.refusalbench.report.run_outputs import build_report_for
-from refusalbench.tasks.refusalbench.rounds.trend import (Trend, changes_markdown, collect_trend, compare_rounds,
-                                                   readable_trend, round_error, save_trend)
 
 REPORT_LINK_EXPIRY_S = 7 * 24 * 3600  # a week: until the next weekly round's report replaces it
 
@@ -66,8 +77,10 @@ def calls_and_cost(round_store: ArtifactStore) -> dict[str, float]:
 
 
 def _calls_text(calls: Mapping[str, float]) -> str:
-    return (f"{int(calls['http_calls']):,} HTTP calls, {int(calls['cache_hits']):,} cache hits, "
-            f"{int(calls['deduplicated']):,} deduplicated, {int(calls['tokens']):,} tokens, ${calls['cost_usd']:.2f}")
+    return (
+        f"{int(calls['http_calls']):,} HTTP calls, {int(calls['cache_hits']):,} cache hits, "
+        f"{int(calls['deduplicated']):,} deduplicated, {int(calls['tokens']):,} tokens, ${calls['cost_usd']:.2f}"
+    )
 
 
 def main_job_lines(round_store: ArtifactStore) -> None:
@@ -76,8 +89,13 @@ def main_job_lines(round_store: ArtifactStore) -> None:
         timings = " · ".join(f"{name} {seconds:.1f} s" for name, seconds in manifest.timings_s.items())
         story("main job, %s stages: %s", manifest.kind, timings or "none recorded")
     counts = next((m.counts for m in _manifests(round_store) if m.kind == "generate"), {})
-    story("benchmark: %s items (%s accepted of %s candidates); calls: %s", counts.get("sampled", "?"),
-          counts.get("accepted", "?"), counts.get("candidates", "?"), _calls_text(calls_and_cost(round_store)))
+    story(
+        "benchmark: %s items (%s accepted of %s candidates); calls: %s",
+        counts.get("sampled", "?"),
+        counts.get("accepted", "?"),
+        counts.get("candidates", "?"),
+        _calls_text(calls_and_cost(round_store)),
+    )
 
 
 @dataclasses.dataclass
@@ -97,12 +115,21 @@ def compare_and_report(cfg: RunConfig, root: ArtifactStore, round_id: str, round
     error = round_error(trend.rows, round_id, cfg.refresh.rounds, cfg.refresh.delta)
     round_store = root.child(round_id)
     freshness = round_store.load(rb_files.FRESHNESS) if round_store.has(rb_files.FRESHNESS) else None
-    changes = (fingerprint_changes(previous_fingerprints(root, round_id), freshness.fingerprints)
-               if freshness is not None else [])
+    changes = (
+        fingerprint_changes(previous_fingerprints(root, round_id), freshness.fingerprints)
+        if freshness is not None
+        else []
+    )
     document = save_trend(round_store, trend, comparisons, cfg.refresh.fdr, error, freshness, changes)
     report = build_report_for(root.child(round_id).uri(""))
-    story("trend: %d rounds, %d comparisons, %d significant change(s) at FDR %g; %d incomplete round(s)",
-          len(trend.rounds), document.comparisons, len(document.flags), cfg.refresh.fdr, len(trend.incomplete))
+    story(
+        "trend: %d rounds, %d comparisons, %d significant change(s) at FDR %g; %d incomplete round(s)",
+        len(trend.rounds),
+        document.comparisons,
+        len(document.flags),
+        cfg.refresh.fdr,
+        len(trend.incomplete),
+    )
     return RoundTrend(trend, document, report)
 
 
@@ -128,36 +155,62 @@ def _leaderboard_markdown(cfg: RunConfig, round_store: ArtifactStore) -> str:
 
     metrics = read_metrics_json(round_store.read_bytes(rb_files.METRICS.name))
     counts = metrics.get("counts") or {}
-    models = {model: {**values, "n": (counts.get(model) or {}).get("n", 0)}
-              for model, values in metrics["models"].items()}
+    models = {
+        model: {**values, "n": (counts.get(model) or {}).get("n", 0)} for model, values in metrics["models"].items()
+    }
     min_coverage = cfg.evaluation.min_coverage if cfg.evaluation else 0.95
     return leaderboard_markdown(models, metrics["intervals"], min_coverage=min_coverage)
 
 
-def summary_markdown(cfg: RunConfig, root: ArtifactStore, round_id: str, seed: int, outcome: RoundTrend,
-                     link: tuple[str, str]) -> str:
+def summary_markdown(
+    cfg: RunConfig, root: ArtifactStore, round_id: str, seed: int, outcome: RoundTrend, link: tuple[str, str]
+) -> str:
     """The refresh run's summary: what a person watching the schedule wants to know about the round."""
     round_store = root.child(round_id)
     document = outcome.document
     counts = next((m.counts for m in _manifests(round_store) if m.kind == "generate"), {})
     error = document.round_error
-    bound = ("not recorded" if error is None else
-             f"±{error.epsilon:.3f} for every one of {error.rounds} rounds of {error.items:,} items, with probability "
-             f"{1 - error.delta:g} (Theorem 3.1; `refusalbench plan --rounds` sizes a round)")
+    bound = (
+        "not recorded"
+        if error is None
+        else f"±{error.epsilon:.3f} for every one of {error.rounds} rounds of {error.items:,} items, with probability "
+        f"{1 - error.delta:g} (Theorem 3.1; `refusalbench plan --rounds` sizes a round)"
+    )
     incomplete = "\n".join(f"- {r.round}: {r.reason}" for r in document.incomplete_rounds) or "none"
-    return "\n".join([
-        f"# Refresh round {round_id}", "",
-        f"Seed {seed}; the trend covers {len(document.rounds)} complete round(s).", "",
-        "## Leaderboard", "", _leaderboard_markdown(cfg, round_store),
-        "## What changed since the last round", "", changes_markdown(document), "",
-        "## Items, calls and cost", "",
-        f"- benchmark items: {counts.get('sampled', '?')} ({counts.get('accepted', '?')} accepted of "
-        f"{counts.get('candidates', '?')} candidates)",
-        f"- calls: {_calls_text(calls_and_cost(round_store))}",
-        f"- error bound of this round: {bound}", "",
-        "## Freshness", "", _freshness_markdown(document), "",
-        "## Incomplete rounds", "", incomplete, "",
-        "## Report", "", f"[{link[1]}]({link[0]})", ""])
+    return "\n".join(
+        [
+            f"# Refresh round {round_id}",
+            "",
+            f"Seed {seed}; the trend covers {len(document.rounds)} complete round(s).",
+            "",
+            "## Leaderboard",
+            "",
+            _leaderboard_markdown(cfg, round_store),
+            "## What changed since the last round",
+            "",
+            changes_markdown(document),
+            "",
+            "## Items, calls and cost",
+            "",
+            f"- benchmark items: {counts.get('sampled', '?')} ({counts.get('accepted', '?')} accepted of "
+            f"{counts.get('candidates', '?')} candidates)",
+            f"- calls: {_calls_text(calls_and_cost(round_store))}",
+            f"- error bound of this round: {bound}",
+            "",
+            "## Freshness",
+            "",
+            _freshness_markdown(document),
+            "",
+            "## Incomplete rounds",
+            "",
+            incomplete,
+            "",
+            "## Report",
+            "",
+            f"[{link[1]}]({link[0]})",
+            "",
+        ]
+    )
 
 
 def publish_round(cfg: RunConfig, root: ArtifactStore, round_id: str, seed: int, outcome: RoundTrend) -> None:
@@ -165,12 +218,16 @@ def publish_round(cfg: RunConfig, root: ArtifactStore, round_id: str, seed: int,
     from refusalbench.tasks.refusalbench.report.trend_section import changed_metrics, trend_plot
 
     link = report_link(root.child(round_id))
-    publish_markdown("refresh-summary", summary_markdown(cfg, root, round_id, seed, outcome, link),
-                     f"Refresh round {round_id}")
+    publish_markdown(
+        "refresh-summary", summary_markdown(cfg, root, round_id, seed, outcome, link), f"Refresh round {round_id}"
+    )
     publish_table("refresh-trend", readable_trend(outcome.trend.rows), "Per model and round: estimate [95% interval]")
     plot = trend_plot(outcome.trend.rows, changed_metrics(outcome.document))
     if plot:
-        publish_markdown("refresh-trend-plot", f"![trend per model over rounds](data:image/png;base64,{plot})",
-                         "CRS per model over rounds, 95% intervals; orange: a significant change")
+        publish_markdown(
+            "refresh-trend-plot",
+            f"![trend per model over rounds](data:image/png;base64,{plot})",
+            "CRS per model over rounds, 95% intervals; orange: a significant change",
+        )
     publish_link("refresh-report", link[0], link[1], f"The report of round {round_id}")
     story("report: %s", link[0] if not link[0].startswith("http") else f"{link[1]}: {link[0]}")

@@ -21,12 +21,17 @@ import time
 from typing import Any
 
 from refusalbench.tasks.core.provenance import package_version
+from refusalbench.tasks.pipeline.fanout import Shard, content_digest
+from refusalbench.tasks.pipeline.refusalbench.shard_tasks import (
+    calibrate_shard,
+    calibration_judge_shard,
+    judge_shard,
+    respond_shard,
+)
+from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.stages.stage_outcomes import outcome_summary, tell_outcomes
-from refusalbench.tasks.pipeline.refusalbench.shard_tasks import calibrate_shard, calibration_judge_shard, judge_shard, respond_shard
-from refusalbench.tasks.pipeline.fanout import Shard, content_digest
-from refusalbench.tasks.pipeline.stage_run import StageRun
 
 
 class Spans:
@@ -51,8 +56,9 @@ class Spans:
         return max(self.done.values(), default=default)
 
 
-def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[str],
-                      judge: str) -> tuple[list[Response], list[Judgment]]:
+def respond_and_judge(
+    run: StageRun, items: list[BenchmarkItem], targets: list[str], judge: str
+) -> tuple[list[Response], list[Judgment]]:
     """Responses and judgments of every target; written to responses/judgments.parquet.
 
     With ``evaluation.confidence`` the calibration pass runs alongside and writes its own files.
@@ -62,8 +68,13 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     templates = run.recorder.manifest.prompt_hashes  # hashed once, when the run started
     # No ``ev.confidence`` here: the main pass is the same with or without a calibration pass.
     size = fanout.shard_size(ev, len(items), targets + [judge])
-    shards = fanout.write_shards("items", items, BenchmarkItem, size, lambda chunk: content_digest(
-        [i.model_dump() for i in chunk], templates, package_version()))
+    shards = fanout.write_shards(
+        "items",
+        items,
+        BenchmarkItem,
+        size,
+        lambda chunk: content_digest([i.model_dump() for i in chunk], templates, package_version()),
+    )
     judge_digest = content_digest(run.cfg.models[judge].model_dump(mode="json"), templates, package_version())
     sharing = targets + [judge]
 
@@ -71,9 +82,15 @@ def respond_and_judge(run: StageRun, items: list[BenchmarkItem], targets: list[s
     responded = fanout.submit(respond_shard, targets, shards, sharing=sharing)
     respond_spans = Spans(responded)
     judge_submitted = time.perf_counter()
-    judged = fanout.submit(judge_shard, targets, lambda t: [
-        Shard(future, content_digest(judge_digest, shard.digest))
-        for future, shard in zip(responded[t], fanout.inputs_of(respond_shard, t))], sharing=sharing)
+    judged = fanout.submit(
+        judge_shard,
+        targets,
+        lambda t: [
+            Shard(future, content_digest(judge_digest, shard.digest))
+            for future, shard in zip(responded[t], fanout.inputs_of(respond_shard, t))
+        ],
+        sharing=sharing,
+    )
     judge_spans = Spans(judged)
     calibration = submit_calibration(run, targets, shards, judge_digest, sharing) if ev.confidence else None
     responses: list[Response] = fanout.gather(responded, Response)
@@ -100,8 +117,9 @@ class CalibrationPass:
 
     def __init__(self, responded: dict[str, list[Any]], judged: dict[str, list[Any]], submitted: float):
         self.responded, self.judged, self.submitted = responded, judged, submitted
-        self.spans = Spans({**{f"r:{t}": fs for t, fs in responded.items()},
-                            **{f"j:{t}": fs for t, fs in judged.items()}})
+        self.spans = Spans(
+            {**{f"r:{t}": fs for t, fs in responded.items()}, **{f"j:{t}": fs for t, fs in judged.items()}}
+        )
 
     def finish(self, run: StageRun) -> None:
         """Gather, write calibration_responses/judgments.parquet, record the ``calibrate`` stage."""
@@ -117,15 +135,21 @@ class CalibrationPass:
         tell_outcomes("calibrate", outcomes)
 
 
-def submit_calibration(run: StageRun, targets: list[str], shards: list[Shard], judge_digest: str,
-                       sharing: list[str]) -> CalibrationPass:
+def submit_calibration(
+    run: StageRun, targets: list[str], shards: list[Shard], judge_digest: str, sharing: list[str]
+) -> CalibrationPass:
     """Submit the calibration pass over the main pass's item shards: its own tasks, digests and calls."""
     submitted = time.perf_counter()
     # Its own digest: its tasks read the same item shards but ask with the confidence prompt.
     inputs = [Shard(shard.name, content_digest("calibration", shard.digest)) for shard in shards]
     responded = run.fanout.submit(calibrate_shard, targets, inputs, sharing=sharing)
-    judged = run.fanout.submit(calibration_judge_shard, targets, lambda t: [
-        Shard(future, content_digest(judge_digest, shard.digest))
-        for future, shard in zip(responded[t], run.fanout.inputs_of(calibrate_shard, t))], sharing=sharing)
+    judged = run.fanout.submit(
+        calibration_judge_shard,
+        targets,
+        lambda t: [
+            Shard(future, content_digest(judge_digest, shard.digest))
+            for future, shard in zip(responded[t], run.fanout.inputs_of(calibrate_shard, t))
+        ],
+        sharing=sharing,
+    )
     return CalibrationPass(responded, judged, submitted)
-

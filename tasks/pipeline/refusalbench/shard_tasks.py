@@ -16,29 +16,55 @@ from collections.abc import Callable
 from prefect import task
 
 from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.schema.records import (Assignment, BaseItem, BenchmarkItem, Candidate, Judgment,
-                                                     PretestRow, Response, Verification)
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.gateway import CallResult, Gateway, gateway_for
-from refusalbench.tasks.pipeline.fanout import (BATCH_CALLERS, one_model_at_a_time, progress_callback, read_input,
-                                                read_shared, timed_body, write_output_shard)
+from refusalbench.tasks.pipeline.fanout import (
+    BATCH_CALLERS,
+    one_model_at_a_time,
+    progress_callback,
+    read_input,
+    read_shared,
+    timed_body,
+    write_output_shard,
+)
 from refusalbench.tasks.pipeline.runtime import cache_policy, with_plugins
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.records import (
+    Assignment,
+    BaseItem,
+    BenchmarkItem,
+    Candidate,
+    Judgment,
+    PretestRow,
+    Response,
+    Verification,
+)
 from refusalbench.tasks.refusalbench.stages.generate import generate_candidates, rule_candidates
 from refusalbench.tasks.refusalbench.stages.judge import judge_responses, judging_ahead, needs_judge
-from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.stages.prechecks import awaits_verification
 from refusalbench.tasks.refusalbench.stages.pretest import pretest_answers
 from refusalbench.tasks.refusalbench.stages.respond import calibrate, respond
 from refusalbench.tasks.refusalbench.stages.verify import verify_candidates
 
 
-@task(name="generate-shard", task_run_name="generate {generator} {assignments_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="generate-shard",
+    task_run_name="generate {generator} {assignments_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def generate_shard(config: RunConfig, run_root: str, generator: str, assignments_name: str, content_hash: str,
-                   api_bases: dict[str, str]) -> str:
+def generate_shard(
+    config: RunConfig,
+    run_root: str,
+    generator: str,
+    assignments_name: str,
+    content_hash: str,
+    api_bases: dict[str, str],
+) -> str:
     """Generate one shard of assignments with one generator; returns the output shard's name.
 
     ``content_hash`` covers what the task source does not: the shard's assignments, the
@@ -51,34 +77,58 @@ def generate_shard(config: RunConfig, run_root: str, generator: str, assignments
     if config.models[generator].rule_based:
         candidates = rule_candidates(assignments, items, levers, generator)
     else:
-        candidates = generate_candidates(gateway_for(config, api_bases), assignments, items, levers, generator,
-                                         on_result=progress_callback(f"generate with {generator}", len(assignments)),
-                                         edit_templates=config.generation.edit_templates() if config.generation else ())
+        candidates = generate_candidates(
+            gateway_for(config, api_bases),
+            assignments,
+            items,
+            levers,
+            generator,
+            on_result=progress_callback(f"generate with {generator}", len(assignments)),
+            edit_templates=config.generation.edit_templates() if config.generation else (),
+        )
     return write_output_shard(run_root, "candidates", generator, assignments_name, candidates, Candidate)
 
 
-@task(name="verify-shard", task_run_name="verify {verifier} {candidates_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="verify-shard",
+    task_run_name="verify {verifier} {candidates_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def verify_shard(config: RunConfig, run_root: str, verifier: str, candidates_name: str, content_hash: str,
-                 api_bases: dict[str, str]) -> str:
+def verify_shard(
+    config: RunConfig, run_root: str, verifier: str, candidates_name: str, content_hash: str, api_bases: dict[str, str]
+) -> str:
     """Verify one shard of candidates with one verifier; returns the output shard's name."""
     store = ArtifactStore(run_root)
     candidates = read_input(run_root, candidates_name, Candidate)
     items = {item.id: item for item in store.load(rb_files.BASE_ITEMS)}
     levers = {lever.id: lever for lever in load_catalogue()}
-    rows = verify_candidates(gateway_for(config, api_bases), candidates, items, levers, verifier,
-                             on_result=progress_callback(f"verify with {verifier}", sum(map(awaits_verification, candidates))))
+    rows = verify_candidates(
+        gateway_for(config, api_bases),
+        candidates,
+        items,
+        levers,
+        verifier,
+        on_result=progress_callback(f"verify with {verifier}", sum(map(awaits_verification, candidates))),
+    )
     return write_output_shard(run_root, "verifications", verifier, candidates_name, rows, Verification)
 
 
-@task(name="respond-shard", task_run_name="respond {target} {items_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="respond-shard",
+    task_run_name="respond {target} {items_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
-                  api_bases: dict[str, str]) -> str:
+def respond_shard(
+    config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str, api_bases: dict[str, str]
+) -> str:
     """One target answers one shard of benchmark items; returns the output shard's name.
 
     ``content_hash`` covers what the cache key cannot see: the shard's items, the
@@ -99,8 +149,9 @@ def respond_shard(config: RunConfig, run_root: str, target: str, items_name: str
     return write_output_shard(run_root, "responses", target, items_name, rows, Response)
 
 
-def judging_ahead_here(config: RunConfig, gateway: Gateway, items: list[BenchmarkItem],
-                       target: str) -> Callable[[CallResult], None] | None:
+def judging_ahead_here(
+    config: RunConfig, gateway: Gateway, items: list[BenchmarkItem], target: str
+) -> Callable[[CallResult], None] | None:
     """The judge's calls started as ``target``'s replies come in (``judge.judging_ahead``), where the judge
     task that asks for them runs in this process and sends them itself: not under Dask (another worker), not
     for a judge in ``mode: batch`` (its batch job prices them), not where one local server takes the models
@@ -108,44 +159,67 @@ def judging_ahead_here(config: RunConfig, gateway: Gateway, items: list[Benchmar
     is admitted by the budget on its own, and a call sent ahead would not wait for that)."""
     ev = config.evaluation
     assert ev is not None, "only an evaluation responds and judges"
-    if (config.runner != "thread" or config.budget_usd is not None or config.models[ev.judge].batch_mode("judge")
-            or one_model_at_a_time(config, [*ev.targets, ev.judge])):
+    if (
+        config.runner != "thread"
+        or config.budget_usd is not None
+        or config.models[ev.judge].batch_mode("judge")
+        or one_model_at_a_time(config, [*ev.targets, ev.judge])
+    ):
         return None
     return judging_ahead(gateway, {item.item_id: item for item in items}, target, ev.judge, ev.decision)
 
 
-@task(name="calibrate-shard", task_run_name="calibrate {target} {items_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="calibrate-shard",
+    task_run_name="calibrate {target} {items_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def calibrate_shard(config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str,
-                    api_bases: dict[str, str]) -> str:
+def calibrate_shard(
+    config: RunConfig, run_root: str, target: str, items_name: str, content_hash: str, api_bases: dict[str, str]
+) -> str:
     """The calibration pass (``evaluation.confidence``): one target answers one shard of items
     with the confidence-eliciting prompt; returns the output shard's name."""
     items = read_input(run_root, items_name, BenchmarkItem)
-    rows = calibrate(gateway_for(config, api_bases), items, target,
-                     on_result=progress_callback(f"{target} calibration", len(items)))
+    rows = calibrate(
+        gateway_for(config, api_bases), items, target, on_result=progress_callback(f"{target} calibration", len(items))
+    )
     return write_output_shard(run_root, "calibration_responses", target, items_name, rows, Response)
 
 
-@task(name="calibration-judge-shard", task_run_name="judge calibration {target} {responses_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="calibration-judge-shard",
+    task_run_name="judge calibration {target} {responses_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def calibration_judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
-                            api_bases: dict[str, str]) -> str:
+def calibration_judge_shard(
+    config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str, api_bases: dict[str, str]
+) -> str:
     """The judge decides one target's shard of calibration responses, through the same
     ``judge_responses`` as the main pass; returns the output shard's name."""
     rows = judged_rows(config, api_bases, run_root, responses_name, f"judge {target} calibration")
     return write_output_shard(run_root, "calibration_judgments", target, responses_name, rows, Judgment)
 
 
-@task(name="judge-shard", task_run_name="judge {target} {responses_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="judge-shard",
+    task_run_name="judge {target} {responses_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str,
-                api_bases: dict[str, str]) -> str:
+def judge_shard(
+    config: RunConfig, run_root: str, target: str, responses_name: str, content_hash: str, api_bases: dict[str, str]
+) -> str:
     """The judge decides one target's shard of responses; returns the output shard's name.
 
     Passed the respond task's future as ``responses_name``, it starts when that shard is done.
@@ -154,8 +228,9 @@ def judge_shard(config: RunConfig, run_root: str, target: str, responses_name: s
     return write_output_shard(run_root, "judgments", target, responses_name, rows, Judgment)
 
 
-def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, responses_name: str,
-                title: str) -> list[Judgment]:
+def judged_rows(
+    config: RunConfig, api_bases: dict[str, str], run_root: str, responses_name: str, title: str
+) -> list[Judgment]:
     """The judge's judgments of one shard of responses: the main pass's and the calibration pass's alike."""
     responses = read_input(run_root, responses_name, Response)
     items = {item.item_id: item for item in read_shared(run_root, rb_files.BENCHMARK)}
@@ -163,16 +238,28 @@ def judged_rows(config: RunConfig, api_bases: dict[str, str], run_root: str, res
     assert ev is not None, "only an evaluation judges"
     judge, decision = ev.judge, ev.decision
     total = sum(needs_judge(items[r.item_id], r, decision) for r in responses)
-    return judge_responses(gateway_for(config, api_bases), items, responses, judge,
-                           on_result=progress_callback(title, total), decision=decision)
+    return judge_responses(
+        gateway_for(config, api_bases),
+        items,
+        responses,
+        judge,
+        on_result=progress_callback(title, total),
+        decision=decision,
+    )
 
 
-@task(name="pretest-shard", task_run_name="pretest {model} {items_name}",
-      cache_policy=cache_policy() - "api_bases", retries=1, retry_delay_seconds=2)
+@task(
+    name="pretest-shard",
+    task_run_name="pretest {model} {items_name}",
+    cache_policy=cache_policy() - "api_bases",
+    retries=1,
+    retry_delay_seconds=2,
+)
 @with_plugins
 @timed_body
-def pretest_shard(config: RunConfig, run_root: str, model: str, items_name: str, content_hash: str,
-                  api_bases: dict[str, str]) -> str:
+def pretest_shard(
+    config: RunConfig, run_root: str, model: str, items_name: str, content_hash: str, api_bases: dict[str, str]
+) -> str:
     """One pre-test model answers one shard of base items and the judge scores the answers.
 
     ``content_hash`` covers what the cache key cannot see: the shard's items, the target

@@ -13,22 +13,23 @@ from __future__ import annotations
 
 from collections import Counter
 
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.stages.prechecks import apply_prechecks, awaits_verification, rule_name
 from refusalbench.tasks.core.provenance import package_version
-from refusalbench.tasks.refusalbench.schema.records import Candidate, Verification
-from refusalbench.tasks.refusalbench.stages.stage_outcomes import outcome_summary, tell_outcomes
 from refusalbench.tasks.pipeline.fanout import content_digest
-from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.refusalbench.assign_step import GenerationInputs
 from refusalbench.tasks.pipeline.refusalbench.shard_tasks import verify_shard
+from refusalbench.tasks.pipeline.stage_run import StageRun
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.records import Candidate, Verification
+from refusalbench.tasks.refusalbench.stages.prechecks import apply_prechecks, awaits_verification, rule_name
+from refusalbench.tasks.refusalbench.stages.stage_outcomes import outcome_summary, tell_outcomes
 from refusalbench.tasks.refusalbench.stages.verify import skipped
 
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIPPED")
 
 
-def verify_stage(run: StageRun, inputs: GenerationInputs, candidates: list[Candidate],
-                 verifiers: list[str]) -> list[Verification]:
+def verify_stage(
+    run: StageRun, inputs: GenerationInputs, candidates: list[Candidate], verifiers: list[str]
+) -> list[Verification]:
     """One row per (pre-checked candidate, verifier); written to ``verifications.parquet``.
 
     ``candidates`` is updated in place with the pre-check outcome, so the stages after this
@@ -53,10 +54,12 @@ def verify_stage(run: StageRun, inputs: GenerationInputs, candidates: list[Candi
         run.store.save(rb_files.VERIFICATIONS, verifications)
         run.recorder.artifact(rb_files.VERIFICATIONS)
         outcomes = outcome_summary([r for r in verifications if r.verdict != "SKIPPED"], by="verifier")
-        run.recorder.count(verifications=len(verifications),
-                           verifications_by_verdict={v: sum(r.verdict == v for r in verifications) for v in VERDICTS},
-                           inconsistent_verdicts=sum(r.consistent is False for r in verifications),
-                           verify_outcomes=outcomes)
+        run.recorder.count(
+            verifications=len(verifications),
+            verifications_by_verdict={v: sum(r.verdict == v for r in verifications) for v in VERDICTS},
+            inconsistent_verdicts=sum(r.consistent is False for r in verifications),
+            verify_outcomes=outcomes,
+        )
         tell_outcomes("verify", outcomes)
     return verifications
 
@@ -67,18 +70,31 @@ def precheck_candidates(run: StageRun, inputs: GenerationInputs, candidates: lis
         checked = apply_prechecks(candidates, inputs.items_by_id, {lever.id: lever for lever in inputs.levers})
         run.store.save(rb_files.CANDIDATES, checked)
         failures = Counter(rule_name(f) for c in checked for f in c.precheck_failures or [])
-        run.recorder.count(prechecked=sum(map(awaits_verification, checked)),
-                           precheck_rejected=sum(bool(c.precheck_failures) for c in checked),
-                           precheck_failures=dict(sorted(failures.items())))
+        run.recorder.count(
+            prechecked=sum(map(awaits_verification, checked)),
+            precheck_rejected=sum(bool(c.precheck_failures) for c in checked),
+            precheck_failures=dict(sorted(failures.items())),
+        )
     return checked
 
 
-def verify_round(run: StageRun, inputs: GenerationInputs, pending: list[Candidate], verifiers: list[str], index: int,
-                 *, sharing: list[str]) -> list[Verification]:
+def verify_round(
+    run: StageRun,
+    inputs: GenerationInputs,
+    pending: list[Candidate],
+    verifiers: list[str],
+    index: int,
+    *,
+    sharing: list[str],
+) -> list[Verification]:
     """``verifiers`` check ``pending`` (no task at all when nothing is pending)."""
     size = run.fanout.shard_size(run.cfg.generation, len(pending), verifiers)
-    shards = run.fanout.write_shards(f"verify-input-{index:02d}", pending, Candidate, size,
-                                     lambda chunk: content_digest([c.model_dump() for c in chunk], inputs.hashes,
-                                                                  package_version()))
+    shards = run.fanout.write_shards(
+        f"verify-input-{index:02d}",
+        pending,
+        Candidate,
+        size,
+        lambda chunk: content_digest([c.model_dump() for c in chunk], inputs.hashes, package_version()),
+    )
     futures = run.fanout.submit(verify_shard, verifiers, shards if pending else [], sharing=sharing)
     return run.fanout.gather(futures, Verification)

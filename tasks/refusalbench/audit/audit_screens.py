@@ -22,23 +22,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from refusalbench.tasks.labelling.form_server import LabellingServer, check_serve_args, serve_form
 from refusalbench.tasks.refusalbench.audit.human_audit import AuditCase, AuditLabelStore
 from refusalbench.tasks.refusalbench.schema.json_files import AuditLabel
-from refusalbench.tasks.labelling.form_server import LabellingServer, check_serve_args, serve_form
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Passage
 
-WHERE = {"query": "the question only", "context": "the context only",
-         "query-context": "the fit between question and context (question, context, or both)"}
+WHERE = {
+    "query": "the question only",
+    "context": "the context only",
+    "query-context": "the fit between question and context (question, context, or both)",
+}
 MAX_NOTE_CHARS = 2000
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def passages_text(passages: Sequence[Passage] | None) -> str:
-    return "\n".join(f"[{i}] ({'relevant' if p.relevant else 'not relevant'}) {p.text}"
-                     for i, p in enumerate(passages or [], start=1))
+    return "\n".join(
+        f"[{i}] ({'relevant' if p.relevant else 'not relevant'}) {p.text}"
+        for i, p in enumerate(passages or [], start=1)
+    )
 
 
 def context_of(item: BenchmarkItem, original: bool) -> str:
@@ -75,19 +80,34 @@ def _plain(text: str) -> str:
 
 def case_lines(case: AuditCase) -> list[str]:
     item, lever = case.item, case.lever
-    lines = [f"{item.perturbation_class}/{item.intensity} · lever {lever.id} · generator {item.generator} · item {item.item_id}",
-             f"Lever: {lever.name}",
-             f"Where the change belongs: {WHERE.get(lever.target, lever.target)}",
-             f"Instruction: {lever.instruction}"]
+    lines = [
+        f"{item.perturbation_class}/{item.intensity} · lever {lever.id} · generator {item.generator} · item {item.item_id}",
+        f"Lever: {lever.name}",
+        f"Where the change belongs: {WHERE.get(lever.target, lever.target)}",
+        f"Instruction: {lever.instruction}",
+    ]
     if item.variant == "multi":
         lines.append(f"Across passages: {lever.multi_document}")
-    lines += [f"Expected response: {item.expected}", f"Reference answer(s): {'; '.join(item.answers)}", "",
-              f"Original question:  {item.original_question}",
-              f"Perturbed question: {item.question}" if item.question != item.original_question
-              else "Perturbed question: (unchanged)"]
+    lines += [
+        f"Expected response: {item.expected}",
+        f"Reference answer(s): {'; '.join(item.answers)}",
+        "",
+        f"Original question:  {item.original_question}",
+        f"Perturbed question: {item.question}"
+        if item.question != item.original_question
+        else "Perturbed question: (unchanged)",
+    ]
     before, after = context_of(item, True), context_of(item, False)
-    lines += ["", "Original context:", before, "", "Perturbed context:", after if after != before else "(unchanged)", "",
-              "Rubric (PASS only when every criterion holds):"]
+    lines += [
+        "",
+        "Original context:",
+        before,
+        "",
+        "Perturbed context:",
+        after if after != before else "(unchanged)",
+        "",
+        "Rubric (PASS only when every criterion holds):",
+    ]
     lines += [f"  {i}. {name}: {text}" for i, (name, text) in enumerate(case.criteria, start=1)]
     return [_plain(line) for line in lines]
 
@@ -140,8 +160,9 @@ def _ask(input_fn: Callable[[str], str], prompt: str) -> str:
     return answer.strip()
 
 
-def _ask_label(case: AuditCase, annotator: str, input_fn: Callable[[str], str],
-               output_fn: Callable[[str], None]) -> AuditLabel | None:
+def _ask_label(
+    case: AuditCase, annotator: str, input_fn: Callable[[str], str], output_fn: Callable[[str], None]
+) -> AuditLabel | None:
     while True:
         answer = _ask(input_fn, "p) PASS  f) FAIL  s) skip  q) quit > ").lower()
         if answer in ("s", "skip"):
@@ -152,15 +173,22 @@ def _ask_label(case: AuditCase, annotator: str, input_fn: Callable[[str], str],
         output_fn(f"Not an option: {answer!r}. Type p, f, s or q.")
     failed: list[str] = []
     while verdict == "FAIL":
-        picked = parse_criteria(_ask(input_fn, "Criteria that do not hold (numbers or names; Enter: none named) > "),
-                                case.criterion_names)
+        picked = parse_criteria(
+            _ask(input_fn, "Criteria that do not hold (numbers or names; Enter: none named) > "), case.criterion_names
+        )
         if picked is not None:
             failed = picked
             break
         output_fn(f"Give numbers 1-{len(case.criteria)} or criterion names, separated by spaces or commas.")
     note = _ask(input_fn, "Note (Enter: none) > ")[:MAX_NOTE_CHARS]
-    return AuditLabel(item_id=case.item_id, annotator=annotator, label=verdict, failed_criteria=failed,
-                      note=note or None, labelled_at=_now())
+    return AuditLabel(
+        item_id=case.item_id,
+        annotator=annotator,
+        label=verdict,
+        failed_criteria=failed,
+        note=note or None,
+        labelled_at=_now(),
+    )
 
 
 # ----------------------------------------------------------------- web page
@@ -191,9 +219,11 @@ def word_diff_html(before: str, after: str) -> str:
 def _pair(title: str, before: str, after: str) -> str:
     esc = html.escape
     changed = "" if before != after else ' <span class="meta">(unchanged)</span>'
-    return (f"<h2>{esc(title)}{changed}</h2><div class='pair'><div><p class='meta'>Original</p>"
-            f"<div class='box'>{esc(before)}</div></div><div><p class='meta'>Perturbed</p>"
-            f"<div class='box'>{esc(after)}</div></div></div>")
+    return (
+        f"<h2>{esc(title)}{changed}</h2><div class='pair'><div><p class='meta'>Original</p>"
+        f"<div class='box'>{esc(before)}</div></div><div><p class='meta'>Perturbed</p>"
+        f"<div class='box'>{esc(after)}</div></div></div>"
+    )
 
 
 def case_html(case: AuditCase, token: str) -> str:
@@ -220,7 +250,9 @@ def case_html(case: AuditCase, token: str) -> str:
     ]
     criteria = "".join(
         f"<li><label><input type='checkbox' name='failed' value='{esc(name)}'> <b>{esc(name)}</b> does not hold"
-        f"</label><br><span>{esc(text)}</span></li>" for name, text in case.criteria)
+        f"</label><br><span>{esc(text)}</span></li>"
+        for name, text in case.criteria
+    )
     parts.append(
         "<form method='post' action='/label'><h2>Rubric: PASS only when every criterion holds</h2>"
         f"<ol class='rubric'>{criteria}</ol>"
@@ -248,9 +280,14 @@ def label_from_form(form: Mapping[str, list[str]], by_id: Mapping[str, AuditCase
     if verdict == "PASS" and failed:
         return "A PASS cannot have criteria that do not hold: untick them or choose FAIL."
     note = form.get("note", [""])[0].strip()[:MAX_NOTE_CHARS]
-    return AuditLabel(item_id=case.item_id, annotator=annotator, label=verdict,
-                      failed_criteria=[n for n in case.criterion_names if n in failed], note=note or None,
-                      labelled_at=_now())
+    return AuditLabel(
+        item_id=case.item_id,
+        annotator=annotator,
+        label=verdict,
+        failed_criteria=[n for n in case.criterion_names if n in failed],
+        note=note or None,
+        labelled_at=_now(),
+    )
 
 
 def serve_audit(
@@ -269,9 +306,16 @@ def serve_audit(
     """
     check_serve_args(annotator, host, allow_remote)  # before the store touches any file
     store = AuditLabelStore(store_path)
-    return serve_form(_AuditForm(cases, store, annotator), store=store, annotator=annotator,
-                      done_text="All items audited. Thank you!", name="audit",
-                      host=host, port=port, allow_remote=allow_remote)
+    return serve_form(
+        _AuditForm(cases, store, annotator),
+        store=store,
+        annotator=annotator,
+        done_text="All items audited. Thank you!",
+        name="audit",
+        host=host,
+        port=port,
+        allow_remote=allow_remote,
+    )
 
 
 @dataclass

@@ -29,32 +29,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.schema.json_files import AuditDocument, AuditLabel, AuditPassRate
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.core.narration import publish_table
 from refusalbench.tasks.core.stats import wilson_interval
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.labelling.agreement import annotator_agreement, evaluator_vs_human
 from refusalbench.tasks.labelling.label_store import LabelStore
-from refusalbench.tasks.core.eval_spec import EvalSpec
-from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.refusalbench.report.run_outputs import build_report_for
 from refusalbench.tasks.llm.prompting import render_messages
+from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.prompt_vocabulary import VERIFIER_VOCABULARY
+from refusalbench.tasks.refusalbench.report.run_outputs import build_report_for
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.json_files import AuditDocument, AuditLabel, AuditPassRate
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Lever, LeverExample, Verification
-from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
 from refusalbench.tasks.refusalbench.stages.verify import required_criteria, verifier_template
+from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
 
 AUDIT_VERDICTS: tuple[str, str] = ("PASS", "FAIL")
 # The audit as a labelling spec, so the KnowOrNot agreement functions apply as they are.
-AUDIT_SPEC = EvalSpec(name="audit", tag="audit", outcomes=list(AUDIT_VERDICTS),
-                      prompt="Does this generated test case meet every criterion of the verifier rubric?")
-ITEM_RULE = ("an item passes when more than half of the annotators who labelled it passed it "
-             "(a tie is a FAIL: a case one of two experts rejects is not a clean test case)")
-VERIFIER_RULE = ("verifier consensus: PASS when more than half of the verifiers that gave a verdict passed the "
-                 "item (by the verdict that counts: a stated PASS its own criteria contradict is a FAIL); "
-                 "items no verifier judged are left out")
+AUDIT_SPEC = EvalSpec(
+    name="audit",
+    tag="audit",
+    outcomes=list(AUDIT_VERDICTS),
+    prompt="Does this generated test case meet every criterion of the verifier rubric?",
+)
+ITEM_RULE = (
+    "an item passes when more than half of the annotators who labelled it passed it "
+    "(a tie is a FAIL: a case one of two experts rejects is not a clean test case)"
+)
+VERIFIER_RULE = (
+    "verifier consensus: PASS when more than half of the verifiers that gave a verdict passed the "
+    "item (by the verdict that counts: a stated PASS its own criteria contradict is a FAIL); "
+    "items no verifier judged are left out"
+)
 INTERVAL = "95% Wilson score interval"  # chosen over the bootstrap: strata hold ~10 items, pass rates near 1
 
 
@@ -104,11 +112,22 @@ def rubric(item: BenchmarkItem, lever: Lever) -> list[tuple[str, str]]:
     The verifier template is rendered for the item's lever and expected response (with no
     texts: the wording of the criteria depends on neither), and its criteria section read back.
     """
-    messages = render_messages(verifier_template(item.variant), lever=lever, expected=item.expected, question="",
-                               answers=[], perturbed_question="", context="", perturbed_context="",
-                               passages=[], perturbed_passages=[], changes="", **VERIFIER_VOCABULARY)
+    messages = render_messages(
+        verifier_template(item.variant),
+        lever=lever,
+        expected=item.expected,
+        question="",
+        answers=[],
+        perturbed_question="",
+        context="",
+        perturbed_context="",
+        passages=[],
+        perturbed_passages=[],
+        changes="",
+        **VERIFIER_VOCABULARY,
+    )
     text = messages[-1]["content"]
-    section = text[text.rindex("# Criteria"):].split("\n# ", 1)[0]
+    section = text[text.rindex("# Criteria") :].split("\n# ", 1)[0]
     found = {m["name"]: m["text"].strip() for m in map(_CRITERION_LINE.match, section.splitlines()) if m}
     wanted = required_criteria(item.variant)
     missing = [name for name in wanted if name not in found]
@@ -120,9 +139,16 @@ def rubric(item: BenchmarkItem, lever: Lever) -> list[tuple[str, str]]:
 def stand_in_lever(item: BenchmarkItem) -> Lever:
     """A lever for an item whose lever is gone from the catalogue: the rubric still renders."""
     unknown = "(this lever is not in the current catalogue)"
-    return Lever(id=item.lever_id, name=item.lever_id, perturbation_class=item.perturbation_class,
-                 intensity=item.intensity, target="query-context", instruction=unknown,
-                 example=LeverExample(question="", context="", expected=item.expected), multi_document=unknown)
+    return Lever(
+        id=item.lever_id,
+        name=item.lever_id,
+        perturbation_class=item.perturbation_class,
+        intensity=item.intensity,
+        target="query-context",
+        instruction=unknown,
+        example=LeverExample(question="", context="", expected=item.expected),
+        multi_document=unknown,
+    )
 
 
 @dataclass(frozen=True)
@@ -179,8 +205,9 @@ def latest_labels(labels: Iterable[AuditLabel]) -> dict[str, dict[str, AuditLabe
 def pass_rate(value: str, verdicts: Sequence[str]) -> AuditPassRate:
     n, passed = len(verdicts), sum(v == "PASS" for v in verdicts)
     low, high = wilson_interval(passed, n)
-    return AuditPassRate(value=value, n=n, passed=passed, pass_rate=passed / n if n else math.nan,
-                         ci_low=low, ci_high=high)
+    return AuditPassRate(
+        value=value, n=n, passed=passed, pass_rate=passed / n if n else math.nan, ci_low=low, ci_high=high
+    )
 
 
 def item_verdicts(labels: Iterable[AuditLabel]) -> dict[str, str]:
@@ -201,7 +228,9 @@ def verifier_consensus(verifications: Iterable[Verification]) -> dict[str, str]:
     return {cid: "PASS" if v.count("PASS") * 2 > len(v) else "FAIL" for cid, v in votes.items()}
 
 
-def _grouped(items: Sequence[BenchmarkItem], verdicts: Mapping[str, str], key: Any, order: Sequence[str]) -> list[AuditPassRate]:
+def _grouped(
+    items: Sequence[BenchmarkItem], verdicts: Mapping[str, str], key: Any, order: Sequence[str]
+) -> list[AuditPassRate]:
     groups: dict[str, list[str]] = defaultdict(list)
     for item in items:
         if item.item_id in verdicts:
@@ -221,8 +250,9 @@ def _headline_kappa(agreement: dict[str, Any]) -> dict[str, Any]:
     return {"kappa_kind": None, "kappa": math.nan, "kappa_items": 0}
 
 
-def audit_document(sample: Sequence[BenchmarkItem], labels: Iterable[AuditLabel],
-                   consensus: Mapping[str, str] | None) -> AuditDocument:
+def audit_document(
+    sample: Sequence[BenchmarkItem], labels: Iterable[AuditLabel], consensus: Mapping[str, str] | None
+) -> AuditDocument:
     """The audit of ``sample`` from its labels; ``consensus`` maps item id -> verifier
     consensus (None: the run folder has no verification table)."""
     sample_ids = {item.item_id for item in sample}
@@ -237,8 +267,11 @@ def audit_document(sample: Sequence[BenchmarkItem], labels: Iterable[AuditLabel]
                 failed[name] = failed.get(name, 0) + 1
     agreement = annotator_agreement(kept, AUDIT_SPEC)
     agreement.update(_headline_kappa(agreement))
-    versus = ({name: report.model_dump() for name, report in evaluator_vs_human(kept, consensus, AUDIT_SPEC).items()}
-              if consensus is not None else {})
+    versus = (
+        {name: report.model_dump() for name, report in evaluator_vs_human(kept, consensus, AUDIT_SPEC).items()}
+        if consensus is not None
+        else {}
+    )
     return AuditDocument(
         sample_size=len(sample),
         sampled_per_stratum=stratum_counts(sample),
@@ -248,11 +281,20 @@ def audit_document(sample: Sequence[BenchmarkItem], labels: Iterable[AuditLabel]
         overall=pass_rate("all", list(verdicts.values())),
         by_class=_grouped(sample, verdicts, lambda i: i.perturbation_class, PERTURBATION_CLASSES),
         by_intensity=_grouped(sample, verdicts, lambda i: i.intensity, INTENSITIES),
-        by_stratum=_grouped(sample, verdicts, lambda i: stratum_name(i.perturbation_class, i.intensity),
-                            [stratum_name(*s) for s in STRATA]),
-        by_annotator=[pass_rate(name, [label.label for label in given.values()]) for name, given in sorted(latest.items())],
-        failed_criteria={name: failed[name] for name in [*criteria_order, *sorted(set(failed) - set(criteria_order))]
-                         if name in failed},
+        by_stratum=_grouped(
+            sample,
+            verdicts,
+            lambda i: stratum_name(i.perturbation_class, i.intensity),
+            [stratum_name(*s) for s in STRATA],
+        ),
+        by_annotator=[
+            pass_rate(name, [label.label for label in given.values()]) for name, given in sorted(latest.items())
+        ],
+        failed_criteria={
+            name: failed[name]
+            for name in [*criteria_order, *sorted(set(failed) - set(criteria_order))]
+            if name in failed
+        },
         annotator_agreement=agreement,
         verifier_rule=VERIFIER_RULE if consensus is not None else "no verification table in this run folder",
         verifier_agreement=versus,
@@ -264,8 +306,16 @@ def pass_rate_rows(audit: AuditDocument) -> list[dict[str, Any]]:
     rows = []
     for group, rates in (("class", audit.by_class), ("intensity", audit.by_intensity), ("all", [audit.overall])):
         for rate in rates:
-            rows.append({"group": group, "value": rate.value, "n": rate.n, "pass_rate": rate.pass_rate,
-                         "ci_low": rate.ci_low, "ci_high": rate.ci_high})
+            rows.append(
+                {
+                    "group": group,
+                    "value": rate.value,
+                    "n": rate.n,
+                    "pass_rate": rate.pass_rate,
+                    "ci_low": rate.ci_low,
+                    "ci_high": rate.ci_high,
+                }
+            )
     return rows
 
 
@@ -296,8 +346,10 @@ def sample_run(run_dir: str, per_stratum: int = 10, seed: int = 0, force: bool =
     sample = draw_sample(items, per_stratum, seed)
     if store.has(rb_files.AUDIT_SAMPLE) and store.has(rb_files.AUDIT_LABELS) and not force:
         if [i.item_id for i in store.load(rb_files.AUDIT_SAMPLE)] != [i.item_id for i in sample]:
-            raise InputError(store.uri(rb_files.AUDIT_SAMPLE.name),
-                             "this audit sample already has labels; pass --force to draw a different one")
+            raise InputError(
+                store.uri(rb_files.AUDIT_SAMPLE.name),
+                "this audit sample already has labels; pass --force to draw a different one",
+            )
     store.save(rb_files.AUDIT_SAMPLE, sample)
     available, drawn = stratum_counts(items), stratum_counts(sample)
     return {name: {"available": available[name], "sampled": drawn.get(name, 0)} for name in available}
@@ -315,7 +367,9 @@ class AuditSession:
 def open_audit_session(run_dir: str) -> AuditSession:
     store = _run_store(run_dir)
     if not store.has(rb_files.AUDIT_SAMPLE):
-        raise InputError(store.uri(rb_files.AUDIT_SAMPLE.name), "no audit sample in this run folder (run audit sample first)")
+        raise InputError(
+            store.uri(rb_files.AUDIT_SAMPLE.name), "no audit sample in this run folder (run audit sample first)"
+        )
     if not store.is_local:
         raise InputError(run_dir, "labels are written to a local run folder: copy the folder here first")
     cases = audit_cases(store.load(rb_files.AUDIT_SAMPLE), load_catalogue())

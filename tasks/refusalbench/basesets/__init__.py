@@ -18,7 +18,13 @@ from refusalbench.tasks.refusalbench.basesets.garage import (
 )
 from refusalbench.tasks.refusalbench.basesets.kilt_nq import import_kilt_nq
 from refusalbench.tasks.refusalbench.basesets.loading import load_base_set, validate_base_set, write_base_set
-from refusalbench.tasks.refusalbench.basesets.problems import BASE_FIELDS, MAX_LINE_BYTES, MAX_PROBLEMS, PASSAGE_FIELDS, REQUIRED_FIELDS
+from refusalbench.tasks.refusalbench.basesets.problems import (
+    BASE_FIELDS,
+    MAX_LINE_BYTES,
+    MAX_PROBLEMS,
+    PASSAGE_FIELDS,
+    REQUIRED_FIELDS,
+)
 from refusalbench.tasks.refusalbench.basesets.readers import CSV_SUFFIXES, JSONL_SUFFIXES, PARQUET_SUFFIXES
 from refusalbench.tasks.refusalbench.basesets.streaming import ProgressCallback
 

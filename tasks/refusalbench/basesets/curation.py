@@ -32,4 +32,3 @@ def id_text(value: Any) -> str | None:
     if isinstance(value, (str, int)) and str(value).strip():
         return str(value)
     return None
-

@@ -11,8 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from refusalbench.tasks.refusalbench.basesets.curation import id_text, seeded_subset, squash_spaces, stable_rng
-from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, Problems, TooManyProblems, json_type, open_problems
-from refusalbench.tasks.refusalbench.basesets.streaming import ByteProgress, ProgressCallback, iter_json_lines, refuse_json_array
+from refusalbench.tasks.refusalbench.basesets.problems import (
+    MAX_LINE_BYTES,
+    Problems,
+    TooManyProblems,
+    json_type,
+    open_problems,
+)
+from refusalbench.tasks.refusalbench.basesets.streaming import (
+    ByteProgress,
+    ProgressCallback,
+    iter_json_lines,
+    refuse_json_array,
+)
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 
 log = logging.getLogger(__name__)
@@ -127,14 +138,25 @@ def _garage_record(record: Any, line: int, problems: Problems) -> _GarageRecord 
     if category is not None and not isinstance(category, str):
         problems.add(f"must be a string, got {json_type(category)}", line=line, field="question_category")
     # Each failed check added a problem above; the explicit checks narrow the types for the record.
-    if (len(problems) > before or sample_id is None or not isinstance(question, str)
-            or correct is None or relevant is None or cited is None):
+    if (
+        len(problems) > before
+        or sample_id is None
+        or not isinstance(question, str)
+        or correct is None
+        or relevant is None
+        or cited is None
+    ):
         return None
     passages = [text for text in texts if text is not None]  # all of them: the passages are sound here
     return _GarageRecord(
-        sample_id=sample_id, question=question.strip(), answer=answer or "", texts=passages,
-        correct=[_norm_label(c) for c in correct], relevant=[_flag(r) for r in relevant],
-        cited=[_flag(c) is True for c in cited], domain=category,
+        sample_id=sample_id,
+        question=question.strip(),
+        answer=answer or "",
+        texts=passages,
+        correct=[_norm_label(c) for c in correct],
+        relevant=[_flag(r) for r in relevant],
+        cited=[_flag(c) is True for c in cited],
+        domain=category,
         question_valid=_flag(record.get("question_valid")),
         answer_validated=_flag(record.get("answer_validate")),
         false_premise=_flag(record.get("question_false_premise")),
@@ -204,8 +226,15 @@ def _domain_quotas(n: int, keys: list[str], seed: int) -> dict[str, int]:
     return {key: base + (key in bonus) for key in keys}
 
 
-def _draw(eligible: list[BaseItem], n: int | None, per_domain: int | None, domains: list[str] | None,
-          seed: int, counts: Counter[str], seen_domains: dict[str, str]) -> list[int]:
+def _draw(
+    eligible: list[BaseItem],
+    n: int | None,
+    per_domain: int | None,
+    domains: list[str] | None,
+    seed: int,
+    counts: Counter[str],
+    seen_domains: dict[str, str],
+) -> list[int]:
     """Indices of the items drawn: all, ``n`` uniformly, or per domain (evenly or ``per_domain`` each)."""
     if n is None and per_domain is None:
         return list(range(len(eligible)))
@@ -228,8 +257,9 @@ def _draw(eligible: list[BaseItem], n: int | None, per_domain: int | None, domai
             counts["domain_shortfall"] += quotas[key] - len(indices)
             name = eligible[indices[0]].domain if indices else seen_domains.get(key, key)
             hint = "" if indices else f" (domains in the file: {', '.join(sorted(seen_domains.values())) or 'none'})"
-            log.warning("GaRAGe domain %r has only %d eligible items (asked for %d)%s",
-                        name, len(indices), quotas[key], hint)
+            log.warning(
+                "GaRAGe domain %r has only %d eligible items (asked for %d)%s", name, len(indices), quotas[key], hint
+            )
     return sorted(chosen)
 
 
@@ -290,8 +320,11 @@ def import_garage(
             if rec is None:
                 continue
             if rec.sample_id in first_line_of:
-                problems.add(f"duplicate id {rec.sample_id!r} (first used on line {first_line_of[rec.sample_id]})",
-                             line=line, field="sample_id")
+                problems.add(
+                    f"duplicate id {rec.sample_id!r} (first used on line {first_line_of[rec.sample_id]})",
+                    line=line,
+                    field="sample_id",
+                )
                 continue
             first_line_of[rec.sample_id] = line
             if rec.domain:
@@ -304,8 +337,11 @@ def import_garage(
                 counts[reason] += 1
                 continue
             answer = squash_spaces(_CITATION_MARK.sub("", rec.answer))
-            eligible.append(BaseItem(id=rec.sample_id, question=rec.question, answers=[answer],
-                                     passages=passages, domain=rec.domain))
+            eligible.append(
+                BaseItem(
+                    id=rec.sample_id, question=rec.question, answers=[answer], passages=passages, domain=rec.domain
+                )
+            )
     except TooManyProblems:
         pass
     problems.raise_if_any()

@@ -27,7 +27,13 @@ from typing import Any
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import decode_text
 from refusalbench.tasks.refusalbench.basesets.curation import id_text, squash_spaces, stable_rng
-from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, Problems, TooManyProblems, json_type, open_problems
+from refusalbench.tasks.refusalbench.basesets.problems import (
+    MAX_LINE_BYTES,
+    Problems,
+    TooManyProblems,
+    json_type,
+    open_problems,
+)
 from refusalbench.tasks.refusalbench.basesets.streaming import (
     ByteProgress,
     ProgressCallback,
@@ -50,7 +56,7 @@ Span = tuple[str, int, int]  # (page id, first paragraph, last paragraph)
 def _kilt_paragraphs_text(paragraphs: list[Any], start: int, end: int) -> str:
     """Join KILT paragraphs start..end, dropping section headings and bullet markers of the dump format."""
     parts = []
-    for paragraph in paragraphs[start:end + 1]:
+    for paragraph in paragraphs[start : end + 1]:
         if not isinstance(paragraph, str) or paragraph.startswith("Section::::"):
             continue
         parts.append(re.sub(r"^BULLET::::-?\s*", "", paragraph))
@@ -180,8 +186,9 @@ class _Sample:
         return sorted((self.candidates[i] for _, i in self._heap), key=lambda c: c.index)
 
 
-def _read_questions(path: Path, problems: Problems, progress: ByteProgress,
-                    max_line_bytes: int, counts: Counter[str]) -> list[_Candidate]:
+def _read_questions(
+    path: Path, problems: Problems, progress: ByteProgress, max_line_bytes: int, counts: Counter[str]
+) -> list[_Candidate]:
     """Every record with a short answer, as a candidate; all structural problems are collected."""
     refuse_json_array(path, problems)
     candidates: list[_Candidate] = []
@@ -193,8 +200,9 @@ def _read_questions(path: Path, problems: Problems, progress: ByteProgress,
                 continue
             record_id, question, answers, output = parts
             if record_id in first_line_of:
-                problems.add(f"duplicate id {record_id!r} (first used on line {first_line_of[record_id]})",
-                             line=line, field="id")
+                problems.add(
+                    f"duplicate id {record_id!r} (first used on line {first_line_of[record_id]})", line=line, field="id"
+                )
                 continue
             first_line_of[record_id] = line
             if not answers:
@@ -241,8 +249,14 @@ def _parse_page(raw: bytes, line: int, problems: Problems) -> tuple[str, list[An
     return page_id, paragraphs
 
 
-def _stream_knowledge(path: Path, wanted: dict[str, list[tuple[int, int, Span]]], sample: _Sample,
-                      progress: ByteProgress, max_line_bytes: int, counts: Counter[str]) -> None:
+def _stream_knowledge(
+    path: Path,
+    wanted: dict[str, list[tuple[int, int, Span]]],
+    sample: _Sample,
+    progress: ByteProgress,
+    max_line_bytes: int,
+    counts: Counter[str],
+) -> None:
     """One pass over the knowledge source, offering each cited span to its candidate.
 
     Only lines of cited pages are parsed; every other line is checked for shape alone (one JSON
@@ -270,8 +284,11 @@ def _stream_knowledge(path: Path, wanted: dict[str, list[tuple[int, int, Span]]]
             spans = wanted.pop(parsed[0], None)
             if spans is None:
                 continue
-            live = [(sample.candidates[i], position, span) for i, position, span in spans
-                    if sample.live(sample.candidates[i])]
+            live = [
+                (sample.candidates[i], position, span)
+                for i, position, span in spans
+                if sample.live(sample.candidates[i])
+            ]
             if live:
                 counts["pages_kept"] += 1
             for candidate, position, (_, start, end) in live:

@@ -26,10 +26,10 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, TooManyProblems, open_problems
 from refusalbench.tasks.refusalbench.basesets.readers import reader_for
 from refusalbench.tasks.refusalbench.basesets.validation import check_record
-from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
 
@@ -47,8 +47,9 @@ def load_base_set(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LIN
             item_id = record.get("id") if isinstance(record, dict) else None
             if isinstance(item_id, str) and item_id.strip():
                 if item_id in first_line_of:
-                    problems.add(f"duplicate id {item_id!r} (first used on line {first_line_of[item_id]})",
-                                 line=line, field="id")
+                    problems.add(
+                        f"duplicate id {item_id!r} (first used on line {first_line_of[item_id]})", line=line, field="id"
+                    )
                     continue
                 first_line_of[item_id] = line
             if item is not None:
@@ -89,4 +90,3 @@ def write_base_set(items: Iterable[BaseItem], path: str | os.PathLike[str]) -> P
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
-

@@ -32,15 +32,18 @@ class _LineSource(Protocol):
 
     def readline(self, size: int = -1, /) -> bytes: ...
 
+
 READERS: Registry[Reader] = Registry("base-set file type")  # lower-case suffix -> reader
 
 
 def register_reader(*suffixes: str, replace: bool = False) -> Callable[[Reader], Reader]:
     """Register a reader for files with these (lower-case) suffixes, e.g. ``".jsonl"``."""
+
     def add(reader: Reader) -> Reader:
         for suffix in suffixes:
             READERS.add(suffix, reader, replace=replace)
         return reader
+
     return add
 
 
@@ -170,7 +173,6 @@ def _csv_record(cells: dict[str, str], problems: Problems, line: int) -> dict[st
         else:
             record[name] = cell
     return record
-
 
 
 @register_reader(*PARQUET_SUFFIXES)

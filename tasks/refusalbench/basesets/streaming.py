@@ -29,8 +29,9 @@ PROGRESS_STEP = 8 * 1024 * 1024
 class ByteProgress:
     """Bytes read over one or more files against their combined size, passed on every ``step`` bytes."""
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], on_progress: ProgressCallback | None,
-                 step: int = PROGRESS_STEP):
+    def __init__(
+        self, paths: Sequence[str | os.PathLike[str]], on_progress: ProgressCallback | None, step: int = PROGRESS_STEP
+    ):
         self.total = sum(Path(p).stat().st_size for p in paths)
         self.done = 0
         self._on_progress = on_progress
@@ -68,20 +69,25 @@ def refuse_json_array(path: Path, problems: Problems) -> None:
     with open(path, "rb") as stream:
         head = stream.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if head.startswith(b"["):
-        problems.add("this is one JSON array, not JSON lines (one object per line); convert it first, "
-                     f"e.g. jq -c '.[]' {path.name} > {path.stem}.jsonl", line=1)
+        problems.add(
+            "this is one JSON array, not JSON lines (one object per line); convert it first, "
+            f"e.g. jq -c '.[]' {path.name} > {path.stem}.jsonl",
+            line=1,
+        )
         problems.raise_if_any()
 
 
-def iter_json_lines(path: Path, problems: Problems, max_line_bytes: int,
-                    progress: ByteProgress | None = None) -> Iterator[tuple[int, Any]]:
+def iter_json_lines(
+    path: Path, problems: Problems, max_line_bytes: int, progress: ByteProgress | None = None
+) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) per non-blank line; problems are collected, not raised."""
     with open(path, "rb") as raw:
         yield from json_lines(raw if progress is None else _CountingStream(raw, progress), problems, max_line_bytes)
 
 
-def iter_raw_lines(path: Path, max_line_bytes: int,
-                   progress: ByteProgress | None = None) -> Iterator[tuple[int, bytes, bool]]:
+def iter_raw_lines(
+    path: Path, max_line_bytes: int, progress: ByteProgress | None = None
+) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, bytes, complete) per physical line, undecoded, for callers that parse few lines.
 
     A line longer than ``max_line_bytes`` comes back as its first ``max_line_bytes`` bytes with

@@ -52,8 +52,9 @@ def _check_passages(value: Any, line: int, problems: Problems) -> list[Passage] 
     if isinstance(value, Skip):
         return None
     if not isinstance(value, (list, tuple)):
-        problems.add(f"must be a list of {{text, relevant}} objects, got {json_type(value)}",
-                     line=line, field="passages")
+        problems.add(
+            f"must be a list of {{text, relevant}} objects, got {json_type(value)}", line=line, field="passages"
+        )
         return None
     if not value:
         problems.add("is empty: a multi-document item needs passages", line=line, field="passages")
@@ -112,15 +113,19 @@ def check_record(record: Any, line: int, problems: Problems) -> BaseItem | None:
 
     context = passages = None
     if "context" in optional and "passages" in optional:
-        problems.add("has both context and passages: give one (context = single-document, passages = multi-document)",
-                     line=line, field="context")
+        problems.add(
+            "has both context and passages: give one (context = single-document, passages = multi-document)",
+            line=line,
+            field="context",
+        )
     elif "context" in optional:
         context = _check_text(optional, "context", line, problems)
     elif "passages" in optional:
         passages = _check_passages(optional["passages"], line, problems)
     else:
-        problems.add("missing field: give context (single-document) or passages (multi-document)",
-                     line=line, field="context")
+        problems.add(
+            "missing field: give context (single-document) or passages (multi-document)", line=line, field="context"
+        )
     domain = optional.get("domain")
     if domain is not None and not isinstance(domain, str):
         problems.add(f"must be a string, got {json_type(domain)}", line=line, field="domain")
@@ -128,6 +133,4 @@ def check_record(record: Any, line: int, problems: Problems) -> BaseItem | None:
     already_reported = any(isinstance(v, Skip) for v in record.values())  # CSV cells that failed to decode
     if already_reported or len(problems) > before:
         return None
-    return BaseItem(id=item_id, question=question, answers=answers, context=context,
-                    passages=passages, domain=domain)
-
+    return BaseItem(id=item_id, question=question, answers=answers, context=context, passages=passages, domain=domain)

@@ -14,26 +14,35 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import yaml
 
+from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.refusalbench.schema.json_files import AuditDocument, AuditPassRate, GVAnalysis
 from refusalbench.tasks.refusalbench.schema.records import Lever
-from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
 
 LICENSE_PLACEHOLDER = "FILL-IN"  # not a licence id on purpose: the user must choose one
-LICENSE_SENTENCE = (f"**Licence: not set.** Replace `license: {LICENSE_PLACEHOLDER}` in the YAML header with the "
-                    "licence you share this dataset under (a Hub licence id such as `cc-by-sa-4.0`, or `other` with "
-                    "`license_name` and `license_link`). It has to respect the licence of the base set the items "
-                    "were written from and the terms of use of the generator models.")
-SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
-                   (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"))
+LICENSE_SENTENCE = (
+    f"**Licence: not set.** Replace `license: {LICENSE_PLACEHOLDER}` in the YAML header with the "
+    "licence you share this dataset under (a Hub licence id such as `cc-by-sa-4.0`, or `other` with "
+    "`license_name` and `license_link`). It has to respect the licence of the base set the items "
+    "were written from and the terms of use of the generator models."
+)
+SIZE_CATEGORIES = (
+    (1_000, "n<1K"),
+    (10_000, "1K<n<10K"),
+    (100_000, "10K<n<100K"),
+    (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"),
+    (100_000_000, "10M<n<100M"),
+)
 # Model settings that are safe to publish (no endpoint, key variable or headers).
 PUBLIC_MODEL_KEYS = ("model", "params", "json_schema", "thinking_budget", "family", "parameters_b")
 COLUMNS = {
@@ -59,6 +68,7 @@ COLUMNS = {
 @dataclass
 class ExportConfig:
     """One ``configs:`` entry of the card: its name, split and the files' glob (relative to DIR)."""
+
     name: str
     split: str
     path: str
@@ -69,11 +79,12 @@ class ExportConfig:
 @dataclass
 class RunFacts:
     """What the card is written from, read from one run folder."""
+
     run_uri: str
     benchmark: pa.Table
     manifest: RunManifest | None = None  # the generation's manifest
-    manifest_source: str | None = None   # which file it came from
-    evaluated: bool = False              # the folder also holds an evaluation of the benchmark
+    manifest_source: str | None = None  # which file it came from
+    evaluated: bool = False  # the folder also holds an evaluation of the benchmark
     gv: GVAnalysis | None = None
     audit: AuditDocument | None = None
     assigned_levers: list[str] | None = None  # lever ids of assignments.parquet (one per assignment)
@@ -88,6 +99,7 @@ class RunFacts:
 
 
 # ---------------------------------------------------------------- formatting
+
 
 def cell(value: Any) -> str:
     """A value as one Markdown table cell: no line breaks, pipes or HTML."""
@@ -128,19 +140,23 @@ def _ordered(values: Sequence[str], order: Sequence[str]) -> list[str]:
     return [v for v in order if v in present] + sorted(present - set(order))
 
 
-def crosstab(frame: pd.DataFrame, rows: str, columns: str, row_order: Sequence[str] = (),
-             column_order: Sequence[str] = ()) -> tuple[list[str], list[list[Any]]]:
+def crosstab(
+    frame: pd.DataFrame, rows: str, columns: str, row_order: Sequence[str] = (), column_order: Sequence[str] = ()
+) -> tuple[list[str], list[list[Any]]]:
     """Counts of ``rows`` x ``columns`` with a total column and a total row (headers, rows)."""
     counts = Counter(zip(frame[rows].astype(str), frame[columns].astype(str)))
     row_values = _ordered(list(frame[rows].astype(str)), row_order)
     column_values = _ordered(list(frame[columns].astype(str)), column_order)
-    body = [[r, *[counts.get((r, c), 0) for c in column_values], sum(counts.get((r, c), 0) for c in column_values)]
-            for r in row_values]
+    body = [
+        [r, *[counts.get((r, c), 0) for c in column_values], sum(counts.get((r, c), 0) for c in column_values)]
+        for r in row_values
+    ]
     totals = ["total", *[sum(counts.get((r, c), 0) for r in row_values) for c in column_values], len(frame)]
     return [rows, *column_values, "total"], body + [totals]
 
 
 # ---------------------------------------------------------------- YAML header
+
 
 def metadata(facts: RunFacts, configs: Sequence[ExportConfig], *, pretty_name: str, languages: Sequence[str]) -> str:
     """The YAML header (between ``---`` lines), the licence placeholder with its comment."""
@@ -160,18 +176,28 @@ def metadata(facts: RunFacts, configs: Sequence[ExportConfig], *, pretty_name: s
         text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000)
         return text
 
-    return "".join([
-        "---\n",
-        dump({"pretty_name": pretty_name}),
-        "# license: fill in before sharing (see the Licence section below)\n",
-        dump({"license": LICENSE_PLACEHOLDER}),
-        dump({"language": list(languages), "task_categories": ["question-answering"], "tags": tags,
-              "size_categories": [size_category(len(frame))], "configs": config_entries}),
-        "---\n",
-    ])
+    return "".join(
+        [
+            "---\n",
+            dump({"pretty_name": pretty_name}),
+            "# license: fill in before sharing (see the Licence section below)\n",
+            dump({"license": LICENSE_PLACEHOLDER}),
+            dump(
+                {
+                    "language": list(languages),
+                    "task_categories": ["question-answering"],
+                    "tags": tags,
+                    "size_categories": [size_category(len(frame))],
+                    "configs": config_entries,
+                }
+            ),
+            "---\n",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- sections
+
 
 def _generation_config(facts: RunFacts) -> dict[str, Any]:
     """The generation section of the run's config; the base set by file name (a local path is no use to readers)."""
@@ -196,32 +222,55 @@ def _funnel(facts: RunFacts) -> dict[str, int] | None:
 def intro(facts: RunFacts, pretty_name: str) -> list[str]:
     frame = facts.frame
     variants = Counter(frame["variant"])
-    parts = [f"{variants[v]} {'single-document' if v == 'single' else 'multi-document' if v == 'multi' else v}"
-             for v in _ordered(list(variants), ("single", "multi"))]
+    parts = [
+        f"{variants[v]} {'single-document' if v == 'single' else 'multi-document' if v == 'multi' else v}"
+        for v in _ordered(list(variants), ("single", "multi"))
+    ]
     made = ""
     if facts.manifest is not None:
         m = facts.manifest
-        made = (f" It was generated by RefusalBench run `{m.run_id}` ({m.created_at:%Y-%m-%d}, refusalbench "
-                f"{m.package_version}, seed {m.seed}).")
-    return [f"# {pretty_name}", "",
-            f"A RefusalBench selective-refusal benchmark for retrieval-augmented generation: "
-            f"{len(frame)} test cases ({', '.join(parts)}), each a question with its context that a lever has "
-            f"perturbed. LOW-intensity items must still be answered (`ANSWER_CORRECTLY`); MEDIUM and HIGH items must "
-            f"be refused with the code of their uncertainty class (`expected`).{made}", "",
-            "## Licence", "", LICENSE_SENTENCE, ""]
+        made = (
+            f" It was generated by RefusalBench run `{m.run_id}` ({m.created_at:%Y-%m-%d}, refusalbench "
+            f"{m.package_version}, seed {m.seed})."
+        )
+    return [
+        f"# {pretty_name}",
+        "",
+        f"A RefusalBench selective-refusal benchmark for retrieval-augmented generation: "
+        f"{len(frame)} test cases ({', '.join(parts)}), each a question with its context that a lever has "
+        f"perturbed. LOW-intensity items must still be answered (`ANSWER_CORRECTLY`); MEDIUM and HIGH items must "
+        f"be refused with the code of their uncertainty class (`expected`).{made}",
+        "",
+        "## Licence",
+        "",
+        LICENSE_SENTENCE,
+        "",
+    ]
 
 
 def loading(configs: Sequence[ExportConfig]) -> list[str]:
     default = next(c for c in configs if c.default)
-    lines = ["## Loading", "", "```python", "from datasets import load_dataset", "",
-             f'ds = load_dataset("path/to/this/folder")          # config "{default.name}", split "{default.split}"',
-             'ds = load_dataset("parquet", data_dir="path/to/this/folder")  # the same rows, without the card']
+    lines = [
+        "## Loading",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'ds = load_dataset("path/to/this/folder")          # config "{default.name}", split "{default.split}"',
+        'ds = load_dataset("parquet", data_dir="path/to/this/folder")  # the same rows, without the card',
+    ]
     others = [c for c in configs if not c.default]
     if others:
         lines.append(f'single = load_dataset("path/to/this/folder", "{others[0].name}")  # one variant only')
-    lines += ["```", "", md_table(["config", "split", "files", "rows"],
-                                  [[c.name + (" (default)" if c.default else ""), c.split, f"`{c.path}`", c.rows]
-                                   for c in configs]), ""]
+    lines += [
+        "```",
+        "",
+        md_table(
+            ["config", "split", "files", "rows"],
+            [[c.name + (" (default)" if c.default else ""), c.split, f"`{c.path}`", c.rows] for c in configs],
+        ),
+        "",
+    ]
     return lines
 
 
@@ -232,17 +281,29 @@ def fields_section(facts: RunFacts) -> list[str]:
 
 def composition(facts: RunFacts) -> list[str]:
     frame = facts.frame
-    lines = ["## Composition", "", "### Class × intensity", "",
-             md_table(*crosstab(frame, "perturbation_class", "intensity", PERTURBATION_CLASSES, INTENSITIES)), "",
-             "### Generator × class", "",
-             md_table(*crosstab(frame, "generator", "perturbation_class", (), PERTURBATION_CLASSES)), "",
-             "### Expected behaviour", ""]
+    lines = [
+        "## Composition",
+        "",
+        "### Class × intensity",
+        "",
+        md_table(*crosstab(frame, "perturbation_class", "intensity", PERTURBATION_CLASSES, INTENSITIES)),
+        "",
+        "### Generator × class",
+        "",
+        md_table(*crosstab(frame, "generator", "perturbation_class", (), PERTURBATION_CLASSES)),
+        "",
+        "### Expected behaviour",
+        "",
+    ]
     expected = Counter(frame["expected"])
     lines += [md_table(["expected", "items"], [[k, expected[k]] for k in sorted(expected)]), ""]
     if "domain" in frame.columns and frame["domain"].notna().any():
-        lines += ["### Variant × domain", "",
-                  md_table(*crosstab(frame.fillna({"domain": "(none)"}), "domain", "variant", (), ("single", "multi"))),
-                  ""]
+        lines += [
+            "### Variant × domain",
+            "",
+            md_table(*crosstab(frame.fillna({"domain": "(none)"}), "domain", "variant", (), ("single", "multi"))),
+            "",
+        ]
     return lines
 
 
@@ -251,9 +312,12 @@ def methods(facts: RunFacts) -> list[str]:
     gen = _generation_config(facts)
     lines = ["## How it was made", ""]
     if facts.manifest is None:
-        lines += ["This run folder holds no generation manifest (the benchmark was generated elsewhere and only "
-                  "evaluated here, or the manifest was removed): the settings and hashes it was made with are "
-                  "unknown.", ""]
+        lines += [
+            "This run folder holds no generation manifest (the benchmark was generated elsewhere and only "
+            "evaluated here, or the manifest was removed): the settings and hashes it was made with are "
+            "unknown.",
+            "",
+        ]
     counts = facts.manifest.counts if facts.manifest else {}
     funnel = _funnel(facts)
     generators = gen.get("generators") or sorted(set(facts.frame["generator"]))
@@ -262,52 +326,73 @@ def methods(facts: RunFacts) -> list[str]:
     sentences = []
     base = counts.get("base_set_funnel") or {}
     if base and facts.manifest is not None:  # the counts come from the manifest: no manifest, no base counts
-        pretest = (f", {base['kept']} of {base['pretested']} kept by the pre-test (every pre-test model answered "
-                   f"correctly)" if "kept" in base and "pretested" in base else "")
-        sentences.append(f"{base.get('sampled', counts.get('base_items', '?'))} base items were drawn (seed "
-                         f"{facts.manifest.seed}) from the {base.get('imported', '?')} items of `{gen.get('base_set')}`"
-                         f"{pretest}.")
+        pretest = (
+            f", {base['kept']} of {base['pretested']} kept by the pre-test (every pre-test model answered correctly)"
+            if "kept" in base and "pretested" in base
+            else ""
+        )
+        sentences.append(
+            f"{base.get('sampled', counts.get('base_items', '?'))} base items were drawn (seed "
+            f"{facts.manifest.seed}) from the {base.get('imported', '?')} items of `{gen.get('base_set')}`"
+            f"{pretest}."
+        )
     if "assignments" in counts:
         strata = f"the strata {', '.join(gen['strata'])}" if gen.get("strata") else f"all {len(STRATA)} strata"
-        sentences.append(f"Levers from the catalogue were assigned to them, {gen.get('levers_per_stratum', 1)} per "
-                         f"class × intensity stratum ({strata}): {counts['assignments']} assignments.")
+        sentences.append(
+            f"Levers from the catalogue were assigned to them, {gen.get('levers_per_stratum', 1)} per "
+            f"class × intensity stratum ({strata}): {counts['assignments']} assignments."
+        )
     gen_text = ", ".join(_model_string(facts, g) for g in generators)
     if funnel:
-        sentences.append(f"{plural(len(generators), 'generator')} ({gen_text}) were given the assignments "
-                         f"to perturb: {funnel['attempted']} attempts, {funnel['parsed']} parsed, "
-                         f"{funnel['prechecked']} passed the rule-based pre-checks.")
+        sentences.append(
+            f"{plural(len(generators), 'generator')} ({gen_text}) were given the assignments "
+            f"to perturb: {funnel['attempted']} attempts, {funnel['parsed']} parsed, "
+            f"{funnel['prechecked']} passed the rule-based pre-checks."
+        )
     else:
         sentences.append(f"Generators (as the items name them): {gen_text}.")
     if verifiers:
         verdicts = facts.gv.verdict_counts if facts.gv else counts.get("verifications_by_verdict", {})
-        mode = ("every verifier judged every pre-checked candidate" if gen.get("verification", "exhaustive") ==
-                "exhaustive" else "the verifiers judged each pre-checked candidate in turn, stopping at the first FAIL")
+        mode = (
+            "every verifier judged every pre-checked candidate"
+            if gen.get("verification", "exhaustive") == "exhaustive"
+            else "the verifiers judged each pre-checked candidate in turn, stopping at the first FAIL"
+        )
         names = ", ".join(_model_string(facts, v) for v in verifiers)
         other = sum(verdicts.values()) - verdicts.get("PASS", 0) - verdicts.get("FAIL", 0)
-        sentences.append(f"{plural(len(verifiers), 'verifier')} ({names}) checked them against the lever's rubric "
-                         f"({mode}): {sum(verdicts.values())} verifications, {verdicts.get('PASS', 0)} PASS, "
-                         f"{verdicts.get('FAIL', 0)} FAIL"
-                         + (f", {other} without a verdict (errors, skipped)." if other else "."))
+        sentences.append(
+            f"{plural(len(verifiers), 'verifier')} ({names}) checked them against the lever's rubric "
+            f"({mode}): {sum(verdicts.values())} verifications, {verdicts.get('PASS', 0)} PASS, "
+            f"{verdicts.get('FAIL', 0)} FAIL" + (f", {other} without a verdict (errors, skipped)." if other else ".")
+        )
     if rule and funnel:
         if rule == "none":
-            sentences.append(f"No verification filter was applied (`filter: none`): every pre-checked candidate was "
-                             f"kept whatever the verdicts, {funnel['accepted']} accepted. These items are not verified.")
+            sentences.append(
+                f"No verification filter was applied (`filter: none`): every pre-checked candidate was "
+                f"kept whatever the verdicts, {funnel['accepted']} accepted. These items are not verified."
+            )
         else:
-            what = ("every verifier passed" if rule == "unanimous" else "more than half of the verifiers that answered "
-                    "passed")
+            what = (
+                "every verifier passed"
+                if rule == "unanimous"
+                else "more than half of the verifiers that answered passed"
+            )
             sentences.append(f"The {rule} filter kept the candidates {what}: {funnel['accepted']} accepted.")
     if funnel:
         target = gen.get("target_size")
         balance = gen.get("balance", "natural")
         size = f"target {target}" if target else "no target size: every accepted item"
         seed = facts.manifest.seed if facts.manifest else "unknown"
-        sentences.append(f"Stratified sampling over the class × intensity strata ({size}, {balance} balance of the "
-                         f"generators within a stratum, seed {seed}) gave the {funnel['sampled']} items of this "
-                         "dataset.")
+        sentences.append(
+            f"Stratified sampling over the class × intensity strata ({size}, {balance} balance of the "
+            f"generators within a stratum, seed {seed}) gave the {funnel['sampled']} items of this "
+            "dataset."
+        )
     shortfalls = facts.gv.shortfalls if facts.gv else counts.get("shortfalls")
     if shortfalls:
-        sentences.append(f"{len(shortfalls)} strata have fewer items than their quota: "
-                         f"{', '.join(sorted(shortfalls))}.")
+        sentences.append(
+            f"{len(shortfalls)} strata have fewer items than their quota: {', '.join(sorted(shortfalls))}."
+        )
     lines += [" ".join(sentences), ""]
     return lines
 
@@ -317,24 +402,52 @@ def gv_section(facts: RunFacts) -> list[str]:
     gv = facts.gv
     if gv is None:
         return lines + ["No `gv_analysis.json` in the run folder: the funnel and the pass rates are not available.", ""]
-    lines += ["### Funnel", "", "Candidates at each step (sampled: items in this dataset).", "",
-              md_table(["step", "candidates"], [[k, v] for k, v in gv.funnel.items()]), "",
-              "### Pass rate: generator × verifier", "",
-              "PASS / (PASS + FAIL) of each verifier over each generator's candidates (errors and skips left out); "
-              "n: verdicts.", ""]
+    lines += [
+        "### Funnel",
+        "",
+        "Candidates at each step (sampled: items in this dataset).",
+        "",
+        md_table(["step", "candidates"], [[k, v] for k, v in gv.funnel.items()]),
+        "",
+        "### Pass rate: generator × verifier",
+        "",
+        "PASS / (PASS + FAIL) of each verifier over each generator's candidates (errors and skips left out); "
+        "n: verdicts.",
+        "",
+    ]
     verifiers = list(dict.fromkeys(v for row in gv.pass_rate_matrix.values() for v in row))
-    rows = [[gen, *[f"{rate(gv.pass_rate_matrix[gen].get(v))} (n={gv.judged_counts.get(gen, {}).get(v, 0)})"
-                    for v in verifiers]] for gen in gv.pass_rate_matrix]
+    rows = [
+        [
+            gen,
+            *[
+                f"{rate(gv.pass_rate_matrix[gen].get(v))} (n={gv.judged_counts.get(gen, {}).get(v, 0)})"
+                for v in verifiers
+            ],
+        ]
+        for gen in gv.pass_rate_matrix
+    ]
     lines += [md_table(["generator", *verifiers], rows), ""]
     if gv.self_evaluation:
-        lines += ["Self-evaluation bias (a model verifying its own candidates vs the others'):", "",
-                  md_table(["model", "self pass rate", "cross pass rate", "bias"],
-                           [[m, rate(s.self_pass_rate), rate(s.cross_pass_rate), rate(s.self_evaluation_bias)]
-                            for m, s in gv.self_evaluation.items()]), ""]
+        lines += [
+            "Self-evaluation bias (a model verifying its own candidates vs the others'):",
+            "",
+            md_table(
+                ["model", "self pass rate", "cross pass rate", "bias"],
+                [
+                    [m, rate(s.self_pass_rate), rate(s.cross_pass_rate), rate(s.self_evaluation_bias)]
+                    for m, s in gv.self_evaluation.items()
+                ],
+            ),
+            "",
+        ]
     if gv.verifier_kappa:
-        lines += [md_table(["verifier a", "verifier b", "Cohen's kappa", "n", "note"],
-                           [[k.verifier_a, k.verifier_b, rate(k.kappa), k.n, k.reason or ""]
-                            for k in gv.verifier_kappa]), ""]
+        lines += [
+            md_table(
+                ["verifier a", "verifier b", "Cohen's kappa", "n", "note"],
+                [[k.verifier_a, k.verifier_b, rate(k.kappa), k.n, k.reason or ""] for k in gv.verifier_kappa],
+            ),
+            "",
+        ]
     if gv.precheck_failures:
         lines += ["Pre-check rejections: " + ", ".join(f"{rule} {n}" for rule, n in gv.precheck_failures.items()), ""]
     return lines
@@ -352,18 +465,28 @@ def audit_section(facts: RunFacts) -> list[str]:
     kappa = audit.annotator_agreement.get("kappa")
     kind = audit.annotator_agreement.get("kappa_kind")
     strata = ", ".join(f"{n} {name}" for name, n in audit.sampled_per_stratum.items())
-    lines += [f"A stratified sample of {audit.sample_size} items ({strata}) was checked by hand against the "
-              f"verifier rubric by {plural(len(audit.labels_per_annotator), 'annotator')}; {audit.item_rule}. "
-              f"Overall pass rate {rate(audit.overall.pass_rate)} ({audit.overall.passed}/{audit.overall.n}, "
-              f"{audit.interval} [{rate(audit.overall.ci_low)}, {rate(audit.overall.ci_high)}])"
-              + (f"; {str(kind).capitalize()}'s kappa between annotators {rate(kappa)}." if kind else "."), "",
-              md_table(["group", "value", "n", "passed", "pass rate", "95% CI"],
-                       _pass_rows("class", audit.by_class) + _pass_rows("intensity", audit.by_intensity)
-                       + _pass_rows("all", [audit.overall])), ""]
+    lines += [
+        f"A stratified sample of {audit.sample_size} items ({strata}) was checked by hand against the "
+        f"verifier rubric by {plural(len(audit.labels_per_annotator), 'annotator')}; {audit.item_rule}. "
+        f"Overall pass rate {rate(audit.overall.pass_rate)} ({audit.overall.passed}/{audit.overall.n}, "
+        f"{audit.interval} [{rate(audit.overall.ci_low)}, {rate(audit.overall.ci_high)}])"
+        + (f"; {str(kind).capitalize()}'s kappa between annotators {rate(kappa)}." if kind else "."),
+        "",
+        md_table(
+            ["group", "value", "n", "passed", "pass rate", "95% CI"],
+            _pass_rows("class", audit.by_class)
+            + _pass_rows("intensity", audit.by_intensity)
+            + _pass_rows("all", [audit.overall]),
+        ),
+        "",
+    ]
     consensus = audit.verifier_agreement.get("consensus") if audit.verifier_agreement else None
     if isinstance(consensus, dict) and consensus.get("n"):
-        lines += [f"Humans vs the verifier consensus: {rate(consensus.get('percent_agreement'))} agreement over "
-                  f"{consensus['n']} items.", ""]
+        lines += [
+            f"Humans vs the verifier consensus: {rate(consensus.get('percent_agreement'))} agreement over "
+            f"{consensus['n']} items.",
+            "",
+        ]
     return lines
 
 
@@ -375,39 +498,73 @@ def levers_section(facts: RunFacts) -> list[str]:
     recorded = facts.manifest.catalogue_hash if facts.manifest else None
     now = facts.catalogue_hash_now
     if not recorded:
-        catalogue = (f"- catalogue hash at generation: not recorded; the catalogue installed now has "
-                     f"{len(facts.catalogue)} levers, hash `{now}`")
+        catalogue = (
+            f"- catalogue hash at generation: not recorded; the catalogue installed now has "
+            f"{len(facts.catalogue)} levers, hash `{now}`"
+        )
     elif recorded == now:
-        catalogue = (f"- catalogue hash at generation (sha256): `{recorded}`; the catalogue installed now is the same "
-                     f"({len(facts.catalogue)} levers)")
+        catalogue = (
+            f"- catalogue hash at generation (sha256): `{recorded}`; the catalogue installed now is the same "
+            f"({len(facts.catalogue)} levers)"
+        )
     else:
-        catalogue = (f"- catalogue hash at generation (sha256): `{recorded}`; the catalogue installed now differs "
-                     f"({len(facts.catalogue)} levers, hash `{now}`)")
-    lines += [catalogue,
-              f"- levers in this dataset: {len(used)} distinct"
-              + (f"; levers assigned: {len(set(facts.assigned_levers))} distinct over {len(facts.assigned_levers)} "
-                 "assignments" if facts.assigned_levers is not None else ""), "",
-              "Distinct levers per class × intensity in this dataset:", ""]
+        catalogue = (
+            f"- catalogue hash at generation (sha256): `{recorded}`; the catalogue installed now differs "
+            f"({len(facts.catalogue)} levers, hash `{now}`)"
+        )
+    lines += [
+        catalogue,
+        f"- levers in this dataset: {len(used)} distinct"
+        + (
+            f"; levers assigned: {len(set(facts.assigned_levers))} distinct over {len(facts.assigned_levers)} "
+            "assignments"
+            if facts.assigned_levers is not None
+            else ""
+        ),
+        "",
+        "Distinct levers per class × intensity in this dataset:",
+        "",
+    ]
     distinct = frame.drop_duplicates("lever_id")
     lines += [md_table(*crosstab(distinct, "perturbation_class", "intensity", PERTURBATION_CLASSES, INTENSITIES)), ""]
-    rows = [[lid, by_id[lid].name if lid in by_id else "(not in the installed catalogue)",
-             *frame.loc[frame["lever_id"] == lid, ["perturbation_class", "intensity"]].iloc[0], used[lid]]
-            for lid in sorted(used)]
-    lines += ["<details><summary>Levers used</summary>", "",
-              md_table(["lever", "name", "class", "intensity", "items"], rows), "", "</details>", ""]
+    rows = [
+        [
+            lid,
+            by_id[lid].name if lid in by_id else "(not in the installed catalogue)",
+            *frame.loc[frame["lever_id"] == lid, ["perturbation_class", "intensity"]].iloc[0],
+            used[lid],
+        ]
+        for lid in sorted(used)
+    ]
+    lines += [
+        "<details><summary>Levers used</summary>",
+        "",
+        md_table(["lever", "name", "class", "intensity", "items"], rows),
+        "",
+        "</details>",
+        "",
+    ]
     return lines
 
 
 def prompts_section(facts: RunFacts) -> list[str]:
     recorded = facts.manifest.prompt_hashes if facts.manifest else {}
-    rows = [[name, f"`{value}`", ("same" if facts.prompt_hashes_now.get(name) == value else "differs")]
-            for name, value in recorded.items() if not name.startswith("kon_")]
+    rows = [
+        [name, f"`{value}`", ("same" if facts.prompt_hashes_now.get(name) == value else "differs")]
+        for name, value in recorded.items()
+        if not name.startswith("kon_")
+    ]
     if not rows:
         return ["### Prompt templates", "", "No template hashes recorded.", ""]
-    return ["### Prompt templates", "",
-            "sha256 prefixes of the templates the run used (generator and verifier: how the items were made; "
-            "target and judge: how RefusalBench evaluates them), and whether the installed package's are the same.",
-            "", md_table(["template", "hash", "installed now"], rows), ""]
+    return [
+        "### Prompt templates",
+        "",
+        "sha256 prefixes of the templates the run used (generator and verifier: how the items were made; "
+        "target and judge: how RefusalBench evaluates them), and whether the installed package's are the same.",
+        "",
+        md_table(["template", "hash", "installed now"], rows),
+        "",
+    ]
 
 
 def _folder_name(uri: str) -> str:
@@ -418,11 +575,18 @@ def provenance(facts: RunFacts) -> list[str]:
     lines = ["## Provenance", ""]
     m = facts.manifest
     if m is not None:
-        rows: list[list[Any]] = [["run folder", _folder_name(facts.run_uri)], ["manifest", facts.manifest_source], ["run id", m.run_id],
-                ["status", m.status], ["created", m.created_at.isoformat()],
-                ["finished", m.finished_at.isoformat() if m.finished_at else ""],
-                ["refusalbench", m.package_version], ["run-folder schema", m.schema_version],
-                ["config hash", m.config_hash], ["seed", m.seed]]
+        rows: list[list[Any]] = [
+            ["run folder", _folder_name(facts.run_uri)],
+            ["manifest", facts.manifest_source],
+            ["run id", m.run_id],
+            ["status", m.status],
+            ["created", m.created_at.isoformat()],
+            ["finished", m.finished_at.isoformat() if m.finished_at else ""],
+            ["refusalbench", m.package_version],
+            ["run-folder schema", m.schema_version],
+            ["config hash", m.config_hash],
+            ["seed", m.seed],
+        ]
         if facts.evaluated:
             rows.append(["evaluated", "yes: the run folder also holds an evaluation (not part of this export)"])
         lines += [md_table(["", ""], rows), ""]
@@ -432,15 +596,36 @@ def provenance(facts: RunFacts) -> list[str]:
     if m is not None:
         gen = _generation_config(facts)
         pretest = gen.get("pretest") or {}
-        names = list(dict.fromkeys([*gen.get("generators", []), *gen.get("verifiers", []),
-                                    *pretest.get("models", []), *([pretest["judge"]] if pretest.get("judge") else [])]))
-        models = {n: {k: v for k, v in (m.config.get("models", {}).get(n) or {}).items()
-                      if k in PUBLIC_MODEL_KEYS and v not in (None, {}, [])} for n in names}
+        names = list(
+            dict.fromkeys(
+                [
+                    *gen.get("generators", []),
+                    *gen.get("verifiers", []),
+                    *pretest.get("models", []),
+                    *([pretest["judge"]] if pretest.get("judge") else []),
+                ]
+            )
+        )
+        models = {
+            n: {
+                k: v
+                for k, v in (m.config.get("models", {}).get(n) or {}).items()
+                if k in PUBLIC_MODEL_KEYS and v not in (None, {}, [])
+            }
+            for n in names
+        }
         settings = {"generation": gen, "models": models}
-        lines += ["### Configuration", "",
-                  "The generation settings (the base set by file name) and the models they name (endpoints, key "
-                  "variables and headers left out).", "", "```yaml",
-                  yaml.safe_dump(settings, sort_keys=False, allow_unicode=True, width=1000).rstrip(), "```", ""]
+        lines += [
+            "### Configuration",
+            "",
+            "The generation settings (the base set by file name) and the models they name (endpoints, key "
+            "variables and headers left out).",
+            "",
+            "```yaml",
+            yaml.safe_dump(settings, sort_keys=False, allow_unicode=True, width=1000).rstrip(),
+            "```",
+            "",
+        ]
     return lines
 
 
@@ -453,22 +638,40 @@ def notes_section(facts: RunFacts) -> list[str]:
 
 def limitations(facts: RunFacts) -> list[str]:
     rule = _generation_config(facts).get("filter") or (facts.gv.filter if facts.gv else None) or "model"
-    checked = ("- The items were written by language models and kept without a verification filter (`filter: none`): "
-               "the verifiers' verdicts were recorded but did not decide. Audit them before relying on them."
-               if rule == "none" else
-               f"- The items were written and checked by language models. The {rule} verification filter removes many "
-               "bad items but not all; see the human audit above, where one exists.")
-    return ["## Limitations", "", checked,
-            "- `expected` is the label the lever calls for; it is not a human annotation of every item.",
-            "- The answers and contexts come from the base set: its biases, errors and licence carry over.", ""]
+    checked = (
+        "- The items were written by language models and kept without a verification filter (`filter: none`): "
+        "the verifiers' verdicts were recorded but did not decide. Audit them before relying on them."
+        if rule == "none"
+        else f"- The items were written and checked by language models. The {rule} verification filter removes many "
+        "bad items but not all; see the human audit above, where one exists."
+    )
+    return [
+        "## Limitations",
+        "",
+        checked,
+        "- `expected` is the label the lever calls for; it is not a human annotation of every item.",
+        "- The answers and contexts come from the base set: its biases, errors and licence carry over.",
+        "",
+    ]
 
 
-def render_card(facts: RunFacts, configs: Sequence[ExportConfig], *, pretty_name: str,
-                languages: Sequence[str]) -> str:
+def render_card(facts: RunFacts, configs: Sequence[ExportConfig], *, pretty_name: str, languages: Sequence[str]) -> str:
     """The whole ``README.md``: YAML metadata, then the card."""
-    body = (intro(facts, pretty_name) + loading(configs) + fields_section(facts) + composition(facts)
-            + methods(facts) + gv_section(facts) + audit_section(facts) + provenance(facts) + notes_section(facts)
-            + limitations(facts)
-            + ["<!-- written by `refusalbench export --format hf` from the run folder; regenerate rather than edit "
-               "the figures -->", ""])
+    body = (
+        intro(facts, pretty_name)
+        + loading(configs)
+        + fields_section(facts)
+        + composition(facts)
+        + methods(facts)
+        + gv_section(facts)
+        + audit_section(facts)
+        + provenance(facts)
+        + notes_section(facts)
+        + limitations(facts)
+        + [
+            "<!-- written by `refusalbench export --format hf` from the run folder; regenerate rather than edit "
+            "the figures -->",
+            "",
+        ]
+    )
     return metadata(facts, configs, pretty_name=pretty_name, languages=languages) + "\n" + "\n".join(body)

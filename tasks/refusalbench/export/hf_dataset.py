@@ -26,9 +26,10 @@ import math
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import fsspec
 import pyarrow as pa
@@ -37,15 +38,15 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from refusalbench.tasks.core import runfolder
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
-from refusalbench.tasks.refusalbench.export.dataset_card import ExportConfig, RunFacts, render_card
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue
-from refusalbench.tasks.refusalbench.taxonomy import VARIANTS
-from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.core.store import ArtifactStore, storage_options
+from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.refusalbench.export.dataset_card import ExportConfig, RunFacts, render_card
+from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
+from refusalbench.tasks.refusalbench.taxonomy import VARIANTS
 
 FORMATS = ("hf",)
 SPLIT = "test"
@@ -105,26 +106,42 @@ def read_run(run_dir: str) -> RunFacts:
     _check_run_folder(run_dir)
     store = ArtifactStore(run_dir)
     if not store.has(rb_files.BENCHMARK):
-        raise InputError(store.uri(rb_files.BENCHMARK.name),
-                         "no benchmark.parquet in this run folder (refusalbench generate or run writes it)")
+        raise InputError(
+            store.uri(rb_files.BENCHMARK.name),
+            "no benchmark.parquet in this run folder (refusalbench generate or run writes it)",
+        )
     items = read_benchmark(store.uri(rb_files.BENCHMARK.name))  # every row checked; an empty one is refused
     table = store.read_table(rb_files.BENCHMARK.name)
     manifest, source, evaluated = _generation_manifest(store)
     if manifest is not None and manifest.status != "completed":
         assert source is not None, "a manifest comes with the file it was read from"
-        raise InputError(store.uri(source), f"the generation run did not complete (status {manifest.status}): "
-                                            "export a finished run")
+        raise InputError(
+            store.uri(source), f"the generation run did not complete (status {manifest.status}): export a finished run"
+        )
     gv = _load(store, rb_files.GV_ANALYSIS) if store.has(rb_files.GV_ANALYSIS) else None
     audit = _load(store, rb_files.AUDIT) if store.has(rb_files.AUDIT) else None
     assigned = None
     if store.has(rb_files.ASSIGNMENTS):
         assigned = [str(v) for v in store.read_table(rb_files.ASSIGNMENTS.name).column("lever_id").to_pylist()]
     catalogue = load_catalogue()
-    facts = RunFacts(run_uri=store.uri(""), benchmark=table, manifest=manifest, manifest_source=source,
-                     evaluated=evaluated, gv=gv, audit=audit, assigned_levers=assigned, catalogue=catalogue,
-                     catalogue_hash_now=catalogue_hash(catalogue), prompt_hashes_now=all_template_hashes())
-    audited = (store.read_table(rb_files.AUDIT_SAMPLE.name).column("item_id").to_pylist()
-               if audit is not None and store.has(rb_files.AUDIT_SAMPLE) else None)
+    facts = RunFacts(
+        run_uri=store.uri(""),
+        benchmark=table,
+        manifest=manifest,
+        manifest_source=source,
+        evaluated=evaluated,
+        gv=gv,
+        audit=audit,
+        assigned_levers=assigned,
+        catalogue=catalogue,
+        catalogue_hash_now=catalogue_hash(catalogue),
+        prompt_hashes_now=all_template_hashes(),
+    )
+    audited = (
+        store.read_table(rb_files.AUDIT_SAMPLE.name).column("item_id").to_pylist()
+        if audit is not None and store.has(rb_files.AUDIT_SAMPLE)
+        else None
+    )
     facts.notes.extend(consistency_notes(facts, len(items), audited))
     return facts
 
@@ -136,14 +153,18 @@ def consistency_notes(facts: RunFacts, rows: int, audited: list[str] | None = No
     """
     notes = []
     if facts.gv is not None and facts.gv.funnel.get("sampled") != rows:
-        notes.append(f"gv_analysis.json counts {facts.gv.funnel.get('sampled')} sampled items but benchmark.parquet "
-                     f"holds {rows}: the benchmark was changed after generation, the funnel describes the original")
+        notes.append(
+            f"gv_analysis.json counts {facts.gv.funnel.get('sampled')} sampled items but benchmark.parquet "
+            f"holds {rows}: the benchmark was changed after generation, the funnel describes the original"
+        )
     if facts.audit is not None and audited is not None:
         ids = set(facts.benchmark.column("item_id").to_pylist())
         outside = sum(item_id not in ids for item_id in audited)
         if outside:
-            notes.append(f"{outside} of the {len(audited)} audited items are not in benchmark.parquet: the audit "
-                         "describes an earlier benchmark")
+            notes.append(
+                f"{outside} of the {len(audited)} audited items are not in benchmark.parquet: the audit "
+                "describes an earlier benchmark"
+            )
     return notes
 
 
@@ -183,13 +204,17 @@ def _check_out(out: Path, force: bool) -> None:
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not force:
-        raise InputError(str(out), "the folder is not empty; pass --force to replace its README.md and data/",
-                         field="--out")
+        raise InputError(
+            str(out), "the folder is not empty; pass --force to replace its README.md and data/", field="--out"
+        )
     data = out / DATA_DIR
     if data.exists() and (not data.is_dir() or any(p.is_file() and p.suffix != ".parquet" for p in data.rglob("*"))):
         # --force replaces a dataset's data folder, never one that holds anything else (a project's data/).
-        raise InputError(str(data), "holds files other than Parquet: not an export's data folder, choose another "
-                         "--out", field="--out")
+        raise InputError(
+            str(data),
+            "holds files other than Parquet: not an export's data folder, choose another --out",
+            field="--out",
+        )
 
 
 def _write_tree(folder: Path, files: dict[str, pa.Table], card: str) -> None:
@@ -219,9 +244,16 @@ def _publish(tmp: Path, out: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def export_run(run_dir: str, out_dir: str | Path, *, fmt: str = "hf", force: bool = False,
-               pretty_name: str | None = None, languages: Sequence[str] = ("en",),
-               max_rows: int = MAX_ROWS_PER_SHARD) -> ExportResult:
+def export_run(
+    run_dir: str,
+    out_dir: str | Path,
+    *,
+    fmt: str = "hf",
+    force: bool = False,
+    pretty_name: str | None = None,
+    languages: Sequence[str] = ("en",),
+    max_rows: int = MAX_ROWS_PER_SHARD,
+) -> ExportResult:
     """Export the benchmark of ``run_dir`` to ``out_dir`` (see the module docstring)."""
     if fmt not in FORMATS:
         raise InputError(fmt, f"unknown export format (known: {', '.join(FORMATS)})", field="--format")
@@ -234,8 +266,11 @@ def export_run(run_dir: str, out_dir: str | Path, *, fmt: str = "hf", force: boo
     facts = read_run(run_dir)
     files = split_files(facts.benchmark, max_rows)
     configs = export_configs(files)
-    name = pretty_name or (f"RefusalBench benchmark {facts.manifest.run_id}" if facts.manifest
-                           else f"RefusalBench benchmark ({Path(str(run_dir).rstrip('/')).name})")
+    name = pretty_name or (
+        f"RefusalBench benchmark {facts.manifest.run_id}"
+        if facts.manifest
+        else f"RefusalBench benchmark ({Path(str(run_dir).rstrip('/')).name})"
+    )
     card = render_card(facts, configs, pretty_name=name, languages=list(languages) or ["en"])
 
     out = out.absolute()
@@ -250,5 +285,6 @@ def export_run(run_dir: str, out_dir: str | Path, *, fmt: str = "hf", force: boo
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ExportResult(out=str(out), rows=facts.benchmark.num_rows, files=sorted([*files, CARD]), configs=configs,
-                        notes=facts.notes)
+    return ExportResult(
+        out=str(out), rows=facts.benchmark.num_rows, files=sorted([*files, CARD]), configs=configs, notes=facts.notes
+    )

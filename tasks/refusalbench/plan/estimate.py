@@ -54,26 +54,33 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from refusalbench.tasks.refusalbench.stages.assign import configured_strata, draw_assignments
-from refusalbench.tasks.refusalbench.basesets import load_base_set
-from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.context_limits import overflow
 from refusalbench.tasks.llm.gateway import json_schema
 from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
+from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput, VerifierOutput
+from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.refusalbench.levers import load_catalogue
+from refusalbench.tasks.refusalbench.plan.prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
+from refusalbench.tasks.refusalbench.plan.results import ModelPlan, Plan, PlanTotal, StagePlan
+from refusalbench.tasks.refusalbench.plan.table import plan_table
+from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
+from refusalbench.tasks.refusalbench.schema.records import (
+    Assignment,
+    BaseItem,
+    BenchmarkItem,
+    Candidate,
+    Lever,
+    Response,
+)
+from refusalbench.tasks.refusalbench.stages.assign import configured_strata, draw_assignments
 from refusalbench.tasks.refusalbench.stages.generate import generation_messages, rule_candidates
 from refusalbench.tasks.refusalbench.stages.judge import judge_messages, judge_schema
-from refusalbench.tasks.refusalbench.plan.results import ModelPlan, Plan, PlanTotal, StagePlan
-from refusalbench.tasks.refusalbench.plan.prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
-from refusalbench.tasks.refusalbench.plan.table import plan_table
-from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, BenchmarkItem, Candidate, Lever, Response
 from refusalbench.tasks.refusalbench.stages.respond import target_messages
 from refusalbench.tasks.refusalbench.stages.select import stratum_quotas
-from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput, VerifierOutput
-from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, STRATA, expected_behaviour
 from refusalbench.tasks.refusalbench.stages.verify import verification_messages
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, STRATA, expected_behaviour
 
 CHARS_PER_TOKEN = 4
 STAGES = ("pretest", "generate", "verify", "respond", "judge")
@@ -95,8 +102,9 @@ class _StageWork:
     batch_calls: Counter[str] = field(default_factory=Counter)  # of the calls, those sent through the batch API
     batch_chars: Counter[str] = field(default_factory=Counter)
 
-    def add(self, model: str, cfg: ModelConfig, calls: int, prompts: list[Prompt], *, bounded: bool,
-            stage: str) -> None:
+    def add(
+        self, model: str, cfg: ModelConfig, calls: int, prompts: list[Prompt], *, bounded: bool, stage: str
+    ) -> None:
         """``calls`` calls whose prompts look like ``prompts`` on average (all of them when equal in number);
         ``stage``: the stage they count for (accounting's name: the calibration pass's is ``calibrate``)."""
         batch = sends_batches(cfg, stage)
@@ -136,11 +144,24 @@ def _schema_chars(cfg: ModelConfig, schema: type[BaseModel] | None) -> int:
 
 def _stand_in(item: BaseItem) -> BenchmarkItem:
     """A base item dressed as an answerable benchmark item, for rendering target and judge prompts."""
-    return BenchmarkItem(item_id=item.id, base_id=item.id, variant=item.variant, perturbation_class="-",
-                         intensity="LOW", lever_id="-", generator="-", question=item.question, context=item.context,
-                         passages=item.passages, original_question=item.question, original_context=item.context,
-                         original_passages=item.passages, answers=item.answers, expected=ANSWER_CORRECTLY,
-                         domain=item.domain)
+    return BenchmarkItem(
+        item_id=item.id,
+        base_id=item.id,
+        variant=item.variant,
+        perturbation_class="-",
+        intensity="LOW",
+        lever_id="-",
+        generator="-",
+        question=item.question,
+        context=item.context,
+        passages=item.passages,
+        original_question=item.question,
+        original_context=item.context,
+        original_passages=item.passages,
+        answers=item.answers,
+        expected=ANSWER_CORRECTLY,
+        domain=item.domain,
+    )
 
 
 def _target_prompts(items: list[BenchmarkItem], confidence: bool = False) -> list[Prompt]:
@@ -155,22 +176,41 @@ def _judge_prompts(items: list[BenchmarkItem]) -> list[Prompt]:
     return prompts
 
 
-def _generation_prompts(assignments: list[Assignment], items: dict[str, BaseItem],
-                        levers: dict[str, Lever]) -> list[Prompt]:
-    return [_prompt(generation_messages(items[a.base_id], levers[a.lever_id]),
-                    GeneratorMultiOutput if a.variant == "multi" else GeneratorSingleOutput) for a in assignments]
+def _generation_prompts(
+    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever]
+) -> list[Prompt]:
+    return [
+        _prompt(
+            generation_messages(items[a.base_id], levers[a.lever_id]),
+            GeneratorMultiOutput if a.variant == "multi" else GeneratorSingleOutput,
+        )
+        for a in assignments
+    ]
 
 
-def _verification_prompts(assignments: list[Assignment], items: dict[str, BaseItem],
-                          levers: dict[str, Lever]) -> list[Prompt]:
+def _verification_prompts(
+    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever]
+) -> list[Prompt]:
     prompts: list[Prompt] = []
     for a in assignments:
         item, lever = items[a.base_id], levers[a.lever_id]
         # The candidate's perturbed text is not known yet: the original stands in for it.
-        stand_in = Candidate(candidate_id="-", assignment_id=a.assignment_id, base_id=a.base_id, lever_id=a.lever_id,
-                             perturbation_class=a.perturbation_class, intensity=a.intensity, variant=a.variant,
-                             generator="-", status="ok", question=item.question, context=item.context,
-                             passages=item.passages, expected=lever.expected, prompt_hash="-")
+        stand_in = Candidate(
+            candidate_id="-",
+            assignment_id=a.assignment_id,
+            base_id=a.base_id,
+            lever_id=a.lever_id,
+            perturbation_class=a.perturbation_class,
+            intensity=a.intensity,
+            variant=a.variant,
+            generator="-",
+            status="ok",
+            question=item.question,
+            context=item.context,
+            passages=item.passages,
+            expected=lever.expected,
+            prompt_hash="-",
+        )
         prompts.append(_prompt(verification_messages(stand_in, item, lever), VerifierOutput))
     return prompts
 
@@ -197,8 +237,15 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
     assert gen is not None, "plan_run draws a generation only for a config with a generation section"
     all_items = load_base_set(cfg.resolve_path(gen.base_set))
     catalogue = load_catalogue()
-    items, assignments = draw_assignments(all_items, catalogue, configured_strata(cfg), gen.base_sample,
-                                          gen.levers_per_stratum, seed, by=gen.base_sample_by)
+    items, assignments = draw_assignments(
+        all_items,
+        catalogue,
+        configured_strata(cfg),
+        gen.base_sample,
+        gen.levers_per_stratum,
+        seed,
+        by=gen.base_sample_by,
+    )
     drawn = _Generation(all_items, items, assignments, {lever.id: lever for lever in catalogue})
     per_stratum = Counter((a.perturbation_class, a.intensity) for a in assignments)
     ordered = [s for s in STRATA if s in per_stratum]
@@ -213,15 +260,23 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
     return drawn
 
 
-def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], verifiers: list[str],
-                     pretest: list[str], judge: str | None) -> dict[str, _StageWork]:
+def _generation_work(
+    cfg: RunConfig,
+    drawn: _Generation,
+    generators: list[str],
+    verifiers: list[str],
+    pretest: list[str],
+    judge: str | None,
+) -> dict[str, _StageWork]:
     gen, models = cfg.generation, cfg.models
     assert gen is not None, "plan_run plans the generation only for a config with a generation section"
     stages: dict[str, _StageWork] = {}
     if gen.pretest is not None:
         n = len(drawn.all_items)
-        work = _StageWork(f"{n} base items x {len(pretest)} pre-test models answer (exact); the judge "
-                          "scores each answer (at most one call per answer)")
+        work = _StageWork(
+            f"{n} base items x {len(pretest)} pre-test models answer (exact); the judge "
+            "scores each answer (at most one call per answer)"
+        )
         stand_ins = [_stand_in(item) for item in drawn.all_items]
         answer_prompts, judge_prompts = _target_prompts(stand_ins, False), _judge_prompts(stand_ins)
         for model in pretest:
@@ -239,12 +294,17 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
         work.add(model, models[model], a, prompts, bounded=gen.pretest is not None, stage="generate")
     stages["generate"] = work
 
-    candidates = a * len(llm_generators) + sum(len(rule_candidates(drawn.assignments, drawn.items_by_id, drawn.levers, m))
-                                               for m in generators if models[m].rule_based)
+    candidates = a * len(llm_generators) + sum(
+        len(rule_candidates(drawn.assignments, drawn.items_by_id, drawn.levers, m))
+        for m in generators
+        if models[m].rule_based
+    )
     short_circuit = gen.verification == "short_circuit"
-    work = _StageWork(f"at most {candidates} candidates x {len(verifiers)} verifiers (only parsed candidates are "
-                      "sent" + ("; short_circuit drops those an earlier verifier failed)" if short_circuit else ")"),
-                      sequential=short_circuit)
+    work = _StageWork(
+        f"at most {candidates} candidates x {len(verifiers)} verifiers (only parsed candidates are "
+        "sent" + ("; short_circuit drops those an earlier verifier failed)" if short_circuit else ")"),
+        sequential=short_circuit,
+    )
     prompts = _verification_prompts(drawn.assignments, drawn.items_by_id, drawn.levers)
     for model in verifiers:
         work.add(model, models[model], candidates, prompts, bounded=True, stage="verify")
@@ -252,8 +312,14 @@ def _generation_work(cfg: RunConfig, drawn: _Generation, generators: list[str], 
     return stages
 
 
-def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, benchmark: list[BenchmarkItem] | None,
-                     drawn: _Generation | None) -> dict[str, _StageWork]:
+def _evaluation_work(
+    cfg: RunConfig,
+    targets: list[str],
+    judge: str | None,
+    *,
+    benchmark: list[BenchmarkItem] | None,
+    drawn: _Generation | None,
+) -> dict[str, _StageWork]:
     ev, models = cfg.evaluation, cfg.models
     assert ev is not None, "plan_run plans the evaluation only for a config with an evaluation section"
     if benchmark is not None:
@@ -270,15 +336,19 @@ def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, b
         judged = size if ev.decision == "judge" else drawn.answerable_max
         respond_prompts, judge_prompts = _target_prompts(stand_ins), _judge_prompts(stand_ins)
         calibration_prompts = _target_prompts(stand_ins, confidence=True) if ev.confidence else []
-        respond_note = (f"at most {size} benchmark items (the sum over strata of min(quota, candidates)) "
-                        f"x {len(targets)} targets")
+        respond_note = (
+            f"at most {size} benchmark items (the sum over strata of min(quota, candidates)) x {len(targets)} targets"
+        )
     respond = _StageWork(respond_note)
     for model in targets:
         respond.add(model, models[model], size, respond_prompts, bounded=not exact, stage="respond")
-    judge_work = _StageWork(f"at most {judged} items x {len(targets)} targets: the judge classifies every reply "
-                            "but one that is only a refusal code" if ev.decision == "judge" else
-                            f"at most {judged} answerable items x {len(targets)} targets: only answers to "
-                            "answerable items are judged (decision: codes)")
+    judge_work = _StageWork(
+        f"at most {judged} items x {len(targets)} targets: the judge classifies every reply "
+        "but one that is only a refusal code"
+        if ev.decision == "judge"
+        else f"at most {judged} answerable items x {len(targets)} targets: only answers to "
+        "answerable items are judged (decision: codes)"
+    )
     if judge is not None:
         judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True, stage="judge")
     if ev.confidence:
@@ -287,8 +357,7 @@ def _evaluation_work(cfg: RunConfig, targets: list[str], judge: str | None, *, b
         for model in targets:
             respond.add(model, models[model], size, calibration_prompts, bounded=not exact, stage="calibrate")
         if judge is not None:
-            judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True,
-                           stage="calibrate")
+            judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True, stage="calibrate")
         respond.note += "; twice with the calibration pass (evaluation.confidence: the confidence prompt)"
         judge_work.note += "; twice with the calibration pass"
     work = {"respond": respond, "judge": judge_work}
@@ -306,8 +375,7 @@ def time_bound(cfg: ModelConfig, calls: int, latency_s: float) -> float:
     return max(by_concurrency, by_rate)
 
 
-def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | None,
-                 latency_s: float) -> ModelPlan:
+def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | None, latency_s: float) -> ModelPlan:
     """One model's calls of a stage: tokens, cost at each call's mode's price, and time."""
     calls, batch_calls = work.calls[name], work.batch_calls[name]
     tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
@@ -330,10 +398,19 @@ def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | 
     seconds = time_bound(mcfg, calls - batch_calls, latency_s)
     if batch_calls:
         seconds = max(seconds, mcfg.batch.max_wait_s)
-    return ModelPlan(calls=calls, upper_bound=name in work.bounded, input_tokens=tokens_in,
-                     output_tokens_max=tokens_out, input_cost_usd=cost_in, cost_usd=cost,
-                     time_bound_s=round(seconds, 3), too_long=work.too_long[name], batch_calls=batch_calls,
-                     sync_cost_usd=sync_cost, batch_cost_usd=batch_cost)
+    return ModelPlan(
+        calls=calls,
+        upper_bound=name in work.bounded,
+        input_tokens=tokens_in,
+        output_tokens_max=tokens_out,
+        input_cost_usd=cost_in,
+        cost_usd=cost,
+        time_bound_s=round(seconds, 3),
+        too_long=work.too_long[name],
+        batch_calls=batch_calls,
+        sync_cost_usd=sync_cost,
+        batch_cost_usd=batch_cost,
+    )
 
 
 def _price_stage(cfg: RunConfig, work: _StageWork, rates: dict[str, Rates | None], latency_s: float) -> StagePlan:
@@ -341,19 +418,30 @@ def _price_stage(cfg: RunConfig, work: _StageWork, rates: dict[str, Rates | None
     times = [m.time_bound_s for m in models.values()]
     outs = [m.output_tokens_max for m in models.values()]
     return StagePlan(
-        calls=sum(m.calls for m in models.values()), by_model={k: m.calls for k, m in models.items()},
-        upper_bound=bool(work.bounded), input_tokens=sum(m.input_tokens for m in models.values()),
+        calls=sum(m.calls for m in models.values()),
+        by_model={k: m.calls for k, m in models.items()},
+        upper_bound=bool(work.bounded),
+        input_tokens=sum(m.input_tokens for m in models.values()),
         output_tokens_max=None if None in outs else sum(outs),
         input_cost_usd=sum_or_none([m.input_cost_usd for m in models.values()]),
         cost_usd=sum_or_none([m.cost_usd for m in models.values()]),
         time_bound_s=round(sum(times) if work.sequential else max(times, default=0.0), 3),
-        models=models, note=work.note, batch_calls=sum(m.batch_calls for m in models.values()),
+        models=models,
+        note=work.note,
+        batch_calls=sum(m.batch_calls for m in models.values()),
         sync_cost_usd=sum_or_none([m.sync_cost_usd for m in models.values()]),
-        batch_cost_usd=sum_or_none([m.batch_cost_usd for m in models.values()]))
+        batch_cost_usd=sum_or_none([m.batch_cost_usd for m in models.values()]),
+    )
 
 
-def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None, benchmark: str | None = None,
-             available: Collection[str] | None = None) -> Plan:
+def plan_run(
+    cfg: RunConfig,
+    *,
+    latency_s: float = 2.0,
+    seed: int | None = None,
+    benchmark: str | None = None,
+    available: Collection[str] | None = None,
+) -> Plan:
     """The plan of a run of ``cfg`` with an empty call cache (see the module doc); no model is called.
 
     Without ``benchmark``: the generation stages of ``cfg`` and an evaluation of the benchmark they
@@ -364,10 +452,12 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
     if latency_s <= 0:
         raise ValueError(f"latency_s must be positive, got {latency_s}")
     keep = (lambda names: [n for n in names if n in available]) if available is not None else list
-    notes = [f"tokens estimated as characters / {CHARS_PER_TOKEN} of the rendered prompts (no tokenizer offline)",
-             f"time per model = max(calls x {latency_s:g} s / max_concurrency, calls / rpm x 60); the models of a "
-             "stage run in parallel, the stages one after another; retries and cached calls are not counted",
-             "output tokens and cost_usd are ceilings: every call is counted at the model's max_tokens"]
+    notes = [
+        f"tokens estimated as characters / {CHARS_PER_TOKEN} of the rendered prompts (no tokenizer offline)",
+        f"time per model = max(calls x {latency_s:g} s / max_concurrency, calls / rpm x 60); the models of a "
+        "stage run in parallel, the stages one after another; retries and cached calls are not counted",
+        "output tokens and cost_usd are ceilings: every call is counted at the model's max_tokens",
+    ]
     work: dict[str, _StageWork] = {}
     drawn = None
     gen, ev = cfg.generation, cfg.evaluation
@@ -378,8 +468,10 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
         drawn = _draw_generation(cfg, gen.seed if seed is None else seed, len(generators))
         work.update(_generation_work(cfg, drawn, generators, keep(gen.verifiers), pretest, pretest_judge))
         if gen.pretest is not None:
-            notes.append("pretest assumes one answer per (item, model) with the target template and at most one "
-                         "judge call per answer with the judge template")
+            notes.append(
+                "pretest assumes one answer per (item, model) with the target template and at most one "
+                "judge call per answer with the judge template"
+            )
     if ev is not None and (benchmark is not None or drawn is not None):
         items = read_benchmark(benchmark) if benchmark is not None else None
         judge = (keep([ev.judge]) or [None])[0]
@@ -387,8 +479,11 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
         if benchmark is None:
             notes.append("respond and judge prompts are rendered on the base items, stand-ins for their perturbations")
     elif ev is not None:
-        raise InputError(str(cfg.source), "planning an evaluation without a generation section needs the benchmark "
-                                          "file it will evaluate", field="evaluation")
+        raise InputError(
+            str(cfg.source),
+            "planning an evaluation without a generation section needs the benchmark file it will evaluate",
+            field="evaluation",
+        )
     if not work:
         raise InputError(str(cfg.source), "nothing to plan: the config has no generation or evaluation section")
     if available is not None:
@@ -409,28 +504,37 @@ def plan_run(cfg: RunConfig, *, latency_s: float = 2.0, seed: int | None = None,
     no_batch_api = sorted({name for name, _ in per_model if not batch_provider(cfg.models[name])})
     unbatched = [name for name in no_batch_api if cfg.models[name].mode != "sync"]
     if unbatched:
-        notes.append(f"mode: batch, but no batch API the gateway speaks (OpenAI-style and Anthropic have one): "
-                     f"{', '.join(unbatched)}: sent, priced and timed synchronously")
+        notes.append(
+            f"mode: batch, but no batch API the gateway speaks (OpenAI-style and Anthropic have one): "
+            f"{', '.join(unbatched)}: sent, priced and timed synchronously"
+        )
     if no_batch_api:
-        notes.append(f"batch_cost_usd (every model in mode: batch) keeps these synchronous, their providers having no "
-                     f"batch API the gateway speaks: {', '.join(no_batch_api)}")
+        notes.append(
+            f"batch_cost_usd (every model in mode: batch) keeps these synchronous, their providers having no "
+            f"batch API the gateway speaks: {', '.join(no_batch_api)}"
+        )
     outs = [s.output_tokens_max for s in stages.values()]
     total = PlanTotal(
-        calls=sum(s.calls for s in stages.values()), upper_bound=any(s.upper_bound for s in stages.values()),
+        calls=sum(s.calls for s in stages.values()),
+        upper_bound=any(s.upper_bound for s in stages.values()),
         input_tokens=sum(s.input_tokens for s in stages.values()),
         output_tokens_max=None if None in outs else sum(outs),
         input_cost_usd=sum_or_none([s.input_cost_usd for s in stages.values()]),
         cost_usd=sum_or_none([s.cost_usd for s in stages.values()]),
         priced_cost_usd=round(sum(m.cost_usd for _, m in per_model if m.cost_usd is not None), 6),
-        unpriced_models=unpriced, time_bound_s=round(sum(s.time_bound_s for s in stages.values()), 3),
+        unpriced_models=unpriced,
+        time_bound_s=round(sum(s.time_bound_s for s in stages.values()), 3),
         batch_calls=sum(s.batch_calls for s in stages.values()),
         sync_cost_usd=sum_or_none([s.sync_cost_usd for s in stages.values()]),
         batch_cost_usd=sum_or_none([s.batch_cost_usd for s in stages.values()]),
         priced_sync_cost_usd=round(sum(m.sync_cost_usd for _, m in per_model if m.sync_cost_usd is not None), 6),
-        priced_batch_cost_usd=round(sum(m.batch_cost_usd for _, m in per_model if m.batch_cost_usd is not None), 6))
+        priced_batch_cost_usd=round(sum(m.batch_cost_usd for _, m in per_model if m.batch_cost_usd is not None), 6),
+    )
     if total.batch_calls:
-        notes.append("batch-mode calls are priced at the batch price and take up to the model's batch.max_wait_s "
-                     "(the provider's window; most batches finish sooner); items a batch fails are sent synchronously")
+        notes.append(
+            "batch-mode calls are priced at the batch price and take up to the model's batch.max_wait_s "
+            "(the provider's window; most batches finish sooner); items a batch fails are sent synchronously"
+        )
     return Plan(config=cfg.source, latency_s=latency_s, stages=stages, total=total, notes=notes)
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-ALL_BATCH = "cost_usd with every model in mode: batch (synchronous where its provider has no batch API the gateway speaks)"
+ALL_BATCH = (
+    "cost_usd with every model in mode: batch (synchronous where its provider has no batch API the gateway speaks)"
+)
 
 
 class ModelPlan(BaseModel):
@@ -19,8 +21,11 @@ class ModelPlan(BaseModel):
     input_cost_usd: float | None = Field(description="the input's cost; None when the price is unknown")
     cost_usd: float | None = Field(description="input + output ceiling; None when the price or max_tokens is unknown")
     time_bound_s: float
-    too_long: int = Field(default=0, description="calls whose prompt does not fit the model's context window less "
-                                                 "max_tokens: recorded too_long, not sent (context_limits)")
+    too_long: int = Field(
+        default=0,
+        description="calls whose prompt does not fit the model's context window less "
+        "max_tokens: recorded too_long, not sent (context_limits)",
+    )
     batch_calls: int = Field(default=0, description="of the calls, those sent through the batch API (mode: batch)")
     sync_cost_usd: float | None = Field(default=None, description="cost_usd with every call synchronous")
     batch_cost_usd: float | None = Field(default=None, description=ALL_BATCH)

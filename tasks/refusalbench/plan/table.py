@@ -20,8 +20,15 @@ def _duration(seconds: float) -> str:
 def _row(stage: str, model: str, part: ModelPlan | StagePlan | PlanTotal) -> tuple[str, ...]:
     money = "unknown" if part.cost_usd is None else f"{part.cost_usd:,.2f}"
     out = "unbounded" if part.output_tokens_max is None else f"{part.output_tokens_max:,}"
-    return (stage, model, f"{'<=' if part.upper_bound else ''}{part.calls:,}", f"{part.input_tokens:,}", out, money,
-            _duration(part.time_bound_s))
+    return (
+        stage,
+        model,
+        f"{'<=' if part.upper_bound else ''}{part.calls:,}",
+        f"{part.input_tokens:,}",
+        out,
+        money,
+        _duration(part.time_bound_s),
+    )
 
 
 def _model_cell(model: str, part: ModelPlan) -> str:
@@ -41,8 +48,7 @@ def cost_lines(total: PlanTotal) -> list[str]:
     sync = _money(total.sync_cost_usd, total.priced_sync_cost_usd)
     batch = _money(total.batch_cost_usd, total.priced_batch_cost_usd)
     if not total.batch_calls:
-        return [f"cost, all synchronous (as configured): {sync}",
-                f"cost, every model in mode: batch: {batch}"]
+        return [f"cost, all synchronous (as configured): {sync}", f"cost, every model in mode: batch: {batch}"]
     batched = f"{total.batch_calls:,} of {total.calls:,} calls through the batch API"
     lines = [f"cost as configured ({batched}): {configured}", f"cost, all synchronous: {sync}"]
     if total.batch_calls != total.calls:
@@ -63,18 +69,28 @@ def plan_table(plan: Plan) -> str:
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    out = [f"Plan for {plan.config or 'config'} (<= : upper bound, the count depends on earlier outcomes)",
-           line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
+    out = [
+        f"Plan for {plan.config or 'config'} (<= : upper bound, the count depends on earlier outcomes)",
+        line(header),
+        line(tuple("-" * w for w in widths)),
+        *map(line, rows),
+    ]
     priced = {m for stage in plan.stages.values() for m in stage.models} - set(plan.total.unpriced_models)
     if plan.total.cost_usd is None:
         known = f"cost of the priced models: <= ${plan.total.priced_cost_usd:,.2f}; " if priced else ""
         out.append(f"{known}cost unknown for: {', '.join(plan.total.unpriced_models)}")
     out += cost_lines(plan.total)
-    too_long = [f"  {name}: {model}: {m.too_long:,} of {m.calls:,}" for name, stage in plan.stages.items()
-                for model, m in stage.models.items() if m.too_long]
+    too_long = [
+        f"  {name}: {model}: {m.too_long:,} of {m.calls:,}"
+        for name, stage in plan.stages.items()
+        for model, m in stage.models.items()
+        if m.too_long
+    ]
     if too_long:
-        out += ["prompts too long for the model's context window less max_tokens (recorded too_long, not sent):",
-                *too_long]
+        out += [
+            "prompts too long for the model's context window less max_tokens (recorded too_long, not sent):",
+            *too_long,
+        ]
     out += ["stage notes:", *(f"  {name}: {stage.note}" for name, stage in plan.stages.items())]
     out += ["assumptions:", *(f"  - {note}" for note in plan.notes)]
     return "\n".join(out)

@@ -24,8 +24,11 @@ from refusalbench.tasks.refusalbench.report.leaderboard import format_value
 from refusalbench.tasks.refusalbench.scoring.calibration import FROM_CALIBRATION_PASS, MAX_CONFIDENCE
 
 TITLE = "Calibration"
-ECE_COLUMNS: tuple[tuple[str, str], ...] = (("ece", "ECE"), ("ece_answer", "ECE (answers)"),
-                                            ("ece_refusal", "ECE (refusals)"))
+ECE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ece", "ECE"),
+    ("ece_answer", "ECE (answers)"),
+    ("ece_refusal", "ECE (refusals)"),
+)
 
 
 def _number(value: Any) -> float:
@@ -43,8 +46,13 @@ def _percent(value: Any) -> str:
 def ece_answers_vs_refusals(metrics: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> str | None:
     """Fig. 7: ECE over answer attempts and over refusals, side by side per model (one figure);
     None when no model has either."""
-    models = [m for m in order if not (math.isnan(_number(metrics[m].get("ece_answer")))
-                                       and math.isnan(_number(metrics[m].get("ece_refusal"))))]
+    models = [
+        m
+        for m in order
+        if not (
+            math.isnan(_number(metrics[m].get("ece_answer"))) and math.isnan(_number(metrics[m].get("ece_refusal")))
+        )
+    ]
     if not models:
         return None
     answers = np.array([_number(metrics[m].get("ece_answer")) for m in models])
@@ -68,36 +76,52 @@ def ece_answers_vs_refusals(metrics: Mapping[str, Mapping[str, Any]], order: Seq
     return png_base64(fig)
 
 
-def calibration_table_html(metrics: Mapping[str, Mapping[str, Any]], max_confidence: Mapping[str, Mapping[str, Any]],
-                           order: Sequence[str]) -> str:
+def calibration_table_html(
+    metrics: Mapping[str, Mapping[str, Any]], max_confidence: Mapping[str, Mapping[str, Any]], order: Sequence[str]
+) -> str:
     """Per model: rows with a confidence, ECE (all, answers, refusals), share at maximum confidence, its accuracy."""
-    head = ("<tr><th class='name'>Model</th><th>n with confidence</th>"
-            + "".join(f"<th>{escape(label)}</th>" for _, label in ECE_COLUMNS)
-            + "<th>At maximum confidence</th><th>Accuracy at maximum</th></tr>")
+    head = (
+        "<tr><th class='name'>Model</th><th>n with confidence</th>"
+        + "".join(f"<th>{escape(label)}</th>" for _, label in ECE_COLUMNS)
+        + "<th>At maximum confidence</th><th>Accuracy at maximum</th></tr>"
+    )
     rows = []
     for model in order:
         values, top = metrics[model], max_confidence.get(model, {})
-        rows.append(f"<tr><td class='name'>{escape(model)}</td><td>{int(_number(values.get('n_confidence')) or 0)}</td>"
-                    + "".join(f"<td>{format_value(values.get(name), name)}</td>" for name, _ in ECE_COLUMNS)
-                    + f"<td>{_percent(top.get('max_confidence_share'))}</td>"
-                    + f"<td>{_percent(top.get('max_confidence_accuracy'))}</td></tr>")
+        rows.append(
+            f"<tr><td class='name'>{escape(model)}</td><td>{int(_number(values.get('n_confidence')) or 0)}</td>"
+            + "".join(f"<td>{format_value(values.get(name), name)}</td>" for name, _ in ECE_COLUMNS)
+            + f"<td>{_percent(top.get('max_confidence_share'))}</td>"
+            + f"<td>{_percent(top.get('max_confidence_accuracy'))}</td></tr>"
+        )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def calibration_section(metrics: Mapping[str, Mapping[str, Any]], calibration: pd.DataFrame | None,
-                        max_confidence: Mapping[str, Mapping[str, Any]] | None, source: str | None,
-                        order: Sequence[str]) -> str:
+def calibration_section(
+    metrics: Mapping[str, Mapping[str, Any]],
+    calibration: pd.DataFrame | None,
+    max_confidence: Mapping[str, Mapping[str, Any]] | None,
+    source: str | None,
+    order: Sequence[str],
+) -> str:
     """The calibration section; one line when the run has no stated confidence."""
     order = [m for m in order if m in metrics]
-    if calibration is None or calibration.empty or not any(_number(metrics[m].get("n_confidence")) > 0
-                                                           for m in order):
-        return section(TITLE, "<p class='note'>No confidences were elicited in this run (no calibration pass: "
-                              "evaluation.confidence is off), so ECE is undefined.</p>")
-    origin = ("the calibration pass: the same items asked again with a prompt that also asks for a confidence "
-              "level (App. F.2); the headline metrics come from the plain prompt"
-              if source == FROM_CALIBRATION_PASS else "the confidences stated in the scored responses")
-    note = (f"<p>Confidences from {escape(origin)}. Maximum confidence: VERY_CONFIDENT or a number ≥ "
-            f"{MAX_CONFIDENCE:g}.</p>")
+    if calibration is None or calibration.empty or not any(_number(metrics[m].get("n_confidence")) > 0 for m in order):
+        return section(
+            TITLE,
+            "<p class='note'>No confidences were elicited in this run (no calibration pass: "
+            "evaluation.confidence is off), so ECE is undefined.</p>",
+        )
+    origin = (
+        "the calibration pass: the same items asked again with a prompt that also asks for a confidence "
+        "level (App. F.2); the headline metrics come from the plain prompt"
+        if source == FROM_CALIBRATION_PASS
+        else "the confidences stated in the scored responses"
+    )
+    note = (
+        f"<p>Confidences from {escape(origin)}. Maximum confidence: VERY_CONFIDENT or a number ≥ "
+        f"{MAX_CONFIDENCE:g}.</p>"
+    )
     figure = figure_or_note(ece_answers_vs_refusals(metrics, order), "ECE for answers vs refusals")
     diagrams = image_tag(reliability_diagrams(calibration, metrics), "reliability diagrams")
     return section(TITLE, note + calibration_table_html(metrics, max_confidence or {}, order) + figure + diagrams)

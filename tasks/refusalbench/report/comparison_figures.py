@@ -45,6 +45,7 @@ def aligned_metrics() -> tuple[tuple[str, str], ...]:
 @dataclass(frozen=True)
 class ModelFacts:
     """What the registry says a model is (None: not stated)."""
+
     name: str
     family: str | None = None
     parameters_b: float | None = None
@@ -74,8 +75,14 @@ def model_facts(models: Sequence[str], registry: Mapping[str, Mapping[str, Any]]
     out = {}
     for name in models:
         entry = registry.get(name) or {}
-        out[name] = ModelFacts(name, entry.get("family"), entry.get("parameters_b"), entry.get("training"),
-                               entry.get("thinking_budget"), entry.get("model"))
+        out[name] = ModelFacts(
+            name,
+            entry.get("family"),
+            entry.get("parameters_b"),
+            entry.get("training"),
+            entry.get("thinking_budget"),
+            entry.get("model"),
+        )
     return out
 
 
@@ -95,12 +102,20 @@ def _listed(items: Sequence[str]) -> str:
 
 # ---------------------------------------------------------------- tables
 
+
 def scaling_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
     """One row per model on a scaling line with at least two sizes (thinking variants left out)."""
     compared = [name for name, _ in compared_metrics()]
-    rows = [{"line": f.line, "model": m, "parameters_b": float(f.parameters_b),
-             **{k: _value(metrics, m, k) for k in compared}}
-            for m, f in facts.items() if f.line and f.parameters_b and not f.thinking_budget]
+    rows = [
+        {
+            "line": f.line,
+            "model": m,
+            "parameters_b": float(f.parameters_b),
+            **{k: _value(metrics, m, k) for k in compared},
+        }
+        for m, f in facts.items()
+        if f.line and f.parameters_b and not f.thinking_budget
+    ]
     frame = pd.DataFrame(rows, columns=["line", "model", "parameters_b", *compared])
     sizes = frame.groupby("line")["parameters_b"].transform("nunique")
     return frame[sizes >= 2].sort_values(["line", "parameters_b", "model"]).reset_index(drop=True)
@@ -116,23 +131,35 @@ def alignment_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[s
     rows = []
     for (family, size), pair in sorted(by_key.items()):
         if {"sft", "dpo"} <= set(pair):
-            row: dict[str, Any] = {"family": family, "parameters_b": size, "sft_model": pair["sft"],
-                                   "dpo_model": pair["dpo"]}
+            row: dict[str, Any] = {
+                "family": family,
+                "parameters_b": size,
+                "sft_model": pair["sft"],
+                "dpo_model": pair["dpo"],
+            }
             for key in aligned:
                 row[f"{key}_sft"] = _value(metrics, pair["sft"], key)
                 row[f"{key}_dpo"] = _value(metrics, pair["dpo"], key)
             rows.append(row)
     columns = ["family", "parameters_b", "sft_model", "dpo_model"] + [
-        f"{k}_{t}" for k in aligned for t in ("sft", "dpo")]
+        f"{k}_{t}" for k in aligned for t in ("sft", "dpo")
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
 def thinking_table(metrics: Mapping[str, Mapping[str, float]], facts: Mapping[str, ModelFacts]) -> pd.DataFrame:
     """One row per model with a thinking budget, in groups (one model) of at least two budgets."""
     compared = [name for name, _ in compared_metrics()]
-    rows = [{"group": f.variant_of, "model": m, "thinking_budget": int(f.thinking_budget),
-             **{k: _value(metrics, m, k) for k in compared}}
-            for m, f in facts.items() if f.thinking_budget is not None]
+    rows = [
+        {
+            "group": f.variant_of,
+            "model": m,
+            "thinking_budget": int(f.thinking_budget),
+            **{k: _value(metrics, m, k) for k in compared},
+        }
+        for m, f in facts.items()
+        if f.thinking_budget is not None
+    ]
     frame = pd.DataFrame(rows, columns=["group", "model", "thinking_budget", *compared])
     budgets = frame.groupby("group")["thinking_budget"].transform("nunique")
     frame = frame[budgets >= 2].sort_values(["group", "thinking_budget", "model"])
@@ -147,23 +174,33 @@ def domain_difficulty(breakdown: pd.DataFrame | None) -> pd.DataFrame:
     ``difficulty`` averages the answer and refusal difficulties (the paper's overall score);
     rows run from the hardest domain to the easiest.
     """
-    columns = ["domain", "models", "answer_accuracy", "refusal_accuracy", "answer_difficulty",
-               "refusal_difficulty", "difficulty"]
+    columns = [
+        "domain",
+        "models",
+        "answer_accuracy",
+        "refusal_accuracy",
+        "answer_difficulty",
+        "refusal_difficulty",
+        "difficulty",
+    ]
     if breakdown is None or breakdown.empty:
         return pd.DataFrame(columns=columns)
-    part = breakdown[(breakdown["group"] == "domain")
-                     & breakdown["metric"].isin(["answer_accuracy", "refusal_accuracy"])].copy()
+    part = breakdown[
+        (breakdown["group"] == "domain") & breakdown["metric"].isin(["answer_accuracy", "refusal_accuracy"])
+    ].copy()
     part["estimate"] = pd.to_numeric(part["estimate"], errors="coerce")
     if part.empty:
         return pd.DataFrame(columns=columns)
     means = part.pivot_table(index="value", columns="metric", values="estimate", aggfunc="mean")
     means = means.reindex(columns=["answer_accuracy", "refusal_accuracy"])
-    table = pd.DataFrame({
-        "domain": means.index.astype(str),
-        "models": part.groupby("value")["model"].nunique().reindex(means.index).to_numpy(),
-        "answer_accuracy": means["answer_accuracy"].to_numpy(),
-        "refusal_accuracy": means["refusal_accuracy"].to_numpy(),
-    })
+    table = pd.DataFrame(
+        {
+            "domain": means.index.astype(str),
+            "models": part.groupby("value")["model"].nunique().reindex(means.index).to_numpy(),
+            "answer_accuracy": means["answer_accuracy"].to_numpy(),
+            "refusal_accuracy": means["refusal_accuracy"].to_numpy(),
+        }
+    )
     table["answer_difficulty"] = 1 - table["answer_accuracy"]
     table["refusal_difficulty"] = 1 - table["refusal_accuracy"]
     table["difficulty"] = table[["answer_difficulty", "refusal_difficulty"]].mean(axis=1, skipna=True)
@@ -171,6 +208,7 @@ def domain_difficulty(breakdown: pd.DataFrame | None) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- drawing
+
 
 def _panels(count: int) -> tuple[Figure, list[Any]]:
     fig = Figure(figsize=(4.6 * count, 4.2))
@@ -239,8 +277,11 @@ def difficulty_plot(table: pd.DataFrame) -> str:
     fig = Figure(figsize=(7.0, 0.5 * len(table) + 2.2))
     ax = fig.add_subplot()
     positions = np.arange(len(table))
-    for offset, key, label in ((-0.27, "answer_difficulty", "answering"), (0.0, "refusal_difficulty", "refusing"),
-                               (0.27, "difficulty", "overall")):
+    for offset, key, label in (
+        (-0.27, "answer_difficulty", "answering"),
+        (0.0, "refusal_difficulty", "refusing"),
+        (0.27, "difficulty", "overall"),
+    ):
         ax.barh(positions + offset, np.nan_to_num(table[key].to_numpy(dtype=float)), height=0.27, label=label)
     ax.set_yticks(positions, [plot_text(d) for d in table["domain"]])
     ax.invert_yaxis()  # hardest domain on top
@@ -254,12 +295,16 @@ def difficulty_plot(table: pd.DataFrame) -> str:
 
 # ---------------------------------------------------------------- the section
 
+
 def _reason(title: str, why: str) -> str:
     return f"<p class='note'>{escape(title)}: {escape(why)}.</p>"
 
 
-def comparison_figures_html(metrics: Mapping[str, Mapping[str, float]], breakdown: pd.DataFrame | None,
-                            registry: Mapping[str, Mapping[str, Any]] | None) -> str:
+def comparison_figures_html(
+    metrics: Mapping[str, Mapping[str, float]],
+    breakdown: pd.DataFrame | None,
+    registry: Mapping[str, Mapping[str, Any]] | None,
+) -> str:
     """Each model-comparison figure the run supports, each else one line naming what it lacks."""
     models = sorted(metrics)
     facts = model_facts(models, registry)
@@ -271,37 +316,65 @@ def comparison_figures_html(metrics: Mapping[str, Mapping[str, float]], breakdow
     else:
         sized = [f"{m} ({f.family}, {_size(f.parameters_b)})" for m, f in facts.items() if f.family and f.parameters_b]
         bare = sum(1 for f in facts.values() if not (f.family and f.parameters_b))
-        parts.append(_reason("Scaling curves", "needs at least two sizes of one model family (this run: "
-                             f"{_listed(sized)}; {bare} model(s) without family and parameters_b in the registry)"))
+        parts.append(
+            _reason(
+                "Scaling curves",
+                "needs at least two sizes of one model family (this run: "
+                f"{_listed(sized)}; {bare} model(s) without family and parameters_b in the registry)",
+            )
+        )
 
     alignment = alignment_table(metrics, facts)
     if not alignment.empty:
         parts.append(image_tag(alignment_plot(alignment), "SFT vs DPO bars"))
     else:
-        marked = [f"{m} ({f.training.upper()}, {f.family or 'no family'}, {_size(f.parameters_b)})"
-                  for m, f in facts.items() if f.training]
-        parts.append(_reason("SFT vs DPO", "needs an SFT and a DPO model of one family at the same size "
-                             f"(this run, models marked sft/dpo: {_listed(marked)})"))
+        marked = [
+            f"{m} ({f.training.upper()}, {f.family or 'no family'}, {_size(f.parameters_b)})"
+            for m, f in facts.items()
+            if f.training
+        ]
+        parts.append(
+            _reason(
+                "SFT vs DPO",
+                "needs an SFT and a DPO model of one family at the same size "
+                f"(this run, models marked sft/dpo: {_listed(marked)})",
+            )
+        )
 
     thinking = thinking_table(metrics, facts)
     if not thinking.empty:
         parts.append(image_tag(thinking_plot(thinking), "metrics by thinking budget"))
     else:
         budgets = [f"{m} ({f.thinking_budget})" for m, f in facts.items() if f.thinking_budget is not None]
-        parts.append(_reason("Thinking budget", "needs at least two thinking budgets of one model "
-                             f"(this run, models with thinking_budget: {_listed(budgets)})"))
+        parts.append(
+            _reason(
+                "Thinking budget",
+                "needs at least two thinking budgets of one model "
+                f"(this run, models with thinking_budget: {_listed(budgets)})",
+            )
+        )
 
     difficulty = domain_difficulty(breakdown)
     if len(difficulty) >= 2:
         parts.append(image_tag(difficulty_plot(difficulty), "domain difficulty bars"))
     else:
         domains = difficulty["domain"].tolist()
-        parts.append(_reason("Domain difficulty", "needs items from at least two domains "
-                             f"(this run's domains: {_listed(domains)})"))
+        parts.append(
+            _reason(
+                "Domain difficulty", f"needs items from at least two domains (this run's domains: {_listed(domains)})"
+            )
+        )
 
     images = "".join(p for p in parts if p.startswith("<img"))
     notes = "".join(p for p in parts if not p.startswith("<img"))
-    tables = "".join(f"<h3>{escape(title)}</h3>" + frame_table(table) for title, table in (
-        ("Scaling", scaling), ("SFT vs DPO", alignment), ("Thinking budget", thinking),
-        ("Domain difficulty", difficulty if len(difficulty) >= 2 else difficulty.iloc[0:0])) if not table.empty)
+    tables = "".join(
+        f"<h3>{escape(title)}</h3>" + frame_table(table)
+        for title, table in (
+            ("Scaling", scaling),
+            ("SFT vs DPO", alignment),
+            ("Thinking budget", thinking),
+            ("Domain difficulty", difficulty if len(difficulty) >= 2 else difficulty.iloc[0:0]),
+        )
+        if not table.empty
+    )
     return (f"<div class='figs'>{images}</div>" if images else "") + notes + tables

@@ -70,8 +70,10 @@ def cost_summary_line(costs: Mapping[str, Any]) -> str:
     line = f"Spent {spent} on {int(total.get('http_calls') or 0)} calls"
     if unpriced:
         line += f" (and {unpriced} calls with no known price, not counted)"
-    line += (f"; the providers' prompt caches served {int(total.get('cached_tokens') or 0):,} prompt tokens, saving "
-             f"{_usd(total.get('cached_savings_usd'))}; the batch API saved {_usd(total.get('batch_savings_usd'))}.")
+    line += (
+        f"; the providers' prompt caches served {int(total.get('cached_tokens') or 0):,} prompt tokens, saving "
+        f"{_usd(total.get('cached_savings_usd'))}; the batch API saved {_usd(total.get('batch_savings_usd'))}."
+    )
     budget = costs.get("budget_usd")
     return line + (f" Budget: {_usd(budget)}." if budget is not None else "")
 
@@ -82,12 +84,21 @@ def cost_section(manifest: Mapping[str, Any] | None) -> str | None:
     rows = cost_rows(costs)
     if not rows:
         return None
-    head = ("<tr><th class='name'>Stage</th><th class='name'>Model</th>"
-            + "".join(f"<th title='{escape(tip)}'>{escape(label)}</th>" for label, _, tip in COLUMNS) + "</tr>")
+    head = (
+        "<tr><th class='name'>Stage</th><th class='name'>Model</th>"
+        + "".join(f"<th title='{escape(tip)}'>{escape(label)}</th>" for label, _, tip in COLUMNS)
+        + "</tr>"
+    )
     body = "".join(
-        "<tr>" + f"<td class='name'>{escape(row['stage'])}</td><td class='name'>{escape(row['model'])}</td>"
-        + "".join(f"<td>{escape(row[label])}</td>" for label, _, _ in COLUMNS) + "</tr>" for row in rows)
-    lead = (f"<p>{escape(cost_summary_line(costs))} Prices: the model's <code>price</code> in the config, else "
-            "LiteLLM's price map; cached prompt tokens at the cached price. Savings compare with the same calls "
-            "sent synchronously at the full input price.</p>")
+        "<tr>"
+        + f"<td class='name'>{escape(row['stage'])}</td><td class='name'>{escape(row['model'])}</td>"
+        + "".join(f"<td>{escape(row[label])}</td>" for label, _, _ in COLUMNS)
+        + "</tr>"
+        for row in rows
+    )
+    lead = (
+        f"<p>{escape(cost_summary_line(costs))} Prices: the model's <code>price</code> in the config, else "
+        "LiteLLM's price map; cached prompt tokens at the cached price. Savings compare with the same calls "
+        "sent synchronously at the full input price.</p>"
+    )
     return section("Cost of this run", lead + f"<table>{head}{body}</table>")

@@ -18,7 +18,6 @@ from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 from refusalbench.tasks.refusalbench.decisions import ANSWER
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, INTENSITIES, PERTURBATION_CLASSES, REFUSAL_CODES
 
-
 # Per-model figures (class × intensity, confusion) are drawn one image per model up to this many
 # models, and as one image of small multiples beyond: at 30 targets, two images instead of 60.
 PER_MODEL_FIGURES = 4
@@ -30,8 +29,9 @@ def short_code(code: str) -> str:
     return code.removeprefix("REFUSE_") if code.startswith("REFUSE_") else code
 
 
-def _label_positions(points: Sequence[tuple[float, float]], dx: float = 0.02,
-                     height: float = 0.045, width: float = 0.3) -> list[tuple[float, float]]:
+def _label_positions(
+    points: Sequence[tuple[float, float]], dx: float = 0.02, height: float = 0.045, width: float = 0.3
+) -> list[tuple[float, float]]:
     """Label anchors right of each point, nudged upwards so that nearby labels do not overlap.
 
     Greedy, in data units on the [0, 1] axes: labels are placed bottom-up and a label that
@@ -48,8 +48,9 @@ def _label_positions(points: Sequence[tuple[float, float]], dx: float = 0.02,
     return result
 
 
-def scatter_plot(metrics: Mapping[str, Mapping[str, float]], x: str, y: str,
-                 title: str, xlabel: str, ylabel: str) -> str | None:
+def scatter_plot(
+    metrics: Mapping[str, Mapping[str, float]], x: str, y: str, title: str, xlabel: str, ylabel: str
+) -> str | None:
     """Metric ``y`` against metric ``x``, one labelled point per model; None if no model has both."""
     given = [(m, v.get(x), v.get(y)) for m, v in metrics.items()]
     points = [(m, a, b) for m, a, b in given if a is not None and b is not None and not is_nan(a) and not is_nan(b)]
@@ -80,10 +81,12 @@ def class_intensity_heatmap(grid: pd.DataFrame, model: str) -> str:
     """Share of correct responses per perturbation class × intensity for one model."""
     rows = ordered(grid["perturbation_class"].astype(str).tolist(), PERTURBATION_CLASSES)
     cols = ordered(grid["intensity"].astype(str).tolist(), INTENSITIES)
-    table = grid.pivot_table(index="perturbation_class", columns="intensity", values="correct_rate",
-                             aggfunc="mean").reindex(index=rows, columns=cols)
-    counts = grid.pivot_table(index="perturbation_class", columns="intensity", values="n",
-                              aggfunc="sum").reindex(index=rows, columns=cols)
+    table = grid.pivot_table(
+        index="perturbation_class", columns="intensity", values="correct_rate", aggfunc="mean"
+    ).reindex(index=rows, columns=cols)
+    counts = grid.pivot_table(index="perturbation_class", columns="intensity", values="n", aggfunc="sum").reindex(
+        index=rows, columns=cols
+    )
     fig = Figure(figsize=(1.6 * len(cols) + 3.2, 0.55 * len(rows) + 1.6))
     ax = fig.add_subplot()
     data = np.ma.masked_invalid(table.to_numpy(dtype=float))
@@ -92,8 +95,7 @@ def class_intensity_heatmap(grid: pd.DataFrame, model: str) -> str:
         for j in range(len(cols)):
             value = table.iat[i, j]
             if not is_nan(value):
-                ax.text(j, i, f"{100 * value:.0f}%\n(n={int(counts.iat[i, j])})", ha="center",
-                        va="center", fontsize=8)
+                ax.text(j, i, f"{100 * value:.0f}%\n(n={int(counts.iat[i, j])})", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(cols)), [plot_text(c) for c in cols])
     ax.set_yticks(range(len(rows)), [plot_text(r) for r in rows])
     ax.set_xlabel("intensity")
@@ -107,9 +109,9 @@ def confusion_plot(table: pd.DataFrame, model: str) -> str:
     """Expected × predicted counts for one model, coloured by share of the row."""
     expected = ordered(table["expected"].tolist(), [ANSWER_CORRECTLY, *REFUSAL_CODES])
     predicted = ordered(table["predicted"].tolist(), [ANSWER, *REFUSAL_CODES])
-    counts = table.pivot_table(index="expected", columns="predicted", values="count",
-                               aggfunc="sum", fill_value=0).reindex(index=expected, columns=predicted,
-                                                                   fill_value=0)
+    counts = table.pivot_table(
+        index="expected", columns="predicted", values="count", aggfunc="sum", fill_value=0
+    ).reindex(index=expected, columns=predicted, fill_value=0)
     matrix = counts.to_numpy(dtype=float)
     totals = matrix.sum(axis=1, keepdims=True)
     shares = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
@@ -119,10 +121,16 @@ def confusion_plot(table: pd.DataFrame, model: str) -> str:
     for i in range(len(expected)):
         for j in range(len(predicted)):
             if matrix[i, j]:
-                ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=8,
-                        color="white" if shares[i, j] > 0.6 else "black")
-    ax.set_xticks(range(len(predicted)), [plot_text(short_code(p)) for p in predicted],
-                  rotation=40, ha="right")
+                ax.text(
+                    j,
+                    i,
+                    f"{int(matrix[i, j])}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if shares[i, j] > 0.6 else "black",
+                )
+    ax.set_xticks(range(len(predicted)), [plot_text(short_code(p)) for p in predicted], rotation=40, ha="right")
     ax.set_yticks(range(len(expected)), [plot_text(short_code(e)) for e in expected])
     ax.set_xlabel("predicted (REFUSE_ prefix dropped)")
     ax.set_ylabel("expected")
@@ -144,8 +152,9 @@ def _panel_grid(count: int, panel: tuple[float, float], columns: int = PANEL_COL
     return fig, list(axes[:count])
 
 
-def _outer_ticks(ax: Any, index: int, count: int, columns: int, x_labels: Sequence[str], y_labels: Sequence[str],
-                 **x_style: Any) -> None:
+def _outer_ticks(
+    ax: Any, index: int, count: int, columns: int, x_labels: Sequence[str], y_labels: Sequence[str], **x_style: Any
+) -> None:
     """Tick labels on the bottom panels (x) and the first column (y) only; the inner panels get no tick
     objects at all (creating ticks is most of the cost of a panel)."""
     if index >= count - columns:
@@ -181,12 +190,20 @@ def class_intensity_panels(grid: pd.DataFrame, models: Sequence[str]) -> str:
         table = _rows_of(rates, model).reindex(index=rows, columns=cols)
         counts = _rows_of(sizes, model).reindex(index=rows, columns=cols)
         values = table.to_numpy(dtype=float)
-        image = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto",
-                          interpolation="nearest")
+        image = ax.imshow(
+            np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", interpolation="nearest"
+        )
         for i, j in np.argwhere(~np.isnan(values)):
             # Inside its cell: left out of the crop's measure (measuring every cell's text cost a draw's worth).
-            ax.text(j, i, f"{100 * values[i, j]:.0f}%\n(n={int(counts.iat[i, j])})", ha="center", va="center",
-                    fontsize=6.5, in_layout=False)
+            ax.text(
+                j,
+                i,
+                f"{100 * values[i, j]:.0f}%\n(n={int(counts.iat[i, j])})",
+                ha="center",
+                va="center",
+                fontsize=6.5,
+                in_layout=False,
+            )
         _outer_ticks(ax, index, len(models), columns, [plot_text(c) for c in cols], [plot_text(r) for r in rows])
         ax.set_title(plot_text(model), fontsize=8)
     fig.suptitle("Correct responses per perturbation class (rows) × intensity (columns)", fontsize=10)
@@ -201,8 +218,9 @@ def confusion_panels(confusion: pd.DataFrame, models: Sequence[str]) -> str:
     predicted = ordered(confusion["predicted"].tolist(), [ANSWER, *REFUSAL_CODES])
     fig, axes = _panel_grid(len(models), (0.42 * len(predicted) + 1.0, 0.36 * len(expected) + 1.2))
     columns = min(PANEL_COLUMNS, len(models))
-    every = confusion.pivot_table(index=["model", "expected"], columns="predicted", values="count", aggfunc="sum",
-                                  fill_value=0)  # one table for every model, cut per model below
+    every = confusion.pivot_table(
+        index=["model", "expected"], columns="predicted", values="count", aggfunc="sum", fill_value=0
+    )  # one table for every model, cut per model below
     for index, (ax, model) in enumerate(zip(axes, models)):
         counts = _rows_of(every, model).reindex(index=expected, columns=predicted, fill_value=0)
         matrix = counts.to_numpy(dtype=float)
@@ -210,13 +228,32 @@ def confusion_panels(confusion: pd.DataFrame, models: Sequence[str]) -> str:
         shares = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
         image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
         for i, j in zip(*np.nonzero(matrix)):
-            ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center", fontsize=6.5,
-                    color="white" if shares[i, j] > 0.6 else "black", in_layout=False)  # inside its cell
-        _outer_ticks(ax, index, len(models), columns, [plot_text(short_code(p)) for p in predicted],
-                     [plot_text(short_code(e)) for e in expected], rotation=40, ha="right")
+            ax.text(
+                j,
+                i,
+                f"{int(matrix[i, j])}",
+                ha="center",
+                va="center",
+                fontsize=6.5,
+                color="white" if shares[i, j] > 0.6 else "black",
+                in_layout=False,
+            )  # inside its cell
+        _outer_ticks(
+            ax,
+            index,
+            len(models),
+            columns,
+            [plot_text(short_code(p)) for p in predicted],
+            [plot_text(short_code(e)) for e in expected],
+            rotation=40,
+            ha="right",
+        )
         ax.set_title(plot_text(model), fontsize=8)
-    fig.suptitle("Confusion matrices: expected (rows) × predicted (columns, REFUSE_ prefix dropped); "
-                 "colour = row share, text = count", fontsize=10)
+    fig.suptitle(
+        "Confusion matrices: expected (rows) × predicted (columns, REFUSE_ prefix dropped); "
+        "colour = row share, text = count",
+        fontsize=10,
+    )
     fig.colorbar(image, ax=axes, label="share of row", shrink=0.6)
     return png_base64(fig)
 
@@ -254,8 +291,14 @@ def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mappin
         for kind, marker in (("verbal", "o"), ("float", "s")):
             sub = part[part["kind"] == kind]
             if not sub.empty:
-                ax.scatter(sub["mean_confidence"], sub["accuracy"], s=sizes[part["kind"].to_numpy() == kind],
-                           marker=marker, alpha=0.7, label=f"{kind} bins")
+                ax.scatter(
+                    sub["mean_confidence"],
+                    sub["accuracy"],
+                    s=sizes[part["kind"].to_numpy() == kind],
+                    marker=marker,
+                    alpha=0.7,
+                    label=f"{kind} bins",
+                )
         ece = metrics.get(model, {}).get("ece", math.nan)
         ax.set_title(f"{plot_text(model)}\nECE = {'—' if is_nan(ece) else f'{ece:.3f}'}", fontsize=10)
         ax.set_xlim(0, 1)
@@ -271,8 +314,11 @@ def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mappin
 
 def refusal_error_bars(metrics: Mapping[str, Mapping[str, float]], order: Sequence[str]) -> str | None:
     """False and missed refusal rates side by side per model; None if both are undefined for all."""
-    models = [m for m in order if not (is_nan(metrics[m].get("false_refusal_rate"))
-                                       and is_nan(metrics[m].get("missed_refusal_rate")))]
+    models = [
+        m
+        for m in order
+        if not (is_nan(metrics[m].get("false_refusal_rate")) and is_nan(metrics[m].get("missed_refusal_rate")))
+    ]
     if not models:
         return None
     frr = [np.nan_to_num(float(metrics[m].get("false_refusal_rate", math.nan))) for m in models]

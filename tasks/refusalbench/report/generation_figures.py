@@ -33,12 +33,19 @@ from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
 
 # gv_analysis.json keys drawn here (the G-V section leaves them out of its generic tables).
-FIGURE_KEYS = ("pass_rate_by_generator_class", "pass_rate_by_generator_intensity", "self_evaluation_by_class",
-               "benchmark_composition", "accepted_by_generator_class", "sampled_by_generator_class")
+FIGURE_KEYS = (
+    "pass_rate_by_generator_class",
+    "pass_rate_by_generator_intensity",
+    "self_evaluation_by_class",
+    "benchmark_composition",
+    "accepted_by_generator_class",
+    "sampled_by_generator_class",
+)
 _EARLIER = "not recorded in this run's gv_analysis.json (analysed by an earlier version)"
 
 
 # ---------------------------------------------------------------- tables
+
 
 def _grid(nested: Mapping[str, Mapping[str, Any]], rows: Sequence[str], columns_first: Sequence[str]) -> pd.DataFrame:
     """``{row: {column: value}}`` as a frame, rows and columns in taxonomy order where they have one."""
@@ -78,8 +85,11 @@ def pass_rate_table(analysis: Mapping[str, Any], dimension: str) -> tuple[pd.Dat
 def self_bias_table(analysis: Mapping[str, Any]) -> pd.DataFrame:
     """Self pass rate minus cross pass rate per model (rows) x class (columns); NaN where undefined."""
     cells = analysis.get("self_evaluation_by_class") or {}
-    table = _grid({m: {k: c.get("self_evaluation_bias") for k, c in v.items()} for m, v in cells.items()},
-                  sorted(cells), PERTURBATION_CLASSES)
+    table = _grid(
+        {m: {k: c.get("self_evaluation_bias") for k, c in v.items()} for m, v in cells.items()},
+        sorted(cells),
+        PERTURBATION_CLASSES,
+    )
     return table.astype(float)
 
 
@@ -87,12 +97,17 @@ def self_cross_table(analysis: Mapping[str, Any]) -> pd.DataFrame:
     """Self and cross pass rate (and their Wilson bounds) per model that generates and verifies, on the
     matched set, then their mean (the paper's headline pair); empty without a matched set."""
     matched = analysis.get("matched_set") or {}
-    rows = {model: {"self": row.get("self_pass_rate"), "cross": row.get("cross_pass_rate"),
-                    "self_low": (row.get("self_interval") or [None, None])[0],
-                    "self_high": (row.get("self_interval") or [None, None])[1],
-                    "cross_low": (row.get("cross_interval") or [None, None])[0],
-                    "cross_high": (row.get("cross_interval") or [None, None])[1]}
-            for model, row in (matched.get("self_evaluation") or {}).items()}
+    rows = {
+        model: {
+            "self": row.get("self_pass_rate"),
+            "cross": row.get("cross_pass_rate"),
+            "self_low": (row.get("self_interval") or [None, None])[0],
+            "self_high": (row.get("self_interval") or [None, None])[1],
+            "cross_low": (row.get("cross_interval") or [None, None])[0],
+            "cross_high": (row.get("cross_interval") or [None, None])[1],
+        }
+        for model, row in (matched.get("self_evaluation") or {}).items()
+    }
     if not rows:
         return pd.DataFrame()
     rows["mean"] = {"self": matched.get("self_pass_rate"), "cross": matched.get("cross_pass_rate")}
@@ -113,6 +128,7 @@ def kappa_matrix(analysis: Mapping[str, Any]) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- drawing
+
 
 def _stacked_bars(ax: Any, table: pd.DataFrame, title: str, ylabel: str) -> None:
     """One bar per row of ``table``, stacked by its columns, the total above each bar."""
@@ -149,14 +165,26 @@ def contribution_plot(panels: Sequence[tuple[str, pd.DataFrame]]) -> str:
     return png_base64(fig)
 
 
-def heatmap(values: pd.DataFrame, title: str, *, xlabel: str, ylabel: str, vmin: float, vmax: float, cmap: str,
-            label: str, cell: Any, counts: pd.DataFrame | None = None) -> str:
+def heatmap(
+    values: pd.DataFrame,
+    title: str,
+    *,
+    xlabel: str,
+    ylabel: str,
+    vmin: float,
+    vmax: float,
+    cmap: str,
+    label: str,
+    cell: Any,
+    counts: pd.DataFrame | None = None,
+) -> str:
     """A matrix with one annotated cell per value (``cell(value)`` gives its text; NaN reads NA)."""
     rows, cols = list(values.index), list(values.columns)
     fig = Figure(figsize=(1.35 * len(cols) + 3.4, 0.6 * len(rows) + 2.0))
     ax = fig.add_subplot()
-    image = ax.imshow(np.ma.masked_invalid(values.to_numpy(dtype=float)), vmin=vmin, vmax=vmax, cmap=cmap,
-                      aspect="auto")
+    image = ax.imshow(
+        np.ma.masked_invalid(values.to_numpy(dtype=float)), vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto"
+    )
     for i in range(len(rows)):
         for j in range(len(cols)):
             value = values.iat[i, j]
@@ -182,15 +210,24 @@ def self_cross_plot(table: pd.DataFrame) -> str:
     positions = np.arange(len(table.index))
     fig = Figure(figsize=(max(4.5, 0.9 * len(positions) + 2.5), 3.6))
     ax = fig.add_subplot()
-    for offset, column, label in ((-0.2, "self", "self (own candidates)"), (0.2, "cross", "cross (others' candidates)")):
+    for offset, column, label in (
+        (-0.2, "self", "self (own candidates)"),
+        (0.2, "cross", "cross (others' candidates)"),
+    ):
         values = table[column].to_numpy(dtype=float)
         low = table.get(f"{column}_low", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
         high = table.get(f"{column}_high", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
         ax.bar(positions + offset, np.nan_to_num(values), 0.4, label=label)
         bounded = ~np.isnan(low) & ~np.isnan(high)  # the mean pair has no interval
-        ax.errorbar((positions + offset)[bounded], values[bounded],
-                    yerr=np.vstack([values - low, high - values])[:, bounded], fmt="none", ecolor="black",
-                    elinewidth=0.8, capsize=2)
+        ax.errorbar(
+            (positions + offset)[bounded],
+            values[bounded],
+            yerr=np.vstack([values - low, high - values])[:, bounded],
+            fmt="none",
+            ecolor="black",
+            elinewidth=0.8,
+            capsize=2,
+        )
         for x, value, top in zip(positions + offset, values, np.where(bounded, high, values)):
             if not np.isnan(value):
                 ax.text(x, top + 0.02, _percent(value), ha="center", va="bottom", fontsize=7)
@@ -214,6 +251,7 @@ def _points(value: float) -> str:
 
 # ---------------------------------------------------------------- the section
 
+
 def _names(values: Sequence[str]) -> str:
     return ", ".join(values) if values else "none"
 
@@ -230,8 +268,11 @@ def _self_cross_figure(analysis: Mapping[str, Any], generators: list[str], verif
     if "matched_set" not in analysis or analysis["matched_set"] is None:
         return _reason(title, _EARLIER)
     if table.empty:
-        return _reason(title, "needs a model that is both a generator and a verifier "
-                              f"(this run: generators {_names(generators)}; verifiers {_names(verifiers)})")
+        return _reason(
+            title,
+            "needs a model that is both a generator and a verifier "
+            f"(this run: generators {_names(generators)}; verifiers {_names(verifiers)})",
+        )
     return _reason(title, "no matched candidate of " + _names(list(table.index[:-1])) + " has a verdict")
 
 
@@ -248,57 +289,118 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
     else:
         parts.append(_reason("Benchmark composition", "the benchmark holds no item" if not sampled else _EARLIER))
 
-    panels = [(f"{label} ({int(table.to_numpy().sum())})", table) for label, table in
-              (("Accepted by the filter", contribution_table(analysis, "accepted")),
-               ("In the benchmark", contribution_table(analysis, "sampled"))) if not table.empty]
+    panels = [
+        (f"{label} ({int(table.to_numpy().sum())})", table)
+        for label, table in (
+            ("Accepted by the filter", contribution_table(analysis, "accepted")),
+            ("In the benchmark", contribution_table(analysis, "sampled")),
+        )
+        if not table.empty
+    ]
     if panels:
         parts.append(image_tag(contribution_plot(panels), "generator contributions by class"))
     else:
         accepted = (analysis.get("funnel") or {}).get("accepted", 0)
         parts.append(_reason("Generator contributions", "no candidate was accepted" if not accepted else _EARLIER))
 
-    for dimension, axis_label, figure in (("class", "perturbation class", "Fig. 4"), ("intensity", "intensity", "Fig. 15")):
+    for dimension, axis_label, figure in (
+        ("class", "perturbation class", "Fig. 4"),
+        ("intensity", "intensity", "Fig. 15"),
+    ):
         rates, judged = pass_rate_table(analysis, dimension)
         title = f"Pass rate by generator and {axis_label}"
         if rates.empty or not judged.to_numpy().any():
             verdicts = sum((analysis.get("verdict_counts") or {}).get(v, 0) for v in ("PASS", "FAIL"))
             parts.append(_reason(title, "no candidate received a PASS or FAIL verdict" if not verdicts else _EARLIER))
             continue
-        parts.append(image_tag(heatmap(rates, f"{title} ({figure} form)", xlabel=axis_label, ylabel="generator",
-                                       vmin=0, vmax=1, cmap="RdYlGn", label="pass rate (PASS / PASS+FAIL)",
-                                       cell=_percent, counts=judged), title.lower()))
+        parts.append(
+            image_tag(
+                heatmap(
+                    rates,
+                    f"{title} ({figure} form)",
+                    xlabel=axis_label,
+                    ylabel="generator",
+                    vmin=0,
+                    vmax=1,
+                    cmap="RdYlGn",
+                    label="pass rate (PASS / PASS+FAIL)",
+                    cell=_percent,
+                    counts=judged,
+                ),
+                title.lower(),
+            )
+        )
 
     parts.append(_self_cross_figure(analysis, generators, verifiers))
 
     bias = self_bias_table(analysis)
     if not bias.empty:
-        parts.append(image_tag(heatmap(bias, "Self-evaluation bias by class (self minus cross pass rate)",
-                                       xlabel="perturbation class", ylabel="model",
-                                       vmin=-1, vmax=1, cmap="RdBu_r", label="self minus cross pass rate",
-                                       cell=_points),
-                               "self-evaluation bias by class"))
+        parts.append(
+            image_tag(
+                heatmap(
+                    bias,
+                    "Self-evaluation bias by class (self minus cross pass rate)",
+                    xlabel="perturbation class",
+                    ylabel="model",
+                    vmin=-1,
+                    vmax=1,
+                    cmap="RdBu_r",
+                    label="self minus cross pass rate",
+                    cell=_points,
+                ),
+                "self-evaluation bias by class",
+            )
+        )
     elif analysis.get("self_evaluation"):
         both = analysis["self_evaluation"]
         judged_any = any(row.get("n_self") or row.get("n_cross") for row in both.values())
-        parts.append(_reason("Self-evaluation bias by class", _EARLIER if judged_any else
-                             f"no candidate of {_names(list(both))} received a PASS or FAIL verdict"))
+        parts.append(
+            _reason(
+                "Self-evaluation bias by class",
+                _EARLIER if judged_any else f"no candidate of {_names(list(both))} received a PASS or FAIL verdict",
+            )
+        )
     else:
-        parts.append(_reason("Self-evaluation bias by class", "needs a model that is both a generator and a verifier "
-                             f"(this run: generators {_names(generators)}; verifiers {_names(verifiers)})"))
+        parts.append(
+            _reason(
+                "Self-evaluation bias by class",
+                "needs a model that is both a generator and a verifier "
+                f"(this run: generators {_names(generators)}; verifiers {_names(verifiers)})",
+            )
+        )
 
     kappa = kappa_matrix(analysis)
     if len(kappa) >= 2:
-        parts.append(image_tag(heatmap(kappa, "Verifier agreement (Cohen's kappa)", xlabel="verifier", ylabel="verifier",
-                                       vmin=-1, vmax=1, cmap="PuOr", label="kappa", cell=lambda v: f"{v:.2f}"),
-                               "verifier agreement heatmap"))
+        parts.append(
+            image_tag(
+                heatmap(
+                    kappa,
+                    "Verifier agreement (Cohen's kappa)",
+                    xlabel="verifier",
+                    ylabel="verifier",
+                    vmin=-1,
+                    vmax=1,
+                    cmap="PuOr",
+                    label="kappa",
+                    cell=lambda v: f"{v:.2f}",
+                ),
+                "verifier agreement heatmap",
+            )
+        )
         undefined = [p for p in analysis.get("verifier_kappa") or [] if is_nan(p.get("kappa"))]
-        parts.extend(_reason(f"NA for {p['verifier_a']} and {p['verifier_b']}", p.get("reason") or "undefined")
-                     for p in undefined)
+        parts.extend(
+            _reason(f"NA for {p['verifier_a']} and {p['verifier_b']}", p.get("reason") or "undefined")
+            for p in undefined
+        )
     else:
         parts.append(_reason("Verifier agreement", f"needs at least two verifiers (this run: {_names(verifiers)})"))
 
-    return "<div class='figs'>" + "".join(p for p in parts if p.startswith("<img")) + "</div>" + "".join(
-        p for p in parts if not p.startswith("<img"))
+    return (
+        "<div class='figs'>"
+        + "".join(p for p in parts if p.startswith("<img"))
+        + "</div>"
+        + "".join(p for p in parts if not p.startswith("<img"))
+    )
 
 
 def drawn_figures_key(analysis: Mapping[str, Any]) -> str:

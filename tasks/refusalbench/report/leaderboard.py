@@ -26,17 +26,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from refusalbench.tasks.core.html_page import is_nan
-from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, metric_spec, multi_document_metrics, single_document_metrics
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
+from refusalbench.tasks.refusalbench.scoring.specs import (
+    METRIC_SPECS,
+    metric_spec,
+    multi_document_metrics,
+    single_document_metrics,
+)
 
 RANK_METRIC = "calibrated_refusal_score"
-INTERVAL_NOTE = ("95% cluster bootstrap: each resample draws base items with all of their benchmark items "
-                 "(items of one base item are not independent; paper App. G).")
+INTERVAL_NOTE = (
+    "95% cluster bootstrap: each resample draws base items with all of their benchmark items "
+    "(items of one base item are not independent; paper App. G)."
+)
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 
 
-def incomplete_models(metrics: Mapping[str, Mapping[str, float]],
-                      min_coverage: float = DEFAULT_MIN_COVERAGE) -> dict[str, float]:
+def incomplete_models(
+    metrics: Mapping[str, Mapping[str, float]], min_coverage: float = DEFAULT_MIN_COVERAGE
+) -> dict[str, float]:
     """{model: coverage} of the models scored on less than ``min_coverage`` of their rows."""
     out = {}
     for model, values in metrics.items():
@@ -58,8 +66,11 @@ def leaderboard_metrics(metrics: Mapping[str, Mapping[str, float]]) -> tuple[tup
     declared ``leaderboard=True`` in declaration order; a multi-document (GaRAGe) one only when
     some model in ``metrics`` ({model: {metric: value}}) has a value for it."""
     single = [n for n in single_document_metrics() if metric_spec(n).leaderboard and n != RANK_METRIC]
-    multi = [n for n in multi_document_metrics() if metric_spec(n).leaderboard
-             and any(not is_nan(values.get(n)) for values in metrics.values())]
+    multi = [
+        n
+        for n in multi_document_metrics()
+        if metric_spec(n).leaderboard and any(not is_nan(values.get(n)) for values in metrics.values())
+    ]
     return tuple((name, metric_spec(name).label) for name in [RANK_METRIC, *single, *multi])
 
 
@@ -84,17 +95,22 @@ def ranked_models(metrics: Mapping[str, Mapping[str, float]], min_coverage: floa
     return sorted(metrics, key=key)
 
 
-def model_ranks(metrics: Mapping[str, Mapping[str, float]],
-                min_coverage: float = DEFAULT_MIN_COVERAGE) -> list[tuple[str, int | None]]:
+def model_ranks(
+    metrics: Mapping[str, Mapping[str, float]], min_coverage: float = DEFAULT_MIN_COVERAGE
+) -> list[tuple[str, int | None]]:
     """(model, rank) in :func:`ranked_models`' order; an incomplete model's rank is None."""
     incomplete = incomplete_models(metrics, min_coverage)
     ranked = [m for m in ranked_models(metrics, min_coverage) if m not in incomplete]
     return [(m, i) for i, m in enumerate(ranked, start=1)] + [
-        (m, None) for m in ranked_models(metrics, min_coverage) if m in incomplete]
+        (m, None) for m in ranked_models(metrics, min_coverage) if m in incomplete
+    ]
 
 
-def significance(metrics: Mapping[str, Mapping[str, float]], pairwise: Mapping[str, Any] | None,
-                 min_coverage: float = DEFAULT_MIN_COVERAGE) -> dict[str, dict[str, Any]]:
+def significance(
+    metrics: Mapping[str, Mapping[str, float]],
+    pairwise: Mapping[str, Any] | None,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+) -> dict[str, dict[str, Any]]:
     """Per ranked model, from the Holm-corrected pairwise CRS comparisons (``scoring.pairwise``):
 
     - ``rank_low``, ``rank_high``: its rank range: 1 + the models significantly above it, to the
@@ -105,8 +121,11 @@ def significance(metrics: Mapping[str, Mapping[str, float]], pairwise: Mapping[s
     Only models with a rank and a CRS take part; {} without pairwise comparisons.
     """
     comparisons = (pairwise or {}).get("comparisons") or []
-    ranked = [m for m, rank in model_ranks(metrics, min_coverage)
-              if rank is not None and not is_nan(metrics[m].get(RANK_METRIC))]
+    ranked = [
+        m
+        for m, rank in model_ranks(metrics, min_coverage)
+        if rank is not None and not is_nan(metrics[m].get(RANK_METRIC))
+    ]
     if not comparisons or not ranked:
         return {}
     above: dict[tuple[str, str], bool] = {}  # (a, b): a significantly above b
@@ -124,14 +143,17 @@ def significance(metrics: Mapping[str, Mapping[str, float]], pairwise: Mapping[s
         better = sum(above.get((other, model), False) for other in ranked)
         worse = sum(above.get((model, other), False) for other in ranked)
         p_value = None if model == leader else adjusted.get(frozenset((leader, model)), math.nan)
-        out[model] = {"rank_low": 1 + better, "rank_high": len(ranked) - worse,
-                      "tied_with_leader": not above.get((leader, model), False),
-                      "p_vs_leader": None if p_value is None else _rounded(p_value)}
+        out[model] = {
+            "rank_low": 1 + better,
+            "rank_high": len(ranked) - worse,
+            "tied_with_leader": not above.get((leader, model), False),
+            "p_vs_leader": None if p_value is None else _rounded(p_value),
+        }
     return out
 
 
 def rank_range_text(entry: Mapping[str, Any] | None) -> str:
-    """"3" or "1–4": a model's rank range; "" without one."""
+    """ "3" or "1–4": a model's rank range; "" without one."""
     if not entry:
         return ""
     low, high = entry["rank_low"], entry["rank_high"]
@@ -145,10 +167,12 @@ def group_text(entry: Mapping[str, Any] | None) -> str:
     return "#1" if entry["p_vs_leader"] is None else "tied with #1"
 
 
-SIGNIFICANCE_NOTE = ("Rank range and group from every pair's paired cluster-bootstrap difference in CRS, "
-                     "Holm-corrected over all pairs (family-wise 5%): models in the leader's group are not "
-                     "significantly below #1; a rank range spans the ranks a model could hold given the "
-                     "pairs that are significantly different.")
+SIGNIFICANCE_NOTE = (
+    "Rank range and group from every pair's paired cluster-bootstrap difference in CRS, "
+    "Holm-corrected over all pairs (family-wise 5%): models in the leader's group are not "
+    "significantly below #1; a rank range spans the ranks a model could hold given the "
+    "pairs that are significantly different."
+)
 
 
 def _rounded(value: Any, digits: int = 4) -> float | None:
@@ -176,13 +200,19 @@ def leaderboard_rows(
     rows = []
     for model, rank in model_ranks(metrics, min_coverage):
         values = metrics[model]
-        row: dict[str, Any] = {"rank": rank, "model": model,
-                               "status": INCOMPLETE if model in incomplete else COMPLETE,
-                               "coverage": _rounded(values.get("coverage", 1.0))}
+        row: dict[str, Any] = {
+            "rank": rank,
+            "model": model,
+            "status": INCOMPLETE if model in incomplete else COMPLETE,
+            "coverage": _rounded(values.get("coverage", 1.0)),
+        }
         if pairwise:
             entry = groups.get(model)
-            row.update(rank_range=rank_range_text(entry), group=group_text(entry),
-                       p_vs_leader=entry["p_vs_leader"] if entry else None)
+            row.update(
+                rank_range=rank_range_text(entry),
+                group=group_text(entry),
+                p_vs_leader=entry["p_vs_leader"] if entry else None,
+            )
         for name, _ in leaderboard_metrics(metrics):
             row[name] = _rounded(values.get(name))
         low, high = intervals.get(model, {}).get(RANK_METRIC, (None, None))

@@ -57,8 +57,9 @@ def distribution_bars(table: pd.DataFrame, order: Sequence[str]) -> str | None:
     ax = fig.add_subplot()
     left = np.zeros(len(models))
     for outcome, (label, colour) in OUTCOME_STYLE.items():
-        width = np.nan_to_num(np.array([shares.at[m, outcome] if outcome in shares.columns else 0.0
-                                        for m in models], dtype=float))
+        width = np.nan_to_num(
+            np.array([shares.at[m, outcome] if outcome in shares.columns else 0.0 for m in models], dtype=float)
+        )
         ax.barh(range(len(models)), width, left=left, color=colour, label=label, edgecolor="white", lw=0.5)
         left += width
     ax.set_yticks(range(len(models)), [plot_text(m) for m in models])
@@ -75,14 +76,18 @@ def _distribution_image(table: pd.DataFrame, models: Sequence[str]) -> str:
     return image_tag(bars, "response distribution bars") if bars else ""
 
 
-def distribution_section(table: pd.DataFrame | None, order: Sequence[str],
-                         figure: Callable[..., str] = drawn_now) -> str | None:
+def distribution_section(
+    table: pd.DataFrame | None, order: Sequence[str], figure: Callable[..., str] = drawn_now
+) -> str | None:
     """Six-way outcome shares per model: table (with Wilson intervals) and stacked bars (drawn by ``figure``:
     ``plotting.FigureSlots.add`` or at once)."""
     if table is None or table.empty:
         return None
-    head = "<tr><th class='name'>Model</th>" + "".join(
-        f"<th>{escape(label)}</th>" for label, _ in OUTCOME_STYLE.values()) + "<th>n</th></tr>"
+    head = (
+        "<tr><th class='name'>Model</th>"
+        + "".join(f"<th>{escape(label)}</th>" for label, _ in OUTCOME_STYLE.values())
+        + "<th>n</th></tr>"
+    )
     models = [m for m in order if m in set(table["model"])] + sorted(set(table["model"]) - set(order))
     rows = []
     by_model = {model: part.set_index("outcome") for model, part in table.groupby("model", sort=False)}
@@ -94,35 +99,49 @@ def distribution_section(table: pd.DataFrame | None, order: Sequence[str],
                 cells.append("<td>—</td>")
                 continue
             row = part.loc[outcome]
-            ci = ("" if is_nan(row["ci_low"]) else
-                  f"<br><span class='ci'>[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]</span>")
+            ci = (
+                ""
+                if is_nan(row["ci_low"])
+                else f"<br><span class='ci'>[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]</span>"
+            )
             cells.append(f"<td>{_percent(row['fraction'])}{ci}</td>")
         cells.append(f"<td>{int(part['n'].iloc[0])}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    lead = ("<p>Every scorable response falls in one outcome: answers to answerable items (correct or "
-            "wrong), refusals of unanswerable items (right or wrong category), false refusals (an "
-            "answerable item refused) and missed refusals (an unanswerable item answered). Brackets: "
-            "Wilson 95% intervals.</p>")
+    lead = (
+        "<p>Every scorable response falls in one outcome: answers to answerable items (correct or "
+        "wrong), refusals of unanswerable items (right or wrong category), false refusals (an "
+        "answerable item refused) and missed refusals (an unanswerable item answered). Brackets: "
+        "Wilson 95% intervals.</p>"
+    )
     body = lead + f"<table>{head}{''.join(rows)}</table>" + figure(_distribution_image, table, models)
     return section("Response distribution", body)
 
 
-def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] | None,
-                            order: Sequence[str],
-                            iid: Mapping[str, Mapping[str, float]] | None = None) -> str | None:
+def standard_errors_section(
+    standard_errors: Mapping[str, Mapping[str, float]] | None,
+    order: Sequence[str],
+    iid: Mapping[str, Mapping[str, float]] | None = None,
+) -> str | None:
     """Bootstrap standard errors of the leaderboard metrics, one row per model; with ``iid`` (rows
     resampled as if independent), that figure beneath each cluster one."""
     if not standard_errors:
         return None
-    names = [(n, label) for n, label in leaderboard_metrics(standard_errors)
-             if any(not is_nan(v.get(n)) for v in standard_errors.values())]
+    names = [
+        (n, label)
+        for n, label in leaderboard_metrics(standard_errors)
+        if any(not is_nan(v.get(n)) for v in standard_errors.values())
+    ]
     if not names:
         return None
     head = "<tr><th class='name'>Model</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in names) + "</tr>"
     rows = []
+
     def text(value: Any, name: str) -> str:
-        return "—" if is_nan(value) else (f"{100 * float(value):.1f} pp" if shown_as_percent(name)
-                                          else f"{float(value):.3f}")
+        return (
+            "—"
+            if is_nan(value)
+            else (f"{100 * float(value):.1f} pp" if shown_as_percent(name) else f"{float(value):.3f}")
+        )
 
     for model in [m for m in order if m in standard_errors] + sorted(set(standard_errors) - set(order)):
         cells = [f"<td class='name'>{escape(model)}</td>"]
@@ -131,18 +150,27 @@ def standard_errors_section(standard_errors: Mapping[str, Mapping[str, float]] |
             note = f"<br><span class='ci'>i.i.d. {text(beside, name)}</span>" if iid and model in iid else ""
             cells.append(f"<td>{text(standard_errors[model].get(name), name)}{note}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    lead = ("<p>Standard error of each metric: the standard deviation of its bootstrap resamples, as in the "
-            "paper's Appendix G, with base items resampled (each with all of its benchmark items, the same "
-            "draws for every model)"
-            + ("; beneath it, the figure with items resampled as if independent, too small where items "
-               "of one base item succeed or fail together" if iid else "") + ".</p>")
+    lead = (
+        "<p>Standard error of each metric: the standard deviation of its bootstrap resamples, as in the "
+        "paper's Appendix G, with base items resampled (each with all of its benchmark items, the same "
+        "draws for every model)"
+        + (
+            "; beneath it, the figure with items resampled as if independent, too small where items "
+            "of one base item succeed or fail together"
+            if iid
+            else ""
+        )
+        + ".</p>"
+    )
     return section("Standard errors", lead + f"<table>{head}{''.join(rows)}</table>")
 
 
-def multi_document_section(metrics: Mapping[str, Mapping[str, Any]],
-                           intervals: Mapping[str, Mapping[str, tuple[float, float]]],
-                           counts: Mapping[str, Mapping[str, int]] | None,
-                           order: Sequence[str]) -> str | None:
+def multi_document_section(
+    metrics: Mapping[str, Mapping[str, Any]],
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]],
+    counts: Mapping[str, Mapping[str, int]] | None,
+    order: Sequence[str],
+) -> str | None:
     """GaRAGe's scores per model with a multi-document item; None on a single-document run.
 
     The columns: the metrics declared ``multi_document=True``, headed by their titles.
@@ -152,8 +180,11 @@ def multi_document_section(metrics: Mapping[str, Mapping[str, Any]],
     if not models:
         return None
     counts = counts or {}
-    head = "<tr><th class='name'>Model</th>" + "".join(
-        f"<th>{escape(metric_spec(n).title)}</th>" for n in columns) + "<th>judged answers</th><th>items</th></tr>"
+    head = (
+        "<tr><th class='name'>Model</th>"
+        + "".join(f"<th>{escape(metric_spec(n).title)}</th>" for n in columns)
+        + "<th>judged answers</th><th>items</th></tr>"
+    )
     rows = []
     for model in models:
         cells = [f"<td class='name'>{escape(model)}</td>"]
@@ -164,9 +195,11 @@ def multi_document_section(metrics: Mapping[str, Mapping[str, Any]],
         own = counts.get(model, {})
         cells.append(f"<td>{int(own.get('n_answer_attempts_judged', 0))}</td><td>{int(own.get('n_items', 0))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    lead = ("<p>Multi-document items (GaRAGe scoring). Answer quality = mean RAF over answerable items, "
-            "a refusal scoring 0; hybrid = RAF and refusal accuracy weighted by their shares of the items; "
-            "eligibility, factuality and RAF are the judge's rates over the answers it judged.</p>")
+    lead = (
+        "<p>Multi-document items (GaRAGe scoring). Answer quality = mean RAF over answerable items, "
+        "a refusal scoring 0; hybrid = RAF and refusal accuracy weighted by their shares of the items; "
+        "eligibility, factuality and RAF are the judge's rates over the answers it judged.</p>"
+    )
     return section("Multi-document answer quality", lead + f"<table>{head}{''.join(rows)}</table>")
 
 
@@ -177,11 +210,15 @@ def correlation_note(correlation: Mapping[str, Any] | None) -> str:
     n = int(correlation.get("n") or 0)
     pearson, spearman = correlation.get("pearson"), correlation.get("spearman")
     if is_nan(pearson) and is_nan(spearman):
-        return (f"<p class='note'>False vs missed refusal rate correlation across models: undefined "
-                f"({n} model(s) with both rates; at least 3 that differ are needed).</p>")
+        return (
+            f"<p class='note'>False vs missed refusal rate correlation across models: undefined "
+            f"({n} model(s) with both rates; at least 3 that differ are needed).</p>"
+        )
 
     def fmt(value: Any) -> str:
         return "—" if is_nan(value) else f"{float(value):+.2f}"
 
-    return (f"<p>Correlation of false and missed refusal rates across {n} models: Pearson r = "
-            f"{fmt(pearson)}, Spearman ρ = {fmt(spearman)}.</p>")
+    return (
+        f"<p>Correlation of false and missed refusal rates across {n} models: Pearson r = "
+        f"{fmt(pearson)}, Spearman ρ = {fmt(spearman)}.</p>"
+    )

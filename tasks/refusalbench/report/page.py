@@ -18,6 +18,9 @@ from refusalbench.tasks.core.plotting import FigureSlots, ordered
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
+from refusalbench.tasks.refusalbench.report.cost_section import cost_section
+from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
+from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.report.figures import (
     PER_MODEL_FIGURES,
     class_intensity_heatmap,
@@ -30,9 +33,6 @@ from refusalbench.tasks.refusalbench.report.figures import (
 )
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
 from refusalbench.tasks.refusalbench.report.gv import base_sample_domains_html, gv_section_html, unverified_note
-from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
-from refusalbench.tasks.refusalbench.report.cost_section import cost_section
-from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     INTERVAL_NOTE,
     SIGNIFICANCE_NOTE,
@@ -53,8 +53,8 @@ from refusalbench.tasks.refusalbench.report.outcomes import (
     multi_document_section,
     standard_errors_section,
 )
-from refusalbench.tasks.refusalbench.report.paper_figures import paper_figures
 from refusalbench.tasks.refusalbench.report.pairwise_section import pairwise_section
+from refusalbench.tasks.refusalbench.report.paper_figures import paper_figures
 from refusalbench.tasks.refusalbench.report.responses import responses_section
 from refusalbench.tasks.refusalbench.report.trend_section import trend_section
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
@@ -109,7 +109,7 @@ class ReportInputs:
     generation_figures: str | None = None
 
     @classmethod
-    def from_score(cls, result: ScoreResult, **optional: Any) -> "ReportInputs":
+    def from_score(cls, result: ScoreResult, **optional: Any) -> ReportInputs:
         """Inputs from a ScoreResult; ``optional`` sets manifest, gv_analysis, round_trend, audit, title."""
         return cls(
             metrics=result.metrics,
@@ -138,19 +138,23 @@ class ReportInputs:
 def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
     columns = leaderboard_metrics(inputs.metrics)
     groups = significance(inputs.metrics, inputs.pairwise, inputs.min_coverage) if inputs.pairwise else None
-    head = ("<tr><th>#</th><th class='name'>Model</th>" + ("<th>Rank range</th><th>Group</th>" if groups is not None
-                                                           else "")
-            + "".join(f"<th>{escape(label)}</th>" for _, label in columns) + "<th>n</th></tr>")
+    head = (
+        "<tr><th>#</th><th class='name'>Model</th>"
+        + ("<th>Rank range</th><th>Group</th>" if groups is not None else "")
+        + "".join(f"<th>{escape(label)}</th>" for _, label in columns)
+        + "<th>n</th></tr>"
+    )
     rows = []
     incomplete = incomplete_models(inputs.metrics, inputs.min_coverage)
     for model, rank in model_ranks(inputs.metrics, inputs.min_coverage):
         values = inputs.metrics[model]
-        mark = (f" <span class='ci'>({escape(incomplete_note(incomplete[model]))})</span>"
-                if model in incomplete else "")
+        mark = f" <span class='ci'>({escape(incomplete_note(incomplete[model]))})</span>" if model in incomplete else ""
         cells = [f"<td>{'—' if rank is None else rank}</td>", f"<td class='name'>{escape(model)}{mark}</td>"]
         if groups is not None:
-            cells += [f"<td>{escape(rank_range_text(groups.get(model)))}</td>",
-                      f"<td>{escape(group_text(groups.get(model)))}</td>"]
+            cells += [
+                f"<td>{escape(rank_range_text(groups.get(model)))}</td>",
+                f"<td>{escape(group_text(groups.get(model)))}</td>",
+            ]
         for name, _ in columns:
             ci = format_interval(inputs.intervals.get(model, {}).get(name), name)
             ci_html = f"<br><span class='ci'>{escape(ci)}</span>" if ci else ""
@@ -167,11 +171,17 @@ def _breakdown_tables(breakdown: pd.DataFrame) -> str:
         if part.empty:
             continue
         wide = part[part["metric"].isin(["answer_accuracy", "refusal_accuracy"])].pivot_table(
-            index="value", columns=["model", "metric"], values="estimate", aggfunc="first", dropna=False)
+            index="value", columns=["model", "metric"], values="estimate", aggfunc="first", dropna=False
+        )
         models = sorted(part["model"].unique())
         values = ordered(part["value"].tolist(), [*PERTURBATION_CLASSES, *INTENSITIES])
-        head = "<tr><th class='name'>" + escape(dimension) + "</th>" + "".join(
-            f"<th>{escape(m)}<br><span class='ci'>answer / refusal acc.</span></th>" for m in models) + "</tr>"
+        head = (
+            "<tr><th class='name'>"
+            + escape(dimension)
+            + "</th>"
+            + "".join(f"<th>{escape(m)}<br><span class='ci'>answer / refusal acc.</span></th>" for m in models)
+            + "</tr>"
+        )
         rows = []
         # Column by column as plain dicts: a cell looked up in the frame (.at, MultiIndex columns) costs
         # ~0.1 ms, and 30 models x 5 dimensions x 2 metrics make thousands of them.
@@ -181,8 +191,9 @@ def _breakdown_tables(breakdown: pd.DataFrame) -> str:
             for model in models:
                 answer = cells_of.get((model, "answer_accuracy"), {}).get(value, math.nan)
                 refusal = cells_of.get((model, "refusal_accuracy"), {}).get(value, math.nan)
-                cells.append(f"<td>{format_value(answer, 'answer_accuracy')} / "
-                             f"{format_value(refusal, 'refusal_accuracy')}</td>")
+                cells.append(
+                    f"<td>{format_value(answer, 'answer_accuracy')} / {format_value(refusal, 'refusal_accuracy')}</td>"
+                )
             rows.append("<tr>" + "".join(cells) + "</tr>")
         parts.append(f"<h3>By {escape(dimension.replace('_', ' '))}</h3><table>{head}{''.join(rows)}</table>")
     return "".join(parts)
@@ -198,9 +209,11 @@ def _base_set_section(run: ReportInputs) -> str | None:
     funnel = counts.get("base_set_funnel")
     if not funnel:
         return None
-    body = ("<p>Base items at each step: imported (the base set), pre-tested (answered unperturbed by every "
-            "pre-test model), kept (all of them answered correctly), sampled (drawn for generation).</p>"
-            + mapping_html(funnel))
+    body = (
+        "<p>Base items at each step: imported (the base set), pre-tested (answered unperturbed by every "
+        "pre-test model), kept (all of them answered correctly), sampled (drawn for generation).</p>"
+        + mapping_html(funnel)
+    )
     by_model = counts.get("pretest_by_model")
     if by_model:
         frame = pd.DataFrame.from_dict(by_model, orient="index")
@@ -225,7 +238,9 @@ def _generation_sections(run: ReportInputs, figures: str | None = None) -> list[
 
 
 def _comparison_section(run: ReportInputs) -> str:
-    registry = run.model_info if run.model_info is not None else ((run.manifest or {}).get("config") or {}).get("models")
+    registry = (
+        run.model_info if run.model_info is not None else ((run.manifest or {}).get("config") or {}).get("models")
+    )
     return section("Model comparison", comparison_figures_html(run.metrics, run.breakdown, registry))
 
 
@@ -234,9 +249,7 @@ def _page(run: ReportInputs, sections: Sequence[str]) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(run.title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}"
-        + "".join(sections)
-        + "</body></html>\n"
+        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}" + "".join(sections) + "</body></html>\n"
     )
 
 
@@ -248,9 +261,14 @@ def build_generation_report(run: ReportInputs) -> str:
     return _page(run, sections)
 
 
-def _per_model_figures(frame: pd.DataFrame, draw_one: Callable[[pd.DataFrame, str], str],
-                       draw_panels: Callable[[pd.DataFrame, list[str]], str], one_alt: str, panels_alt: str,
-                       figure: Callable[..., str]) -> list[str]:
+def _per_model_figures(
+    frame: pd.DataFrame,
+    draw_one: Callable[[pd.DataFrame, str], str],
+    draw_panels: Callable[[pd.DataFrame, list[str]], str],
+    one_alt: str,
+    panels_alt: str,
+    figure: Callable[..., str],
+) -> list[str]:
     """One figure per model (``one_alt`` names it, with ``{model}``), or beyond ``PER_MODEL_FIGURES``
     models one image of small multiples (its cost grows with the models: drawn first)."""
     models = sorted(frame["model"].unique())
@@ -274,32 +292,60 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
     order = ranked_models(run.metrics, run.min_coverage)
     sections: list[str] = []
 
-    lead = f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer " \
-           "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>" \
-           f"<p class='note'>Intervals and standard errors: {escape(INTERVAL_NOTE)}" \
-           + (f" {escape(SIGNIFICANCE_NOTE)}" if run.pairwise else "") + "</p>"
+    lead = (
+        f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer "
+        "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
+        f"<p class='note'>Intervals and standard errors: {escape(INTERVAL_NOTE)}"
+        + (f" {escape(SIGNIFICANCE_NOTE)}" if run.pairwise else "")
+        + "</p>"
+    )
     incomplete = incomplete_models(run.metrics, run.min_coverage)
     if incomplete:
-        lead += (f"<p class='note'>{len(incomplete)} model(s) scored on less than {100 * run.min_coverage:.0f}% of "
-                 "their rows are incomplete: listed after the ranked models, without a rank (see Rows not scored).</p>")
+        lead += (
+            f"<p class='note'>{len(incomplete)} model(s) scored on less than {100 * run.min_coverage:.0f}% of "
+            "their rows are incomplete: listed after the ranked models, without a rank (see Rows not scored).</p>"
+        )
     sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + _leaderboard_html(run, order)))
     coverage = coverage_section(run.metrics, run.outcomes, run.min_coverage, order)
     if coverage:
         sections.append(coverage)
     sections.extend(filter(None, [decision_section(run.manifest, order)]))
-    sections.extend(filter(None, [
-        standard_errors_section(run.standard_errors, order, run.standard_errors_iid),
-        pairwise_section(run.pairwise, order),
-        multi_document_section(run.metrics, run.intervals, run.multi_document, order)]))
+    sections.extend(
+        filter(
+            None,
+            [
+                standard_errors_section(run.standard_errors, order, run.standard_errors_iid),
+                pairwise_section(run.pairwise, order),
+                multi_document_section(run.metrics, run.intervals, run.multi_document, order),
+            ],
+        )
+    )
 
-    scatter_a = (run.metrics, "answer_accuracy", "refusal_accuracy", "Answer vs refusal accuracy",
-                 "answer accuracy (answerable items)", "refusal accuracy (unanswerable items)")
-    scatter_b = (run.metrics, "detection_f1", "category_accuracy", "Refusal detection vs categorisation",
-                 "detection F1 (whether to refuse)", "category accuracy (why, given a correct refusal)")
-    sections.append(section("Answering vs refusing", "<div class='figs'>"
-                            + figure(_drawn_or_note, scatter_plot, scatter_a, "answer vs refusal accuracy scatter")
-                            + figure(_drawn_or_note, scatter_plot, scatter_b, "detection F1 vs category accuracy scatter")
-                            + "</div>"))
+    scatter_a = (
+        run.metrics,
+        "answer_accuracy",
+        "refusal_accuracy",
+        "Answer vs refusal accuracy",
+        "answer accuracy (answerable items)",
+        "refusal accuracy (unanswerable items)",
+    )
+    scatter_b = (
+        run.metrics,
+        "detection_f1",
+        "category_accuracy",
+        "Refusal detection vs categorisation",
+        "detection F1 (whether to refuse)",
+        "category accuracy (why, given a correct refusal)",
+    )
+    sections.append(
+        section(
+            "Answering vs refusing",
+            "<div class='figs'>"
+            + figure(_drawn_or_note, scatter_plot, scatter_a, "answer vs refusal accuracy scatter")
+            + figure(_drawn_or_note, scatter_plot, scatter_b, "detection F1 vs category accuracy scatter")
+            + "</div>",
+        )
+    )
 
     bars = figure(_drawn_or_note, refusal_error_bars, (run.metrics, order), "false and missed refusal rate bars")
     sections.append(section("False vs missed refusals", bars + correlation_note(run.frr_mrr_correlation)))
@@ -311,30 +357,49 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
         sections.append(replies)
 
     if _non_empty(run.class_intensity):
-        figures = _per_model_figures(run.class_intensity, class_intensity_heatmap, class_intensity_panels,
-                                     "class by intensity heatmap for {model}",
-                                     "class by intensity heatmaps, one panel per model", figure)
+        figures = _per_model_figures(
+            run.class_intensity,
+            class_intensity_heatmap,
+            class_intensity_panels,
+            "class by intensity heatmap for {model}",
+            "class by intensity heatmaps, one panel per model",
+            figure,
+        )
         body = "<p>Share of correct responses per class and intensity (LOW items are answerable).</p>"
-        sections.append(section("Perturbation class × intensity", body + "<div class='figs'>"
-                                + "".join(figures) + "</div>"))
+        sections.append(
+            section("Perturbation class × intensity", body + "<div class='figs'>" + "".join(figures) + "</div>")
+        )
 
     intensity = run.refusal_by_intensity
     if not _non_empty(intensity) and run.breakdown is not None and _non_empty(run.breakdown):
         part = run.breakdown[(run.breakdown["group"] == "intensity") & (run.breakdown["metric"] == "refusal_rate")]
         intensity = part.rename(columns={"value": "intensity", "estimate": "refusal_rate"})
     if _non_empty(intensity):
-        sections.append(section("Refusal rate by intensity",
-                                image_tag(figure(intensity_curves, intensity), "refusal rate by intensity curves")))
+        sections.append(
+            section(
+                "Refusal rate by intensity",
+                image_tag(figure(intensity_curves, intensity), "refusal rate by intensity curves"),
+            )
+        )
 
     paper = paper_figures(run, order, figure)  # dashboards, rankings, domains, confusion across models
     sections.extend(paper.sections)
     if _non_empty(run.confusion):
-        figures = _per_model_figures(run.confusion, confusion_plot, confusion_panels, "confusion matrix for {model}",
-                                     "confusion matrices, one panel per model", figure)
-        sections.append(section("Confusion matrices (expected × predicted)",
-                                "<div class='figs'>" + "".join(figures) + "</div>"))
+        figures = _per_model_figures(
+            run.confusion,
+            confusion_plot,
+            confusion_panels,
+            "confusion matrix for {model}",
+            "confusion matrices, one panel per model",
+            figure,
+        )
+        sections.append(
+            section("Confusion matrices (expected × predicted)", "<div class='figs'>" + "".join(figures) + "</div>")
+        )
 
-    sections.append(calibration_section(run.metrics, run.calibration, run.max_confidence, run.calibration_source, order))
+    sections.append(
+        calibration_section(run.metrics, run.calibration, run.max_confidence, run.calibration_source, order)
+    )
 
     if _non_empty(run.breakdown):
         tables = _breakdown_tables(run.breakdown)
@@ -349,8 +414,9 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
         sections.append(trend_section(run.round_trend, run.trend))
 
     # The generation figures: about as costly as five plain ones.
-    generation = (run.generation_figures or figure(generation_figures_html, run.gv_analysis, cost=5)
-                  if run.gv_analysis else None)
+    generation = (
+        run.generation_figures or figure(generation_figures_html, run.gv_analysis, cost=5) if run.gv_analysis else None
+    )
     sections.extend(_generation_sections(run, generation))
     sections.extend(filter(None, [paper.left_out_section(), cost_section(run.manifest)]))
 

@@ -24,8 +24,10 @@ def _cell(entry: Mapping[str, Any] | None, sign: float) -> str:
     p_value = entry.get("p_adjusted")
     p_text = "" if is_nan(p_value) else f"p = {p_value:.3g}"
     mark = " <b>*</b>" if entry.get("significant") else ""
-    return (f"<td>{100 * sign * entry['difference']:+.1f}{mark}<br><span class='ci'>{escape(interval)} "
-            f"{escape(p_text)}</span></td>")
+    return (
+        f"<td>{100 * sign * entry['difference']:+.1f}{mark}<br><span class='ci'>{escape(interval)} "
+        f"{escape(p_text)}</span></td>"
+    )
 
 
 def pairwise_section(pairwise: Mapping[str, Any] | None, order: Sequence[str]) -> str | None:
@@ -36,25 +38,37 @@ def pairwise_section(pairwise: Mapping[str, Any] | None, order: Sequence[str]) -
     metrics = list(pairwise.get("metrics") or [])
     position = {model: i for i, model in enumerate(order)}
     rows = []
-    for comparison in sorted(comparisons, key=lambda c: sorted((position.get(c["model_a"], len(order)),
-                                                                position.get(c["model_b"], len(order))))):
+    for comparison in sorted(
+        comparisons,
+        key=lambda c: sorted((position.get(c["model_a"], len(order)), position.get(c["model_b"], len(order)))),
+    ):
         a, b = comparison["model_a"], comparison["model_b"]
         sign = 1.0
         if position.get(b, len(order)) < position.get(a, len(order)):
             a, b, sign = b, a, -1.0  # the better-ranked model first: differences read "first minus second"
-        cells = [f"<td class='name'>{escape(a)}</td>", f"<td class='name'>{escape(b)}</td>",
-                 f"<td>{int(comparison.get('n_items', 0))}</td>"]
+        cells = [
+            f"<td class='name'>{escape(a)}</td>",
+            f"<td class='name'>{escape(b)}</td>",
+            f"<td>{int(comparison.get('n_items', 0))}</td>",
+        ]
         cells += [_cell(comparison["metrics"].get(name), sign) for name in metrics]
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    head = ("<tr><th class='name'>Model</th><th class='name'>vs model</th><th>items</th>"
-            + "".join(f"<th>{escape(metric_spec(name).title)}<br><span class='ci'>difference (points)</span></th>"
-                      for name in metrics) + "</tr>")
+    head = (
+        "<tr><th class='name'>Model</th><th class='name'>vs model</th><th>items</th>"
+        + "".join(
+            f"<th>{escape(metric_spec(name).title)}<br><span class='ci'>difference (points)</span></th>"
+            for name in metrics
+        )
+        + "</tr>"
+    )
     correction = str(pairwise.get("correction", "holm")).capitalize()
     alpha = float(pairwise.get("alpha", 0.05))
-    lead = (f"<p>Every pair of models evaluated on the same items: the first model's score minus the second's, "
-            f"with a 95% paired cluster-bootstrap interval (both models scored on the same resampled base items) "
-            f"and the p-value corrected with {escape(correction)}'s method over the pairs of each metric "
-            f"(family-wise error rate {alpha:g}: the chance that any difference marked * is not real stays "
-            f"below {alpha:g}; chosen over a false-discovery-rate correction because each row is read as a claim "
-            f"of its own). * = significant after the correction.</p>")
+    lead = (
+        f"<p>Every pair of models evaluated on the same items: the first model's score minus the second's, "
+        f"with a 95% paired cluster-bootstrap interval (both models scored on the same resampled base items) "
+        f"and the p-value corrected with {escape(correction)}'s method over the pairs of each metric "
+        f"(family-wise error rate {alpha:g}: the chance that any difference marked * is not real stays "
+        f"below {alpha:g}; chosen over a false-discovery-rate correction because each row is read as a claim "
+        f"of its own). * = significant after the correction.</p>"
+    )
     return section("Pairwise comparisons", lead + f"<table>{head}{''.join(rows)}</table>")

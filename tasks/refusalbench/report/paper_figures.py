@@ -54,8 +54,9 @@ def _row_height(rows: int) -> float:
     return 0.24 * rows + 1.6
 
 
-def _hbars(ax: Any, fig: Figure, rows: int, positions: np.ndarray, values: np.ndarray, height: float,
-           **style: Any) -> None:
+def _hbars(
+    ax: Any, fig: Figure, rows: int, positions: np.ndarray, values: np.ndarray, height: float, **style: Any
+) -> None:
     """Horizontal bars of ``height`` rows drawn as one line collection: at 30 models, one artist instead
     of a Rectangle per bar (most of a bar chart's drawing time). The rows fill the axes (ylim set here)."""
     ax.set_ylim(rows - 0.5, -0.5)  # first row on top
@@ -66,8 +67,10 @@ def _hbars(ax: Any, fig: Figure, rows: int, positions: np.ndarray, values: np.nd
 
 # ---------------------------------------------------------------- drawing
 
-def _shares_heatmap(ax: Any, matrix: pd.DataFrame, title: str, *, labels: bool = True,
-                    counts_shown: bool = True) -> Any:
+
+def _shares_heatmap(
+    ax: Any, matrix: pd.DataFrame, title: str, *, labels: bool = True, counts_shown: bool = True
+) -> Any:
     """Counts coloured by share of the row (expected code) on ``ax``, with the count in each cell unless
     ``counts_shown`` is false (text is most of a heatmap's drawing time); returns the image."""
     counts = matrix.to_numpy(dtype=float)
@@ -75,12 +78,21 @@ def _shares_heatmap(ax: Any, matrix: pd.DataFrame, title: str, *, labels: bool =
     shares = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
     image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
     for i, j in zip(*np.nonzero(counts)) if counts_shown else ():
-        ax.text(j, i, f"{int(counts[i, j])}", ha="center", va="center", fontsize=7,
-                color="white" if shares[i, j] > 0.6 else "black")
-    ax.set_xticks(range(matrix.shape[1]), [plot_text(short_code(c)) for c in matrix.columns], rotation=40,
-                  ha="right", fontsize=8)
-    ax.set_yticks(range(matrix.shape[0]), [plot_text(short_code(r)) for r in matrix.index] if labels else [],
-                  fontsize=8)
+        ax.text(
+            j,
+            i,
+            f"{int(counts[i, j])}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="white" if shares[i, j] > 0.6 else "black",
+        )
+    ax.set_xticks(
+        range(matrix.shape[1]), [plot_text(short_code(c)) for c in matrix.columns], rotation=40, ha="right", fontsize=8
+    )
+    ax.set_yticks(
+        range(matrix.shape[0]), [plot_text(short_code(r)) for r in matrix.index] if labels else [], fontsize=8
+    )
     ax.set_title(title, fontsize=10)
     return image
 
@@ -112,8 +124,13 @@ def intensity_confusion_plot(by_intensity: Mapping[str, pd.DataFrame]) -> str:
     axes = fig.subplots(1, len(by_intensity), squeeze=False)[0]
     for index, (ax, (intensity, matrix)) in enumerate(zip(axes, by_intensity.items())):
         full = matrix.reindex(index=expected, columns=predicted, fill_value=0)
-        image = _shares_heatmap(ax, full, f"{plot_text(intensity)}: all models (n = {int(full.to_numpy().sum())})",
-                                labels=index == 0, counts_shown=False)
+        image = _shares_heatmap(
+            ax,
+            full,
+            f"{plot_text(intensity)}: all models (n = {int(full.to_numpy().sum())})",
+            labels=index == 0,
+            counts_shown=False,
+        )
         ax.set_xlabel("predicted", fontsize=8)
     axes[0].set_ylabel("expected")
     fig.colorbar(image, ax=list(axes), label="share of row", shrink=0.8)
@@ -127,13 +144,18 @@ def domain_heatmaps(grids: Sequence[tuple[str, pd.DataFrame]]) -> str:
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
     for index, (ax, (title, grid)) in enumerate(zip(axes, grids)):
         values = grid.to_numpy(dtype=float)
-        image = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, aspect="auto", interpolation="nearest",
-                          cmap=colormaps["RdYlGn"].with_extremes(bad="#d9d9d9"))
+        image = ax.imshow(
+            np.ma.masked_invalid(values),
+            vmin=0,
+            vmax=1,
+            aspect="auto",
+            interpolation="nearest",
+            cmap=colormaps["RdYlGn"].with_extremes(bad="#d9d9d9"),
+        )
         if grid.size <= _ANNOTATE_CELLS:
             for i, j in np.argwhere(~np.isnan(values)):
                 ax.text(j, i, f"{100 * values[i, j]:.0f}", ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(grid.shape[1]), [plot_text(c) for c in grid.columns], rotation=35, ha="right",
-                      fontsize=8)
+        ax.set_xticks(range(grid.shape[1]), [plot_text(c) for c in grid.columns], rotation=35, ha="right", fontsize=8)
         ax.set_yticks(range(grid.shape[0]), [plot_text(m) for m in grid.index] if index == 0 else [], fontsize=8)
         ax.set_title(plot_text(title), fontsize=10)
     fig.colorbar(image, ax=list(axes), label="score", shrink=0.8)
@@ -169,14 +191,12 @@ def class_difficulty_plot(table: pd.DataFrame, points: pd.DataFrame, generation:
     spread = np.vstack([means - table["min"].to_numpy(dtype=float), table["max"].to_numpy(dtype=float) - means])
     ax.barh(positions, means, xerr=spread, color="#e69f00", alpha=0.8, capsize=3)
     where = {c: i for i, c in enumerate(table["perturbation_class"])}
-    ax.scatter(points["estimate"].astype(float), points["perturbation_class"].map(where), s=10, color="#333",
-               zorder=3)
+    ax.scatter(points["estimate"].astype(float), points["perturbation_class"].map(where), s=10, color="#333", zorder=3)
     ax.set_yticks(positions, [plot_text(c) for c in table["perturbation_class"]])
     ax.invert_yaxis()
     ax.set_xlim(0, 1.05)
     ax.set_xlabel("refusal accuracy")
-    ax.set_title("Refusal accuracy per class across models\n(bar: mean, whiskers: min–max, dots: models)",
-                 fontsize=10)
+    ax.set_title("Refusal accuracy per class across models\n(bar: mean, whiskers: min–max, dots: models)", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     if panels == 2:
         ax = axes[1]
@@ -199,8 +219,16 @@ def refusal_ranking_plot(table: pd.DataFrame) -> str:
     positions = np.arange(len(table))
     accuracy = table["refusal_accuracy"].to_numpy(dtype=float)
     hierarchical = table["hierarchical_score"].to_numpy(dtype=float)
-    _hbars(ax, fig, len(table), positions, accuracy, 0.75, colors=colormaps["RdYlGn"](accuracy),
-           label="refusal accuracy (colour: its value)")
+    _hbars(
+        ax,
+        fig,
+        len(table),
+        positions,
+        accuracy,
+        0.75,
+        colors=colormaps["RdYlGn"](accuracy),
+        label="refusal accuracy (colour: its value)",
+    )
     _hbars(ax, fig, len(table), positions, hierarchical, 0.3, colors="#0072b2", label="hierarchical score")
     ax.invert_yaxis()  # lowest refusal accuracy at the bottom, as the paper orders them
     for y, (value, score) in enumerate(zip(accuracy, hierarchical)):
@@ -209,15 +237,15 @@ def refusal_ranking_plot(table: pd.DataFrame) -> str:
     ax.set_yticks(positions, [plot_text(m) for m in table["model"]], fontsize=8)
     ax.set_xlim(0, 1.3)
     ax.set_xlabel("score")
-    ax.set_title("Refusal accuracy ranking (blue: hierarchical score = detection F1 × category accuracy)",
-                 fontsize=10)
+    ax.set_title("Refusal accuracy ranking (blue: hierarchical score = detection F1 × category accuracy)", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     return png_base64(fig)
 
 
-def dashboard_plot(metrics: Mapping[str, Mapping[str, float]], order: Sequence[str],
-                   panels: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+def dashboard_plot(
+    metrics: Mapping[str, Mapping[str, float]], order: Sequence[str], panels: Sequence[tuple[str, tuple[str, ...]]]
+) -> str:
     """One row per model (ranked order, best on top), one panel per pair of skills; undefined: no bar."""
     fig = Figure(figsize=(3.1 * len(panels) + 2.0, _row_height(len(order))))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -228,8 +256,16 @@ def dashboard_plot(metrics: Mapping[str, Mapping[str, float]], order: Sequence[s
         for k, (name, colour) in enumerate(zip(names, colours)):
             values = np.array([float(metrics[m].get(name, np.nan)) for m in order], dtype=float)
             offset = (k - (len(names) - 1) / 2) * height
-            _hbars(ax, fig, len(order), positions + offset, values, height, colors=colour,
-                   label=plot_text(metric_title(name)))
+            _hbars(
+                ax,
+                fig,
+                len(order),
+                positions + offset,
+                values,
+                height,
+                colors=colour,
+                label=plot_text(metric_title(name)),
+            )
         ax.set_yticks([])  # the model names once, on the first panel: no tick objects on the others
         ax.set_xlim(0, 1.02)
         ax.set_title(plot_text(title), fontsize=10)
@@ -241,6 +277,7 @@ def dashboard_plot(metrics: Mapping[str, Mapping[str, float]], order: Sequence[s
 
 
 # ---------------------------------------------------------------- the sections
+
 
 @dataclasses.dataclass
 class PaperFigures:
@@ -257,14 +294,14 @@ class PaperFigures:
         if not self.left_out:
             return None
         items = "".join(f"<li><b>{escape(title)}</b>: {escape(why)}.</li>" for title, why in self.left_out)
-        return section("Figures not drawn", "<p class='note'>Figures this run has no data for.</p>"
-                       f"<ul>{items}</ul>")
+        return section("Figures not drawn", f"<p class='note'>Figures this run has no data for.</p><ul>{items}</ul>")
 
 
 def _share_table(shares: pd.Series) -> str:
     ranked = shares.sort_values(ascending=False)
-    cells = "".join(f"<tr><td class='name'>{escape(code)}</td><td>{100 * share:.1f}%</td></tr>"
-                    for code, share in ranked.items())
+    cells = "".join(
+        f"<tr><td class='name'>{escape(code)}</td><td>{100 * share:.1f}%</td></tr>" for code, share in ranked.items()
+    )
     return f"<table><tr><th class='name'>Predicted</th><th>Share of all predictions</th></tr>{cells}</table>"
 
 
@@ -274,15 +311,19 @@ def _confusion_sections(out: PaperFigures, run: Any, figure: Callable[..., str])
         out.leave_out("Confusion across models", "no scored response in this run")
         return
     shares = prediction_shares(matrix)
-    body = ("<p>Every model's decisions together: rows are the expected outcome, columns the decision; "
-            "the bars give each decision's share of all predictions.</p>"
-            + image_tag(figure(confusion_overview_plot, matrix, shares), "confusion matrix across models")
-            + _share_table(shares))
+    body = (
+        "<p>Every model's decisions together: rows are the expected outcome, columns the decision; "
+        "the bars give each decision's share of all predictions.</p>"
+        + image_tag(figure(confusion_overview_plot, matrix, shares), "confusion matrix across models")
+        + _share_table(shares)
+    )
     by_intensity = confusion_by_intensity(run.judged)
     if by_intensity:
-        body += ("<h3>By intensity</h3><p>The same matrix per intensity (colour = share of the expected row; "
-                 "LOW items are answerable).</p>"
-                 + image_tag(figure(intensity_confusion_plot, by_intensity), "confusion by intensity across models"))
+        body += (
+            "<h3>By intensity</h3><p>The same matrix per intensity (colour = share of the expected row; "
+            "LOW items are answerable).</p>"
+            + image_tag(figure(intensity_confusion_plot, by_intensity), "confusion by intensity across models")
+        )
     else:
         out.leave_out("Confusion by intensity", "judged.parquet is absent or its rows carry no intensity")
     out.sections.append(section("Confusion across models", body))
@@ -298,21 +339,32 @@ def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str], figure: 
     if items is None:
         out.leave_out("Benchmark domains", "neither benchmark.parquet nor judged rows are in this run folder")
     elif len(distribution) < 2:
-        out.leave_out("Benchmark domains", "needs items from at least two domains (this benchmark's: "
-                      f"{', '.join(distribution['domain']) or 'none'})")
+        out.leave_out(
+            "Benchmark domains",
+            f"needs items from at least two domains (this benchmark's: {', '.join(distribution['domain']) or 'none'})",
+        )
     else:
         parts.append(image_tag(figure(domain_distribution_plot, distribution), "benchmark items per domain"))
-    grids = [(metric_title(name), grid) for name in DOMAIN_METRICS
-             if not (grid := model_domain_grid(run.breakdown, name, order)).empty]
+    grids = [
+        (metric_title(name), grid)
+        for name in DOMAIN_METRICS
+        if not (grid := model_domain_grid(run.breakdown, name, order)).empty
+    ]
     if grids and grids[0][1].shape[1] >= 2:
         parts.append(image_tag(figure(domain_heatmaps, grids), "model by domain specialisation heatmaps"))
     else:
-        out.leave_out("Model × domain specialisation", "needs scores in at least two domains (the judged rows' "
-                      "domain column)")
+        out.leave_out(
+            "Model × domain specialisation", "needs scores in at least two domains (the judged rows' domain column)"
+        )
     if parts:
-        out.sections.append(section("Domains", "<p>Benchmark items per domain (Fig. 13), and each model's "
-                                    "scores per domain in % (specialisation, Fig. 11; grey: undefined).</p>"
-                                    "<div class='figs'>" + "".join(parts) + "</div>"))
+        out.sections.append(
+            section(
+                "Domains",
+                "<p>Benchmark items per domain (Fig. 13), and each model's "
+                "scores per domain in % (specialisation, Fig. 11; grey: undefined).</p>"
+                "<div class='figs'>" + "".join(parts) + "</div>",
+            )
+        )
 
 
 def paper_figures(run: Any, order: Sequence[str], figure: Callable[..., str] = drawn_now) -> PaperFigures:
@@ -323,21 +375,31 @@ def paper_figures(run: Any, order: Sequence[str], figure: Callable[..., str] = d
         return out
     panels = dashboard_panels(run.metrics)
     if panels:
-        out.sections.append(section("Model dashboards", "<p>One row per model, in the leaderboard's order; one "
-                                    "panel per pair of skills the paper sets side by side (its Figs. 24–25). "
-                                    "No bar: undefined.</p>"
-                                    + image_tag(figure(dashboard_plot, run.metrics, order, panels), "model dashboards")))
+        out.sections.append(
+            section(
+                "Model dashboards",
+                "<p>One row per model, in the leaderboard's order; one "
+                "panel per pair of skills the paper sets side by side (its Figs. 24–25). "
+                "No bar: undefined.</p>"
+                + image_tag(figure(dashboard_plot, run.metrics, order, panels), "model dashboards"),
+            )
+        )
     else:
         out.leave_out("Model dashboards", "no model has a defined metric")
     ranking = refusal_ranking(run.metrics)
     if not ranking.empty:
-        out.sections.append(section("Refusal accuracy ranking", image_tag(figure(refusal_ranking_plot, ranking),
-                                                                          "refusal accuracy ranking")))
+        out.sections.append(
+            section(
+                "Refusal accuracy ranking", image_tag(figure(refusal_ranking_plot, ranking), "refusal accuracy ranking")
+            )
+        )
     else:
         out.leave_out("Refusal accuracy ranking", "no model has a refusal accuracy (no scored unanswerable item)")
     difficulty = class_difficulty(run.breakdown)
     if not difficulty.empty:
-        plot = figure(class_difficulty_plot, difficulty, class_values(run.breakdown), generation_class_ranking(run.gv_analysis))
+        plot = figure(
+            class_difficulty_plot, difficulty, class_values(run.breakdown), generation_class_ranking(run.gv_analysis)
+        )
         out.sections.append(section("Class difficulty", image_tag(plot, "class difficulty ranking")))
     else:
         out.leave_out("Class difficulty", "no refusal accuracy per perturbation class (no scored unanswerable item)")

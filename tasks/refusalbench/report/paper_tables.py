@@ -49,8 +49,11 @@ def _counts_matrix(table: pd.DataFrame) -> pd.DataFrame:
     """``expected``/``predicted``/``count`` rows as a matrix, rows and columns in taxonomy order."""
     expected = ordered(table["expected"].astype(str).tolist(), [ANSWER_CORRECTLY, *REFUSAL_CODES])
     predicted = ordered(table["predicted"].astype(str).tolist(), [ANSWER, *REFUSAL_CODES])
-    return table.pivot_table(index="expected", columns="predicted", values="count", aggfunc="sum",
-                             fill_value=0).reindex(index=expected, columns=predicted, fill_value=0).astype(int)
+    return (
+        table.pivot_table(index="expected", columns="predicted", values="count", aggfunc="sum", fill_value=0)
+        .reindex(index=expected, columns=predicted, fill_value=0)
+        .astype(int)
+    )
 
 
 def aggregate_confusion(table: pd.DataFrame | None) -> pd.DataFrame:
@@ -133,16 +136,21 @@ def class_values(breakdown: pd.DataFrame, metric: str = "refusal_accuracy") -> p
 
 def generation_class_ranking(analysis: Mapping[str, Any] | None) -> pd.Series:
     """The generation pass rate per class (all generator × verifier pairs), hardest first."""
-    rates = {str(k): float(v) for k, v in ((analysis or {}).get("pass_rate_by_class") or {}).items()
-             if not is_nan(v)}
+    rates = {str(k): float(v) for k, v in ((analysis or {}).get("pass_rate_by_class") or {}).items() if not is_nan(v)}
     return pd.Series(rates, dtype=float).sort_values(kind="stable")
 
 
 def refusal_ranking(metrics: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     """Models with a refusal accuracy: it and the hierarchical score, lowest refusal accuracy first."""
-    rows = [{"model": m, "refusal_accuracy": float(v["refusal_accuracy"]),
-             "hierarchical_score": math.nan if is_nan(v.get("hierarchical_score")) else float(v["hierarchical_score"])}
-            for m, v in metrics.items() if not is_nan(v.get("refusal_accuracy"))]
+    rows = [
+        {
+            "model": m,
+            "refusal_accuracy": float(v["refusal_accuracy"]),
+            "hierarchical_score": math.nan if is_nan(v.get("hierarchical_score")) else float(v["hierarchical_score"]),
+        }
+        for m, v in metrics.items()
+        if not is_nan(v.get("refusal_accuracy"))
+    ]
     frame = pd.DataFrame(rows, columns=["model", "refusal_accuracy", "hierarchical_score"])
     return frame.sort_values(["refusal_accuracy", "model"]).reset_index(drop=True)
 

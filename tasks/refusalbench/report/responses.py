@@ -47,9 +47,11 @@ def _counts(values: pd.Series) -> str:
 def reply_metadata_table(responses: pd.DataFrame, order: Sequence[str]) -> str:
     """Per model: replies, those with reasoning, reasoning tokens (total, mean per reply that
     reports them, share of completion tokens), finish reasons and served model names."""
-    head = ("<tr><th class='name'>Model</th><th>replies</th><th>with reasoning</th><th>reasoning tokens</th>"
-            "<th>per reply</th><th>share of completion tokens</th><th class='name'>finish reasons</th>"
-            "<th class='name'>served as</th></tr>")
+    head = (
+        "<tr><th class='name'>Model</th><th>replies</th><th>with reasoning</th><th>reasoning tokens</th>"
+        "<th>per reply</th><th>share of completion tokens</th><th class='name'>finish reasons</th>"
+        "<th class='name'>served as</th></tr>"
+    )
     rows = []
     for model in _models(responses, order):
         part = responses[responses["model"].astype(str) == model]
@@ -58,19 +60,29 @@ def reply_metadata_table(responses: pd.DataFrame, order: Sequence[str]) -> str:
         reported = tokens.notna()
         total = tokens[reported].sum()
         share = total / completion[reported].sum() if reported.any() and completion[reported].sum() > 0 else None
-        numbers = [str(len(part)), str(int(_has_text(_column(part, "reasoning")).sum())),
-                   f"{int(total)}" if reported.any() else "—",
-                   f"{tokens[reported].mean():.1f}" if reported.any() else "—",
-                   "—" if share is None else f"{100 * share:.1f}%"]
-        rows.append(f"<tr><td class='name'>{escape(model)}</td>" + "".join(f"<td>{n}</td>" for n in numbers)
-                    + f"<td class='name'>{escape(_counts(_column(part, 'finish_reason')))}</td>"
-                    + f"<td class='name'>{escape(_counts(_column(part, 'served_model')))}</td></tr>")
+        numbers = [
+            str(len(part)),
+            str(int(_has_text(_column(part, "reasoning")).sum())),
+            f"{int(total)}" if reported.any() else "—",
+            f"{tokens[reported].mean():.1f}" if reported.any() else "—",
+            "—" if share is None else f"{100 * share:.1f}%",
+        ]
+        rows.append(
+            f"<tr><td class='name'>{escape(model)}</td>"
+            + "".join(f"<td>{n}</td>" for n in numbers)
+            + f"<td class='name'>{escape(_counts(_column(part, 'finish_reason')))}</td>"
+            + f"<td class='name'>{escape(_counts(_column(part, 'served_model')))}</td></tr>"
+        )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
 def _reply_cell(row: dict[str, Any]) -> str:
     answer = row.get("raw")
-    text = f"<pre>{escape(_clip(answer))}</pre>" if isinstance(answer, str) and answer else "<span class='note'>(no text)</span>"
+    text = (
+        f"<pre>{escape(_clip(answer))}</pre>"
+        if isinstance(answer, str) and answer
+        else "<span class='note'>(no text)</span>"
+    )
     reasoning = row.get("reasoning")
     if isinstance(reasoning, str) and reasoning.strip():
         tokens = row.get("reasoning_tokens")
@@ -82,18 +94,23 @@ def _reply_cell(row: dict[str, Any]) -> str:
 def response_sample_html(responses: pd.DataFrame, order: Sequence[str], per_model: int = SAMPLE_PER_MODEL) -> str:
     """Up to ``per_model`` replies per model (those with reasoning first, then by item), the
     reasoning of each folded away until opened."""
-    head = ("<tr><th class='name'>Model</th><th class='name'>Item</th><th class='name'>Decision</th>"
-            "<th class='name'>Finish</th><th class='name'>Reply</th></tr>")
+    head = (
+        "<tr><th class='name'>Model</th><th class='name'>Item</th><th class='name'>Decision</th>"
+        "<th class='name'>Finish</th><th class='name'>Reply</th></tr>"
+    )
     rows = []
     for model in _models(responses, order):
         part = responses[responses["model"].astype(str) == model].assign(
-            _reasoned=lambda f: ~_has_text(_column(f, "reasoning")))
+            _reasoned=lambda f: ~_has_text(_column(f, "reasoning"))
+        )
         for row in part.sort_values(["_reasoned", "item_id"]).head(per_model).to_dict("records"):
             decision = row.get("decision") if not is_nan(row.get("decision")) else f"error: {row.get('error')}"
             finish = row.get("finish_reason")
-            rows.append(f"<tr><td class='name'>{escape(model)}</td><td class='name'>{escape(row['item_id'])}</td>"
-                        f"<td class='name'>{escape(decision)}</td><td class='name'>{'—' if is_nan(finish) else escape(finish)}</td>"
-                        f"<td class='name'>{_reply_cell(row)}</td></tr>")
+            rows.append(
+                f"<tr><td class='name'>{escape(model)}</td><td class='name'>{escape(row['item_id'])}</td>"
+                f"<td class='name'>{escape(decision)}</td><td class='name'>{'—' if is_nan(finish) else escape(finish)}</td>"
+                f"<td class='name'>{_reply_cell(row)}</td></tr>"
+            )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -101,11 +118,12 @@ def responses_section(responses: pd.DataFrame | None, order: Sequence[str]) -> s
     """The section: the per-model table, then the sample; None when the run kept no replies."""
     if responses is None or responses.empty or "model" not in responses.columns:
         return None
-    body = ("<p>The targets' replies as the providers returned them: reasoning is kept apart from the answer "
-            "(only the answer is scored), with the reasoning tokens the provider reported (— where it reported "
-            "none, e.g. reasoning written inline in &lt;think&gt; tags).</p>"
-            + reply_metadata_table(responses, order)
-            + f"<h3>Sample replies</h3><p class='note'>Up to {SAMPLE_PER_MODEL} per model; open "
-              "“reasoning” to read a reply's reasoning.</p>"
-            + response_sample_html(responses, order))
+    body = (
+        "<p>The targets' replies as the providers returned them: reasoning is kept apart from the answer "
+        "(only the answer is scored), with the reasoning tokens the provider reported (— where it reported "
+        "none, e.g. reasoning written inline in &lt;think&gt; tags).</p>"
+        + reply_metadata_table(responses, order)
+        + f"<h3>Sample replies</h3><p class='note'>Up to {SAMPLE_PER_MODEL} per model; open "
+        "“reasoning” to read a reply's reasoning.</p>" + response_sample_html(responses, order)
+    )
     return section("Replies and reasoning", body)

@@ -16,16 +16,27 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, OK
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
-from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, OK
 from refusalbench.tasks.refusalbench.scoring import ScoreResult, read_judged, render_score_outputs, score_frame
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
 from refusalbench.tasks.refusalbench.scoring.summary import OUTCOME_TREATMENT
-from refusalbench.tasks.core.store import ArtifactStore
 
-JUDGED_COLUMNS = ["model", "item_id", "expected", "decision", "answer_correct", "confidence",
-                  "perturbation_class", "intensity", "lever_id", "domain", "generator"]
+JUDGED_COLUMNS = [
+    "model",
+    "item_id",
+    "expected",
+    "decision",
+    "answer_correct",
+    "confidence",
+    "perturbation_class",
+    "intensity",
+    "lever_id",
+    "domain",
+    "generator",
+]
 # What became of the row (tasks/llm/reply_outcomes.py) and how the scoring treats it.
 OUTCOME_COLUMNS = ["outcome", "treatment"]
 # The multi-document judge's scores and the item's variant (single|multi): optional for scoring.
@@ -34,8 +45,9 @@ MULTI_DOCUMENT_COLUMNS = ["raf", "eligibility", "factuality", "variant"]
 CLUSTER_COLUMNS = ["base_id"]
 
 
-def judged_frame(judgments: list[Judgment],
-                 items: Iterable[BenchmarkItem] | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
+def judged_frame(
+    judgments: list[Judgment], items: Iterable[BenchmarkItem] | None = None
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """Every judgment as a row to score, and per-model counts of the ones left out of the metrics.
 
     Each row says its ``outcome`` (``ok``: scored; otherwise why not: truncated, blocked, a
@@ -62,8 +74,15 @@ def judged_frame(judgments: list[Judgment],
     return frame[columns].reset_index(drop=True), {k: int(v) for k, v in excluded.items()}
 
 
-def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, seed: int,
-                 min_coverage: float = DEFAULT_MIN_COVERAGE, calibration: pd.DataFrame | None = None) -> ScoreResult:
+def write_scores(
+    store: ArtifactStore,
+    frame: pd.DataFrame,
+    *,
+    bootstrap: int,
+    seed: int,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    calibration: pd.DataFrame | None = None,
+) -> ScoreResult:
     """Score ``frame``; metrics.json and the breakdown tables go into the run folder.
 
     ``calibration``: the calibration pass's rows (:func:`calibration_frame`), ECE's only source when given.
@@ -74,8 +93,9 @@ def write_scores(store: ArtifactStore, frame: pd.DataFrame, *, bootstrap: int, s
     return result
 
 
-def calibration_frame(store: ArtifactStore, confidence: bool,
-                      items: Iterable[BenchmarkItem] | None = None) -> pd.DataFrame | None:
+def calibration_frame(
+    store: ArtifactStore, confidence: bool, items: Iterable[BenchmarkItem] | None = None
+) -> pd.DataFrame | None:
     """The calibration pass's judgments as rows to score, when the run asked for one
     (``evaluation.confidence``) and wrote them; else None (ECE then comes from the main rows)."""
     if not confidence or not store.has(rb_files.CALIBRATION_JUDGMENTS):
@@ -95,19 +115,28 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     gv = _optional(store, rb_files.GV_ANALYSIS)
     audit = _optional(store, rb_files.AUDIT)
     generation = _optional(store, rb_files.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
-    from refusalbench.tasks.refusalbench.report import ReportInputs, build_report  # matplotlib: loaded only for a report
+    from refusalbench.tasks.refusalbench.report import (  # matplotlib: loaded only for a report
+        ReportInputs,
+        build_report,
+    )
 
     analysis = gv.model_dump(mode="json") if gv else None
-    html = build_report(ReportInputs.from_score(
-        result, manifest=manifest.model_dump(mode="json") if manifest else None,
-        gv_analysis=analysis, generation_figures=_stored_generation_figures(store, analysis),
-        round_trend=_optional(store, rb_files.ROUND_TREND),
-        trend=trend.model_dump(mode="json") if (trend := _optional(store, rb_files.TREND)) else None,
-        audit=audit.model_dump(mode="json") if audit else None,
-        generation_counts=generation.counts if generation else None, title=title,
-        responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None,
-        judged=store.read_frame(rb_files.JUDGED.name) if store.has(rb_files.JUDGED) else None,
-        benchmark=_benchmark_columns(store)))
+    html = build_report(
+        ReportInputs.from_score(
+            result,
+            manifest=manifest.model_dump(mode="json") if manifest else None,
+            gv_analysis=analysis,
+            generation_figures=_stored_generation_figures(store, analysis),
+            round_trend=_optional(store, rb_files.ROUND_TREND),
+            trend=trend.model_dump(mode="json") if (trend := _optional(store, rb_files.TREND)) else None,
+            audit=audit.model_dump(mode="json") if audit else None,
+            generation_counts=generation.counts if generation else None,
+            title=title,
+            responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None,
+            judged=store.read_frame(rb_files.JUDGED.name) if store.has(rb_files.JUDGED) else None,
+            benchmark=_benchmark_columns(store),
+        )
+    )
     return store.save(runfolder.REPORT, html)
 
 
@@ -134,10 +163,17 @@ def write_generation_report(store: ArtifactStore) -> str:
     figures = generation_figures_html(analysis) if analysis else None
     if figures:
         store.write_text(_generation_figures_file(analysis), figures)  # the run's final report shows them too
-    html = build_generation_report(ReportInputs(
-        metrics={}, gv_analysis=analysis, manifest=manifest.model_dump(mode="json"), generation_figures=figures,
-        generation_counts=manifest.counts, audit=audit.model_dump(mode="json") if audit else None,
-        title=f"RefusalBench report (generation only{empty})"))
+    html = build_generation_report(
+        ReportInputs(
+            metrics={},
+            gv_analysis=analysis,
+            manifest=manifest.model_dump(mode="json"),
+            generation_figures=figures,
+            generation_counts=manifest.counts,
+            audit=audit.model_dump(mode="json") if audit else None,
+            title=f"RefusalBench report (generation only{empty})",
+        )
+    )
     return store.save(runfolder.REPORT, html)
 
 
@@ -192,7 +228,11 @@ def build_report_for(run_dir: str) -> str:
         raise InputError(store.uri(rb_files.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
     manifest = _optional(store, runfolder.MANIFEST)
     ev = ((manifest.config if manifest else {}).get("evaluation")) or {}
-    result = score_frame(store.load(rb_files.JUDGED), n_resamples=ev.get("bootstrap", 1000), seed=ev.get("seed", 0),
-                         min_coverage=ev.get("min_coverage", DEFAULT_MIN_COVERAGE),
-                         calibration=calibration_frame(store, bool(ev.get("confidence"))))
+    result = score_frame(
+        store.load(rb_files.JUDGED),
+        n_resamples=ev.get("bootstrap", 1000),
+        seed=ev.get("seed", 0),
+        min_coverage=ev.get("min_coverage", DEFAULT_MIN_COVERAGE),
+        calibration=calibration_frame(store, bool(ev.get("confidence"))),
+    )
     return write_report(store, result)

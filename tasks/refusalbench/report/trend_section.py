@@ -17,11 +17,16 @@ from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, section
 from refusalbench.tasks.core.plotting import plot_text, png_base64
-from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
 from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_lines, freshness_lines
+from refusalbench.tasks.refusalbench.rounds.trend import (
+    HEADLINE_METRIC,
+    ROUND_PREFIX,
+    change_line,
+    changes_markdown,
+    readable_trend,
+)
+from refusalbench.tasks.refusalbench.schema.json_files import TrendDocument
 from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
-from refusalbench.tasks.refusalbench.rounds.trend import (HEADLINE_METRIC, ROUND_PREFIX, change_line, changes_markdown,
-                                                   readable_trend)
 
 COLUMNS = 4
 CHANGED = "#d55e00"
@@ -31,7 +36,7 @@ STEADY = "#0072b2"
 def round_label(round_id: object) -> str:
     """A round's short axis label: ``round-20261125T153925Z-s11`` -> ``11-25 15:39``; other names cut short."""
     round_id = str(round_id)
-    stamp = round_id[len(ROUND_PREFIX):] if round_id.startswith(ROUND_PREFIX) else round_id
+    stamp = round_id[len(ROUND_PREFIX) :] if round_id.startswith(ROUND_PREFIX) else round_id
     if len(stamp) >= 13 and stamp[8] == "T" and stamp[:8].isdigit():
         return f"{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
     return plot_text(round_id)[:16]
@@ -45,8 +50,9 @@ def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
     return numbers
 
 
-def trend_plot(rows: pd.DataFrame, changed: Mapping[str, list[str]] | None = None,
-               metric: str = HEADLINE_METRIC) -> str | None:
+def trend_plot(
+    rows: pd.DataFrame, changed: Mapping[str, list[str]] | None = None, metric: str = HEADLINE_METRIC
+) -> str | None:
     """Small multiples: ``metric`` per model over the rounds with its 95% interval; a model whose headline
     metric changed significantly has its latest point in orange, and ``changed`` names every metric that did.
     None when the rows lack the metric."""
@@ -74,7 +80,7 @@ def trend_plot(rows: pd.DataFrame, changed: Mapping[str, list[str]] | None = Non
         title = plot_text(model) + (f"\nchanged: {', '.join(metric_spec(m).label for m in moved)}" if moved else "")
         ax.set_title(title, fontsize=8, color=CHANGED if moved else "black")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(models):]:
+    for ax in list(axes.flat)[len(models) :]:
         ax.set_visible(False)
     for column in range(columns):  # round labels under the lowest plot of each column
         ax = axes[(len(models) - 1 - column) // columns, column]
@@ -82,8 +88,11 @@ def trend_plot(rows: pd.DataFrame, changed: Mapping[str, list[str]] | None = Non
         ax.tick_params(labelbottom=True)
     for ax in axes[:, 0]:
         ax.set_ylabel(label, fontsize=8)
-    fig.suptitle(f"{metric_spec(metric).title or label} per model over rounds\n95% intervals; orange: a significant "
-                 "change since the previous round", fontsize=10)
+    fig.suptitle(
+        f"{metric_spec(metric).title or label} per model over rounds\n95% intervals; orange: a significant "
+        "change since the previous round",
+        fontsize=10,
+    )
     return png_base64(fig)
 
 
@@ -100,9 +109,11 @@ def error_line(document: TrendDocument | None) -> str | None:
     error = document.round_error if document is not None else None
     if error is None:
         return None
-    return (f"This round scored up to {error.items:,} items per model: by Theorem 3.1 every one of "
-            f"{error.rounds} rounds of this size is within ±{error.epsilon:.3f} of the model's true score "
-            f"(a per-item score in [0, 1]) with probability {1 - error.delta:g}.")
+    return (
+        f"This round scored up to {error.items:,} items per model: by Theorem 3.1 every one of "
+        f"{error.rounds} rounds of this size is within ±{error.epsilon:.3f} of the model's true score "
+        f"(a per-item score in [0, 1]) with probability {1 - error.delta:g}."
+    )
 
 
 def trend_section(rows: pd.DataFrame, trend: Mapping[str, Any] | None) -> str:
@@ -115,10 +126,13 @@ def trend_section(rows: pd.DataFrame, trend: Mapping[str, Any] | None) -> str:
     if document is not None:
         if document.flags:
             items = "".join(f"<li>{escape(change_line(flag.model_dump()))}</li>" for flag in document.flags)
-            lead = (f"<b>{len(document.flags)} significant change(s)</b> since the previous round, of "
-                    f"{document.comparisons} comparisons (false-discovery rate {document.fdr:g}):"
-                    if document.fdr is not None else  # a trend.json written before the FDR-controlled test
-                    "Models whose estimate left their previous round's interval (no test for noise):")
+            lead = (
+                f"<b>{len(document.flags)} significant change(s)</b> since the previous round, of "
+                f"{document.comparisons} comparisons (false-discovery rate {document.fdr:g}):"
+                if document.fdr is not None
+                # a trend.json written before the FDR-controlled test
+                else "Models whose estimate left their previous round's interval (no test for noise):"
+            )
             parts.append(f"<p>{lead}</p><ul>{items}</ul>")
         else:
             parts.append(f"<p>{escape(changes_markdown(document).replace('**', ''))}</p>")
@@ -131,12 +145,15 @@ def trend_section(rows: pd.DataFrame, trend: Mapping[str, Any] | None) -> str:
             parts.append(f"<p>{escape(line)}</p>")
         fresh = freshness_lines(document.freshness)
         if fresh:
-            parts.append("<p>Freshness of this round:</p><ul>" + "".join(f"<li>{escape(x)}</li>" for x in fresh) + "</ul>")
+            parts.append(
+                "<p>Freshness of this round:</p><ul>" + "".join(f"<li>{escape(x)}</li>" for x in fresh) + "</ul>"
+            )
         changes = fingerprint_lines([c.model_dump() for c in document.fingerprint_changes])
         if changes:
-            parts.append("<p>Models whose provider fingerprint changed since the previous round (the model behind "
-                         "the name may have been updated):</p><ul>"
-                         + "".join(f"<li>{escape(x)}</li>" for x in changes) + "</ul>")
+            parts.append(
+                "<p>Models whose provider fingerprint changed since the previous round (the model behind "
+                "the name may have been updated):</p><ul>" + "".join(f"<li>{escape(x)}</li>" for x in changes) + "</ul>"
+            )
     readable = readable_trend(rows)
     if readable:
         parts.append(frame_table(pd.DataFrame(readable)))

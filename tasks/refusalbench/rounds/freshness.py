@@ -21,10 +21,10 @@ from typing import Any
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.cache_policy import CACHE_ROLES
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.refusalbench.rounds.trend import ROUND_PREFIX
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.json_files import FreshnessDocument
 from refusalbench.tasks.refusalbench.schema.records import Assignment, BenchmarkItem
-from refusalbench.tasks.refusalbench.rounds.trend import ROUND_PREFIX
 
 Pair = tuple[str, str]  # (base item id, lever id)
 
@@ -73,8 +73,12 @@ def fingerprint_of(served_model: Any, system_fingerprint: Any) -> str | None:
 
 
 # The reply tables of a round folder: (table, the column naming the model, its fingerprint columns' prefix).
-REPLY_TABLES = ((rb_files.CANDIDATES, "generator", ""), (rb_files.VERIFICATIONS, "verifier", ""),
-                (rb_files.RESPONSES, "model", ""), (rb_files.JUDGMENTS, "judge", "judge_"))
+REPLY_TABLES = (
+    (rb_files.CANDIDATES, "generator", ""),
+    (rb_files.VERIFICATIONS, "verifier", ""),
+    (rb_files.RESPONSES, "model", ""),
+    (rb_files.JUDGMENTS, "judge", "judge_"),
+)
 
 
 def round_fingerprints(store: ArtifactStore) -> dict[str, list[str]]:
@@ -96,9 +100,11 @@ def fingerprint_changes(previous: dict[str, list[str]], latest: dict[str, list[s
     """The models whose fingerprints differ between two rounds' ``freshness.json`` ``fingerprints``:
     ``[{"model", "before", "after"}]``, by model. A model without fingerprints in either round
     (its provider sends none, or it was not called) is no change."""
-    return [{"model": model, "before": previous[model], "after": latest[model]}
-            for model in sorted(set(previous) & set(latest))
-            if previous[model] and latest[model] and set(previous[model]) != set(latest[model])]
+    return [
+        {"model": model, "before": previous[model], "after": latest[model]}
+        for model in sorted(set(previous) & set(latest))
+        if previous[model] and latest[model] and set(previous[model]) != set(latest[model])
+    ]
 
 
 def fingerprint_lines(changes: list[dict[str, Any]]) -> list[str]:
@@ -111,11 +117,13 @@ def freshness_lines(fresh: FreshnessDocument | None) -> list[str]:
     if fresh is None:
         return []
     exhausted = " (the pool of pairs ran out: some repeat)" if fresh.pool_exhausted else ""
-    return [f"items seen in earlier rounds: {fresh.items_seen_before:,} of {fresh.items_total:,}",
-            f"(base item, lever) pairs seen in earlier rounds: {fresh.pairs_seen_before:,} of "
-            f"{fresh.pairs_total:,}{exhausted}",
-            f"calls served from earlier rounds' cache entries: {fresh.calls_from_earlier_rounds:,} of "
-            f"{fresh.calls_total:,}"]
+    return [
+        f"items seen in earlier rounds: {fresh.items_seen_before:,} of {fresh.items_total:,}",
+        f"(base item, lever) pairs seen in earlier rounds: {fresh.pairs_seen_before:,} of "
+        f"{fresh.pairs_total:,}{exhausted}",
+        f"calls served from earlier rounds' cache entries: {fresh.calls_from_earlier_rounds:,} of "
+        f"{fresh.calls_total:,}",
+    ]
 
 
 def previous_fingerprints(root: ArtifactStore, round_id: str) -> dict[str, list[str]]:
@@ -153,8 +161,15 @@ def round_freshness(root: ArtifactStore, round_id: str, cache_policy: dict[str, 
     seen_pairs = set().union(*(round_pairs(s) for s in earlier))
     by_role = calls_by_role(store)
     return FreshnessDocument(
-        round_id=round_id, items_total=len(items), items_seen_before=sum(digest in seen_items for digest in items),
-        pairs_total=len(pairs), pairs_seen_before=len(pairs & seen_pairs), pool_exhausted=bool(pairs & seen_pairs),
+        round_id=round_id,
+        items_total=len(items),
+        items_seen_before=sum(digest in seen_items for digest in items),
+        pairs_total=len(pairs),
+        pairs_seen_before=len(pairs & seen_pairs),
+        pool_exhausted=bool(pairs & seen_pairs),
         calls_total=sum(r["calls"] for r in by_role.values()),
         calls_from_earlier_rounds=sum(r["from_earlier_rounds"] for r in by_role.values()),
-        by_role=by_role, cache_policy=dict(cache_policy), fingerprints=round_fingerprints(store))
+        by_role=by_role,
+        cache_policy=dict(cache_policy),
+        fingerprints=round_fingerprints(store),
+    )

@@ -35,11 +35,15 @@ class RoundSizing(BaseModel):
     delta: float
     per_round: int = Field(description="items per round: ceil(ln(2T/delta) / (2 epsilon²))")
     strata: int = Field(description="strata the config samples")
-    per_stratum: int | None = Field(default=None, description="items per stratum for epsilon in every stratum: "
-                                                              "ceil(ln(2TS/delta) / (2 epsilon²)); when asked")
+    per_stratum: int | None = Field(
+        default=None,
+        description="items per stratum for epsilon in every stratum: ceil(ln(2TS/delta) / (2 epsilon²)); when asked",
+    )
     target_size: int | None = Field(description="the config's generation.target_size (None: not set)")
-    meets: bool | None = Field(description="target_size >= the requirement (per stratum: every stratum's quota); "
-                                           "None when target_size is not set")
+    meets: bool | None = Field(
+        description="target_size >= the requirement (per stratum: every stratum's quota); "
+        "None when target_size is not set"
+    )
     epsilon_achieved: float | None = Field(description="the epsilon target_size achieves for T and delta")
 
 
@@ -56,23 +60,37 @@ def round_sizing(cfg: RunConfig, rounds: int, epsilon: float, delta: float, per_
             meets = min(stratum_quotas(target, list(strata or STRATA)).values()) >= need_stratum
         else:
             meets = target >= need
-    return RoundSizing(rounds=rounds, epsilon=epsilon, delta=delta, per_round=need, strata=count,
-                       per_stratum=need_stratum, target_size=target, meets=meets,
-                       epsilon_achieved=rounds_epsilon(target, delta, rounds) if target else None)
+    return RoundSizing(
+        rounds=rounds,
+        epsilon=epsilon,
+        delta=delta,
+        per_round=need,
+        strata=count,
+        per_stratum=need_stratum,
+        target_size=target,
+        meets=meets,
+        epsilon_achieved=rounds_epsilon(target, delta, rounds) if target else None,
+    )
 
 
 def sizing_text(sizing: RoundSizing) -> str:
     """The requirement in words, as ``plan`` prints it."""
-    lines = [f"Round size (Theorem 3.1: every one of T = {sizing.rounds} rounds within epsilon = {sizing.epsilon:g} "
-             f"with probability 1 - delta = {1 - sizing.delta:g}, per-item scores in [0, 1]):",
-             f"  n = {sizing.per_round:,} items per round (ln(2T/delta) / (2 epsilon^2), rounded up)"]
+    lines = [
+        f"Round size (Theorem 3.1: every one of T = {sizing.rounds} rounds within epsilon = {sizing.epsilon:g} "
+        f"with probability 1 - delta = {1 - sizing.delta:g}, per-item scores in [0, 1]):",
+        f"  n = {sizing.per_round:,} items per round (ln(2T/delta) / (2 epsilon^2), rounded up)",
+    ]
     if sizing.per_stratum is not None:
-        lines.append(f"  per stratum: n = {sizing.per_stratum:,} items in each of {sizing.strata} strata "
-                     f"(ln(2TS/delta) / (2 epsilon^2)), {sizing.per_stratum * sizing.strata:,} per round")
+        lines.append(
+            f"  per stratum: n = {sizing.per_stratum:,} items in each of {sizing.strata} strata "
+            f"(ln(2TS/delta) / (2 epsilon^2)), {sizing.per_stratum * sizing.strata:,} per round"
+        )
     if sizing.target_size is None:
         lines.append("  config: generation.target_size is not set (the round takes whatever the filter accepts)")
     else:
         verdict = "meets it" if sizing.meets else "does NOT meet it"
-        lines.append(f"  config: target_size {sizing.target_size:,} {verdict}; it achieves epsilon = "
-                     f"{sizing.epsilon_achieved:.3f} for these T and delta")
+        lines.append(
+            f"  config: target_size {sizing.target_size:,} {verdict}; it achieves epsilon = "
+            f"{sizing.epsilon_achieved:.3f} for these T and delta"
+        )
     return "\n".join(lines)

@@ -28,18 +28,31 @@ import pandas as pd
 from refusalbench.tasks.core.stats import bh_adjust, independent_difference, rounds_epsilon, z_value
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.schema.json_files import FreshnessDocument, IncompleteRound, RoundError, TrendDocument
+from refusalbench.tasks.refusalbench.schema.json_files import (
+    FreshnessDocument,
+    IncompleteRound,
+    RoundError,
+    TrendDocument,
+)
 from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 
-TREND_METRICS = ("calibrated_refusal_score", "answer_accuracy", "refusal_accuracy", "false_refusal_rate",
-                 "missed_refusal_rate", "detection_f1")
+TREND_METRICS = (
+    "calibrated_refusal_score",
+    "answer_accuracy",
+    "refusal_accuracy",
+    "false_refusal_rate",
+    "missed_refusal_rate",
+    "detection_f1",
+)
 HEADLINE_METRIC = "calibrated_refusal_score"
 ROUND_PREFIX = "round-"
 ROUND_RECORD = "round.json"  # the round's identity and status, written by the refresh flow
 COMPLETE = "complete"
 LEVEL = 0.95
-TEST = ("latest round vs the model's previous complete round as two independent samples: difference, 95% interval "
-        "from sqrt(se1^2 + se2^2), two-sided normal p-value; Benjamini-Hochberg across models x metrics")
+TEST = (
+    "latest round vs the model's previous complete round as two independent samples: difference, 95% interval "
+    "from sqrt(se1^2 + se2^2), two-sided normal p-value; Benjamini-Hochberg across models x metrics"
+)
 
 
 def round_name(now: dt.datetime, seed: int) -> str:
@@ -56,7 +69,7 @@ def round_rows(round_id: str, metrics_doc: dict[str, Any]) -> list[dict[str, Any
         row: dict[str, Any] = {"round": round_id, "model": model, "n": (counts.get(model) or {}).get("n")}
         for metric in TREND_METRICS:
             row[metric] = values.get(metric)
-            low, high = (intervals.get(model, {}).get(metric) or (None, None))
+            low, high = intervals.get(model, {}).get(metric) or (None, None)
             row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = low, high
             row[f"{metric}_se"] = errors.get(model, {}).get(metric)
         rows.append(row)
@@ -136,8 +149,23 @@ def _float(value: Any) -> float:
 def compare_rounds(rows: pd.DataFrame, fdr: float, metrics: tuple[str, ...] = TREND_METRICS) -> pd.DataFrame:
     """Every model x metric of the latest round against the model's previous round: one row each with the
     difference, its interval, p-value, BH-adjusted p-value and whether it is flagged (adjusted <= fdr)."""
-    columns = ["model", "metric", "previous_round", "round", "previous", "previous_interval", "latest", "difference",
-               "difference_low", "difference_high", "p_value", "adjusted_p_value", "significant", "direction", "better"]
+    columns = [
+        "model",
+        "metric",
+        "previous_round",
+        "round",
+        "previous",
+        "previous_interval",
+        "latest",
+        "difference",
+        "difference_low",
+        "difference_high",
+        "p_value",
+        "adjusted_p_value",
+        "significant",
+        "direction",
+        "better",
+    ]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     latest_round = rows["round"].max()
@@ -150,18 +178,24 @@ def compare_rounds(rows: pd.DataFrame, fdr: float, metrics: tuple[str, ...] = TR
     previous = last_two[last_two["model"].isin(latest.index)].groupby("model").head(1).set_index("model")
     previous = previous.loc[latest.index]
     models, k = latest.index.to_numpy(), len(metrics)
-    table = pd.DataFrame({
-        "model": np.tile(models, k), "metric": np.repeat(metrics, len(models)),
-        "previous_round": np.tile(previous["round"].to_numpy(), k), "round": latest_round,
-        "previous": np.concatenate([_column(previous, m) for m in metrics]),
-        "previous_low": np.concatenate([_column(previous, f"{m}_ci_low") for m in metrics]),
-        "previous_high": np.concatenate([_column(previous, f"{m}_ci_high") for m in metrics]),
-        "latest": np.concatenate([_column(latest, m) for m in metrics]),
-        "se_previous": np.concatenate([_standard_errors(previous, m) for m in metrics]),
-        "se_latest": np.concatenate([_standard_errors(latest, m) for m in metrics])})
+    table = pd.DataFrame(
+        {
+            "model": np.tile(models, k),
+            "metric": np.repeat(metrics, len(models)),
+            "previous_round": np.tile(previous["round"].to_numpy(), k),
+            "round": latest_round,
+            "previous": np.concatenate([_column(previous, m) for m in metrics]),
+            "previous_low": np.concatenate([_column(previous, f"{m}_ci_low") for m in metrics]),
+            "previous_high": np.concatenate([_column(previous, f"{m}_ci_high") for m in metrics]),
+            "latest": np.concatenate([_column(latest, m) for m in metrics]),
+            "se_previous": np.concatenate([_standard_errors(previous, m) for m in metrics]),
+            "se_latest": np.concatenate([_standard_errors(latest, m) for m in metrics]),
+        }
+    )
     table["previous_interval"] = [[low, high] for low, high in zip(table["previous_low"], table["previous_high"])]
-    difference, low, high, p = independent_difference(table["previous"], table["se_previous"], table["latest"],
-                                                      table["se_latest"], LEVEL)
+    difference, low, high, p = independent_difference(
+        table["previous"], table["se_previous"], table["latest"], table["se_latest"], LEVEL
+    )
     table["difference"], table["difference_low"], table["difference_high"], table["p_value"] = difference, low, high, p
     table["adjusted_p_value"] = bh_adjust(p.tolist())
     table["significant"] = table["adjusted_p_value"] <= fdr  # NaN (no comparison possible) compares False
@@ -182,11 +216,23 @@ def flags(comparisons: pd.DataFrame) -> list[dict[str, Any]]:
     """The significant changes, as ``trend.json`` lists them."""
     out = []
     for row in comparisons[comparisons["significant"].astype(bool)].itertuples(index=False):
-        out.append({"model": row.model, "metric": row.metric, "previous_round": row.previous_round, "round": row.round,
-                    "previous": row.previous, "previous_interval": row.previous_interval, "latest": row.latest,
-                    "direction": row.direction, "better": row.better,
-                    "difference": row.difference, "difference_interval": [row.difference_low, row.difference_high],
-                    "p_value": row.p_value, "adjusted_p_value": row.adjusted_p_value})
+        out.append(
+            {
+                "model": row.model,
+                "metric": row.metric,
+                "previous_round": row.previous_round,
+                "round": row.round,
+                "previous": row.previous,
+                "previous_interval": row.previous_interval,
+                "latest": row.latest,
+                "direction": row.direction,
+                "better": row.better,
+                "difference": row.difference,
+                "difference_interval": [row.difference_low, row.difference_high],
+                "p_value": row.p_value,
+                "adjusted_p_value": row.adjusted_p_value,
+            }
+        )
     return out
 
 
@@ -199,31 +245,49 @@ def round_error(rows: pd.DataFrame, round_id: str, rounds: int, delta: float) ->
     return RoundError(items=n, rounds=rounds, delta=delta, epsilon=rounds_epsilon(n, delta, rounds))
 
 
-def save_trend(round_store: ArtifactStore, trend: Trend, comparisons: pd.DataFrame, fdr: float,
-               error: RoundError | None, freshness: FreshnessDocument | None = None,
-               fingerprint_changes: list[dict[str, Any]] | None = None) -> TrendDocument:
+def save_trend(
+    round_store: ArtifactStore,
+    trend: Trend,
+    comparisons: pd.DataFrame,
+    fdr: float,
+    error: RoundError | None,
+    freshness: FreshnessDocument | None = None,
+    fingerprint_changes: list[dict[str, Any]] | None = None,
+) -> TrendDocument:
     """``round_trend.parquet`` and ``trend.json`` into the round's run folder (with the round's freshness
     and fingerprint changes, so the report shows them beside the trend)."""
-    document = TrendDocument(rounds=trend.rounds, flags=flags(comparisons), metric=HEADLINE_METRIC,
-                             metrics=list(TREND_METRICS), test=TEST, fdr=fdr,
-                             comparisons=int(comparisons["p_value"].notna().sum()) if len(comparisons) else 0,
-                             incomplete_rounds=trend.incomplete, round_error=error, freshness=freshness,
-                             fingerprint_changes=fingerprint_changes or [])
+    document = TrendDocument(
+        rounds=trend.rounds,
+        flags=flags(comparisons),
+        metric=HEADLINE_METRIC,
+        metrics=list(TREND_METRICS),
+        test=TEST,
+        fdr=fdr,
+        comparisons=int(comparisons["p_value"].notna().sum()) if len(comparisons) else 0,
+        incomplete_rounds=trend.incomplete,
+        round_error=error,
+        freshness=freshness,
+        fingerprint_changes=fingerprint_changes or [],
+    )
     round_store.save(rb_files.ROUND_TREND, trend.rows)
     round_store.save(rb_files.TREND, document)
     return document
 
 
-def readable_trend(rows: pd.DataFrame, metrics: tuple[str, ...] = (HEADLINE_METRIC, "answer_accuracy",
-                                                                    "refusal_accuracy")) -> list[dict[str, Any]]:
+def readable_trend(
+    rows: pd.DataFrame, metrics: tuple[str, ...] = (HEADLINE_METRIC, "answer_accuracy", "refusal_accuracy")
+) -> list[dict[str, Any]]:
     """The trend a person reads: round, model, n and a few metrics as ``0.612 [0.571, 0.650]``."""
     out: list[dict[str, Any]] = []
     if rows.empty:
         return out
     for row in rows.sort_values(["model", "round"]).itertuples(index=False):
         record = row._asdict()
-        shown: dict[str, Any] = {"round": record["round"], "model": record["model"],
-                                 "n": None if pd.isna(record.get("n")) else int(record["n"])}
+        shown: dict[str, Any] = {
+            "round": record["round"],
+            "model": record["model"],
+            "n": None if pd.isna(record.get("n")) else int(record["n"]),
+        }
         for metric in metrics:
             value, low, high = (_float(record.get(k)) for k in (metric, f"{metric}_ci_low", f"{metric}_ci_high"))
             text = "—" if math.isnan(value) else f"{value:.3f}"
@@ -256,8 +320,12 @@ def changes_markdown(document: TrendDocument) -> str:
     if document.fdr is None:  # a trend.json written before the FDR-controlled test
         return "\n".join(f"- {change_line(flag.model_dump())}" for flag in document.flags) or "No flags recorded."
     if not document.flags:
-        return (f"**No model moved**: none of {document.comparisons} comparisons (models x metrics) is significant "
-                f"at a false-discovery rate of {document.fdr:g}.")
+        return (
+            f"**No model moved**: none of {document.comparisons} comparisons (models x metrics) is significant "
+            f"at a false-discovery rate of {document.fdr:g}."
+        )
     lines = [f"- {change_line(flag.model_dump())}" for flag in document.flags]
-    return (f"**{len(document.flags)} significant change(s)** of {document.comparisons} comparisons "
-            f"(false-discovery rate {document.fdr:g}):\n\n" + "\n".join(lines))
+    return (
+        f"**{len(document.flags)} significant change(s)** of {document.comparisons} comparisons "
+        f"(false-discovery rate {document.fdr:g}):\n\n" + "\n".join(lines)
+    )

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
 from refusalbench.tasks.refusalbench.rule_generator import contradiction, missing_info  # noqa: F401  (importing them registers their rules)
 from refusalbench.tasks.refusalbench.rule_generator.base import RULES, NotApplicable, Rule, RuleOutput, register_rule
+from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
 
 
 def apply_rule(item: BaseItem, lever: Lever, key: str) -> RuleOutput:

@@ -7,9 +7,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.refusalbench.rule_generator.text import answer_pattern
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 
 
 class NotApplicable(Exception):
@@ -33,10 +33,12 @@ RULES: Registry[Rule] = Registry("rule for lever")
 
 def register_rule(*lever_ids: str, replace: bool = False) -> Callable[[Rule], Rule]:
     """Register a rule for the catalogue levers it realises (keyed by lever id; one rule per lever)."""
+
     def add(rule: Rule) -> Rule:
         for lever_id in lever_ids:
             RULES.add(lever_id, rule, replace=replace)
         return rule
+
     return add
 
 

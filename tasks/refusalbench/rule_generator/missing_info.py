@@ -7,10 +7,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
-from refusalbench.tasks.refusalbench.rule_generator.base import (NotApplicable, RuleOutput, answer_in_context, answers_pattern,
-                                                    item_texts, register_rule, rule_output)
+from refusalbench.tasks.refusalbench.rule_generator.base import (
+    NotApplicable,
+    RuleOutput,
+    answer_in_context,
+    answers_pattern,
+    item_texts,
+    register_rule,
+    rule_output,
+)
 from refusalbench.tasks.refusalbench.rule_generator.text import YEAR, answer_clues, content_words, pick, sentences, tidy
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Passage
 
 
 def _delete_sentences(item: BaseItem, doomed: Callable[[str], bool], what: str) -> RuleOutput:
@@ -25,7 +32,9 @@ def _delete_sentences(item: BaseItem, doomed: Callable[[str], bool], what: str) 
         passage.text, deleted = " ".join(kept), deleted + len(parts) - len(kept)
     if not deleted:
         raise NotApplicable(f"no sentence {what}")
-    return rule_output(item, passages, f"Deleted the {deleted} sentence(s) {what}; the rest of the context is unchanged.")
+    return rule_output(
+        item, passages, f"Deleted the {deleted} sentence(s) {what}; the rest of the context is unchanged."
+    )
 
 
 @register_rule("missing-info-medium-answer-clause-excised")
@@ -37,8 +46,11 @@ def excise_answer_sentences(item: BaseItem, key: str) -> RuleOutput:
 @register_rule("missing-info-high-answer-token-purge")
 def purge_answer_tokens(item: BaseItem, key: str) -> RuleOutput:
     pattern, clues = answer_in_context(item), answer_clues(item.answers)
-    return _delete_sentences(item, lambda s: bool(pattern.search(s) or (clues and clues.search(s))),
-                             "containing the answer or one of its names or figures")
+    return _delete_sentences(
+        item,
+        lambda s: bool(pattern.search(s) or (clues and clues.search(s))),
+        "containing the answer or one of its names or figures",
+    )
 
 
 def _replace_answer(item: BaseItem, pointer: str, *, clues_must_go: bool) -> RuleOutput:
@@ -49,8 +61,12 @@ def _replace_answer(item: BaseItem, pointer: str, *, clues_must_go: bool) -> Rul
     clues = answer_clues(item.answers)
     if clues_must_go and clues and any(clues.search(p.text) for p in passages):
         raise NotApplicable("a name or figure of the answer would remain in the context")
-    return rule_output(item, passages, f"Replaced the {replaced} mention(s) of the answer with '{pointer}', "
-                                       "material that the context does not include.")
+    return rule_output(
+        item,
+        passages,
+        f"Replaced the {replaced} mention(s) of the answer with '{pointer}', "
+        "material that the context does not include.",
+    )
 
 
 @register_rule("missing-info-medium-placeholder-citation")
@@ -74,7 +90,9 @@ def delete_time_expression(item: BaseItem, key: str) -> RuleOutput:
     if not dates:
         raise NotApplicable("the answer is not a date")
     pattern = answer_in_context(item.model_copy(update={"answers": dates}))
-    adjunct = re.compile(rf"\s*,?\s*\b(?:in|on|during|since|by)\s+(?:the\s+year\s+)?(?:{pattern.pattern})", re.IGNORECASE)
+    adjunct = re.compile(
+        rf"\s*,?\s*\b(?:in|on|during|since|by)\s+(?:the\s+year\s+)?(?:{pattern.pattern})", re.IGNORECASE
+    )
     passages = item_texts(item)
     for passage in passages:
         parts = [adjunct.sub("", s).lstrip(" ,;") for s in sentences(passage.text)]
@@ -112,7 +130,9 @@ def swap_in_unrelated_text(item: BaseItem, key: str) -> RuleOutput:
     pattern = answers_pattern(item.answers)
     topic = content_words(" ".join([item.question, *item.answers]))
     start = pick(key, "off-topic", len(OFF_TOPIC))
-    pool = [t for t in OFF_TOPIC[start:] + OFF_TOPIC[:start] if not (content_words(t) & topic) and not pattern.search(t)]
+    pool = [
+        t for t in OFF_TOPIC[start:] + OFF_TOPIC[:start] if not (content_words(t) & topic) and not pattern.search(t)
+    ]
     passages = item_texts(item)
     signal = [p for p in passages if p.relevant]
     if len(pool) < len(signal):
@@ -121,16 +141,20 @@ def swap_in_unrelated_text(item: BaseItem, key: str) -> RuleOutput:
         raise NotApplicable("a noise passage states the answer")
     for passage, text in zip(signal, pool):
         passage.text, passage.relevant = text, False
-    return rule_output(item, passages, "Replaced the context with an unrelated paragraph that shares no term with the question.")
+    return rule_output(
+        item, passages, "Replaced the context with an unrelated paragraph that shares no term with the question."
+    )
 
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w-]*")
 _NEVER_NAMES = frozenset(
     "January February March April May June July August September October November December Monday Tuesday Wednesday "
-    "Thursday Friday Saturday Sunday I".split())
+    "Thursday Friday Saturday Sunday I".split()
+)
 _SENTENCE_OPENERS = frozenset(
     "The A An In On At It Its This That These Those When Where While After Before Although Because Once For With By "
-    "From As Each Many Most Some If But And Or So Such Only Under Over Near Both All Any Every No Not".split())
+    "From As Each Many Most Some If But And Or So Such Only Under Over Near Both All Any Every No Not".split()
+)
 
 
 def _redact_names(text: str, known_names: set[str]) -> str:
@@ -139,15 +163,21 @@ def _redact_names(text: str, known_names: set[str]) -> str:
     ('East Germany')."""
     out = []
     for sentence in sentences(text):
+
         def redact(word: re.Match[str], sentence: str = sentence) -> str:
             token = word.group(0)
             if token in _NEVER_NAMES or (word.start() == 0 and token in _SENTENCE_OPENERS):
                 return token
             acronym = len(token) > 1 and token.isupper()
-            if word.start() == 0 and not acronym and token not in known_names \
-                    and not _CAPITALISED.match(sentence, word.end() + 1):
+            if (
+                word.start() == 0
+                and not acronym
+                and token not in known_names
+                and not _CAPITALISED.match(sentence, word.end() + 1)
+            ):
                 return token
             return "[REDACTED]"
+
         redacted = _CAPITALISED.sub(redact, sentence)
         out.append(re.sub(r"\[REDACTED\](?:(?:\s+(?:of|the|de|da|von|van))*\s+\[REDACTED\])+", "[REDACTED]", redacted))
     return " ".join(out)
@@ -160,7 +190,11 @@ def redact_all_names(item: BaseItem, key: str) -> RuleOutput:
         raise NotApplicable("the answer is not a name")
     pattern, passages = answer_in_context(item), item_texts(item)
     everything = " ".join([item.question, *(p.text for p in passages)])
-    known = {m.group(0) for m in _CAPITALISED.finditer(everything) if m.start() >= 2 and everything[m.start() - 2] not in ".!?"}
+    known = {
+        m.group(0)
+        for m in _CAPITALISED.finditer(everything)
+        if m.start() >= 2 and everything[m.start() - 2] not in ".!?"
+    }
     known |= {w for a in aliases for w in _CAPITALISED.findall(a)}
     for passage in (p for p in passages if p.relevant):
         passage.text = _redact_names(passage.text, known)
@@ -170,6 +204,7 @@ def redact_all_names(item: BaseItem, key: str) -> RuleOutput:
 
 
 # ----------------------------------------------------------------- missing information, LOW (stays answerable)
+
 
 def _keep_answer(item: BaseItem, passages: list[Passage], rationale: str) -> RuleOutput:
     pattern = answers_pattern(item.answers)
@@ -219,8 +254,9 @@ def trim_date_to_year(item: BaseItem, key: str) -> RuleOutput:
     passages, trimmed = item_texts(item), 0
     for passage in passages:
         # "on 9 November 1989" -> "in 1989"; a date in any other phrasing is left alone (and then blocks the rule).
-        passage.text, n = re.subn(rf"\b([Oo])n {_FULL_DATE}", lambda m: ("I" if m.group(1) == "O" else "i") + "n " + m.group(2),
-                                  passage.text)
+        passage.text, n = re.subn(
+            rf"\b([Oo])n {_FULL_DATE}", lambda m: ("I" if m.group(1) == "O" else "i") + "n " + m.group(2), passage.text
+        )
         trimmed += n
     if not trimmed or any(re.search(_FULL_DATE, p.text) for p in passages):
         raise NotApplicable("no full date in the context, or one that cannot be trimmed cleanly")

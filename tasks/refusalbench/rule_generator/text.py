@@ -15,16 +15,17 @@ _WORD = re.compile(r"[a-z]{4,}")
 _STOPWORDS = frozenset(
     "what which when where does with from that this have there their they into about many much were been being "
     "after before during other than then them these those would could should most more some such each only also "
-    "very over under your year years called known used made make take first".split())
+    "very over under your year years called known used made make take first".split()
+)
 
 
 def sentences(text: str) -> list[str]:
     """The text's sentences (a split after . ! ? before a capital or digit, common abbreviations kept)."""
     out, start = [], 0
     for boundary in _BOUNDARY.finditer(text):
-        if text[start:boundary.start()].endswith(_ABBREVIATIONS):
+        if text[start : boundary.start()].endswith(_ABBREVIATIONS):
             continue
-        out.append(text[start:boundary.start()])
+        out.append(text[start : boundary.start()])
         start = boundary.end()
     out.append(text[start:])
     return [s.strip() for s in out if s.strip()]
@@ -40,8 +41,12 @@ def answer_pattern(answers: Sequence[str]) -> re.Pattern[str] | None:
 
 def answer_clues(answers: Sequence[str]) -> re.Pattern[str] | None:
     """The tokens of the answers that identify them on their own: numbers and capitalised words."""
-    tokens = {t for a in answers for t in re.findall(r"\w+", a)
-              if (t[0].isdigit() or t[0].isupper()) and t.casefold() not in {"the", "a", "an"}}
+    tokens = {
+        t
+        for a in answers
+        for t in re.findall(r"\w+", a)
+        if (t[0].isdigit() or t[0].isupper()) and t.casefold() not in {"the", "a", "an"}
+    }
     if not tokens:
         return None
     return re.compile("|".join(rf"(?<!\w){re.escape(t)}(?!\w)" for t in sorted(tokens, key=len, reverse=True)))

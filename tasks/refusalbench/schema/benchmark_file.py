@@ -10,9 +10,9 @@ from typing import Any
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
-from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.refusalbench.taxonomy import canonical_code
 
 BENCHMARK_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
@@ -33,7 +33,9 @@ def read_benchmark(uri: str) -> list[BenchmarkItem]:
     items = []
     for row_number, row in enumerate(table.to_pylist(), start=1):
         try:
-            items.append(BenchmarkItem.model_validate({k: v for k, v in row.items() if k in BenchmarkItem.model_fields}))
+            items.append(
+                BenchmarkItem.model_validate({k: v for k, v in row.items() if k in BenchmarkItem.model_fields})
+            )
         except Exception as exc:
             first: dict[str, Any] = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("-",), "msg": str(exc)}
             raise InputError(uri, first["msg"], line=row_number, field=".".join(map(str, first["loc"]))) from None
@@ -42,8 +44,9 @@ def read_benchmark(uri: str) -> list[BenchmarkItem]:
     for row_number, item in enumerate(items, start=1):
         # Checked now, not at the score stage after every model call has been paid for.
         if canonical_code(item.expected) is None:
-            raise InputError(uri, f"not ANSWER_CORRECTLY or a refusal code: {item.expected!r}", line=row_number,
-                             field="expected")
+            raise InputError(
+                uri, f"not ANSWER_CORRECTLY or a refusal code: {item.expected!r}", line=row_number, field="expected"
+            )
     _check_unique_ids(uri, [i.item_id for i in items])
     return items
 

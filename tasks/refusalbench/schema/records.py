@@ -17,6 +17,7 @@ from refusalbench.tasks.refusalbench.taxonomy import Intensity, LeverTarget, Per
 
 # ----------------------------------------------------------------- catalogue
 
+
 class LeverExample(Record):
     question: str
     context: str
@@ -31,7 +32,9 @@ class Lever(Record):
     intensity: Intensity
     target: LeverTarget
     target_exception: str | None = Field(
-        default=None, description="why the target departs from the class's rule (paper App. I.3); None when it follows it")
+        default=None,
+        description="why the target departs from the class's rule (paper App. I.3); None when it follows it",
+    )
     instruction: str
     example: LeverExample
     multi_document: str = Field(description="how the lever applies across signal and noise passages")
@@ -50,6 +53,7 @@ class Lever(Record):
 
 
 # ----------------------------------------------------------------- base sets
+
 
 class Passage(Record):
     text: str
@@ -87,6 +91,7 @@ class PretestRow(Record):
 
 # ----------------------------------------------------------------- generation
 
+
 class Assignment(Record):
     """One (base item, lever) pair a generator is asked to realise."""
 
@@ -111,8 +116,11 @@ class Candidate(Record, TimedCallFields):
     generator: str
     status: Literal["ok", "parse_error", "call_error"]
     error: str | None = None
-    outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
-                                                          "provider_blocked, empty, too_long, call_error, parse_error")
+    outcome: str | None = Field(
+        default=None,
+        description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
+        "provider_blocked, empty, too_long, call_error, parse_error",
+    )
     raw: str | None = None
     question: str | None = None
     context: str | None = None
@@ -120,7 +128,9 @@ class Candidate(Record, TimedCallFields):
     rationale: str | None = None
     answer_constraint_holds: bool | None = None
     precheck_failures: list[str] | None = Field(
-        default=None, description="failed pre-checks as 'rule: detail' ([] passed; None: not pre-checked, e.g. not parsed)")
+        default=None,
+        description="failed pre-checks as 'rule: detail' ([] passed; None: not pre-checked, e.g. not parsed)",
+    )
     expected: str
     prompt_hash: str
 
@@ -132,10 +142,14 @@ class Verification(Record, CallFields):
     generator: str
     verifier: str
     verdict: Literal["PASS", "FAIL", "ERROR", "SKIPPED"] = Field(
-        description="the verdict that counts: a PASS the verifier's own criteria contradict counts as FAIL")
-    stated_verdict: Literal["PASS", "FAIL"] | None = Field(default=None, description="the verdict as the verifier stated it")
+        description="the verdict that counts: a PASS the verifier's own criteria contradict counts as FAIL"
+    )
+    stated_verdict: Literal["PASS", "FAIL"] | None = Field(
+        default=None, description="the verdict as the verifier stated it"
+    )
     consistent: bool | None = Field(
-        default=None, description="whether the stated verdict agrees with the criteria (None: no verdict)")
+        default=None, description="whether the stated verdict agrees with the criteria (None: no verdict)"
+    )
     lever_fidelity: bool | None = None
     intensity_achieved: bool | None = None
     target_compliance: bool | None = None
@@ -146,8 +160,11 @@ class Verification(Record, CallFields):
     refusal_class_alignment: bool | None = None
     strategy_compliance: bool | None = None
     error: str | None = None
-    outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
-                                                          "provider_blocked, empty, too_long, call_error, parse_error")
+    outcome: str | None = Field(
+        default=None,
+        description="what the call came to (tasks/llm/reply_outcomes.py): ok, truncated, "
+        "provider_blocked, empty, too_long, call_error, parse_error",
+    )
     raw: str | None = None
 
 
@@ -172,12 +189,21 @@ class BenchmarkItem(Record):
 
 # ----------------------------------------------------------------- evaluation
 
+
 class Response(Record, TimedCallFields):
     """A target's reply to one benchmark item, with the call's metadata, billing and latency."""
 
     # responses.parquet has always had the call's latency and billing ahead of the error and outcome.
     TRAILING_COLUMNS: ClassVar[tuple[str, ...]] = (
-        "latency_s", "prompt_tokens", "completion_tokens", "cost_usd", "error", "outcome", "cached", *REPLY_METADATA)
+        "latency_s",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "error",
+        "outcome",
+        "cached",
+        *REPLY_METADATA,
+    )
 
     item_id: str
     model: str
@@ -185,21 +211,29 @@ class Response(Record, TimedCallFields):
     decision: str | None = Field(default=None, description="ANSWER or a canonical refusal code")
     confidence: str | None = None
     error: str | None = None
-    outcome: str | None = Field(default=None, description="what the call came to (tasks/llm/reply_outcomes.py): ok (scored), or no usable "
-                                                          "response: truncated, provider_blocked, empty, too_long, call_error")
+    outcome: str | None = Field(
+        default=None,
+        description="what the call came to (tasks/llm/reply_outcomes.py): ok (scored), or no usable "
+        "response: truncated, provider_blocked, empty, too_long, call_error",
+    )
 
 
 class Judgment(Record):
     item_id: str
     model: str
     expected: str
-    decision: str | None = Field(description="ANSWER or a canonical refusal code: what scoring reads (the judge's "
-                                             "classification, or the code parser's; see decision_source)")
-    parser_decision: str | None = Field(default=None, description="the code parser's decision on the same reply "
-                                                                  "(Response.decision)")
+    decision: str | None = Field(
+        description="ANSWER or a canonical refusal code: what scoring reads (the judge's "
+        "classification, or the code parser's; see decision_source)"
+    )
+    parser_decision: str | None = Field(
+        default=None, description="the code parser's decision on the same reply (Response.decision)"
+    )
     decision_source: Literal["judge", "parser"] | None = Field(
-        default=None, description="who decided: the judge's classification, or the code parser (evaluation.decision: "
-                                  "codes, a reply that is nothing but a code, or a judge reply without a classification)")
+        default=None,
+        description="who decided: the judge's classification, or the code parser (evaluation.decision: "
+        "codes, a reply that is nothing but a code, or a judge reply without a classification)",
+    )
     refusal_reasons: str | None = Field(default=None, description="the judge's short account of a refusal's reasons")
     answer_correct: bool | None = None
     refusal_correct: bool | None = None
@@ -210,8 +244,11 @@ class Judgment(Record):
     judge: str | None = None
     judge_raw: str | None = None
     error: str | None = None
-    outcome: str | None = Field(default=None, description="the row's outcome (tasks/llm/reply_outcomes.py): ok (scored), the response's "
-                                                          "when it was not usable, or judge_error")
+    outcome: str | None = Field(
+        default=None,
+        description="the row's outcome (tasks/llm/reply_outcomes.py): ok (scored), the response's "
+        "when it was not usable, or judge_error",
+    )
     confidence: str | None = None
     perturbation_class: str | None = None
     intensity: str | None = None
@@ -219,9 +256,13 @@ class Judgment(Record):
     domain: str | None = None
     generator: str | None = None
     # The reply's metadata (CallResult.metadata): why it stopped, its reasoning (split off ``judge_raw``), who served it.
-    judge_finish_reason: str | None = Field(default=None, description="the judge's finish reason (stop, length, content_filter, ...)")
+    judge_finish_reason: str | None = Field(
+        default=None, description="the judge's finish reason (stop, length, content_filter, ...)"
+    )
     judge_reasoning: str | None = Field(default=None, description="the judge's reasoning, kept apart from its answer")
-    judge_reasoning_tokens: int | None = Field(default=None, description="completion tokens spent on reasoning, as the provider reports")
+    judge_reasoning_tokens: int | None = Field(
+        default=None, description="completion tokens spent on reasoning, as the provider reports"
+    )
     judge_served_model: str | None = Field(default=None, description="the model name the provider says answered")
     judge_system_fingerprint: str | None = None
     # What the judge's call billed (CallResult.billing("judge_")); a row the judge did not see has none.

@@ -39,8 +39,12 @@ The multi-document metrics are NaN on single-document rows, never 0.
 The decisions the contract leaves open are documented in the module that makes them.
 """
 
-from refusalbench.tasks.refusalbench.scoring.bootstrap import (bootstrap_figures, bootstrap_intervals,
-                                                              bootstrap_standard_errors, bootstrap_summary)
+from refusalbench.tasks.refusalbench.scoring.bootstrap import (
+    bootstrap_figures,
+    bootstrap_intervals,
+    bootstrap_standard_errors,
+    bootstrap_summary,
+)
 from refusalbench.tasks.refusalbench.scoring.breakdowns import (
     BREAKDOWN_COLUMNS,
     CHAMPION_METRICS,
@@ -76,18 +80,28 @@ from refusalbench.tasks.refusalbench.scoring.io import (
     render_score_outputs,
     write_score,
 )
-from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, MetricSpec, all_metrics, coverage_metrics, declare, formula_metric, metric_spec, multi_document_metrics, single_document_metrics
 from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics, metrics_from_stats, run_metrics
-from refusalbench.tasks.refusalbench.scoring.row_statistics import COUNTS
 from refusalbench.tasks.refusalbench.scoring.pairwise import PAIRWISE_METRICS, pairwise_comparisons
 from refusalbench.tasks.refusalbench.scoring.result import ScoreResult, score_frame
+from refusalbench.tasks.refusalbench.scoring.row_statistics import COUNTS
+from refusalbench.tasks.refusalbench.scoring.specs import (
+    METRIC_SPECS,
+    MetricSpec,
+    all_metrics,
+    coverage_metrics,
+    declare,
+    formula_metric,
+    metric_spec,
+    multi_document_metrics,
+    single_document_metrics,
+)
 from refusalbench.tasks.refusalbench.scoring.summary import (
     OUTCOME_TREATMENT,
     OUTCOMES,
     correlation,
-    outcome_counts_by_model,
     frr_mrr_correlation,
     multi_document_counts,
+    outcome_counts_by_model,
     response_distribution,
 )
 

@@ -41,23 +41,35 @@ from refusalbench.tasks.core.stats import interval_and_error_rows, resample_coun
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes, cluster_counts, multi_row_groups
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, single_document_metrics
 from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_codes
 from refusalbench.tasks.refusalbench.scoring.row_statistics import OUTCOME_FLAGS, row_arrays, sufficient_stats
+from refusalbench.tasks.refusalbench.scoring.specs import METRIC_SPECS, single_document_metrics
 
 MAX_EXACT_TYPES = 4096
 FLOAT_GRID = 1000  # bootstrap grouping of numeric confidences: 0.001
 
 _FLAG_NAMES: tuple[str, ...] = (
-    "answerable", "refused", "answered_correctly", "right_code", "unjudged", "multi",
-    "eligibility_has", "eligibility", "factuality_has", "factuality", "raf_has", "raf",
+    "answerable",
+    "refused",
+    "answered_correctly",
+    "right_code",
+    "unjudged",
+    "multi",
+    "eligibility_has",
+    "eligibility",
+    "factuality_has",
+    "factuality",
+    "raf_has",
+    "raf",
     # last: constant on a run where every row is scored, so the types keep their order
-    "scored", *OUTCOME_FLAGS,
+    "scored",
+    *OUTCOME_FLAGS,
 )
 
 
-def _row_types(rows: Mapping[str, np.ndarray], codes: np.ndarray,
-               n_models: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _row_types(
+    rows: Mapping[str, np.ndarray], codes: np.ndarray, n_models: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Collapse every model's rows into its distinct types in one pass: (model of each type, count per
     type, per-type statistics), sorted by model, so one model's types are a contiguous slice.
 
@@ -86,8 +98,14 @@ def _row_types(rows: Mapping[str, np.ndarray], codes: np.ndarray,
     return types.index.get_level_values("model").to_numpy(), types["count"].to_numpy(), per_type
 
 
-def _bootstrap_one(type_counts: np.ndarray, per_type: np.ndarray, n_resamples: int, rng: np.random.Generator,
-                   wanted: Sequence[str], chunk: int = 250) -> dict[str, np.ndarray]:
+def _bootstrap_one(
+    type_counts: np.ndarray,
+    per_type: np.ndarray,
+    n_resamples: int,
+    rng: np.random.Generator,
+    wanted: Sequence[str],
+    chunk: int = 250,
+) -> dict[str, np.ndarray]:
     """Metric values of ``n_resamples`` resamples (with replacement) of one model's rows, given
     as its row types (:func:`_row_types`).
 
@@ -107,8 +125,15 @@ CLUSTER, IID = "cluster", "iid"
 _MODELS_PER_PRODUCT = 64  # models whose resampled statistics are computed in one product
 
 
-def _iid_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequence[str], wanted: Sequence[str],
-                 n_resamples: int, seed: int, level: float) -> tuple[Intervals, Errors]:
+def _iid_summary(
+    rows: Mapping[str, np.ndarray],
+    codes: np.ndarray,
+    models: Sequence[str],
+    wanted: Sequence[str],
+    n_resamples: int,
+    seed: int,
+    level: float,
+) -> tuple[Intervals, Errors]:
     """Items resampled within each model, as if independent (the figure beside the cluster one).
 
     The row types of every model come from one grouping; each model then draws from its own generator."""
@@ -116,15 +141,35 @@ def _iid_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequ
     errors: Errors = {}
     type_model, type_counts, per_type = _row_types(rows, codes, len(models))
     starts = np.searchsorted(type_model, np.arange(len(models) + 1))
-    samples = [_bootstrap_one(type_counts[starts[i]:starts[i + 1]], per_type[starts[i]:starts[i + 1]].copy(),
-                              n_resamples, seeded_rng(seed, model), wanted) for i, model in enumerate(models)]
-    _summarise(models, range(len(models)), {name: np.stack([s[name] for s in samples]) for name in wanted},
-               level, intervals, errors)
+    samples = [
+        _bootstrap_one(
+            type_counts[starts[i] : starts[i + 1]],
+            per_type[starts[i] : starts[i + 1]].copy(),
+            n_resamples,
+            seeded_rng(seed, model),
+            wanted,
+        )
+        for i, model in enumerate(models)
+    ]
+    _summarise(
+        models,
+        range(len(models)),
+        {name: np.stack([s[name] for s in samples]) for name in wanted},
+        level,
+        intervals,
+        errors,
+    )
     return intervals, errors
 
 
-def _summarise(models: Sequence[str], chosen: Sequence[int] | np.ndarray, sample: Mapping[str, np.ndarray], level: float,
-               intervals: Intervals, errors: Errors) -> None:
+def _summarise(
+    models: Sequence[str],
+    chosen: Sequence[int] | np.ndarray,
+    sample: Mapping[str, np.ndarray],
+    level: float,
+    intervals: Intervals,
+    errors: Errors,
+) -> None:
     """Each chosen model's percentile interval and standard error of every metric, from ``sample``
     ({metric: (chosen models × resamples)}), into ``intervals`` and ``errors``."""
     figures = {name: interval_and_error_rows(values, level) for name, values in sample.items()}
@@ -133,9 +178,20 @@ def _summarise(models: Sequence[str], chosen: Sequence[int] | np.ndarray, sample
         errors[models[i]] = {name: figures[name][j][1] for name in sample}
 
 
-def _cluster_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: Sequence[str], order: np.ndarray,
-                     bounds: np.ndarray, wanted: Sequence[str], n_resamples: int, seed: int, level: float,
-                     iid: tuple[Intervals, Errors], clusters: np.ndarray, n_clusters: int) -> tuple[Intervals, Errors]:
+def _cluster_summary(
+    rows: Mapping[str, np.ndarray],
+    codes: np.ndarray,
+    models: Sequence[str],
+    order: np.ndarray,
+    bounds: np.ndarray,
+    wanted: Sequence[str],
+    n_resamples: int,
+    seed: int,
+    level: float,
+    iid: tuple[Intervals, Errors],
+    clusters: np.ndarray,
+    n_clusters: int,
+) -> tuple[Intervals, Errors]:
     """Base items resampled, the same draws for every model (:mod:`.clusters`).
 
     A model none of whose base items holds two of its rows keeps its i.i.d. figure: for it,
@@ -148,10 +204,10 @@ def _cluster_summary(rows: Mapping[str, np.ndarray], codes: np.ndarray, models: 
         return intervals, errors
     counts = cluster_counts(n_clusters, n_resamples, seed)
     for start in range(0, grouped.size, _MODELS_PER_PRODUCT):
-        batch = grouped[start:start + _MODELS_PER_PRODUCT]
+        batch = grouped[start : start + _MODELS_PER_PRODUCT]
         per_cluster = []
         for i in batch:
-            idx = order[bounds[i]:bounds[i + 1]]
+            idx = order[bounds[i] : bounds[i + 1]]
             per_cluster.append(sufficient_stats(clusters[idx], n_clusters, {k: v[idx] for k, v in rows.items()}))
         width = per_cluster[0].shape[1]
         resampled = (counts @ np.concatenate(per_cluster, axis=1)).reshape(n_resamples, len(batch), width)
@@ -183,8 +239,9 @@ def bootstrap_figures(
     bounds = np.searchsorted(codes[order], np.arange(len(models) + 1))
     iid = _iid_summary(rows, codes, models, wanted, n_resamples, seed, level)
     clusters, n_clusters = cluster_codes(df)
-    cluster = _cluster_summary(rows, codes, models, order, bounds, wanted, n_resamples, seed, level, iid,
-                               clusters, n_clusters)
+    cluster = _cluster_summary(
+        rows, codes, models, order, bounds, wanted, n_resamples, seed, level, iid, clusters, n_clusters
+    )
     return {CLUSTER: cluster, IID: iid}
 
 

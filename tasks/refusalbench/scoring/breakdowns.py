@@ -25,24 +25,42 @@ from refusalbench.tasks.refusalbench.scoring.calibration import N_VERBAL_BINS, b
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.intervals import breakdown_intervals
-from refusalbench.tasks.refusalbench.scoring.specs import metric_spec, single_document_metrics
 from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, model_codes, run_metrics
 from refusalbench.tasks.refusalbench.scoring.row_statistics import confidence_block, row_arrays, sufficient_stats
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec, single_document_metrics
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES
 
 BREAKDOWN_COLUMNS: tuple[str, ...] = (
-    "model", "group", "value", "metric", "estimate", "ci_low", "ci_high", "n",
+    "model",
+    "group",
+    "value",
+    "metric",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "n",
 )
 
 
 def empty_breakdown() -> pd.DataFrame:
     """A breakdown table with its columns and dtypes but no rows."""
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
-        BREAKDOWN_COLUMNS, ["str", "str", "str", "str", "float64", "float64", "float64", "int64"])})
+    return pd.DataFrame(
+        {
+            c: pd.Series(dtype=t)
+            for c, t in zip(BREAKDOWN_COLUMNS, ["str", "str", "str", "str", "float64", "float64", "float64", "int64"])
+        }
+    )
 
 
-def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *, n_resamples: int = 1000,
-              seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+def breakdown(
+    df: pd.DataFrame,
+    by: str,
+    metrics: Sequence[str] | None = None,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> pd.DataFrame:
     """Metrics per model × value of ``by`` (long: model, group, value, metric, estimate, ci_low, ci_high, n).
 
     Rows whose ``by`` value is missing are left out; an absent or all-missing column gives
@@ -71,32 +89,58 @@ def breakdown(df: pd.DataFrame, by: str, metrics: Sequence[str] | None = None, *
     value_of = np.asarray([str(v) for v in values_found], dtype=object)[used % n_values]
     labels = [f"{by}\0{m}\0{v}" for m, v in zip(model_of, value_of)]
     clusters, n_clusters = cluster_codes(df)
-    bounds = breakdown_intervals(stats, keys, rows, used, labels, names, n_resamples, seed, level,
-                                 clusters=clusters[present], n_clusters=n_clusters)
+    bounds = breakdown_intervals(
+        stats,
+        keys,
+        rows,
+        used,
+        labels,
+        names,
+        n_resamples,
+        seed,
+        level,
+        clusters=clusters[present],
+        n_clusters=n_clusters,
+    )
     # One frame of the metrics one after another (the rows and dtypes of one frame per metric, concatenated).
     k = len(names)
-    return pd.DataFrame({
-        "model": np.tile(model_of, k), "group": by, "value": np.tile(value_of, k),
-        "metric": np.repeat(np.asarray(names, dtype=object), len(used)),
-        "estimate": np.concatenate([values[name] for name in names]),
-        "ci_low": np.concatenate([bounds[name][0] for name in names]),
-        "ci_high": np.concatenate([bounds[name][1] for name in names]), "n": np.tile(sizes, k),
-    })
+    return pd.DataFrame(
+        {
+            "model": np.tile(model_of, k),
+            "group": by,
+            "value": np.tile(value_of, k),
+            "metric": np.repeat(np.asarray(names, dtype=object), len(used)),
+            "estimate": np.concatenate([values[name] for name in names]),
+            "ci_low": np.concatenate([bounds[name][0] for name in names]),
+            "ci_high": np.concatenate([bounds[name][1] for name in names]),
+            "n": np.tile(sizes, k),
+        }
+    )
 
 
-def overall_rows(metrics: Mapping[str, Mapping[str, float]],
-                 intervals: Mapping[str, Mapping[str, tuple[float, float]]],
-                 names: Sequence[str] | None = None) -> pd.DataFrame:
+def overall_rows(
+    metrics: Mapping[str, Mapping[str, float]],
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]],
+    names: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """The overall metrics (default: the single-document ones) with their intervals in the breakdown's long layout."""
     names = single_document_metrics() if names is None else names
     records = []
     for model, values in metrics.items():
         for name in names:
             low, high = intervals.get(model, {}).get(name, (math.nan, math.nan))
-            records.append({
-                "model": model, "group": "overall", "value": "all", "metric": name,
-                "estimate": values[name], "ci_low": low, "ci_high": high, "n": int(values["n"]),
-            })
+            records.append(
+                {
+                    "model": model,
+                    "group": "overall",
+                    "value": "all",
+                    "metric": name,
+                    "estimate": values[name],
+                    "ci_low": low,
+                    "ci_high": high,
+                    "n": int(values["n"]),
+                }
+            )
     return pd.DataFrame.from_records(records, columns=list(BREAKDOWN_COLUMNS)) if records else empty_breakdown()
 
 
@@ -145,8 +189,7 @@ def class_intensity_grid(df: pd.DataFrame) -> pd.DataFrame:
     df = ensure_prepared(df)
     needed = ("perturbation_class", "intensity")
     if any(c not in df.columns or df[c].isna().all() for c in needed):
-        return pd.DataFrame({"model": [], "perturbation_class": [], "intensity": [],
-                             "correct_rate": [], "n": []})
+        return pd.DataFrame({"model": [], "perturbation_class": [], "intensity": [], "correct_rate": [], "n": []})
     present = df[df["perturbation_class"].notna() & df["intensity"].notna()]
     return (
         present.groupby(["model", "perturbation_class", "intensity"], sort=True, observed=True)
@@ -168,11 +211,18 @@ def calibration_table(df: pd.DataFrame) -> pd.DataFrame:
     for scope, cells in scopes.items():
         for m, b in zip(*np.nonzero(cells[..., 0] > 0)):
             count, correct, confidence = cells[m, b]
-            records.append({
-                "model": models[m], "scope": scope, "bin": int(b), "label": bin_label(int(b)),
-                "kind": "verbal" if b < N_VERBAL_BINS else "float", "n": int(count),
-                "mean_confidence": confidence / count, "accuracy": correct / count,
-            })
+            records.append(
+                {
+                    "model": models[m],
+                    "scope": scope,
+                    "bin": int(b),
+                    "label": bin_label(int(b)),
+                    "kind": "verbal" if b < N_VERBAL_BINS else "float",
+                    "n": int(count),
+                    "mean_confidence": confidence / count,
+                    "accuracy": correct / count,
+                }
+            )
     columns = ["model", "scope", "bin", "label", "kind", "n", "mean_confidence", "accuracy"]
     table = pd.DataFrame.from_records(records, columns=columns)
     return table.sort_values(["model", "scope", "bin"], kind="stable").reset_index(drop=True)

@@ -97,13 +97,22 @@ def max_confidence_summary(df: pd.DataFrame) -> dict[str, dict[str, float]]:
     (``max_confidence_share``) and accuracy (``max_confidence_accuracy``); NaN when undefined."""
     has = (df["confidence_bin"].to_numpy() >= 0) & df["scored"].to_numpy(dtype=bool)
     at_max = has & (df["confidence_value"].to_numpy(dtype=np.float64) >= MAX_CONFIDENCE - 1e-9)
-    frame = pd.DataFrame({"model": df["model"].astype(str).to_numpy(), "has": has, "at_max": at_max,
-                          "correct_at_max": at_max & df["correct"].to_numpy(dtype=bool)})
+    frame = pd.DataFrame(
+        {
+            "model": df["model"].astype(str).to_numpy(),
+            "has": has,
+            "at_max": at_max,
+            "correct_at_max": at_max & df["correct"].to_numpy(dtype=bool),
+        }
+    )
     sums = frame.groupby("model", sort=True).sum()
     summary: dict[str, dict[str, float]] = {}
     for model, row in sums.iterrows():
         n, n_max, right = int(row["has"]), int(row["at_max"]), int(row["correct_at_max"])
-        summary[str(model)] = {"n": n, "n_max_confidence": n_max,
-                               "max_confidence_share": n_max / n if n else math.nan,
-                               "max_confidence_accuracy": right / n_max if n_max else math.nan}
+        summary[str(model)] = {
+            "n": n,
+            "n_max_confidence": n_max,
+            "max_confidence_share": n_max / n if n else math.nan,
+            "max_confidence_accuracy": right / n_max if n_max else math.nan,
+        }
     return summary

@@ -27,9 +27,11 @@ from refusalbench.tasks.refusalbench.scoring.inputs import CLUSTER_COLUMN
 
 # The label that seeds the one resample-index matrix of a score (with the score's seed).
 CLUSTER_STREAM = "base items"
-UNIT_DESCRIPTION = ("base item (cluster bootstrap: every resample draws base items with replacement, each with "
-                    "all of its benchmark items, the same draws for every model; an item without a base_id is its "
-                    "own cluster)")
+UNIT_DESCRIPTION = (
+    "base item (cluster bootstrap: every resample draws base items with replacement, each with "
+    "all of its benchmark items, the same draws for every model; an item without a base_id is its "
+    "own cluster)"
+)
 
 
 def cluster_codes(df: pd.DataFrame) -> tuple[np.ndarray, int]:
@@ -49,8 +51,9 @@ def cluster_codes(df: pd.DataFrame) -> tuple[np.ndarray, int]:
 
 def multi_row_groups(groups: np.ndarray, clusters: np.ndarray, n_groups: int) -> np.ndarray:
     """Per group (0..n_groups-1): whether some cluster holds more than one of its rows."""
-    pairs, counts = np.unique(groups.astype(np.int64) * (int(clusters.max(initial=0)) + 1) + clusters,
-                              return_counts=True)
+    pairs, counts = np.unique(
+        groups.astype(np.int64) * (int(clusters.max(initial=0)) + 1) + clusters, return_counts=True
+    )
     width = int(clusters.max(initial=0)) + 1
     out = np.zeros(n_groups, dtype=bool)
     out[(pairs[counts > 1] // width)] = True

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.llm.reply_outcomes import OK, ROW_OUTCOMES
 from refusalbench.tasks.refusalbench.decisions import ANSWER, normalise_decision, parse_decision
-from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.scoring.calibration import NO_BIN, confidence_of
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, REFUSAL_CODES, VARIANTS, canonical_code
 
@@ -55,9 +55,21 @@ BREAKDOWN_DIMENSIONS: tuple[str, ...] = (
 # context, so the bootstrap resamples base items (:mod:`.clusters`). Optional; kept as text.
 CLUSTER_COLUMN = "base_id"
 PREPARED_COLUMNS: tuple[str, ...] = (
-    "model", "item_id", "expected", "decision", "answerable", "refused", "answer_correct",
-    "answered_correctly", "right_code", "correct", "confidence", "confidence_value",
-    "confidence_bin", "outcome", "scored",
+    "model",
+    "item_id",
+    "expected",
+    "decision",
+    "answerable",
+    "refused",
+    "answer_correct",
+    "answered_correctly",
+    "right_code",
+    "correct",
+    "confidence",
+    "confidence_value",
+    "confidence_bin",
+    "outcome",
+    "scored",
 )
 
 # Fixed label spaces: code 0 = ANSWER_CORRECTLY / ANSWER, codes 1.. = the canonical refusal
@@ -190,8 +202,13 @@ def prepare(
     n = len(df)
 
     model = df["model"]
-    _fail(source, line_of, _is_missing(model) | (model.astype(str).str.strip() == "").to_numpy(),
-          "model", lambda i: "model name is missing")
+    _fail(
+        source,
+        line_of,
+        _is_missing(model) | (model.astype(str).str.strip() == "").to_numpy(),
+        "model",
+        lambda i: "model name is missing",
+    )
     _fail(source, line_of, _is_missing(df["item_id"]), "item_id", lambda i: "item_id is missing")
     _fail(source, line_of, _is_missing(df["expected"]), "expected", lambda i: "expected is missing")
 
@@ -202,8 +219,13 @@ def prepare(
         df["expected"], lambda v: _label_code(canonical_code(v) if isinstance(v, str) else None)
     )
     expected = _lookup(codes, mapped, np.int8)
-    _fail(source, line_of, expected < 0, "expected",
-          lambda i: f"not ANSWER_CORRECTLY or a refusal code: {df['expected'].iloc[i]!r}")
+    _fail(
+        source,
+        line_of,
+        expected < 0,
+        "expected",
+        lambda i: f"not ANSWER_CORRECTLY or a refusal code: {df['expected'].iloc[i]!r}",
+    )
 
     outcome = _outcome_codes(df, source, line_of)
     scored = outcome == ROW_OUTCOMES.index(OK)
@@ -213,8 +235,13 @@ def prepare(
         present = ~_is_missing(given) & scored
         codes, mapped = _per_unique(given, lambda v: _label_code(normalise_decision(v)))
         normalised = _lookup(codes, mapped, np.int8)
-        _fail(source, line_of, present & (normalised < 0), "decision",
-              lambda i: f"not ANSWER or a refusal code: {given.iloc[i]!r}")
+        _fail(
+            source,
+            line_of,
+            present & (normalised < 0),
+            "decision",
+            lambda i: f"not ANSWER or a refusal code: {given.iloc[i]!r}",
+        )
         decision[present] = normalised[present]
     unset = (decision < 0) & scored  # a row without a usable response has no decision to find
     if unset.any():
@@ -227,15 +254,25 @@ def prepare(
     refused = decision != ANSWER_CODE
     if "answer_correct" in columns:
         codes, mapped = _per_unique(df["answer_correct"], _as_bool)
-        _fail(source, line_of, _lookup(codes, [m == "bad" for m in mapped], bool),
-              "answer_correct", lambda i: f"not a boolean: {df['answer_correct'].iloc[i]!r}")
+        _fail(
+            source,
+            line_of,
+            _lookup(codes, [m == "bad" for m in mapped], bool),
+            "answer_correct",
+            lambda i: f"not a boolean: {df['answer_correct'].iloc[i]!r}",
+        )
         answer_judged = _lookup(codes, [m is not None for m in mapped], bool)
         answer_correct = _lookup(codes, [m is True for m in mapped], bool)
     else:
         if "raf" not in columns:
             # Refusals need no judge; answer attempts do, so the column must exist for them.
-            _fail(source, line_of, answerable & ~refused, "answer_correct",
-                  lambda i: "column is missing but this answerable item got an answer attempt")
+            _fail(
+                source,
+                line_of,
+                answerable & ~refused,
+                "answer_correct",
+                lambda i: "column is missing but this answerable item got an answer attempt",
+            )
         answer_judged = np.zeros(n, dtype=bool)
         answer_correct = np.zeros(n, dtype=bool)
 
@@ -243,21 +280,36 @@ def prepare(
     if "raf" in scores:
         raf_has = ~np.isnan(scores["raf"])
         raf_correct = scores["raf"] == 1
-        _fail(source, line_of, answer_judged & raf_has & (answer_correct != raf_correct), "answer_correct",
-              lambda i: f"disagrees with raf = {int(scores['raf'][i])} (correct means RAF = 1)")
+        _fail(
+            source,
+            line_of,
+            answer_judged & raf_has & (answer_correct != raf_correct),
+            "answer_correct",
+            lambda i: f"disagrees with raf = {int(scores['raf'][i])} (correct means RAF = 1)",
+        )
         answer_correct = np.where(answer_judged, answer_correct, raf_correct)
         answer_judged = answer_judged | raf_has
     if "answer_correct" not in columns and "raf" in scores:
         # The column may stand absent where RAF judged every answer attempt instead.
-        _fail(source, line_of, answerable & ~refused & ~answer_judged, "answer_correct",
-              lambda i: "column is missing and this answerable item's answer attempt has no raf")
+        _fail(
+            source,
+            line_of,
+            answerable & ~refused & ~answer_judged,
+            "answer_correct",
+            lambda i: "column is missing and this answerable item's answer attempt has no raf",
+        )
 
     answered_correctly = answerable & ~refused & answer_correct
     right_code = ~answerable & (decision == expected)
     if "confidence" in columns:
         codes, mapped = _per_unique(df["confidence"], confidence_of)
-        _fail(source, line_of, ~_lookup(codes, [c[3] for c in mapped], bool), "confidence",
-              lambda i: f"not a confidence level or a number in [0, 1]: {df['confidence'].iloc[i]!r}")
+        _fail(
+            source,
+            line_of,
+            ~_lookup(codes, [c[3] for c in mapped], bool),
+            "confidence",
+            lambda i: f"not a confidence level or a number in [0, 1]: {df['confidence'].iloc[i]!r}",
+        )
         conf_text = _categorical(codes, [c[0] for c in mapped])
         conf_value = _lookup(codes, [c[1] for c in mapped], np.float64)
         conf_bin = _lookup(codes, [c[2] for c in mapped], np.int8)
@@ -297,8 +349,13 @@ def prepare(
     for name in JUDGE_SCORE_COLUMNS:
         out[name] = scores.get(name, np.full(n, np.nan))
     duplicated = out.duplicated(["model", "item_id"]).to_numpy()
-    _fail(source, line_of, duplicated, "item_id",
-          lambda i: f"duplicate (model, item_id) = ({out['model'].iat[i]!r}, {out['item_id'].iat[i]!r})")
+    _fail(
+        source,
+        line_of,
+        duplicated,
+        "item_id",
+        lambda i: f"duplicate (model, item_id) = ({out['model'].iat[i]!r}, {out['item_id'].iat[i]!r})",
+    )
     for dim in (*BREAKDOWN_DIMENSIONS, CLUSTER_COLUMN):
         if dim in columns:
             codes, mapped = _per_unique(df[dim], _group_text)
@@ -319,8 +376,13 @@ def _outcome_codes(df: pd.DataFrame, source: str, line_of: LineOf) -> np.ndarray
 
     codes, mapped = _per_unique(df["outcome"], code)
     outcome = _lookup(codes, mapped, np.int8)
-    _fail(source, line_of, outcome < 0, "outcome",
-          lambda i: f"not an outcome: {df['outcome'].iloc[i]!r} (one of {', '.join(ROW_OUTCOMES)})")
+    _fail(
+        source,
+        line_of,
+        outcome < 0,
+        "outcome",
+        lambda i: f"not an outcome: {df['outcome'].iloc[i]!r} (one of {', '.join(ROW_OUTCOMES)})",
+    )
     return outcome
 
 
@@ -338,8 +400,13 @@ def _judge_scores(df: pd.DataFrame, source: str, line_of: LineOf) -> dict[str, n
         _fail(source, line_of, _lookup(codes, [m == "bad" for m in mapped], bool), name, not_binary)
         scores[name] = _lookup(codes, [math.nan if m is None else float(m) for m in mapped], np.float64)
     if "raf" in scores and "eligibility" in scores:
-        _fail(source, line_of, (scores["raf"] == 1) & (scores["eligibility"] == 0), "raf",
-              lambda i: "RAF = 1 with eligibility = 0 is impossible (RAF requires eligibility)")
+        _fail(
+            source,
+            line_of,
+            (scores["raf"] == 1) & (scores["eligibility"] == 0),
+            "raf",
+            lambda i: "RAF = 1 with eligibility = 0 is impossible (RAF requires eligibility)",
+        )
     return scores
 
 
@@ -357,8 +424,13 @@ def _multi_rows(df: pd.DataFrame, scores: dict[str, np.ndarray], source: str, li
     if "variant" not in df.columns:
         return np.full(len(df), bool("raf" in scores and (~np.isnan(scores["raf"])).any()))
     codes, mapped = _per_unique(df["variant"], _variant_text)
-    _fail(source, line_of, _lookup(codes, [m is not None and m not in VARIANTS for m in mapped], bool), "variant",
-          lambda i: f"not single or multi: {df['variant'].iloc[i]!r}")
+    _fail(
+        source,
+        line_of,
+        _lookup(codes, [m is not None and m not in VARIANTS for m in mapped], bool),
+        "variant",
+        lambda i: f"not single or multi: {df['variant'].iloc[i]!r}",
+    )
     return _lookup(codes, [m == "multi" for m in mapped], bool)
 
 

@@ -41,13 +41,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.core.stats import (ratio_design_effects, resample_counts, row_percentiles, seeded_rng,
-                                           wilson_interval)
+from refusalbench.tasks.core.stats import (
+    ratio_design_effects,
+    resample_counts,
+    row_percentiles,
+    seeded_rng,
+    wilson_interval,
+)
 from refusalbench.tasks.refusalbench.scoring.calibration import N_BINS
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_counts, multi_row_groups
-from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 from refusalbench.tasks.refusalbench.scoring.metrics import metrics_from_stats, proportion_parts
 from refusalbench.tasks.refusalbench.scoring.row_statistics import STAT_INDEX, confidence_block, sufficient_stats
+from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 
 # ``scored`` last: constant where every row is scored, so the types keep their order. Unscored rows
 # enter no formula metric; they are a type of their own so a resample draws them in their share.
@@ -74,8 +79,16 @@ def _group_types(groups: np.ndarray, rows: Mapping[str, np.ndarray]) -> tuple[np
     representative["conf_value"] = np.where(type_bin >= 0, conf_sum / counts, np.nan)
     representative["conf_bin"] = type_bin
     false = np.zeros(len(uniques), dtype=bool)
-    for name in ("unjudged", "multi", "eligibility_has", "eligibility", "factuality_has", "factuality",
-                 "raf_has", "raf"):
+    for name in (
+        "unjudged",
+        "multi",
+        "eligibility_has",
+        "eligibility",
+        "factuality_has",
+        "factuality",
+        "raf_has",
+        "raf",
+    ):
         representative[name] = false
     per_type = sufficient_stats(np.arange(len(uniques)), len(uniques), representative)
     return uniques // (_N_FLAG_VALUES * (N_BINS + 1)), counts, per_type
@@ -119,8 +132,15 @@ class _PercentileBatch:
     intervals go into ``out`` ({metric: (low, high)}) at each group's position. With ``columns``
     (:func:`read_columns`), the statistics added are those columns only, of ``width`` in all."""
 
-    def __init__(self, out: dict[str, tuple[np.ndarray, np.ndarray]], metrics: Sequence[str],
-                 n_resamples: int, level: float, columns: np.ndarray | None = None, width: int = 0) -> None:
+    def __init__(
+        self,
+        out: dict[str, tuple[np.ndarray, np.ndarray]],
+        metrics: Sequence[str],
+        n_resamples: int,
+        level: float,
+        columns: np.ndarray | None = None,
+        width: int = 0,
+    ) -> None:
         self.out, self.metrics, self.n_resamples = out, metrics, n_resamples
         self.columns, self.width = columns, width
         self.tail = (1 - level) / 2 * 100
@@ -130,8 +150,11 @@ class _PercentileBatch:
             # Without confidences, a calibration formula of the statistics (ECE) reads only their zero
             # confidence block (``read_columns``) and is NaN on every resample, as on these two rows: its
             # intervals stay the NaN they start as, without checking a million zero rows for a confidence.
-            formulas = [name for name in metrics if metric_spec(name).calibration
-                        and not metric_spec(name).is_ratio and not metric_spec(name).of]
+            formulas = [
+                name
+                for name in metrics
+                if metric_spec(name).calibration and not metric_spec(name).is_ratio and not metric_spec(name).of
+            ]
             probe = np.zeros((2, width))
             probe[1, columns] = 1.0
             undefined = metrics_from_stats(probe, formulas) if formulas else {}
@@ -154,8 +177,9 @@ class _PercentileBatch:
         values = metrics_from_stats(stacked, self.computed)
         positions = [position for position, _ in self.pending]
         for name in self.computed:
-            low, high = row_percentiles(values[name].reshape(len(self.pending), self.n_resamples),
-                                        [self.tail, 100 - self.tail])
+            low, high = row_percentiles(
+                values[name].reshape(len(self.pending), self.n_resamples), [self.tail, 100 - self.tail]
+            )
             self.out[name][0][positions], self.out[name][1][positions] = low, high
         self.pending.clear()
 
@@ -197,8 +221,9 @@ def group_bootstrap(
     return out
 
 
-def _cluster_parts(groups: np.ndarray, clusters: np.ndarray, n_clusters: int, rows: Mapping[str, np.ndarray],
-                   chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _cluster_parts(
+    groups: np.ndarray, clusters: np.ndarray, n_clusters: int, rows: Mapping[str, np.ndarray], chosen: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(group, cluster, sufficient statistics) of every (group, cluster) with rows, for the groups in
     ``chosen`` (a mask over group numbers); sorted by group, then cluster."""
     take = chosen[groups]
@@ -208,9 +233,15 @@ def _cluster_parts(groups: np.ndarray, clusters: np.ndarray, n_clusters: int, ro
     return uniques // n_clusters, uniques % n_clusters, stats
 
 
-def cluster_group_bootstrap(part_group: np.ndarray, part_cluster: np.ndarray, part_stats: np.ndarray,
-                            counts: np.ndarray, wanted_groups: np.ndarray, metrics: Sequence[str],
-                            level: float = 0.95) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def cluster_group_bootstrap(
+    part_group: np.ndarray,
+    part_cluster: np.ndarray,
+    part_stats: np.ndarray,
+    counts: np.ndarray,
+    wanted_groups: np.ndarray,
+    metrics: Sequence[str],
+    level: float = 0.95,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Percentile intervals of ``metrics`` per wanted group from the score's resample-index matrix
     ``counts`` (resamples × clusters): each resample's statistics are its draws of the group's clusters
     times their statistics (``part_*``: per (group, cluster), sorted by group)."""
@@ -275,17 +306,24 @@ def breakdown_intervals(
         out[name] = wilson_interval(successes, trials, level=level)
     formulas = [name for name in metrics if name not in ratios]
     alone = np.flatnonzero(~clustered)
-    bounds = group_bootstrap(groups, rows, wanted_groups[alone], [labels[int(i)] for i in alone], formulas,
-                             n_resamples, seed, level)
+    bounds = group_bootstrap(
+        groups, rows, wanted_groups[alone], [labels[int(i)] for i in alone], formulas, n_resamples, seed, level
+    )
     for name in formulas:
         out[name] = (np.full(size, np.nan), np.full(size, np.nan))
         out[name][0][alone], out[name][1][alone] = bounds[name]
     if clustered.any() and formulas and n_resamples > 0:
         chosen = np.flatnonzero(clustered)
         with _one_blas_thread():
-            bounds = cluster_group_bootstrap(part_group, part_cluster, part_stats,
-                                             cluster_counts(n_clusters, n_resamples, seed),
-                                             wanted_groups[chosen], formulas, level)
+            bounds = cluster_group_bootstrap(
+                part_group,
+                part_cluster,
+                part_stats,
+                cluster_counts(n_clusters, n_resamples, seed),
+                wanted_groups[chosen],
+                formulas,
+                level,
+            )
         for name in formulas:
             out[name][0][chosen], out[name][1][chosen] = bounds[name]
     return out

@@ -19,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import open_bytes, open_text, text_lines
+from refusalbench.tasks.refusalbench.basesets import MAX_LINE_BYTES
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.scoring.calibration import FROM_RESPONSES, MAX_CONFIDENCE
 from refusalbench.tasks.refusalbench.scoring.clusters import UNIT_DESCRIPTION
 from refusalbench.tasks.refusalbench.scoring.inputs import LineOf, prepare, row_line
@@ -30,6 +30,7 @@ from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE,
 from refusalbench.tasks.refusalbench.scoring.summary import OUTCOME_TREATMENT, distribution_by_model
 
 # ----------------------------------------------------------------- reading judged responses
+
 
 def _csv_line_of(path: Path) -> LineOf:
     """Row position -> first file line of that CSV record (records may span lines)."""
@@ -126,11 +127,15 @@ TABLE_FILES: dict[str, str] = {  # ScoreResult attribute -> Parquet file
     "response_distribution": rb_files.RESPONSE_DISTRIBUTION.name,
 }
 STANDARD_ERROR_METHOD = "bootstrap standard deviation (ddof 1) of the same resamples (paper App. G)"
-BREAKDOWN_INTERVAL_METHOD = ("Wilson score for proportions (on rows / design effect where a base item holds "
-                             "several rows of the group); percentile bootstrap of the group's base items for "
-                             "F1, hierarchical score, CRS and ECE")
-IID_METHOD = ("intervals_iid, standard_errors_iid: each model's rows resampled as if independent (too narrow when "
-              "items share a base item); kept beside the cluster figures for comparison")
+BREAKDOWN_INTERVAL_METHOD = (
+    "Wilson score for proportions (on rows / design effect where a base item holds "
+    "several rows of the group); percentile bootstrap of the group's base items for "
+    "F1, hierarchical score, CRS and ECE"
+)
+IID_METHOD = (
+    "intervals_iid, standard_errors_iid: each model's rows resampled as if independent (too narrow when "
+    "items share a base item); kept beside the cluster figures for comparison"
+)
 
 
 def _json_number(value: Any) -> Any:
@@ -158,12 +163,15 @@ def _nan_tree(value: Any) -> Any:
 
 
 def _interval_table(intervals: Mapping[str, Mapping[str, tuple[float, float]]]) -> dict[str, dict[str, list[Any]]]:
-    return {m: {k: [_json_number(lo), _json_number(hi)] for k, (lo, hi) in values.items()}
-            for m, values in intervals.items()}
+    return {
+        m: {k: [_json_number(lo), _json_number(hi)] for k, (lo, hi) in values.items()}
+        for m, values in intervals.items()
+    }
 
 
 def metrics_document(result: ScoreResult) -> dict[str, Any]:
     """The metrics.json object (NaN as null)."""
+
     def numbers(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         return {m: {k: _json_number(v) for k, v in values.items()} for m, values in table.items()}
 
@@ -178,23 +186,35 @@ def metrics_document(result: ScoreResult) -> dict[str, Any]:
         "pairwise": _json_tree(result.pairwise) if result.pairwise else None,
         "counts": result.counts,
         "response_distribution": numbers(distribution_by_model(result.response_distribution))
-        if not result.response_distribution.empty else {},
+        if not result.response_distribution.empty
+        else {},
         "frr_mrr_correlation": {k: _json_number(v) for k, v in correlation.items()} if correlation else None,
         "multi_document": result.multi_document,
         # Where ECE came from (the calibration pass or the rows' own confidences) and App. F.2's
         # share of predictions at maximum confidence with their accuracy.
-        "calibration": {"source": result.calibration_source, "max_confidence": MAX_CONFIDENCE,
-                        "models": numbers(result.max_confidence)},
+        "calibration": {
+            "source": result.calibration_source,
+            "max_confidence": MAX_CONFIDENCE,
+            "models": numbers(result.max_confidence),
+        },
         # Rows without a usable response or whose call failed: counted per model, and how each was treated.
         "outcomes": result.outcomes,
         "outcome_treatment": OUTCOME_TREATMENT,
-        "coverage": {"min_coverage": result.min_coverage,
-                     "incomplete": {m: _json_number(v) for m, v in result.incomplete.items()},
-                     "no_scored_rows": result.unscorable},
-        "bootstrap": {"n_resamples": result.n_resamples, "seed": result.seed, "level": 0.95,
-                      "method": "percentile", "standard_error": STANDARD_ERROR_METHOD,
-                      "breakdown_intervals": BREAKDOWN_INTERVAL_METHOD, "unit": UNIT_DESCRIPTION,
-                      "iid": IID_METHOD},
+        "coverage": {
+            "min_coverage": result.min_coverage,
+            "incomplete": {m: _json_number(v) for m, v in result.incomplete.items()},
+            "no_scored_rows": result.unscorable,
+        },
+        "bootstrap": {
+            "n_resamples": result.n_resamples,
+            "seed": result.seed,
+            "level": 0.95,
+            "method": "percentile",
+            "standard_error": STANDARD_ERROR_METHOD,
+            "breakdown_intervals": BREAKDOWN_INTERVAL_METHOD,
+            "unit": UNIT_DESCRIPTION,
+            "iid": IID_METHOD,
+        },
         "undefined_as": "null",
         "generated_at": result.generated_at,
     }
@@ -247,8 +267,9 @@ def read_metrics_json(content: bytes | str) -> dict[str, Any]:
     if document.get("pairwise"):
         document["pairwise"] = _nan_tree(document["pairwise"])
     for key in ("standard_errors", "standard_errors_iid", "response_distribution"):
-        document[key] = {m: {k: _nan_number(v) for k, v in values.items()}
-                         for m, values in (document.get(key) or {}).items()}
+        document[key] = {
+            m: {k: _nan_number(v) for k, v in values.items()} for m, values in (document.get(key) or {}).items()
+        }
     correlation = document.get("frr_mrr_correlation")
     if correlation:
         document["frr_mrr_correlation"] = {k: _nan_number(v) for k, v in correlation.items()}
@@ -274,8 +295,10 @@ def load_score_outputs(files: Mapping[str, bytes]) -> ScoreResult:
         frr_mrr_correlation=document.get("frr_mrr_correlation") or {},
         multi_document=document.get("multi_document") or {},
         calibration_source=str((document.get("calibration") or {}).get("source", FROM_RESPONSES)),
-        max_confidence={m: {k: math.nan if v is None else v for k, v in values.items()}
-                        for m, values in ((document.get("calibration") or {}).get("models") or {}).items()},
+        max_confidence={
+            m: {k: math.nan if v is None else v for k, v in values.items()}
+            for m, values in ((document.get("calibration") or {}).get("models") or {}).items()
+        },
         outcomes=document.get("outcomes") or {},
         min_coverage=float((document.get("coverage") or {}).get("min_coverage", DEFAULT_MIN_COVERAGE)),
         n_resamples=int(bootstrap.get("n_resamples", 0)),

@@ -17,13 +17,6 @@ import pandas as pd
 
 from refusalbench.tasks.refusalbench.scoring import paper_metrics  # noqa: F401  (declares the paper's metrics)
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.specs import (
-    METRIC_SPECS,
-    all_metrics,
-    coverage_metrics,
-    metric_spec,
-    single_document_metrics,
-)
 from refusalbench.tasks.refusalbench.scoring.row_statistics import (
     COUNTS,
     STAT_INDEX,
@@ -31,6 +24,13 @@ from refusalbench.tasks.refusalbench.scoring.row_statistics import (
     row_arrays,
     stat_sum,
     sufficient_stats,
+)
+from refusalbench.tasks.refusalbench.scoring.specs import (
+    METRIC_SPECS,
+    all_metrics,
+    coverage_metrics,
+    metric_spec,
+    single_document_metrics,
 )
 
 
@@ -84,8 +84,9 @@ def model_stats(df: pd.DataFrame) -> tuple[list[str], np.ndarray]:
     return models, sufficient_stats(codes, len(models), row_arrays(df))
 
 
-def compute_metrics(df: pd.DataFrame, names: Sequence[str] | None = None,
-                    per_model: tuple[list[str], np.ndarray] | None = None) -> dict[str, dict[str, float]]:
+def compute_metrics(
+    df: pd.DataFrame, names: Sequence[str] | None = None, per_model: tuple[list[str], np.ndarray] | None = None
+) -> dict[str, dict[str, float]]:
     """{model: {metric: value}} (NaN where undefined) plus counts.
 
     ``names`` defaults to :func:`run_metrics`; ask for :func:`all_metrics` to have the

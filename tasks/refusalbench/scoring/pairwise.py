@@ -30,8 +30,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.core.stats import (bootstrap_p_values, holm_adjust, resampled_cluster_sums, row_percentiles,
-                                           seeded_rng)
+from refusalbench.tasks.core.stats import (
+    bootstrap_p_values,
+    holm_adjust,
+    resampled_cluster_sums,
+    row_percentiles,
+    seeded_rng,
+)
 from refusalbench.tasks.refusalbench.scoring.clusters import cluster_codes
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.metrics import model_codes
@@ -41,8 +46,10 @@ PAIRWISE_METRICS: tuple[str, ...] = ("calibrated_refusal_score", "answer_accurac
 CORRECTION = "holm"
 ALPHA = 0.05
 PAIRWISE_STREAM = "pairwise"
-METHOD = ("paired cluster bootstrap: both models scored on the same resampled base items; difference = model_a - "
-          "model_b; two-sided percentile p-value; Holm correction over the pairs of each metric (family-wise)")
+METHOD = (
+    "paired cluster bootstrap: both models scored on the same resampled base items; difference = model_a - "
+    "model_b; two-sided percentile p-value; Holm correction over the pairs of each metric (family-wise)"
+)
 # Per model and cluster: answered correctly, answerable, right code, unanswerable (scored rows).
 _PARTS = 4
 
@@ -51,8 +58,7 @@ def _cluster_parts(rows: dict[str, np.ndarray], keys: np.ndarray, size: int) -> 
     """(size × 4) sums per key of the statistics the compared metrics are made of (scored rows)."""
     scored = rows["scored"]
     answerable = rows["answerable"] & scored
-    parts = (rows["answered_correctly"] & scored, answerable, rows["right_code"] & scored,
-             ~rows["answerable"] & scored)
+    parts = (rows["answered_correctly"] & scored, answerable, rows["right_code"] & scored, ~rows["answerable"] & scored)
     return np.stack([np.bincount(keys, weights=p, minlength=size) for p in parts], axis=1)
 
 
@@ -61,8 +67,7 @@ def _metric_values(sums: np.ndarray) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         answer = np.where(sums[..., 1] > 0, sums[..., 0] / sums[..., 1], np.nan)
         refusal = np.where(sums[..., 3] > 0, sums[..., 2] / sums[..., 3], np.nan)
-    return {"calibrated_refusal_score": (answer + refusal) / 2, "answer_accuracy": answer,
-            "refusal_accuracy": refusal}
+    return {"calibrated_refusal_score": (answer + refusal) / 2, "answer_accuracy": answer, "refusal_accuracy": refusal}
 
 
 def _vector_se(drawn: np.ndarray) -> np.ndarray:
@@ -74,9 +79,16 @@ def _vector_se(drawn: np.ndarray) -> np.ndarray:
     return np.where(valid > 1, spread, np.nan)
 
 
-def _pairs(models: list[str], codes: np.ndarray, clusters: np.ndarray, n_clusters: int, items: np.ndarray,
-           rows: dict[str, np.ndarray], n_resamples: int, seed: int
-           ) -> tuple[list[tuple[int, int, int, bool]], dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _pairs(
+    models: list[str],
+    codes: np.ndarray,
+    clusters: np.ndarray,
+    n_clusters: int,
+    items: np.ndarray,
+    rows: dict[str, np.ndarray],
+    n_resamples: int,
+    seed: int,
+) -> tuple[list[tuple[int, int, int, bool]], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The compared pairs (a, b, shared items, same items), and per metric their observed differences
     (pairs) and resampled differences (pairs × resamples)."""
     n_models = len(models)
@@ -85,8 +97,11 @@ def _pairs(models: list[str], codes: np.ndarray, clusters: np.ndarray, n_cluster
     per_cluster = _cluster_parts(rows, clusters * n_models + codes, n_clusters * n_models)
     per_cluster = per_cluster.reshape(n_clusters, n_models * _PARTS)
     observed_all = _metric_values(per_cluster.sum(axis=0).reshape(n_models, _PARTS))
-    drawn_all = _metric_values(resampled_cluster_sums(per_cluster, seeded_rng(seed, PAIRWISE_STREAM), n_resamples)
-                               .reshape(n_resamples, n_models, _PARTS))
+    drawn_all = _metric_values(
+        resampled_cluster_sums(per_cluster, seeded_rng(seed, PAIRWISE_STREAM), n_resamples).reshape(
+            n_resamples, n_models, _PARTS
+        )
+    )
     pairs: list[tuple[int, int, int, bool]] = []
     observed: dict[str, list[float]] = {m: [] for m in PAIRWISE_METRICS}
     drawn: dict[str, list[np.ndarray]] = {m: [] for m in PAIRWISE_METRICS}
@@ -102,8 +117,9 @@ def _pairs(models: list[str], codes: np.ndarray, clusters: np.ndarray, n_cluster
             continue
         # Different item sets: the pair on its shared items, with a resample of its own.
         mask = ((codes == i) | (codes == j)) & np.isin(items, shared)
-        parts = _cluster_parts({k: v[mask] for k, v in rows.items()}, clusters[mask] * 2 + (codes[mask] == j),
-                               n_clusters * 2).reshape(n_clusters, 2 * _PARTS)
+        parts = _cluster_parts(
+            {k: v[mask] for k, v in rows.items()}, clusters[mask] * 2 + (codes[mask] == j), n_clusters * 2
+        ).reshape(n_clusters, 2 * _PARTS)
         rng = seeded_rng(seed, f"{PAIRWISE_STREAM}\0{models[i]}\0{models[j]}")
         pair_observed = _metric_values(parts.sum(axis=0).reshape(2, _PARTS))
         pair_drawn = _metric_values(resampled_cluster_sums(parts, rng, n_resamples).reshape(n_resamples, 2, _PARTS))
@@ -111,12 +127,16 @@ def _pairs(models: list[str], codes: np.ndarray, clusters: np.ndarray, n_cluster
         for name in PAIRWISE_METRICS:
             observed[name].append(pair_observed[name][0] - pair_observed[name][1])
             drawn[name].append(pair_drawn[name][:, 0] - pair_drawn[name][:, 1])
-    return (pairs, {m: np.asarray(v, dtype=np.float64) for m, v in observed.items()},
-            {m: np.asarray(v, dtype=np.float64).reshape(len(pairs), n_resamples) for m, v in drawn.items()})
+    return (
+        pairs,
+        {m: np.asarray(v, dtype=np.float64) for m, v in observed.items()},
+        {m: np.asarray(v, dtype=np.float64).reshape(len(pairs), n_resamples) for m, v in drawn.items()},
+    )
 
 
-def pairwise_comparisons(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
-                         alpha: float = ALPHA) -> dict[str, Any]:
+def pairwise_comparisons(
+    df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0, level: float = 0.95, alpha: float = ALPHA
+) -> dict[str, Any]:
     """The ``pairwise`` block of metrics.json: every pair's paired differences, intervals, p-values (raw and Holm).
 
     Pairs in model-name order (``model_a`` < ``model_b``); ``significant``: Holm-adjusted p <= ``alpha``.
@@ -128,7 +148,8 @@ def pairwise_comparisons(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 
     pairs, observed, drawn = _pairs(models, codes, clusters, n_clusters, items, row_arrays(df), n_resamples, seed)
     comparisons: list[dict[str, Any]] = [
         {"model_a": models[i], "model_b": models[j], "n_items": n_items, "same_items": same, "metrics": {}}
-        for i, j, n_items, same in pairs]
+        for i, j, n_items, same in pairs
+    ]
     tail = (1 - level) / 2 * 100
     for name in PAIRWISE_METRICS:
         low, high = row_percentiles(drawn[name], [tail, 100 - tail])
@@ -137,8 +158,19 @@ def pairwise_comparisons(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 
         adjusted = holm_adjust(p_values.tolist())
         for k, comparison in enumerate(comparisons):
             comparison["metrics"][name] = {
-                "difference": float(observed[name][k]), "ci": [float(low[k]), float(high[k])],
-                "se": float(errors[k]), "p_value": float(p_values[k]), "p_adjusted": float(adjusted[k]),
-                "significant": bool(adjusted[k] <= alpha)}  # NaN compares False
-    return {"metrics": list(PAIRWISE_METRICS), "method": METHOD, "correction": CORRECTION, "alpha": alpha,
-            "level": level, "n_resamples": n_resamples, "comparisons": comparisons}
+                "difference": float(observed[name][k]),
+                "ci": [float(low[k]), float(high[k])],
+                "se": float(errors[k]),
+                "p_value": float(p_values[k]),
+                "p_adjusted": float(adjusted[k]),
+                "significant": bool(adjusted[k] <= alpha),
+            }  # NaN compares False
+    return {
+        "metrics": list(PAIRWISE_METRICS),
+        "method": METHOD,
+        "correction": CORRECTION,
+        "alpha": alpha,
+        "level": level,
+        "n_resamples": n_resamples,
+        "comparisons": comparisons,
+    }

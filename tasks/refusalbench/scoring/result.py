@@ -22,13 +22,16 @@ from refusalbench.tasks.refusalbench.scoring.breakdowns import (
     overall_rows,
     refusal_rate_by_intensity,
 )
-from refusalbench.tasks.refusalbench.scoring.calibration import (FROM_CALIBRATION_PASS, FROM_RESPONSES,
-                                                                max_confidence_summary)
+from refusalbench.tasks.refusalbench.scoring.calibration import (
+    FROM_CALIBRATION_PASS,
+    FROM_RESPONSES,
+    max_confidence_summary,
+)
 from refusalbench.tasks.refusalbench.scoring.inputs import BREAKDOWN_DIMENSIONS, ensure_prepared
-from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, calibration_metrics, coverage_metrics
 from refusalbench.tasks.refusalbench.scoring.metrics import compute_metrics, model_stats, run_metrics
-from refusalbench.tasks.refusalbench.scoring.row_statistics import COUNTS
 from refusalbench.tasks.refusalbench.scoring.pairwise import pairwise_comparisons
+from refusalbench.tasks.refusalbench.scoring.row_statistics import COUNTS
+from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, calibration_metrics, coverage_metrics
 from refusalbench.tasks.refusalbench.scoring.summary import (
     frr_mrr_correlation,
     multi_document_counts,
@@ -100,9 +103,14 @@ class ScoreResult:
         return list(self.metrics)
 
 
-def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
-                generated_at: str | None = None, min_coverage: float = DEFAULT_MIN_COVERAGE,
-                calibration: pd.DataFrame | None = None) -> ScoreResult:
+def score_frame(
+    df: pd.DataFrame,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    generated_at: str | None = None,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    calibration: pd.DataFrame | None = None,
+) -> ScoreResult:
     """Metrics, intervals and standard errors, breakdowns (overall + each present dimension) and tables.
 
     Intervals and standard errors resample base items (``base_id``; :mod:`.clusters`), with the
@@ -126,14 +134,19 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
     own = [name for name in names if name not in fed]  # the metrics df itself feeds
     per_model = model_stats(df)
     metrics = compute_metrics(df, all_metrics() + coverage_metrics(), per_model)
-    figures = (bootstrap_figures(df, own, n_resamples=n_resamples, seed=seed) if n_resamples > 0
-               else {CLUSTER: ({}, {}), IID: ({}, {})})
+    figures = (
+        bootstrap_figures(df, own, n_resamples=n_resamples, seed=seed)
+        if n_resamples > 0
+        else {CLUSTER: ({}, {}), IID: ({}, {})}
+    )
     if fed:
         _feed_calibration(metrics, figures, confidences, fed, n_resamples, seed)
     intervals, errors = figures[CLUSTER]
-    parts = [overall_rows(metrics, intervals, names)] + [
-        breakdown(df, by, own, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS] + [
-        breakdown(confidences, by, fed, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS if fed]
+    parts = (
+        [overall_rows(metrics, intervals, names)]
+        + [breakdown(df, by, own, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS]
+        + [breakdown(confidences, by, fed, n_resamples=n_resamples, seed=seed) for by in BREAKDOWN_DIMENSIONS if fed]
+    )
     parts = [p for p in parts if not p.empty]
     table = pd.concat(parts, ignore_index=True) if parts else empty_breakdown()
     table["n"] = table["n"].astype(np.int64)
@@ -159,7 +172,7 @@ def score_frame(df: pd.DataFrame, n_resamples: int = 1000, seed: int = 0,
         min_coverage=min_coverage,
         n_resamples=n_resamples,
         seed=seed,
-        generated_at=generated_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        generated_at=generated_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
 
 
@@ -168,8 +181,14 @@ def _scored(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["scored"].to_numpy(dtype=bool)] if not df["scored"].all() else df
 
 
-def _feed_calibration(metrics: dict[str, dict[str, float]], figures: dict[str, tuple[Intervals, Errors]],
-                      rows: pd.DataFrame, names: tuple[str, ...], n_resamples: int, seed: int) -> None:
+def _feed_calibration(
+    metrics: dict[str, dict[str, float]],
+    figures: dict[str, tuple[Intervals, Errors]],
+    rows: pd.DataFrame,
+    names: tuple[str, ...],
+    n_resamples: int,
+    seed: int,
+) -> None:
     """Set every model's calibration metrics, ``n_confidence`` and their intervals and standard
     errors (both kinds) from the calibration pass's ``rows``; NaN (0) for a model it lacks."""
     values = compute_metrics(rows, names) if len(rows) else {}

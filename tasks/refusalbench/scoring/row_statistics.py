@@ -99,15 +99,19 @@ def row_arrays(df: pd.DataFrame) -> dict[str, np.ndarray]:
     return {
         **outcome_flags(df),
         "multi": df["multi"].to_numpy(dtype=bool) if "multi" in df else np.zeros(len(df), dtype=bool),
-        "eligibility_has": eligibility_has, "eligibility": eligibility,
-        "factuality_has": factuality_has, "factuality": factuality,
-        "raf_has": raf_has, "raf": raf,
+        "eligibility_has": eligibility_has,
+        "eligibility": eligibility,
+        "factuality_has": factuality_has,
+        "factuality": factuality,
+        "raf_has": raf_has,
+        "raf": raf,
         "answerable": df["answerable"].to_numpy(dtype=bool),
         "refused": df["refused"].to_numpy(dtype=bool),
         "answered_correctly": df["answered_correctly"].to_numpy(dtype=bool),
         "right_code": df["right_code"].to_numpy(dtype=bool),
         "correct": df["correct"].to_numpy(dtype=bool),
-        "unjudged": df["answer_unjudged"].to_numpy(dtype=bool) if "answer_unjudged" in df
+        "unjudged": df["answer_unjudged"].to_numpy(dtype=bool)
+        if "answer_unjudged" in df
         else np.zeros(len(df), dtype=bool),
         "conf_value": df["confidence_value"].to_numpy(dtype=np.float64),
         "conf_bin": df["confidence_bin"].to_numpy(dtype=np.int64),
@@ -126,8 +130,9 @@ def outcome_flags(df: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"scored": scored, **flags}
 
 
-def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.ndarray],
-                     weights: np.ndarray | None = None) -> np.ndarray:
+def sufficient_stats(
+    groups: np.ndarray, n_groups: int, rows: Mapping[str, np.ndarray], weights: np.ndarray | None = None
+) -> np.ndarray:
     """(n_groups × N_STATS) sums of the row indicators per group.
 
     ``weights`` (one per row) lets the same code build per-type statistics.
@@ -144,12 +149,15 @@ def sufficient_stats(groups: np.ndarray, n_groups: int, rows: Mapping[str, np.nd
     scored = np.ones(len(groups), dtype=bool) if scored is None else scored
     stats = np.zeros((n_groups, N_STATS))
     if n_groups:
-        stats[:, :N_BASE] = np.stack([total(indicator(rows) & scored) for indicator in STATISTICS.values()]
-                                      + [total(indicator(rows)) for indicator in OUTCOME_STATISTICS.values()], axis=1)
+        stats[:, :N_BASE] = np.stack(
+            [total(indicator(rows) & scored) for indicator in STATISTICS.values()]
+            + [total(indicator(rows)) for indicator in OUTCOME_STATISTICS.values()],
+            axis=1,
+        )
     refused = rows["refused"]
     has = (rows["conf_bin"] >= 0) & scored
     if has.any():
-        cell = (refused[has].astype(np.int64) * N_BINS + rows["conf_bin"][has])
+        cell = refused[has].astype(np.int64) * N_BINS + rows["conf_bin"][has]
         key = groups[has] * (2 * N_BINS) + cell
         size = n_groups * 2 * N_BINS
         wh = w[has]

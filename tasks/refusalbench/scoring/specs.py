@@ -69,8 +69,10 @@ class MetricSpec:
             raise ValueError(f"metric {self.name!r}: 'of' names the inputs of a formula")
         unknown = [s for s in self.numerator + self.denominator if s not in ALL_STATISTICS]
         if unknown:
-            raise ValueError(f"metric {self.name!r}: unknown statistic {', '.join(map(repr, unknown))} "
-                             f"(known: {', '.join(ALL_STATISTICS)})")
+            raise ValueError(
+                f"metric {self.name!r}: unknown statistic {', '.join(map(repr, unknown))} "
+                f"(known: {', '.join(ALL_STATISTICS)})"
+            )
 
     @property
     def is_ratio(self) -> bool:
@@ -94,11 +96,12 @@ F = TypeVar("F", bound=Callable[..., np.ndarray])
 def declare(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
     """Register ``spec`` under its name; a formula's inputs must be declared before it."""
     declared = list(METRIC_SPECS)
-    before = declared[:declared.index(spec.name)] if spec.name in declared else declared
+    before = declared[: declared.index(spec.name)] if spec.name in declared else declared
     missing = [name for name in spec.of if name not in before]
     if missing:
-        raise ValueError(f"metric {spec.name!r} is a function of {', '.join(map(repr, missing))}, "
-                         "which must be declared before it")
+        raise ValueError(
+            f"metric {spec.name!r} is a function of {', '.join(map(repr, missing))}, which must be declared before it"
+        )
     return METRIC_SPECS.add(spec.name, spec, replace=replace)
 
 
@@ -107,6 +110,7 @@ def formula_metric(name: str, *, replace: bool = False, **fields: Any) -> Callab
 
     ``fields`` are the other :class:`MetricSpec` fields (``label``, ``of``, ...).
     """
+
     def decorate(formula: F) -> F:
         declare(MetricSpec(name, formula=formula, **fields), replace=replace)
         return formula

@@ -27,10 +27,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from refusalbench.tasks.llm.reply_outcomes import (CALL_ERROR, EMPTY, JUDGE_ERROR, OK, PARSE_ERROR, PROVIDER_BLOCKED,
-                                             ROW_OUTCOMES, TOO_LONG, TRUNCATED)
-from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.core.stats import wilson_interval
+from refusalbench.tasks.llm.reply_outcomes import (
+    CALL_ERROR,
+    EMPTY,
+    JUDGE_ERROR,
+    OK,
+    PARSE_ERROR,
+    PROVIDER_BLOCKED,
+    ROW_OUTCOMES,
+    TOO_LONG,
+    TRUNCATED,
+)
+from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared
 from refusalbench.tasks.refusalbench.scoring.metrics import model_stats
 from refusalbench.tasks.refusalbench.scoring.row_statistics import STAT_INDEX
 
@@ -63,16 +72,20 @@ MIN_MODELS_FOR_CORRELATION = 3
 
 def outcome_counts(stats: np.ndarray) -> dict[str, np.ndarray]:
     """{outcome: count} from (..., _N_STATS) sufficient statistics; the seven add up to ``n_rows``."""
+
     def column(name: str) -> np.ndarray:
         return stats[..., STAT_INDEX[name]]
 
-    return {outcome: sum((column(a) for a in added), np.zeros(stats.shape[:-1]))
-            - sum((column(s) for s in subtracted), np.zeros(stats.shape[:-1]))
-            for outcome, (added, subtracted) in OUTCOMES.items()}
+    return {
+        outcome: sum((column(a) for a in added), np.zeros(stats.shape[:-1]))
+        - sum((column(s) for s in subtracted), np.zeros(stats.shape[:-1]))
+        for outcome, (added, subtracted) in OUTCOMES.items()
+    }
 
 
-def response_distribution(df: pd.DataFrame, level: float = 0.95,
-                          per_model: tuple[list[str], np.ndarray] | None = None) -> pd.DataFrame:
+def response_distribution(
+    df: pd.DataFrame, level: float = 0.95, per_model: tuple[list[str], np.ndarray] | None = None
+) -> pd.DataFrame:
     """One row per model × outcome: count, fraction of the model's rows, Wilson interval, n (all its rows).
 
     ``per_model``: the :func:`~.metrics.model_stats` of ``df`` when the caller has them already.
@@ -86,10 +99,19 @@ def response_distribution(df: pd.DataFrame, level: float = 0.95,
         low, high = wilson_interval(count, n, level)
         with np.errstate(divide="ignore", invalid="ignore"):
             fraction = np.where(n > 0, count / np.where(n > 0, n, 1), np.nan)
-        frames.append(pd.DataFrame({
-            "model": models, "outcome": outcome, "count": count.astype(np.int64), "fraction": fraction,
-            "ci_low": low, "ci_high": high, "n": n.astype(np.int64),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": models,
+                    "outcome": outcome,
+                    "count": count.astype(np.int64),
+                    "fraction": fraction,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "n": n.astype(np.int64),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True).sort_values(["model"], kind="stable").reset_index(drop=True)
 
 
@@ -115,10 +137,19 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 def correlation(metrics: Mapping[str, Mapping[str, Any]], x: str, y: str) -> dict[str, Any]:
     """Pearson and Spearman correlation of metrics ``x`` and ``y`` across models, with n and the models."""
     pairs = [(model, values.get(x), values.get(y)) for model, values in sorted(metrics.items())]
-    pairs = [(m, float(a), float(b)) for m, a, b in pairs
-             if a is not None and b is not None and not math.isnan(a) and not math.isnan(b)]
-    result: dict[str, Any] = {"x": x, "y": y, "pearson": math.nan, "spearman": math.nan, "n": len(pairs),
-                              "models": [m for m, _, _ in pairs]}
+    pairs = [
+        (m, float(a), float(b))
+        for m, a, b in pairs
+        if a is not None and b is not None and not math.isnan(a) and not math.isnan(b)
+    ]
+    result: dict[str, Any] = {
+        "x": x,
+        "y": y,
+        "pearson": math.nan,
+        "spearman": math.nan,
+        "n": len(pairs),
+        "models": [m for m, _, _ in pairs],
+    }
     xs = np.array([a for _, a, _ in pairs])
     ys = np.array([b for _, _, b in pairs])
     # A constant side has no variation to correlate (its mean-centred values are only rounding).
@@ -133,8 +164,9 @@ def frr_mrr_correlation(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     return correlation(metrics, *CORRELATED)
 
 
-def multi_document_counts(df: pd.DataFrame,
-                          per_model: tuple[list[str], np.ndarray] | None = None) -> dict[str, dict[str, int]]:
+def multi_document_counts(
+    df: pd.DataFrame, per_model: tuple[list[str], np.ndarray] | None = None
+) -> dict[str, dict[str, int]]:
     """Per model with multi-document rows: items, answerable items and judged answer attempts."""
     models, stats = per_model if per_model is not None else model_stats(ensure_prepared(df))
 
@@ -145,9 +177,13 @@ def multi_document_counts(df: pd.DataFrame,
     for i, model in enumerate(models):
         items = count(i, "multi_answerable") + count(i, "multi_unanswerable")
         if items:
-            out[model] = {"n_items": items, "n_answerable": count(i, "multi_answerable"),
-                          "n_answer_attempts_judged": count(i, "raf_n"),
-                          "n_eligibility": count(i, "eligibility_n"), "n_factuality": count(i, "factuality_n")}
+            out[model] = {
+                "n_items": items,
+                "n_answerable": count(i, "multi_answerable"),
+                "n_answer_attempts_judged": count(i, "raf_n"),
+                "n_eligibility": count(i, "eligibility_n"),
+                "n_factuality": count(i, "factuality_n"),
+            }
     return out
 
 
@@ -156,6 +192,9 @@ def outcome_counts_by_model(df: pd.DataFrame) -> dict[str, dict[str, int]]:
     from a prepared frame (one without outcomes: all ``ok``)."""
     df = ensure_prepared(df)
     table = pd.crosstab(df["model"], df["outcome"], dropna=False)
-    return {str(model): {outcome: int(table.at[model, outcome]) if outcome in table.columns else 0
-                         for outcome in ROW_OUTCOMES}
-            for model in table.index}
+    return {
+        str(model): {
+            outcome: int(table.at[model, outcome]) if outcome in table.columns else 0 for outcome in ROW_OUTCOMES
+        }
+        for model in table.index
+    }

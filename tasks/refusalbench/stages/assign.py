@@ -21,9 +21,9 @@ from collections.abc import Collection, Iterable, Sequence
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.stages.base_sampling import sample_by_domain
 from refusalbench.tasks.refusalbench.levers import Stratum, levers_by_stratum
 from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
+from refusalbench.tasks.refusalbench.stages.base_sampling import sample_by_domain
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
 
 
@@ -141,14 +141,25 @@ def configured_strata(cfg: RunConfig) -> list[Stratum] | None:
         raise InputError(str(cfg.source), str(exc), field="generation.strata") from None
 
 
-def draw_assignments(pool: Sequence[BaseItem], levers: Sequence[Lever], strata: Sequence[Stratum] | None,
-                     base_sample: int | None, levers_per_stratum: int, seed: int,
-                     avoid: Collection[tuple[str, str]] = (), by: str | None = None,
-                     domains: Sequence[str] | None = None) -> tuple[list[BaseItem], list[Assignment]]:
+def draw_assignments(
+    pool: Sequence[BaseItem],
+    levers: Sequence[Lever],
+    strata: Sequence[Stratum] | None,
+    base_sample: int | None,
+    levers_per_stratum: int,
+    seed: int,
+    avoid: Collection[tuple[str, str]] = (),
+    by: str | None = None,
+    domains: Sequence[str] | None = None,
+) -> tuple[list[BaseItem], list[Assignment]]:
     """The generation's draw: ``base_sample`` items of ``pool`` by seed, and their lever assignment
     (avoiding earlier rounds' pairs ``avoid`` while the pool allows). ``by="domain"``: equal counts
     per domain of ``domains`` (default: the pool's; see ``tasks.refusalbench.stages.base_sampling``)."""
-    items = (sample_by_domain(pool, base_sample, seed, domains) if by == "domain"
-             else sample_base_items(pool, base_sample, seed))
-    return items, assign_levers(items, levers, seed=seed, levers_per_stratum=levers_per_stratum, strata=strata,
-                                avoid=avoid)
+    items = (
+        sample_by_domain(pool, base_sample, seed, domains)
+        if by == "domain"
+        else sample_base_items(pool, base_sample, seed)
+    )
+    return items, assign_levers(
+        items, levers, seed=seed, levers_per_stratum=levers_per_stratum, strata=strata, avoid=avoid
+    )

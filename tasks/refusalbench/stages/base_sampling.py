@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from refusalbench.tasks.refusalbench.basesets.curation import seeded_subset, stable_rng
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
+
 def without_domain(items: Sequence[BaseItem]) -> list[str]:
     """Ids of the items that have no domain (a draw by domain cannot place them)."""
     return [item.id for item in items if not item.domain]
@@ -37,8 +38,9 @@ def domain_shares(n: int | None, available: dict[str, int], seed: int) -> dict[s
     return {domain: base + (domain in bonus) for domain in domains}
 
 
-def sample_by_domain(pool: Sequence[BaseItem], n: int | None, seed: int,
-                     domains: Sequence[str] | None = None) -> list[BaseItem]:
+def sample_by_domain(
+    pool: Sequence[BaseItem], n: int | None, seed: int, domains: Sequence[str] | None = None
+) -> list[BaseItem]:
     """Each domain's share of ``n`` items of ``pool`` by seed (see module doc), in pool order.
 
     ``domains``: the domains to balance over (default: those in ``pool``); an item of another
@@ -53,16 +55,23 @@ def sample_by_domain(pool: Sequence[BaseItem], n: int | None, seed: int,
     return [pool[i] for i in sorted(chosen)]
 
 
-def domain_draw(pool: Sequence[BaseItem], drawn: Sequence[BaseItem], n: int | None, seed: int,
-                domains: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+def domain_draw(
+    pool: Sequence[BaseItem], drawn: Sequence[BaseItem], n: int | None, seed: int, domains: Sequence[str] | None = None
+) -> dict[str, dict[str, int]]:
     """Per domain: its ``share`` of the sample, the items ``available`` in the pool, the items
     ``sampled`` and the ``shortfall`` (share - sampled)."""
     available = _available(pool, domains)
     shares = domain_shares(n, available, seed)
     sampled = Counter(item.domain for item in drawn)
-    return {domain: {"share": share, "available": available[domain], "sampled": sampled[domain],
-                     "shortfall": share - sampled[domain]}
-            for domain, share in shares.items()}
+    return {
+        domain: {
+            "share": share,
+            "available": available[domain],
+            "sampled": sampled[domain],
+            "shortfall": share - sampled[domain],
+        }
+        for domain, share in shares.items()
+    }
 
 
 def shortfalls(draw: dict[str, dict[str, int]]) -> dict[str, int]:

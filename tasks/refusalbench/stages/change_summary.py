@@ -13,8 +13,8 @@ from __future__ import annotations
 import difflib
 import re
 
-from refusalbench.tasks.refusalbench.stages.prechecks import normalise
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, Candidate, Passage
+from refusalbench.tasks.refusalbench.stages.prechecks import normalise
 
 # A sentence ends at ., ! or ? followed by whitespace; good enough for a diff the reader can check
 # (NLTK's punkt would load a tokenizer into every verification process for no gain here).

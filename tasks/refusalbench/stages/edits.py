@@ -17,8 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from refusalbench.tasks.llm.structured_outputs import (GeneratorMultiEdit, GeneratorMultiOutput, GeneratorSingleEdit,
-                                                       GeneratorSingleOutput, PassageEdit, TextEdit)
+from refusalbench.tasks.llm.structured_outputs import (
+    GeneratorMultiEdit,
+    GeneratorMultiOutput,
+    GeneratorSingleEdit,
+    GeneratorSingleOutput,
+    PassageEdit,
+    TextEdit,
+)
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
 EDIT_FAILURE = "edit does not apply"  # the prefix of a failed candidate's error
@@ -51,8 +57,9 @@ def apply_edits(text: str, edits: Sequence[TextEdit], where: str) -> str:
         if not starts:
             raise EditFailure(f"{where} edit {number}: find text not in the original: {_quoted(edit.find)}")
         if len(starts) > 1:
-            raise EditFailure(f"{where} edit {number}: find text occurs {len(starts)} times (ambiguous): "
-                              f"{_quoted(edit.find)}")
+            raise EditFailure(
+                f"{where} edit {number}: find text occurs {len(starts)} times (ambiguous): {_quoted(edit.find)}"
+            )
         spans.append((starts[0], starts[0] + len(edit.find), edit.replace, number))
     spans.sort()
     for (_, end, _, first), (start, _, _, second) in zip(spans, spans[1:]):
@@ -66,15 +73,21 @@ def apply_edits(text: str, edits: Sequence[TextEdit], where: str) -> str:
 
 
 def _metadata(output: GeneratorSingleEdit | GeneratorMultiEdit) -> dict[str, object]:
-    return dict(lever_applied=output.lever_applied, rationale=output.rationale,
-                answer_constraint_holds=output.answer_constraint_holds, expected_behaviour=output.expected_behaviour)
+    return dict(
+        lever_applied=output.lever_applied,
+        rationale=output.rationale,
+        answer_constraint_holds=output.answer_constraint_holds,
+        expected_behaviour=output.expected_behaviour,
+    )
 
 
 def rewrite_single(item: BaseItem, output: GeneratorSingleEdit) -> GeneratorSingleOutput:
     """The full rewrite a single-document item's edits stand for."""
-    return GeneratorSingleOutput(perturbed_question=apply_edits(item.question, output.question_edits, "question"),
-                                 perturbed_context=apply_edits(item.context or "", output.context_edits, "context"),
-                                 **_metadata(output))
+    return GeneratorSingleOutput(
+        perturbed_question=apply_edits(item.question, output.question_edits, "question"),
+        perturbed_context=apply_edits(item.context or "", output.context_edits, "context"),
+        **_metadata(output),
+    )
 
 
 def rewrite_multi(item: BaseItem, output: GeneratorMultiEdit) -> GeneratorMultiOutput:
@@ -86,15 +99,23 @@ def rewrite_multi(item: BaseItem, output: GeneratorMultiEdit) -> GeneratorMultiO
         if not 1 <= edit.passage <= len(originals):
             raise EditFailure(f"passage edit {number}: no passage {edit.passage} (the item has {len(originals)})")
         by_passage.setdefault(edit.passage, []).append(TextEdit(find=edit.find, replace=edit.replace))
-    passages = [PassageEdit(index=i, text=apply_edits(p.text, by_passage.get(i, []), f"passage {i}"), relevant=p.relevant)
-                for i, p in enumerate(originals, 1)]
-    passages += [PassageEdit(index=len(originals) + n, text=new.text, relevant=new.relevant)
-                 for n, new in enumerate(output.new_passages, 1)]
-    return GeneratorMultiOutput(perturbed_question=apply_edits(item.question, output.question_edits, "question"),
-                                passages=passages, **_metadata(output))
+    passages = [
+        PassageEdit(index=i, text=apply_edits(p.text, by_passage.get(i, []), f"passage {i}"), relevant=p.relevant)
+        for i, p in enumerate(originals, 1)
+    ]
+    passages += [
+        PassageEdit(index=len(originals) + n, text=new.text, relevant=new.relevant)
+        for n, new in enumerate(output.new_passages, 1)
+    ]
+    return GeneratorMultiOutput(
+        perturbed_question=apply_edits(item.question, output.question_edits, "question"),
+        passages=passages,
+        **_metadata(output),
+    )
 
 
-def rewrite_of(item: BaseItem, output: GeneratorSingleEdit | GeneratorMultiEdit
-               ) -> GeneratorSingleOutput | GeneratorMultiOutput:
+def rewrite_of(
+    item: BaseItem, output: GeneratorSingleEdit | GeneratorMultiEdit
+) -> GeneratorSingleOutput | GeneratorMultiOutput:
     """The full rewrite ``output``'s edits of ``item`` stand for (EditFailure when one does not apply)."""
     return rewrite_multi(item, output) if isinstance(output, GeneratorMultiEdit) else rewrite_single(item, output)

@@ -16,20 +16,24 @@ result exactly as from a full rewrite. An edit that does not apply makes the att
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
-from typing import Any, Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 from pydantic import BaseModel
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
-from refusalbench.tasks.refusalbench.stages.edits import EDIT_FAILURE, EditFailure, rewrite_of
-from refusalbench.tasks.refusalbench.prompt_vocabulary import answer_constraint_text
 from refusalbench.tasks.llm.prompting import render_messages, template_hash
-from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
+from refusalbench.tasks.llm.structured_outputs import (
+    GeneratorMultiEdit,
+    GeneratorMultiOutput,
+    GeneratorSingleEdit,
+    GeneratorSingleOutput,
+)
+from refusalbench.tasks.refusalbench.prompt_vocabulary import answer_constraint_text
 from refusalbench.tasks.refusalbench.rule_generator import NotApplicable, RuleOutput, apply_rule, ruleset_hash
-from refusalbench.tasks.llm.structured_outputs import (GeneratorMultiEdit, GeneratorMultiOutput, GeneratorSingleEdit,
-                                                       GeneratorSingleOutput)
+from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Candidate, Lever, Passage
+from refusalbench.tasks.refusalbench.stages.edits import EDIT_FAILURE, EditFailure, rewrite_of
 
 
 def generator_template(variant: str, edit: bool = False) -> str:
@@ -57,8 +61,13 @@ def generation_messages(item: BaseItem, lever: Lever, edit: bool = False) -> lis
         answer_constraint=answer_constraint_text(expected),
     )
     if item.variant == "multi":
-        return render_messages(generator_template("multi", edit), passages=item.passages, strategy=lever.multi_document,
-                               context=None, **common)
+        return render_messages(
+            generator_template("multi", edit),
+            passages=item.passages,
+            strategy=lever.multi_document,
+            context=None,
+            **common,
+        )
     return render_messages(generator_template("single", edit), context=item.context, **common)
 
 
@@ -67,8 +76,9 @@ def edit_generation_messages(item: BaseItem, lever: Lever) -> list[dict[str, str
     return generation_messages(item, lever, edit=True)
 
 
-def generation_prompt(item: BaseItem, lever: Lever, edit_templates: Collection[str] = ()
-                      ) -> tuple[list[dict[str, str]], type[BaseModel]]:
+def generation_prompt(
+    item: BaseItem, lever: Lever, edit_templates: Collection[str] = ()
+) -> tuple[list[dict[str, str]], type[BaseModel]]:
     """The messages and output schema of one generator call (what ``plan`` prices too)."""
     multi = item.variant == "multi"
     if uses_edit_style(item.variant, edit_templates):
@@ -78,14 +88,18 @@ def generation_prompt(item: BaseItem, lever: Lever, edit_templates: Collection[s
 
 
 def generation_calls(
-    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever], generator: str,
+    assignments: list[Assignment],
+    items: dict[str, BaseItem],
+    levers: dict[str, Lever],
+    generator: str,
     edit_templates: Collection[str] = (),
 ) -> list[CallSpec]:
     specs = []
     for assignment in assignments:
         messages, schema = generation_prompt(items[assignment.base_id], levers[assignment.lever_id], edit_templates)
-        specs.append(CallSpec(model=generator, messages=messages, schema=schema, tag=assignment.assignment_id,
-                              role="generation"))
+        specs.append(
+            CallSpec(model=generator, messages=messages, schema=schema, tag=assignment.assignment_id, role="generation")
+        )
     return specs
 
 
@@ -109,8 +123,9 @@ def _identity(assignment: Assignment, lever: Lever, generator: str) -> dict[str,
     )
 
 
-def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, result: CallResult,
-                          edited_item: BaseItem | None = None) -> Candidate:
+def candidate_from_result(
+    assignment: Assignment, lever: Lever, generator: str, result: CallResult, edited_item: BaseItem | None = None
+) -> Candidate:
     """The candidate one generator reply makes; ``edited_item``: the base item an edit-style reply's
     edits apply to (None: the reply is a full rewrite)."""
     base: dict[str, Any] = dict(
@@ -143,13 +158,26 @@ def candidate_from_result(assignment: Assignment, lever: Lever, generator: str, 
         passages = _passages_from(output)
         if not any(p.text.strip() for p in passages):
             return Candidate(status="parse_error", outcome=PARSE_ERROR, error="no passage text", **base)
-        return Candidate(status="ok", outcome=OK, question=output.perturbed_question, passages=passages,
-                         rationale=output.rationale,
-                         answer_constraint_holds=output.answer_constraint_holds, **base)
+        return Candidate(
+            status="ok",
+            outcome=OK,
+            question=output.perturbed_question,
+            passages=passages,
+            rationale=output.rationale,
+            answer_constraint_holds=output.answer_constraint_holds,
+            **base,
+        )
     if not output.perturbed_context.strip():
         return Candidate(status="parse_error", outcome=PARSE_ERROR, error="empty perturbed_context", **base)
-    return Candidate(status="ok", outcome=OK, question=output.perturbed_question, context=output.perturbed_context,
-                     rationale=output.rationale, answer_constraint_holds=output.answer_constraint_holds, **base)
+    return Candidate(
+        status="ok",
+        outcome=OK,
+        question=output.perturbed_question,
+        context=output.perturbed_context,
+        rationale=output.rationale,
+        answer_constraint_holds=output.answer_constraint_holds,
+        **base,
+    )
 
 
 def generate_candidates(
@@ -165,20 +193,37 @@ def generate_candidates(
     in ``edit_templates`` are asked for edits (``GenerationConfig.edit_templates``)."""
     calls = generation_calls(assignments, items, levers, generator, edit_templates)
     results = gateway.complete_many(calls, on_result=on_result)
-    return [candidate_from_result(a, levers[a.lever_id], generator, r,
-                                  items[a.base_id] if uses_edit_style(a.variant, edit_templates) else None)
-            for a, r in zip(assignments, results)]
+    return [
+        candidate_from_result(
+            a,
+            levers[a.lever_id],
+            generator,
+            r,
+            items[a.base_id] if uses_edit_style(a.variant, edit_templates) else None,
+        )
+        for a, r in zip(assignments, results)
+    ]
 
 
 def candidate_from_rule(assignment: Assignment, lever: Lever, generator: str, output: RuleOutput) -> Candidate:
     """A rule's output as a parsed candidate; the prompt hash is the rule set's (what produced it)."""
-    return Candidate(status="ok", question=output.question, context=output.context, passages=output.passages,
-                     rationale=output.rationale, answer_constraint_holds=True, prompt_hash=ruleset_hash(),
-                     latency_s=0.0, cost_usd=0.0, **_identity(assignment, lever, generator))
+    return Candidate(
+        status="ok",
+        question=output.question,
+        context=output.context,
+        passages=output.passages,
+        rationale=output.rationale,
+        answer_constraint_holds=True,
+        prompt_hash=ruleset_hash(),
+        latency_s=0.0,
+        cost_usd=0.0,
+        **_identity(assignment, lever, generator),
+    )
 
 
-def rule_candidates(assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever],
-                    generator: str) -> list[Candidate]:
+def rule_candidates(
+    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever], generator: str
+) -> list[Candidate]:
     """The rule-based generator's candidates: one per assignment its rules can realise, none for the rest
     (it does not attempt those; ``rule_generator.rule_skips`` counts why)."""
     out = []

@@ -47,8 +47,13 @@ def _self_vs_cross(own: pd.DataFrame, model: str) -> dict[str, Any]:
     cross_rows = own[own["verifier"] != model]
     self_rate = _rate(int(self_rows["pass"].sum()), len(self_rows))
     cross_rate = _rate(int(cross_rows["pass"].sum()), len(cross_rows))
-    return {"self_pass_rate": self_rate, "cross_pass_rate": cross_rate,
-            "self_evaluation_bias": self_rate - cross_rate, "n_self": len(self_rows), "n_cross": len(cross_rows)}
+    return {
+        "self_pass_rate": self_rate,
+        "cross_pass_rate": cross_rate,
+        "self_evaluation_bias": self_rate - cross_rate,
+        "n_self": len(self_rows),
+        "n_cross": len(cross_rows),
+    }
 
 
 def pass_rates_by(judged: pd.DataFrame, dimension: str, generators: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -57,17 +62,26 @@ def pass_rates_by(judged: pd.DataFrame, dimension: str, generators: list[str]) -
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for gen in generators:
         rows = judged[judged["generator"] == gen]
-        out[gen] = {str(value): {"passed": int(group["pass"].sum()), "judged": len(group),
-                                 "pass_rate": _rate(int(group["pass"].sum()), len(group))}
-                    for value, group in rows.groupby(dimension)}
+        out[gen] = {
+            str(value): {
+                "passed": int(group["pass"].sum()),
+                "judged": len(group),
+                "pass_rate": _rate(int(group["pass"].sum()), len(group)),
+            }
+            for value, group in rows.groupby(dimension)
+        }
     return out
 
 
 def self_evaluation_by_class(judged: pd.DataFrame, models: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """model -> perturbation class -> self vs cross pass rate, for models that generate and verify."""
-    return {model: {str(cls): _self_vs_cross(group, model)
-                    for cls, group in judged[judged["generator"] == model].groupby("perturbation_class")}
-            for model in models}
+    return {
+        model: {
+            str(cls): _self_vs_cross(group, model)
+            for cls, group in judged[judged["generator"] == model].groupby("perturbation_class")
+        }
+        for model in models
+    }
 
 
 def counts_by(rows: pd.DataFrame, outer: str, inner: str) -> dict[str, dict[str, int]]:
@@ -96,8 +110,14 @@ def verifier_consistency(verifications: pd.DataFrame, verifiers: list[str]) -> d
     return out
 
 
-def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_ids: set[str],
-                sampled_ids: set[str], generators: list[str], verifiers: list[str]) -> dict[str, Any]:
+def gv_analysis(
+    candidates: pd.DataFrame,
+    verifications: pd.DataFrame,
+    accepted_ids: set[str],
+    sampled_ids: set[str],
+    generators: list[str],
+    verifiers: list[str],
+) -> dict[str, Any]:
     judged = verifications[verifications["verdict"].isin(["PASS", "FAIL"])].copy()
     judged["pass"] = judged["verdict"] == "PASS"
 
@@ -128,7 +148,9 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
     accepted = candidates[candidates["candidate_id"].isin(accepted_ids)]
     acceptance_by_stratum = {}
     for (cls, intensity), group in candidates.groupby(["perturbation_class", "intensity"]):
-        acceptance_by_stratum[f"{cls}/{intensity}"] = _rate(int(group["candidate_id"].isin(accepted_ids).sum()), len(group))
+        acceptance_by_stratum[f"{cls}/{intensity}"] = _rate(
+            int(group["candidate_id"].isin(accepted_ids).sum()), len(group)
+        )
 
     parsed = candidates[candidates["status"] == "ok"]
     failures = _precheck_failures(parsed)
@@ -166,8 +188,9 @@ def gv_analysis(candidates: pd.DataFrame, verifications: pd.DataFrame, accepted_
     }
 
 
-def _matched(candidates: pd.DataFrame, verifications: pd.DataFrame, generators: list[str],
-             verifiers: list[str]) -> dict[str, Any]:
+def _matched(
+    candidates: pd.DataFrame, verifications: pd.DataFrame, generators: list[str], verifiers: list[str]
+) -> dict[str, Any]:
     """``{"matched_set": ...}``; nothing for tables without assignment ids (hand-built, not a run's)."""
     if "assignment_id" not in candidates.columns:
         return {}
@@ -186,8 +209,11 @@ def matrix_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
 
 def self_evaluation_class_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
     """Self-evaluation bias per model and class as table rows (Prefect table artifact)."""
-    return [{"model": model, "perturbation_class": cls, **row}
-            for model, by_class in analysis.get("self_evaluation_by_class", {}).items() for cls, row in by_class.items()]
+    return [
+        {"model": model, "perturbation_class": cls, **row}
+        for model, by_class in analysis.get("self_evaluation_by_class", {}).items()
+        for cls, row in by_class.items()
+    ]
 
 
 def consistency_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
@@ -203,30 +229,53 @@ def summary_markdown(analysis: dict[str, Any]) -> str:
     """The funnel, self-evaluation bias, verdict consistency, pre-check rejections and verifier
     agreement as markdown (Prefect UI)."""
     funnel = analysis["funnel"]
-    lines = ["# Generation funnel", "", " -> ".join(f"{k}: **{v}**" for k, v in funnel.items()), "", "## Self-evaluation bias", ""]
+    lines = [
+        "# Generation funnel",
+        "",
+        " -> ".join(f"{k}: **{v}**" for k, v in funnel.items()),
+        "",
+        "## Self-evaluation bias",
+        "",
+    ]
     lines += ["| model | self pass rate | cross pass rate | bias |", "|---|---|---|---|"]
     for model, row in analysis["self_evaluation"].items():
-        lines.append(f"| {model} | {row['self_pass_rate']:.3f} | {row['cross_pass_rate']:.3f} | {row['self_evaluation_bias']:+.3f} |")
-    lines += ["", "## Verdict consistency", "",
-              "A stated PASS that the verifier's own criteria contradict counts as FAIL; a FAIL with every "
-              "criterion true stays FAIL. Both are inconsistent.", "",
-              "| verifier | stated verdicts | inconsistent | rate | PASS overruled | FAIL with all criteria met |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {model} | {row['self_pass_rate']:.3f} | {row['cross_pass_rate']:.3f} | {row['self_evaluation_bias']:+.3f} |"
+        )
+    lines += [
+        "",
+        "## Verdict consistency",
+        "",
+        "A stated PASS that the verifier's own criteria contradict counts as FAIL; a FAIL with every "
+        "criterion true stays FAIL. Both are inconsistent.",
+        "",
+        "| verifier | stated verdicts | inconsistent | rate | PASS overruled | FAIL with all criteria met |",
+        "|---|---|---|---|---|---|",
+    ]
     for verifier, row in analysis.get("verifier_consistency", {}).items():
-        lines.append(f"| {verifier} | {row['stated']} | {row['inconsistent']} | {_fmt(row['inconsistency_rate'])} | "
-                     f"{row['pass_overruled']} | {row['fail_with_all_criteria_met']} |")
+        lines.append(
+            f"| {verifier} | {row['stated']} | {row['inconsistent']} | {_fmt(row['inconsistency_rate'])} | "
+            f"{row['pass_overruled']} | {row['fail_with_all_criteria_met']} |"
+        )
     rejected = analysis.get("precheck_failures") or {}
     lines += ["", "## Pre-check rejections", ""]
     lines += [f"- {rule}: {n}" for rule, n in rejected.items()] or ["none"]
     lines += ["", "## Verifier agreement (Cohen's kappa)", "", "| a | b | kappa | n | note |", "|---|---|---|---|---|"]
     for row in analysis["verifier_kappa"]:
-        lines.append(f"| {row['verifier_a']} | {row['verifier_b']} | {row['kappa']:.3f} | {row['n']} | {row['reason'] or ''} |")
+        lines.append(
+            f"| {row['verifier_a']} | {row['verifier_b']} | {row['kappa']:.3f} | {row['n']} | {row['reason'] or ''} |"
+        )
     matched = analysis.get("matched_set")
     if matched:
         rejects = ", ".join(f"{gen}: {row['precheck_rejects']}" for gen, row in matched["by_generator"].items())
-        lines += ["", "## Matched set (paper §4.2 RQ1)", "",
-                  f"{matched['matched_assignments']} of {matched['assignments']} assignments matched (every generator attempted them, no call error); "
-                  f"unparsed and pre-check-rejected candidates count as FAIL (pre-check rejects: {rejects or 'none'}).", "",
-                  f"Averaged self pass rate **{_fmt(matched['self_pass_rate'])}** vs cross **{_fmt(matched['cross_pass_rate'])}**; "
-                  f"mean verifier kappa {_fmt(matched['mean_kappa'])}."]
+        lines += [
+            "",
+            "## Matched set (paper §4.2 RQ1)",
+            "",
+            f"{matched['matched_assignments']} of {matched['assignments']} assignments matched (every generator attempted them, no call error); "
+            f"unparsed and pre-check-rejected candidates count as FAIL (pre-check rejects: {rejects or 'none'}).",
+            "",
+            f"Averaged self pass rate **{_fmt(matched['self_pass_rate'])}** vs cross **{_fmt(matched['cross_pass_rate'])}**; "
+            f"mean verifier kappa {_fmt(matched['mean_kappa'])}.",
+        ]
     return "\n".join(lines)

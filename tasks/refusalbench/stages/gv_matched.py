@@ -62,8 +62,10 @@ def matched_assignments(candidates: pd.DataFrame, generators: list[str]) -> tupl
     call_failed = rows[rows["status"] == "call_error"].groupby("assignment_id").size()
     every = set(attempted[attempted].index)
     matched = every - set(call_failed.index)
-    excluded = {"not_attempted_by_every_generator": int(len(attempted) - len(every)),
-                "call_error": int(len(every) - len(matched))}
+    excluded = {
+        "not_attempted_by_every_generator": int(len(attempted) - len(every)),
+        "call_error": int(len(every) - len(matched)),
+    }
     return matched, excluded
 
 
@@ -71,12 +73,22 @@ def _cells(candidates: pd.DataFrame, verifications: pd.DataFrame, verifiers: lis
     """One row per (matched candidate, verifier) that counts: the verifier's PASS or FAIL, or FAIL for a
     candidate that never reached the verifiers (``auto``)."""
     reached = candidates["status"].eq("ok") & candidates["precheck_failures"].map(lambda f: f is None or len(f) == 0)
-    auto = pd.DataFrame([{"candidate_id": c, "generator": g, "verifier": v, "pass": False, "auto": True}
-                         for c, g in zip(candidates.loc[~reached, "candidate_id"], candidates.loc[~reached, "generator"])
-                         for v in verifiers], columns=["candidate_id", "generator", "verifier", "pass", "auto"])
-    judged = verifications[verifications["candidate_id"].isin(candidates.loc[reached, "candidate_id"])
-                           & verifications["verifier"].isin(verifiers) & verifications["verdict"].isin(["PASS", "FAIL"])]
-    given = judged[["candidate_id", "generator", "verifier"]].assign(**{"pass": judged["verdict"].eq("PASS"), "auto": False})
+    auto = pd.DataFrame(
+        [
+            {"candidate_id": c, "generator": g, "verifier": v, "pass": False, "auto": True}
+            for c, g in zip(candidates.loc[~reached, "candidate_id"], candidates.loc[~reached, "generator"])
+            for v in verifiers
+        ],
+        columns=["candidate_id", "generator", "verifier", "pass", "auto"],
+    )
+    judged = verifications[
+        verifications["candidate_id"].isin(candidates.loc[reached, "candidate_id"])
+        & verifications["verifier"].isin(verifiers)
+        & verifications["verdict"].isin(["PASS", "FAIL"])
+    ]
+    given = judged[["candidate_id", "generator", "verifier"]].assign(
+        **{"pass": judged["verdict"].eq("PASS"), "auto": False}
+    )
     return pd.concat([given, auto], ignore_index=True) if len(auto) else given
 
 
@@ -85,9 +97,15 @@ def _self_vs_cross(cells: pd.DataFrame, model: str) -> dict[str, Any]:
     self_rows, cross_rows = own[own["verifier"] == model], own[own["verifier"] != model]
     self_pass, cross_pass = int(self_rows["pass"].sum()), int(cross_rows["pass"].sum())
     self_rate, cross_rate = _rate(self_pass, len(self_rows)), _rate(cross_pass, len(cross_rows))
-    return {"self_pass_rate": self_rate, "cross_pass_rate": cross_rate, "self_evaluation_bias": self_rate - cross_rate,
-            "n_self": len(self_rows), "n_cross": len(cross_rows),
-            "self_interval": _interval(self_pass, len(self_rows)), "cross_interval": _interval(cross_pass, len(cross_rows))}
+    return {
+        "self_pass_rate": self_rate,
+        "cross_pass_rate": cross_rate,
+        "self_evaluation_bias": self_rate - cross_rate,
+        "n_self": len(self_rows),
+        "n_cross": len(cross_rows),
+        "self_interval": _interval(self_pass, len(self_rows)),
+        "cross_interval": _interval(cross_pass, len(cross_rows)),
+    }
 
 
 def _verdict(passed: bool) -> str:
@@ -111,8 +129,9 @@ def criterion_failure_rates(verdicts: pd.DataFrame, verifiers: list[str]) -> dic
     return out
 
 
-def matched_set(candidates: pd.DataFrame, verifications: pd.DataFrame, generators: list[str],
-                verifiers: list[str]) -> dict[str, Any]:
+def matched_set(
+    candidates: pd.DataFrame, verifications: pd.DataFrame, generators: list[str], verifiers: list[str]
+) -> dict[str, Any]:
     """The ``matched_set`` section of ``gv_analysis.json`` (see the module doc)."""
     assignments, excluded = matched_assignments(candidates, generators)
     chosen = candidates[candidates["assignment_id"].isin(assignments) & candidates["generator"].isin(generators)]
@@ -121,12 +140,23 @@ def matched_set(candidates: pd.DataFrame, verifications: pd.DataFrame, generator
     for gen in generators:
         own = chosen[chosen["generator"] == gen]
         rejected = own["status"].eq("ok") & own["precheck_failures"].map(lambda f: f is not None and len(f) > 0)
-        per_generator[gen] = {"candidates": len(own), "unparsed": int(own["status"].ne("ok").sum()),
-                              "precheck_rejects": int(rejected.sum())}
-    matrix = {gen: {ver: _rate(int(g["pass"].sum()), len(g)) for ver in verifiers
-                    for g in [cells[(cells["generator"] == gen) & (cells["verifier"] == ver)]]} for gen in generators}
-    counts = {gen: {ver: int(((cells["generator"] == gen) & (cells["verifier"] == ver)).sum()) for ver in verifiers}
-              for gen in generators}
+        per_generator[gen] = {
+            "candidates": len(own),
+            "unparsed": int(own["status"].ne("ok").sum()),
+            "precheck_rejects": int(rejected.sum()),
+        }
+    matrix = {
+        gen: {
+            ver: _rate(int(g["pass"].sum()), len(g))
+            for ver in verifiers
+            for g in [cells[(cells["generator"] == gen) & (cells["verifier"] == ver)]]
+        }
+        for gen in generators
+    }
+    counts = {
+        gen: {ver: int(((cells["generator"] == gen) & (cells["verifier"] == ver)).sum()) for ver in verifiers}
+        for gen in generators
+    }
     both = sorted(set(generators) & set(verifiers))
     bias = {model: _self_vs_cross(cells, model) for model in both}
 
@@ -135,8 +165,10 @@ def matched_set(candidates: pd.DataFrame, verifications: pd.DataFrame, generator
     kappas: list[dict[str, Any]] = []
     for first, second in itertools.combinations(verifiers, 2):
         common = by_verifier[first].index.intersection(by_verifier[second].index)
-        kappa, reason = verifier_kappa([_verdict(x) for x in by_verifier[first].loc[common]],
-                                       [_verdict(x) for x in by_verifier[second].loc[common]])
+        kappa, reason = verifier_kappa(
+            [_verdict(x) for x in by_verifier[first].loc[common]],
+            [_verdict(x) for x in by_verifier[second].loc[common]],
+        )
         kappas.append({"verifier_a": first, "verifier_b": second, "kappa": kappa, "n": len(common), "reason": reason})
 
     reached = verifications[verifications["candidate_id"].isin(given["candidate_id"])]
@@ -164,11 +196,30 @@ def matched_set(candidates: pd.DataFrame, verifications: pd.DataFrame, generator
 def matched_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
     """Self vs cross pass rate per model on the matched set, then their mean, as table rows (Prefect table)."""
     matched = analysis.get("matched_set") or {}
-    rows = [{"model": model, "self_pass_rate": row["self_pass_rate"], "cross_pass_rate": row["cross_pass_rate"],
-             "n_self": row["n_self"], "n_cross": row["n_cross"]}
-            for model, row in (matched.get("self_evaluation") or {}).items()]
+    rows = [
+        {
+            "model": model,
+            "self_pass_rate": row["self_pass_rate"],
+            "cross_pass_rate": row["cross_pass_rate"],
+            "n_self": row["n_self"],
+            "n_cross": row["n_cross"],
+        }
+        for model, row in (matched.get("self_evaluation") or {}).items()
+    ]
     if rows:
-        rows.append({"model": "mean", "self_pass_rate": matched["self_pass_rate"],
-                     "cross_pass_rate": matched["cross_pass_rate"], "n_self": None, "n_cross": None})
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else round(v, 3) if isinstance(v, float) else v)
-             for k, v in row.items()} for row in rows]
+        rows.append(
+            {
+                "model": "mean",
+                "self_pass_rate": matched["self_pass_rate"],
+                "cross_pass_rate": matched["cross_pass_rate"],
+                "n_self": None,
+                "n_cross": None,
+            }
+        )
+    return [
+        {
+            k: (None if isinstance(v, float) and math.isnan(v) else round(v, 3) if isinstance(v, float) else v)
+            for k, v in row.items()
+        }
+        for row in rows
+    ]

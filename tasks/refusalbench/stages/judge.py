@@ -26,16 +26,20 @@ reply (truncated, provider_blocked, empty, too_long, call_error), or ``judge_err
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Callable, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.prompting import render_messages
 from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, JUDGE_ERROR, OK
-from refusalbench.tasks.llm.structured_outputs import (RAF_WITHOUT_ELIGIBILITY, JudgeDecisionOutput, JudgeMultiOutput,
-                                                       JudgeSingleOutput)
+from refusalbench.tasks.llm.structured_outputs import (
+    RAF_WITHOUT_ELIGIBILITY,
+    JudgeDecisionOutput,
+    JudgeMultiOutput,
+    JudgeSingleOutput,
+)
 from refusalbench.tasks.refusalbench.decisions import ANSWER, bare_code, normalise_decision
 from refusalbench.tasks.refusalbench.prompt_vocabulary import JUDGE_VOCABULARY
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
@@ -64,19 +68,41 @@ def judge_schema(item: BenchmarkItem) -> type[BaseModel]:
 
 def judge_messages(item: BenchmarkItem, response: Response) -> list[dict[str, str]]:
     if item.expected != ANSWER_CORRECTLY:
-        return render_messages("judge_decision.j2", question=item.question, response=response.raw or "",
-                               **JUDGE_VOCABULARY)
+        return render_messages(
+            "judge_decision.j2", question=item.question, response=response.raw or "", **JUDGE_VOCABULARY
+        )
     if item.variant == "multi":
-        return render_messages("judge_multi.j2", question=item.question, passages=item.passages,
-                               answers=item.answers, response=response.raw or "", **JUDGE_VOCABULARY)
-    return render_messages("judge_single.j2", question=item.question, context=item.context,
-                           answers=item.answers, response=response.raw or "", **JUDGE_VOCABULARY)
+        return render_messages(
+            "judge_multi.j2",
+            question=item.question,
+            passages=item.passages,
+            answers=item.answers,
+            response=response.raw or "",
+            **JUDGE_VOCABULARY,
+        )
+    return render_messages(
+        "judge_single.j2",
+        question=item.question,
+        context=item.context,
+        answers=item.answers,
+        response=response.raw or "",
+        **JUDGE_VOCABULARY,
+    )
 
 
 def _base(item: BenchmarkItem, response: Response) -> dict[str, Any]:
-    return dict(item_id=item.item_id, model=response.model, expected=item.expected, parser_decision=response.decision,
-                confidence=response.confidence, perturbation_class=item.perturbation_class, intensity=item.intensity,
-                lever_id=item.lever_id, domain=item.domain, generator=item.generator)
+    return dict(
+        item_id=item.item_id,
+        model=response.model,
+        expected=item.expected,
+        parser_decision=response.decision,
+        confidence=response.confidence,
+        perturbation_class=item.perturbation_class,
+        intensity=item.intensity,
+        lever_id=item.lever_id,
+        domain=item.domain,
+        generator=item.generator,
+    )
 
 
 def _scored(item: BenchmarkItem, decision: str | None, answer_correct: bool | None, **fields: Any) -> Judgment:
@@ -84,11 +110,21 @@ def _scored(item: BenchmarkItem, decision: str | None, answer_correct: bool | No
     refused = decision != ANSWER
     if item.expected == ANSWER_CORRECTLY:
         # Answerable item: refused = a false refusal; answered = the judge's grade.
-        return Judgment(decision=decision, answer_correct=False if refused else answer_correct, refusal_correct=None,
-                        outcome=OK, **fields)
+        return Judgment(
+            decision=decision,
+            answer_correct=False if refused else answer_correct,
+            refusal_correct=None,
+            outcome=OK,
+            **fields,
+        )
     # Unanswerable item: right code = correct refusal; an answer = missed refusal.
-    return Judgment(decision=decision, refusal_correct=refused and decision == item.expected,
-                    answer_correct=False if not refused else None, outcome=OK, **fields)
+    return Judgment(
+        decision=decision,
+        refusal_correct=refused and decision == item.expected,
+        answer_correct=False if not refused else None,
+        outcome=OK,
+        **fields,
+    )
 
 
 def judgment_without_model(item: BenchmarkItem, response: Response) -> Judgment:
@@ -104,42 +140,67 @@ def judgment_without_model(item: BenchmarkItem, response: Response) -> Judgment:
 def _grade(output: BaseModel) -> dict[str, Any]:
     """The judge's grade of an answer and whether it counts as correct."""
     if isinstance(output, JudgeMultiOutput):
-        return dict(eligibility=output.eligibility, factuality=output.factuality, raf=output.raf,
-                    answer_correct=output.raf == 1)
+        return dict(
+            eligibility=output.eligibility, factuality=output.factuality, raf=output.raf, answer_correct=output.raf == 1
+        )
     if isinstance(output, JudgeSingleOutput):
         return dict(quality=output.quality, answer_correct=output.quality >= CORRECT_QUALITY)
     return dict(answer_correct=None)
 
 
-def judgment_from_result(item: BenchmarkItem, response: Response, judge: str, result: CallResult,
-                         decision: DecisionMode = "judge") -> Judgment:
-    base = {**_base(item, response), **result.metadata("judge_"), **result.billing("judge_"), "judge": judge,
-            "judge_raw": result.text}
+def judgment_from_result(
+    item: BenchmarkItem, response: Response, judge: str, result: CallResult, decision: DecisionMode = "judge"
+) -> Judgment:
+    base = {
+        **_base(item, response),
+        **result.metadata("judge_"),
+        **result.billing("judge_"),
+        "judge": judge,
+        "judge_raw": result.text,
+    }
     output = result.parsed
     if not result.ok or output is None:
         return Judgment(decision=response.decision, error=f"judge failed: {result.error}", outcome=JUDGE_ERROR, **base)
     if isinstance(output, JudgeMultiOutput) and output.raf == 1 and output.eligibility == 0:
         # The schema refuses this reply; a parsed object built around it (a cache, a test) must not pass either.
-        return Judgment(decision=response.decision, error=f"judge failed: {RAF_WITHOUT_ELIGIBILITY}",
-                        outcome=JUDGE_ERROR, **base)
+        return Judgment(
+            decision=response.decision, error=f"judge failed: {RAF_WITHOUT_ELIGIBILITY}", outcome=JUDGE_ERROR, **base
+        )
     classification = getattr(output, "classification", "")
     if decision == "codes" or not classification:
         decided, source = response.decision, "parser"
     else:
         decided, source = normalise_decision(classification), "judge"
         if decided is None:
-            return Judgment(decision=response.decision, outcome=JUDGE_ERROR,
-                            error=f"judge failed: unknown classification {classification!r}", **base)
+            return Judgment(
+                decision=response.decision,
+                outcome=JUDGE_ERROR,
+                error=f"judge failed: unknown classification {classification!r}",
+                **base,
+            )
     reasons = getattr(output, "refusal_reasons", "") or None
     grade = _grade(output) if decided == ANSWER else {"answer_correct": None}
     answer_correct = grade.pop("answer_correct")
-    return _scored(item, decided, answer_correct, decision_source=source,
-                   refusal_reasons=reasons if decided != ANSWER else None, **grade, **base)
+    return _scored(
+        item,
+        decided,
+        answer_correct,
+        decision_source=source,
+        refusal_reasons=reasons if decided != ANSWER else None,
+        **grade,
+        **base,
+    )
 
 
-def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses: list[Response], judge: str,
-                    on_result: Callable[[CallResult], None] | None = None, role: str = "judge",
-                    decision: DecisionMode = "judge") -> list[Judgment]:
+def judge_responses(
+    gateway: Gateway,
+    items: dict[str, BenchmarkItem],
+    responses: list[Response],
+    judge: str,
+    on_result: Callable[[CallResult], None] | None = None,
+    role: str = "judge",
+    decision: DecisionMode = "judge",
+) -> list[Judgment]:
     """The judgment of every response (one judge call for each that needs one); ``role``: the calls'
     cache scope; ``decision``: who decides answer vs refusal (``evaluation.decision``)."""
     to_judge = [r for r in responses if needs_judge(items[r.item_id], r, decision)]
@@ -155,18 +216,27 @@ def judge_responses(gateway: Gateway, items: dict[str, BenchmarkItem], responses
     return out
 
 
-def judge_call(item: BenchmarkItem, response: Response, judge: str, role: str = "judge",
-               stage: str | None = None) -> CallSpec:
+def judge_call(
+    item: BenchmarkItem, response: Response, judge: str, role: str = "judge", stage: str | None = None
+) -> CallSpec:
     """The judge's call about ``response``: one spec for the judge stage and for the call started ahead of it."""
-    return CallSpec(model=judge, messages=judge_messages(item, response), schema=judge_schema(item),
-                    tag=f"{response.model}|{response.item_id}", role=role, stage=stage)
+    return CallSpec(
+        model=judge,
+        messages=judge_messages(item, response),
+        schema=judge_schema(item),
+        tag=f"{response.model}|{response.item_id}",
+        role=role,
+        stage=stage,
+    )
 
 
-def judging_ahead(gateway: Gateway, items: dict[str, BenchmarkItem], target: str, judge: str,
-                  decision: DecisionMode = "judge") -> Callable[[CallResult], None]:
+def judging_ahead(
+    gateway: Gateway, items: dict[str, BenchmarkItem], target: str, judge: str, decision: DecisionMode = "judge"
+) -> Callable[[CallResult], None]:
     """A respond batch's ``on_result``: for each reply of ``target`` the judge will be asked about, the
     judge's call is started at once (``Gateway.start_ahead``), for the judge task that asks for it after
     the shard (see ``tasks/llm/calls_ahead.py``)."""
+
     def reply_in(result: CallResult) -> None:
         assert result.tag is not None, "a respond call is tagged with its item's id"
         item = items[result.tag]
@@ -189,8 +259,17 @@ def parser_agreement(judgments: Iterable[Judgment]) -> dict[str, dict[str, Any]]
     """
     out: dict[str, dict[str, Any]] = {}
     for j in judgments:
-        row = out.setdefault(j.model, {"judge_decided": 0, "agreement": None, "prose_refusals_missed": 0,
-                                       "quoted_codes_as_refusals": 0, "other_code": 0, "parser_decided": 0})
+        row = out.setdefault(
+            j.model,
+            {
+                "judge_decided": 0,
+                "agreement": None,
+                "prose_refusals_missed": 0,
+                "quoted_codes_as_refusals": 0,
+                "other_code": 0,
+                "parser_decided": 0,
+            },
+        )
         if j.error is not None:
             continue
         if j.decision_source != "judge":

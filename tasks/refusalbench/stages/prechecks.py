@@ -33,8 +33,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from refusalbench.tasks.refusalbench.schema.records import BaseItem, Candidate, Lever
 from refusalbench.tasks.core.registry import Registry
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, Candidate, Lever
 
 PrecheckRule = Callable[[Candidate, BaseItem, Lever], str | None]
 Rule = TypeVar("Rule", bound=PrecheckRule)
@@ -69,10 +69,16 @@ def run_prechecks(candidate: Candidate, item: BaseItem, lever: Lever) -> list[st
     return failures
 
 
-def apply_prechecks(candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever]) -> list[Candidate]:
+def apply_prechecks(
+    candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever]
+) -> list[Candidate]:
     """The candidates with ``precheck_failures`` filled in for the parsed ones (others unchanged)."""
-    return [c.model_copy(update={"precheck_failures": run_prechecks(c, items[c.base_id], levers[c.lever_id])})
-            if c.status == "ok" else c for c in candidates]
+    return [
+        c.model_copy(update={"precheck_failures": run_prechecks(c, items[c.base_id], levers[c.lever_id])})
+        if c.status == "ok"
+        else c
+        for c in candidates
+    ]
 
 
 def awaits_verification(candidate: Candidate) -> bool:
@@ -81,6 +87,7 @@ def awaits_verification(candidate: Candidate) -> bool:
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def normalise(text: str | None) -> str:
     """Whitespace runs collapsed to one space, ends stripped (None reads as empty)."""
@@ -94,6 +101,7 @@ def _texts(candidate: Candidate | BaseItem) -> list[str]:
 
 # ---------------------------------------------------------------- the rules
 
+
 @register_precheck("unchanged")
 def unchanged(candidate: Candidate, item: BaseItem, lever: Lever) -> str | None:
     if normalise(candidate.question) != normalise(item.question):
@@ -102,7 +110,9 @@ def unchanged(candidate: Candidate, item: BaseItem, lever: Lever) -> str | None:
         mine = [(normalise(p.text), p.relevant) for p in candidate.passages or []]
         base = [(normalise(p.text), p.relevant) for p in item.passages or []]
         return "question and passages equal the base item" if mine == base else None
-    return "question and context equal the base item" if normalise(candidate.context) == normalise(item.context) else None
+    return (
+        "question and context equal the base item" if normalise(candidate.context) == normalise(item.context) else None
+    )
 
 
 @register_precheck("required_fields")

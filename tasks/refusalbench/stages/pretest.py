@@ -13,12 +13,12 @@ judge call is recorded in the row's ``error`` and the item is not kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from refusalbench.tasks.llm.gateway import CallResult, Gateway
-from refusalbench.tasks.refusalbench.stages.judge import judge_responses, needs_judge
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, BenchmarkItem, Judgment, PretestRow
+from refusalbench.tasks.refusalbench.stages.judge import judge_responses, needs_judge
 from refusalbench.tasks.refusalbench.stages.respond import respond
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
@@ -27,36 +27,72 @@ UNPERTURBED = "-"  # class, lever and generator of an item shown as it is
 
 def unperturbed_item(item: BaseItem) -> BenchmarkItem:
     """A base item as an answerable benchmark item: the question and context as they are."""
-    return BenchmarkItem(item_id=item.id, base_id=item.id, variant=item.variant, perturbation_class=UNPERTURBED,
-                         intensity="LOW", lever_id=UNPERTURBED, generator=UNPERTURBED, question=item.question,
-                         context=item.context, passages=item.passages, original_question=item.question,
-                         original_context=item.context, original_passages=item.passages, answers=item.answers,
-                         expected=ANSWER_CORRECTLY, domain=item.domain)
+    return BenchmarkItem(
+        item_id=item.id,
+        base_id=item.id,
+        variant=item.variant,
+        perturbation_class=UNPERTURBED,
+        intensity="LOW",
+        lever_id=UNPERTURBED,
+        generator=UNPERTURBED,
+        question=item.question,
+        context=item.context,
+        passages=item.passages,
+        original_question=item.question,
+        original_context=item.context,
+        original_passages=item.passages,
+        answers=item.answers,
+        expected=ANSWER_CORRECTLY,
+        domain=item.domain,
+    )
 
 
 def row_from_judgment(item: BenchmarkItem, judgment: Judgment, answer: str | None, cached: bool) -> PretestRow:
     score = judgment.raf if item.variant == "multi" else judgment.quality
-    return PretestRow(item_id=item.item_id, model=judgment.model, variant=item.variant, answer=answer,
-                      decision=judgment.decision, score=score,
-                      correct=judgment.error is None and judgment.answer_correct is True,
-                      judge=judgment.judge, error=judgment.error, cached=cached)
+    return PretestRow(
+        item_id=item.item_id,
+        model=judgment.model,
+        variant=item.variant,
+        answer=answer,
+        decision=judgment.decision,
+        score=score,
+        correct=judgment.error is None and judgment.answer_correct is True,
+        judge=judgment.judge,
+        error=judgment.error,
+        cached=cached,
+    )
 
 
 ProgressFactory = Callable[[str, int], Callable[[CallResult], None]]  # (title, total) -> per-call callback
 
 
-def pretest_answers(gateway: Gateway, items: list[BaseItem], model: str, judge: str, *,
-                    progress: ProgressFactory | None = None) -> list[PretestRow]:
+def pretest_answers(
+    gateway: Gateway, items: list[BaseItem], model: str, judge: str, *, progress: ProgressFactory | None = None
+) -> list[PretestRow]:
     """``model`` answers every item unperturbed and ``judge`` scores each answer: one row per item."""
     shown = [unperturbed_item(item) for item in items]
-    responses = respond(gateway, shown, model, confidence=False, role="pretest",
-                        on_result=progress(f"{model} pre-test", len(shown)) if progress else None)
+    responses = respond(
+        gateway,
+        shown,
+        model,
+        confidence=False,
+        role="pretest",
+        on_result=progress(f"{model} pre-test", len(shown)) if progress else None,
+    )
     by_id = {item.item_id: item for item in shown}
     to_judge = sum(needs_judge(by_id[r.item_id], r) for r in responses)
-    judgments = judge_responses(gateway, by_id, responses, judge, role="pretest",
-                                on_result=progress(f"judge {model} pre-test", to_judge) if progress else None)
-    return [row_from_judgment(item, judgment, response.raw, response.cached)
-            for item, response, judgment in zip(shown, responses, judgments)]
+    judgments = judge_responses(
+        gateway,
+        by_id,
+        responses,
+        judge,
+        role="pretest",
+        on_result=progress(f"judge {model} pre-test", to_judge) if progress else None,
+    )
+    return [
+        row_from_judgment(item, judgment, response.raw, response.cached)
+        for item, response, judgment in zip(shown, responses, judgments)
+    ]
 
 
 def kept_items(item_ids: Iterable[str], rows: Iterable[PretestRow], models: list[str]) -> set[str]:
@@ -87,5 +123,12 @@ def summary_rows(summary: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["kept_items", "mark_kept", "pretest_answers", "row_from_judgment",
-           "summary_by_model", "summary_rows", "unperturbed_item"]
+__all__ = [
+    "kept_items",
+    "mark_kept",
+    "pretest_answers",
+    "row_from_judgment",
+    "summary_by_model",
+    "summary_rows",
+    "unperturbed_item",
+]

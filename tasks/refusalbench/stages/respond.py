@@ -13,11 +13,11 @@ only source of ECE, so the headline metrics never see the modified prompt.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from refusalbench.tasks.refusalbench.decisions import parse_confidence, parse_decision
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.prompting import render_messages
+from refusalbench.tasks.refusalbench.decisions import parse_confidence, parse_decision
 from refusalbench.tasks.refusalbench.prompt_vocabulary import TARGET_VOCABULARY
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Response
 
@@ -25,37 +25,64 @@ from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Respon
 def target_messages(item: BenchmarkItem, confidence: bool = False) -> list[dict[str, str]]:
     """The target's prompt for ``item``; ``confidence``: the calibration pass's (asks for a CONFIDENCE line)."""
     if item.variant == "multi":
-        return render_messages("target_multi.j2", question=item.question, passages=item.passages, confidence=confidence,
-                               **TARGET_VOCABULARY)
-    return render_messages("target_single.j2", question=item.question, context=item.context, confidence=confidence,
-                           **TARGET_VOCABULARY)
+        return render_messages(
+            "target_multi.j2",
+            question=item.question,
+            passages=item.passages,
+            confidence=confidence,
+            **TARGET_VOCABULARY,
+        )
+    return render_messages(
+        "target_single.j2", question=item.question, context=item.context, confidence=confidence, **TARGET_VOCABULARY
+    )
 
 
 def response_from_result(item: BenchmarkItem, model: str, result: CallResult, confidence: bool) -> Response:
-    base = dict(item_id=item.item_id, model=model, raw=result.text, latency_s=result.latency_s,
-                prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                cost_usd=result.cost_usd, cached=result.cached, **result.metadata())
+    base = dict(
+        item_id=item.item_id,
+        model=model,
+        raw=result.text,
+        latency_s=result.latency_s,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        cost_usd=result.cost_usd,
+        cached=result.cached,
+        **result.metadata(),
+    )
     if not result.ok:
         # No usable response (failed, truncated, blocked, empty, too long): never parsed for a decision.
         return Response(error=result.error, outcome=result.outcome, **base)
-    return Response(decision=parse_decision(result.text), outcome=result.outcome,
-                    confidence=parse_confidence(result.text) if confidence else None, **base)
+    return Response(
+        decision=parse_decision(result.text),
+        outcome=result.outcome,
+        confidence=parse_confidence(result.text) if confidence else None,
+        **base,
+    )
 
 
-def respond(gateway: Gateway, items: list[BenchmarkItem], model: str, *, confidence: bool = False,
-            on_result: Callable[[CallResult], None] | None = None, role: str = "targets") -> list[Response]:
+def respond(
+    gateway: Gateway,
+    items: list[BenchmarkItem],
+    model: str,
+    *,
+    confidence: bool = False,
+    on_result: Callable[[CallResult], None] | None = None,
+    role: str = "targets",
+) -> list[Response]:
     """``model`` answers every item; ``role``: the calls' cache scope (the pre-test's are ``pretest``).
 
     ``confidence``: the calibration pass's prompt and its parsed confidence (see :func:`calibrate`).
     """
-    specs = [CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id, role=role)
-             for item in items]
+    specs = [
+        CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id, role=role) for item in items
+    ]
     results = gateway.complete_many(specs, on_result=on_result)
     return [response_from_result(item, model, result, confidence) for item, result in zip(items, results)]
 
 
-def calibrate(gateway: Gateway, items: list[BenchmarkItem], model: str, *,
-              on_result: Callable[[CallResult], None] | None = None) -> list[Response]:
+def calibrate(
+    gateway: Gateway, items: list[BenchmarkItem], model: str, *, on_result: Callable[[CallResult], None] | None = None
+) -> list[Response]:
     """The calibration pass: ``model`` answers every item with the confidence-eliciting prompt.
 
     Its messages differ from the main pass's, so its calls have their own cache keys (role

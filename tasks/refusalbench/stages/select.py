@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from refusalbench.tasks.refusalbench.schema.json_files import FilterDecision
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, BenchmarkItem, Candidate, Verification
@@ -34,11 +35,23 @@ def decide(candidate: Candidate, verdicts: list[str], verifiers: list[str], rule
     passes, fails, errors = verdicts.count("PASS"), verdicts.count("FAIL"), verdicts.count("ERROR")
     missing = len(verifiers) - len(verdicts)
     if candidate.status != "ok":
-        return FilterDecision(candidate_id=candidate.candidate_id, accepted=False, passes=0, fails=0, errors=0,
-                              reason=f"not parsed ({candidate.status})")
+        return FilterDecision(
+            candidate_id=candidate.candidate_id,
+            accepted=False,
+            passes=0,
+            fails=0,
+            errors=0,
+            reason=f"not parsed ({candidate.status})",
+        )
     if candidate.precheck_failures:
-        return FilterDecision(candidate_id=candidate.candidate_id, accepted=False, passes=0, fails=0, errors=0,
-                              reason="pre-check failed: " + "; ".join(candidate.precheck_failures))
+        return FilterDecision(
+            candidate_id=candidate.candidate_id,
+            accepted=False,
+            passes=0,
+            fails=0,
+            errors=0,
+            reason="pre-check failed: " + "; ".join(candidate.precheck_failures),
+        )
     if rule == "unanimous":
         accepted = passes == len(verifiers) and missing == 0
         if accepted:
@@ -58,12 +71,14 @@ def decide(candidate: Candidate, verdicts: list[str], verifiers: list[str], rule
         reason = f"no filter (verdicts recorded only: {passes} PASS, {fails} FAIL)"
     else:
         raise ValueError(f"unknown filter rule {rule!r}")
-    return FilterDecision(candidate_id=candidate.candidate_id, accepted=accepted, passes=passes, fails=fails,
-                          errors=errors, reason=reason)
+    return FilterDecision(
+        candidate_id=candidate.candidate_id, accepted=accepted, passes=passes, fails=fails, errors=errors, reason=reason
+    )
 
 
-def filter_candidates(candidates: list[Candidate], verifications: list[Verification], verifiers: list[str],
-                      rule: str = "unanimous") -> list[FilterDecision]:
+def filter_candidates(
+    candidates: list[Candidate], verifications: list[Verification], verifiers: list[str], rule: str = "unanimous"
+) -> list[FilterDecision]:
     verdicts: dict[str, list[str]] = defaultdict(list)
     for row in verifications:
         if row.verifier in verifiers:
@@ -81,9 +96,15 @@ def _stable_key(seed: int, text: str) -> str:
     return hashlib.sha256(f"{seed}|{text}".encode()).hexdigest()
 
 
-def stratified_sample(accepted: list[Candidate], target_size: int | None, seed: int,
-                      strata: Iterable[tuple[str, str]] | None = None, *, balance: str = "natural",
-                      generators: Iterable[str] | None = None) -> tuple[list[Candidate], dict[str, dict[str, Any]]]:
+def stratified_sample(
+    accepted: list[Candidate],
+    target_size: int | None,
+    seed: int,
+    strata: Iterable[tuple[str, str]] | None = None,
+    *,
+    balance: str = "natural",
+    generators: Iterable[str] | None = None,
+) -> tuple[list[Candidate], dict[str, dict[str, Any]]]:
     """Pick up to ``target_size`` candidates balanced over strata and generators.
 
     Returns the sample and the shortfalls ``{"P-Ambiguity/HIGH": {"wanted": 9, "got": 4}}``.
@@ -119,8 +140,10 @@ def stratified_sample(accepted: list[Candidate], target_size: int | None, seed: 
                     picked.append(pools[generator].pop(0))
         if len(picked) < quotas[stratum] or not picked:
             # With no target size an empty stratum is still a shortfall worth reporting.
-            shortfalls[_label(stratum)] = {"wanted": quotas[stratum] if target_size is not None else None,
-                                           "got": len(picked)}
+            shortfalls[_label(stratum)] = {
+                "wanted": quotas[stratum] if target_size is not None else None,
+                "got": len(picked),
+            }
         sample.extend(picked)
     return sample, shortfalls
 
@@ -129,9 +152,13 @@ def _label(stratum: tuple[str, str]) -> str:
     return f"{stratum[0]}/{stratum[1]}"
 
 
-def _generator_balanced(by_stratum: dict[tuple[str, str], dict[str, list[Candidate]]],
-                        strata: list[tuple[str, str]], generators: list[str], target_size: int | None,
-                        seed: int) -> tuple[list[Candidate], dict[str, dict[str, Any]]]:
+def _generator_balanced(
+    by_stratum: dict[tuple[str, str], dict[str, list[Candidate]]],
+    strata: list[tuple[str, str]],
+    generators: list[str],
+    target_size: int | None,
+    seed: int,
+) -> tuple[list[Candidate], dict[str, dict[str, Any]]]:
     """Equal counts per generator within each stratum (RefusalBench-NQ: 1,600 = 4 generators x 400).
 
     Each generator's share of the target, ``target_size // len(generators)``, is spread over
@@ -156,11 +183,17 @@ def _generator_balanced(by_stratum: dict[tuple[str, str], dict[str, list[Candida
         order = list(generators)
         rng.shuffle(order)  # which generator goes first rotates with the seed
         sample.extend(pools[g][i] for i in range(each) for g in order)
-        short = {g: {"wanted": share if target_size is not None else None, "accepted": len(pool)}
-                 for g, pool in pools.items() if len(pool) < share or not pool}
+        short = {
+            g: {"wanted": share if target_size is not None else None, "accepted": len(pool)}
+            for g, pool in pools.items()
+            if len(pool) < share or not pool
+        }
         if each < share or not each:
-            shortfalls[_label(stratum)] = {"wanted": share * len(generators) if target_size is not None else None,
-                                           "got": each * len(generators), "generators": short}
+            shortfalls[_label(stratum)] = {
+                "wanted": share * len(generators) if target_size is not None else None,
+                "got": each * len(generators),
+                "generators": short,
+            }
     return sample, shortfalls
 
 
@@ -168,22 +201,24 @@ def benchmark_items(sample: list[Candidate], items: dict[str, BaseItem]) -> list
     out = []
     for cand in sample:
         base = items[cand.base_id]
-        out.append(BenchmarkItem(
-            item_id=cand.candidate_id,
-            base_id=cand.base_id,
-            variant=cand.variant,
-            perturbation_class=cand.perturbation_class,
-            intensity=cand.intensity,
-            lever_id=cand.lever_id,
-            generator=cand.generator,
-            question=cand.question or "",
-            context=cand.context,
-            passages=cand.passages,
-            original_question=base.question,
-            original_context=base.context,
-            original_passages=base.passages,
-            answers=base.answers,
-            expected=cand.expected,
-            domain=base.domain,
-        ))
+        out.append(
+            BenchmarkItem(
+                item_id=cand.candidate_id,
+                base_id=cand.base_id,
+                variant=cand.variant,
+                perturbation_class=cand.perturbation_class,
+                intensity=cand.intensity,
+                lever_id=cand.lever_id,
+                generator=cand.generator,
+                question=cand.question or "",
+                context=cand.context,
+                passages=cand.passages,
+                original_question=base.question,
+                original_context=base.context,
+                original_passages=base.passages,
+                answers=base.answers,
+                expected=cand.expected,
+                domain=base.domain,
+            )
+        )
     return out

@@ -16,8 +16,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from refusalbench.tasks.core.narration import publish_table, story
-from refusalbench.tasks.llm.reply_outcomes import (CALL_ERROR, EMPTY, FAILURES, OK, PARSE_ERROR, PROVIDER_BLOCKED,
-                                                   TOO_LONG, TRUNCATED)
+from refusalbench.tasks.llm.reply_outcomes import (
+    CALL_ERROR,
+    EMPTY,
+    FAILURES,
+    OK,
+    PARSE_ERROR,
+    PROVIDER_BLOCKED,
+    TOO_LONG,
+    TRUNCATED,
+)
 
 # The columns of a stage's outcome summary, per model.
 SUMMARY_COLUMNS: tuple[str, ...] = ("rows", "failed", "truncated", "blocked", "too_long", "empty", "excluded")
@@ -54,9 +62,11 @@ def outcome_summary(rows: Iterable[Any], by: str = "model") -> dict[str, dict[st
 
 def summary_line(stage: str, model: str, counts: dict[str, int]) -> str:
     """``respond: t1: 3 of 10 rows excluded (1 failed, 2 truncated, 0 blocked, 0 too long, 0 empty)``."""
-    return (f"{stage}: {model}: {counts['excluded']} of {counts['rows']} rows excluded ({counts['failed']} failed, "
-            f"{counts['truncated']} truncated, {counts['blocked']} blocked, {counts['too_long']} too long, "
-            f"{counts['empty']} empty)")
+    return (
+        f"{stage}: {model}: {counts['excluded']} of {counts['rows']} rows excluded ({counts['failed']} failed, "
+        f"{counts['truncated']} truncated, {counts['blocked']} blocked, {counts['too_long']} too long, "
+        f"{counts['empty']} empty)"
+    )
 
 
 def tell_outcomes(stage: str, summary: dict[str, dict[str, int]]) -> None:
@@ -69,18 +79,24 @@ def tell_outcomes(stage: str, summary: dict[str, dict[str, int]]) -> None:
             story("%s", summary_line(stage, model, counts), level=logging.WARNING, terminal=True)
     if whole:
         story("%s: every row usable for %s", stage, ", ".join(whole))
-    publish_table(f"{stage}-outcomes", [{"model": model, **counts} for model, counts in summary.items()],
-                  f"{stage}: rows per model that failed or came back without a usable reply")
+    publish_table(
+        f"{stage}-outcomes",
+        [{"model": model, **counts} for model, counts in summary.items()],
+        f"{stage}: rows per model that failed or came back without a usable reply",
+    )
 
 
 def failed_calls(candidates: Iterable[Any], verifications: Iterable[Any]) -> dict[str, Counter[str]]:
     """{"generate": outcomes, "verify": outcomes} of the calls that brought no usable reply
     (failed, truncated, blocked, too long, empty; a reply that did not parse is the model's)."""
+
     def lost(rows: Iterable[Any]) -> Counter[str]:
         return Counter(o for o in map(row_outcome, rows) if o not in (OK, PARSE_ERROR))
 
-    return {"generate": lost(candidates),
-            "verify": lost(v for v in verifications if getattr(v, "verdict", None) != "SKIPPED")}
+    return {
+        "generate": lost(candidates),
+        "verify": lost(v for v in verifications if getattr(v, "verdict", None) != "SKIPPED"),
+    }
 
 
 def empty_benchmark_reason(candidates: list[Any], verifications: list[Any]) -> str | None:
@@ -90,8 +106,10 @@ def empty_benchmark_reason(candidates: list[Any], verifications: list[Any]) -> s
     if not any(failed.values()):
         return None
     parts = []
-    for stage, total in (("generator", len(candidates)),
-                         ("verifier", sum(getattr(v, "verdict", None) != "SKIPPED" for v in verifications))):
+    for stage, total in (
+        ("generator", len(candidates)),
+        ("verifier", sum(getattr(v, "verdict", None) != "SKIPPED" for v in verifications)),
+    ):
         lost = failed["generate" if stage == "generator" else "verify"]
         if lost:
             kinds = ", ".join(f"{n} {outcome}" for outcome, n in lost.most_common())
@@ -103,8 +121,16 @@ def tell_coverage(incomplete: dict[str, float], unscorable: list[str], min_cover
     """A warning per target scored on less than ``min_coverage`` of its rows, and the targets
     with no scored row at all (listed on the leaderboard, never dropped)."""
     for model, coverage in sorted(incomplete.items()):
-        story("score: %s is incomplete: %.1f%% of its rows scored (min_coverage %.0f%%); the leaderboard lists it "
-              "apart, unranked", model, 100 * coverage, 100 * min_coverage, level=logging.WARNING, terminal=True)
+        story(
+            "score: %s is incomplete: %.1f%% of its rows scored (min_coverage %.0f%%); the leaderboard lists it "
+            "apart, unranked",
+            model,
+            100 * coverage,
+            100 * min_coverage,
+            level=logging.WARNING,
+            terminal=True,
+        )
     if unscorable:
-        story("score: no row could be scored for %s", ", ".join(sorted(unscorable)), level=logging.WARNING,
-              terminal=True)
+        story(
+            "score: no row could be scored for %s", ", ".join(sorted(unscorable)), level=logging.WARNING, terminal=True
+        )

@@ -14,16 +14,16 @@ stated verdict beside the effective one, so nothing the verifier said is lost.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from refusalbench.tasks.refusalbench.stages.change_summary import change_summary
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
-from refusalbench.tasks.refusalbench.stages.prechecks import awaits_verification
 from refusalbench.tasks.llm.prompting import render_messages
+from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
+from refusalbench.tasks.llm.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
 from refusalbench.tasks.refusalbench.prompt_vocabulary import VERIFIER_VOCABULARY
 from refusalbench.tasks.refusalbench.schema.records import BaseItem, Candidate, Lever, Verification
-from refusalbench.tasks.llm.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
+from refusalbench.tasks.refusalbench.stages.change_summary import change_summary
+from refusalbench.tasks.refusalbench.stages.prechecks import awaits_verification
 
 
 def verifier_template(variant: str) -> str:
@@ -32,18 +32,33 @@ def verifier_template(variant: str) -> str:
 
 
 def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
-    common = dict(lever=lever, expected=candidate.expected, question=item.question, answers=item.answers,
-                  perturbed_question=candidate.question, changes=change_summary(item, candidate), **VERIFIER_VOCABULARY)
+    common = dict(
+        lever=lever,
+        expected=candidate.expected,
+        question=item.question,
+        answers=item.answers,
+        perturbed_question=candidate.question,
+        changes=change_summary(item, candidate),
+        **VERIFIER_VOCABULARY,
+    )
     if candidate.variant == "multi":
-        return render_messages("verifier_multi.j2", passages=item.passages, perturbed_passages=candidate.passages,
-                               context=None, **common)
+        return render_messages(
+            "verifier_multi.j2", passages=item.passages, perturbed_passages=candidate.passages, context=None, **common
+        )
     return render_messages("verifier_single.j2", context=item.context, perturbed_context=candidate.context, **common)
 
 
-def verification_calls(candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever], verifier: str) -> list[CallSpec]:
+def verification_calls(
+    candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever], verifier: str
+) -> list[CallSpec]:
     return [
-        CallSpec(model=verifier, messages=verification_messages(c, items[c.base_id], levers[c.lever_id]),
-                 schema=VerifierOutput, tag=c.candidate_id, role="generation")
+        CallSpec(
+            model=verifier,
+            messages=verification_messages(c, items[c.base_id], levers[c.lever_id]),
+            schema=VerifierOutput,
+            tag=c.candidate_id,
+            role="generation",
+        )
         for c in candidates
     ]
 
@@ -65,22 +80,38 @@ def effective_verdict(stated: str, flags: dict[str, bool | None], required: tupl
 
 
 def verification_from_result(candidate: Candidate, verifier: str, result: CallResult) -> Verification:
-    base = dict(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
-                raw=result.text, **result.billing(), **result.metadata())
+    base = dict(
+        candidate_id=candidate.candidate_id,
+        generator=candidate.generator,
+        verifier=verifier,
+        raw=result.text,
+        **result.billing(),
+        **result.metadata(),
+    )
     output = result.parsed
     if not result.ok or output is None:
-        return Verification(verdict="ERROR", error=result.error or "no output",
-                            outcome=result.outcome if not result.ok else PARSE_ERROR, **base)
+        return Verification(
+            verdict="ERROR",
+            error=result.error or "no output",
+            outcome=result.outcome if not result.ok else PARSE_ERROR,
+            **base,
+        )
     required = required_criteria(candidate.variant)
     flags = {name: getattr(output, name) for name in required}
     verdict, consistent = effective_verdict(output.verdict, flags, required)
-    return Verification(verdict=verdict, stated_verdict=output.verdict, consistent=consistent, outcome=OK, **flags,
-                        **base)
+    return Verification(
+        verdict=verdict, stated_verdict=output.verdict, consistent=consistent, outcome=OK, **flags, **base
+    )
 
 
 def skipped(candidate: Candidate, verifier: str) -> Verification:
-    return Verification(candidate_id=candidate.candidate_id, generator=candidate.generator, verifier=verifier,
-                        verdict="SKIPPED", error="short-circuit: an earlier verifier failed it")
+    return Verification(
+        candidate_id=candidate.candidate_id,
+        generator=candidate.generator,
+        verifier=verifier,
+        verdict="SKIPPED",
+        error="short-circuit: an earlier verifier failed it",
+    )
 
 
 def verify_candidates(
