@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 MAIN_JOB = "bash scripts/setup.sh --local && .venv/bin/refusalbench run"
-TEST_COMMAND = "bash scripts/setup.sh --local && .venv/bin/python -m pytest -q"
+TEST_COMMAND = "bash scripts/setup.sh --local && bash scripts/check.sh"
 # A tracker issue number or a document that is not in the repository: the docs must stand alone.
 FORBIDDEN = re.compile(r"issue [0-9]|DESIGN\.md", re.IGNORECASE)
 
