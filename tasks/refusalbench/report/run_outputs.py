@@ -1,9 +1,9 @@
-"""What an evaluation leaves in its run folder after the model calls: scores and the report.
+"""What scoring and reporting write into a run folder: the scores and the report.
 
-Also the two commands that work on files alone, with no model call:
-``refusalbench score`` (:func:`score_to_folder`; from inspect_ai logs:
-``integrations.inspect.logs.score_inspect_logs``) and ``refusalbench report``
-(:func:`build_report_for`).
+The same writers serve an evaluation after its model calls and the file-only entry points,
+which read what a folder or file already holds: :func:`score_to_folder` (``refusalbench score``;
+inspect_ai logs go through ``integrations.inspect.logs.score_inspect_logs``) and
+:func:`build_report_for` (``refusalbench report``).
 """
 
 from __future__ import annotations
