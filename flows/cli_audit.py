@@ -27,6 +27,11 @@ def _kappa(value: float | None) -> str:
     return "undefined" if value is None or value != value else f"{value:.3f}"
 
 
+def _interval(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """(low, high), or None (shown as "") when a bound is undefined, as for a stratum without labels."""
+    return None if low is None or high is None else (low, high)
+
+
 @audit_app.command("sample")
 def audit_sample(
     run_dir: str = typer.Argument(..., help="run folder holding benchmark.parquet"),
@@ -87,8 +92,8 @@ def audit_report(run_dir: str = typer.Argument(..., help="run folder with audit 
             rate.value,
             str(rate.n),
             format_value(rate.pass_rate, "pass_rate"),
-            format_interval((rate.ci_low, rate.ci_high), "pass_rate"),
-        )  # type: ignore[arg-type]
+            format_interval(_interval(rate.ci_low, rate.ci_high), "pass_rate"),
+        )
     out.print(table)
     agreement = audit.annotator_agreement
     if agreement.get("kappa_kind"):

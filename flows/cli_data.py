@@ -13,12 +13,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from refusalbench.tasks.core.errors import InputError
+
+if TYPE_CHECKING:
+    from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
 data_app = typer.Typer(help="Base sets: check one, or build one from the public sources.", no_args_is_help=True)
 import_app = typer.Typer(
@@ -82,7 +86,9 @@ def _summary(counts: Counter[str], order: list[tuple[str, str]]) -> str:
     return ", ".join(parts)
 
 
-def _write(items: list, out_file: Path, source: Path, counts: Counter[str], order: list[tuple[str, str]]) -> None:
+def _write(
+    items: list[BaseItem], out_file: Path, source: Path, counts: Counter[str], order: list[tuple[str, str]]
+) -> None:
     from refusalbench.tasks.refusalbench.basesets import write_base_set
 
     if not items:

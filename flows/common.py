@@ -5,14 +5,38 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.core.errors import ModelUnavailable
+from refusalbench.tasks.core.config_sections import EvaluationConfig, GenerationConfig
+from refusalbench.tasks.core.errors import InputError, ModelUnavailable
 from refusalbench.tasks.llm.local_models import check_available, is_pulled, pull_model, start_server
 from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.pipeline.prefect_server import wait_until_ready
 from refusalbench.tasks.pipeline.runtime import result_storage, task_runner
 from refusalbench.tasks.pipeline.ui import story
+
+if TYPE_CHECKING:
+    from prefect import Flow
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def generation_section(cfg: RunConfig) -> GenerationConfig:
+    """The config's generation section; a config without one is bad input (exit 2), as
+    ``prepare_inputs`` reports it before a generation flow writes anything."""
+    if cfg.generation is None:
+        raise InputError(str(cfg.source), "the config has no generation section", field="generation")
+    return cfg.generation
+
+
+def evaluation_section(cfg: RunConfig) -> EvaluationConfig:
+    """The config's evaluation section; a config without one is bad input (exit 2), as
+    ``check_evaluation_inputs`` reports it before an evaluation flow writes anything."""
+    if cfg.evaluation is None:
+        raise InputError(str(cfg.source), "the config has no evaluation section", field="evaluation")
+    return cfg.evaluation
 
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
@@ -42,16 +66,20 @@ def model_endpoints(cfg: RunConfig, names: list[str]) -> Iterator[dict[str, str]
     Yields {registry name: api_base}; models an enclosing call already serves are reused.
     The servers this call started are stopped on exit.
     """
-    local = [n for n in dict.fromkeys(names) if cfg.models[n].local is not None and not cfg.models[n].api_base]
+    local = {
+        n: spec
+        for n in dict.fromkeys(names)
+        if (spec := cfg.models[n].local) is not None and not cfg.models[n].api_base
+    }
     reused = {n: _ACTIVE_ENDPOINTS[n] for n in local if n in _ACTIVE_ENDPOINTS}
     missing = [n for n in local if n not in reused]
     if not missing:
         yield reused
         return
     for name in missing:
-        if not is_pulled(name, cfg.models[name].local):
+        if not is_pulled(name, local[name]):
             story("pulling local model %s (first run only)", name, level=logging.WARNING, terminal=True)
-            pull_model(name, cfg.models[name].local)
+            pull_model(name, local[name])
             story("pulled local model %s", name)
     server = start_server(cfg.models, missing)
     started = dict(server.api_bases)
@@ -86,7 +114,7 @@ def runner_slots(cfg: RunConfig) -> int:
     return max(8, min(256, 4 * len(cfg.used_models())))
 
 
-def configured(flow_fn, cfg: RunConfig, out: str):
+def configured(flow_fn: Flow[P, R], cfg: RunConfig, out: str) -> Flow[P, R]:
     """The flow with the config's task runner and task results persisted in the run folder
     (saved through the API: it waits here for an API server ``launch`` started to answer)."""
     wait_until_ready()
@@ -96,4 +124,11 @@ def configured(flow_fn, cfg: RunConfig, out: str):
     )
 
 
-__all__ = ["usable_models", "model_endpoints", "check_or_raise", "configured"]
+__all__ = [
+    "usable_models",
+    "model_endpoints",
+    "check_or_raise",
+    "configured",
+    "generation_section",
+    "evaluation_section",
+]

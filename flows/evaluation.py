@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from prefect import flow
 
-from refusalbench.flows.common import check_or_raise, model_endpoints
+from refusalbench.flows.common import check_or_raise, evaluation_section, model_endpoints
 from refusalbench.flows.results import EvaluationResult
 from refusalbench.tasks.core.config import RunConfig, load_config
-from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.prompting import all_template_hashes
@@ -36,8 +35,7 @@ from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
 def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkItem]:
     """The evaluation section and the benchmark, checked before anything is written."""
-    if cfg.evaluation is None:
-        raise InputError(str(cfg.source), "the config has no evaluation section", field="evaluation")
+    evaluation_section(cfg)  # a config without one: one line, exit 2
     return read_benchmark(benchmark)
 
 
@@ -49,15 +47,16 @@ def evaluation_flow(
     cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: in ``run`` the generation's came before
     items = check_evaluation_inputs(cfg, benchmark)  # a deployment starts here, without the CLI's check
+    evaluation = evaluation_section(cfg)
     store = ArtifactStore(out)
     keep_generation_manifest(store)
-    recorder = ManifestRecorder(store, "evaluate", config=cfg, seed=cfg.evaluation.seed)
+    recorder = ManifestRecorder(store, "evaluate", config=cfg, seed=evaluation.seed)
     recorder.hashes(prompts=all_template_hashes())
     with recorder.run():
         place_benchmark(store, benchmark, items)
         generation_figures = generation_figures_aside(store)  # drawn while the targets answer, if not yet
-        targets = check_or_raise(cfg, cfg.evaluation.targets)
-        (judge,) = check_or_raise(cfg, [cfg.evaluation.judge])
+        targets = check_or_raise(cfg, evaluation.targets)
+        (judge,) = check_or_raise(cfg, [evaluation.judge])
         with model_endpoints(cfg, targets + [judge]) as api_bases:
             run = StageRun(cfg, out, recorder, api_bases)
             responses, judgments = respond_and_judge(run, items, targets, judge)

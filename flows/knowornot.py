@@ -18,7 +18,8 @@ from prefect import flow
 
 from refusalbench.flows.common import check_or_raise, model_endpoints, usable_models
 from refusalbench.flows.results import KnowOrNotResult
-from refusalbench.tasks.core.config import load_config
+from refusalbench.tasks.core.config import RunConfig, load_config
+from refusalbench.tasks.core.config_sections import KnowOrNotConfig
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.knowornot.report.contents import publish_report, write_results
@@ -26,6 +27,7 @@ from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (
+    KnowledgeBaseSlice,
     each_base,
     each_base_then,
     failures_of,
@@ -37,6 +39,7 @@ from refusalbench.tasks.pipeline.knowornot.knowornot_inputs import (
     check_knowornot_inputs,
     input_digest,
     knowornot_models,
+    knowornot_section,
     warm_up_embedder,
     with_resolved_sources,
     with_targets,
@@ -57,19 +60,16 @@ def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
     follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = load_config(config_path)
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
-    check_knowornot_inputs(cfg)  # a deployment starts here, not through the CLI's check: fail clearly, write nothing
+    kon = _checked_section(cfg)  # a deployment starts here, not through the CLI's check: fail clearly, write nothing
     warm_up_embedder(cfg)  # in the background, while the first stages run (started already if launched by the CLI)
     store = ArtifactStore(out)
-    recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=cfg.knowornot.seed)
+    recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=kon.seed)
     recorder.hashes(prompts=all_template_hashes())
-    # What the tasks get: KB paths resolved against the config's folder, the targets that can run (skip_unavailable).
-    run_cfg = with_targets(with_resolved_sources(cfg), usable_models(cfg, cfg.knowornot.targets))
-    digest = input_digest(run_cfg.knowornot, recorder.manifest.prompt_hashes)
-    bases = knowledge_bases(run_cfg, out, lambda kon: input_digest(kon, recorder.manifest.prompt_hashes))
+    run_cfg, run_kon, digest, bases = _task_inputs(cfg, out, recorder.manifest.prompt_hashes)
     stage = stage_tasks(out)
     with recorder.run():
-        usable = check_or_raise(cfg, knowornot_models(cfg.knowornot) + cfg.knowornot.evaluator_comparison)
-        with model_endpoints(cfg, knowornot_models(run_cfg.knowornot)) as api_bases:
+        usable = check_or_raise(cfg, knowornot_models(kon) + kon.evaluator_comparison)
+        with model_endpoints(cfg, knowornot_models(run_kon)) as api_bases:
             with recorder.stage("knowledge base"):
                 kbs = each_base(stage.knowledge_base, bases, api_bases)
                 recorder.count(qa_pairs_all=sum(kb.pairs for kb in kbs))
@@ -87,15 +87,31 @@ def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
                 audit = audit_beside_calls(cfg, out)  # the overlap audit needs no answer: it runs beside the calls
                 recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases))
         with recorder.stage("metrics"):
-            report = publish_report(
-                store,
-                write_results(store, run_cfg.knowornot, embedder_for(cfg), audit.result()),
-                recorder.manifest.counts,
-            )
-        if comparison := [m for m in run_cfg.knowornot.evaluator_comparison if m in usable]:  # App. D.3
+            results = write_results(store, run_kon, embedder_for(cfg), audit.result())
+            report = publish_report(store, results, recorder.manifest.counts)
+        if comparison := [m for m in run_kon.evaluator_comparison if m in usable]:  # App. D.3
             with recorder.stage("evaluator comparison"), model_endpoints(cfg, comparison) as api_bases:
                 recorder.count(**compare_evaluators(run_cfg, out, digest, api_bases, comparison))
         counter.record(recorder)
     return KnowOrNotResult(
         metrics=store.uri(kon_files.KON_METRICS.name), report=report, experiments=sum(g.experiments for g in grids)
     )
+
+
+def _checked_section(cfg: RunConfig) -> KnowOrNotConfig:
+    """The config's knowornot section, once everything the run needs from the config is checked
+    (``check_knowornot_inputs``: a problem is one line, exit 2, before anything is written)."""
+    check_knowornot_inputs(cfg)
+    return knowornot_section(cfg)
+
+
+def _task_inputs(
+    cfg: RunConfig, out: str, prompt_hashes: dict[str, str]
+) -> tuple[RunConfig, KnowOrNotConfig, str, list[KnowledgeBaseSlice]]:
+    """What the tasks get: the config with its KB paths resolved against the config's folder and only the
+    targets that can run (skip_unavailable), its knowornot section, that section's input digest, and the
+    run's knowledge bases (each with its own digest)."""
+    run_cfg = with_targets(with_resolved_sources(cfg), usable_models(cfg, knowornot_section(cfg).targets))
+    run_kon = knowornot_section(run_cfg)
+    digest = input_digest(run_kon, prompt_hashes)
+    return run_cfg, run_kon, digest, knowledge_bases(run_cfg, out, lambda kon: input_digest(kon, prompt_hashes))

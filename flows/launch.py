@@ -16,9 +16,9 @@ the Prefect UI on the terminal (stderr).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from refusalbench.flows.common import check_or_raise, configured
+from refusalbench.flows.common import check_or_raise, configured, evaluation_section, generation_section
 from refusalbench.flows.results import (
     EvaluationResult,
     GenerationResult,
@@ -29,6 +29,12 @@ from refusalbench.flows.results import (
 )
 from refusalbench.tasks.core.config import load_config
 from refusalbench.tasks.pipeline.prefect_server import embedded_api, wait_until_ready
+
+if TYPE_CHECKING:
+    from prefect import Flow
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _announced: set[str] = set()  # flow runs whose page was printed (a retried run enters Running again)
 
@@ -45,7 +51,7 @@ def _print_ui_link(flow: Any, flow_run: Any, state: Any) -> None:
         print(f"Prefect UI: {link}", file=sys.stderr, flush=True)
 
 
-def announced(flow: Any) -> Any:
+def announced(flow: Flow[P, R]) -> Flow[P, R]:
     """The flow, printing its run's Prefect UI page as the run starts."""
     return flow.with_options(on_running=[*flow.on_running_hooks, _print_ui_link])
 
@@ -59,8 +65,9 @@ def run_generation(
 
     cfg = load_config(config_path)
     check_generation_inputs(cfg, seed)
-    check_or_raise(cfg, cfg.generation.generators)
-    check_or_raise(cfg, cfg.generation.verifiers)
+    generation = generation_section(cfg)
+    check_or_raise(cfg, generation.generators)
+    check_or_raise(cfg, generation.verifiers)
     pretest_models(cfg)
     return announced(configured(generation_flow, cfg, out))(config_path, out, seed, fresh=fresh)
 
@@ -81,8 +88,9 @@ def run_evaluation(config_path: str, benchmark: str, out: str, fresh: list[str] 
 
     cfg = load_config(config_path)
     check_evaluation_inputs(cfg, benchmark)
-    check_or_raise(cfg, cfg.evaluation.targets)
-    check_or_raise(cfg, [cfg.evaluation.judge])
+    evaluation = evaluation_section(cfg)
+    check_or_raise(cfg, evaluation.targets)
+    check_or_raise(cfg, [evaluation.judge])
     return announced(configured(evaluation_flow, cfg, out))(config_path, benchmark, out, fresh=fresh)
 
 

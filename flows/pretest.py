@@ -32,14 +32,17 @@ from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 
+def _no_pretest(cfg: RunConfig) -> InputError:
+    """The one line (exit 2) for a config whose generation section has no pre-test."""
+    return InputError(
+        str(cfg.source), "the config has no generation.pretest section (models and judge)", field="generation.pretest"
+    )
+
+
 def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:
     """The base set and the generation settings, checked; a config without a pre-test is bad input."""
     if cfg.generation is not None and cfg.generation.pretest is None:
-        raise InputError(
-            str(cfg.source),
-            "the config has no generation.pretest section (models and judge)",
-            field="generation.pretest",
-        )
+        raise _no_pretest(cfg)
     return prepare_inputs(cfg, cfg.generation.seed if cfg.generation else 0)
 
 
@@ -62,6 +65,8 @@ def pretest_flow(config_path: str, out: str, fresh: list[str] | None = None) -> 
     recorder = ManifestRecorder(ArtifactStore(out), "pretest", config=cfg, seed=inputs.seed)
     with recorder.run():
         models, judge = pretest_models(cfg)
+        if judge is None:  # never: check_pretest_inputs refused a config without a pre-test
+            raise _no_pretest(cfg)
         with model_endpoints(cfg, [*models, judge]) as api_bases:
             run = StageRun(cfg, out, recorder, api_bases)
             outcome = pretest_base_set(run, inputs.base_set, models, judge)

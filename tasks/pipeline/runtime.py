@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,7 +67,7 @@ def cache_policy() -> Any:
 def task_runner(kind: str = "thread", max_workers: int | None = None) -> Any:
     """Threads by default (stages are I/O bound; LLM concurrency lives in the gateway)."""
     if kind == "dask":
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask.task_runners import DaskTaskRunner
 
         workers = int(os.environ.get("REFUSALBENCH_DASK_WORKERS", "2"))
         threads = max(2, -(-(max_workers or 0) // workers))  # the run's slots spread over the workers
@@ -125,7 +125,7 @@ _SAVED_STORAGE: dict[tuple[str, str], Any] = {}
 # ---------------------------------------------------------------- call accounting
 
 
-def merge_call_stats(snapshots: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+def merge_call_stats(snapshots: Sequence[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
     """Sum per-model gateway counters (http_calls, tokens, cache_hits ...) of several processes."""
     merged: dict[str, dict[str, float]] = {}
     for snapshot in snapshots:
@@ -160,7 +160,9 @@ def _gateway_fallbacks(config: RunConfig | dict[str, Any]) -> dict[str, str]:
     return gateway_for(config).structured_output_fallbacks()
 
 
-def _from_every_process(read: Callable[[Any], T], config: RunConfig | dict[str, Any], what: str) -> list[T]:
+def _from_every_process(
+    read: Callable[[RunConfig | dict[str, Any]], T], config: RunConfig | dict[str, Any], what: str
+) -> list[T]:
     """``read(config)`` in this process and, with the Dask runner, in every worker process:
     gateways are per process, so a flow's calls may have gone through several."""
     found = [read(config)]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, get_args
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -42,6 +42,7 @@ from inspect_ai.model import (
     ModelUsage,
     ResponseSchema,
     RetryDecision,
+    StopReason,
     get_model,
     modelapi,
 )
@@ -64,6 +65,20 @@ from refusalbench.tasks.refusalbench.stages.judge import DecisionMode
 BASE_URL_ENV = "REFUSALBENCH_BASE_URL"
 API_KEY_ENV = "REFUSALBENCH_API_KEY"
 DEFAULT_TIMEOUT_S = 600.0
+
+_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
+
+
+def _is_stop_reason(reason: str) -> TypeGuard[StopReason]:
+    return reason in _STOP_REASONS
+
+
+def _stop_reason(finish_reason: str | None) -> StopReason:
+    """LiteLLM's finish reason as inspect's ``StopReason``: ``bridge.stop_reason`` maps it (bridge keeps no
+    inspect import), checked here against inspect's names, "unknown" for any it does not know."""
+    reason = bridge.stop_reason(finish_reason)
+    return reason if _is_stop_reason(reason) else "unknown"
+
 
 _MESSAGE_TYPES: dict[str, type[ChatMessage]] = {
     "system": ChatMessageSystem,
@@ -250,8 +265,8 @@ class LiteLLMAPI(ModelAPI):
             [ContentReasoning(reasoning=reasoning), ContentText(text=answer or "")] if reasoning else answer or ""
         )
         output = ModelOutput.from_content(
-            model=self.model_name, content=content, stop_reason=bridge.stop_reason(reply.finish_reason)
-        )  # type: ignore[arg-type]
+            model=self.model_name, content=content, stop_reason=_stop_reason(reply.finish_reason)
+        )
         prompt, completion = reply.prompt_tokens or 0, reply.completion_tokens or 0
         output.usage = ModelUsage(
             input_tokens=prompt,

@@ -13,7 +13,7 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig, RunConfig
+from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig, ModelPrice, RunConfig
 from refusalbench.tasks.llm.providers import profile_for
 
 # (input, output) USD per token
@@ -59,8 +59,8 @@ def _share(price: TokenPrice, share: float) -> TokenPrice:
     return price[0] * share, price[1] * share
 
 
-def _config_rates(cfg: ModelConfig) -> Rates:
-    price = cfg.price
+def _config_rates(cfg: ModelConfig, price: ModelPrice) -> Rates:
+    """The rates of ``cfg``'s own ``price`` (the batch ones the share of the synchronous where it names none)."""
     unit = (price.input_per_mtok / 1e6, price.output_per_mtok / 1e6)
     batch_in, batch_out = _share(unit, batch_share(cfg))
     if price.batch_input_per_mtok is not None:
@@ -79,7 +79,7 @@ def model_rates(cfg: RunConfig, names: Collection[str]) -> dict[str, Rates | Non
     for name in names:
         model = cfg.models[name]
         if model.price is not None:  # the user's price overrides the map
-            rates[name] = _config_rates(model)
+            rates[name] = _config_rates(model, model.price)
             continue
         if model.local is not None and not model.api_base:
             rates[name] = Rates((0.0, 0.0), (0.0, 0.0))  # our own llama.cpp server: no provider bills these calls
@@ -95,14 +95,15 @@ def model_rates(cfg: RunConfig, names: Collection[str]) -> dict[str, Rates | Non
             continue
         sync = (float(unit_in), float(unit_out))
         batch_in, batch_out = _share(sync, batch_share(model))
-        if info.get("input_cost_per_token_batches") is not None:
-            batch_in = float(info["input_cost_per_token_batches"])
-        if info.get("output_cost_per_token_batches") is not None:
-            batch_out = float(info["output_cost_per_token_batches"])
+        if (batch_unit_in := info.get("input_cost_per_token_batches")) is not None:
+            batch_in = float(batch_unit_in)
+        if (batch_unit_out := info.get("output_cost_per_token_batches")) is not None:
+            batch_out = float(batch_unit_out)
         rates[name] = Rates(sync, (batch_in, batch_out))
     return rates
 
 
 def sum_or_none(values: list[float | None]) -> float | None:
     """The sum, rounded to a millionth of a dollar; None as soon as one value is unknown."""
-    return None if any(v is None for v in values) else round(sum(values), 6)
+    known = [v for v in values if v is not None]
+    return None if len(known) < len(values) else round(sum(known), 6)
