@@ -7,10 +7,14 @@ BIN=.venv/bin
 "$BIN/ruff" check .
 "$BIN/ruff" format --check .
 # mypy checks the code under its installed names (refusalbench.tasks.core, ...). The editable
-# install reaches those names through an import hook mypy does not follow, so a link tree in
-# .mypy_src gives them a place on disk.
-rm -rf .mypy_src && mkdir -p .mypy_src/refusalbench
+# install reaches those names through an import hook mypy does not follow, so a link tree in a
+# temporary folder (one per run: two runs at once do not trip over each other) gives them a place
+# on disk; the cache stays in the project.
+ROOT=$(pwd)
+SRC=$(mktemp -d)
+trap 'rm -rf "$SRC"' EXIT
+mkdir -p "$SRC/refusalbench"
 for folder in flows tasks deployments levers prompts configs extend; do
-  [ -d "$folder" ] && ln -s "../../$folder" ".mypy_src/refusalbench/$folder"
+  [ -d "$folder" ] && ln -s "$ROOT/$folder" "$SRC/refusalbench/$folder"
 done
-(cd .mypy_src && "../$BIN/mypy" --config-file ../pyproject.toml -p refusalbench)
+(cd "$SRC" && "$ROOT/$BIN/mypy" --config-file "$ROOT/pyproject.toml" --cache-dir "$ROOT/.mypy_cache" -p refusalbench)

@@ -119,7 +119,7 @@ class LocalCluster:
 
     def flow_env(self) -> dict[str, str]:
         """Environment for a process of the test that talks to the cluster (Prefect CLI, S3, Redis)."""
-        from refusalbench.deployments.cluster import S3_KEYS
+        from refusalbench.deployments.cluster_startup import S3_KEYS
 
         return {
             **self.env,
@@ -133,7 +133,7 @@ class LocalCluster:
     def s3_client(self):
         import boto3
 
-        from refusalbench.deployments.cluster import S3_KEYS, S3_REGION
+        from refusalbench.deployments.cluster_startup import S3_KEYS, S3_REGION
 
         return boto3.client(
             "s3",

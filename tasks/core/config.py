@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from refusalbench.tasks.core.cache_policy import CachePolicy
+from refusalbench.tasks.core.config_files import Located, describe_validation_error, load_tree
 from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
     EvaluationConfig,
     FilterRule,
@@ -45,7 +44,6 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.limits_config import LimitsConfig
 from refusalbench.tasks.core.plugins import MODULE_NAME, PluginError, import_plugin, load_entry_points
 from refusalbench.tasks.core.registry import Registry
-from refusalbench.tasks.core.textinput import read_text
 
 
 class LocalModelSpec(Strict):
@@ -374,7 +372,7 @@ ConfigCheck = Callable[[RunConfig], "tuple[str, str] | None"]
 CONFIG_CHECKS: Registry[ConfigCheck] = Registry("config check")
 
 
-def _run_config_checks(config: RunConfig, located: _Located) -> None:
+def _run_config_checks(config: RunConfig, located: Located) -> None:
     """The first problem any registered check finds, as an InputError at the line of its key."""
     done: set[str] = set()
     # A check may import a package that registers more checks (knowornot's import tasks/llm): run those too.
@@ -388,135 +386,7 @@ def _run_config_checks(config: RunConfig, located: _Located) -> None:
                 raise InputError(file, problem, line=line, field=field)
 
 
-# ---------------------------------------------------------------- YAML with positions
-
-
-class _Located:
-    """Where each key path of the merged document came from: (file, line)."""
-
-    def __init__(self) -> None:
-        self.origin: dict[tuple[Any, ...], tuple[str, int]] = {}
-
-    def find(self, path: tuple[Any, ...]) -> tuple[str, int | None]:
-        for cut in range(len(path), -1, -1):
-            if path[:cut] in self.origin:
-                return self.origin[path[:cut]]
-        return ("<config>", None)
-
-
-def _node_to_python(node: yaml.Node, file: str, path: tuple[Any, ...], located: _Located) -> Any:
-    located.origin[path] = (file, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = (
-                yaml.safe_load(yaml.serialize(key_node))
-                if not isinstance(key_node, yaml.ScalarNode)
-                else key_node.value
-            )
-            if key in out:
-                raise InputError(
-                    file,
-                    f"duplicate key {key!r}",
-                    line=key_node.start_mark.line + 1,
-                    field=".".join(map(str, path + (key,))),
-                )
-            located.origin[path + (key,)] = (file, key_node.start_mark.line + 1)
-            out[key] = _node_to_python(value_node, file, path + (key,), located)
-            # keep the key's own line for the key path (more useful than the value's)
-            located.origin[path + (key,)] = (file, key_node.start_mark.line + 1)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_node_to_python(item, file, path + (i,), located) for i, item in enumerate(node.value)]
-    # Scalars: let the safe constructor decide the type (int, bool, null, str ...).
-    return yaml.safe_load(yaml.serialize(node))
-
-
-# A run config is a short hand-written file; PyYAML's pure-Python parser needs about 3 s
-# per MiB, so anything far larger is refused before parsing rather than parsed for minutes.
-MAX_CONFIG_BYTES = 1024 * 1024
-
-
-def _read_yaml(path: Path, located: _Located) -> dict[str, Any]:
-    file = str(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise InputError(file, "file not found") from None
-    if size > MAX_CONFIG_BYTES:
-        raise InputError(file, f"too large for a config ({size} bytes; the limit is {MAX_CONFIG_BYTES // 1024} KiB)")
-    text = read_text(path)
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(file, f"invalid YAML: {problem}", line=mark.line + 1 if mark else None) from None
-    if node is None:
-        raise InputError(file, "empty config file")
-    data = _node_to_python(node, file, (), located)
-    if not isinstance(data, dict):
-        raise InputError(file, "a config must be a mapping at top level", line=1)
-    return data
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _load_tree(path: Path, located: _Located, stack: tuple[Path, ...]) -> dict[str, Any]:
-    path = path.resolve()
-    if path in stack:
-        raise InputError(str(path), "include cycle: " + " -> ".join(p.name for p in (*stack, path)))
-    data = _read_yaml(path, located)
-    includes = data.pop("include", [])
-    if isinstance(includes, str):
-        includes = [includes]
-    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
-        file, line = located.find(("include",))
-        raise InputError(file, "include must be a file name or a list of file names", line=line, field="include")
-    merged: dict[str, Any] = {}
-    for inc in includes:
-        target = (path.parent / inc) if not Path(inc).is_absolute() else Path(inc)
-        if not target.exists():
-            file, line = located.find(("include",))
-            raise InputError(file, f"included file not found: {inc}", line=line, field="include")
-        merged = _merge(merged, _load_tree(target, located, (*stack, path)))
-    # The including file wins; re-register its positions last so errors point at it.
-    merged = _merge(merged, data)
-    if stack == ():
-        # re-read positions of the top file so they take precedence over included ones
-        _read_yaml(path, located)
-    return merged
-
-
-def _describe_validation_error(exc: ValidationError, located: _Located) -> InputError:
-    err = exc.errors()[0]
-    loc = tuple(err.get("loc", ()))
-    field = ".".join(str(p) for p in loc) or "-"
-    file, line = located.find(loc)
-    if err["type"] == "extra_forbidden":
-        problem = f"unknown key {loc[-1]!r}"
-    elif err["type"] == "missing":
-        problem = "required key missing"
-        file, line = located.find(loc[:-1])
-    else:
-        problem = err["msg"].removeprefix("Value error, ")
-        # Whole-config checks (e.g. _models_exist) name the key they concern as "key.path: problem".
-        head, separator, rest = problem.partition(": ")
-        if not loc and separator and re.fullmatch(r"[A-Za-z_][\w.]*", head):
-            field, problem = head, rest
-            file, line = located.find(tuple(head.split(".")))
-    return InputError(file, problem, line=line, field=field)
-
-
-def _load_plugins(data: dict[str, Any], located: _Located) -> str | None:
+def _load_plugins(data: dict[str, Any], located: Located) -> str | None:
     """The entry points and the ``plugins:`` modules of a config not validated yet, loaded; the
     folder of the file that lists the modules (None without any). A module that cannot be loaded
     is an InputError at its line."""
@@ -543,13 +413,13 @@ def load_config(path: str | Path) -> RunConfig:
     The plugins (entry points, the config's ``plugins:``) are loaded first: the config may name
     what they register."""
     path = Path(path)
-    located = _Located()
-    data = _load_tree(path, located, ())
+    located = Located()
+    data = load_tree(path, located, ())
     plugin_folder = _load_plugins(data, located)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise _describe_validation_error(exc, located) from None
+        raise describe_validation_error(exc, located) from None
     config.source = str(path)
     config._plugin_folder = plugin_folder
     _run_config_checks(config, located)

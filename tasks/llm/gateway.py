@@ -1,7 +1,7 @@
 """The model gateway: every LLM call of the project goes through here.
 
 - LiteLLM ``acompletion`` underneath, so any provider works; the SDK's own retries are
-  switched off and this module retries instead, so attempts per call stay bounded.
+  switched off and the gateway retries instead (``gateway_sending``), so attempts per call stay bounded.
   Self-hosted models behind an OpenAI-compatible ``api_base`` take a direct path
   (``transport``): the same request body, posted without LiteLLM's per-call machinery.
 - Per-model concurrency, requests- and tokens-per-minute limits: process-wide (every call runs on
@@ -43,11 +43,9 @@ import hashlib
 import json
 import logging
 import os
-import random
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -56,8 +54,8 @@ from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.batch_calls import BatchCalls
 from refusalbench.tasks.llm.cache_scope import CacheScope
 from refusalbench.tasks.llm.call_fields import REPLY_METADATA
-from refusalbench.tasks.llm.call_requests import build_request, too_long, tpm_tokens
-from refusalbench.tasks.llm.call_values import call_value, result_fields
+from refusalbench.tasks.llm.call_requests import too_long
+from refusalbench.tasks.llm.call_values import result_fields
 from refusalbench.tasks.llm.callcache import CallCache, NullCache, WriteBehind
 
 # What a call is lives in ``calls`` (its metadata fields in ``call_fields``); the stages import
@@ -72,22 +70,17 @@ from refusalbench.tasks.llm.calls import (
     schema_name,
 )
 from refusalbench.tasks.llm.calls_ahead import CallsAhead
+from refusalbench.tasks.llm.gateway_sending import Sender, Sent
 from refusalbench.tasks.llm.loop_thread import Handoff, LoopThread, wave_for
 from refusalbench.tasks.llm.providers import (
     ProviderProfile,
-    StructuredMode,
     profile_for,
     reasoning_mode,
-    structured_mode,
 )
-from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits, retry_delay
-from refusalbench.tasks.llm.reply_outcomes import OK, TOO_LONG, cacheable, final_outcome, outcome_error, retry_params
-from refusalbench.tasks.llm.shared_limits import RedisLimits, SharedModelLimits
-from refusalbench.tasks.llm.structured_modes import StructuredModes
-from refusalbench.tasks.llm.transport import CallFailed, DirectClient, Reply, Request, litellm_completion
+from refusalbench.tasks.llm.rate_limits import retry_delay
+from refusalbench.tasks.llm.reply_outcomes import OK, TOO_LONG, cacheable, final_outcome, outcome_error
+from refusalbench.tasks.llm.transport import Reply, Request
 
-# What sending a call came to: (its cached value, or None; requests sent; the error when no reply came).
-Sent = tuple[dict[str, Any] | None, int, str | None]
 # A call for ``Handoff.fill``: (index, the coroutine function, its argument).
 Started = tuple[int, Callable[[Any], Awaitable[Any]], Any]
 
@@ -137,12 +130,10 @@ class Gateway:
         # False: every call through LiteLLM (benchmarks compare the two paths).
         self.direct_http = direct_http
         self._loop = LoopThread()
-        self._direct = DirectClient()
-        self._loop.cleanups.append(self._direct.close)
-        self._limits: dict[str, ProcessLimits | SharedModelLimits] = {}  # each model's, counted here or in Redis
-        self._shared_limits = RedisLimits(limits_url, lease_s) if limits_url else None
-        self._loop.cleanups += [self._shared_limits.close] if self._shared_limits else []
-        self._structured = StructuredModes()
+        # Each call's requests: retries, 429 pauses, structured-output fallbacks (``gateway_sending``).
+        self._sender = Sender(self, limits_url, lease_s)
+        self._loop.cleanups.append(self._sender.direct.close)
+        self._loop.cleanups += [self._sender.shared_limits.close] if self._sender.shared_limits else []
         self._inflight: dict[str, asyncio.Future[Sent]] = {}
         self._ahead = CallsAhead()  # calls started before their asker asks (``start_ahead``)
         self.usage = accounting.UsageCounters()  # per model and per stage, for the run's manifest
@@ -211,7 +202,7 @@ class Gateway:
 
     def structured_output_fallbacks(self) -> dict[str, str]:
         """{model: mode} for each model whose provider rejected its structured-output mode in this process."""
-        return self._structured.fallbacks()
+        return self._sender.structured.fallbacks()
 
     # ------------------------------------------------------------ the batch path's interface
     # What ``batch_calls`` uses (besides ``models``, ``scope``, ``usage`` and ``writes``, the call cache as
@@ -242,7 +233,7 @@ class Gateway:
 
     def request(self, spec: CallSpec, cfg: ModelConfig) -> Request:
         """What an attempt of ``spec`` sends now, in the model's structured-output mode of the moment."""
-        return self._request(spec, cfg, self._structured_mode(spec, cfg))
+        return self._sender.request(spec, cfg, self._sender.structured_mode(spec, cfg))
 
     async def finish_batch_reply(
         self, specs: list[CallSpec], key: str, reply: Reply, latency: float
@@ -252,8 +243,8 @@ class Gateway:
         the call cache before the results are handed back; the specs after the first count as deduplicated."""
         spec, cfg = specs[0], self.models[specs[0].model]
         self._count(spec.model, spec.stage, http_calls=1)
-        first = self._value(spec, cfg, reply, latency, batch=True)
-        value, attempts, _ = await self._send_for_outcome(spec, cfg, first=(first, 1, None))
+        first = self._sender.value(spec, cfg, reply, latency, batch=True)
+        value, attempts, _ = await self._sender.send_for_outcome(spec, cfg, first=(first, 1, None))
         value = value if value is not None else first  # given a first reply, never None
         if cacheable(value, structured=spec.schema_ is not None):
             self.writes.put(key, self.scope.stamped(value))
@@ -297,7 +288,7 @@ class Gateway:
             pending = asyncio.get_running_loop().create_future()
             self._inflight[key] = pending
             try:
-                value, attempts, error = await self._send_for_outcome(spec, cfg)
+                value, attempts, error = await self._sender.send_for_outcome(spec, cfg)
                 if value is not None and cacheable(value, structured=spec.schema_ is not None):
                     self.writes.put(key, self.scope.stamped(value))  # committed before any result is handed back
                 pending.set_result((value, attempts, error))
@@ -340,170 +331,14 @@ class Gateway:
         self._count(model, **{outcome: 1})
         return True
 
-    async def _send_for_outcome(self, spec: CallSpec, cfg: ModelConfig, first: Sent | None = None) -> Sent:
-        """Send (with retries on errors), then once more if the reply's outcome is worth it
-        (``reply_outcomes.retry_params``): an empty, truncated or blocked reply is sent at most twice.
-        ``first``: the first reply, already come (from a batch), as (value, attempts, None)."""
-        value, attempts, error = first or await self._send_with_retries(spec, cfg)
-        params = retry_params(value, cfg, spec.params, self.profile(spec.model, cfg)) if value is not None else None
-        if value is None or params is None:
-            return value, attempts, error
-        self._count(spec.model, outcome_retries=1)
-        second, more, _ = await self._send_with_retries(spec.model_copy(update={"params": params}), cfg)
-        if second is None:  # the second try failed outright: the first reply says more about the row
-            return value, attempts + more, None
-        second = accounting.add_billing(value, second)  # the first reply was billed too
-        if params != spec.params:
-            second["retried_with"] = {k: v for k, v in params.items() if spec.params.get(k) != v}
-        return second, attempts + more, None
-
-    def _limits_for(self, model: str, cfg: ModelConfig) -> ProcessLimits | SharedModelLimits:
-        if model not in self._limits:
-            self._limits[model] = (
-                self._shared_limits.for_model(model, cfg)
-                if self._shared_limits
-                else ProcessLimits(cfg.max_concurrency, cfg.rpm, cfg.tpm)
-            )
-        return self._limits[model]
-
     def backoff(self, attempt: int, retry_after: float | None) -> float:
         return retry_delay(attempt, retry_after, self.backoff_base_s, self.backoff_max_s)
-
-    async def _send_with_retries(self, spec: CallSpec, cfg: ModelConfig) -> Sent:
-        """Send until a reply comes; (value, requests sent, error). Errors are retried up to
-        ``max_attempts``. A 429 is not an error: the model pauses for as long as the provider asks
-        (:meth:`_rate_limited`), within ``max_rate_limit_wait_s``. A 400 rejecting the structured-
-        output mode lowers the model's mode (:meth:`_fell_back`) and the call goes again in it."""
-        sent = errors = limited = 0
-        limited_since: float | None = None
-        last_error = "no attempt made"
-        while True:
-            sent += 1
-            modes: list[StructuredMode | None] = []  # the structured mode this attempt went in
-            try:
-                return await self._send_once(spec, cfg, modes), sent, None
-            except CallFailed as failure:
-                mode = modes[0] if modes else None
-                last_error = str(failure)
-                log.debug(
-                    "call to %s failed (request %d, %d/%d errors): %s",
-                    spec.model,
-                    sent,
-                    errors,
-                    cfg.max_attempts,
-                    failure,
-                )
-                if mode is not None and self._fell_back(spec, cfg, mode, failure):
-                    continue
-                if failure.rate_limited and failure.retriable:
-                    limited += 1
-                    limited_since = limited_since if limited_since is not None else time.monotonic()
-                    problem = self._rate_limited(spec, cfg, failure, limited, limited_since)
-                    if problem is None:
-                        continue
-                    last_error = f"{last_error}; {problem}"
-                    break
-                errors += 1
-                if not failure.retriable or errors >= cfg.max_attempts:
-                    break
-                self._count(spec.model, retries=1)
-                await asyncio.sleep(self.backoff(errors, failure.retry_after))
-        return None, sent, f"{last_error} (after {sent} attempt{'s' if sent > 1 else ''})"
 
     def profile(self, model: str, cfg: ModelConfig) -> ProviderProfile:
         return profile_for(cfg.model, self.api_bases.get(model) or cfg.api_base)
 
-    def _structured_mode(self, spec: CallSpec, cfg: ModelConfig) -> StructuredMode | None:
-        """The structured-output mode this call goes in (None: no schema): the model's fallback, else its profile's."""
-        if spec.schema_ is None:
-            return None
-        return cast(
-            StructuredMode, self._structured.mode(spec.model, structured_mode(cfg, self.profile(spec.model, cfg)))
-        )
-
-    def _fell_back(self, spec: CallSpec, cfg: ModelConfig, mode: StructuredMode, failure: CallFailed) -> bool:
-        """Whether ``failure`` is the provider rejecting structured output in ``mode``; then the model
-        uses the profile's fallback mode for the rest of the run, and the call is to be sent again."""
-        profile = self.profile(spec.model, cfg)
-        fallback = profile.fallback_mode(mode)
-        if fallback is None or not profile.rejects_structured_output(failure.status, str(failure), mode):
-            return False
-        if self._structured.fall_back(spec.model, mode, fallback):
-            self._count(spec.model, structured_fallbacks=1)
-            log.warning(
-                "%s: the provider rejected structured output as %s (%s); using %s for the rest of the run "
-                "(json_schema: false in the model's config skips the first try)",
-                spec.model,
-                mode,
-                failure,
-                fallback,
-            )
-        return True
-
-    def _rate_limited(
-        self, spec: CallSpec, cfg: ModelConfig, failure: CallFailed, limited: int, limited_since: float
-    ) -> str | None:
-        """Pause the model for as long as a 429 asks (every call of it waits the pause out); None
-        when this call may wait for it, else why not: the provider's quota is spent, or the wait
-        would take the call past ``max_rate_limit_wait_s`` since its first 429."""
-        self._count(spec.model, rate_limited=1)
-        if self.profile(spec.model, cfg).quota_exhausted(str(failure)):
-            return "the provider says the account's quota is used up: waiting will not help"
-        if failure.retry_after is not None:
-            wait = failure.retry_after + MARGIN_S
-        else:  # nothing announced: back off, growing with this call's 429s
-            ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (limited - 1))
-            wait = ceiling / 2 + random.uniform(0, ceiling / 2)
-        limiter = self._limits_for(spec.model, cfg)
-        limiter.pause(wait)
-        waited = time.monotonic() - limited_since
-        if waited + limiter.paused_for > cfg.max_rate_limit_wait_s:
-            return (
-                f"still rate limited after {limited} 429s and {waited:.1f} s of waiting; the provider asks for "
-                f"{limiter.paused_for:.1f} s more, beyond max_rate_limit_wait_s ({cfg.max_rate_limit_wait_s:g} s)"
-            )
-        return None
-
     def _too_long(self, spec: CallSpec, cfg: ModelConfig) -> str | None:
-        return too_long(spec, cfg, self.profile(spec.model, cfg), self._structured_mode(spec, cfg))
-
-    async def _send_once(self, spec: CallSpec, cfg: ModelConfig, modes: list[StructuredMode | None]) -> dict[str, Any]:
-        async with self._limits_for(spec.model, cfg).slot(tpm_tokens(spec, cfg, self.profile(spec.model, cfg))):
-            self.writes.flush()  # the replies come so far are committed before another request goes out
-            self._count(spec.model, spec.stage, http_calls=1)
-            # The mode is read once the slot is held: a call that waited for it goes in any
-            # fallback a call in flight has met meanwhile (appended for the caller to see).
-            modes.append(mode := self._structured_mode(spec, cfg))
-            request = self._request(spec, cfg, mode)
-            started = time.perf_counter()
-            if request.body is not None and request.api_base is not None:  # the direct path: always an endpoint
-                headers = {
-                    "Authorization": f"Bearer {request.api_key}",
-                    "Content-Type": "application/json",
-                    **cfg.extra_headers,
-                }
-                reply = await self._direct.complete(
-                    request.api_base, request.body, headers, cfg.timeout_s, request.profile
-                )
-            else:
-                reply = await litellm_completion(
-                    cfg.model, request.messages, cfg.timeout_s, request.kwargs, request.profile
-                )
-            latency = time.perf_counter() - started
-        return self._value(spec, cfg, reply, latency)
-
-    def _request(self, spec: CallSpec, cfg: ModelConfig, mode: StructuredMode | None) -> Request:
-        return build_request(
-            spec, cfg, self.api_bases.get(spec.model) or cfg.api_base, mode, direct_http=self.direct_http
-        )
-
-    def _value(
-        self, spec: CallSpec, cfg: ModelConfig, reply: Reply, latency: float, *, batch: bool = False
-    ) -> dict[str, Any]:
-        """The cached value of a completed call (``call_values``), its tokens and cost counted."""
-        value = call_value(cfg, reply, latency, batch=batch)
-        self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
-        return value
+        return too_long(spec, cfg, self.profile(spec.model, cfg), self._sender.structured_mode(spec, cfg))
 
 
 # ---------------------------------------------------------------- process-wide instances

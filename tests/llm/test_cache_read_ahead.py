@@ -79,7 +79,7 @@ def test_a_cached_batch_is_read_in_one_query_and_sends_nothing(fake_llm, tmp_pat
     # find; a key it did not find is read again by its call (another process may have written it meanwhile),
     # and so is a second spec with a key whose entry the first one took.
     assert cache.many == [32, 10] and cache.gets == 10 + 2
-    assert (gateway.scope._keys, gateway.scope._legacy, gateway._writes._read_ahead) == ({}, {}, {})  # none kept
+    assert (gateway.scope._keys, gateway.scope._legacy, gateway.writes._read_ahead) == ({}, {}, {})  # none kept
     assert all(r.cached for r in gateway.complete_many(_specs(30)))
     assert len(fake_llm.calls) == 30
 

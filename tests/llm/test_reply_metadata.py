@@ -17,7 +17,7 @@ import pytest
 
 from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.core.store import ArtifactStore
-from refusalbench.tasks.llm import gateway as gateway_module
+from refusalbench.tasks.llm import gateway_sending
 from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import REPLY_METADATA, CallResult, Gateway, request_key
 from refusalbench.tasks.llm.providers import profile_for, reasoning_mode
@@ -135,12 +135,12 @@ def test_both_paths_bring_back_the_same_metadata(tmp_path, model):
         )
         gateway = _gateway(server, tmp_path, **{model: {}})
         spy = []
-        real = gateway_module.litellm_completion
-        gateway_module.litellm_completion = lambda *a, **k: spy.append(a) or real(*a, **k)
+        real = gateway_sending.litellm_completion
+        gateway_sending.litellm_completion = lambda *a, **k: spy.append(a) or real(*a, **k)
         try:
             result = gateway.complete(model, [{"role": "user", "content": "Q?"}])
         finally:
-            gateway_module.litellm_completion = real
+            gateway_sending.litellm_completion = real
     assert bool(spy) == model.startswith("gpt-")
     assert result.ok and result.text == "It is ref0."
     assert result.metadata() == {

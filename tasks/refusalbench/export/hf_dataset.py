@@ -42,7 +42,8 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.runfolder import RunManifest
 from refusalbench.tasks.core.store import ArtifactStore, storage_options
 from refusalbench.tasks.llm.prompting import all_template_hashes
-from refusalbench.tasks.refusalbench.export.dataset_card import ExportConfig, RunFacts, render_card
+from refusalbench.tasks.refusalbench.export.card_provenance import RunFacts
+from refusalbench.tasks.refusalbench.export.dataset_card import ExportConfig, render_card
 from refusalbench.tasks.refusalbench.levers import catalogue_hash, load_catalogue
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark

@@ -47,46 +47,37 @@ every model in batch mode (a provider without a batch API the gateway speaks sta
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
-
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.llm.context_limits import overflow
-from refusalbench.tasks.llm.gateway import json_schema
-from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
-from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput, VerifierOutput
 from refusalbench.tasks.refusalbench.basesets import load_base_set
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.plan.prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
+from refusalbench.tasks.refusalbench.plan.prompt_sizes import (
+    Prompt,
+    exceeds_window,
+    generation_prompts_for,
+    judge_prompts_for,
+    max_tokens,
+    schema_chars,
+    stand_in_item,
+    target_prompts_for,
+    verification_prompts_for,
+)
 from refusalbench.tasks.refusalbench.plan.results import ModelPlan, Plan, PlanTotal, StagePlan
 from refusalbench.tasks.refusalbench.plan.table import plan_table
 from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
-from refusalbench.tasks.refusalbench.schema.records import (
-    Assignment,
-    BaseItem,
-    BenchmarkItem,
-    Candidate,
-    Lever,
-    Response,
-)
+from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, BenchmarkItem, Lever
 from refusalbench.tasks.refusalbench.stages.assign import configured_strata, draw_assignments
-from refusalbench.tasks.refusalbench.stages.generate import generation_messages, rule_candidates
-from refusalbench.tasks.refusalbench.stages.judge import judge_messages, judge_schema
-from refusalbench.tasks.refusalbench.stages.respond import target_messages
+from refusalbench.tasks.refusalbench.stages.generate import rule_candidates
 from refusalbench.tasks.refusalbench.stages.select import stratum_quotas
-from refusalbench.tasks.refusalbench.stages.verify import verification_messages
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, STRATA, expected_behaviour
 
 CHARS_PER_TOKEN = 4
 STAGES = ("pretest", "generate", "verify", "respond", "judge")
-
-# (characters of the messages, response schema, the messages)
-Prompt = tuple[int, type[BaseModel] | None, list[dict[str, str]]]
 
 
 @dataclass
@@ -113,106 +104,11 @@ class _StageWork:
         if bounded:
             self.bounded.add(model)
         if prompts and calls:
-            total = sum(chars + _schema_chars(cfg, schema) for chars, schema, _ in prompts)
+            total = sum(chars + schema_chars(cfg, schema) for chars, schema, _ in prompts)
             self.chars[model] += round(total * calls / len(prompts))
             self.batch_chars[model] += round(total * calls / len(prompts)) if batch else 0
-            over = sum(_too_long(cfg, messages, schema) for _, schema, messages in prompts)
+            over = sum(exceeds_window(cfg, messages, schema) for _, schema, messages in prompts)
             self.too_long[model] += round(over * calls / len(prompts))
-
-
-def _message_chars(messages: list[dict[str, str]]) -> int:
-    return sum(len(m["content"]) for m in messages)
-
-
-def _prompt(messages: list[dict[str, str]], schema: type[BaseModel] | None) -> Prompt:
-    return _message_chars(messages), schema, messages
-
-
-def _too_long(cfg: ModelConfig, messages: list[dict[str, str]], schema: type[BaseModel] | None) -> bool:
-    """Whether the gateway would record this prompt too_long for ``cfg`` instead of sending it."""
-    sent = json_schema(schema) if schema is not None and _schema_chars(cfg, schema) else None
-    return overflow(cfg, messages, _max_tokens(cfg), sent) is not None
-
-
-def _schema_chars(cfg: ModelConfig, schema: type[BaseModel] | None) -> int:
-    # In the json_schema and tool modes the whole schema travels with the request; in json_object
-    # mode only {"type": "json_object"}, in none nothing (the model's provider profile decides).
-    if schema is None or structured_mode(cfg, profile_for(cfg.model, cfg.api_base)) not in SCHEMA_MODES:
-        return 0
-    return len(json.dumps(json_schema(schema)))
-
-
-def _stand_in(item: BaseItem) -> BenchmarkItem:
-    """A base item dressed as an answerable benchmark item, for rendering target and judge prompts."""
-    return BenchmarkItem(
-        item_id=item.id,
-        base_id=item.id,
-        variant=item.variant,
-        perturbation_class="-",
-        intensity="LOW",
-        lever_id="-",
-        generator="-",
-        question=item.question,
-        context=item.context,
-        passages=item.passages,
-        original_question=item.question,
-        original_context=item.context,
-        original_passages=item.passages,
-        answers=item.answers,
-        expected=ANSWER_CORRECTLY,
-        domain=item.domain,
-    )
-
-
-def _target_prompts(items: list[BenchmarkItem], confidence: bool = False) -> list[Prompt]:
-    return [_prompt(target_messages(item, confidence), None) for item in items]
-
-
-def _judge_prompts(items: list[BenchmarkItem]) -> list[Prompt]:
-    prompts: list[Prompt] = []
-    for item in items:
-        stand_in = Response(item_id=item.item_id, model="-", raw=item.answers[0] if item.answers else "")
-        prompts.append(_prompt(judge_messages(item, stand_in), judge_schema(item)))
-    return prompts
-
-
-def _generation_prompts(
-    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever]
-) -> list[Prompt]:
-    return [
-        _prompt(
-            generation_messages(items[a.base_id], levers[a.lever_id]),
-            GeneratorMultiOutput if a.variant == "multi" else GeneratorSingleOutput,
-        )
-        for a in assignments
-    ]
-
-
-def _verification_prompts(
-    assignments: list[Assignment], items: dict[str, BaseItem], levers: dict[str, Lever]
-) -> list[Prompt]:
-    prompts: list[Prompt] = []
-    for a in assignments:
-        item, lever = items[a.base_id], levers[a.lever_id]
-        # The candidate's perturbed text is not known yet: the original stands in for it.
-        stand_in = Candidate(
-            candidate_id="-",
-            assignment_id=a.assignment_id,
-            base_id=a.base_id,
-            lever_id=a.lever_id,
-            perturbation_class=a.perturbation_class,
-            intensity=a.intensity,
-            variant=a.variant,
-            generator="-",
-            status="ok",
-            question=item.question,
-            context=item.context,
-            passages=item.passages,
-            expected=lever.expected,
-            prompt_hash="-",
-        )
-        prompts.append(_prompt(verification_messages(stand_in, item, lever), VerifierOutput))
-    return prompts
 
 
 @dataclass
@@ -277,8 +173,8 @@ def _generation_work(
             f"{n} base items x {len(pretest)} pre-test models answer (exact); the judge "
             "scores each answer (at most one call per answer)"
         )
-        stand_ins = [_stand_in(item) for item in drawn.all_items]
-        answer_prompts, judge_prompts = _target_prompts(stand_ins, False), _judge_prompts(stand_ins)
+        stand_ins = [stand_in_item(item) for item in drawn.all_items]
+        answer_prompts, judge_prompts = target_prompts_for(stand_ins, False), judge_prompts_for(stand_ins)
         for model in pretest:
             work.add(model, models[model], n, answer_prompts, bounded=False, stage="pretest")
         if judge is not None:
@@ -288,7 +184,7 @@ def _generation_work(
     a = len(drawn.assignments)
     after_pretest = " (at most: the pre-test may keep fewer items)" if gen.pretest is not None else ""
     work = _StageWork(f"{len(drawn.items)} base items -> {a} assignments x {len(generators)} generators{after_pretest}")
-    prompts = _generation_prompts(drawn.assignments, drawn.items_by_id, drawn.levers)
+    prompts = generation_prompts_for(drawn.assignments, drawn.items_by_id, drawn.levers)
     llm_generators = [m for m in generators if not models[m].rule_based]  # the rule generator makes no call
     for model in llm_generators:
         work.add(model, models[model], a, prompts, bounded=gen.pretest is not None, stage="generate")
@@ -305,7 +201,7 @@ def _generation_work(
         "sent" + ("; short_circuit drops those an earlier verifier failed)" if short_circuit else ")"),
         sequential=short_circuit,
     )
-    prompts = _verification_prompts(drawn.assignments, drawn.items_by_id, drawn.levers)
+    prompts = verification_prompts_for(drawn.assignments, drawn.items_by_id, drawn.levers)
     for model in verifiers:
         work.add(model, models[model], candidates, prompts, bounded=True, stage="verify")
     stages["verify"] = work
@@ -326,16 +222,16 @@ def _evaluation_work(
         answerable = [item for item in benchmark if item.expected == ANSWER_CORRECTLY]
         shown_to_judge = benchmark if ev.decision == "judge" else answerable  # the judge classifies every reply
         size, judged, exact = len(benchmark), len(shown_to_judge), True
-        respond_prompts, judge_prompts = _target_prompts(benchmark), _judge_prompts(shown_to_judge)
-        calibration_prompts = _target_prompts(benchmark, confidence=True) if ev.confidence else []
+        respond_prompts, judge_prompts = target_prompts_for(benchmark), judge_prompts_for(shown_to_judge)
+        calibration_prompts = target_prompts_for(benchmark, confidence=True) if ev.confidence else []
         respond_note = f"{size} benchmark items x {len(targets)} targets (exact)"
     else:
         assert drawn is not None, "without a benchmark file, the generation's draw stands in for it"
-        stand_ins = [_stand_in(item) for item in drawn.items]
+        stand_ins = [stand_in_item(item) for item in drawn.items]
         size, exact = drawn.benchmark_max, False
         judged = size if ev.decision == "judge" else drawn.answerable_max
-        respond_prompts, judge_prompts = _target_prompts(stand_ins), _judge_prompts(stand_ins)
-        calibration_prompts = _target_prompts(stand_ins, confidence=True) if ev.confidence else []
+        respond_prompts, judge_prompts = target_prompts_for(stand_ins), judge_prompts_for(stand_ins)
+        calibration_prompts = target_prompts_for(stand_ins, confidence=True) if ev.confidence else []
         respond_note = (
             f"at most {size} benchmark items (the sum over strata of min(quota, candidates)) x {len(targets)} targets"
         )
@@ -364,10 +260,6 @@ def _evaluation_work(
     return work
 
 
-def _max_tokens(cfg: ModelConfig) -> int | None:
-    return profile_for(cfg.model, cfg.api_base).max_output_tokens(cfg.params)
-
-
 def time_bound(cfg: ModelConfig, calls: int, latency_s: float) -> float:
     """Seconds ``calls`` calls need: limited by concurrency or by the rate limit, whichever is slower."""
     by_concurrency = calls * latency_s / cfg.max_concurrency
@@ -380,7 +272,7 @@ def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | 
     calls, batch_calls = work.calls[name], work.batch_calls[name]
     tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
     batch_in = -(-work.batch_chars[name] // CHARS_PER_TOKEN)
-    ceiling = _max_tokens(mcfg)
+    ceiling = max_tokens(mcfg)
     tokens_out: int | None = None
     batch_out: int | None = None
     sync_out: int | None = None
