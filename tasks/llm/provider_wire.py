@@ -1,8 +1,11 @@
 """How real providers word their replies and errors on the wire, for the scripted model server.
 
-The OpenAI chat-completions and Anthropic Messages API shapes of a reply (``openai_body``,
-``anthropic_body``), an error (``error_body``) and a 429 (``rate_limit_rejection``); an Anthropic
-request read as the chat-completions dict responders read (``from_anthropic``); and how one
+Each API the server speaks is one :class:`Wire` (``OPENAI``: chat completions and the files +
+batches API; ``ANTHROPIC``: the Messages API and its message batches), holding everything that API
+does its own way: how a request is read (``from_anthropic`` turns a Messages API request into the
+chat-completions dict responders read), what it refuses up front, the shape of a reply, an error,
+a 429 and a filtered prompt, how cached prompt tokens are found, and how a batch job looks.
+``ROUTES`` maps each synchronous route to its wire, ``WIRES`` each wire's name to it. How one
 scripted model shapes its replies (:class:`Behaviour`, :class:`RateLimit`): reasoning, truncation,
 safety blocks, rejected ``json_schema``, served model names and the tokens each reply bills.
 The OpenAI embeddings API's reply (``embeddings_body``) carries ``scripted_embedding`` vectors.
@@ -16,11 +19,14 @@ import json
 import math
 import struct
 import time
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import formatdate
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 
 WireFormat = Literal["openai", "anthropic"]
 
@@ -84,34 +90,6 @@ def from_anthropic(
             request["response_format"] = _json_schema_format(tool["input_schema"], known, tool["name"])
             return request, tool["name"]
     return request, None
-
-
-_ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    529: "overloaded_error",
-}
-
-
-def error_body(
-    wire: WireFormat, status: int, message: str, *, kind: str | None = None, **openai_fields: Any
-) -> dict[str, Any]:
-    """An error body as each API words it (Anthropic: ``{"type": "error", "error": {"type": ...}}``)."""
-    if wire == "anthropic":
-        error_type = kind or _ANTHROPIC_ERROR_TYPES.get(
-            status, "api_error" if status >= 500 else "invalid_request_error"
-        )
-        return {
-            "type": "error",
-            "error": {"type": error_type, "message": message},
-            "request_id": f"req_{hashlib.sha256(message.encode()).hexdigest()[:24]}",
-        }
-    return {"error": {"message": message, "type": kind, "param": None, "code": None} | openai_fields}
 
 
 # ---------------------------------------------------------------- real providers' manners
@@ -292,141 +270,480 @@ def _filter_results(filtered: bool) -> dict[str, Any]:
     return {name: {"filtered": hit[name], "severity": "medium" if hit[name] else "safe"} for name in _FILTER_CATEGORIES}
 
 
-def prompt_filtered_rejection(wire: WireFormat) -> Rejection:
-    """The 400 of a provider whose content filter blocked the prompt (Azure's body on chat completions)."""
-    if wire == "anthropic":
-        return Rejection(400, error_body(wire, 400, "Output blocked by content filtering policy"))
-    filtered = {
-        "error": {
-            "message": AZURE_PROMPT_FILTERED,
-            "type": None,
-            "param": "prompt",
-            "code": "content_filter",
-            "status": 400,
-            "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": _filter_results(True)},
+# ---------------------------------------------------------------- one class per wire format
+
+
+class Wire(ABC):
+    """Everything one API does its own way, for the scripted server's routes, batch APIs and prompt
+    cache: how a request is read, what it refuses before anything else, how a reply, an error, a
+    429 and a filtered prompt are worded, how cached tokens are found, how a batch job looks."""
+
+    name: ClassVar[WireFormat]
+    # The ``type`` of an injected fault's error body (None: the API's own name for the status).
+    injected_error_kind: ClassVar[str | None] = None
+    # The message of a 404 for a batch id the server does not know.
+    batch_missing: ClassVar[str]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def read_request(
+        self, body: dict[str, Any], known_schemas: dict[str, dict[str, Any]]
+    ) -> tuple[dict[str, Any], str | None]:
+        """The request as the chat-completions dict responders read, and the tool a structured
+        reply must call (None: the reply is text)."""
+        return body, None
+
+    def header_error(self, headers: Mapping[str, str]) -> Rejection | None:
+        """What the API refuses for its headers alone (missing authentication or version)."""
+        return None
+
+    def request_error(self, body: dict[str, Any]) -> Rejection | None:
+        """What the API refuses in a request's body before looking at the model (a missing field)."""
+        return None
+
+    def protocol_error(self, headers: Mapping[str, str], body: dict[str, Any]) -> Rejection | None:
+        """What the API refuses before anything else: its headers first, then the body."""
+        return self.header_error(headers) or self.request_error(body)
+
+    @abstractmethod
+    def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
+        """An error body as this API words it; ``fields`` are extra fields of OpenAI's error object."""
+
+    @abstractmethod
+    def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
+        """The reply as this API sends it; a structured reply calls ``tool`` when one was offered."""
+
+    @abstractmethod
+    def structured_output_rejection(self, request: dict[str, Any], body: dict[str, Any]) -> Rejection | None:
+        """The 400 of a server that rejects JSON-schema structured output, if this request asks for it."""
+
+    @abstractmethod
+    def prompt_filtered_rejection(self) -> Rejection:
+        """The 400 of a provider whose content filter blocked the prompt."""
+
+    def rate_limit_rejection(self, limit: RateLimit, model: str, now: float) -> Rejection:
+        """The 429 ``limit`` sends at ``now``, with the headers of its ``form``."""
+        wait = max(0.0, limit.until - now) if limit.until is not None else limit.wait_s
+        reset_at = limit.until if limit.until is not None else now + wait
+        headers: dict[str, str] = {}
+        if limit.form == "seconds":
+            # Real providers send whole seconds; a scripted sub-second wait is kept as given.
+            headers["Retry-After"] = str(math.ceil(wait)) if limit.until is not None else f"{wait:g}"
+        elif limit.form == "ms":
+            headers["retry-after-ms"] = str(round(wait * 1000))
+        elif limit.form == "http_date":
+            headers["Retry-After"] = formatdate(math.ceil(reset_at), usegmt=True)
+        kind = "tokens" if limit.form == "reset_tokens" else "requests"
+        return self._rate_limited(limit, kind, wait, reset_at, model, headers)
+
+    @abstractmethod
+    def _rate_limited(
+        self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
+    ) -> Rejection:
+        """The 429 itself: this API's rate-limit headers added to ``headers``, its wording of the wait."""
+
+    def apply_prompt_cache(
+        self,
+        cache: ScriptedPromptCache,
+        body: dict[str, Any],
+        request: dict[str, Any],
+        reply: ShapedReply,
+        entry: dict[str, Any],
+    ) -> None:
+        """Set ``reply``'s cached and written tokens for this request and note the marks in the log ``entry``."""
+        read, written = self.cached_prefix(cache, body, request, reply, entry)
+        if read or written:
+            reply.cached_tokens = min(max(reply.cached_tokens, read), reply.prompt_tokens)
+            reply.cache_write_tokens = min(written, reply.prompt_tokens - reply.cached_tokens)
+        if reply.cache_write_tokens:
+            entry["cache_written"] = reply.cache_write_tokens
+
+    @abstractmethod
+    def cached_prefix(
+        self,
+        cache: ScriptedPromptCache,
+        body: dict[str, Any],
+        request: dict[str, Any],
+        reply: ShapedReply,
+        entry: dict[str, Any],
+    ) -> tuple[int, int]:
+        """(prompt tokens read from ``cache``, tokens written to it) for this request, the way this
+        API caches prompts; marks the request carried are noted in the log ``entry``."""
+
+    @abstractmethod
+    def batch_object(self, job: BatchJob, base_url: str) -> dict[str, Any]:
+        """The batch job as this API's batch routes describe it (``base_url``: the server's, for links)."""
+
+    def batch_files(self, job: BatchJob, outcomes: dict[str, Outcome]) -> dict[str, list[str]]:
+        """The JSONL files a finished job leaves (the job's attribute naming each file → its lines)."""
+        return {}
+
+
+# A batch request's outcome: (result kind, HTTP status, reply or error body).
+Outcome = tuple[str, int, dict[str, Any]]
+
+
+@dataclass
+class BatchJob:
+    """One batch as the server keeps it: its requests (custom_id → request body), and once it has
+    completed, each request's outcome (custom_id → (kind, status, reply or error body)); its
+    ``wire`` words its replies and describes it."""
+
+    id: str
+    wire: Wire
+    requests: dict[str, dict[str, Any]]
+    created_at: float
+    input_file_id: str | None = None
+    endpoint: str = "/v1/chat/completions"
+    outcomes: dict[str, Outcome] | None = None
+    ended_at: float | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    looks: int = 0  # status requests so far (a client polling)
+
+
+def content_digest(*parts: Any) -> str:
+    """A stable hex digest of ``parts``: the ids the scripted server makes up."""
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class OpenAIWire(Wire):
+    """The OpenAI chat-completions API, its files + batches API, and Azure's content filter."""
+
+    name = "openai"
+    injected_error_kind = "injected"
+    batch_missing = "No such batch"
+
+    def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
+        return {"error": {"message": message, "type": kind, "param": None, "code": None} | fields}
+
+    def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
+        text = _inline_text(reply)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reply.reasoning and reply.reasoning_in not in _INLINE:
+            message["reasoning_content" if reply.reasoning_in == "field" else "reasoning"] = reply.reasoning
+        finish_reason = {"stop": "stop", "length": "length", "content_filter": "content_filter", "refusal": "stop"}[
+            reply.finish
+        ]
+        if reply.finish == "refusal":
+            message.update(content=None, refusal=text)
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+        usage: dict[str, Any] = {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         }
-    }
-    return Rejection(400, filtered)
+        if reply.reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+        if reply.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": reply.served_model,
+            "choices": [choice],
+            "usage": usage,
+        }
+        if reply.finish == "content_filter":
+            # Azure's shape: the output filter's verdict per category, content null when nothing was kept.
+            message["content"] = text or None
+            choice["content_filter_results"] = _filter_results(True)
+            body["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": _filter_results(False)}]
+        if reply.system_fingerprint is not None:
+            body["system_fingerprint"] = reply.system_fingerprint
+        return body
 
+    def structured_output_rejection(self, request: dict[str, Any], body: dict[str, Any]) -> Rejection | None:
+        if (request.get("response_format") or {}).get("type") != "json_schema":
+            return None
+        error = self.error_body(400, JSON_SCHEMA_UNSUPPORTED, kind="invalid_request_error", param="response_format")
+        return Rejection(400, error)
 
-def openai_body(reply: ShapedReply) -> dict[str, Any]:
-    """The reply as a chat completion."""
-    text = _inline_text(reply)
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if reply.reasoning and reply.reasoning_in not in _INLINE:
-        message["reasoning_content" if reply.reasoning_in == "field" else "reasoning"] = reply.reasoning
-    finish_reason = {"stop": "stop", "length": "length", "content_filter": "content_filter", "refusal": "stop"}[
-        reply.finish
-    ]
-    if reply.finish == "refusal":
-        message.update(content=None, refusal=text)
-    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
-    usage: dict[str, Any] = {
-        "prompt_tokens": reply.prompt_tokens,
-        "completion_tokens": reply.completion_tokens,
-        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-    }
-    if reply.reasoning_tokens:
-        usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
-    if reply.cached_tokens:
-        usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
-    body: dict[str, Any] = {
-        "id": f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:12]}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": reply.served_model,
-        "choices": [choice],
-        "usage": usage,
-    }
-    if reply.finish == "content_filter":
-        # Azure's shape: the output filter's verdict per category, content null when nothing was kept.
-        message["content"] = text or None
-        choice["content_filter_results"] = _filter_results(True)
-        body["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": _filter_results(False)}]
-    if reply.system_fingerprint is not None:
-        body["system_fingerprint"] = reply.system_fingerprint
-    return body
-
-
-def anthropic_body(reply: ShapedReply, tool: str | None) -> dict[str, Any]:
-    """The reply as a Messages API message; a structured reply calls ``tool`` when one was offered."""
-    blocks: list[dict[str, Any]] = []
-    if reply.reasoning and reply.reasoning_in not in _INLINE:
-        signature = base64.b64encode(hashlib.sha256(reply.reasoning.encode()).digest()).decode()
-        blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": signature})
-    text = _inline_text(reply)
-    structured = None
-    if tool is not None and reply.finish in ("stop", "length"):
-        try:
-            structured = json.loads(text)
-        except ValueError:
-            structured = None  # not JSON: the model answered in text instead of calling the tool
-    if isinstance(structured, dict):
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": f"toolu_{hashlib.sha256(text.encode()).hexdigest()[:20]}",
-                "name": tool,
-                "input": structured,
+    def prompt_filtered_rejection(self) -> Rejection:
+        # Azure's body, word for word.
+        filtered = {
+            "error": {
+                "message": AZURE_PROMPT_FILTERED,
+                "type": None,
+                "param": "prompt",
+                "code": "content_filter",
+                "status": 400,
+                "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": _filter_results(True)},
             }
+        }
+        return Rejection(400, filtered)
+
+    def _rate_limited(
+        self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
+    ) -> Rejection:
+        headers |= {
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-limit-tokens": "150000",
+            "x-ratelimit-remaining-requests": "0" if kind == "requests" else "59",
+            "x-ratelimit-remaining-tokens": "0" if kind == "tokens" else "149000",
+        }
+        if limit.form in ("reset_requests", "reset_tokens"):
+            headers[f"x-ratelimit-reset-{kind}"] = go_duration(wait)
+        message = f"Rate limit reached for {kind} per min on model {model}. Please try again in {go_duration(wait)}."
+        return Rejection(429, self.error_body(429, message, kind=kind, code="rate_limit_exceeded"), headers)
+
+    def cached_prefix(
+        self,
+        cache: ScriptedPromptCache,
+        body: dict[str, Any],
+        request: dict[str, Any],
+        reply: ShapedReply,
+        entry: dict[str, Any],
+    ) -> tuple[int, int]:
+        # Automatic caching: nothing is marked or written; a prompt below the minimum has nothing to read.
+        return (cache.openai(request), 0) if reply.prompt_tokens >= cache.min_tokens else (0, 0)
+
+    def batch_object(self, job: BatchJob, base_url: str) -> dict[str, Any]:
+        outcomes = job.outcomes or {}
+        kinds = {kind for kind, _, _ in outcomes.values()}
+        status = (
+            "in_progress"
+            if job.outcomes is None
+            else "cancelled"
+            if "canceled" in kinds
+            else "expired"
+            if "expired" in kinds
+            else "completed"
         )
-    elif text:
-        blocks.append({"type": "text", "text": text})
-    stop_reason = {
-        "stop": "tool_use" if isinstance(structured, dict) else "end_turn",
-        "length": "max_tokens",
-        "content_filter": "refusal",
-        "refusal": "refusal",
-    }[reply.finish]
-    return {
-        "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}",
-        "type": "message",
-        "role": "assistant",
-        "model": reply.served_model,
-        "content": blocks,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
-            "output_tokens": reply.completion_tokens,
-            "cache_creation_input_tokens": reply.cache_write_tokens,
-            "cache_read_input_tokens": reply.cached_tokens,
-            "service_tier": "standard",
-        },
-    }
+        ended = int(job.ended_at) if job.ended_at else None
+        return {
+            "id": job.id,
+            "object": "batch",
+            "endpoint": job.endpoint,
+            "errors": None,
+            "input_file_id": job.input_file_id,
+            "completion_window": "24h",
+            "status": status,
+            "output_file_id": job.output_file_id,
+            "error_file_id": job.error_file_id,
+            "created_at": int(job.created_at),
+            "in_progress_at": int(job.created_at),
+            "expires_at": int(job.created_at) + 86400,
+            "finalizing_at": ended,
+            "completed_at": ended if status == "completed" else None,
+            "failed_at": None,
+            "expired_at": ended if status == "expired" else None,
+            "cancelling_at": ended if status == "cancelled" else None,
+            "cancelled_at": ended if status == "cancelled" else None,
+            "request_counts": {
+                "total": len(job.requests),
+                "completed": sum(kind == "succeeded" for kind, _, _ in outcomes.values()),
+                "failed": sum(kind != "succeeded" for kind, _, _ in outcomes.values()),
+            },
+            "metadata": {},
+        }
+
+    def batch_files(self, job: BatchJob, outcomes: dict[str, Outcome]) -> dict[str, list[str]]:
+        # The output file holds the answered requests, the error file the failed and expired ones.
+        good = [self._batch_line(job, cid, out) for cid, out in outcomes.items() if out[0] == "succeeded"]
+        bad = [self._batch_line(job, cid, out) for cid, out in outcomes.items() if out[0] in ("errored", "expired")]
+        return {"output_file_id": good, "error_file_id": bad}
+
+    @staticmethod
+    def _batch_line(job: BatchJob, custom_id: str, outcome: Outcome) -> str:
+        kind, status, reply = outcome
+        line: dict[str, Any] = {
+            "id": f"batch_req_{content_digest(job.id, custom_id)[:24]}",
+            "custom_id": custom_id,
+            "response": None,
+            "error": None,
+        }
+        if kind == "expired":
+            line["error"] = {
+                "code": "batch_expired",
+                "message": "This request could not be executed before the completion window expired.",
+            }
+        else:
+            line["response"] = {
+                "status_code": status,
+                "request_id": f"req_{content_digest(custom_id)[:24]}",
+                "body": reply,
+            }
+        return json.dumps(line)
 
 
-def rate_limit_rejection(limit: RateLimit, wire: WireFormat, model: str, now: float) -> Rejection:
-    """The 429 ``limit`` sends at ``now``, with the headers of its ``form``."""
-    wait = max(0.0, limit.until - now) if limit.until is not None else limit.wait_s
-    reset_at = limit.until if limit.until is not None else now + wait
-    headers: dict[str, str] = {}
-    if limit.form == "seconds":
-        # Real providers send whole seconds; a scripted sub-second wait is kept as given.
-        headers["Retry-After"] = str(math.ceil(wait)) if limit.until is not None else f"{wait:g}"
-    elif limit.form == "ms":
-        headers["retry-after-ms"] = str(round(wait * 1000))
-    elif limit.form == "http_date":
-        headers["Retry-After"] = formatdate(math.ceil(reset_at), usegmt=True)
-    kind = "tokens" if limit.form == "reset_tokens" else "requests"
-    if wire == "anthropic":
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+class AnthropicWire(Wire):
+    """The Anthropic Messages API and its message batches API."""
+
+    name = "anthropic"
+    batch_missing = "batch not found"
+
+    def read_request(
+        self, body: dict[str, Any], known_schemas: dict[str, dict[str, Any]]
+    ) -> tuple[dict[str, Any], str | None]:
+        return from_anthropic(body, known_schemas)
+
+    def header_error(self, headers: Mapping[str, str]) -> Rejection | None:
+        if not (headers.get("x-api-key") or headers.get("authorization")):
+            return Rejection(401, self.error_body(401, "x-api-key header is required"))
+        if not headers.get("anthropic-version"):
+            return Rejection(400, self.error_body(400, "anthropic-version: header is required"))
+        return None
+
+    def request_error(self, body: dict[str, Any]) -> Rejection | None:
+        if not isinstance(body.get("max_tokens"), int):
+            return Rejection(400, self.error_body(400, "max_tokens: Field required"))
+        return None
+
+    def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
+        # The Messages API names every error's type; OpenAI's extra fields have no place here.
+        error_type = kind or _ANTHROPIC_ERROR_TYPES.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+        return {
+            "type": "error",
+            "error": {"type": error_type, "message": message},
+            "request_id": f"req_{hashlib.sha256(message.encode()).hexdigest()[:24]}",
+        }
+
+    def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
+        blocks: list[dict[str, Any]] = []
+        if reply.reasoning and reply.reasoning_in not in _INLINE:
+            signature = base64.b64encode(hashlib.sha256(reply.reasoning.encode()).digest()).decode()
+            blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": signature})
+        text = _inline_text(reply)
+        structured = None
+        if tool is not None and reply.finish in ("stop", "length"):
+            try:
+                structured = json.loads(text)
+            except ValueError:
+                structured = None  # not JSON: the model answered in text instead of calling the tool
+        if isinstance(structured, dict):
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{hashlib.sha256(text.encode()).hexdigest()[:20]}",
+                    "name": tool,
+                    "input": structured,
+                }
+            )
+        elif text:
+            blocks.append({"type": "text", "text": text})
+        stop_reason = {
+            "stop": "tool_use" if isinstance(structured, dict) else "end_turn",
+            "length": "max_tokens",
+            "content_filter": "refusal",
+            "refusal": "refusal",
+        }[reply.finish]
+        return {
+            "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": reply.served_model,
+            "content": blocks,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
+                "output_tokens": reply.completion_tokens,
+                "cache_creation_input_tokens": reply.cache_write_tokens,
+                "cache_read_input_tokens": reply.cached_tokens,
+                "service_tier": "standard",
+            },
+        }
+
+    def structured_output_rejection(self, request: dict[str, Any], body: dict[str, Any]) -> Rejection | None:
+        if not (body.get("output_format") or (body.get("output_config") or {}).get("format")):
+            return None  # a forced tool still works
+        return Rejection(400, self.error_body(400, "output_format: Extra inputs are not permitted"))
+
+    def prompt_filtered_rejection(self) -> Rejection:
+        return Rejection(400, self.error_body(400, "Output blocked by content filtering policy"))
+
+    def _rate_limited(
+        self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
+    ) -> Rejection:
         reset = datetime.fromtimestamp(math.ceil(reset_at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name in ("requests", "tokens"):
             headers[f"anthropic-ratelimit-{name}-limit"] = "50" if name == "requests" else "40000"
             headers[f"anthropic-ratelimit-{name}-remaining"] = "0" if name == kind else "49"
             headers[f"anthropic-ratelimit-{name}-reset"] = reset
         message = f"This request would exceed the rate limit for your organization of 50 {kind} per minute."
-        return Rejection(429, error_body(wire, 429, message), headers)
-    headers |= {
-        "x-ratelimit-limit-requests": "60",
-        "x-ratelimit-limit-tokens": "150000",
-        "x-ratelimit-remaining-requests": "0" if kind == "requests" else "59",
-        "x-ratelimit-remaining-tokens": "0" if kind == "tokens" else "149000",
-    }
-    if limit.form in ("reset_requests", "reset_tokens"):
-        headers[f"x-ratelimit-reset-{kind}"] = go_duration(wait)
-    message = f"Rate limit reached for {kind} per min on model {model}. Please try again in {go_duration(wait)}."
-    return Rejection(429, error_body(wire, 429, message, kind=kind, code="rate_limit_exceeded"), headers)
+        return Rejection(429, self.error_body(429, message), headers)
+
+    def cached_prefix(
+        self,
+        cache: ScriptedPromptCache,
+        body: dict[str, Any],
+        request: dict[str, Any],
+        reply: ShapedReply,
+        entry: dict[str, Any],
+    ) -> tuple[int, int]:
+        # Explicit caching: marks live only in block lists, so a request without one has none.
+        if not (
+            isinstance(body.get("system"), list)
+            or any(isinstance(m.get("content"), list) for m in body.get("messages") or [])
+        ):
+            return 0, 0
+        read, written, marked = cache.anthropic(body)
+        if marked:
+            entry["cache_control"] = marked
+        return read, written
+
+    def batch_object(self, job: BatchJob, base_url: str) -> dict[str, Any]:
+        outcomes = job.outcomes or {}
+        counts = {
+            name: sum(kind == name for kind, _, _ in outcomes.values())
+            for name in ("succeeded", "errored", "canceled", "expired")
+        }
+        ended = job.outcomes is not None
+        return {
+            "id": job.id,
+            "type": "message_batch",
+            "processing_status": "ended" if ended else "in_progress",
+            "request_counts": {"processing": 0 if ended else len(job.requests), **counts},
+            "ended_at": _iso(job.ended_at),
+            "created_at": _iso(job.created_at),
+            "expires_at": _iso(job.created_at + 86400),
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": (f"{base_url}/v1/messages/batches/{job.id}/results" if ended else None),
+        }
+
+    @staticmethod
+    def batch_results(outcomes: dict[str, Outcome]) -> bytes:
+        """A finished job's results as ``/v1/messages/batches/{id}/results`` sends them (JSONL)."""
+        lines = []
+        for custom_id, (kind, _, reply) in outcomes.items():
+            result: dict[str, Any] = {"type": kind}
+            if kind == "succeeded":
+                result["message"] = reply
+            elif kind == "errored":
+                result["error"] = reply
+            lines.append(json.dumps({"custom_id": custom_id, "result": result}))
+        return ("\n".join(lines) + "\n").encode()
+
+
+OPENAI = OpenAIWire()
+ANTHROPIC = AnthropicWire()
+# Each wire by its name (``calls[i]["wire"]``), and the synchronous routes each one serves.
+WIRES: dict[str, Wire] = {wire.name: wire for wire in (OPENAI, ANTHROPIC)}
+ROUTES: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}
 
 
 # ---------------------------------------------------------------- the OpenAI embeddings API
