@@ -1,14 +1,14 @@
 """How real providers word their replies and errors on the wire, for the scripted model server.
 
-Each API the server speaks is one :class:`Wire` (``OPENAI``: chat completions and the files +
-batches API; ``ANTHROPIC``: the Messages API and its message batches), holding everything that API
-does its own way: how a request is read (``from_anthropic`` turns a Messages API request into the
-chat-completions dict responders read), what it refuses up front, the shape of a reply, an error,
-a 429 and a filtered prompt, how cached prompt tokens are found, and how a batch job looks.
-``ROUTES`` maps each synchronous route to its wire, ``WIRES`` each wire's name to it. How one
-scripted model shapes its replies (:class:`Behaviour`, :class:`RateLimit`): reasoning, truncation,
-safety blocks, rejected ``json_schema``, served model names and the tokens each reply bills.
-The OpenAI embeddings API's reply (``embeddings_body``) carries ``scripted_embedding`` vectors.
+Each API the server speaks is one :class:`Wire`, holding everything that API does its own way:
+how a request is read, what it refuses up front, the shape of a reply, an error, a 429 and a
+filtered prompt, what a structured-output request looks like, how cached prompt tokens are found,
+and how a batch job (:class:`BatchJob`) looks. The wires themselves are ``openai_wire.OPENAI``
+(chat completions, the files + batches API) and ``anthropic_wire.ANTHROPIC`` (the Messages API and
+its message batches). Here too: how one scripted model shapes its replies (:class:`Behaviour`,
+:class:`RateLimit`): reasoning, truncation, safety blocks, rejected ``json_schema``, served model
+names and the tokens each reply bills. The OpenAI embeddings API's reply (``embeddings_body``)
+carries ``scripted_embedding`` vectors.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import hashlib
 import json
 import math
 import struct
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from email.utils import formatdate
 from typing import Any, ClassVar, Literal
 
@@ -31,72 +29,11 @@ from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 WireFormat = Literal["openai", "anthropic"]
 
 
-# ---------------------------------------------------------------- the Anthropic Messages API
-
-# The tool LiteLLM's anthropic/ adapter forces for a response_format (its RESPONSE_FORMAT_TOOL_NAME).
-JSON_TOOL_NAME = "json_tool_call"
-
-
-def _text_of(content: Any) -> Any:
-    """A Messages API content (a string or a list of blocks) as chat-completions text."""
-    if isinstance(content, list):
-        texts = [block.get("text", "") for block in content if isinstance(block, dict) and block.get("type") == "text"]
-        return "\n".join(texts) if texts else json.dumps(content)
-    return content
-
-
-def _schema_name(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallback: str) -> str:
-    # The Messages API carries no schema name: take the schema's title, else the known schema
-    # with the same top-level properties (the adapter may rewrite the rest of the schema).
-    if isinstance(title := schema.get("title"), str):
-        return title
-    keys = set(schema.get("properties") or {})
-    return next(
-        (name for name, known_schema in known.items() if set(known_schema.get("properties") or {}) == keys), fallback
-    )
-
-
-def _json_schema_format(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallback: str) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": {"name": _schema_name(schema, known, fallback), "schema": schema}}
-
-
-def from_anthropic(
-    body: dict[str, Any], known_schemas: dict[str, dict[str, Any]] | None = None
-) -> tuple[dict[str, Any], str | None]:
-    """A Messages API request as the chat-completions dict responders read, and the tool a
-    structured reply must call (None: the reply is text).
-
-    The system prompt becomes the first message; text blocks are joined; ``output_format`` (or
-    ``output_config.format``) or a forced tool becomes a JSON-schema ``response_format``, named
-    after the schema's title or the entry of ``known_schemas`` with the same properties. Every
-    other field (``max_tokens``, ``thinking``, ``tools`` ...) is kept as sent.
-    """
-    messages = []
-    if body.get("system"):
-        messages.append({"role": "system", "content": _text_of(body["system"])})
-    messages += [{"role": m.get("role"), "content": _text_of(m.get("content"))} for m in body.get("messages", [])]
-    request = {k: v for k, v in body.items() if k not in ("system", "messages")}
-    request["messages"] = messages
-    known = known_schemas or {}
-    output_format = body.get("output_format") or (body.get("output_config") or {}).get("format")
-    if isinstance(output_format, dict) and isinstance(output_format.get("schema"), dict):
-        request["response_format"] = _json_schema_format(output_format["schema"], known, "output")
-        return request, None
-    choice = body.get("tool_choice") or {}
-    forced = choice.get("name") if choice.get("type") == "tool" else None
-    for tool in body.get("tools") or []:
-        # A forced tool, or the adapter's JSON tool offered without forcing (thinking forbids forcing).
-        if tool.get("name") == (forced or JSON_TOOL_NAME) and isinstance(tool.get("input_schema"), dict):
-            request["response_format"] = _json_schema_format(tool["input_schema"], known, tool["name"])
-            return request, tool["name"]
-    return request, None
-
-
 # ---------------------------------------------------------------- real providers' manners
 
 Finish = Literal["stop", "length", "content_filter", "refusal"]
 ReasoningPlace = Literal["field", "reasoning_field", "think_tags", "think_end_only"]
-_INLINE = ("think_tags", "think_end_only")
+INLINE_REASONING = ("think_tags", "think_end_only")  # reasoning places written into the content
 RateLimitForm = Literal["seconds", "ms", "http_date", "reset_requests", "reset_tokens"]
 
 # What an aligned model or a provider's safety layer writes instead of an answer.
@@ -109,7 +46,6 @@ AZURE_PROMPT_FILTERED = (
 )
 # The 400 of an OpenAI-compatible server that only accepts json_object.
 JSON_SCHEMA_UNSUPPORTED = "response_format.type 'json_schema' is not supported; use 'json_object'"
-_FILTER_CATEGORIES = ("hate", "self_harm", "sexual", "violence")
 
 
 def go_duration(seconds: float) -> str:
@@ -230,7 +166,7 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
     reasoning = behaviour.reasoning(request) if callable(behaviour.reasoning) else behaviour.reasoning
     if behaviour.truncate_at is not None:
         answer = answer[: behaviour.truncate_at]
-    inline = behaviour.reasoning_in in _INLINE
+    inline = behaviour.reasoning_in in INLINE_REASONING
     reasoning_tokens = _words(reasoning) if reasoning else 0
     answer_tokens = _words(answer)
     completion_tokens = answer_tokens + reasoning_tokens
@@ -254,20 +190,14 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
     )
 
 
-def _inline_text(reply: ShapedReply) -> str:
+def inline_text(reply: ShapedReply) -> str:
     """The content with reasoning written inline, as a model without a reasoning parser emits it."""
-    if not reply.reasoning or reply.reasoning_in not in _INLINE:
+    if not reply.reasoning or reply.reasoning_in not in INLINE_REASONING:
         return reply.answer
     opening = "<think>\n" if reply.reasoning_in == "think_tags" else ""
     if reply.finish == "length" and not reply.answer:
         return f"{opening}{reply.reasoning}"  # the budget ran out inside the reasoning: no closing tag
     return f"{opening}{reply.reasoning}\n</think>\n\n{reply.answer}"
-
-
-def _filter_results(filtered: bool) -> dict[str, Any]:
-    # Azure's verdict per category; a block names one (violence).
-    hit = {name: filtered and name == "violence" for name in _FILTER_CATEGORIES}
-    return {name: {"filtered": hit[name], "severity": "medium" if hit[name] else "safe"} for name in _FILTER_CATEGORIES}
 
 
 # ---------------------------------------------------------------- one class per wire format
@@ -406,344 +336,6 @@ class BatchJob:
 def content_digest(*parts: Any) -> str:
     """A stable hex digest of ``parts``: the ids the scripted server makes up."""
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
-
-
-def _iso(moment: float | None) -> str | None:
-    if moment is None:
-        return None
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class OpenAIWire(Wire):
-    """The OpenAI chat-completions API, its files + batches API, and Azure's content filter."""
-
-    name = "openai"
-    injected_error_kind = "injected"
-    batch_missing = "No such batch"
-
-    def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
-        return {"error": {"message": message, "type": kind, "param": None, "code": None} | fields}
-
-    def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
-        text = _inline_text(reply)
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if reply.reasoning and reply.reasoning_in not in _INLINE:
-            message["reasoning_content" if reply.reasoning_in == "field" else "reasoning"] = reply.reasoning
-        finish_reason = {"stop": "stop", "length": "length", "content_filter": "content_filter", "refusal": "stop"}[
-            reply.finish
-        ]
-        if reply.finish == "refusal":
-            message.update(content=None, refusal=text)
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
-        usage: dict[str, Any] = {
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-        }
-        if reply.reasoning_tokens:
-            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
-        if reply.cached_tokens:
-            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
-        body: dict[str, Any] = {
-            "id": f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:12]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": reply.served_model,
-            "choices": [choice],
-            "usage": usage,
-        }
-        if reply.finish == "content_filter":
-            # Azure's shape: the output filter's verdict per category, content null when nothing was kept.
-            message["content"] = text or None
-            choice["content_filter_results"] = _filter_results(True)
-            body["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": _filter_results(False)}]
-        if reply.system_fingerprint is not None:
-            body["system_fingerprint"] = reply.system_fingerprint
-        return body
-
-    def structured_output_rejection(self, request: dict[str, Any], body: dict[str, Any]) -> Rejection | None:
-        if (request.get("response_format") or {}).get("type") != "json_schema":
-            return None
-        error = self.error_body(400, JSON_SCHEMA_UNSUPPORTED, kind="invalid_request_error", param="response_format")
-        return Rejection(400, error)
-
-    def prompt_filtered_rejection(self) -> Rejection:
-        # Azure's body, word for word.
-        filtered = {
-            "error": {
-                "message": AZURE_PROMPT_FILTERED,
-                "type": None,
-                "param": "prompt",
-                "code": "content_filter",
-                "status": 400,
-                "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": _filter_results(True)},
-            }
-        }
-        return Rejection(400, filtered)
-
-    def _rate_limited(
-        self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
-    ) -> Rejection:
-        headers |= {
-            "x-ratelimit-limit-requests": "60",
-            "x-ratelimit-limit-tokens": "150000",
-            "x-ratelimit-remaining-requests": "0" if kind == "requests" else "59",
-            "x-ratelimit-remaining-tokens": "0" if kind == "tokens" else "149000",
-        }
-        if limit.form in ("reset_requests", "reset_tokens"):
-            headers[f"x-ratelimit-reset-{kind}"] = go_duration(wait)
-        message = f"Rate limit reached for {kind} per min on model {model}. Please try again in {go_duration(wait)}."
-        return Rejection(429, self.error_body(429, message, kind=kind, code="rate_limit_exceeded"), headers)
-
-    def cached_prefix(
-        self,
-        cache: ScriptedPromptCache,
-        body: dict[str, Any],
-        request: dict[str, Any],
-        reply: ShapedReply,
-        entry: dict[str, Any],
-    ) -> tuple[int, int]:
-        # Automatic caching: nothing is marked or written; a prompt below the minimum has nothing to read.
-        return (cache.openai(request), 0) if reply.prompt_tokens >= cache.min_tokens else (0, 0)
-
-    def batch_object(self, job: BatchJob, base_url: str) -> dict[str, Any]:
-        outcomes = job.outcomes or {}
-        kinds = {kind for kind, _, _ in outcomes.values()}
-        status = (
-            "in_progress"
-            if job.outcomes is None
-            else "cancelled"
-            if "canceled" in kinds
-            else "expired"
-            if "expired" in kinds
-            else "completed"
-        )
-        ended = int(job.ended_at) if job.ended_at else None
-        return {
-            "id": job.id,
-            "object": "batch",
-            "endpoint": job.endpoint,
-            "errors": None,
-            "input_file_id": job.input_file_id,
-            "completion_window": "24h",
-            "status": status,
-            "output_file_id": job.output_file_id,
-            "error_file_id": job.error_file_id,
-            "created_at": int(job.created_at),
-            "in_progress_at": int(job.created_at),
-            "expires_at": int(job.created_at) + 86400,
-            "finalizing_at": ended,
-            "completed_at": ended if status == "completed" else None,
-            "failed_at": None,
-            "expired_at": ended if status == "expired" else None,
-            "cancelling_at": ended if status == "cancelled" else None,
-            "cancelled_at": ended if status == "cancelled" else None,
-            "request_counts": {
-                "total": len(job.requests),
-                "completed": sum(kind == "succeeded" for kind, _, _ in outcomes.values()),
-                "failed": sum(kind != "succeeded" for kind, _, _ in outcomes.values()),
-            },
-            "metadata": {},
-        }
-
-    def batch_files(self, job: BatchJob, outcomes: dict[str, Outcome]) -> dict[str, list[str]]:
-        # The output file holds the answered requests, the error file the failed and expired ones.
-        good = [self._batch_line(job, cid, out) for cid, out in outcomes.items() if out[0] == "succeeded"]
-        bad = [self._batch_line(job, cid, out) for cid, out in outcomes.items() if out[0] in ("errored", "expired")]
-        return {"output_file_id": good, "error_file_id": bad}
-
-    @staticmethod
-    def _batch_line(job: BatchJob, custom_id: str, outcome: Outcome) -> str:
-        kind, status, reply = outcome
-        line: dict[str, Any] = {
-            "id": f"batch_req_{content_digest(job.id, custom_id)[:24]}",
-            "custom_id": custom_id,
-            "response": None,
-            "error": None,
-        }
-        if kind == "expired":
-            line["error"] = {
-                "code": "batch_expired",
-                "message": "This request could not be executed before the completion window expired.",
-            }
-        else:
-            line["response"] = {
-                "status_code": status,
-                "request_id": f"req_{content_digest(custom_id)[:24]}",
-                "body": reply,
-            }
-        return json.dumps(line)
-
-
-_ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    529: "overloaded_error",
-}
-
-
-class AnthropicWire(Wire):
-    """The Anthropic Messages API and its message batches API."""
-
-    name = "anthropic"
-    batch_missing = "batch not found"
-
-    def read_request(
-        self, body: dict[str, Any], known_schemas: dict[str, dict[str, Any]]
-    ) -> tuple[dict[str, Any], str | None]:
-        return from_anthropic(body, known_schemas)
-
-    def header_error(self, headers: Mapping[str, str]) -> Rejection | None:
-        if not (headers.get("x-api-key") or headers.get("authorization")):
-            return Rejection(401, self.error_body(401, "x-api-key header is required"))
-        if not headers.get("anthropic-version"):
-            return Rejection(400, self.error_body(400, "anthropic-version: header is required"))
-        return None
-
-    def request_error(self, body: dict[str, Any]) -> Rejection | None:
-        if not isinstance(body.get("max_tokens"), int):
-            return Rejection(400, self.error_body(400, "max_tokens: Field required"))
-        return None
-
-    def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
-        # The Messages API names every error's type; OpenAI's extra fields have no place here.
-        error_type = kind or _ANTHROPIC_ERROR_TYPES.get(
-            status, "api_error" if status >= 500 else "invalid_request_error"
-        )
-        return {
-            "type": "error",
-            "error": {"type": error_type, "message": message},
-            "request_id": f"req_{hashlib.sha256(message.encode()).hexdigest()[:24]}",
-        }
-
-    def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
-        blocks: list[dict[str, Any]] = []
-        if reply.reasoning and reply.reasoning_in not in _INLINE:
-            signature = base64.b64encode(hashlib.sha256(reply.reasoning.encode()).digest()).decode()
-            blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": signature})
-        text = _inline_text(reply)
-        structured = None
-        if tool is not None and reply.finish in ("stop", "length"):
-            try:
-                structured = json.loads(text)
-            except ValueError:
-                structured = None  # not JSON: the model answered in text instead of calling the tool
-        if isinstance(structured, dict):
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": f"toolu_{hashlib.sha256(text.encode()).hexdigest()[:20]}",
-                    "name": tool,
-                    "input": structured,
-                }
-            )
-        elif text:
-            blocks.append({"type": "text", "text": text})
-        stop_reason = {
-            "stop": "tool_use" if isinstance(structured, dict) else "end_turn",
-            "length": "max_tokens",
-            "content_filter": "refusal",
-            "refusal": "refusal",
-        }[reply.finish]
-        return {
-            "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}",
-            "type": "message",
-            "role": "assistant",
-            "model": reply.served_model,
-            "content": blocks,
-            "stop_reason": stop_reason,
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
-                "output_tokens": reply.completion_tokens,
-                "cache_creation_input_tokens": reply.cache_write_tokens,
-                "cache_read_input_tokens": reply.cached_tokens,
-                "service_tier": "standard",
-            },
-        }
-
-    def structured_output_rejection(self, request: dict[str, Any], body: dict[str, Any]) -> Rejection | None:
-        if not (body.get("output_format") or (body.get("output_config") or {}).get("format")):
-            return None  # a forced tool still works
-        return Rejection(400, self.error_body(400, "output_format: Extra inputs are not permitted"))
-
-    def prompt_filtered_rejection(self) -> Rejection:
-        return Rejection(400, self.error_body(400, "Output blocked by content filtering policy"))
-
-    def _rate_limited(
-        self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
-    ) -> Rejection:
-        reset = datetime.fromtimestamp(math.ceil(reset_at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for name in ("requests", "tokens"):
-            headers[f"anthropic-ratelimit-{name}-limit"] = "50" if name == "requests" else "40000"
-            headers[f"anthropic-ratelimit-{name}-remaining"] = "0" if name == kind else "49"
-            headers[f"anthropic-ratelimit-{name}-reset"] = reset
-        message = f"This request would exceed the rate limit for your organization of 50 {kind} per minute."
-        return Rejection(429, self.error_body(429, message), headers)
-
-    def cached_prefix(
-        self,
-        cache: ScriptedPromptCache,
-        body: dict[str, Any],
-        request: dict[str, Any],
-        reply: ShapedReply,
-        entry: dict[str, Any],
-    ) -> tuple[int, int]:
-        # Explicit caching: marks live only in block lists, so a request without one has none.
-        if not (
-            isinstance(body.get("system"), list)
-            or any(isinstance(m.get("content"), list) for m in body.get("messages") or [])
-        ):
-            return 0, 0
-        read, written, marked = cache.anthropic(body)
-        if marked:
-            entry["cache_control"] = marked
-        return read, written
-
-    def batch_object(self, job: BatchJob, base_url: str) -> dict[str, Any]:
-        outcomes = job.outcomes or {}
-        counts = {
-            name: sum(kind == name for kind, _, _ in outcomes.values())
-            for name in ("succeeded", "errored", "canceled", "expired")
-        }
-        ended = job.outcomes is not None
-        return {
-            "id": job.id,
-            "type": "message_batch",
-            "processing_status": "ended" if ended else "in_progress",
-            "request_counts": {"processing": 0 if ended else len(job.requests), **counts},
-            "ended_at": _iso(job.ended_at),
-            "created_at": _iso(job.created_at),
-            "expires_at": _iso(job.created_at + 86400),
-            "archived_at": None,
-            "cancel_initiated_at": None,
-            "results_url": (f"{base_url}/v1/messages/batches/{job.id}/results" if ended else None),
-        }
-
-    @staticmethod
-    def batch_results(outcomes: dict[str, Outcome]) -> bytes:
-        """A finished job's results as ``/v1/messages/batches/{id}/results`` sends them (JSONL)."""
-        lines = []
-        for custom_id, (kind, _, reply) in outcomes.items():
-            result: dict[str, Any] = {"type": kind}
-            if kind == "succeeded":
-                result["message"] = reply
-            elif kind == "errored":
-                result["error"] = reply
-            lines.append(json.dumps({"custom_id": custom_id, "result": result}))
-        return ("\n".join(lines) + "\n").encode()
-
-
-OPENAI = OpenAIWire()
-ANTHROPIC = AnthropicWire()
-# Each wire by its name (``calls[i]["wire"]``), and the synchronous routes each one serves.
-WIRES: dict[str, Wire] = {wire.name: wire for wire in (OPENAI, ANTHROPIC)}
-ROUTES: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}
 
 
 # ---------------------------------------------------------------- the OpenAI embeddings API

@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from refusalbench.tasks.llm.provider_wire import (
-    ANTHROPIC,
-    OPENAI,
+from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC
+from refusalbench.tasks.llm.openai_wire import OPENAI
+from refusalbench.tasks.llm.provider_wire import (  # noqa: F401  (BatchJob: importable from here too)
     BatchJob,
     Behaviour,
     Outcome,

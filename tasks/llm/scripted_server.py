@@ -28,9 +28,11 @@ own. Every request is logged (optionally to a JSONL file, so a test can count ca
 killed process) with the wire format, the time it arrived, the headers that matter and, for
 each reply, the tokens it billed.
 
-The providers' wire shapes and :class:`Behaviour` live in ``provider_wire``, the responders in
-``scripted_replies``; both are importable from here too. The batch APIs (OpenAI files + batches,
-Anthropic message batches; ``server.batches``) are in ``scripted_batches``.
+Each provider's wire format is one class (``provider_wire.Wire``; ``openai_wire.OPENAI``,
+``anthropic_wire.ANTHROPIC``; ``ROUTES`` maps each route to its wire); :class:`Behaviour` lives in
+``provider_wire``, the responders in ``scripted_replies``; all are importable from here too. The
+batch APIs (OpenAI files + batches, Anthropic message batches; ``server.batches``) are in
+``scripted_batches``.
 """
 
 from __future__ import annotations
@@ -50,19 +52,14 @@ from typing import Any
 from aiohttp import web
 
 # Every public name of the two modules below is importable from here, as the tests and docs use it.
+from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC, JSON_TOOL_NAME, AnthropicWire, from_anthropic  # noqa: F401
+from refusalbench.tasks.llm.openai_wire import OPENAI, OpenAIWire  # noqa: F401
 from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
-    ANTHROPIC,
     AZURE_PROMPT_FILTERED,
     CANNED_REFUSAL,
     JSON_SCHEMA_UNSUPPORTED,
-    JSON_TOOL_NAME,
-    OPENAI,
-    ROUTES,
-    WIRES,
-    AnthropicWire,
     Behaviour,
     Finish,
-    OpenAIWire,
     RateLimit,
     RateLimitForm,
     ReasoningPlace,
@@ -71,7 +68,6 @@ from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     Wire,
     WireFormat,
     embeddings_body,
-    from_anthropic,
     go_duration,
     scripted_embedding,
     shape_reply,
@@ -110,6 +106,10 @@ class FaultRates:
 
 
 # ---------------------------------------------------------------- the server
+
+# The synchronous routes and the wire each one speaks, and each wire by its name (``calls[i]["wire"]``).
+ROUTES: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}
+WIRES: dict[str, Wire] = {wire.name: wire for wire in (OPENAI, ANTHROPIC)}
 
 # The request headers a test may ask about: authentication, API version, deployment selectors.
 _LOGGED_HEADERS = ("authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta")
