@@ -75,8 +75,8 @@ class OpenAIWire(Wire):
         if reply.finish == "content_filter":
             # Azure's shape: the output filter's verdict per category, content null when nothing was kept.
             message["content"] = text or None
-            choice["contentfilter_results"] = filter_results(True)
-            body["promptfilter_results"] = [{"prompt_index": 0, "contentfilter_results": filter_results(False)}]
+            choice["content_filter_results"] = filter_results(True)
+            body["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": filter_results(False)}]
         if reply.system_fingerprint is not None:
             body["system_fingerprint"] = reply.system_fingerprint
         return body
