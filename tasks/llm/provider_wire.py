@@ -1,11 +1,14 @@
 """How real providers word their replies and errors on the wire, for the scripted model server.
 
-The OpenAI chat-completions and Anthropic Messages API shapes of a reply (``openai_body``,
-``anthropic_body``), an error (``error_body``) and a 429 (``rate_limit_rejection``); an Anthropic
-request read as the chat-completions dict responders read (``from_anthropic``); and how one
-scripted model shapes its replies (:class:`Behaviour`, :class:`RateLimit`): reasoning, truncation,
-safety blocks, rejected ``json_schema``, served model names and the tokens each reply bills.
-The OpenAI embeddings API's reply (``embeddings_body``) carries ``scripted_embedding`` vectors.
+Each API the server speaks is one :class:`Wire`, holding everything that API does its own way:
+how a request is read, what it refuses up front, the shape of a reply, an error, a 429 and a
+filtered prompt, what a structured-output request looks like, how cached prompt tokens are found,
+and how a batch job (:class:`BatchJob`) looks. The wires themselves are ``openai_wire.OPENAI``
+(chat completions, the files + batches API) and ``anthropic_wire.ANTHROPIC`` (the Messages API and
+its message batches). Here too: how one scripted model shapes its replies (:class:`Behaviour`,
+:class:`RateLimit`): reasoning, truncation, safety blocks, rejected ``json_schema``, served model
+names and the tokens each reply bills. The OpenAI embeddings API's reply (``embeddings_body``)
+carries ``scripted_embedding`` vectors.
 """
 
 from __future__ import annotations
@@ -15,110 +18,22 @@ import hashlib
 import json
 import math
 import struct
-import time
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from email.utils import formatdate
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 
 WireFormat = Literal["openai", "anthropic"]
-
-
-# ---------------------------------------------------------------- the Anthropic Messages API
-
-# The tool LiteLLM's anthropic/ adapter forces for a response_format (its RESPONSE_FORMAT_TOOL_NAME).
-JSON_TOOL_NAME = "json_tool_call"
-
-
-def _text_of(content: Any) -> Any:
-    """A Messages API content (a string or a list of blocks) as chat-completions text."""
-    if isinstance(content, list):
-        texts = [block.get("text", "") for block in content if isinstance(block, dict) and block.get("type") == "text"]
-        return "\n".join(texts) if texts else json.dumps(content)
-    return content
-
-
-def _schema_name(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallback: str) -> str:
-    # The Messages API carries no schema name: take the schema's title, else the known schema
-    # with the same top-level properties (the adapter may rewrite the rest of the schema).
-    if isinstance(title := schema.get("title"), str):
-        return title
-    keys = set(schema.get("properties") or {})
-    return next(
-        (name for name, known_schema in known.items() if set(known_schema.get("properties") or {}) == keys), fallback
-    )
-
-
-def _json_schema_format(schema: dict[str, Any], known: dict[str, dict[str, Any]], fallback: str) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": {"name": _schema_name(schema, known, fallback), "schema": schema}}
-
-
-def from_anthropic(
-    body: dict[str, Any], known_schemas: dict[str, dict[str, Any]] | None = None
-) -> tuple[dict[str, Any], str | None]:
-    """A Messages API request as the chat-completions dict responders read, and the tool a
-    structured reply must call (None: the reply is text).
-
-    The system prompt becomes the first message; text blocks are joined; ``output_format`` (or
-    ``output_config.format``) or a forced tool becomes a JSON-schema ``response_format``, named
-    after the schema's title or the entry of ``known_schemas`` with the same properties. Every
-    other field (``max_tokens``, ``thinking``, ``tools`` ...) is kept as sent.
-    """
-    messages = []
-    if body.get("system"):
-        messages.append({"role": "system", "content": _text_of(body["system"])})
-    messages += [{"role": m.get("role"), "content": _text_of(m.get("content"))} for m in body.get("messages", [])]
-    request = {k: v for k, v in body.items() if k not in ("system", "messages")}
-    request["messages"] = messages
-    known = known_schemas or {}
-    output_format = body.get("output_format") or (body.get("output_config") or {}).get("format")
-    if isinstance(output_format, dict) and isinstance(output_format.get("schema"), dict):
-        request["response_format"] = _json_schema_format(output_format["schema"], known, "output")
-        return request, None
-    choice = body.get("tool_choice") or {}
-    forced = choice.get("name") if choice.get("type") == "tool" else None
-    for tool in body.get("tools") or []:
-        # A forced tool, or the adapter's JSON tool offered without forcing (thinking forbids forcing).
-        if tool.get("name") == (forced or JSON_TOOL_NAME) and isinstance(tool.get("input_schema"), dict):
-            request["response_format"] = _json_schema_format(tool["input_schema"], known, tool["name"])
-            return request, tool["name"]
-    return request, None
-
-
-_ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    529: "overloaded_error",
-}
-
-
-def error_body(
-    wire: WireFormat, status: int, message: str, *, kind: str | None = None, **openai_fields: Any
-) -> dict[str, Any]:
-    """An error body as each API words it (Anthropic: ``{"type": "error", "error": {"type": ...}}``)."""
-    if wire == "anthropic":
-        error_type = kind or _ANTHROPIC_ERROR_TYPES.get(
-            status, "api_error" if status >= 500 else "invalid_request_error"
-        )
-        return {
-            "type": "error",
-            "error": {"type": error_type, "message": message},
-            "request_id": f"req_{hashlib.sha256(message.encode()).hexdigest()[:24]}",
-        }
-    return {"error": {"message": message, "type": kind, "param": None, "code": None} | openai_fields}
 
 
 # ---------------------------------------------------------------- real providers' manners
 
 Finish = Literal["stop", "length", "content_filter", "refusal"]
 ReasoningPlace = Literal["field", "reasoning_field", "think_tags", "think_end_only"]
-_INLINE = ("think_tags", "think_end_only")
+INLINE_REASONING = ("think_tags", "think_end_only")  # reasoning places written into the content
 RateLimitForm = Literal["seconds", "ms", "http_date", "reset_requests", "reset_tokens"]
 
 # What an aligned model or a provider's safety layer writes instead of an answer.
@@ -131,7 +46,6 @@ AZURE_PROMPT_FILTERED = (
 )
 # The 400 of an OpenAI-compatible server that only accepts json_object.
 JSON_SCHEMA_UNSUPPORTED = "response_format.type 'json_schema' is not supported; use 'json_object'"
-_FILTER_CATEGORIES = ("hate", "self_harm", "sexual", "violence")
 
 
 def go_duration(seconds: float) -> str:
@@ -252,7 +166,7 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
     reasoning = behaviour.reasoning(request) if callable(behaviour.reasoning) else behaviour.reasoning
     if behaviour.truncate_at is not None:
         answer = answer[: behaviour.truncate_at]
-    inline = behaviour.reasoning_in in _INLINE
+    inline = behaviour.reasoning_in in INLINE_REASONING
     reasoning_tokens = _words(reasoning) if reasoning else 0
     answer_tokens = _words(answer)
     completion_tokens = answer_tokens + reasoning_tokens
@@ -276,9 +190,9 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
     )
 
 
-def _inline_text(reply: ShapedReply) -> str:
+def inline_text(reply: ShapedReply) -> str:
     """The content with reasoning written inline, as a model without a reasoning parser emits it."""
-    if not reply.reasoning or reply.reasoning_in not in _INLINE:
+    if not reply.reasoning or reply.reasoning_in not in INLINE_REASONING:
         return reply.answer
     opening = "<think>\n" if reply.reasoning_in == "think_tags" else ""
     if reply.finish == "length" and not reply.answer:
@@ -286,147 +200,142 @@ def _inline_text(reply: ShapedReply) -> str:
     return f"{opening}{reply.reasoning}\n</think>\n\n{reply.answer}"
 
 
-def _filter_results(filtered: bool) -> dict[str, Any]:
-    # Azure's verdict per category; a block names one (violence).
-    hit = {name: filtered and name == "violence" for name in _FILTER_CATEGORIES}
-    return {name: {"filtered": hit[name], "severity": "medium" if hit[name] else "safe"} for name in _FILTER_CATEGORIES}
+# ---------------------------------------------------------------- one class per wire format
 
 
-def prompt_filtered_rejection(wire: WireFormat) -> Rejection:
-    """The 400 of a provider whose content filter blocked the prompt (Azure's body on chat completions)."""
-    if wire == "anthropic":
-        return Rejection(400, error_body(wire, 400, "Output blocked by content filtering policy"))
-    filtered = {
-        "error": {
-            "message": AZURE_PROMPT_FILTERED,
-            "type": None,
-            "param": "prompt",
-            "code": "content_filter",
-            "status": 400,
-            "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": _filter_results(True)},
-        }
-    }
-    return Rejection(400, filtered)
+class Wire(ABC):
+    """Everything one API does its own way, for the scripted server's routes, batch APIs and prompt
+    cache: how a request is read, what it refuses before anything else, how a reply, an error, a
+    429 and a filtered prompt are worded, how cached tokens are found, how a batch job looks."""
+
+    name: ClassVar[WireFormat]
+    # The ``type`` of an injected fault's error body (None: the API's own name for the status).
+    injected_error_kind: ClassVar[str | None] = None
+    # The message of a 404 for a batch id the server does not know.
+    batch_missing: ClassVar[str]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def read_request(
+        self, body: dict[str, Any], known_schemas: dict[str, dict[str, Any]]
+    ) -> tuple[dict[str, Any], str | None]:
+        """The request as the chat-completions dict responders read, and the tool a structured
+        reply must call (None: the reply is text)."""
+        return body, None
+
+    def header_error(self, headers: Mapping[str, str]) -> Rejection | None:
+        """What the API refuses for its headers alone (missing authentication or version)."""
+        return None
+
+    def request_error(self, body: dict[str, Any]) -> Rejection | None:
+        """What the API refuses in a request's body before looking at the model (a missing field)."""
+        return None
+
+    def protocol_error(self, headers: Mapping[str, str], body: dict[str, Any]) -> Rejection | None:
+        """What the API refuses before anything else: its headers first, then the body."""
+        return self.header_error(headers) or self.request_error(body)
+
+    @abstractmethod
+    def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
+        """An error body as this API words it; ``fields`` are extra fields of OpenAI's error object."""
+
+    @abstractmethod
+    def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
+        """The reply as this API sends it; a structured reply calls ``tool`` when one was offered."""
+
+    @abstractmethod
+    def structured_output_rejection(self, request: dict[str, Any], body: dict[str, Any]) -> Rejection | None:
+        """The 400 of a server that rejects JSON-schema structured output, if this request asks for it."""
+
+    @abstractmethod
+    def prompt_filtered_rejection(self) -> Rejection:
+        """The 400 of a provider whose content filter blocked the prompt."""
+
+    def rate_limit_rejection(self, limit: RateLimit, model: str, now: float) -> Rejection:
+        """The 429 ``limit`` sends at ``now``, with the headers of its ``form``."""
+        wait = max(0.0, limit.until - now) if limit.until is not None else limit.wait_s
+        reset_at = limit.until if limit.until is not None else now + wait
+        headers: dict[str, str] = {}
+        if limit.form == "seconds":
+            # Real providers send whole seconds; a scripted sub-second wait is kept as given.
+            headers["Retry-After"] = str(math.ceil(wait)) if limit.until is not None else f"{wait:g}"
+        elif limit.form == "ms":
+            headers["retry-after-ms"] = str(round(wait * 1000))
+        elif limit.form == "http_date":
+            headers["Retry-After"] = formatdate(math.ceil(reset_at), usegmt=True)
+        kind = "tokens" if limit.form == "reset_tokens" else "requests"
+        return self._rate_limited(limit, kind, wait, reset_at, model, headers)
+
+    @abstractmethod
+    def _rate_limited(
+        self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
+    ) -> Rejection:
+        """The 429 itself: this API's rate-limit headers added to ``headers``, its wording of the wait."""
+
+    def apply_prompt_cache(
+        self,
+        cache: ScriptedPromptCache,
+        body: dict[str, Any],
+        request: dict[str, Any],
+        reply: ShapedReply,
+        entry: dict[str, Any],
+    ) -> None:
+        """Set ``reply``'s cached and written tokens for this request and note the marks in the log ``entry``."""
+        read, written = self.cached_prefix(cache, body, request, reply, entry)
+        if read or written:
+            reply.cached_tokens = min(max(reply.cached_tokens, read), reply.prompt_tokens)
+            reply.cache_write_tokens = min(written, reply.prompt_tokens - reply.cached_tokens)
+        if reply.cache_write_tokens:
+            entry["cache_written"] = reply.cache_write_tokens
+
+    @abstractmethod
+    def cached_prefix(
+        self,
+        cache: ScriptedPromptCache,
+        body: dict[str, Any],
+        request: dict[str, Any],
+        reply: ShapedReply,
+        entry: dict[str, Any],
+    ) -> tuple[int, int]:
+        """(prompt tokens read from ``cache``, tokens written to it) for this request, the way this
+        API caches prompts; marks the request carried are noted in the log ``entry``."""
+
+    @abstractmethod
+    def batch_object(self, job: BatchJob, base_url: str) -> dict[str, Any]:
+        """The batch job as this API's batch routes describe it (``base_url``: the server's, for links)."""
+
+    def batch_files(self, job: BatchJob, outcomes: dict[str, Outcome]) -> dict[str, list[str]]:
+        """The JSONL files a finished job leaves (the job's attribute naming each file → its lines)."""
+        return {}
 
 
-def openai_body(reply: ShapedReply) -> dict[str, Any]:
-    """The reply as a chat completion."""
-    text = _inline_text(reply)
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if reply.reasoning and reply.reasoning_in not in _INLINE:
-        message["reasoning_content" if reply.reasoning_in == "field" else "reasoning"] = reply.reasoning
-    finish_reason = {"stop": "stop", "length": "length", "content_filter": "content_filter", "refusal": "stop"}[
-        reply.finish
-    ]
-    if reply.finish == "refusal":
-        message.update(content=None, refusal=text)
-    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
-    usage: dict[str, Any] = {
-        "prompt_tokens": reply.prompt_tokens,
-        "completion_tokens": reply.completion_tokens,
-        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-    }
-    if reply.reasoning_tokens:
-        usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
-    if reply.cached_tokens:
-        usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
-    body: dict[str, Any] = {
-        "id": f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:12]}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": reply.served_model,
-        "choices": [choice],
-        "usage": usage,
-    }
-    if reply.finish == "content_filter":
-        # Azure's shape: the output filter's verdict per category, content null when nothing was kept.
-        message["content"] = text or None
-        choice["content_filter_results"] = _filter_results(True)
-        body["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": _filter_results(False)}]
-    if reply.system_fingerprint is not None:
-        body["system_fingerprint"] = reply.system_fingerprint
-    return body
+# A batch request's outcome: (result kind, HTTP status, reply or error body).
+Outcome = tuple[str, int, dict[str, Any]]
 
 
-def anthropic_body(reply: ShapedReply, tool: str | None) -> dict[str, Any]:
-    """The reply as a Messages API message; a structured reply calls ``tool`` when one was offered."""
-    blocks: list[dict[str, Any]] = []
-    if reply.reasoning and reply.reasoning_in not in _INLINE:
-        signature = base64.b64encode(hashlib.sha256(reply.reasoning.encode()).digest()).decode()
-        blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": signature})
-    text = _inline_text(reply)
-    structured = None
-    if tool is not None and reply.finish in ("stop", "length"):
-        try:
-            structured = json.loads(text)
-        except ValueError:
-            structured = None  # not JSON: the model answered in text instead of calling the tool
-    if isinstance(structured, dict):
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": f"toolu_{hashlib.sha256(text.encode()).hexdigest()[:20]}",
-                "name": tool,
-                "input": structured,
-            }
-        )
-    elif text:
-        blocks.append({"type": "text", "text": text})
-    stop_reason = {
-        "stop": "tool_use" if isinstance(structured, dict) else "end_turn",
-        "length": "max_tokens",
-        "content_filter": "refusal",
-        "refusal": "refusal",
-    }[reply.finish]
-    return {
-        "id": f"msg_{hashlib.sha256(text.encode()).hexdigest()[:24]}",
-        "type": "message",
-        "role": "assistant",
-        "model": reply.served_model,
-        "content": blocks,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": reply.prompt_tokens - reply.cached_tokens - reply.cache_write_tokens,
-            "output_tokens": reply.completion_tokens,
-            "cache_creation_input_tokens": reply.cache_write_tokens,
-            "cache_read_input_tokens": reply.cached_tokens,
-            "service_tier": "standard",
-        },
-    }
+@dataclass
+class BatchJob:
+    """One batch as the server keeps it: its requests (custom_id → request body), and once it has
+    completed, each request's outcome (custom_id → (kind, status, reply or error body)); its
+    ``wire`` words its replies and describes it."""
+
+    id: str
+    wire: Wire
+    requests: dict[str, dict[str, Any]]
+    created_at: float
+    input_file_id: str | None = None
+    endpoint: str = "/v1/chat/completions"
+    outcomes: dict[str, Outcome] | None = None
+    ended_at: float | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    looks: int = 0  # status requests so far (a client polling)
 
 
-def rate_limit_rejection(limit: RateLimit, wire: WireFormat, model: str, now: float) -> Rejection:
-    """The 429 ``limit`` sends at ``now``, with the headers of its ``form``."""
-    wait = max(0.0, limit.until - now) if limit.until is not None else limit.wait_s
-    reset_at = limit.until if limit.until is not None else now + wait
-    headers: dict[str, str] = {}
-    if limit.form == "seconds":
-        # Real providers send whole seconds; a scripted sub-second wait is kept as given.
-        headers["Retry-After"] = str(math.ceil(wait)) if limit.until is not None else f"{wait:g}"
-    elif limit.form == "ms":
-        headers["retry-after-ms"] = str(round(wait * 1000))
-    elif limit.form == "http_date":
-        headers["Retry-After"] = formatdate(math.ceil(reset_at), usegmt=True)
-    kind = "tokens" if limit.form == "reset_tokens" else "requests"
-    if wire == "anthropic":
-        reset = datetime.fromtimestamp(math.ceil(reset_at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for name in ("requests", "tokens"):
-            headers[f"anthropic-ratelimit-{name}-limit"] = "50" if name == "requests" else "40000"
-            headers[f"anthropic-ratelimit-{name}-remaining"] = "0" if name == kind else "49"
-            headers[f"anthropic-ratelimit-{name}-reset"] = reset
-        message = f"This request would exceed the rate limit for your organization of 50 {kind} per minute."
-        return Rejection(429, error_body(wire, 429, message), headers)
-    headers |= {
-        "x-ratelimit-limit-requests": "60",
-        "x-ratelimit-limit-tokens": "150000",
-        "x-ratelimit-remaining-requests": "0" if kind == "requests" else "59",
-        "x-ratelimit-remaining-tokens": "0" if kind == "tokens" else "149000",
-    }
-    if limit.form in ("reset_requests", "reset_tokens"):
-        headers[f"x-ratelimit-reset-{kind}"] = go_duration(wait)
-    message = f"Rate limit reached for {kind} per min on model {model}. Please try again in {go_duration(wait)}."
-    return Rejection(429, error_body(wire, 429, message, kind=kind, code="rate_limit_exceeded"), headers)
+def content_digest(*parts: Any) -> str:
+    """A stable hex digest of ``parts``: the ids the scripted server makes up."""
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- the OpenAI embeddings API

@@ -29,19 +29,21 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from aiohttp import web
 
-from refusalbench.tasks.llm.provider_wire import (
+from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC
+from refusalbench.tasks.llm.openai_wire import OPENAI
+from refusalbench.tasks.llm.provider_wire import (  # noqa: F401  (BatchJob: importable from here too)
+    BatchJob,
     Behaviour,
-    WireFormat,
-    anthropic_body,
-    error_body,
-    from_anthropic,
-    openai_body,
+    Outcome,
+    Rejection,
+    Wire,
+    content_digest,
     shape_reply,
 )
 from refusalbench.tasks.llm.scripted_replies import request_fingerprint
@@ -50,32 +52,8 @@ FailureKind = Literal["errored", "expired"]
 _NO_BILL = {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cached_tokens": 0}
 
 
-@dataclass
-class BatchJob:
-    """One batch as the server keeps it: its requests (custom_id → request body), and once it has
-    completed, each request's outcome (custom_id → (kind, status, reply or error body))."""
-
-    id: str
-    wire: WireFormat
-    requests: dict[str, dict[str, Any]]
-    created_at: float
-    input_file_id: str | None = None
-    endpoint: str = "/v1/chat/completions"
-    outcomes: dict[str, tuple[str, int, dict[str, Any]]] | None = None
-    ended_at: float | None = None
-    output_file_id: str | None = None
-    error_file_id: str | None = None
-    looks: int = 0  # status requests so far (a client polling)
-
-
-def _iso(moment: float | None) -> str | None:
-    if moment is None:
-        return None
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+def _reject(rejection: Rejection) -> web.Response:
+    return web.json_response(rejection.body, status=rejection.status, headers=rejection.headers)
 
 
 @dataclass
@@ -119,11 +97,11 @@ class BatchDesk:
             app.router.add_get(f"{prefix}/files/{{file_id}}", self._file)
             app.router.add_get(f"{prefix}/files/{{file_id}}/content", self._file_content)
             app.router.add_post(f"{prefix}/batches", self._create_openai)
-            app.router.add_get(f"{prefix}/batches/{{batch_id}}", self._retrieve_openai)
+            app.router.add_get(f"{prefix}/batches/{{batch_id}}", self._retrieve(OPENAI))
             app.router.add_post(f"{prefix}/batches/{{batch_id}}/cancel", self._cancel)
         app.router.add_post("/v1/messages/batches", self._create_anthropic)
         app.router.add_post("/v1/messages/batches/{batch_id}/cancel", self._cancel)
-        app.router.add_get("/v1/messages/batches/{batch_id}", self._retrieve_anthropic)
+        app.router.add_get("/v1/messages/batches/{batch_id}", self._retrieve(ANTHROPIC))
         app.router.add_get("/v1/messages/batches/{batch_id}/results", self._anthropic_results)
 
     # ------------------------------------------------------------ OpenAI files + batches
@@ -133,11 +111,11 @@ class BatchDesk:
         upload = form.get("file")
         if form.get("purpose") != "batch" or not isinstance(upload, web.FileField):  # absent, or a plain field
             return web.json_response(
-                error_body("openai", 400, "a file with purpose=batch is required", kind="invalid_request_error"),
+                OPENAI.error_body(400, "a file with purpose=batch is required", kind="invalid_request_error"),
                 status=400,
             )
         content = upload.file.read()
-        file_id = f"file-{_digest(content, time.time())[:24]}"
+        file_id = f"file-{content_digest(content, time.time())[:24]}"
         with self._lock:
             self._files[file_id] = content
         return web.json_response(self._file_object(file_id, len(content), upload.filename or "batch.jsonl"))
@@ -159,24 +137,24 @@ class BatchDesk:
         file_id = http.match_info["file_id"]
         content = self._files.get(file_id)
         if content is None:
-            return web.json_response(error_body("openai", 404, f"No such File object: {file_id}"), status=404)
+            return web.json_response(OPENAI.error_body(404, f"No such File object: {file_id}"), status=404)
         return web.json_response(self._file_object(file_id, len(content), f"{file_id}.jsonl"))
 
     async def _file_content(self, http: web.Request) -> web.Response:
         content = self._files.get(http.match_info["file_id"])
         if content is None:
-            return web.json_response(error_body("openai", 404, "No such File object"), status=404)
+            return web.json_response(OPENAI.error_body(404, "No such File object"), status=404)
         return web.Response(body=content, content_type="application/octet-stream")
 
     async def _create_openai(self, http: web.Request) -> web.Response:
         body = await http.json()
         content = self._files.get(str(body.get("input_file_id")))
         if content is None:
-            return web.json_response(error_body("openai", 404, "input_file_id: no such file"), status=404)
+            return web.json_response(OPENAI.error_body(404, "input_file_id: no such file"), status=404)
         lines = [json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()]
         job = BatchJob(
-            id=f"batch_{_digest(body, time.time())[:24]}",
-            wire="openai",
+            id=f"batch_{content_digest(body, time.time())[:24]}",
+            wire=OPENAI,
             requests={line["custom_id"]: line["body"] for line in lines},
             created_at=time.time(),
             input_file_id=body["input_file_id"],
@@ -184,132 +162,60 @@ class BatchDesk:
         )
         with self._lock:
             self.jobs.append(job)
-        return web.json_response(self._openai_batch(job))
+        return web.json_response(OPENAI.batch_object(job, _base_url(http)))
 
-    async def _retrieve_openai(self, http: web.Request) -> web.Response:
-        job = self.job(http.match_info["batch_id"])
-        if job is None or job.wire != "openai":
-            return web.json_response(error_body("openai", 404, "No such batch"), status=404)
-        job.looks += 1
-        self._settle(job)
-        return web.json_response(self._openai_batch(job))
+    def _retrieve(self, wire: Wire) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """The handler of ``GET .../batches/{id}`` on ``wire``'s batch API (a client polling)."""
 
-    def _openai_batch(self, job: BatchJob) -> dict[str, Any]:
-        outcomes = job.outcomes or {}
-        kinds = {kind for kind, _, _ in outcomes.values()}
-        status = (
-            "in_progress"
-            if job.outcomes is None
-            else "cancelled"
-            if "canceled" in kinds
-            else "expired"
-            if "expired" in kinds
-            else "completed"
-        )
-        ended = int(job.ended_at) if job.ended_at else None
-        return {
-            "id": job.id,
-            "object": "batch",
-            "endpoint": job.endpoint,
-            "errors": None,
-            "input_file_id": job.input_file_id,
-            "completion_window": "24h",
-            "status": status,
-            "output_file_id": job.output_file_id,
-            "error_file_id": job.error_file_id,
-            "created_at": int(job.created_at),
-            "in_progress_at": int(job.created_at),
-            "expires_at": int(job.created_at) + 86400,
-            "finalizing_at": ended,
-            "completed_at": ended if status == "completed" else None,
-            "failed_at": None,
-            "expired_at": ended if status == "expired" else None,
-            "cancelling_at": ended if status == "cancelled" else None,
-            "cancelled_at": ended if status == "cancelled" else None,
-            "request_counts": {
-                "total": len(job.requests),
-                "completed": sum(kind == "succeeded" for kind, _, _ in outcomes.values()),
-                "failed": sum(kind != "succeeded" for kind, _, _ in outcomes.values()),
-            },
-            "metadata": {},
-        }
+        async def retrieve(http: web.Request) -> web.Response:
+            job = self.job(http.match_info["batch_id"])
+            if job is None or job.wire is not wire:
+                return web.json_response(wire.error_body(404, wire.batch_missing), status=404)
+            job.looks += 1
+            self._settle(job)
+            return web.json_response(wire.batch_object(job, _base_url(http)))
+
+        return retrieve
 
     # ------------------------------------------------------------ Anthropic message batches
 
     async def _create_anthropic(self, http: web.Request) -> web.Response:
-        if not (http.headers.get("x-api-key") or http.headers.get("authorization")):
-            return web.json_response(error_body("anthropic", 401, "x-api-key header is required"), status=401)
-        if not http.headers.get("anthropic-version"):
-            return web.json_response(error_body("anthropic", 400, "anthropic-version: header is required"), status=400)
+        rejection = ANTHROPIC.header_error(http.headers)
+        if rejection is not None:
+            return _reject(rejection)
         body = await http.json()
         requests = body.get("requests")
         if not isinstance(requests, list) or not requests:
-            return web.json_response(error_body("anthropic", 400, "requests: Field required"), status=400)
+            return web.json_response(ANTHROPIC.error_body(400, "requests: Field required"), status=400)
         job = BatchJob(
-            id=f"msgbatch_{_digest(body, time.time())[:24]}",
-            wire="anthropic",
+            id=f"msgbatch_{content_digest(body, time.time())[:24]}",
+            wire=ANTHROPIC,
             requests={r["custom_id"]: r["params"] for r in requests},
             created_at=time.time(),
             endpoint="/v1/messages",
         )
         with self._lock:
             self.jobs.append(job)
-        return web.json_response(self._anthropic_batch(job, http))
-
-    async def _retrieve_anthropic(self, http: web.Request) -> web.Response:
-        job = self.job(http.match_info["batch_id"])
-        if job is None or job.wire != "anthropic":
-            return web.json_response(error_body("anthropic", 404, "batch not found"), status=404)
-        job.looks += 1
-        self._settle(job)
-        return web.json_response(self._anthropic_batch(job, http))
-
-    def _anthropic_batch(self, job: BatchJob, http: web.Request) -> dict[str, Any]:
-        outcomes = job.outcomes or {}
-        counts = {
-            name: sum(kind == name for kind, _, _ in outcomes.values())
-            for name in ("succeeded", "errored", "canceled", "expired")
-        }
-        ended = job.outcomes is not None
-        return {
-            "id": job.id,
-            "type": "message_batch",
-            "processing_status": "ended" if ended else "in_progress",
-            "request_counts": {"processing": 0 if ended else len(job.requests), **counts},
-            "ended_at": _iso(job.ended_at),
-            "created_at": _iso(job.created_at),
-            "expires_at": _iso(job.created_at + 86400),
-            "archived_at": None,
-            "cancel_initiated_at": None,
-            "results_url": (f"{http.scheme}://{http.host}/v1/messages/batches/{job.id}/results" if ended else None),
-        }
+        return web.json_response(ANTHROPIC.batch_object(job, _base_url(http)))
 
     async def _anthropic_results(self, http: web.Request) -> web.Response:
         job = self.job(http.match_info["batch_id"])
-        if job is None or job.wire != "anthropic":
-            return web.json_response(error_body("anthropic", 404, "batch not found"), status=404)
+        if job is None or job.wire is not ANTHROPIC:
+            return web.json_response(ANTHROPIC.error_body(404, ANTHROPIC.batch_missing), status=404)
         self._settle(job)
         if job.outcomes is None:
-            return web.json_response(error_body("anthropic", 400, f"Batch {job.id} is still in_progress"), status=400)
-        lines = []
-        for custom_id, (kind, _, reply) in job.outcomes.items():
-            result: dict[str, Any] = {"type": kind}
-            if kind == "succeeded":
-                result["message"] = reply
-            elif kind == "errored":
-                result["error"] = reply
-            lines.append(json.dumps({"custom_id": custom_id, "result": result}))
-        return web.Response(body=("\n".join(lines) + "\n").encode(), content_type="application/binary")
+            return web.json_response(ANTHROPIC.error_body(400, f"Batch {job.id} is still in_progress"), status=400)
+        return web.Response(body=ANTHROPIC.batch_results(job.outcomes), content_type="application/binary")
 
     async def _cancel(self, http: web.Request) -> web.Response:
         """Cancel a job: the requests not answered yet are not processed (Anthropic: ``canceled``)."""
         job = self.job(http.match_info["batch_id"])
-        if job is None:
-            return web.json_response(error_body("openai", 404, "No such batch"), status=404)
+        if job is None:  # worded as OpenAI's on either batch API
+            return web.json_response(OPENAI.error_body(404, OPENAI.batch_missing), status=404)
         with self._lock:
             if job.outcomes is None:
                 job.outcomes, job.ended_at = {cid: ("canceled", 0, {}) for cid in job.requests}, time.time()
-        return web.json_response(self._openai_batch(job) if job.wire == "openai" else self._anthropic_batch(job, http))
+        return web.json_response(job.wire.batch_object(job, _base_url(http)))
 
     # ------------------------------------------------------------ answering a batch
 
@@ -329,52 +235,27 @@ class BatchDesk:
                 return
             job.outcomes = {}  # claimed: a concurrent look sees it settling, not twice
         outcomes = {custom_id: self._answer(job, custom_id, body) for custom_id, body in job.requests.items()}
-        if job.wire == "openai":
-            good = [self._openai_line(job, cid, out) for cid, out in outcomes.items() if out[0] == "succeeded"]
-            bad = [
-                self._openai_line(job, cid, out) for cid, out in outcomes.items() if out[0] in ("errored", "expired")
-            ]
-            with self._lock:
-                for name, lines in (("output_file_id", good), ("error_file_id", bad)):
-                    if lines:
-                        file_id = f"file-{_digest(job.id, name)[:24]}"
-                        self._files[file_id] = ("\n".join(lines) + "\n").encode()
-                        setattr(job, name, file_id)
+        files = job.wire.batch_files(job, outcomes)
+        with self._lock:
+            for name, lines in files.items():
+                if lines:
+                    file_id = f"file-{content_digest(job.id, name)[:24]}"
+                    self._files[file_id] = ("\n".join(lines) + "\n").encode()
+                    setattr(job, name, file_id)
         job.ended_at = time.time()
         job.outcomes = outcomes
 
-    @staticmethod
-    def _openai_line(job: BatchJob, custom_id: str, outcome: tuple[str, int, dict[str, Any]]) -> str:
-        kind, status, reply = outcome
-        line: dict[str, Any] = {
-            "id": f"batch_req_{_digest(job.id, custom_id)[:24]}",
-            "custom_id": custom_id,
-            "response": None,
-            "error": None,
-        }
-        if kind == "expired":
-            line["error"] = {
-                "code": "batch_expired",
-                "message": "This request could not be executed before the completion window expired.",
-            }
-        else:
-            line["response"] = {"status_code": status, "request_id": f"req_{_digest(custom_id)[:24]}", "body": reply}
-        return json.dumps(line)
-
-    def _answer(self, job: BatchJob, custom_id: str, body: dict[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    def _answer(self, job: BatchJob, custom_id: str, body: dict[str, Any]) -> Outcome:
         """One request of ``job`` answered as the synchronous route would answer it: (result kind, HTTP
         status, reply or error body)."""
         server = self.server
-        tool = None
-        request = body
-        if job.wire == "anthropic":
-            request, tool = from_anthropic(body, server.known_schemas)
+        request, tool = job.wire.read_request(body, server.known_schemas)
         behaviour = server.behaviours.get(str(request.get("model")))
         failure = self._failure(custom_id)
         now = time.time()
         entry: dict[str, Any] = {
             "time": now,
-            "wire": job.wire,
+            "wire": job.wire.name,
             "model": request.get("model"),
             "fingerprint": request_fingerprint(request),
             "messages": request.get("messages"),
@@ -395,11 +276,11 @@ class BatchDesk:
                 return "expired", 0, {}
             if failure == "errored":
                 entry.update(status=500, fault="errored")
-                return "errored", 500, error_body(job.wire, 500, "injected batch item failure", kind="api_error")
-            if job.wire == "anthropic" and not isinstance(body.get("max_tokens"), int):
-                entry["status"] = 400
-                return "errored", 400, error_body("anthropic", 400, "max_tokens: Field required")
-            rejection = server._behaviour_rejection(request, body, behaviour, job.wire, now)
+                return "errored", 500, job.wire.error_body(500, "injected batch item failure", kind="api_error")
+            # The body's own faults only: a batch request carries no headers of its own.
+            rejection = job.wire.request_error(body) or server._behaviour_rejection(
+                request, body, behaviour, job.wire, now
+            )
             if rejection is not None:
                 entry["status"] = rejection.status
                 return "errored", rejection.status, rejection.body
@@ -409,7 +290,7 @@ class BatchDesk:
                 reply = shape_reply(request, answer, shaping)
             except Exception as exc:  # a broken script is a failed request, visible to the test
                 entry["status"] = 500
-                return "errored", 500, error_body(job.wire, 500, f"responder failed: {exc}")
+                return "errored", 500, job.wire.error_body(500, f"responder failed: {exc}")
             entry["billed"] = {
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
@@ -417,7 +298,12 @@ class BatchDesk:
                 "cached_tokens": reply.cached_tokens,
             }
             entry["finish"] = reply.finish
-            return "succeeded", 200, anthropic_body(reply, tool) if job.wire == "anthropic" else openai_body(reply)
+            return "succeeded", 200, job.wire.reply_body(reply, tool)
         finally:
             entry["finished"] = time.time()
             server._log(entry)
+
+
+def _base_url(http: web.Request) -> str:
+    """The server's own address as the client reached it (for links in a batch object)."""
+    return f"{http.scheme}://{http.host}"

@@ -1,5 +1,7 @@
 """The scripted server's prompt cache: cached-token counts as Anthropic and OpenAI report them.
 
+Which of the two a request gets is its wire's choice (``Wire.apply_prompt_cache`` in ``provider_wire``).
+
 - Messages API (explicit caching): a prefix ending at a block marked ``cache_control`` (in
   ``system`` or in a message's content blocks) of at least ``min_tokens`` is written to the cache
   the first time (``cache_creation_input_tokens``) and read from it afterwards
@@ -96,24 +98,3 @@ class ScriptedPromptCache:
             cached = next((n for n, key in reversed(keys) if key in self._seen), 0)
             self._seen.update(key for _, key in keys)
         return cached
-
-    def apply(
-        self, wire: str, body: dict[str, Any], request: dict[str, Any], reply: Any, entry: dict[str, Any]
-    ) -> None:
-        """Set ``reply``'s cached and written tokens for this request and note the marks in the log ``entry``."""
-        # Fast paths: marks live only in block lists; a prompt below the minimum has nothing to cache.
-        read = written = 0
-        if wire == "anthropic":
-            if isinstance(body.get("system"), list) or any(
-                isinstance(m.get("content"), list) for m in body.get("messages") or []
-            ):
-                read, written, marked = self.anthropic(body)
-                if marked:
-                    entry["cache_control"] = marked
-        elif reply.prompt_tokens >= self.min_tokens:
-            read = self.openai(request)
-        if read or written:
-            reply.cached_tokens = min(max(reply.cached_tokens, read), reply.prompt_tokens)
-            reply.cache_write_tokens = min(written, reply.prompt_tokens - reply.cached_tokens)
-        if reply.cache_write_tokens:
-            entry["cache_written"] = reply.cache_write_tokens

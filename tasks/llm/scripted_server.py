@@ -28,9 +28,11 @@ own. Every request is logged (optionally to a JSONL file, so a test can count ca
 killed process) with the wire format, the time it arrived, the headers that matter and, for
 each reply, the tokens it billed.
 
-The providers' wire shapes and :class:`Behaviour` live in ``provider_wire``, the responders in
-``scripted_replies``; both are importable from here too. The batch APIs (OpenAI files + batches,
-Anthropic message batches; ``server.batches``) are in ``scripted_batches``.
+Each provider's wire format is one class (``provider_wire.Wire``; ``openai_wire.OPENAI``,
+``anthropic_wire.ANTHROPIC``; ``ROUTES`` maps each route to its wire); :class:`Behaviour` lives in
+``provider_wire``, the responders in ``scripted_replies``; all are importable from here too. The
+batch APIs (OpenAI files + batches, Anthropic message batches; ``server.batches``) are in
+``scripted_batches``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +52,12 @@ from typing import Any
 from aiohttp import web
 
 # Every public name of the two modules below is importable from here, as the tests and docs use it.
+from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC, JSON_TOOL_NAME, AnthropicWire, from_anthropic  # noqa: F401
+from refusalbench.tasks.llm.openai_wire import OPENAI, OpenAIWire  # noqa: F401
 from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     AZURE_PROMPT_FILTERED,
     CANNED_REFUSAL,
     JSON_SCHEMA_UNSUPPORTED,
-    JSON_TOOL_NAME,
     Behaviour,
     Finish,
     RateLimit,
@@ -61,15 +65,10 @@ from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     ReasoningPlace,
     Rejection,
     ShapedReply,
+    Wire,
     WireFormat,
-    anthropic_body,
     embeddings_body,
-    error_body,
-    from_anthropic,
     go_duration,
-    openai_body,
-    prompt_filtered_rejection,
-    rate_limit_rejection,
     scripted_embedding,
     shape_reply,
 )
@@ -107,6 +106,10 @@ class FaultRates:
 
 
 # ---------------------------------------------------------------- the server
+
+# The synchronous routes and the wire each one speaks, and each wire by its name (``calls[i]["wire"]``).
+ROUTES: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}
+WIRES: dict[str, Wire] = {wire.name: wire for wire in (OPENAI, ANTHROPIC)}
 
 # The request headers a test may ask about: authentication, API version, deployment selectors.
 _LOGGED_HEADERS = ("authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta")
@@ -218,9 +221,8 @@ class ScriptedLLMServer:
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
             app = web.Application(client_max_size=64 * 1024 * 1024)
-            app.router.add_post("/v1/chat/completions", self._handle_openai)
-            app.router.add_post("/chat/completions", self._handle_openai)
-            app.router.add_post("/v1/messages", self._handle_anthropic)
+            for path, wire in ROUTES.items():
+                app.router.add_post(path, self._route(wire))
             app.router.add_post("/v1/embeddings", self._handle_embeddings)
             app.router.add_post("/embeddings", self._handle_embeddings)
             app.router.add_get("/v1/models", self._models)
@@ -289,18 +291,8 @@ class ScriptedLLMServer:
                 with open(self.log_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(entry) + "\n")
 
-    def _protocol_error(self, http: web.Request, body: dict[str, Any]) -> Rejection | None:
-        """What the Messages API refuses before anything else: no key, no version, no max_tokens."""
-        if not (http.headers.get("x-api-key") or http.headers.get("authorization")):
-            return Rejection(401, error_body("anthropic", 401, "x-api-key header is required"))
-        if not http.headers.get("anthropic-version"):
-            return Rejection(400, error_body("anthropic", 400, "anthropic-version: header is required"))
-        if not isinstance(body.get("max_tokens"), int):
-            return Rejection(400, error_body("anthropic", 400, "max_tokens: Field required"))
-        return None
-
     def _behaviour_rejection(
-        self, request: dict[str, Any], body: dict[str, Any], behaviour: Behaviour | None, wire: WireFormat, now: float
+        self, request: dict[str, Any], body: dict[str, Any], behaviour: Behaviour | None, wire: Wire, now: float
     ) -> Rejection | None:
         """The error ``behaviour`` answers this request with, if any (a 429 counts as served)."""
         if behaviour is None:
@@ -316,26 +308,20 @@ class ScriptedLLMServer:
                 if limited:
                     self._rate_limited[model] = served + 1
             if limited:
-                return rate_limit_rejection(limit, wire, model, now)
+                return wire.rate_limit_rejection(limit, model, now)
         if behaviour.prompt_filtered:
-            return prompt_filtered_rejection(wire)
+            return wire.prompt_filtered_rejection()
         if behaviour.rejects_json_schema:
-            if wire == "anthropic" and (body.get("output_format") or (body.get("output_config") or {}).get("format")):
-                return Rejection(400, error_body(wire, 400, "output_format: Extra inputs are not permitted"))
-            if wire == "openai" and (request.get("response_format") or {}).get("type") == "json_schema":
-                return Rejection(
-                    400,
-                    error_body(
-                        wire, 400, JSON_SCHEMA_UNSUPPORTED, kind="invalid_request_error", param="response_format"
-                    ),
-                )
+            return wire.structured_output_rejection(request, body)
         return None
 
-    async def _handle_openai(self, http: web.Request) -> web.StreamResponse:
-        return await self._serve(http, "openai")
+    def _route(self, wire: Wire) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """The handler of a synchronous route that speaks ``wire``."""
 
-    async def _handle_anthropic(self, http: web.Request) -> web.StreamResponse:
-        return await self._serve(http, "anthropic")
+        async def handle(http: web.Request) -> web.StreamResponse:
+            return await self._serve(http, wire)
+
+        return handle
 
     async def _handle_embeddings(self, http: web.Request) -> web.StreamResponse:
         """``POST /v1/embeddings``: a ``scripted_embedding`` per input text (queued and drawn faults
@@ -362,15 +348,14 @@ class ScriptedLLMServer:
             if fault is not None and fault.kind == "status":
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 return web.json_response(
-                    error_body("openai", fault.status, f"injected {fault.status}", kind="injected"),
+                    OPENAI.error_body(fault.status, f"injected {fault.status}", kind="injected"),
                     status=fault.status,
                     headers=headers,
                 )
             if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
                 entry["status"] = 400
                 return web.json_response(
-                    error_body(
-                        "openai",
+                    OPENAI.error_body(
                         400,
                         "input must be a string or a list of strings",
                         kind="invalid_request_error",
@@ -387,14 +372,11 @@ class ScriptedLLMServer:
         finally:
             entry["finished"] = time.time()
 
-    async def _serve(self, http: web.Request, wire: WireFormat) -> web.StreamResponse:
+    async def _serve(self, http: web.Request, wire: Wire) -> web.StreamResponse:
         received = time.time()
         body = await http.json()
-        tool = None
-        rejection = self._protocol_error(http, body) if wire == "anthropic" else None
-        request = body
-        if wire == "anthropic":
-            request, tool = from_anthropic(body, self.known_schemas)
+        rejection = wire.protocol_error(http.headers, body)
+        request, tool = wire.read_request(body, self.known_schemas)
         behaviour = self.behaviours.get(str(request.get("model")))
         fault = self._draw_fault() if rejection is None else None
         if rejection is None and fault is None:
@@ -402,7 +384,7 @@ class ScriptedLLMServer:
         status = rejection.status if rejection else fault.status if fault and fault.kind == "status" else 200
         entry = {
             "time": received,
-            "wire": wire,
+            "wire": wire.name,
             "model": request.get("model"),
             "fingerprint": request_fingerprint(request),
             "messages": request.get("messages"),
@@ -430,15 +412,14 @@ class ScriptedLLMServer:
             if fault is not None and fault.kind != "empty":
                 if fault.kind == "status":
                     headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-                    kind = "injected" if wire == "openai" else None  # the Messages API names its error types
                     return web.json_response(
-                        error_body(wire, fault.status, f"injected {fault.status}", kind=kind),
+                        wire.error_body(fault.status, f"injected {fault.status}", kind=wire.injected_error_kind),
                         status=fault.status,
                         headers=headers,
                     )
                 if fault.kind == "hang":
                     await asyncio.sleep(self.hang_s)
-                    return web.json_response(error_body(wire, 504, "hung"), status=504)
+                    return web.json_response(wire.error_body(504, "hung"), status=504)
                 return web.Response(text="<html>upstream garbage</html>", content_type="application/json")
             shaping = behaviour or Behaviour()
             if fault is not None:  # an injected empty reply
@@ -448,10 +429,10 @@ class ScriptedLLMServer:
             try:
                 answer = shaping.content if shaping.content is not None else self.responder(request)
                 reply = shape_reply(request, answer, shaping)
-                self.prompt_cache.apply(wire, body, request, reply, entry)
+                wire.apply_prompt_cache(self.prompt_cache, body, request, reply, entry)
             except Exception as exc:  # a broken script is a server error, visible to the test
                 entry["status"] = 500
-                return web.json_response(error_body(wire, 500, f"responder failed: {exc}"), status=500)
+                return web.json_response(wire.error_body(500, f"responder failed: {exc}"), status=500)
             entry["billed"] = {
                 "prompt_tokens": reply.prompt_tokens,
                 "completion_tokens": reply.completion_tokens,
@@ -459,7 +440,7 @@ class ScriptedLLMServer:
                 "cached_tokens": reply.cached_tokens,
             }
             entry["finish"] = reply.finish
-            return web.json_response(anthropic_body(reply, tool) if wire == "anthropic" else openai_body(reply))
+            return web.json_response(wire.reply_body(reply, tool))
         finally:
             self.inflight -= 1
             entry["finished"] = time.time()

@@ -32,7 +32,6 @@ from refusalbench.tasks.llm.scripted_server import (
     RateLimit,
     Rejection,
     ScriptedLLMServer,
-    error_body,
     last_user_text,
 )
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
@@ -256,8 +255,7 @@ class RejectsResponseFormat(ScriptedLLMServer):
         if kind:
             return Rejection(
                 400,
-                error_body(
-                    wire,
+                wire.error_body(
                     400,
                     f"response_format type '{kind}' is not supported",
                     kind="invalid_request_error",
