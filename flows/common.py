@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from refusalbench.tasks.core.config import RunConfig
-from refusalbench.tasks.core.config_sections import EvaluationConfig, GenerationConfig
-from refusalbench.tasks.core.errors import InputError, ModelUnavailable
+from refusalbench.tasks.core.errors import ModelUnavailable
 from refusalbench.tasks.llm.local_models import check_available, is_pulled, pull_model, start_server
 from refusalbench.tasks.pipeline import gc_tuning
 from refusalbench.tasks.pipeline.prefect_server import wait_until_ready
@@ -21,22 +20,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def generation_section(cfg: RunConfig) -> GenerationConfig:
-    """The config's generation section; a config without one is bad input (exit 2), as
-    ``prepare_inputs`` reports it before a generation flow writes anything."""
-    if cfg.generation is None:
-        raise InputError(str(cfg.source), "the config has no generation section", field="generation")
-    return cfg.generation
-
-
-def evaluation_section(cfg: RunConfig) -> EvaluationConfig:
-    """The config's evaluation section; a config without one is bad input (exit 2), as
-    ``check_evaluation_inputs`` reports it before an evaluation flow writes anything."""
-    if cfg.evaluation is None:
-        raise InputError(str(cfg.source), "the config has no evaluation section", field="evaluation")
-    return cfg.evaluation
 
 
 def usable_models(cfg: RunConfig, names: list[str], *, probe: bool = True) -> list[str]:
@@ -129,6 +112,4 @@ __all__ = [
     "model_endpoints",
     "check_or_raise",
     "configured",
-    "generation_section",
-    "evaluation_section",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from refusalbench.flows.common import check_or_raise, evaluation_section, model_endpoints
+from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.results import EvaluationResult
 from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.provenance import ManifestRecorder
@@ -35,7 +35,7 @@ from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
 def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkItem]:
     """The evaluation section and the benchmark, checked before anything is written."""
-    evaluation_section(cfg)  # a config without one: one line, exit 2
+    cfg.evaluation_section()  # a config without one: one line, exit 2
     return read_benchmark(benchmark)
 
 
@@ -47,7 +47,7 @@ def evaluation_flow(
     cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: in ``run`` the generation's came before
     items = check_evaluation_inputs(cfg, benchmark)  # a deployment starts here, without the CLI's check
-    evaluation = evaluation_section(cfg)
+    evaluation = cfg.evaluation_section()
     store = ArtifactStore(out)
     keep_generation_manifest(store)
     recorder = ManifestRecorder(store, "evaluate", config=cfg, seed=evaluation.seed)

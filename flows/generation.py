@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from refusalbench.flows.common import check_or_raise, generation_section, model_endpoints
+from refusalbench.flows.common import check_or_raise, model_endpoints
 from refusalbench.flows.pretest import pretest_models
 from refusalbench.flows.results import GenerationResult
 from refusalbench.tasks.core.config import RunConfig, load_config
@@ -63,8 +63,8 @@ def generation_flow(
     inputs = check_generation_inputs(cfg, seed, avoid)  # a deployment starts here, without the CLI's check
     recorder = ManifestRecorder(ArtifactStore(out), "generate", config=cfg, seed=inputs.seed)
     with recorder.run():
-        generators = check_or_raise(cfg, generation_section(cfg).generators)
-        verifiers = check_or_raise(cfg, generation_section(cfg).verifiers)
+        generators = check_or_raise(cfg, cfg.generation_section().generators)
+        verifiers = check_or_raise(cfg, cfg.generation_section().verifiers)
         pretesters, pretest_judge = pretest_models(cfg)
         calling = generators + verifiers + pretesters + ([pretest_judge] if pretest_judge else [])
         with model_endpoints(cfg, calling) as api_bases:

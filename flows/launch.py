@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from refusalbench.flows.common import check_or_raise, configured, evaluation_section, generation_section
+from refusalbench.flows.common import check_or_raise, configured
 from refusalbench.flows.results import (
     EvaluationResult,
     GenerationResult,
@@ -65,7 +65,7 @@ def run_generation(
 
     cfg = load_config(config_path)
     check_generation_inputs(cfg, seed)
-    generation = generation_section(cfg)
+    generation = cfg.generation_section()
     check_or_raise(cfg, generation.generators)
     check_or_raise(cfg, generation.verifiers)
     pretest_models(cfg)
@@ -88,7 +88,7 @@ def run_evaluation(config_path: str, benchmark: str, out: str, fresh: list[str] 
 
     cfg = load_config(config_path)
     check_evaluation_inputs(cfg, benchmark)
-    evaluation = evaluation_section(cfg)
+    evaluation = cfg.evaluation_section()
     check_or_raise(cfg, evaluation.targets)
     check_or_raise(cfg, [evaluation.judge])
     return announced(configured(evaluation_flow, cfg, out))(config_path, benchmark, out, fresh=fresh)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from refusalbench.flows.common import check_or_raise, configured, generation_section, model_endpoints
+from refusalbench.flows.common import check_or_raise, configured, model_endpoints
 from refusalbench.flows.evaluation import evaluation_flow
 from refusalbench.flows.generation import check_generation_inputs, generation_flow
 from refusalbench.flows.pretest import pretest_models
@@ -45,7 +45,7 @@ def main_flow(
             # verifier analysis, which say why, then fail the run.
             report = write_generation_report(ArtifactStore(out))
             raise RuntimeError(
-                f"the benchmark is empty: no candidate passed {generation_section(cfg).filter} verification; "
+                f"the benchmark is empty: no candidate passed {cfg.generation_section().filter} verification; "
                 f"see the generator-verifier analysis in {report}"
             )
         try:

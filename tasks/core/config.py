@@ -332,6 +332,18 @@ class RunConfig(Strict):
             seen.setdefault(name, None)
         return list(seen)
 
+    def generation_section(self) -> GenerationConfig:
+        """The generation section; a config without one is bad input (exit 2), reported before anything is written."""
+        if self.generation is None:
+            raise InputError(str(self.source), "the config has no generation section", field="generation")
+        return self.generation
+
+    def evaluation_section(self) -> EvaluationConfig:
+        """The evaluation section; a config without one is bad input (exit 2), reported before anything is written."""
+        if self.evaluation is None:
+            raise InputError(str(self.source), "the config has no evaluation section", field="evaluation")
+        return self.evaluation
+
     def resolve_path(self, value: str) -> str:
         """Paths in a config are relative to the config file (then the working directory)."""
         if "://" in value or Path(value).is_absolute() or self.source is None:

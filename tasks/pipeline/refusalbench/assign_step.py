@@ -97,9 +97,7 @@ class GenerationInputs:
 def prepare_inputs(cfg: RunConfig, seed: int, avoid: frozenset[tuple[str, str]] = frozenset()) -> GenerationInputs:
     """Read and check everything the flow needs before any artifact is written (``avoid``: earlier
     rounds' (base item, lever) pairs, assigned again only when the pool is exhausted)."""
-    gen = cfg.generation
-    if gen is None:
-        raise InputError(str(cfg.source), "the config has no generation section", field="generation")
+    gen = cfg.generation_section()
     if gen.verification == "short_circuit" and gen.filter != "unanimous":
         raise InputError(
             str(cfg.source), "verification: short_circuit needs filter: unanimous", field="generation.verification"
