@@ -53,7 +53,7 @@ a call-cache backend        a factory + ``@register_cache_backend("name")``
 a generation pre-check      a function + ``@register_precheck("name")``
 a base-set file type        a reader + ``@register_base_set_reader(".ext")``
 a rule-generator rule       a function + ``@register_rule("lever-id", ...)``
-a config check              a function ``cfg -> (key, problem) | None`` + ``@CONFIG_CHECKS.register("name")``
+a config check              a function ``cfg -> (key, problem) | [(key, problem), ...] | None`` + ``@CONFIG_CHECKS.register("name")``
 ==========================  ===========================================================================
 """
 

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
+from refusalbench.flows.cli_config import VERSION_OPTION, config_app, init
 from refusalbench.flows.cli_data import data_app
 
 # The registry commands (levers, models) live in cli_registry; models_serve is named here for its callers.
@@ -42,6 +43,8 @@ app.add_typer(models_app, name="models")
 app.add_typer(knowornot_app, name="knowornot")
 app.add_typer(audit_app, name="audit")
 app.add_typer(api_app, name="api")
+app.add_typer(config_app, name="config")
+app.command("init")(init)
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -57,7 +60,9 @@ FLOW_COMMANDS = {"run", "generate", "evaluate", "pretest", "refresh", "knowornot
 
 @app.callback()
 def _root(
-    ctx: typer.Context, verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs.")
+    ctx: typer.Context,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs."),
+    version: bool = VERSION_OPTION,
 ) -> None:
     State.verbose = verbose
     logging.basicConfig(

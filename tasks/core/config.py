@@ -2,13 +2,15 @@
 
 Unknown keys are errors that name the key, the file and the line where it was written,
 so a typo in an included model registry points at the registry, not at the run config.
+A config is checked whole: every problem is reported at once, one line each, with the
+closest valid key, value or model name where one is close (``core/config_problems.py``).
 API keys are never part of the config: a model names the environment variable that
 holds its key (``api_key_env``); ``api_base`` and ``cache.url`` may name variables (core/envexpand.py).
 
 Names that refer to registered things (a cache backend, a retrieval strategy, an embedder,
 an evaluation spec) are checked by the package that owns the registry: it adds a function to
 ``CONFIG_CHECKS`` when it is imported, and ``load_config`` runs every registered check after
-the schema, reporting the first problem at the line of the key it names. ``flows`` imports
+the schema, reporting each problem at the line of the key it names. ``flows`` imports
 those packages, so every command that reads a config checks the names before it writes.
 
 A user's own registrations come from plugins (``core/plugins.py``): the installed
@@ -24,10 +26,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from refusalbench.tasks.core.cache_policy import CachePolicy
-from refusalbench.tasks.core.config_files import Located, describe_validation_error, load_tree
+from refusalbench.tasks.core.config_files import Located, load_tree
+from refusalbench.tasks.core.config_problems import (  # RULES_PROVIDER: ``model: rules/<set>``, tasks/refusalbench/rule_generator.py
+    RULES_PROVIDER,
+    did_you_mean,
+    model_references,
+    ordered,
+    reference_problems,
+    validation_problems,
+)
 from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
     EvaluationConfig,
     FilterRule,
@@ -40,7 +50,7 @@ from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections a
     SystemPromptName,
 )
 from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
-from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.core.limits_config import LimitsConfig
 from refusalbench.tasks.core.plugins import MODULE_NAME, PluginError, import_plugin, load_entry_points
 from refusalbench.tasks.core.registry import Registry
@@ -62,7 +72,10 @@ class LocalModelSpec(Strict):
 # inline in ``<think>`` tags to split off the text (``think_tags``), or not at all (``none``).
 ReasoningMode = Literal["field", "think_tags", "none"]
 
-RULES_PROVIDER = "rules/"  # ``model: rules/<set>``: the model-free generator of tasks/refusalbench/rule_generator.py
+# The validation context of load_config, which checks the model names on the document itself (every one,
+# each at its line) before validating: the model validators that would report the first one stand aside.
+REFERENCES_CHECKED = {"references": "checked"}
+
 RULE_SETS = ("v1",)  # the rule sets a config may name; one so far
 
 
@@ -292,16 +305,19 @@ class RunConfig(Strict):
         return names
 
     @model_validator(mode="after")
-    def _models_exist(self) -> RunConfig:
+    def _models_exist(self, info: ValidationInfo) -> RunConfig:
+        if info.context == REFERENCES_CHECKED:
+            return self  # load_config checked every name on the document, with its line
         missing = [(where, name) for where, name in self.referenced_models() if name not in self.models]
         if missing:
             where, name = missing[0]
-            known = ", ".join(sorted(self.models)) or "none"
-            raise ValueError(f"{where}: model {name!r} is not in the registry (known: {known})")
+            raise ValueError(f"{where}: model {name!r} is not in the registry{did_you_mean(name, self.models)}")
         return self
 
     @model_validator(mode="after")
-    def _rules_only_generate(self) -> RunConfig:
+    def _rules_only_generate(self, info: ValidationInfo) -> RunConfig:
+        if info.context == REFERENCES_CHECKED:
+            return self
         for where, name in self.referenced_models():
             if where != "generation.generators" and name in self.models and self.models[name].rule_based:
                 raise ValueError(
@@ -310,21 +326,8 @@ class RunConfig(Strict):
         return self
 
     def referenced_models(self) -> list[tuple[str, str]]:
-        refs: list[tuple[str, str]] = []
-        if self.generation:
-            refs += self.generation.referenced_models()
-        if self.evaluation:
-            refs += [("evaluation.targets", m) for m in self.evaluation.targets]
-            refs.append(("evaluation.judge", self.evaluation.judge))
-        if self.knowornot:
-            refs += [("knowornot.targets", m) for m in self.knowornot.targets]
-            refs.append(("knowornot.evaluator", self.knowornot.evaluator))
-            if self.knowornot.extractor:
-                refs.append(("knowornot.extractor", self.knowornot.extractor))
-            refs += [("knowornot.evaluator_comparison", m) for m in self.knowornot.evaluator_comparison]
-            if self.knowornot.embedding_model:
-                refs.append(("knowornot.embedding_model", self.knowornot.embedding_model))
-        return refs
+        """(key path, model name) for every registry name the sections refer to, in the sections' order."""
+        return [(where, name) for where, _, name in model_references(self)]
 
     def used_models(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -378,24 +381,27 @@ class RunConfig(Strict):
 
 # ---------------------------------------------------------------- checks owned by other packages
 
-ConfigCheck = Callable[[RunConfig], "tuple[str, str] | None"]
-"""A check of a validated config: None, or (key path such as ``cache.backend``, problem)."""
+ConfigCheck = Callable[[RunConfig], "tuple[str, str] | list[tuple[str, str]] | None"]
+"""A check of a validated config: None, or (key path such as ``cache.backend``, problem), or a list of them."""
 
 CONFIG_CHECKS: Registry[ConfigCheck] = Registry("config check")
 
 
-def _run_config_checks(config: RunConfig, located: Located) -> None:
-    """The first problem any registered check finds, as an InputError at the line of its key."""
+def _config_check_problems(config: RunConfig, located: Located) -> list[InputError]:
+    """The problem each registered check finds, as an InputError at the line of its key."""
+    problems: list[InputError] = []
     done: set[str] = set()
     # A check may import a package that registers more checks (knowornot's import tasks/llm): run those too.
     while pending := [name for name in CONFIG_CHECKS if name not in done]:
         done.update(pending)
         for name in pending:
             found = CONFIG_CHECKS[name](config)
-            if found is not None:
-                field, problem = found
-                file, line = located.find(tuple(field.split(".")))
-                raise InputError(file, problem, line=line, field=field)
+            for field, problem in [found] if isinstance(found, tuple) else found or []:
+                # A list item's index in the key path (``generation.strata.2``) finds the item's own line.
+                path = tuple(int(p) if p.isdigit() else p for p in field.split("."))
+                file, line = located.find(path)
+                problems.append(InputError(file, problem, line=line, field=field))
+    return problems
 
 
 def _load_plugins(data: dict[str, Any], located: Located) -> str | None:
@@ -424,18 +430,30 @@ def load_config(path: str | Path) -> RunConfig:
 
     The plugins (entry points, the config's ``plugins:``) are loaded first: the config may name
     what they register."""
+    return load_located_config(path)[0]
+
+
+def load_located_config(path: str | Path) -> tuple[RunConfig, Located]:
+    """``load_config``, and where each key was written. Every problem found is reported at once
+    (``InputErrors``, one line each): the schema's, the model names', the registered checks'."""
     path = Path(path)
     located = Located()
     data = load_tree(path, located, ())
     plugin_folder = _load_plugins(data, located)
+    problems = reference_problems(data, located)
+    config = None
     try:
-        config = RunConfig.model_validate(data)
+        config = RunConfig.model_validate(data, context=REFERENCES_CHECKED)
     except ValidationError as exc:
-        raise describe_validation_error(exc, located) from None
-    config.source = str(path)
-    config._plugin_folder = plugin_folder
-    _run_config_checks(config, located)
-    return config
+        problems = validation_problems(exc, located, data, RunConfig) + problems
+    if config is not None:
+        config.source = str(path)
+        config._plugin_folder = plugin_folder
+        problems += _config_check_problems(config, located)
+    if problems:
+        raise InputErrors.of(ordered(problems, str(path.resolve())))
+    assert config is not None
+    return config, located
 
 
 def packaged_config(name: str) -> Path:

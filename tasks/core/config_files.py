@@ -1,18 +1,17 @@
 """Reading a run config's YAML files: ``include:`` merged, every key path located by file and line.
 
 ``core/config.py`` validates the merged document; the positions kept here let every error it
-reports (unknown key, bad value, a registered check's problem) name the file and line where
-the key was written, which for an included registry is the registry, not the run config.
+reports (``core/config_problems.py``: unknown key, bad value, a registered check's problem) name
+the file and line where the key was written, which for an included registry is the registry,
+not the run config.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.textinput import read_text
@@ -122,24 +121,3 @@ def load_tree(path: Path, located: Located, stack: tuple[Path, ...]) -> dict[str
         # re-read positions of the top file so they take precedence over included ones
         _read_yaml(path, located)
     return merged
-
-
-def describe_validation_error(exc: ValidationError, located: Located) -> InputError:
-    """The first problem pydantic found, as an InputError at the file and line of its key."""
-    err = exc.errors()[0]
-    loc = tuple(err.get("loc", ()))
-    field = ".".join(str(p) for p in loc) or "-"
-    file, line = located.find(loc)
-    if err["type"] == "extra_forbidden":
-        problem = f"unknown key {loc[-1]!r}"
-    elif err["type"] == "missing":
-        problem = "required key missing"
-        file, line = located.find(loc[:-1])
-    else:
-        problem = err["msg"].removeprefix("Value error, ")
-        # Whole-config checks (e.g. RunConfig._models_exist) name the key they concern as "key.path: problem".
-        head, separator, rest = problem.partition(": ")
-        if not loc and separator and re.fullmatch(r"[A-Za-z_][\w.]*", head):
-            field, problem = head, rest
-            file, line = located.find(tuple(head.split(".")))
-    return InputError(file, problem, line=line, field=field)

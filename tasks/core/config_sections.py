@@ -73,15 +73,6 @@ class GenerationConfig(Strict):
         """The generator templates (names without .j2) generated in edit style."""
         return frozenset(EDIT_STYLE_TEMPLATES if self.edit_style == "all" else self.edit_style)
 
-    def referenced_models(self) -> list[tuple[str, str]]:
-        """(config key, model name) for every model this section names, for the registry check."""
-        refs = [("generation.generators", m) for m in self.generators]
-        refs += [("generation.verifiers", m) for m in self.verifiers]
-        if self.pretest:
-            refs += [("generation.pretest.models", m) for m in self.pretest.models]
-            refs.append(("generation.pretest.judge", self.pretest.judge))
-        return refs
-
 
 class EvaluationConfig(Strict):
     targets: list[str] = Field(min_length=1)

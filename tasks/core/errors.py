@@ -30,6 +30,11 @@ class InputErrors(InputError):
         first = errors[0]
         super().__init__(first.file, first.problem, line=first.line, field=first.field)
 
+    @staticmethod
+    def of(errors: list[InputError]) -> InputError:
+        """The one error itself, or several as InputErrors (``errors`` must not be empty)."""
+        return errors[0] if len(errors) == 1 else InputErrors(errors)
+
     def lines(self) -> list[str]:
         return [str(e) for e in self.errors]
 

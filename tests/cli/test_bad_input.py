@@ -815,9 +815,10 @@ def assert_clean_failure(case: Case, prepared: Prepared, code: int, stdout: str,
     assert code == 2, (code, stderr)
     assert "Traceback" not in stderr
     assert stdout == ""
-    if case.kind == "data":
-        # `data validate` lists every problem of the file, one line each (a typo'd field is
-        # also a missing one); the expected problem comes first.
+    if case.kind in ("data", "generate-config"):
+        # `data validate` and a config list every problem of the file, one line each (a typo'd
+        # field is also a missing one; two models may name one unset variable); the expected
+        # problem comes first.
         assert lines and all(LINE_FORMAT.match(line) and line.startswith(prepared.file) for line in lines), lines
     else:
         assert len(lines) == 1, lines
@@ -890,9 +891,10 @@ def render_table() -> str:
         "",
         "Generated from `CASES` in `tests/cli/test_bad_input.py` (run `python tests/cli/test_bad_input.py` to rewrite it);",
         "`test_table_lists_exactly_the_cases` keeps the two in sync. Every case exits with status 2, prints",
-        "exactly one line `FILE:LINE: field: problem` on stderr (LINE is omitted when the problem concerns the",
-        "whole file, field is `-` when there is none), no traceback unless `--verbose` is given, and leaves no",
-        "run folder behind. `…` stands for the rest of the message.",
+        "one line `FILE:LINE: field: problem` per problem on stderr (LINE is omitted when the problem concerns the",
+        "whole file, field is `-` when there is none; a base set or a config with several problems gets one line",
+        "each, the expected one first), no traceback unless `--verbose` is given, and leaves no run folder",
+        "behind. `…` stands for the rest of the message.",
         "",
         "| case | command | input | expected message |",
         "|---|---|---|---|",
