@@ -97,7 +97,7 @@ def test_config_validate_the_demo_config(capsys):
     lines = out.splitlines()
     assert "name: local-demo" in lines
     assert "base set: ../data/sample_single.jsonl (28 items, 2 drawn)" in lines
-    assert "judge: qwen2.5-coder-1.5b-instruct (decision: judge)" in lines
+    assert "judge: qwen2.5-coder-0.5b-instruct (decision: judge)" in lines
     assert lines[-1] == "config OK"
     assert err == ""  # local models only: no key to miss
 
