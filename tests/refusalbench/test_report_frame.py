@@ -60,7 +60,10 @@ def _decision(model: str, item: BenchmarkItem) -> tuple[str, bool | None]:
 
 def _manifest() -> runfolder.RunManifest:
     registry = {name: {"model": f"openai/{name}"} for name in (*TARGETS, "judge")}
-    registry["never-used"] = {"model": "local/big", "local": {"files": [f"big-{i:05d}-of-00042.gguf" for i in range(42)]}}
+    registry["never-used"] = {
+        "model": "local/big",
+        "local": {"files": [f"big-{i:05d}-of-00042.gguf" for i in range(42)]},
+    }
     return runfolder.RunManifest(
         schema_version=runfolder.SCHEMA_VERSION,
         run_id="run-3-items",
@@ -221,3 +224,17 @@ def test_intervals_need_base_items_not_rows():
         assert ("insufficient data" not in board) is shown
         assert ("<span class='ci'>[" in board) is shown
         assert (f"insufficient data (n = {bases})" in board) is not shown
+
+
+def test_trend_points_below_the_minimum_are_not_joined_and_lose_their_interval():
+    from refusalbench.tasks.refusalbench.report.support import guarded_trend, line_points
+
+    readable = [
+        {"round": "r1", "model": "m", "n": 3, "CRS": "0.500 [0.100, 0.900]"},
+        {"round": "r2", "model": "m", "n": 40, "CRS": "0.600 [0.500, 0.700]"},
+    ]
+    shown = guarded_trend(readable, ["CRS"])
+    assert shown[0]["CRS"] == "0.500 (insufficient data (n = 3))" and shown[0]["line"] == "point only"
+    assert shown[1]["CRS"] == "0.600 [0.500, 0.700]" and shown[1]["line"] == "joined"
+    points = line_points(pd.DataFrame({"model": ["m", "m"], "n": [1, 12]}))
+    assert points["joined"].tolist() == [False, True]

@@ -40,6 +40,7 @@ DIMENSION_TITLES = {
     "generator": "generator",
 }
 _SHOWN = ("answer_accuracy", "refusal_accuracy")
+_CELL_COLUMNS = ("model", "group", "value", "metric", "estimate", "ci_low", "ci_high")  # ci_*: optional
 
 
 def leaderboard_html(
@@ -98,7 +99,7 @@ def breakdown_tables(breakdown: pd.DataFrame, support: ClusterSupport) -> str:
     # dimensions x 2 metrics make thousands of them.
     cells_of = {
         (r["model"], r["group"], str(r["value"]), r["metric"]): r
-        for r in shown[["model", "group", "value", "metric", "estimate", "ci_low", "ci_high"]].to_dict("records")
+        for r in shown[[c for c in shown.columns if c in _CELL_COLUMNS]].to_dict("records")
     }
     for dimension in BREAKDOWN_DIMENSIONS:
         part = breakdown[breakdown["group"] == dimension]

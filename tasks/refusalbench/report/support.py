@@ -60,6 +60,7 @@ class ClusterSupport:
         }
         self._sets: dict[str, dict[str, frozenset[int]]] = {}
         self._groups: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        self._breakdown_rows: dict[tuple[str, str, str, str], int] | None = None
         self._rows = self._prepared(judged, benchmark)
 
     @staticmethod
@@ -168,16 +169,18 @@ class ClusterSupport:
         return self._groups[key].get((model, str(value)), 0)
 
     def _breakdown_n(self, model: str, dimension: str, value: str, metric: str) -> int:
-        table = self._breakdown
-        if table is None or table.empty:
-            return 0
-        rows = table[
-            (table["model"] == model)
-            & (table["group"] == dimension)
-            & (table["value"].astype(str) == str(value))
-            & (table["metric"] == metric)
-        ]
-        return _count(rows["n"].iloc[0]) if len(rows) else 0
+        """Without judged rows: the breakdown row's n (0 where the table has none)."""
+        if self._breakdown_rows is None:
+            table = self._breakdown
+            columns = ("model", "group", "value", "metric", "n")
+            if table is None or table.empty or any(c not in table.columns for c in columns):
+                self._breakdown_rows = {}
+            else:
+                self._breakdown_rows = {
+                    (str(m), str(g), str(v), str(k)): _count(n)
+                    for m, g, v, k, n in zip(*(table[c].tolist() for c in columns))
+                }
+        return self._breakdown_rows.get((model, dimension, str(value), metric), 0)
 
 
 def _count(value: Any) -> int:
