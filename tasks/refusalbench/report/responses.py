@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core.html_page import escape, is_nan, section
@@ -133,7 +134,8 @@ def _expected_cell(row: dict[str, Any]) -> str:
     if expected != ANSWER_CORRECTLY:
         return f"refusal: <code>{escape(expected)}</code>"
     answers = row.get("answers")
-    listed = [str(a) for a in answers] if hasattr(answers, "__iter__") and not isinstance(answers, str) else []
+    # Parquet gives a list column back as an array; a missing item (no benchmark row) as NaN.
+    listed = [str(a) for a in answers] if isinstance(answers, (list, tuple, np.ndarray)) else []
     return "answer: " + (escape(" | ".join(listed)) if listed else "<span class='note'>(not recorded)</span>")
 
 
