@@ -11,7 +11,9 @@
 - ``rounds_sample_size`` / ``rounds_epsilon``: the error bound of fresh rounds (paper, Theorem 3.1);
 - clustered designs: ``cluster_resample_counts`` (one resample-index matrix over clusters),
   ``resampled_cluster_sums`` (resampled sums of per-cluster statistics), ``ratio_design_effects``
-  (the design effect of a clustered ratio, for effective-size Wilson intervals).
+  (the design effect of a clustered ratio, for effective-size Wilson intervals);
+- ``MIN_CLUSTERS`` / ``enough_clusters``: the fewest resampling units behind a number for a
+  report page to show its interval, standard error or significance.
 
 RefusalBench's scoring and KnowOrNot's rates both use these, so an interval means the same
 in both reports.
@@ -26,6 +28,28 @@ from statistics import NormalDist
 from typing import overload
 
 import numpy as np
+
+MIN_CLUSTERS = 10
+"""The fewest independent units (RefusalBench: base-item clusters; KnowOrNot: judged responses)
+behind a number for a report page to show its interval, standard error or significance mark.
+
+A percentile bootstrap over K units can only recombine those K: with one unit every resample
+is the data itself, so the interval collapses to a point ([50.0, 50.0]) and the standard error
+to 0, and with a handful the resamples take so few distinct values that intervals are too
+narrow and p-values too small (one item can "differ significantly"). Ten is a rule of thumb,
+not a derived threshold: it is where a handful of units stops dominating. Below it a page prints "insufficient data
+(n = K)" in place of the interval, standard error or mark; the estimate itself stays, and the
+files on disk (``metrics.json``, the Parquet tables) keep every figure."""
+
+
+def enough_clusters(n_clusters: int | float | None) -> bool:
+    """Whether ``n_clusters`` units support an interval, standard error or significance mark
+    (:data:`MIN_CLUSTERS`); an unknown count does not."""
+    return (
+        n_clusters is not None
+        and not (isinstance(n_clusters, float) and math.isnan(n_clusters))
+        and (n_clusters >= MIN_CLUSTERS)
+    )
 
 
 def z_value(level: float) -> float:

@@ -233,5 +233,5 @@ def test_the_generation_report_shows_the_runs_calls(tmp_path, fake_llm):
         model: len(fake_llm.calls_for(model)) for model in ("gen-a", "gen-b", "ver-a")
     }
     report = (out / "report.html").read_text()
-    metadata = report[report.index("<h3>calls</h3>") :]
+    metadata = report[report.index("<h3>Model calls</h3>") :]  # the manifest's "calls", headed in words
     assert "http_calls" in metadata.split("<h3>")[1], "the report's run metadata has no call counts"

@@ -5,7 +5,10 @@ retrieval x prompt x target as figures with 95% intervals and as a table; the sy
 out-of-KB questions apart (``report_ookb``); the outcomes of every further
 evaluation spec; the label sample and the agreement of its annotators with each other and
 with the evaluator (from ``agreement-<spec>.json``, when the labels are in); the
-duplicate-overlap audit of the question set; the run's counts. ``write_knowornot_report``
+duplicate-overlap audit of the question set; the run's counts. The page opens with a summary
+card (``run_summary``) and a table of contents; a rate judged on fewer than
+``core.stats.MIN_CLUSTERS`` responses shows "insufficient data (n = K)" in place of its
+interval. ``write_knowornot_report``
 reads everything from the run folder, so the page can be rebuilt at any time (the
 agreement command does, once new agreement is computed).
 """
@@ -21,12 +24,14 @@ from pydantic import ValidationError
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.eval_spec import EvalSpec
-from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section
+from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section, table_of_contents
 from refusalbench.tasks.core.human_labels import HumanLabel
+from refusalbench.tasks.core.stats import enough_clusters
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.knowornot.human.evaluator_comparison import comparison_html
 from refusalbench.tasks.knowornot.report.figures import outcome_shares, overlap_histogram, rate_bars
 from refusalbench.tasks.knowornot.report.ookb_section import synthetic_ookb_html
+from refusalbench.tasks.knowornot.report.run_summary import summary_html
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.schema.json_files import AgreementDocument, OverlapAudit
 from refusalbench.tasks.knowornot.stages.evaluation import ABSTENTION, BUILT_IN_SPECS, FACTUALITY
@@ -56,14 +61,16 @@ class KnowOrNotReportInputs:
     labels_per_spec: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     synthetic_ookb: pd.DataFrame | None = None  # the synthetic out-of-KB questions' rates (their own experiment)
     ookb_validity: Sequence[Mapping[str, Any]] = ()  # their validity labels per annotator (ookb.validity_summary)
+    manifest: Mapping[str, Any] | None = None  # manifest.json (the summary card)
 
 
 def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | None = None) -> str:
     """(Re)build ``report.html`` of a finished KnowOrNot run from its folder; returns its URI."""
     document = store.load(kon_files.KON_METRICS)
     specs = store.load(kon_files.RUN_SPECS).root if store.has(kon_files.RUN_SPECS) else list(BUILT_IN_SPECS)
+    manifest = store.load(runfolder.MANIFEST) if store.has(runfolder.MANIFEST) else None
     if counts is None:
-        counts = store.load(runfolder.MANIFEST).counts if store.has(runfolder.MANIFEST) else {}
+        counts = manifest.counts if manifest is not None else {}
     agreements = {
         s.name: store.load(kon_files.agreement_file(s.name))
         for s in specs
@@ -95,6 +102,7 @@ def write_knowornot_report(store: ArtifactStore, counts: Mapping[str, Any] | Non
         ookb_validity=validity_summary(store.read_text(kon_files.labels_file(OOKB_VALIDITY.name).name))
         if store.has(kon_files.labels_file(OOKB_VALIDITY.name))
         else (),
+        manifest=manifest.model_dump(mode="json") if manifest is not None else None,
     )
     return store.save(runfolder.REPORT, knowornot_report(inputs))
 
@@ -114,6 +122,7 @@ def _labels_per_annotator(jsonl: str) -> dict[str, int]:
 def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
     """The self-contained HTML page (no script, images inline)."""
     sections = [
+        summary_html(inputs.manifest, inputs.metrics, inputs.counts, inputs.filter_report, _bases(inputs)),
         section("Abstention and factuality per configuration", _rates_html(inputs)),
         section(
             "Synthetic out-of-KB questions (their own experiment)",
@@ -124,10 +133,12 @@ def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
         section("Duplicate-overlap audit of the question set", _overlap_html(inputs)),
         section("Counts", _counts_html(inputs.counts)),
     ]
+    contents, sections = table_of_contents(sections)
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
         f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
-        f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts, _bases(inputs)))}</p>{''.join(sections)}</body></html>"
+        f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts, _bases(inputs)))}</p>{contents}"
+        f"{''.join(sections)}</body></html>"
     )
 
 
@@ -213,9 +224,10 @@ def _rates_html(inputs: KnowOrNotReportInputs) -> str:
 def _rates_table(metrics: pd.DataFrame) -> str:
     table = metrics.copy()
     for name in ("abstention", "factuality"):
+        judged = table[f"n_{name}_judged"] if f"n_{name}_judged" in table.columns else [None] * len(table)
         table[f"{name} (95% CI)"] = [
-            _rate_with_interval(r, lo, hi)
-            for r, lo, hi in zip(table[f"{name}_rate"], table[f"{name}_ci_low"], table[f"{name}_ci_high"])
+            _rate_with_interval(r, lo, hi, n)
+            for r, lo, hi, n in zip(table[f"{name}_rate"], table[f"{name}_ci_low"], table[f"{name}_ci_high"], judged)
         ]
     shown = [
         "knowledge_base",
@@ -237,11 +249,15 @@ def _figure_or_reason(encoded: str | None, alt: str, reason: str) -> str:
     return image_tag(encoded, alt) if encoded else f'<p class="note">{escape(reason)}</p>'
 
 
-def _rate_with_interval(rate: Any, low: Any, high: Any) -> str:
+def _rate_with_interval(rate: Any, low: Any, high: Any, n_judged: Any = None) -> str:
+    """A rate with its interval; judged on fewer than MIN_CLUSTERS responses (``n_judged``), the
+    guardrail's words instead of the interval."""
     if rate is None or pd.isna(rate):
         return "–"
     if pd.isna(low) or pd.isna(high):
         return f"{rate:.3f}"
+    if n_judged is not None and not pd.isna(n_judged) and not enough_clusters(int(n_judged)):
+        return f"{rate:.3f} (insufficient data (n = {int(n_judged)}))"
     return f"{rate:.3f} [{low:.3f}, {high:.3f}]"
 
 
@@ -254,7 +270,7 @@ def _specs_html(inputs: KnowOrNotReportInputs) -> str:
             continue  # its two outcomes are the abstention rate above
         scope = "every response" if spec.applies_to == "all" else "the responses judged as answered"
         parts.append(
-            f"<h3>{escape(spec.name)}</h3><p>Outcomes {escape(', '.join(spec.outcomes))} given in "
+            f"<h3>Evaluation spec <code>{escape(spec.name)}</code></h3><p>Outcomes {escape(', '.join(spec.outcomes))} given in "
             f"&lt;{escape(spec.tag)}&gt; tags, for {scope}; share of the responses judged.</p>"
         )
         if spec.name != FACTUALITY.name and not rates.empty:
@@ -285,7 +301,7 @@ def _outcome_table(rates: pd.DataFrame, spec: EvalSpec) -> str:
     for key, group in part.groupby(keys, sort=True):
         row = dict(zip(keys, key)) | {"n judged": int(group["n_judged"].iloc[0])}
         for record in group.itertuples(index=False):
-            row[record.outcome] = _rate_with_interval(record.rate, record.ci_low, record.ci_high)
+            row[record.outcome] = _rate_with_interval(record.rate, record.ci_low, record.ci_high, record.n_judged)
         rows.append(row)
     return frame_table(pd.DataFrame(rows, columns=[*keys, "n judged", *spec.outcomes]))
 
@@ -336,7 +352,7 @@ def _agreement_html(inputs: KnowOrNotReportInputs) -> str:
             for who, r in document.evaluator_vs_human.items()
         ]
         parts.append(
-            f"<h3>{escape(spec)}</h3><p>Annotators: {escape(', '.join(annotators.get('annotators', [])))}; "
+            f"<h3>Agreement on <code>{escape(spec)}</code></h3><p>Annotators: {escape(', '.join(annotators.get('annotators', [])))}; "
             f"Fleiss' kappa {_number(annotators.get('fleiss_kappa'))} over {annotators.get('fleiss_items', 0)} "
             "items labelled by all.</p>"
         )

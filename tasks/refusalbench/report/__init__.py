@@ -16,7 +16,12 @@ mathtext.
 - :mod:`.comparison_figures`: scaling, SFT vs DPO, thinking budget, domain difficulty (from the registry).
 - :mod:`.paper_figures` (tables: :mod:`.paper_tables`): dashboards, refusal-accuracy ranking, class difficulty,
   domains, confusion across models and by intensity; figures left out, with reasons.
-- ``core.html_page``: HTML building blocks (style sheet, escaping, tables, sections), shared with KnowOrNot.
+- :mod:`.summary_card`: the summary card at the top and the run metadata folded at the bottom.
+- :mod:`.support`, :mod:`.guarded_tables`: the base items behind each number, and the small-sample
+  guardrail (``core.stats.MIN_CLUSTERS``) on intervals, standard errors and significance.
+- :mod:`.headings`: readable headings for the keys of the run's data files.
+- ``core.html_page``: HTML building blocks (style sheet, escaping, tables, sections, the table of
+  contents), shared with KnowOrNot.
 """
 
 from refusalbench.tasks.refusalbench.report.leaderboard import (

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from refusalbench.tasks.core.html_page import escape, is_nan, mapping_html
+from refusalbench.tasks.refusalbench.report.headings import heading
 
 _CONSISTENCY_COLUMNS = (
     ("stated", "stated verdicts"),
@@ -187,5 +188,5 @@ def gv_section_html(analysis: Mapping[str, Any]) -> str:
         parts.append(_precheck_html(analysis["precheck_failures"] or {}))
     if analysis.get("matched_set"):
         parts.append(matched_set_html(analysis["matched_set"]))
-    parts.append(mapping_html({k: v for k, v in analysis.items() if k not in _LEADING}))
+    parts.append(mapping_html({k: v for k, v in analysis.items() if k not in _LEADING}, heading=heading))
     return "".join(parts)

@@ -8,7 +8,9 @@
   eligibility, factuality and RAF rates over answer attempts (App. D, F.9).
 - :func:`correlation_note`: the false- vs missed-refusal correlation across models (§4.2).
 
-Each returns None when the run has nothing for it, so the page leaves the section out.
+Each returns None when the run has nothing for it, so the page leaves the section out. Given
+the base items behind each model (``support``: :mod:`.support`), an interval or standard error
+that too few of them support gives way to "insufficient data (n = K)".
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.html_page import escape, image_tag, is_nan, section
+from refusalbench.tasks.core.html_page import escape, image_tag, insufficient_data, is_nan, section
 from refusalbench.tasks.core.plotting import drawn_now, plot_text, png_base64
+from refusalbench.tasks.core.stats import enough_clusters
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     format_interval,
     format_value,
     leaderboard_metrics,
     shown_as_percent,
 )
+from refusalbench.tasks.refusalbench.report.support import ClusterSupport, guarded_ci
 from refusalbench.tasks.refusalbench.scoring.specs import metric_spec, multi_document_metrics
 
 # Outcome -> (label, colour): answers in greens/reds, refusals in blues/oranges.
@@ -77,7 +81,10 @@ def _distribution_image(table: pd.DataFrame, models: Sequence[str]) -> str:
 
 
 def distribution_section(
-    table: pd.DataFrame | None, order: Sequence[str], figure: Callable[..., str] = drawn_now
+    table: pd.DataFrame | None,
+    order: Sequence[str],
+    figure: Callable[..., str] = drawn_now,
+    support: ClusterSupport | None = None,
 ) -> str | None:
     """Six-way outcome shares per model: table (with Wilson intervals) and stacked bars (drawn by ``figure``:
     ``plotting.FigureSlots.add`` or at once)."""
@@ -99,10 +106,11 @@ def distribution_section(
                 cells.append("<td>—</td>")
                 continue
             row = part.loc[outcome]
+            interval = "" if is_nan(row["ci_low"]) else f"[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]"
             ci = (
-                ""
-                if is_nan(row["ci_low"])
-                else f"<br><span class='ci'>[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]</span>"
+                guarded_ci(interval, support.model(model))
+                if support
+                else (interval and f"<br><span class='ci'>{interval}</span>")
             )
             cells.append(f"<td>{_percent(row['fraction'])}{ci}</td>")
         cells.append(f"<td>{int(part['n'].iloc[0])}</td>")
@@ -121,9 +129,11 @@ def standard_errors_section(
     standard_errors: Mapping[str, Mapping[str, float]] | None,
     order: Sequence[str],
     iid: Mapping[str, Mapping[str, float]] | None = None,
+    support: ClusterSupport | None = None,
 ) -> str | None:
     """Bootstrap standard errors of the leaderboard metrics, one row per model; with ``iid`` (rows
-    resampled as if independent), that figure beneath each cluster one."""
+    resampled as if independent), that figure beneath each cluster one; with ``support``, both
+    give way to the guardrail's note where too few base items support the metric."""
     if not standard_errors:
         return None
     names = [
@@ -146,6 +156,10 @@ def standard_errors_section(
     for model in [m for m in order if m in standard_errors] + sorted(set(standard_errors) - set(order)):
         cells = [f"<td class='name'>{escape(model)}</td>"]
         for name, _ in names:
+            behind = support.model(model, name) if support else None
+            if behind is not None and not enough_clusters(behind):
+                cells.append(f"<td>{insufficient_data(behind)}</td>")
+                continue
             beside = (iid or {}).get(model, {}).get(name)
             note = f"<br><span class='ci'>i.i.d. {text(beside, name)}</span>" if iid and model in iid else ""
             cells.append(f"<td>{text(standard_errors[model].get(name), name)}{note}</td>")
@@ -170,6 +184,7 @@ def multi_document_section(
     intervals: Mapping[str, Mapping[str, tuple[float, float]]],
     counts: Mapping[str, Mapping[str, int]] | None,
     order: Sequence[str],
+    support: ClusterSupport | None = None,
 ) -> str | None:
     """GaRAGe's scores per model with a multi-document item; None on a single-document run.
 
@@ -190,7 +205,10 @@ def multi_document_section(
         cells = [f"<td class='name'>{escape(model)}</td>"]
         for name in columns:
             interval = format_interval(intervals.get(model, {}).get(name), name)
-            ci = f"<br><span class='ci'>{interval}</span>" if interval else ""
+            if support is not None:
+                ci = guarded_ci(interval, support.model(model, name))
+            else:
+                ci = f"<br><span class='ci'>{interval}</span>" if interval else ""
             cells.append(f"<td>{escape(format_value(metrics[model].get(name), name))}{ci}</td>")
         own = counts.get(model, {})
         cells.append(f"<td>{int(own.get('n_answer_attempts_judged', 0))}</td><td>{int(own.get('n_items', 0))}</td>")

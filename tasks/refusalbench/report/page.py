@@ -1,20 +1,30 @@
 """The report page: what it shows (:class:`ReportInputs`) and how it is put together.
 
 :func:`build_report` returns one self-contained HTML string: CSS inline, plots as base64
-PNGs, no JavaScript. A section whose table is absent is left out.
+PNGs, no JavaScript. A section whose table is absent is left out. The page opens with the
+summary card (:mod:`.summary_card`) and a table of contents linking every section; intervals,
+standard errors and significance marks follow the small-sample guardrail (:mod:`.support`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core.html_page import CSS, escape, figure_or_note, frame_table, image_tag, mapping_html, section
-from refusalbench.tasks.core.plotting import FigureSlots, ordered
+from refusalbench.tasks.core.html_page import (
+    CSS,
+    escape,
+    figure_or_note,
+    frame_table,
+    image_tag,
+    mapping_html,
+    section,
+    table_of_contents,
+)
+from refusalbench.tasks.core.plotting import FigureSlots
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
@@ -32,20 +42,14 @@ from refusalbench.tasks.refusalbench.report.figures import (
     scatter_plot,
 )
 from refusalbench.tasks.refusalbench.report.generation_figures import FIGURE_KEYS, generation_figures_html
+from refusalbench.tasks.refusalbench.report.guarded_tables import breakdown_tables, leaderboard_html
 from refusalbench.tasks.refusalbench.report.gv import base_sample_domains_html, gv_section_html, unverified_note
+from refusalbench.tasks.refusalbench.report.headings import heading
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     INTERVAL_NOTE,
     SIGNIFICANCE_NOTE,
-    format_interval,
-    format_value,
-    group_text,
     incomplete_models,
-    incomplete_note,
-    leaderboard_metrics,
-    model_ranks,
-    rank_range_text,
     ranked_models,
-    significance,
 )
 from refusalbench.tasks.refusalbench.report.outcomes import (
     correlation_note,
@@ -56,10 +60,11 @@ from refusalbench.tasks.refusalbench.report.outcomes import (
 from refusalbench.tasks.refusalbench.report.pairwise_section import pairwise_section
 from refusalbench.tasks.refusalbench.report.paper_figures import paper_figures
 from refusalbench.tasks.refusalbench.report.responses import responses_section
+from refusalbench.tasks.refusalbench.report.summary_card import metadata_section, summary_section
+from refusalbench.tasks.refusalbench.report.support import GUARDRAIL_NOTE, ClusterSupport
 from refusalbench.tasks.refusalbench.report.trend_section import trend_section
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
-from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
 
 
 @dataclasses.dataclass
@@ -107,6 +112,8 @@ class ReportInputs:
     max_confidence: Mapping[str, Mapping[str, Any]] | None = None
     # The generation figures' HTML as drawn already (the generation report's, for the same analysis).
     generation_figures: str | None = None
+    # The benchmark's question, answers and expected behaviour of the items the reply sample shows.
+    items: pd.DataFrame | None = None
 
     @classmethod
     def from_score(cls, result: ScoreResult, **optional: Any) -> ReportInputs:
@@ -135,70 +142,6 @@ class ReportInputs:
         )
 
 
-def _leaderboard_html(inputs: ReportInputs, order: Sequence[str]) -> str:
-    columns = leaderboard_metrics(inputs.metrics)
-    groups = significance(inputs.metrics, inputs.pairwise, inputs.min_coverage) if inputs.pairwise else None
-    head = (
-        "<tr><th>#</th><th class='name'>Model</th>"
-        + ("<th>Rank range</th><th>Group</th>" if groups is not None else "")
-        + "".join(f"<th>{escape(label)}</th>" for _, label in columns)
-        + "<th>n</th></tr>"
-    )
-    rows = []
-    incomplete = incomplete_models(inputs.metrics, inputs.min_coverage)
-    for model, rank in model_ranks(inputs.metrics, inputs.min_coverage):
-        values = inputs.metrics[model]
-        mark = f" <span class='ci'>({escape(incomplete_note(incomplete[model]))})</span>" if model in incomplete else ""
-        cells = [f"<td>{'—' if rank is None else rank}</td>", f"<td class='name'>{escape(model)}{mark}</td>"]
-        if groups is not None:
-            cells += [
-                f"<td>{escape(rank_range_text(groups.get(model)))}</td>",
-                f"<td>{escape(group_text(groups.get(model)))}</td>",
-            ]
-        for name, _ in columns:
-            ci = format_interval(inputs.intervals.get(model, {}).get(name), name)
-            ci_html = f"<br><span class='ci'>{escape(ci)}</span>" if ci else ""
-            cells.append(f"<td>{escape(format_value(values.get(name), name))}{ci_html}</td>")
-        cells.append(f"<td>{int(values.get('n', 0))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
-
-
-def _breakdown_tables(breakdown: pd.DataFrame) -> str:
-    parts = []
-    for dimension in ("perturbation_class", "intensity", "lever_id", "domain", "generator"):
-        part = breakdown[breakdown["group"] == dimension]
-        if part.empty:
-            continue
-        wide = part[part["metric"].isin(["answer_accuracy", "refusal_accuracy"])].pivot_table(
-            index="value", columns=["model", "metric"], values="estimate", aggfunc="first", dropna=False
-        )
-        models = sorted(part["model"].unique())
-        values = ordered(part["value"].tolist(), [*PERTURBATION_CLASSES, *INTENSITIES])
-        head = (
-            "<tr><th class='name'>"
-            + escape(dimension)
-            + "</th>"
-            + "".join(f"<th>{escape(m)}<br><span class='ci'>answer / refusal acc.</span></th>" for m in models)
-            + "</tr>"
-        )
-        rows = []
-        # Column by column as plain dicts: a cell looked up in the frame (.at, MultiIndex columns) costs
-        # ~0.1 ms, and 30 models x 5 dimensions x 2 metrics make thousands of them.
-        cells_of = {key: column.to_dict() for key, column in wide.items()}
-        for value in values:
-            cells = [f"<td class='name'>{escape(value)}</td>"]
-            for model in models:
-                answer = cells_of.get((model, "answer_accuracy"), {}).get(value, math.nan)
-                refusal = cells_of.get((model, "refusal_accuracy"), {}).get(value, math.nan)
-                cells.append(
-                    f"<td>{format_value(answer, 'answer_accuracy')} / {format_value(refusal, 'refusal_accuracy')}</td>"
-                )
-            rows.append("<tr>" + "".join(cells) + "</tr>")
-        parts.append(f"<h3>By {escape(dimension.replace('_', ' '))}</h3><table>{head}{''.join(rows)}</table>")
-    return "".join(parts)
-
-
 def _non_empty(frame: pd.DataFrame | None) -> bool:
     return frame is not None and not frame.empty
 
@@ -212,7 +155,7 @@ def _base_set_section(run: ReportInputs) -> str | None:
     body = (
         "<p>Base items at each step: imported (the base set), pre-tested (answered unperturbed by every "
         "pre-test model), kept (all of them answered correctly), sampled (drawn for generation).</p>"
-        + mapping_html(funnel)
+        + mapping_html(funnel, heading=heading)
     )
     by_model = counts.get("pretest_by_model")
     if by_model:
@@ -244,20 +187,37 @@ def _comparison_section(run: ReportInputs) -> str:
     return section("Model comparison", comparison_figures_html(run.metrics, run.breakdown, registry))
 
 
+def _summary(run: ReportInputs, support: ClusterSupport) -> str:
+    return summary_section(
+        manifest=run.manifest,
+        gv_analysis=run.gv_analysis,
+        metrics=run.metrics,
+        min_coverage=run.min_coverage,
+        outcomes=run.outcomes,
+        benchmark=run.benchmark,
+        support=support,
+    )
+
+
 def _page(run: ReportInputs, sections: Sequence[str]) -> str:
+    """The page: title, stamp, the table of contents of ``sections`` (the summary card first), then them."""
     stamp = f"<p class='note'>Generated {escape(run.generated_at)}</p>" if run.generated_at else ""
+    contents, sections = table_of_contents(sections)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(run.title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}" + "".join(sections) + "</body></html>\n"
+        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}{contents}"
+        + "".join(sections)
+        + "</body></html>\n"
     )
 
 
 def build_generation_report(run: ReportInputs) -> str:
     """The report of a run with no scores (after ``generate``): what generation made, and its metadata."""
-    sections = _generation_sections(run) + list(filter(None, [cost_section(run.manifest)]))
+    sections = [_summary(run, ClusterSupport())]
+    sections += _generation_sections(run) + list(filter(None, [cost_section(run.manifest)]))
     if run.manifest:
-        sections.append(section("Run metadata", mapping_html(run.manifest)))
+        sections.append(metadata_section(run.manifest))
     return _page(run, sections)
 
 
@@ -290,14 +250,15 @@ def build_report(run: ReportInputs) -> str:
 
 def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
     order = ranked_models(run.metrics, run.min_coverage)
-    sections: list[str] = []
+    support = ClusterSupport(run.judged, run.benchmark, run.metrics, run.breakdown, run.pairwise)
+    sections: list[str] = [_summary(run, support)]
 
     lead = (
         f"<p>{len(order)} model(s). Ranked by calibrated refusal score (CRS = mean of answer "
         "accuracy and refusal accuracy); brackets are bootstrap 95% intervals; — = undefined.</p>"
         f"<p class='note'>Intervals and standard errors: {escape(INTERVAL_NOTE)}"
         + (f" {escape(SIGNIFICANCE_NOTE)}" if run.pairwise else "")
-        + "</p>"
+        + f" {escape(GUARDRAIL_NOTE)}</p>"
     )
     incomplete = incomplete_models(run.metrics, run.min_coverage)
     if incomplete:
@@ -305,7 +266,8 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
             f"<p class='note'>{len(incomplete)} model(s) scored on less than {100 * run.min_coverage:.0f}% of "
             "their rows are incomplete: listed after the ranked models, without a rank (see Rows not scored).</p>"
         )
-    sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + _leaderboard_html(run, order)))
+    board = leaderboard_html(run.metrics, run.intervals, run.pairwise, run.min_coverage, support)
+    sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + board))
     coverage = coverage_section(run.metrics, run.outcomes, run.min_coverage, order)
     if coverage:
         sections.append(coverage)
@@ -314,9 +276,9 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
         filter(
             None,
             [
-                standard_errors_section(run.standard_errors, order, run.standard_errors_iid),
-                pairwise_section(run.pairwise, order),
-                multi_document_section(run.metrics, run.intervals, run.multi_document, order),
+                standard_errors_section(run.standard_errors, order, run.standard_errors_iid, support),
+                pairwise_section(run.pairwise, order, support),
+                multi_document_section(run.metrics, run.intervals, run.multi_document, order, support),
             ],
         )
     )
@@ -349,10 +311,10 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
 
     bars = figure(_drawn_or_note, refusal_error_bars, (run.metrics, order), "false and missed refusal rate bars")
     sections.append(section("False vs missed refusals", bars + correlation_note(run.frr_mrr_correlation)))
-    distribution = distribution_section(run.response_distribution, order, figure)
+    distribution = distribution_section(run.response_distribution, order, figure, support)
     if distribution:
         sections.append(distribution)
-    replies = responses_section(run.responses, order)
+    replies = responses_section(run.responses, order, run.judged, run.items)
     if replies:
         sections.append(replies)
 
@@ -402,7 +364,7 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
     )
 
     if _non_empty(run.breakdown):
-        tables = _breakdown_tables(run.breakdown)
+        tables = breakdown_tables(run.breakdown, support)
         if tables:
             sections.append(section("Breakdowns", tables))
 
@@ -421,6 +383,6 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
     sections.extend(filter(None, [paper.left_out_section(), cost_section(run.manifest)]))
 
     if run.manifest:
-        sections.append(section("Run metadata", mapping_html(run.manifest)))
+        sections.append(metadata_section(run.manifest))
 
     return _page(run, sections)

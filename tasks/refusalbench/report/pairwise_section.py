@@ -2,7 +2,9 @@
 
 One row per pair (``scoring.pairwise``), the better-ranked model first: the difference in CRS,
 answer and refusal accuracy with its 95% paired cluster-bootstrap interval and Holm-adjusted
-p-value; a significant difference is marked.
+p-value; a significant difference is marked. Where fewer than ``core.stats.MIN_CLUSTERS`` base
+items support a pair's difference (:mod:`.support`), the cell shows the difference and
+"insufficient data (n = K)": no interval, no p-value, no mark.
 """
 
 from __future__ import annotations
@@ -10,14 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from refusalbench.tasks.core.html_page import escape, is_nan, section
+from refusalbench.tasks.core.html_page import escape, insufficient_data, is_nan, section
+from refusalbench.tasks.core.stats import enough_clusters
+from refusalbench.tasks.refusalbench.report.support import ClusterSupport
 from refusalbench.tasks.refusalbench.scoring.specs import metric_spec
 
 
-def _cell(entry: Mapping[str, Any] | None, sign: float) -> str:
-    """A signed difference in points with its interval and adjusted p; "—" if undefined."""
+def _cell(entry: Mapping[str, Any] | None, sign: float, n_clusters: int | None = None) -> str:
+    """A signed difference in points with its interval and adjusted p; "—" if undefined; with
+    ``n_clusters`` below the minimum, the difference and the guardrail's note."""
     if not entry or is_nan(entry.get("difference")):
         return "<td>—</td>"
+    if n_clusters is not None and not enough_clusters(n_clusters):
+        return f"<td>{100 * sign * entry['difference']:+.1f}<br><span class='ci'>{insufficient_data(n_clusters)}</span></td>"
     low, high = entry["ci"]
     low, high = (low, high) if sign > 0 else (-high if not is_nan(high) else high, -low if not is_nan(low) else low)
     interval = "" if is_nan(low) or is_nan(high) else f"[{100 * low:+.1f}, {100 * high:+.1f}]"
@@ -30,8 +37,11 @@ def _cell(entry: Mapping[str, Any] | None, sign: float) -> str:
     )
 
 
-def pairwise_section(pairwise: Mapping[str, Any] | None, order: Sequence[str]) -> str | None:
-    """The pairwise comparisons as a table (pairs in leaderboard order); None without any."""
+def pairwise_section(
+    pairwise: Mapping[str, Any] | None, order: Sequence[str], support: ClusterSupport | None = None
+) -> str | None:
+    """The pairwise comparisons as a table (pairs in leaderboard order); None without any. With
+    ``support``, a pair's cell follows the small-sample guardrail."""
     comparisons = (pairwise or {}).get("comparisons") or []
     if not comparisons or pairwise is None:
         return None
@@ -51,7 +61,10 @@ def pairwise_section(pairwise: Mapping[str, Any] | None, order: Sequence[str]) -
             f"<td class='name'>{escape(b)}</td>",
             f"<td>{int(comparison.get('n_items', 0))}</td>",
         ]
-        cells += [_cell(comparison["metrics"].get(name), sign) for name in metrics]
+        cells += [
+            _cell(comparison["metrics"].get(name), sign, support.pair(a, b, name) if support else None)
+            for name in metrics
+        ]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = (
         "<tr><th class='name'>Model</th><th class='name'>vs model</th><th>items</th>"

@@ -2,8 +2,9 @@
 
 - :func:`reply_metadata_table`: per model, how many replies carried reasoning, the reasoning
   tokens the providers reported, how the replies finished and which model served them.
-- :func:`response_sample_html`: a few replies per model, each with its reasoning behind a
-  ``<details>`` element, shown on demand.
+- :func:`response_sample_html`: a few replies per model, each beside its question and what was
+  expected (the gold answer or the refusal code), with the judged decision and its outcome; the
+  reply wrapped to the page's width, its reasoning behind a ``<details>`` element.
 
 A run folder written before replies carried their metadata has none of these columns: the
 section then shows what there is (the sample without reasoning) or nothing.
@@ -14,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from refusalbench.tasks.core.html_page import escape, is_nan, section
+from refusalbench.tasks.refusalbench.decisions import ANSWER
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
 SAMPLE_PER_MODEL = 5
 SHOWN_CHARS = 1500  # of an answer or a reasoning text in the sample; the Parquet file has them whole
@@ -79,7 +83,7 @@ def reply_metadata_table(responses: pd.DataFrame, order: Sequence[str]) -> str:
 def _reply_cell(row: dict[str, Any]) -> str:
     answer = row.get("raw")
     text = (
-        f"<pre>{escape(_clip(answer))}</pre>"
+        f"<pre class='wrap'>{escape(_clip(answer))}</pre>"
         if isinstance(answer, str) and answer
         else "<span class='note'>(no text)</span>"
     )
@@ -87,34 +91,115 @@ def _reply_cell(row: dict[str, Any]) -> str:
     if isinstance(reasoning, str) and reasoning.strip():
         tokens = row.get("reasoning_tokens")
         label = "reasoning" if tokens is None or is_nan(tokens) else f"reasoning ({int(tokens)} tokens)"
-        text += f"<details><summary>{escape(label)}</summary><pre>{escape(_clip(reasoning))}</pre></details>"
+        text += (
+            f"<details><summary>{escape(label)}</summary><pre class='wrap'>{escape(_clip(reasoning))}</pre></details>"
+        )
     return text
 
 
-def response_sample_html(responses: pd.DataFrame, order: Sequence[str], per_model: int = SAMPLE_PER_MODEL) -> str:
-    """Up to ``per_model`` replies per model (those with reasoning first, then by item), the
-    reasoning of each folded away until opened."""
-    head = (
-        "<tr><th class='name'>Model</th><th class='name'>Item</th><th class='name'>Decision</th>"
-        "<th class='name'>Finish</th><th class='name'>Reply</th></tr>"
-    )
-    rows = []
-    for model in _models(responses, order):
+def sampled_rows(responses: pd.DataFrame, per_model: int = SAMPLE_PER_MODEL) -> pd.DataFrame:
+    """The replies the sample shows: up to ``per_model`` per model, those with reasoning first, then by item."""
+    parts = []
+    for model in _models(responses, ()):
         part = responses[responses["model"].astype(str) == model].assign(
             _reasoned=lambda f: ~_has_text(_column(f, "reasoning"))
         )
-        for row in part.sort_values(["_reasoned", "item_id"]).head(per_model).to_dict("records"):
-            decision = row.get("decision") if not is_nan(row.get("decision")) else f"error: {row.get('error')}"
+        parts.append(part.sort_values(["_reasoned", "item_id"]).head(per_model))
+    return pd.concat(parts) if parts else responses.head(0)
+
+
+def reply_outcome(row: dict[str, Any]) -> str:
+    """What became of a judged reply: correct or wrong answer, correct, wrong-category, false or missed
+    refusal; or why it was not scored."""
+    outcome = row.get("outcome")
+    if isinstance(outcome, str) and outcome != "ok":
+        return f"not scored ({outcome.replace('_', ' ')})"
+    decision, expected = row.get("judged_decision"), row.get("expected")
+    if not isinstance(decision, str) or not isinstance(expected, str):
+        return "—"
+    if expected == ANSWER_CORRECTLY:
+        if decision != ANSWER:
+            return "false refusal"
+        correct = row.get("answer_correct")
+        return "—" if correct is None or is_nan(correct) else ("correct answer" if correct else "wrong answer")
+    if decision == ANSWER:
+        return "missed refusal"
+    return "correct refusal" if decision == expected else "wrong-category refusal"
+
+
+def _expected_cell(row: dict[str, Any]) -> str:
+    expected = row.get("expected")
+    if not isinstance(expected, str):
+        return "—"
+    if expected != ANSWER_CORRECTLY:
+        return f"refusal: <code>{escape(expected)}</code>"
+    answers = row.get("answers")
+    # Parquet gives a list column back as an array; a missing item (no benchmark row) as NaN.
+    listed = [str(a) for a in answers] if isinstance(answers, (list, tuple, np.ndarray)) else []
+    return "answer: " + (escape(" | ".join(listed)) if listed else "<span class='note'>(not recorded)</span>")
+
+
+def _with_items(rows: pd.DataFrame, judged: pd.DataFrame | None, items: pd.DataFrame | None) -> pd.DataFrame:
+    """The sampled replies with their item's question and answers and their judged row's verdict."""
+    if items is not None and not items.empty:
+        wanted = [c for c in ("item_id", "question", "answers", "expected") if c in items.columns]
+        rows = rows.merge(items[wanted].drop_duplicates("item_id"), on="item_id", how="left")
+    if judged is not None and not judged.empty:
+        verdict = judged[
+            [c for c in ("model", "item_id", "expected", "decision", "answer_correct", "outcome") if c in judged]
+        ]
+        verdict = verdict.rename(columns={"decision": "judged_decision", "outcome": "judged_outcome"})
+        rows = rows.drop(columns=[c for c in ("expected",) if c in rows.columns and "expected" in verdict]).merge(
+            verdict.astype({"model": str, "item_id": str}), on=["model", "item_id"], how="left"
+        )
+        rows["outcome"] = rows["judged_outcome"].where(rows["judged_outcome"].notna(), _column(rows, "outcome"))
+    return rows
+
+
+def response_sample_html(
+    responses: pd.DataFrame,
+    order: Sequence[str],
+    per_model: int = SAMPLE_PER_MODEL,
+    judged: pd.DataFrame | None = None,
+    items: pd.DataFrame | None = None,
+) -> str:
+    """Up to ``per_model`` replies per model (those with reasoning first, then by item): the question
+    (``items``: the benchmark's), what was expected, the reply wrapped, the decision and the outcome
+    (``judged``); the reasoning of each folded away until opened."""
+    head = (
+        "<tr><th class='name'>Model</th><th class='name'>Question</th><th class='name'>Expected</th>"
+        "<th class='name'>Reply</th><th class='name'>Decision</th><th class='name'>Outcome</th></tr>"
+    )
+    rows = []
+    sample = _with_items(sampled_rows(responses, per_model).astype({"model": str, "item_id": str}), judged, items)
+    for model in _models(sample, order):
+        for row in sample[sample["model"] == model].to_dict("records"):
+            decision = row.get("judged_decision")
+            if not isinstance(decision, str):
+                decision = row.get("decision") if not is_nan(row.get("decision")) else f"error: {row.get('error')}"
             finish = row.get("finish_reason")
+            question = row.get("question")
+            question_html = (
+                escape(_clip(question))
+                if isinstance(question, str)
+                else f"<span class='note'>item {escape(row['item_id'])}</span>"
+            )
+            finished = "" if is_nan(finish) else f"<br><span class='ci'>finish: {escape(finish)}</span>"
             rows.append(
-                f"<tr><td class='name'>{escape(model)}</td><td class='name'>{escape(row['item_id'])}</td>"
-                f"<td class='name'>{escape(decision)}</td><td class='name'>{'—' if is_nan(finish) else escape(finish)}</td>"
-                f"<td class='name'>{_reply_cell(row)}</td></tr>"
+                f"<tr><td class='name'>{escape(model)}</td><td class='name wrap' title='item {escape(row['item_id'])}'>"
+                f"{question_html}</td><td class='name wrap'>{_expected_cell(row)}</td>"
+                f"<td class='name wrap'>{_reply_cell(row)}</td><td class='name'>{escape(decision)}{finished}</td>"
+                f"<td class='name'>{escape(reply_outcome(row))}</td></tr>"
             )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def responses_section(responses: pd.DataFrame | None, order: Sequence[str]) -> str | None:
+def responses_section(
+    responses: pd.DataFrame | None,
+    order: Sequence[str],
+    judged: pd.DataFrame | None = None,
+    items: pd.DataFrame | None = None,
+) -> str | None:
     """The section: the per-model table, then the sample; None when the run kept no replies."""
     if responses is None or responses.empty or "model" not in responses.columns:
         return None
@@ -124,6 +209,7 @@ def responses_section(responses: pd.DataFrame | None, order: Sequence[str]) -> s
         "none, e.g. reasoning written inline in &lt;think&gt; tags).</p>"
         + reply_metadata_table(responses, order)
         + f"<h3>Sample replies</h3><p class='note'>Up to {SAMPLE_PER_MODEL} per model; open "
-        "“reasoning” to read a reply's reasoning.</p>" + response_sample_html(responses, order)
+        "“reasoning” to read a reply's reasoning; hover a question for its item id.</p>"
+        + response_sample_html(responses, order, judged=judged, items=items)
     )
     return section("Replies and reasoning", body)

@@ -121,6 +121,7 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     )
 
     analysis = gv.model_dump(mode="json") if gv else None
+    responses = store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None
     html = build_report(
         ReportInputs.from_score(
             result,
@@ -132,20 +133,35 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
             audit=audit.model_dump(mode="json") if audit else None,
             generation_counts=generation.counts if generation else None,
             title=title,
-            responses=store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None,
+            responses=responses,
             judged=store.read_frame(rb_files.JUDGED.name) if store.has(rb_files.JUDGED) else None,
             benchmark=_benchmark_columns(store),
+            items=_sampled_items(store, responses),
         )
     )
     return store.save(runfolder.REPORT, html)
 
 
 def _benchmark_columns(store: ArtifactStore) -> pd.DataFrame | None:
-    """The benchmark's item ids and domains (the report's domain figure; no texts read), or None."""
+    """The benchmark's item ids, base items and domains (the summary, the guardrail's base items and the
+    domain figure; no texts converted), or None."""
     if not store.has(rb_files.BENCHMARK):
         return None
     table = store.read_table(rb_files.BENCHMARK.name)
-    return table.select([c for c in ("item_id", "domain") if c in table.column_names]).to_pandas()
+    return table.select([c for c in ("item_id", "base_id", "domain") if c in table.column_names]).to_pandas()
+
+
+def _sampled_items(store: ArtifactStore, responses: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Question, answers and expected behaviour of the items the report's reply sample shows, or None."""
+    if responses is None or responses.empty or not store.has(rb_files.BENCHMARK):
+        return None
+    from refusalbench.tasks.refusalbench.report.responses import sampled_rows
+
+    wanted = set(sampled_rows(responses)["item_id"].astype(str))
+    table = store.read_table(rb_files.BENCHMARK.name)
+    columns = [c for c in ("item_id", "question", "answers", "expected") if c in table.column_names]
+    frame = table.select(columns).to_pandas()
+    return frame[frame["item_id"].astype(str).isin(wanted)].reset_index(drop=True)
 
 
 def write_generation_report(store: ArtifactStore) -> str:

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, section
 from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.refusalbench.report.support import guarded_trend
 from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_lines, freshness_lines
 from refusalbench.tasks.refusalbench.rounds.trend import (
     HEADLINE_METRIC,
@@ -155,6 +156,7 @@ def trend_section(rows: pd.DataFrame, trend: Mapping[str, Any] | None) -> str:
                 "the name may have been updated):</p><ul>" + "".join(f"<li>{escape(x)}</li>" for x in changes) + "</ul>"
             )
     readable = readable_trend(rows)
-    if readable:
-        parts.append(frame_table(pd.DataFrame(readable)))
+    if readable:  # each point's interval behind the small-sample guardrail, and whether a line joins it
+        labels = [k for k in readable[0] if k not in ("round", "model", "n")]
+        parts.append(frame_table(pd.DataFrame(guarded_trend(readable, labels))))
     return section("Trend across rounds", "".join(parts))
