@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from refusalbench.flows.listing import FORMAT_HELP, Column, ListFormat, print_listing
-from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.errors import InputError, OptionError
 
 levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
 models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
@@ -52,12 +52,6 @@ LEVER_COLUMNS = [
 ]
 
 
-def bad_name(option: str, exc: ValueError) -> typer.Exit:
-    """One line on stderr for a name an option does not know, and the exit (2) to raise."""
-    err.print(f"{option}: {exc}", markup=False, highlight=False)
-    return typer.Exit(2)
-
-
 @levers_app.command("list")
 def levers_list(
     format: ListFormat = typer.Option(ListFormat.table, "--format", help=FORMAT_HELP),
@@ -75,11 +69,11 @@ def levers_list(
     try:
         classes = [parse_class(c) for c in perturbation_class] if perturbation_class else None
     except UnknownName as exc:
-        raise bad_name("--class", exc) from None
+        raise OptionError("--class", str(exc)) from None
     try:
         intensities = [parse_intensity(i) for i in intensity] if intensity else None
     except UnknownName as exc:
-        raise bad_name("--intensity", exc) from None
+        raise OptionError("--intensity", str(exc)) from None
     rows = catalogue_listing(filter_levers(load_catalogue(), classes, intensities))
     print_listing(rows, LEVER_COLUMNS, format, title=f"{len(rows)} levers")
 
