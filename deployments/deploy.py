@@ -85,7 +85,7 @@ def refresh_deployment(
     for_pool: bool = False,
 ) -> Any:
     """The refresh flow as a RunnerDeployment (no API call): what ``serve`` runs or a pool registers."""
-    from prefect.deployments.runner import EntrypointType
+    from prefect.types.entrypoint import EntrypointType
 
     from refusalbench.flows.refresh import refresh_flow
 
