@@ -8,7 +8,8 @@ use the work pool when runs should spread over several.
 
     PREFECT_API_URL=http://127.0.0.1:4200/api python -m refusalbench.deployments.serve --cron "0 4 * * 1"
 
-Defaults come from the environment so a container needs no arguments:
+``refusalbench deploy`` does the same for the refresh of one config of the user's, served or
+registered for a work pool. Defaults here come from the environment so a container needs no arguments:
 REFUSALBENCH_REFRESH_CRON, REFUSALBENCH_CONFIG, REFUSALBENCH_KNOWORNOT_CONFIG, REFUSALBENCH_REFRESH_OUT,
 REFUSALBENCH_SERVE_LIMIT. The knowornot deployment has a config of its own (the RefusalBench
 configs have no knowornot section).
@@ -46,20 +47,19 @@ def build_deployments(
     """
     from prefect.client.schemas.schedules import CronSchedule
 
+    from refusalbench.deployments.deploy import refresh_deployment
     from refusalbench.flows.evaluation import evaluation_flow
     from refusalbench.flows.generation import generation_flow
     from refusalbench.flows.knowornot import knowornot_flow
-    from refusalbench.flows.refresh import refresh_flow
 
     adhoc: dict[str, Any] = {"parameters": {"config_path": config_path}, "tags": [*TAGS, "adhoc"]}
     return [
-        refresh_flow.to_deployment(
+        refresh_deployment(
             name="refresh",
+            config_path=config_path,
+            out_root=out_root,
             schedules=[CronSchedule(cron=cron, timezone=timezone)] if cron else None,
-            parameters={"config_path": config_path, "out_root": out_root, "rounds_to_compare": rounds_to_compare},
-            concurrency_limit=1,  # rounds compare with their predecessors: never two at once
-            tags=list(TAGS),  # on every run; the scheduler's own runs also get Prefect's `auto-scheduled`
-            description="Scheduled refresh round - generate, verify, evaluate, compare with earlier rounds.",
+            rounds_to_compare=rounds_to_compare,
         ),
         generation_flow.to_deployment(name="generate", description="Generation flow (ad hoc).", **adhoc),
         evaluation_flow.to_deployment(name="evaluate", description="Evaluation flow (ad hoc).", **adhoc),

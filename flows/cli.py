@@ -19,6 +19,7 @@ from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_config import VERSION_OPTION, config_app, init
 from refusalbench.flows.cli_data import data_app
+from refusalbench.flows.cli_deploy import deploy
 
 # The registry commands (levers, models) live in cli_registry; models_serve is named here for its callers.
 from refusalbench.flows.cli_registry import DEFAULT_CONFIG, OutputFormat, levers_app, models_app, models_serve  # noqa: F401
@@ -180,6 +181,8 @@ def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
 
 # Explore what report and score wrote, item by item.
 app.command("view")(view)
+# Schedule refresh rounds of a config (served here or registered for a work pool).
+app.command("deploy")(deploy)
 
 
 @app.command()

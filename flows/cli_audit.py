@@ -14,13 +14,32 @@ import time
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from refusalbench.flows.listing import FORMAT_HELP, Column, ListFormat, print_listing
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
 audit_app = typer.Typer(help="Human audit of generated items (the paper's App. C.2).", no_args_is_help=True)
 
 out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+SAMPLE_COLUMNS = [
+    Column("stratum", keep=True),
+    Column("in_benchmark", "in benchmark"),
+    Column("sampled"),
+    Column("short", "short", drop=1),
+]
+REPORT_COLUMNS = [
+    Column("group", "class / intensity", keep=True),
+    Column("n"),
+    Column("shown_rate", "pass rate"),
+    Column("shown_interval", "95% interval", keep=True, drop=1),
+]
+
+
+def _note(format: ListFormat, line: str) -> None:
+    """A line after the table: on stdout beside a table, on stderr beside CSV or JSON (which stay parseable)."""
+    (out if format == ListFormat.table else err).print(line, markup=False, highlight=False)
 
 
 def _kappa(value: float | None) -> str:
@@ -38,19 +57,24 @@ def audit_sample(
     per_stratum: int = typer.Option(10, "--per-stratum", help="items drawn from every class x intensity stratum"),
     seed: int = typer.Option(0, "--seed", help="the same seed draws the same sample"),
     force: bool = typer.Option(False, "--force", help="replace a sample that already has labels"),
+    format: ListFormat = typer.Option(ListFormat.table, "--format", help=FORMAT_HELP),
 ) -> None:
     """Draw the audit sample from the benchmark: N per class x intensity stratum, shuffled."""
     from refusalbench.tasks.refusalbench.audit.human_audit import sample_run
 
     counts = sample_run(run_dir, per_stratum, seed, force)
-    table = Table(title=f"audit sample: {sum(c['sampled'] for c in counts.values())} items (seed {seed})")
-    for column in ("stratum", "in benchmark", "sampled"):
-        table.add_column(column)
-    for stratum, count in counts.items():
-        short = " (short)" if count["sampled"] < per_stratum else ""
-        table.add_row(stratum, str(count["available"]), f"{count['sampled']}{short}")
-    out.print(table)
-    out.print(f"saved to {rb_files.AUDIT_SAMPLE.name} in {run_dir}", highlight=False)
+    rows = [
+        {
+            "stratum": stratum,
+            "in_benchmark": c["available"],
+            "sampled": c["sampled"],
+            "short": c["sampled"] < per_stratum,
+        }
+        for stratum, c in counts.items()
+    ]
+    total = sum(c["sampled"] for c in counts.values())
+    print_listing(rows, SAMPLE_COLUMNS, format, title=f"audit sample: {total} items (seed {seed})")
+    _note(format, f"saved to {rb_files.AUDIT_SAMPLE.name} in {run_dir}")
 
 
 @audit_app.command("label")
@@ -78,41 +102,51 @@ def audit_label(
 
 
 @audit_app.command("report")
-def audit_report(run_dir: str = typer.Argument(..., help="run folder with audit labels (local)")) -> None:
+def audit_report(
+    run_dir: str = typer.Argument(..., help="run folder with audit labels (local)"),
+    format: ListFormat = typer.Option(ListFormat.table, "--format", help=FORMAT_HELP),
+) -> None:
     """Pass rate per class and intensity (95% Wilson intervals), kappa, agreement with the verifiers."""
     from refusalbench.tasks.refusalbench.audit.human_audit import write_audit
     from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value
 
     audit, report = write_audit(run_dir)
-    table = Table(title=f"human audit: {audit.overall.n} items, {len(audit.labels_per_annotator)} annotator(s)")
-    for column in ("class / intensity", "n", "pass rate", "95% interval"):
-        table.add_column(column)
-    for rate in [*audit.by_class, *audit.by_intensity, audit.overall]:
-        table.add_row(
-            rate.value,
-            str(rate.n),
-            format_value(rate.pass_rate, "pass_rate"),
-            format_interval(_interval(rate.ci_low, rate.ci_high), "pass_rate"),
-        )
-    out.print(table)
+    rows = [
+        {
+            "group": rate.value,
+            "n": rate.n,
+            "passed": rate.passed,
+            "pass_rate": rate.pass_rate,
+            "ci_low": rate.ci_low,
+            "ci_high": rate.ci_high,
+            "shown_rate": format_value(rate.pass_rate, "pass_rate"),
+            "shown_interval": format_interval(_interval(rate.ci_low, rate.ci_high), "pass_rate"),
+        }
+        for rate in [*audit.by_class, *audit.by_intensity, audit.overall]
+    ]
+    title = f"human audit: {audit.overall.n} items, {len(audit.labels_per_annotator)} annotator(s)"
+    if format == ListFormat.table:
+        print_listing(rows, REPORT_COLUMNS, format, title=title)
+    else:  # the numbers for programs; the shown text is the table's
+        print_listing([{k: v for k, v in r.items() if not k.startswith("shown_")} for r in rows], [], format)
     agreement = audit.annotator_agreement
     if agreement.get("kappa_kind"):
         kind = "Cohen's" if agreement["kappa_kind"] == "cohen" else "Fleiss'"
-        out.print(
+        _note(
+            format,
             f"{kind} kappa between annotators: {_kappa(agreement['kappa'])} over {agreement['kappa_items']} items",
-            highlight=False,
         )
     consensus = audit.verifier_agreement.get("consensus")
     if consensus:
-        out.print(
+        _note(
+            format,
             f"humans vs verifier consensus: {format_value(consensus['percent_agreement'], 'agreement')} agreement"
             f" over {consensus['n']} items, kappa {_kappa(consensus['kappa'])}",
-            highlight=False,
         )
-    out.print(f"audit: {rb_files.AUDIT.name} in {run_dir}", highlight=False)
-    out.print(
+    _note(format, f"audit: {rb_files.AUDIT.name} in {run_dir}")
+    _note(
+        format,
         f"report: {report}"
         if report
         else "report: not rebuilt (no judged responses yet); the evaluation's report will include the audit",
-        highlight=False,
     )

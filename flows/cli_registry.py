@@ -6,16 +6,14 @@ Also what the other commands share about configs and output: the shipped default
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import StrEnum
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from refusalbench.tasks.core.errors import InputError
+from refusalbench.flows.listing import FORMAT_HELP, Column, ListFormat, print_listing
+from refusalbench.tasks.core.errors import InputError, OptionError
 
 levers_app = typer.Typer(help="The lever catalogue.", no_args_is_help=True)
 models_app = typer.Typer(help="The model registry and local models.", no_args_is_help=True)
@@ -45,28 +43,39 @@ def config_path(config: Path | None, default: str = "demo.yaml") -> Path:
 # ---------------------------------------------------------------- levers
 
 
+LEVER_COLUMNS = [
+    Column("id", keep=True),
+    Column("perturbation_class", "class", drop=2),
+    Column("intensity", drop=1),
+    Column("target", drop=3),
+    Column("expected", keep=True, drop=4),
+]
+
+
 @levers_app.command("list")
 def levers_list(
-    format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
-    perturbation_class: list[str] | None = typer.Option(None, "--class", help="filter by class (repeatable)"),
-    intensity: list[str] | None = typer.Option(None, "--intensity", help="filter by intensity (repeatable)"),
+    format: ListFormat = typer.Option(ListFormat.table, "--format", help=FORMAT_HELP),
+    perturbation_class: list[str] | None = typer.Option(
+        None, "--class", help="filter by class, e.g. ambiguity or P-MissingInfo (any case; repeatable)"
+    ),
+    intensity: list[str] | None = typer.Option(
+        None, "--intensity", help="filter by intensity: low, medium, high (any case; repeatable)"
+    ),
 ) -> None:
-    """List the levers (json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
-    from refusalbench.tasks.refusalbench.levers import filter_levers, load_catalogue
+    """List the levers (csv/json: id, perturbation_class, intensity, name, instruction, expected, ...)."""
+    from refusalbench.tasks.refusalbench.levers import catalogue_listing, filter_levers, load_catalogue
+    from refusalbench.tasks.refusalbench.taxonomy import UnknownName, parse_class, parse_intensity
 
-    levers = filter_levers(
-        load_catalogue(), perturbation_class or None, [i.upper() for i in intensity] if intensity else None
-    )
-    if format == OutputFormat.json:
-        rows = [{**lever.model_dump(mode="json"), "expected": lever.expected} for lever in levers]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return
-    table = Table(title=f"{len(levers)} levers")
-    for column in ("id", "class", "intensity", "target", "expected"):
-        table.add_column(column)
-    for lever in levers:
-        table.add_row(lever.id, lever.perturbation_class, lever.intensity, lever.target, lever.expected)
-    out.print(table)
+    try:
+        classes = [parse_class(c) for c in perturbation_class] if perturbation_class else None
+    except UnknownName as exc:
+        raise OptionError("--class", str(exc)) from None
+    try:
+        intensities = [parse_intensity(i) for i in intensity] if intensity else None
+    except UnknownName as exc:
+        raise OptionError("--intensity", str(exc)) from None
+    rows = catalogue_listing(filter_levers(load_catalogue(), classes, intensities))
+    print_listing(rows, LEVER_COLUMNS, format, title=f"{len(rows)} levers")
 
 
 @levers_app.command("validate")
@@ -86,10 +95,25 @@ def levers_validate() -> None:
 # ---------------------------------------------------------------- models
 
 
+# What ``models list`` shows first at 80 columns: the name and whether it can run, then why not.
+MODEL_COLUMNS = [
+    Column("name", keep=True),
+    Column("available", drop=0),
+    Column("runs_on", "runs on", drop=2),
+    Column("model", keep=True, drop=3),
+    Column("credentials", drop=4),
+    Column("weights", drop=4),
+    Column("endpoint", drop=5),
+    Column("api_base", keep=True, drop=6),
+    Column("api_key_env", keep=True, drop=6),
+    Column("reason", drop=1),
+]
+
+
 @models_app.command("list")
 def models_list(
     config: Path | None = typer.Option(None, "--config", help="config whose registry to show (default: the demo)"),
-    format: OutputFormat = typer.Option(OutputFormat.table, "--format"),
+    format: ListFormat = typer.Option(ListFormat.table, "--format", help=FORMAT_HELP),
     probe: bool = typer.Option(False, "--probe", help="also check that endpoints answer"),
 ) -> None:
     """Show every registry entry, where it runs and whether it can run now."""
@@ -98,16 +122,7 @@ def models_list(
 
     cfg = load_config(config_path(config))
     rows = [model_status(name, model, probe=probe) for name, model in cfg.models.items()]
-    if format == OutputFormat.json:
-        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
-        return
-    table = Table(title=f"{len(rows)} models")
-    columns = list(rows[0].keys()) if rows else ["name"]
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*[str(row.get(c, "")) for c in columns])
-    out.print(table)
+    print_listing(rows, MODEL_COLUMNS, format, title=f"{len(rows)} models")
 
 
 @models_app.command("pull")

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from refusalbench.tasks.core.cache_policy import CachePolicy
-from refusalbench.tasks.core.config_files import Located, load_tree
+from refusalbench.tasks.core.config_files import Located, load_tree, not_found_problem
 from refusalbench.tasks.core.config_problems import (  # RULES_PROVIDER: ``model: rules/<set>``, tasks/refusalbench/rule_generator.py
     RULES_PROVIDER,
     did_you_mean,
@@ -295,6 +295,8 @@ class RunConfig(Strict):
     # The folder of the config file that lists ``plugins`` (set by load_config): where a plugin not on
     # sys.path is looked for, in this process and in every worker process the config is sent to.
     _plugin_folder: str | None = PrivateAttr(default=None)
+    # Where each key was written (set by load_config), so a problem found later names its line.
+    _located: Located | None = PrivateAttr(default=None)
 
     @field_validator("plugins")
     @classmethod
@@ -355,6 +357,16 @@ class RunConfig(Strict):
         if here.exists() or not Path(value).exists():
             return str(here)
         return value
+
+    def input_path(self, value: str, key: tuple[str | int, ...], *, hint: str = "") -> str:
+        """``resolve_path`` for a file or folder the run reads; a local one that is not there is an
+        InputError at the key's line naming the path as written and where it was looked for."""
+        resolved = self.resolve_path(value)
+        if "://" in resolved or Path(resolved).exists():
+            return resolved
+        file, line = self._located.find(key) if self._located else (str(self.source), None)
+        problem = not_found_problem(value, resolved, relative_to="the config file's folder")
+        raise InputError(file, problem + (f"; {hint}" if hint else ""), line=line, field=".".join(map(str, key)))
 
     def load_plugins(self) -> None:
         """Load the installed plugin entry points and this config's ``plugins`` in this process; idempotent.
@@ -449,6 +461,7 @@ def load_located_config(path: str | Path) -> tuple[RunConfig, Located]:
     if config is not None:
         config.source = str(path)
         config._plugin_folder = plugin_folder
+        config._located = located
         problems += _config_check_problems(config, located)
     if problems:
         raise InputErrors.of(ordered(problems, str(path.resolve())))

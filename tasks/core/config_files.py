@@ -8,6 +8,7 @@ not the run config.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,14 @@ class Located:
             if path[:cut] in self.origin:
                 return self.origin[path[:cut]]
         return ("<config>", None)
+
+
+def not_found_problem(as_written: str, looked: str | Path, *, relative_to: str) -> str:
+    """``file not found: PATH (looked for /ABS/PATH, ...)``: the path as the user wrote it, and, for a
+    relative one, the absolute path it stood for, so a run started from another folder explains itself."""
+    if Path(as_written).is_absolute():
+        return f"file not found: {as_written}"
+    return f"file not found: {as_written} (looked for {os.path.abspath(looked)}: relative to {relative_to})"
 
 
 def _node_to_python(node: yaml.Node, file: str, path: tuple[Any, ...], located: Located) -> Any:
@@ -113,7 +122,8 @@ def load_tree(path: Path, located: Located, stack: tuple[Path, ...]) -> dict[str
         target = (path.parent / inc) if not Path(inc).is_absolute() else Path(inc)
         if not target.exists():
             file, line = located.find(("include",))
-            raise InputError(file, f"included file not found: {inc}", line=line, field="include")
+            problem = not_found_problem(inc, target, relative_to="the including file's folder")
+            raise InputError(file, f"included {problem}", line=line, field="include")
         merged = _merge(merged, load_tree(target, located, (*stack, path)))
     # The including file wins; re-register its positions last so errors point at it.
     merged = _merge(merged, data)

@@ -20,6 +20,16 @@ class InputError(Exception):
         return f"{where}: {field}: {self.problem}"
 
 
+class OptionError(InputError):
+    """A bad command-line value: rendered as ``--option: problem``."""
+
+    def __init__(self, option: str, problem: str):
+        super().__init__(option, problem)
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.problem}"
+
+
 class InputErrors(InputError):
     """Several input problems found in one pass; str() is the first, ``.errors`` holds all."""
 

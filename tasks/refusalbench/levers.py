@@ -31,6 +31,8 @@ from refusalbench.tasks.refusalbench.taxonomy import (
     PERTURBATION_CLASSES,
     STRATA,
     expected_behaviour,
+    parse_class,
+    parse_intensity,
 )
 
 # Lives in levers/ next to the lever files but holds names only, so the loader skips it.
@@ -415,12 +417,13 @@ def filter_levers(
 ) -> list[Lever]:
     """The levers of the given classes and intensities (None = all), in their input order.
 
-    Unknown class or intensity names raise ValueError: a typo must not silently select nothing.
+    Names are read by ``taxonomy.parse_class`` / ``parse_intensity`` (any case, ``P-`` optional).
+    An unknown name raises ``UnknownName`` (a ValueError): a typo must not silently select nothing.
     """
-    unknown = [c for c in classes or () if c not in PERTURBATION_CLASSES]
-    unknown += [i for i in intensities or () if i not in INTENSITIES]
-    if unknown:
-        raise ValueError(f"unknown perturbation class or intensity: {', '.join(map(repr, unknown))}")
+    if classes is not None:
+        classes = [parse_class(c) for c in classes]
+    if intensities is not None:
+        intensities = [parse_intensity(i) for i in intensities]
     return [
         lever
         for lever in levers

@@ -7,6 +7,7 @@ canonical refusal code of each class and every spelling a model may use for it
 
 from __future__ import annotations
 
+import difflib
 from typing import Literal, get_args
 
 PerturbationClass = Literal[
@@ -87,3 +88,58 @@ def canonical_code(code: str) -> str | None:
     if code.strip().upper() == ANSWER_CORRECTLY:
         return ANSWER_CORRECTLY
     return CODE_ALIASES.get(code.strip().upper())
+
+
+# ---------------------------------------------------------------- names as people type them
+
+
+class UnknownName(ValueError):
+    """A class, intensity or stratum name that matches none of the taxonomy's (one line, with the choices)."""
+
+
+def _name_key(text: str) -> str:
+    # "P-MissingInfo", "missinginfo", "missing-info" and "MISSING_INFO" are one name.
+    key = str(text).strip().casefold()
+    if key[:2] in ("p-", "p_"):
+        key = key[2:]
+    return "".join(ch for ch in key if ch.isalnum())
+
+
+# Every accepted key -> canonical class: the class name without ``P-`` and its id slug, in any case.
+_CLASS_KEYS: dict[str, str] = {
+    key: cls for cls in PERTURBATION_CLASSES for key in (_name_key(cls), _name_key(CLASS_SLUG[cls]))
+}
+_INTENSITY_KEYS: dict[str, str] = {_name_key(i): i for i in INTENSITIES}
+
+
+def _resolve(text: str, keys: dict[str, str], what: str, choices: tuple[str, ...], spelling: str) -> str:
+    found = keys.get(_name_key(text))
+    if found is not None:
+        return found
+    close = difflib.get_close_matches(_name_key(text), list(keys), n=1, cutoff=0.6)
+    hint = f" (did you mean {keys[close[0]]}?)" if close else ""
+    raise UnknownName(f"unknown {what} {str(text)!r}{hint}; valid: {', '.join(choices)} ({spelling})")
+
+
+def parse_class(text: str) -> str:
+    """The canonical class for ``text``: ``ambiguity``, ``AMBIGUITY``, ``P-Ambiguity``, ``missing-info`` ...
+
+    Raises ``UnknownName`` naming the value, the closest class and every valid one.
+    """
+    return _resolve(text, _CLASS_KEYS, "perturbation class", PERTURBATION_CLASSES, "any case, P- optional")
+
+
+def parse_intensity(text: str) -> str:
+    """The canonical intensity for ``text`` (``low``, ``Low``, ``LOW`` -> ``LOW``); ``UnknownName`` otherwise."""
+    return _resolve(text, _INTENSITY_KEYS, "intensity", INTENSITIES, "any case")
+
+
+def parse_stratum(spec: str) -> tuple[str, str]:
+    """``CLASS/INTENSITY`` (each as ``parse_class`` / ``parse_intensity`` take it) -> canonical pair."""
+    cls_text, sep, intensity_text = str(spec).partition("/")
+    if not sep:
+        raise UnknownName(f"unknown stratum {str(spec)!r}: expected CLASS/INTENSITY, e.g. P-MissingInfo/LOW")
+    try:
+        return parse_class(cls_text), parse_intensity(intensity_text)
+    except UnknownName as exc:
+        raise UnknownName(f"unknown stratum {str(spec)!r} (expected CLASS/INTENSITY): {exc}") from None

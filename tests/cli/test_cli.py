@@ -34,6 +34,7 @@ COMMANDS = [
     ["plan"],
     ["export"],
     ["view"],
+    ["deploy"],
 ]
 
 

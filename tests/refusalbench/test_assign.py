@@ -140,6 +140,14 @@ def test_parse_strata():
     for bad in ["P-Ambiguity", "P-Vagueness/LOW", "P-Ambiguity/EXTREME", ""]:
         with pytest.raises(ValueError, match="unknown stratum .*expected CLASS/INTENSITY"):
             parse_strata([bad])
+    # As people write them: any case, P- optional, the lever ids' slugs.
+    assert parse_strata(["missing-info/low", "MissingInfo/LOW", "AMBIGUITY/High", "granularity/medium"]) == [
+        ("P-MissingInfo", "LOW"),
+        ("P-Ambiguity", "HIGH"),
+        ("P-GranularityMismatch", "MEDIUM"),
+    ]
+    with pytest.raises(ValueError, match=r"'P-Contradict/LOW'.*did you mean P-Contradiction\?.*P-EpistemicMismatch"):
+        parse_strata(["P-Contradict/LOW"])
 
 
 def test_sample_base_items():

@@ -325,6 +325,10 @@ def test_report_end_to_end_with_two_annotators(run):
     assert result.exit_code == 0, result.output
     assert "Cohen's kappa between annotators: 0.333 over 8 items" in result.output
     assert "report: not rebuilt" in result.output
+    as_json = runner.invoke(audit_app, ["report", run.root, "--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    rows = json.loads(as_json.stdout)  # the notes go to stderr: stdout stays JSON
+    assert rows[-1]["group"] == "all" and rows[-1]["n"] == 8 and isinstance(rows[-1]["pass_rate"], float)
 
     audit = AuditDocument.model_validate(json.loads(run.read_text(rb_files.AUDIT.name)))
     # By hand: p_o = 6/8, both annotators PASS 6/8, p_e = .75^2 + .25^2 = .625, kappa = (.75-.625)/.375.

@@ -50,12 +50,15 @@ def check_knowornot_inputs(cfg: RunConfig) -> None:
     kon = knowornot_section(with_resolved_sources(cfg))
     written: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = cfg.knowornot.knowledge_bases or [cfg.knowornot]
     sources: Sequence[KnowledgeBaseSource | KnowOrNotConfig] = kon.knowledge_bases or [kon]
-    for source, as_written in zip(sources, written):
+    for i, (source, as_written) in enumerate(zip(sources, written)):
+        key: tuple[str | int, ...] = ("knowornot", "knowledge_bases", i) if kon.knowledge_bases else ("knowornot",)
         if source.qa_pairs:
             _check_imported(source.qa_pairs, str(as_written.qa_pairs))
-            load_qa_pairs(source.qa_pairs)
+            load_qa_pairs(cfg.input_path(str(as_written.qa_pairs), (*key, "qa_pairs")))
         else:
-            read_documents(source.documents or [])
+            read_documents(
+                [cfg.input_path(d, (*key, "documents", j)) for j, d in enumerate(as_written.documents or [])]
+            )
 
 
 def _check_imported(path: str, as_written: str) -> None:

@@ -26,7 +26,7 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.pipeline.ui import publish_table, story
-from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.refusalbench.basesets import load_configured_base_set
 from refusalbench.tasks.refusalbench.levers import Stratum, catalogue_hash, load_catalogue
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
@@ -102,7 +102,7 @@ def prepare_inputs(cfg: RunConfig, seed: int, avoid: frozenset[tuple[str, str]] 
         raise InputError(
             str(cfg.source), "verification: short_circuit needs filter: unanimous", field="generation.verification"
         )
-    base_set = load_base_set(cfg.resolve_path(gen.base_set))
+    base_set = load_configured_base_set(cfg)
     levers = load_catalogue()
     strata = configured_strata(cfg)
     if gen.base_sample_by == "domain" and (missing := without_domain(base_set)):

@@ -17,7 +17,13 @@ from refusalbench.tasks.refusalbench.basesets.garage import (
     import_garage,
 )
 from refusalbench.tasks.refusalbench.basesets.kilt_nq import import_kilt_nq
-from refusalbench.tasks.refusalbench.basesets.loading import load_base_set, validate_base_set, write_base_set
+from refusalbench.tasks.refusalbench.basesets.loading import (
+    base_set_import_hint,
+    load_base_set,
+    load_configured_base_set,
+    validate_base_set,
+    write_base_set,
+)
 from refusalbench.tasks.refusalbench.basesets.problems import (
     BASE_FIELDS,
     MAX_LINE_BYTES,
@@ -45,7 +51,9 @@ __all__ = [
     "REQUIRED_FIELDS",
     "import_garage",
     "import_kilt_nq",
+    "base_set_import_hint",
     "load_base_set",
+    "load_configured_base_set",
     "validate_base_set",
     "write_base_set",
 ]

@@ -26,9 +26,10 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError, InputErrors
 from refusalbench.tasks.refusalbench.basesets.problems import MAX_LINE_BYTES, TooManyProblems, open_problems
-from refusalbench.tasks.refusalbench.basesets.readers import reader_for
+from refusalbench.tasks.refusalbench.basesets.readers import JSONL_SUFFIXES, reader_for
 from refusalbench.tasks.refusalbench.basesets.validation import check_record
 from refusalbench.tasks.refusalbench.schema.records import BaseItem
 
@@ -60,6 +61,27 @@ def load_base_set(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LIN
     if not items:
         raise InputErrors([InputError(problems.file, "empty file: no records")])
     return items
+
+
+def base_set_import_hint(path: str | os.PathLike[str]) -> str:
+    """The commands that build a missing base set at ``path`` from the paper's public sources."""
+    out = Path(os.path.abspath(path))
+    then = ""
+    if out.suffix.lower() not in JSONL_SUFFIXES:  # the importers write JSON lines
+        out, then = out.with_suffix(JSONL_SUFFIXES[0]), " and set generation.base_set to it"
+    return (
+        f"build it with `refusalbench data import garage GaRAGe_benchmark.jsonl --out {out}` or "
+        f"`refusalbench data import kilt-nq --questions nq-dev-kilt.jsonl --knowledge kilt_knowledgesource.json "
+        f"--out {out}`{then}"
+    )
+
+
+def load_configured_base_set(cfg: RunConfig) -> list[BaseItem]:
+    """The config's ``generation.base_set``, read from beside the config; a missing file is bad input
+    naming where it was looked for and how to build it."""
+    written = cfg.generation_section().base_set
+    hint = base_set_import_hint(cfg.resolve_path(written))
+    return load_base_set(cfg.input_path(written, ("generation", "base_set"), hint=hint))
 
 
 def validate_base_set(path: str | os.PathLike[str], *, max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:

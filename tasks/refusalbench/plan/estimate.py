@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.basesets import load_base_set
+from refusalbench.tasks.refusalbench.basesets import load_configured_base_set
 from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.refusalbench.plan.prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
 from refusalbench.tasks.refusalbench.plan.prompt_sizes import (
@@ -131,7 +131,7 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
     """The base sample and lever assignment exactly as the generation flow draws them."""
     gen = cfg.generation
     assert gen is not None, "plan_run draws a generation only for a config with a generation section"
-    all_items = load_base_set(cfg.resolve_path(gen.base_set))
+    all_items = load_configured_base_set(cfg)
     catalogue = load_catalogue()
     items, assignments = draw_assignments(
         all_items,

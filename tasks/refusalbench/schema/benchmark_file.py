@@ -6,6 +6,7 @@ before any model call is paid for.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from refusalbench.tasks.core import runfolder
@@ -21,7 +22,9 @@ BENCHMARK_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
 def read_benchmark(uri: str) -> list[BenchmarkItem]:
     store, name = split_uri(uri)
     if not store.exists(name):
-        raise InputError(uri, "benchmark file not found")
+        local_relative = "://" not in uri and not os.path.isabs(uri)
+        where = f" (looked for {os.path.abspath(uri)}: relative to the working folder)" if local_relative else ""
+        raise InputError(uri, "benchmark file not found" + where)
     store.check_schema_version()  # a run folder's benchmark: refused if a newer refusalbench wrote the folder
     try:
         table = store.read_table(name)

@@ -24,7 +24,7 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.refusalbench.levers import Stratum, levers_by_stratum
 from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, Lever
 from refusalbench.tasks.refusalbench.stages.base_sampling import sample_by_domain
-from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, STRATA
+from refusalbench.tasks.refusalbench.taxonomy import STRATA, parse_stratum
 
 
 def assignment_id(base_id: str, lever_id: str) -> str:
@@ -41,21 +41,12 @@ def _rng(seed: int, *parts: str) -> random.Random:
 def parse_strata(specs: Iterable[str]) -> list[Stratum]:
     """Parse ``["P-Ambiguity/LOW", ...]`` into (class, intensity) pairs, in order, without duplicates.
 
-    Class and intensity are matched case-insensitively and returned in canonical spelling.
-    Raises ValueError naming the first unknown spec and the valid choices.
+    Class and intensity are read by ``taxonomy.parse_stratum`` (any case, ``P-`` optional) and returned
+    in canonical spelling. Raises ValueError (``UnknownName``) naming the first unknown spec and the valid choices.
     """
-    classes = {c.casefold(): c for c in PERTURBATION_CLASSES}
-    intensities = {i.casefold(): i for i in INTENSITIES}
     out: list[Stratum] = []
     for spec in specs:
-        cls_text, sep, intensity_text = str(spec).partition("/")
-        cls = classes.get(cls_text.strip().casefold())
-        intensity = intensities.get(intensity_text.strip().casefold())
-        if not sep or cls is None or intensity is None:
-            raise ValueError(
-                f"unknown stratum {spec!r}: expected CLASS/INTENSITY with CLASS one of "
-                f"{', '.join(PERTURBATION_CLASSES)} and INTENSITY one of {', '.join(INTENSITIES)}"
-            )
+        cls, intensity = parse_stratum(spec)
         if (cls, intensity) not in out:
             out.append((cls, intensity))
     return out
