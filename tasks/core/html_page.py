@@ -1,5 +1,5 @@
 """HTML building blocks of both methods' report pages: style sheet, escaping, tables,
-sections, images.
+sections (charts: ``core.charts``).
 
 Every piece of text that comes from data — model names, group values, manifest entries —
 goes through :func:`escape` (``html.escape``) before it reaches the page.
@@ -62,16 +62,6 @@ def frame_table(frame: pd.DataFrame, max_rows: int = 200) -> str:
 def section(title: str, body: str) -> str:
     """A titled section of the page; ``body`` is HTML already escaped."""
     return f"<section><h2>{escape(title)}</h2>{body}</section>"
-
-
-def figure_or_note(encoded: str | None, alt: str) -> str:
-    """The image, or a note saying there was not enough data for it."""
-    return image_tag(encoded, alt) if encoded else f'<p class="note">Not enough data for: {escape(alt)}.</p>'
-
-
-def image_tag(encoded: str, alt: str) -> str:
-    """An inline <img> of a base64 PNG."""
-    return f'<img src="data:image/png;base64,{encoded}" alt="{html.escape(alt)}">'
 
 
 def mapping_html(data: Mapping[str, Any]) -> str:
