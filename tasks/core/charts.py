@@ -121,7 +121,7 @@ def _json(spec: Mapping[str, Any]) -> str:
 def chart(spec: Mapping[str, Any], data: Sequence[Mapping[str, Any]] | None, alt: str) -> str:
     """The HTML of one chart: ``spec`` (a Vega-Lite dict) with ``data`` inlined as its values; ``alt``
     describes it to a reader without the picture."""
-    full: dict[str, Any] = {"$schema": SCHEMA, **spec}
+    full: dict[str, Any] = {"$schema": SCHEMA, "description": alt, **spec}  # vega-embed's aria-label
     if data is not None:
         full["data"] = {"values": [compact(dict(row)) for row in data]}
     full.setdefault("config", {"view": {"stroke": None}, "axis": {"labelLimit": 220}})

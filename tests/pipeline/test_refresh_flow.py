@@ -153,18 +153,18 @@ def look_at_the_refresh_run(round_id: str) -> None:
 
 def look_at_the_trend_section(report, shot, crashed: str) -> None:
     """The report's trend section in headless Chromium: the plot renders, the changes and incomplete rounds read."""
-    from tests.browser import Browser
+    from tests.browser import CHARTS_DRAWN, Browser
 
     script = """(() => {
       const section = Array.from(document.querySelectorAll('section'))
         .find(s => s.querySelector('h2') && s.querySelector('h2').innerText.trim() === 'Trend across rounds');
       if (!section) return null;
-      const images = Array.from(section.querySelectorAll('img'));
-      return {images: images.length, rendered: images.filter(i => i.complete && i.naturalWidth > 400).length,
+      const charts = Array.from(section.querySelectorAll('div.vl-chart'));
+      return {images: charts.length, rendered: charts.filter(c => c.querySelector('svg, canvas')).length,
               text: section.innerText};
     })()"""
     with Browser() as browser:
-        facts = browser.look(f"file://{report}", script=script, screenshot=shot)
+        facts = browser.look(f"file://{report}", script=script, screenshot=shot, wait_for=CHARTS_DRAWN)
     assert facts is not None and facts["images"] == 1 and facts["rendered"] == 1
     assert "significant change(s) since the previous round" in facts["text"]
     assert "flip: CRS 0.000 -> 0.500" in facts["text"] and "steady" in facts["text"]
