@@ -152,7 +152,7 @@ def overlap_histogram(similarities: dict[str, Sequence[float]], thresholds: dict
             for a, b, c in zip(edges[:-1], edges[1:], counts)
         ]
         data += [{"measure": measure, "threshold": float(t)} for t in thresholds.get(measure, ())]
-    x = {"scale": {"domain": [0, 1]}}
+    x: dict[str, Any] = {"scale": {"domain": [0, 1]}}
     inner = {
         "width": 260,
         "height": 160,

@@ -42,7 +42,7 @@ def scatter_plot(
         return None
     if few := charts.too_few([row["model"] for row in data], "model", title):
         return few
-    axis = {"scale": {"domain": [0, 1]}}
+    axis: dict[str, Any] = {"scale": {"domain": [0, 1]}}
     tooltip = [
         field("model"),
         field("x", "quantitative", xlabel, format=".3f"),
@@ -66,7 +66,7 @@ def scatter_plot(
             },
             {
                 "mark": {"type": "point", "filled": True, "size": 70},
-                "encoding": {"color": field("model", scale=charts.model_colours(metrics), legend=None)},
+                "encoding": {"color": field("model", scale=charts.model_colours(list(metrics)), legend=None)},
             },
             {"mark": {"type": "text", "align": "left", "dx": 6, "fontSize": 10}, "encoding": {"text": field("model")}},
         ],
@@ -199,7 +199,7 @@ def reliability_diagrams(calibration: pd.DataFrame, metrics: Mapping[str, Mappin
     ece = {m: metrics.get(m, {}).get("ece", math.nan) for m in table["model"].unique()}
     table["panel"] = table["model"].map(lambda m: f"{m} · ECE {'—' if is_nan(ece[m]) else f'{ece[m]:.3f}'}")
     data = table[["panel", "model", "kind", "mean_confidence", "accuracy", "n"]]
-    unit = {"scale": {"domain": [0, 1]}}
+    unit: dict[str, Any] = {"scale": {"domain": [0, 1]}}
     inner = {
         "width": 220,
         "height": 200,

@@ -125,7 +125,7 @@ def intensity_confusion_plot(by_intensity: Mapping[str, pd.DataFrame]) -> str:
     """One confusion panel per intensity (every model together), rows and columns shared."""
     expected = list(dict.fromkeys(r for m in by_intensity.values() for r in m.index))
     predicted = list(dict.fromkeys(c for m in by_intensity.values() for c in m.columns))
-    panels = []
+    panels: list[dict[str, Any]] = []
     for intensity, matrix in by_intensity.items():
         full = matrix.reindex(index=expected, columns=predicted, fill_value=0)
         title = f"{intensity}: all models (n = {int(full.to_numpy().sum())})"
@@ -192,7 +192,7 @@ def class_difficulty_plot(table: pd.DataFrame, points: pd.DataFrame, generation:
     beside it, where the run has it, the generation pass rate per class."""
     classes = [str(c) for c in table["perturbation_class"]]
     y = field("perturbation_class", title=None, sort=classes)
-    x = {"scale": {"domain": [0, 1]}}
+    x: dict[str, Any] = {"scale": {"domain": [0, 1]}}
     summary = {
         "data": {"values": charts.compact(table.to_dict(orient="records"))},
         "encoding": {
