@@ -2,10 +2,8 @@
 
 In the measured (child) process, :func:`instrument` puts the parts that grow with the number of
 models on the clocks of ``tasks/core/clocks.py`` (bootstrap: the resampling functions of the
-scoring package and ``core/stats.py``; figures: matplotlib's
-``savefig`` and every function of the report package and ``core/plotting.py`` whose name says it
-draws, the wait for the figures other processes draw meanwhile included: ``plotting.drawn_spread``),
-counted once however they nest; the pipeline's own clocks (Parquet reads and writes, task
+scoring package and ``core/stats.py``; figures: every function of the report package and
+``core/charts.py`` whose name says it builds a chart), counted once however they nest; the pipeline's own clocks (Parquet reads and writes, task
 bodies, task spans, submissions, the API's start) are always on. :func:`child_figures` collects
 the clocks, both manifests and the process's CPU; :func:`breakdown` turns them and the server's
 request log into one row per stage:
@@ -76,11 +74,9 @@ def _functions(module: Any, keep: Callable[[str], bool]) -> list[Callable[..., A
 
 def instrument() -> dict[str, int]:
     """Put bootstrap and figure drawing on clocks in this process; returns how many functions each."""
-    import matplotlib.figure
-
     import refusalbench.flows.main  # noqa: F401  (every module the run imports later, imported now)
     import refusalbench.tasks.refusalbench.report as report
-    from refusalbench.tasks.core import plotting, stats
+    from refusalbench.tasks.core import charts, stats
     from refusalbench.tasks.refusalbench.report import run_outputs as outputs  # noqa: F401
     from refusalbench.tasks.refusalbench.scoring import bootstrap
 
@@ -94,7 +90,7 @@ def instrument() -> dict[str, int]:
     targets = {
         "bootstrap": _functions(bootstrap, lambda n: not n.startswith("_"))
         + [f for m in [*scoring_modules, stats] if m is not bootstrap for f in _functions(m, resamples)],
-        "figures": [f for m in [*report_modules, plotting] for f in _functions(m, DRAWS.search)],
+        "figures": [f for m in [*report_modules, charts] for f in _functions(m, DRAWS.search)],
     }
     depth = threading.local()
     replaced = {id(fn): _clocked(fn, clock, depth) for clock, fns in targets.items() for fn in fns}
@@ -105,7 +101,6 @@ def instrument() -> dict[str, int]:
         for name, value in list(vars(module).items()):
             if id(value) in replaced and not getattr(value, "__clocked__", False):
                 setattr(module, name, replaced[id(value)])
-    matplotlib.figure.Figure.savefig = _clocked(matplotlib.figure.Figure.savefig, "figures", depth)
     return {clock: len(fns) for clock, fns in targets.items()}
 
 

@@ -202,12 +202,12 @@ def child(config: str, out: str) -> None:
 
 def after_calls_child(folder: str, bootstrap: int) -> None:
     """The CPU the evaluate flow spends after its last reply, on one core: the run folder's judged rows scored
-    (``write_scores``, its bootstrap and seed included) and its report written (``write_report``; the
-    generation figures, drawn while the targets answered, found where the run stored them), in a copy of
-    the folder. Pinned to one core, the report draws every figure in this process: its CPU time is all of it."""
+    (``write_scores``, its bootstrap and seed included) and its report written (``write_report``), in a copy
+    of the folder, pinned to one core."""
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    from refusalbench.tasks.core.charts import javascript_bundle
     from refusalbench.tasks.core.store import ArtifactStore
-    from refusalbench.tasks.refusalbench.report import page  # noqa: F401 - matplotlib imported before the clock
+    from refusalbench.tasks.refusalbench.report import page  # noqa: F401 - imported before the clock
     from refusalbench.tasks.refusalbench.report.run_outputs import write_report, write_scores
 
     with tempfile.TemporaryDirectory(prefix="refusalbench-after-calls-") as tmp:
@@ -215,6 +215,8 @@ def after_calls_child(folder: str, bootstrap: int) -> None:
         shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("_prefect"))
         store = ArtifactStore(str(copy))
         seed = json.loads((copy / "manifest.json").read_text())["seed"]
+        javascript_bundle()  # the charts' JavaScript built and cached on disk if it is not yet (a user's second report)
+        javascript_bundle.cache_clear()  # ... and read from there again, on the clock, as a report does
         started = time.process_time()
         result = write_scores(store, store.read_frame("judged.parquet"), bootstrap=bootstrap, seed=seed)
         scored = time.process_time()

@@ -23,7 +23,6 @@ from refusalbench.tasks.pipeline.refusalbench.respond_step import respond_and_ju
 from refusalbench.tasks.pipeline.refusalbench.score_step import score_judgments
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.pipeline.stage_run import StageRun
-from refusalbench.tasks.refusalbench.report.run_outputs import generation_figures_aside
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.benchmark_file import (
     keep_generation_manifest,
@@ -54,7 +53,6 @@ def evaluation_flow(
     recorder.hashes(prompts=all_template_hashes())
     with recorder.run():
         place_benchmark(store, benchmark, items)
-        generation_figures = generation_figures_aside(store)  # drawn while the targets answer, if not yet
         targets = check_or_raise(cfg, evaluation.targets)
         (judge,) = check_or_raise(cfg, [evaluation.judge])
         with model_endpoints(cfg, targets + [judge]) as api_bases:
@@ -62,7 +60,7 @@ def evaluation_flow(
             responses, judgments = respond_and_judge(run, items, targets, judge)
         result = score_judgments(run, items, targets, responses, judgments)
         counter.record(recorder)
-        report_uri = report_results(run, result, generation_figures)
+        report_uri = report_results(run, result)
     return EvaluationResult(
         metrics=store.uri(rb_files.METRICS.name),
         report=report_uri,

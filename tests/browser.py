@@ -327,8 +327,14 @@ class _Page:
 
 
 # What a person sees: images that failed to render, and the visible text.
+# Every chart of the page (core.charts) has drawn its SVG or canvas.
+CHARTS_DRAWN = "Array.from(document.querySelectorAll('div.vl-chart')).every(c => c.querySelector('svg, canvas'))"
+
 PAGE_FACTS = """(() => ({
   images: document.images.length,
+  charts: document.querySelectorAll('div.vl-chart').length,
+  drawn: document.querySelectorAll('div.vl-chart svg, div.vl-chart canvas').length,
+  labels: Array.from(document.querySelectorAll('div.vl-chart')).map(c => c.getAttribute('aria-label')),
   broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length,
   alts: Array.from(document.images).map(i => i.alt),
   headings: Array.from(document.querySelectorAll('h1,h2,h3')).map(h => h.innerText.trim()),

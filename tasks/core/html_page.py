@@ -1,5 +1,5 @@
 """HTML building blocks of both methods' report pages: style sheet, escaping, tables,
-sections, images, the table of contents and readable headings.
+sections, the table of contents and readable headings (charts: ``core.charts``).
 
 Every piece of text that comes from data — model names, group values, manifest entries —
 goes through :func:`escape` (``html.escape``) before it reaches the page. Each section carries
@@ -131,16 +131,6 @@ def summary_card(rows: Sequence[tuple[str, str]], warnings: Sequence[str] = ()) 
 def folded(summary: str, body: str, open_: bool = False) -> str:
     """``body`` behind a ``<details>`` element whose ``summary`` (plain text) opens it."""
     return f"<details{' open' if open_ else ''}><summary>{escape(summary)}</summary>{body}</details>"
-
-
-def figure_or_note(encoded: str | None, alt: str) -> str:
-    """The image, or a note saying there was not enough data for it."""
-    return image_tag(encoded, alt) if encoded else f'<p class="note">Not enough data for: {escape(alt)}.</p>'
-
-
-def image_tag(encoded: str, alt: str) -> str:
-    """An inline <img> of a base64 PNG."""
-    return f'<img src="data:image/png;base64,{encoded}" alt="{html.escape(alt)}">'
 
 
 def mapping_html(data: Mapping[str, Any], heading: Callable[[str], str] = readable_heading) -> str:

@@ -229,7 +229,7 @@ knowornot:
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 DEMO_CONFIG = ROOT / "configs" / "knowornot-demo.yaml"
-IMAGE = '<img src="data:image/png;base64,'
+CHART = 'class="vl-chart"'
 
 
 def demo_model(request):
@@ -284,16 +284,16 @@ def demo_config(tmp_path, server) -> str:
     return str(path)
 
 
-def look_at_report_in_a_browser(report, shot, images: int) -> None:
-    """Headless Chromium opens the page as a person would: every figure rendered, no section short of data."""
+def look_at_report_in_a_browser(report, shot, charts: int) -> None:
+    """Headless Chromium opens the page as a person would: every chart drawn offline, no section short of data."""
     import os
     import shutil
 
-    from tests.browser import PAGE_FACTS, Browser
+    from tests.browser import CHARTS_DRAWN, PAGE_FACTS, Browser
 
     with Browser() as browser:
-        facts = browser.look(f"file://{report}", script=PAGE_FACTS, screenshot=shot)
-    assert facts["images"] == images and facts["broken"] == 0, facts["headings"]
+        facts = browser.look(f"file://{report}", script=PAGE_FACTS, screenshot=shot, wait_for=CHARTS_DRAWN)
+    assert facts["charts"] == facts["drawn"] == charts and facts["broken"] == 0, facts["headings"]
     assert "not enough data" not in facts["text"].lower()
     assert {"Abstention and factuality per configuration", "Duplicate-overlap audit of the question set"} <= set(
         facts["headings"]
@@ -322,11 +322,11 @@ def test_demo_config_loads_and_its_documents_exist():
 def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     """documents -> sentences -> facts -> QA -> filters -> LOO -> answers -> evaluations (built-in and the
     config's own spec) -> rates, audit, label sample, report with figures; then labels for the custom spec."""
-    import base64
     import subprocess
     import sys
 
     from refusalbench.flows.launch import run_knowornot
+    from refusalbench.tasks.core.charts import specs_in
     from refusalbench.tasks.core.human_labels import HumanLabel
     from refusalbench.tasks.knowornot.human.labels import open_label_session, write_agreement
     from refusalbench.tasks.labelling.label_store import LabelStore
@@ -364,13 +364,15 @@ def test_knowornot_demo_from_documents(tmp_path, fake_llm):
     assert audit["n_questions"] == 2 and len(audit["most_similar"]) == 1 and len(audit["tfidf"]) == 3
 
     report = (out / "report.html").read_text()
-    images = report.split(IMAGE)[1:]
-    assert len(images) >= 4  # abstention, factuality, the custom spec's outcomes, the overlap histogram
-    for image in images:
-        assert base64.b64decode(image.split('"', 1)[0]).startswith(b"\x89PNG\r\n\x1a\n")
+    specs = specs_in(report)
+    assert len(specs) == report.count(CHART) >= 4  # abstention, factuality, the custom spec's outcomes, the overlap
+    assert "data:image/png" not in report
+    abstention = next(s for s in specs if s["title"]["text"].startswith("Abstention rate"))
+    direct = [r for r in abstention["data"]["values"] if r["retrieval"] == "direct"]
+    assert direct and all(r["rate"] == 1 for r in direct)  # every direct question abstained (above)
     assert "not enough data" not in report.lower()
     assert "Duplicate-overlap audit" in report and "cites_context" in report
-    look_at_report_in_a_browser(out / "report.html", tmp_path / "kon-report.png", len(images))
+    look_at_report_in_a_browser(out / "report.html", tmp_path / "kon-report.png", len(specs))
 
     # The label command finds the run's own spec (from eval_specs.json, not the registry).
     session = open_label_session(str(out), "cites_context")

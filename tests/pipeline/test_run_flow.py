@@ -94,12 +94,12 @@ def test_a_judge_that_cannot_run_stops_the_job_before_any_call(command, tmp_path
     assert line.startswith(f"{config}: models: cannot run judge: ") and "REFUSALBENCH_TEST_JUDGE_KEY is not set" in line
 
 
-IMG = "<img "
+CHART = 'class="vl-chart"'
 
 
-def test_the_run_draws_the_generation_figures_once_while_the_targets_answer(tmp_path, fake_llm):
-    """``run`` writes no generation-only report: its evaluation draws the generation figures in a forked
-    child while the targets answer, stores them, and the final report shows that copy."""
+def test_the_run_shows_the_generation_charts_in_its_final_report(tmp_path, fake_llm):
+    """``run`` writes no generation-only report: the final report shows the generation charts, built from
+    gv_analysis.json when the report is written (nothing drawn aside, nothing stored beside the run's files)."""
     from refusalbench.flows.launch import run_main
     from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
 
@@ -109,9 +109,9 @@ def test_the_run_draws_the_generation_figures_once_while_the_targets_answer(tmp_
     generation = json.loads((out / "generation_manifest.json").read_text())
     assert "analyse" in generation["timings_s"] and "report" not in generation["timings_s"]
     assert "report.html" not in generation["artifacts"]
-    (stored,) = (out / "_work").glob("generation-figures-*.html")
+    assert not list(out.glob("_work/generation-figures-*"))
     drawn_here = generation_figures_html(json.loads((out / "gv_analysis.json").read_text()))
-    assert stored.read_text() == drawn_here and drawn_here.count(IMG) >= 4  # the child drew what this process draws
+    assert drawn_here.count(CHART) >= 4
     page = (out / "report.html").read_text()
     assert "(generation only" not in page and "Leaderboard" in page
     assert drawn_here in page.split("<h2>Benchmark generation</h2>")[1]

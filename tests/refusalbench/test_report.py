@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from refusalbench.tasks.core.charts import specs_in
 from refusalbench.tasks.refusalbench.report import (
     ReportInputs,
     build_report,
@@ -20,7 +21,7 @@ from refusalbench.tasks.refusalbench.scoring import load_score_outputs, render_s
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES, expected_behaviour
 
 EVIL = "<script>alert(1)</script>"
-IMG = '<img src="data:image/png;base64,'
+CHART = 'class="vl-chart"'
 # The paper's cross-model figures a report drawn from scores alone has: dashboards, refusal-accuracy
 # ranking, class difficulty, model x domain, confusion across models (benchmark domains and confusion
 # by intensity need the run folder's benchmark and judged rows).
@@ -67,17 +68,19 @@ def scored():
 
 def test_report_embeds_every_plot_and_every_model(scored):
     page = build_report(ReportInputs.from_score(scored))
-    # 2 scatters + FRR/MRR bars + 3 heatmaps + intensity curves + 3 confusion matrices + reliability
+    # 2 scatters + FRR/MRR bars + class x intensity + intensity curves + confusion matrices + reliability
     # + Fig. 7 (ECE answers vs refusals)
     # + response distribution, domain difficulty, and the cross-model figures (PAPER): dashboards,
     # refusal-accuracy ranking, class difficulty, model x domain, confusion across models
-    assert page.count(IMG) == 2 + 1 + 3 + 1 + 3 + 1 + 1 + 1 + 1 + PAPER
+    assert page.count(CHART) == 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + PAPER
     leaderboard = page.split("<h2>Leaderboard</h2>")[1].split("</table>")[0]
     for model in ("alpha", "&lt;script&gt;alert(1)&lt;/script&gt;", "beta &amp; co"):
         assert f"<td class='name'>{model}</td>" in leaderboard
-    # self-contained: no external fetches, no scripts
+    # self-contained: no external fetches; the scripts are the inlined bundle and one call per chart
     assert not re.search(r"""(src|href)=["']?https?:""", page)
-    assert "<script" not in page.lower()
+    assert "<script src" not in page.lower()
+    assert page.lower().count("<script") == 1 + page.count(CHART)
+    assert "data:image/png" not in page
 
 
 def test_untrusted_text_is_escaped_everywhere(scored):
@@ -91,7 +94,7 @@ def test_untrusted_text_is_escaped_everywhere(scored):
     page = build_report(inputs)
     assert EVIL not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert page.count(IMG) == 14 + PAPER + 1  # plus the round-trend plot
+    assert page.count(CHART) == 10 + PAPER + 1  # plus the round-trend chart
     assert "Run metadata" in page and "Generator × verifier analysis" in page
 
 
@@ -99,16 +102,16 @@ def test_report_without_confidences_says_so():
     result = score_frame(judged(["alpha", "beta"], with_confidence=False), n_resamples=20)
     page = build_report(ReportInputs.from_score(result))
     assert "No confidences were elicited" in page
-    assert page.count(IMG) == 2 + 1 + 2 + 1 + 2 + 1 + 1 + PAPER  # no reliability diagram
+    assert page.count(CHART) == 2 + 1 + 1 + 1 + 1 + 1 + 1 + PAPER  # no reliability diagram, no Fig. 7
 
 
 def test_report_from_files_and_from_metrics_only(scored):
     files = render_score_outputs(scored)
     page = build_report(ReportInputs.from_score(load_score_outputs(files)))
-    assert page.count(IMG) == 14 + PAPER
+    assert page.count(CHART) == 10 + PAPER
     bare = build_report(ReportInputs(metrics=scored.metrics))
     # the two scatters, the error bars, the dashboards and the refusal-accuracy ranking need only metrics
-    assert bare.count(IMG) == 3 + 2
+    assert bare.count(CHART) == 3 + 2
     assert "alpha" in bare
 
 
@@ -132,12 +135,13 @@ def test_leaderboard_rows_and_markdown_rank_by_crs():
     assert leaderboard_markdown({EVIL: {"calibrated_refusal_score": 0.5, "n": 1}}).count("<script>") == 0
 
 
-def test_per_model_figures_become_small_multiples_beyond_a_few_models():
-    from refusalbench.tasks.refusalbench.report.figures import PER_MODEL_FIGURES
-
-    models = [f"m{i}" for i in range(PER_MODEL_FIGURES + 1)]
+def test_per_model_figures_are_one_chart_of_small_multiples():
+    models = [f"m{i}" for i in range(5)]
     page = build_report(ReportInputs.from_score(score_frame(judged(models), n_resamples=0)))
-    # one image each for the class x intensity heatmaps and the confusion matrices, whatever the model count
-    assert page.count("one panel per model") == 2
-    assert "heatmap for m0" not in page and "confusion matrix for m0" not in page
-    assert page.count(IMG) == 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + PAPER
+    # one chart each for the class x intensity heatmaps and the confusion matrices, whatever the model count
+    specs = {spec["facet"]["field"]: spec for spec in specs_in(page) if "facet" in spec}
+    heatmaps = [s for s in specs_in(page) if s.get("title", {}).get("text", "").startswith("Correct responses")]
+    assert len(heatmaps) == 1 and heatmaps[0]["facet"]["sort"] == models
+    assert {row["model"] for row in heatmaps[0]["data"]["values"]} == set(models)
+    assert "model" in specs
+    assert page.count(CHART) == 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + PAPER

@@ -1,6 +1,6 @@
 """The report as a person sees it: a scripted main run, then report.html in headless Chromium.
 
-Checks what only a browser shows: every figure decodes and renders (no broken image), no
+Checks what only a browser shows: every chart draws offline (its SVG or canvas), no
 section on a run that has the data says "not enough data", and the page photographs.
 Set ``REFUSALBENCH_SCREENSHOTS=DIR`` to keep the screenshot for a look.
 """
@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from tests.browser import PAGE_FACTS, Browser
+from tests.browser import CHARTS_DRAWN, PAGE_FACTS, Browser
 from tests.pipeline.test_generation_flow import BASE
 from tests.scripted import by_model, generator_reply, intensity_of, judge_by_reference, run_config, verifier_reply
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 CODES = ["REFUSE_INFO_MISSING", "REFUSE_AMBIGUOUS", "REFUSE_FALSE_PREMISE"]
 LEVELS = ["VERY_CONFIDENT", "CONFIDENT", "SOMEWHAT_CONFIDENT", "UNCERTAIN"]
-# The alt texts of the paper figures (report.paper_figures): Figs. 8, 11, 13, 16, 23, 24-25, confusion by intensity.
+# The descriptions (aria-label) of the paper figures (report.paper_figures): Figs. 8, 11, 13, 16, 23, 24-25, confusion by intensity.
 PAPER_FIGURES = [
     "confusion matrix across models",
     "confusion by intensity across models",
@@ -95,16 +95,16 @@ def test_report_renders_every_figure_in_a_browser(tmp_path, fake_llm):
     report = scripted_run(tmp_path, fake_llm)
     shot = tmp_path / "report.png"
     with Browser() as browser:
-        facts = browser.look(f"file://{report}", script=PAGE_FACTS, screenshot=shot)
-    assert facts["images"] >= 8, facts["headings"]
-    assert facts["broken"] == 0
+        facts = browser.look(f"file://{report}", script=PAGE_FACTS, screenshot=shot, wait_for=CHARTS_DRAWN)
+    assert facts["charts"] >= 8 and facts["drawn"] == facts["charts"], facts["headings"]
+    assert facts["images"] == 0
     assert "not enough data" not in facts["text"].lower(), [
         line for line in facts["text"].splitlines() if "not enough data" in line.lower()
     ]
     assert shot.stat().st_size > 50_000  # a real full-page photograph, not a blank tab
     # The paper's figures across models (27.5): each drawn once for the whole run, none left out.
     for alt in PAPER_FIGURES:
-        assert facts["alts"].count(alt) == 1, (alt, facts["alts"])
+        assert facts["labels"].count(alt) == 1, (alt, facts["labels"])
     assert "Figures not drawn" not in facts["headings"], facts["text"].split("Figures not drawn")[-1][:500]
     shares = re.findall(
         r"^(ANSWER|REFUSE_\w+)\t([\d.]+)%$",

@@ -20,6 +20,7 @@ import math
 import pandas as pd
 import pytest
 
+from refusalbench.tasks.core.charts import specs_in
 from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report, build_report
 from refusalbench.tasks.refusalbench.report.comparison_figures import (
     alignment_table,
@@ -40,7 +41,7 @@ from refusalbench.tasks.refusalbench.report.generation_figures import (
 from refusalbench.tasks.refusalbench.schema.json_files import GVAnalysis
 from refusalbench.tasks.refusalbench.stages.gv_analysis import gv_analysis
 
-IMG = '<img src="data:image/png;base64,'
+CHART = 'class="vl-chart"'
 
 CANDIDATES = [
     ("c1", "g1", "P-Ambiguity", "LOW"),
@@ -131,7 +132,7 @@ def test_generation_tables_by_hand():
 def test_every_generation_figure_is_drawn_when_the_run_allows():
     page = generation_figures_html(analysis())
     # composition, contributions, pass rate by class and by intensity, self vs cross, self-evaluation bias, kappa
-    assert page.count(IMG) == 7
+    assert page.count(CHART) == 7
     assert "class='note'" not in page
 
 
@@ -149,7 +150,7 @@ def test_generation_figures_left_out_say_what_is_missing():
     # Nothing accepted: no composition, no contributions, each said in one line.
     assert "Benchmark composition: the benchmark holds no item." in page
     assert "Generator contributions: no candidate was accepted." in page
-    assert page.count(IMG) == 2  # the two pass-rate heatmaps
+    assert page.count(CHART) == 2  # the two pass-rate heatmaps
     assert "not enough data" not in page.lower()
 
 
@@ -174,7 +175,7 @@ def test_a_run_without_any_verdict_says_so():
     assert "Pass rate by generator and perturbation class: no candidate received a PASS or FAIL verdict." in page
     assert "Self-evaluation bias by class: no candidate of g1 received a PASS or FAIL verdict." in page
     assert "NA for g1 and v2: no candidate judged by both." in page
-    assert page.count(IMG) == 1  # the kappa matrix, every pair NA
+    assert page.count(CHART) == 1  # the kappa matrix, every pair NA
 
 
 # ---------------------------------------------------------------- model-comparison tables
@@ -255,14 +256,14 @@ def test_comparison_tables_by_hand():
 
 def test_comparison_figures_drawn_when_the_models_allow():
     page = comparison_figures_html(METRICS, domain_breakdown(), REGISTRY)
-    assert page.count(IMG) == 4
+    assert page.count(CHART) == 4
     assert "class='note'" not in page
 
 
 def test_comparison_figures_left_out_name_what_is_missing():
     metrics = {"qwen-s": METRICS["qwen-s"], "olmo-sft": METRICS["olmo-sft"], "other": METRICS["other"]}
     page = comparison_figures_html(metrics, domain_breakdown()[lambda f: f["value"] == "law"], REGISTRY)
-    assert page.count(IMG) == 0
+    assert page.count(CHART) == 0
     assert (
         "Scaling curves: needs at least two sizes of one model family (this run: olmo-sft (OLMo-2, 1B), "
         "qwen-s (Qwen 1.5, 0.5B); 1 model(s) without family and parameters_b in the registry)."
@@ -289,7 +290,7 @@ def test_full_report_takes_the_registry_from_the_manifest():
     )
     comparison = page.split("<h2>Model comparison</h2>")[1].split("</section>")[0]
     generation = page.split("<h2>Benchmark generation</h2>")[1].split("</section>")[0]
-    assert comparison.count(IMG) == 4 and generation.count(IMG) == 7
+    assert comparison.count(CHART) == 4 and generation.count(CHART) == 7
     # The drawn tables are not repeated as raw JSON in the G-V section.
     gv_section = page.split("<h2>Generator × verifier analysis</h2>")[1].split("</section>")[0]
     assert "self_evaluation_by_class" not in gv_section and "Funnel" in gv_section
@@ -302,48 +303,24 @@ def test_generation_only_report_has_no_evaluation_sections():
             metrics={}, gv_analysis=analysis(), manifest={"run_id": "r"}, title="RefusalBench report (generation only)"
         )
     )
-    assert page.count(IMG) == 7
+    assert page.count(CHART) == 7
     assert "Leaderboard" not in page and "Model comparison" not in page and "not enough data" not in page.lower()
     assert "<h2>Run metadata</h2>" in page
 
 
-def test_the_final_report_shows_the_figures_the_generation_report_drew(tmp_path):
-    """The generation report stores its figures under the digest of all they are drawn from; the run's
-    final report shows that copy instead of drawing them again (another analysis: another digest)."""
-    import datetime as dt
-
-    from refusalbench.tasks.core import runfolder
-    from refusalbench.tasks.core.store import ArtifactStore
-    from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key, generation_figures_html
-    from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report, write_report
-    from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
-    from refusalbench.tasks.refusalbench.scoring import score_frame
-    from tests.refusalbench.test_report import judged
-
-    store = ArtifactStore(str(tmp_path))
-    store.save(rb_files.GV_ANALYSIS, GVAnalysis.model_validate(analysis()))
-    store.save(
-        runfolder.MANIFEST,
-        runfolder.RunManifest(
-            schema_version=runfolder.SCHEMA_VERSION,
-            run_id="r",
-            kind="run",
-            package_version="0",
-            config_hash="h",
-            created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-        ),
-    )
-    write_generation_report(store)
-    stored = list((tmp_path / runfolder.WORK).glob("generation-figures-*.html"))
-    assert len(stored) == 1 and stored[0].read_text() == generation_figures_html(analysis())
-
-    stored[0].write_text("<div class='figs'>as the generation report drew them</div>")  # told apart from a drawing
-    result = score_frame(judged(["alpha"], with_confidence=False, n_items=18), n_resamples=10, seed=0)
-    page = (tmp_path / write_report(store, result).rsplit("/", 1)[-1]).read_text()
-    assert "as the generation report drew them" in page.split("<h2>Benchmark generation</h2>")[1]
-
-    # Analysed again (or drawn by other code): another digest, so no stored copy, and the figures are drawn.
-    assert drawn_figures_key(analysis(verifiers=("g1",))) != drawn_figures_key(analysis())
+def test_the_generation_charts_hold_the_analysis_numbers():
+    """Each chart's data, read back from the page, is the analysis': the composition's cells, and the pass
+    rate per generator x class with the verdicts behind it (n) for the tooltip."""
+    specs = {spec["title"]["text"]: spec for spec in specs_in(generation_figures_html(analysis()))}
+    composition = next(s for title, s in specs.items() if title.startswith("Benchmark composition"))
+    cells = {(r["perturbation_class"], r["intensity"]): r["items"] for r in composition["data"]["values"]}
+    assert cells[("P-Ambiguity", "LOW")] == 1 and cells[("P-MissingInfo", "HIGH")] == 1
+    assert sum(cells.values()) == 2  # c1 and c3, the accepted candidates, are sampled
+    rates = specs["Pass rate by generator and perturbation class (Fig. 4 form)"]["data"]["values"]
+    # g1's P-Ambiguity candidates c1 (PASS, PASS) and c2 (PASS, FAIL): 3 of 4 verdicts pass
+    assert {"row": "g1", "column": "P-Ambiguity", "value": 0.75, "n": 4} in rates
+    kappa = specs["Verifier agreement (Cohen's kappa)"]["data"]["values"]
+    assert {"row": "g1", "column": "v2", "value": -0.3333, "n": None} in kappa
 
 
 # ---------------------------------------------------------------- after a scripted generate run
@@ -374,7 +351,7 @@ def test_generate_leaves_a_generation_report(tmp_path, fake_llm):
     page = (out / "report.html").read_text()
     assert "<title>RefusalBench report (generation only)</title>" in page
     generation = page.split("<h2>Benchmark generation</h2>")[1].split("</section>")[0]
-    assert generation.count(IMG) == 7, generation
+    assert generation.count(CHART) == 7, generation
     gv = json.loads((out / "gv_analysis.json").read_text())
     # Both generators attempted every assignment: all are matched; gen-a passes all its own candidates.
     matched = gv["matched_set"]
@@ -391,25 +368,37 @@ def test_generate_leaves_a_generation_report(tmp_path, fake_llm):
 
 
 def test_small_multiples_keep_a_model_whose_every_cell_is_undefined():
-    """The per-model small multiples pivot once for every model: a model whose every rate is NaN
-    (the pivot drops its rows) still gets its panel, empty, as its own pivot gave it."""
-    import base64
-
-    from refusalbench.tasks.refusalbench.report.figures import _rows_of, class_intensity_panels
+    """A model whose every rate is NaN still gets its panel (null cells: none drawn, the tooltip's n kept);
+    a grid of one perturbation class is no comparison: its chart is one line saying so."""
+    from refusalbench.tasks.refusalbench.report.figures import class_intensity_chart
 
     grid = pd.DataFrame(
         {
-            "model": ["a", "a", "b"],
-            "perturbation_class": ["P-Ambiguity"] * 3,
-            "intensity": ["LOW", "MEDIUM", "LOW"],
-            "correct_rate": [0.5, 0.2, math.nan],
-            "n": [2, 3, 0],
+            "model": ["a", "a", "b", "a"],
+            "perturbation_class": ["P-Ambiguity"] * 3 + ["P-MissingInfo"],
+            "intensity": ["LOW", "MEDIUM", "LOW", "LOW"],
+            "correct_rate": [0.5, 0.2, math.nan, 1 / 3],
+            "n": [2, 3, 0, 3],
         }
     )
-    rates = grid.pivot_table(
-        index=["model", "perturbation_class"], columns="intensity", values="correct_rate", aggfunc="mean"
-    )
-    assert "b" not in rates.index.get_level_values(0)  # what the pivot does: the case below is real
-    assert _rows_of(rates, "b").reindex(index=["P-Ambiguity"], columns=["LOW"]).isna().all().all()
-    assert _rows_of(rates, "a").loc["P-Ambiguity", "MEDIUM"] == 0.2
-    assert base64.b64decode(class_intensity_panels(grid, ["a", "b"])).startswith(b"\x89PNG")
+    (spec,) = specs_in(class_intensity_chart(grid))
+    assert spec["facet"]["sort"] == ["a", "b"]
+    values = spec["data"]["values"]
+    assert {
+        "model": "b",
+        "perturbation_class": "P-Ambiguity",
+        "intensity": "LOW",
+        "correct_rate": None,
+        "n": 0,
+    } in values
+    assert {
+        "model": "a",
+        "perturbation_class": "P-MissingInfo",
+        "intensity": "LOW",
+        "correct_rate": 0.3333,
+        "n": 3,
+    } in values
+
+    one_class = class_intensity_chart(grid[grid["perturbation_class"] == "P-Ambiguity"])
+    assert CHART not in one_class
+    assert one_class == '<p class="note">Class × intensity: left out: only one perturbation class.</p>'

@@ -3,7 +3,6 @@ Benjamini-Hochberg across models x metrics, incomplete rounds listed; the per-mo
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 
@@ -11,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from refusalbench.tasks.core.charts import specs_in
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.report.trend_section import round_label, trend_plot, trend_section
 from refusalbench.tasks.refusalbench.rounds.trend import (
@@ -205,12 +205,15 @@ def test_trend_section_shows_plot_changes_and_incomplete_rounds():
         incomplete_rounds=[{"round": "round-x", "status": "failed", "reason": "round.json says failed"}],
     )
     html = trend_section(rows, document.model_dump(mode="json"))
-    assert html.count("<img") == 1 and "significant change(s)</b> since the previous round" in html
+    assert html.count('class="vl-chart"') == 1 and "significant change(s)</b> since the previous round" in html
     assert "<li>a: CRS 0." in html and "round-x: round.json says failed" in html
     quiet = TrendDocument(rounds=document.rounds, flags=[], metric=HEADLINE_METRIC, fdr=FDR, comparisons=12)
     assert "No model moved: none of 12 comparisons" in trend_section(rows, quiet.model_dump(mode="json"))
-    png = base64.b64decode(trend_plot(rows, {"a": [HEADLINE_METRIC]}))
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    (spec,) = specs_in(trend_plot(rows, {"a": [HEADLINE_METRIC]}))
+    points = spec["data"]["values"]
+    assert len(points) == len(rows) and {p["panel"] for p in points} >= {"a (changed: CRS)"}
+    # only a's latest round is marked as a significant change
+    assert [(p["panel"], p["round"]) for p in points if p["changed"]] == [("a (changed: CRS)", max(rows["round"]))]
     assert round_label("round-20261125T153925Z-s11") == "11-25 15:39"
     readable = readable_trend(rows)
     assert len(readable) == 6 and set(readable[0]) == {"round", "model", "n", "CRS", "Answer acc.", "Refusal acc."}

@@ -243,7 +243,7 @@ def write_agreement(run_dir: str, spec_name: str) -> dict[str, Any]:
     }
     session.store.save(kon_files.agreement_file(spec_name), report)
     if session.store.has(kon_files.KON_METRICS) and session.store.has(kon_files.KON_METRICS_TABLE):
-        # Imported here: the report's figures bring matplotlib, which a run's start-up does not need.
+        # Imported here: the report package, which a run's start-up does not need.
         from refusalbench.tasks.knowornot.report.page import write_knowornot_report
 
         write_knowornot_report(session.store)

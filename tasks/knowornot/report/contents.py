@@ -124,7 +124,7 @@ def run_overlap_audit(store: ArtifactStore, embedder: Embedder) -> OverlapAudit:
 
 def publish_report(store: ArtifactStore, metrics: pd.DataFrame, counts: dict[str, Any]) -> str:
     """Write ``report.html``, show the rates and a link to it in the Prefect UI; returns its URI."""
-    # Imported here: the figures bring matplotlib (seconds), which a run's start-up does not need.
+    # Imported here: the report package, which a run's start-up does not need.
     from refusalbench.tasks.knowornot.report.page import write_knowornot_report
 
     uri = write_knowornot_report(store, counts)

@@ -1,31 +1,30 @@
-"""The KnowOrNot report's plots: rates per retrieval x prompt x target with 95% intervals.
+"""The KnowOrNot report's charts: rates per retrieval x prompt x target with 95% intervals.
 
-Drawn like the RefusalBench report's (``core.plotting``: Agg canvas, base64 PNG, data
-text made safe by ``plot_text``). The paper reports abstention and factuality per
-target under each retrieval strategy (its Tables 5-6); here each target is a panel,
-retrieval strategies run along the axis and each system prompt is a bar with its interval.
+Vega-Lite specs drawn in the reader's browser, like the RefusalBench report's (``core.charts``:
+data inlined, a tooltip on every mark). The paper reports abstention and factuality per target
+under each retrieval strategy (its Tables 5-6); here each target is a panel, retrieval strategies
+run along the axis and each system prompt is a bar with its interval.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field, ordered, percent
 
 RETRIEVAL_ORDER = ("direct", "long_context", "basic_rag", "hyde_rag")
 PROMPT_ORDER = ("basic", "conservative", "opinion")
 _COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00")
 
 
-def _panels(count: int, width: float, height: float) -> tuple[Figure, int, int]:
-    columns = min(3, count)
-    rows = math.ceil(count / columns)
-    return Figure(figsize=(width * columns, height * rows)), rows, columns
+def _count_column(rate: str) -> str:
+    """The column counting what ``rate`` is a share of (``n_abstention_judged`` for ``abstention_rate``)."""
+    return f"n_{rate.removesuffix('_rate')}_judged"
 
 
 def rate_bars(metrics: pd.DataFrame, rate: str, low: str, high: str, title: str, ylabel: str) -> str | None:
@@ -35,44 +34,62 @@ def rate_bars(metrics: pd.DataFrame, rate: str, low: str, high: str, title: str,
     targets = ordered(metrics["target"].astype(str).tolist(), [])
     strategies = ordered(metrics["retrieval"].astype(str).tolist(), RETRIEVAL_ORDER)
     prompts = ordered(metrics["prompt"].astype(str).tolist(), PROMPT_ORDER)
-    fig, rows, columns = _panels(len(targets), max(4.5, 1.3 * len(strategies) + 1.5), 4.0)
-    width = 0.8 / len(prompts)
-    for index, target in enumerate(targets):
-        ax = fig.add_subplot(rows, columns, index + 1)
-        part = metrics[metrics["target"].astype(str) == target]
-        for p, prompt in enumerate(prompts):
-            cells = part[part["prompt"].astype(str) == prompt].set_index("retrieval").reindex(strategies)
-            values = cells[rate].to_numpy(dtype=float)
-            below = np.clip(values - cells[low].to_numpy(dtype=float), 0, None)
-            above = np.clip(cells[high].to_numpy(dtype=float) - values, 0, None)
-            positions = np.arange(len(strategies)) - 0.4 + width * (p + 0.5)
-            defined = np.isfinite(values)
-            ax.bar(
-                positions[defined],
-                values[defined],
-                width=width * 0.95,
-                color=_COLOURS[p % len(_COLOURS)],
-                label=plot_text(prompt),
-                yerr=[np.nan_to_num(below[defined]), np.nan_to_num(above[defined])],
-                capsize=3,
-                error_kw={"elinewidth": 1, "ecolor": "#333"},
-            )
-            tops = values + np.nan_to_num(above)
-            for x, value, top in zip(positions[defined], values[defined], tops[defined]):
-                ax.text(x, min(top + 0.02, 1.08), f"{100 * value:.0f}%", ha="center", va="bottom", fontsize=7)
-            for x in positions[~defined]:
-                ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90, color="#777")
-        ax.set_xticks(range(len(strategies)), [plot_text(s) for s in strategies], rotation=20, ha="right")
-        ax.set_ylim(0, 1.15)
-        ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-        ax.set_ylabel(ylabel)
-        ax.set_title(plot_text(target), fontsize=10)
-        ax.grid(axis="y", alpha=0.3)
-        if index == 0:
-            ax.legend(title="system prompt", fontsize=8, title_fontsize=8, loc="upper left")
-    fig.suptitle(f"{title} (whiskers: 95% bootstrap intervals; n/a: nothing to rate)")
-    fig.tight_layout()
-    return png_base64(fig)
+    n = _count_column(rate) if _count_column(rate) in metrics.columns else "n"
+    data = pd.DataFrame(
+        {
+            "target": metrics["target"].astype(str),
+            "retrieval": metrics["retrieval"].astype(str),
+            "prompt": metrics["prompt"].astype(str),
+            "rate": metrics[rate].astype(float),
+            "low": metrics[low].astype(float),
+            "high": metrics[high].astype(float),
+            "n": metrics[n],
+        }
+    )
+    tooltip = [
+        field("target"),
+        field("retrieval"),
+        field("prompt"),
+        percent("rate", ylabel),
+        percent("low", "95% low"),
+        percent("high", "95% high"),
+        count(),
+    ]
+    inner = {
+        "width": {"step": 24 * len(prompts)},
+        "height": 200,
+        "encoding": {
+            "x": field("retrieval", title=None, sort=strategies, axis={"labelAngle": -20}),
+            "xOffset": field("prompt", sort=prompts),
+            "tooltip": tooltip,
+        },
+        "layer": [
+            {
+                "mark": "bar",
+                "encoding": {
+                    "y": field("rate", "quantitative", ylabel, scale={"domain": [0, 1]}),
+                    "color": field(
+                        "prompt",
+                        title="system prompt",
+                        sort=prompts,
+                        scale={"domain": prompts, "range": [_COLOURS[i % len(_COLOURS)] for i in range(len(prompts))]},
+                    ),
+                },
+            },
+            {
+                "mark": {"type": "rule", "color": "#333"},
+                "encoding": {"y": field("low", "quantitative"), "y2": {"field": "high"}},
+            },
+        ],
+    }
+    spec = charts.facetted(
+        inner,
+        "target",
+        order=targets,
+        columns=3,
+        title=charts.titled(title, "whiskers: 95% bootstrap intervals; no bar: nothing to rate"),
+    )
+    return charts.chart(spec, charts.rows(data), f"{ylabel} per retrieval x prompt x target")
 
 
 def outcome_shares(spec_rates: pd.DataFrame, spec: str, outcomes: Sequence[str]) -> str | None:
@@ -85,31 +102,38 @@ def outcome_shares(spec_rates: pd.DataFrame, spec: str, outcomes: Sequence[str])
     configurations = configurations.assign(
         _r=configurations["retrieval"].map(lambda v: RETRIEVAL_ORDER.index(v) if v in RETRIEVAL_ORDER else 99)
     ).sort_values(["target", "_r", "prompt"])
-    labels = [" · ".join(plot_text(v) for v in row) for row in configurations[keys].itertuples(index=False)]
-    fig = Figure(figsize=(8, 0.35 * len(labels) + 1.8))
-    ax = fig.add_subplot()
-    left = np.zeros(len(labels))
-    for o, outcome in enumerate(outcomes):
-        shares = []
-        for row in configurations[keys].itertuples(index=False):
-            match = part[
-                (part["target"].astype(str) == row[0])
-                & (part["retrieval"].astype(str) == row[1])
-                & (part["prompt"].astype(str) == row[2])
-                & (part["outcome"] == outcome)
-            ]
-            shares.append(float(match["rate"].iloc[0]) if len(match) else 0.0)
-        values = np.nan_to_num(np.asarray(shares))
-        ax.barh(range(len(labels)), values, left=left, color=_COLOURS[o % len(_COLOURS)], label=plot_text(outcome))
-        left += values
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("share of judged responses")
-    ax.set_title(f"Outcomes of the {plot_text(spec)} evaluation per target · retrieval · prompt")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    return png_base64(fig)
+    labels = [" · ".join(row) for row in configurations[keys].itertuples(index=False)]
+    part = part[part["outcome"].isin(list(outcomes))]
+    data: list[dict[str, Any]] = [
+        {
+            "configuration": " · ".join(str(v) for v in (t, r, p)),
+            "outcome": str(o),
+            "k": list(outcomes).index(o),
+            "rate": rate,
+            "n": n,
+        }
+        for t, r, p, o, rate, n in zip(
+            part["target"], part["retrieval"], part["prompt"], part["outcome"], part["rate"], part["n_judged"]
+        )
+    ]
+    spec_dict = {
+        "title": charts.titled(f"Outcomes of the {spec} evaluation per target · retrieval · prompt"),
+        "width": 460,
+        "height": {"step": 18},
+        "mark": "bar",
+        "encoding": {
+            "y": field("configuration", title=None, sort=labels),
+            "x": field("rate", "quantitative", "share of judged responses", stack="zero", scale={"domain": [0, 1]}),
+            "color": field(
+                "outcome",
+                sort=list(outcomes),
+                scale={"domain": list(outcomes), "range": [_COLOURS[i % len(_COLOURS)] for i in range(len(outcomes))]},
+            ),
+            "order": field("k", "quantitative"),
+            "tooltip": [field("configuration"), field("outcome"), percent("rate", "share"), count("n", "n judged")],
+        },
+    }
+    return charts.chart(spec_dict, data, f"outcomes of {spec}")
 
 
 def overlap_histogram(similarities: dict[str, Sequence[float]], thresholds: dict[str, Sequence[float]]) -> str | None:
@@ -117,16 +141,52 @@ def overlap_histogram(similarities: dict[str, Sequence[float]], thresholds: dict
     measures = [m for m, values in similarities.items() if len(values)]
     if not measures:
         return None
-    fig, rows, columns = _panels(len(measures), 4.5, 3.4)
-    for index, measure in enumerate(measures):
-        ax = fig.add_subplot(rows, columns, index + 1)
-        ax.hist(np.clip(np.asarray(similarities[measure], dtype=float), 0, 1), bins=20, range=(0, 1), color="#56b4e9")
-        for threshold in thresholds.get(measure, ()):
-            ax.axvline(threshold, color="#d55e00", ls="--", lw=1)
-        ax.set_xlabel(f"highest {plot_text(measure)} cosine to another question")
-        ax.set_ylabel("questions")
-        # The stubs type the locator as the base Locator; the default one is a MaxNLocator, which takes integer.
-        ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
-    fig.suptitle("Nearest-neighbour similarity of the kept questions (dashed: audit thresholds)")
-    fig.tight_layout()
-    return png_base64(fig)
+    # Counted here into 20 bins of [0, 1]: the page holds 20 numbers per measure, not one per question.
+    data: list[dict[str, Any]] = []
+    for measure in measures:
+        counts, edges = np.histogram(
+            np.clip(np.asarray(similarities[measure], dtype=float), 0, 1), bins=20, range=(0, 1)
+        )
+        data += [
+            {"measure": measure, "start": float(a), "end": float(b), "questions": int(c)}
+            for a, b, c in zip(edges[:-1], edges[1:], counts)
+        ]
+        data += [{"measure": measure, "threshold": float(t)} for t in thresholds.get(measure, ())]
+    x: dict[str, Any] = {"scale": {"domain": [0, 1]}}
+    inner = {
+        "width": 260,
+        "height": 160,
+        "layer": [
+            {
+                "transform": [{"filter": "isValid(datum.questions)"}],
+                "mark": {"type": "bar", "color": "#56b4e9"},
+                "encoding": {
+                    "x": field("start", "quantitative", "highest cosine to another question", **x),
+                    "x2": {"field": "end"},
+                    "y": field("questions", "quantitative", "questions"),
+                    "tooltip": [
+                        field("measure"),
+                        field("start", "quantitative", "from", format=".2f"),
+                        field("end", "quantitative", "to", format=".2f"),
+                        count("questions", "questions"),
+                    ],
+                },
+            },
+            {
+                "transform": [{"filter": "isValid(datum.threshold)"}],
+                "mark": {"type": "rule", "color": "#d55e00", "strokeDash": [4, 3]},
+                "encoding": {
+                    "x": field("threshold", "quantitative"),
+                    "tooltip": [field("measure"), field("threshold", "quantitative", "audit threshold")],
+                },
+            },
+        ],
+    }
+    spec = charts.facetted(
+        inner,
+        "measure",
+        order=measures,
+        columns=3,
+        title=charts.titled("Nearest-neighbour similarity of the kept questions", "dashed: audit thresholds"),
+    )
+    return charts.chart(spec, data, "nearest-neighbour similarity of the kept questions")

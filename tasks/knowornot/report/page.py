@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core import charts, runfolder
 from refusalbench.tasks.core.eval_spec import EvalSpec
-from refusalbench.tasks.core.html_page import CSS, escape, frame_table, image_tag, section, table_of_contents
+from refusalbench.tasks.core.html_page import CSS, escape, frame_table, section, table_of_contents
 from refusalbench.tasks.core.human_labels import HumanLabel
 from refusalbench.tasks.core.stats import enough_clusters
 from refusalbench.tasks.core.store import ArtifactStore
@@ -136,7 +136,8 @@ def knowornot_report(inputs: KnowOrNotReportInputs) -> str:
     contents, sections = table_of_contents(sections)
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>KnowOrNot report</title>"
-        f"<style>{CSS}</style></head><body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
+        f"<style>{CSS}</style>{charts.head_script(''.join(sections))}</head>"
+        "<body><h1>KnowOrNot: out-of-knowledge-base robustness</h1>"
         f"<p>{escape(_filter_line(inputs.filter_report, inputs.counts, _bases(inputs)))}</p>{contents}"
         f"{''.join(sections)}</body></html>"
     )
@@ -246,7 +247,8 @@ def _rates_table(metrics: pd.DataFrame) -> str:
 
 def _figure_or_reason(encoded: str | None, alt: str, reason: str) -> str:
     """The figure, or one line saying why it could not be drawn."""
-    return image_tag(encoded, alt) if encoded else f'<p class="note">{escape(reason)}</p>'
+    del alt  # the chart carries its own description
+    return encoded or charts.note(reason)
 
 
 def _rate_with_interval(rate: Any, low: Any, high: Any, n_judged: Any = None) -> str:
@@ -379,8 +381,8 @@ _overlap_figures: dict[str, str | None] = {}  # the last audit's histogram, by t
 
 
 def overlap_figure(audit: OverlapAudit) -> str | None:
-    """The audit's nearest-similarity histogram (a base64 PNG), drawn once per audit in this process: a run
-    draws it beside its calls (``audit_beside_calls``), so its report only looks it up."""
+    """The audit's nearest-similarity histogram (a chart's HTML), built once per audit in this process: a run
+    builds it beside its calls (``audit_beside_calls``), so its report only looks it up."""
     key = audit.model_dump_json()
     if key not in _overlap_figures:
         figure = overlap_histogram(
@@ -416,7 +418,7 @@ def _overlap_html(inputs: KnowOrNotReportInputs) -> str:
         frame_table(pd.DataFrame(levels)),
     ]
     if figure:
-        parts.append(image_tag(figure, "nearest-neighbour similarity of the kept questions"))
+        parts.append(figure)
     if len(pairs):
         parts.append("<h3>Most similar pairs (check these by hand)</h3>" + frame_table(pairs))
     return "".join(parts)

@@ -130,7 +130,7 @@ def warm_up_embedder(cfg: RunConfig) -> None:
 
 
 def warm_up_overlap_audit() -> None:
-    """Start importing what the overlap audit needs (scikit-learn, NLTK's stemmer, the report's plotting)
+    """Start importing what the overlap audit needs (scikit-learn, NLTK's stemmer, the report's modules)
     on a background thread: the command's start mostly waits on Prefect's API, so the imports cost no
     wall time there, while beside the calls (``audit_beside_calls``) they would compete for the GIL."""
 

@@ -58,10 +58,10 @@ def save_stage_failures(store: ArtifactStore, failures: list[dict[str, Any]]) ->
 
 def audit_beside_calls(cfg: RunConfig, out: str) -> Future[OverlapAudit]:
     """The run's overlap audit (``report.run_overlap_audit``), computed on a thread while the answers and
-    evaluations are in flight, and its figure drawn (the report's plotting modules imported with it).
+    evaluations are in flight, and its chart built (the report's modules imported with it).
 
     All are CPU the metrics stage would otherwise spend after the last call: scikit-learn's TF-IDF
-    (seconds to import on 2 cores) and matplotlib. The audit reads only what the experiment stage wrote,
+    (seconds to import on 2 cores) and the report package. The audit reads only what the experiment stage wrote,
     so it is the same audit; the calls' own thread mostly waits on the network meanwhile."""
 
     def audit() -> OverlapAudit:

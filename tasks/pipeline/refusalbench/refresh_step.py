@@ -6,9 +6,9 @@ On the refresh run's own page in the Prefect UI (its main job is a sub-flow with
   times, items, calls and cost (:func:`main_job_lines`);
 - Artifacts: ``refresh-summary`` (the round's leaderboard, what changed since the last round or
   "no model moved", items, calls and cost, freshness, the round's error bound, incomplete rounds,
-  the report), ``refresh-trend`` (a readable table: rounded, the few columns that matter),
-  ``refresh-trend-plot`` (the per-model plot of the report) and ``refresh-report`` (a link to the
-  report: an HTTP link signed for :data:`REPORT_LINK_EXPIRY_S` where the store is S3).
+  the report), ``refresh-trend`` (a readable table: rounded, the few columns that matter) and
+  ``refresh-report`` (a link to the report, whose trend chart shows each model over the rounds: an
+  HTTP link signed for :data:`REPORT_LINK_EXPIRY_S` where the store is S3).
 """
 
 from __future__ import annotations
@@ -214,20 +214,11 @@ def summary_markdown(
 
 
 def publish_round(cfg: RunConfig, root: ArtifactStore, round_id: str, seed: int, outcome: RoundTrend) -> None:
-    """The refresh run's artifacts: summary, readable trend table, trend plot, report link."""
-    from refusalbench.tasks.refusalbench.report.trend_section import changed_metrics, trend_plot
-
+    """The refresh run's artifacts: summary, readable trend table, report link (the report charts the trend)."""
     link = report_link(root.child(round_id))
     publish_markdown(
         "refresh-summary", summary_markdown(cfg, root, round_id, seed, outcome, link), f"Refresh round {round_id}"
     )
     publish_table("refresh-trend", readable_trend(outcome.trend.rows), "Per model and round: estimate [95% interval]")
-    plot = trend_plot(outcome.trend.rows, changed_metrics(outcome.document))
-    if plot:
-        publish_markdown(
-            "refresh-trend-plot",
-            f"![trend per model over rounds](data:image/png;base64,{plot})",
-            "CRS per model over rounds, 95% intervals; orange: a significant change",
-        )
     publish_link("refresh-report", link[0], link[1], f"The report of round {round_id}")
     story("report: %s", link[0] if not link[0].startswith("http") else f"{link[1]}: {link[0]}")

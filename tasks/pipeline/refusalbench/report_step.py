@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from refusalbench.tasks.core import runfolder
@@ -12,18 +11,15 @@ from refusalbench.tasks.refusalbench.report.run_outputs import write_report
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
 
 
-def report_results(run: StageRun, result: ScoreResult, figures_drawn_aside: Callable[[], None] = lambda: None) -> str:
-    """Write the report (after the manifest is saved: the report shows it); returns its URI.
-    ``figures_drawn_aside``: waits for figures drawn while the targets answered and stores them
-    (``outputs.generation_figures_aside``), so that the report shows them."""
-    from refusalbench.tasks.refusalbench.report import (  # matplotlib: only for a report
+def report_results(run: StageRun, result: ScoreResult) -> str:
+    """Write the report (after the manifest is saved: the report shows it); returns its URI."""
+    from refusalbench.tasks.refusalbench.report import (  # the report package: only for a report
         leaderboard_markdown,
         leaderboard_rows,
     )
 
     run.recorder.save()
     with run.recorder.stage("report"):
-        figures_drawn_aside()
         report_uri = write_report(run.store, result)
         run.recorder.artifact(runfolder.REPORT)
     publish_table(

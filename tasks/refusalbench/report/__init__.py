@@ -1,14 +1,14 @@
 """The evaluation report: one self-contained HTML page, plus leaderboard forms for Prefect.
 
-Everything is inline: CSS in a <style> block, plots as base64 PNGs drawn with matplotlib's
-Agg canvas (no pyplot global state, no network, no JavaScript). Every piece of text that
-comes from data — model names, group values, manifest entries — is escaped before it
-reaches the page; in plots, ``$`` is escaped so a model name cannot switch matplotlib into
-mathtext.
+Everything is inline: CSS in a <style> block, charts as Vega-Lite specs with their data,
+drawn in the browser by the Vega JavaScript inlined once in the head (``core.charts``; no
+network). Every piece of text that comes from data — model names, group values, manifest
+entries — is escaped before it reaches the page; in a chart's spec it is JSON data, with
+``<`` escaped so a model name cannot end the script.
 
 - :mod:`.page`: :class:`ReportInputs` (what a report shows) and :func:`build_report`.
 - :mod:`.leaderboard`: the ranking and its markdown / JSON-row forms for Prefect artifacts.
-- :mod:`.figures`: the matplotlib plots (``core.plotting``: canvas to base64 PNG, safe plot text).
+- :mod:`.figures`: the per-model charts (scatter, class × intensity, confusion, intensity curves, calibration).
 - :mod:`.outcomes`: response distribution, standard errors, multi-document judging, FRR-MRR correlation.
 - :mod:`.audit_section`: the human-audit section (``audit.json``, Table 2 form).
 - :mod:`.gv`: the generator × verifier section (funnel, verdict consistency, pre-checks).

@@ -13,12 +13,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.html_page import escape, figure_or_note, image_tag, section
-from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field
+from refusalbench.tasks.core.html_page import escape, section
 from refusalbench.tasks.refusalbench.report.figures import reliability_diagrams
 from refusalbench.tasks.refusalbench.report.leaderboard import format_value
 from refusalbench.tasks.refusalbench.scoring.calibration import FROM_CALIBRATION_PASS, MAX_CONFIDENCE
@@ -44,7 +43,7 @@ def _percent(value: Any) -> str:
 
 
 def ece_answers_vs_refusals(metrics: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> str | None:
-    """Fig. 7: ECE over answer attempts and over refusals, side by side per model (one figure);
+    """Fig. 7: ECE over answer attempts and over refusals, side by side per model (one chart);
     None when no model has either."""
     models = [
         m
@@ -55,25 +54,33 @@ def ece_answers_vs_refusals(metrics: Mapping[str, Mapping[str, Any]], order: Seq
     ]
     if not models:
         return None
-    answers = np.array([_number(metrics[m].get("ece_answer")) for m in models])
-    refusals = np.array([_number(metrics[m].get("ece_refusal")) for m in models])
-    positions = np.arange(len(models))
-    # Horizontal bars: 30 models stay legible in one figure.
-    fig = Figure(figsize=(7.0, 1.2 + 0.32 * len(models)))
-    ax = fig.add_subplot()
-    ax.barh(positions - 0.2, np.nan_to_num(answers), height=0.4, color="#0072b2", label="answers")
-    ax.barh(positions + 0.2, np.nan_to_num(refusals), height=0.4, color="#e69f00", label="refusals")
-    for offset, values in ((-0.2, answers), (0.2, refusals)):  # undefined (no such response): said, not drawn as 0
-        for position in positions[np.isnan(values)]:
-            ax.text(0.005, position + offset, "n/a", va="center", fontsize=7, color="#666")
-    ax.set_yticks(positions, [plot_text(m) for m in models], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(0.1, float(np.nanmax(np.concatenate([answers, refusals]))) * 1.1))
-    ax.set_xlabel("expected calibration error (lower is better)")
-    ax.set_title("ECE for answers vs refusals (Fig. 7)")
-    ax.legend(fontsize=8, loc="best")
-    ax.grid(axis="x", alpha=0.3)
-    return png_base64(fig)
+    if few := charts.too_few(models, "model", "ECE for answers vs refusals"):
+        return few
+    data = [
+        {"model": m, "kind": kind, "ece": _number(metrics[m].get(key)), "n": _number(metrics[m].get("n_confidence"))}
+        for m in models
+        for key, kind in (("ece_answer", "answers"), ("ece_refusal", "refusals"))
+    ]
+    # Horizontal bars: 30 models stay legible in one chart; an undefined ECE (no such response) has no bar.
+    spec = {
+        "title": charts.titled("ECE for answers vs refusals (Fig. 7)", "no bar: undefined"),
+        "width": 420,
+        "height": {"step": 9},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "y": field("model", title=None, sort=models),
+            "yOffset": field("kind"),
+            "x": field("ece", "quantitative", "expected calibration error (lower is better)"),
+            "color": field("kind", title=None, scale={"range": ["#0072b2", "#e69f00"]}),
+            "tooltip": [
+                field("model"),
+                field("kind"),
+                field("ece", "quantitative", "ECE", format=".3f"),
+                count("n", "n with confidence"),
+            ],
+        },
+    }
+    return charts.chart(spec, data, "ECE for answers vs refusals")
 
 
 def calibration_table_html(
@@ -122,6 +129,6 @@ def calibration_section(
         f"<p>Confidences from {escape(origin)}. Maximum confidence: VERY_CONFIDENT or a number ≥ "
         f"{MAX_CONFIDENCE:g}.</p>"
     )
-    figure = figure_or_note(ece_answers_vs_refusals(metrics, order), "ECE for answers vs refusals")
-    diagrams = image_tag(reliability_diagrams(calibration, metrics), "reliability diagrams")
+    figure = charts.or_note(ece_answers_vs_refusals(metrics, order), "ECE for answers vs refusals")
+    diagrams = reliability_diagrams(calibration, metrics)
     return section(TITLE, note + calibration_table_html(metrics, max_confidence or {}, order) + figure + diagrams)

@@ -21,12 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, is_nan
-from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field
+from refusalbench.tasks.core.html_page import escape, frame_table, is_nan
 from refusalbench.tasks.refusalbench.scoring.specs import all_metrics, metric_spec
 
 _LISTED = 6  # models named in a one-line reason before "…"
@@ -207,90 +206,140 @@ def domain_difficulty(breakdown: pd.DataFrame | None) -> pd.DataFrame:
     return table.sort_values(["difficulty", "domain"], ascending=[False, True]).reset_index(drop=True)[columns]
 
 
-# ---------------------------------------------------------------- drawing
+# ---------------------------------------------------------------- charts
 
 
-def _panels(count: int) -> tuple[Figure, list[Any]]:
-    fig = Figure(figsize=(4.6 * count, 4.2))
-    return fig, [fig.add_subplot(1, count, i + 1) for i in range(count)]
+def _metric_rows(table: pd.DataFrame, keys: Sequence[str], metrics: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """One record per row of ``table`` and compared metric: ``keys``, the metric's title and its value."""
+    return [
+        {**{k: record[k] for k in keys}, "metric": title, "value": record[name]}
+        for record in table.to_dict(orient="records")
+        for name, title in metrics
+    ]
+
+
+def _per_metric(inner: dict[str, Any], metrics: Sequence[tuple[str, str]], title: str) -> dict[str, Any]:
+    return charts.facetted(
+        inner, "metric", order=[t for _, t in metrics], columns=len(metrics), title=charts.titled(title)
+    )
 
 
 def scaling_plot(table: pd.DataFrame) -> str:
     compared = compared_metrics()
-    fig, axes = _panels(len(compared))
-    for ax, (key, label) in zip(axes, compared):
-        for line, part in table.groupby("line", sort=True):
-            ax.plot(part["parameters_b"], part[key], marker="o", label=plot_text(line))
-        ax.set_xscale("log")
-        sizes = sorted(table["parameters_b"].unique())
-        ax.set_xticks(sizes, [_size(s) for s in sizes], rotation=45)
-        ax.minorticks_off()
-        ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel("parameters (log scale)")
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("score")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Scaling by model family")
-    fig.tight_layout()
-    return png_base64(fig)
+    sizes = sorted(table["parameters_b"].unique())
+    inner = {
+        "width": 220,
+        "height": 200,
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": field(
+                "parameters_b",
+                "quantitative",
+                "parameters (billions, log scale)",
+                scale={"type": "log"},
+                axis={"values": [float(v) for v in sizes]},
+            ),
+            "y": field("value", "quantitative", "score", scale={"domain": [0, 1]}),
+            "color": field("line", title="family"),
+            "tooltip": [
+                field("model"),
+                field("line", title="family"),
+                field("parameters_b", "quantitative", "parameters (B)"),
+                field("metric"),
+                field("value", "quantitative", "score", format=".3f"),
+            ],
+        },
+    }
+    data = _metric_rows(table, ["line", "model", "parameters_b"], compared)
+    return charts.chart(_per_metric(inner, compared, "Scaling by model family"), data, "scaling curves by model family")
 
 
 def alignment_plot(table: pd.DataFrame) -> str:
     aligned = aligned_metrics()
-    fig, axes = _panels(len(aligned))
-    labels = [f"{plot_text(f)} {_size(s)}" for f, s in zip(table["family"], table["parameters_b"])]
-    positions = np.arange(len(table))
-    for ax, (key, label) in zip(axes, aligned):
-        for offset, variant, colour in ((-0.2, "sft", "#999999"), (0.2, "dpo", "#0072b2")):
-            values = table[f"{key}_{variant}"].to_numpy(dtype=float)
-            ax.bar(positions + offset, np.nan_to_num(values), width=0.4, label=variant.upper(), color=colour)
-        ax.set_xticks(positions, labels, rotation=30, ha="right")
-        ax.set_ylim(0, 1.05)
-        ax.set_title(label)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("score (undefined drawn as 0)")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("SFT vs DPO at each size")
-    fig.tight_layout()
-    return png_base64(fig)
+    data = [
+        {
+            "pair": f"{record['family']} {_size(record['parameters_b'])}",
+            "variant": variant.upper(),
+            "model": record[f"{variant}_model"],
+            "metric": title,
+            "value": record[f"{name}_{variant}"],
+        }
+        for record in table.to_dict(orient="records")
+        for name, title in aligned
+        for variant in ("sft", "dpo")
+    ]
+    inner = {
+        "width": {"step": 40},
+        "height": 200,
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": field("pair", title=None, axis={"labelAngle": -30}),
+            "xOffset": field("variant"),
+            "y": field("value", "quantitative", "score (no bar: undefined)", scale={"domain": [0, 1]}),
+            "color": field("variant", title=None, scale={"domain": ["SFT", "DPO"], "range": ["#999999", "#0072b2"]}),
+            "tooltip": [
+                field("model"),
+                field("variant"),
+                field("metric"),
+                field("value", "quantitative", "score", format=".3f"),
+            ],
+        },
+    }
+    return charts.chart(_per_metric(inner, aligned, "SFT vs DPO at each size"), data, "SFT vs DPO bars")
 
 
 def thinking_plot(table: pd.DataFrame) -> str:
     compared = compared_metrics()
-    fig, axes = _panels(len(compared))
-    for ax, (key, label) in zip(axes, compared):
-        for group, part in table.groupby("group", sort=True):
-            ax.plot(part["thinking_budget"].astype(str), part[key], marker="o", label=plot_text(group))
-        ax.set_ylim(-0.03, 1.03)
-        ax.set_xlabel("thinking budget (tokens)")
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("score")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Effect of the thinking budget")
-    fig.tight_layout()
-    return png_base64(fig)
+    inner = {
+        "width": 220,
+        "height": 200,
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": field("thinking_budget", "ordinal", "thinking budget (tokens)"),
+            "y": field("value", "quantitative", "score", scale={"domain": [0, 1]}),
+            "color": field("group", title="model"),
+            "tooltip": [
+                field("model"),
+                field("thinking_budget", "quantitative", "thinking budget"),
+                field("metric"),
+                field("value", "quantitative", "score", format=".3f"),
+            ],
+        },
+    }
+    data = _metric_rows(table, ["group", "model", "thinking_budget"], compared)
+    return charts.chart(
+        _per_metric(inner, compared, "Effect of the thinking budget"), data, "metrics by thinking budget"
+    )
 
 
 def difficulty_plot(table: pd.DataFrame) -> str:
-    fig = Figure(figsize=(7.0, 0.5 * len(table) + 2.2))
-    ax = fig.add_subplot()
-    positions = np.arange(len(table))
-    for offset, key, label in (
-        (-0.27, "answer_difficulty", "answering"),
-        (0.0, "refusal_difficulty", "refusing"),
-        (0.27, "difficulty", "overall"),
-    ):
-        ax.barh(positions + offset, np.nan_to_num(table[key].to_numpy(dtype=float)), height=0.27, label=label)
-    ax.set_yticks(positions, [plot_text(d) for d in table["domain"]])
-    ax.invert_yaxis()  # hardest domain on top
-    ax.set_xlim(0, 1.05)
-    ax.set_xlabel("difficulty = 1 - mean accuracy across models")
-    ax.set_title("Domain difficulty")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
-    return png_base64(fig)
+    kinds = (("answer_difficulty", "answering"), ("refusal_difficulty", "refusing"), ("difficulty", "overall"))
+    data = [
+        {"domain": record["domain"], "kind": label, "value": record[key], "n": record["models"]}
+        for record in table.to_dict(orient="records")
+        for key, label in kinds
+    ]
+    spec = {
+        "title": charts.titled("Domain difficulty", "hardest on top"),
+        "width": 420,
+        "height": {"step": 9},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "y": field("domain", title=None, sort=[str(d) for d in table["domain"]]),
+            "yOffset": field("kind", sort=[label for _, label in kinds]),
+            "x": field(
+                "value", "quantitative", "difficulty = 1 - mean accuracy across models", scale={"domain": [0, 1]}
+            ),
+            "color": field("kind", title=None, sort=[label for _, label in kinds]),
+            "tooltip": [
+                field("domain"),
+                field("kind"),
+                field("value", "quantitative", "difficulty", format=".3f"),
+                count("n", "models"),
+            ],
+        },
+    }
+    return charts.chart(spec, data, "domain difficulty bars")
 
 
 # ---------------------------------------------------------------- the section
@@ -312,7 +361,7 @@ def comparison_figures_html(
 
     scaling = scaling_table(metrics, facts)
     if not scaling.empty:
-        parts.append(image_tag(scaling_plot(scaling), "scaling curves by model family"))
+        parts.append(scaling_plot(scaling))
     else:
         sized = [f"{m} ({f.family}, {_size(f.parameters_b)})" for m, f in facts.items() if f.family and f.parameters_b]
         bare = sum(1 for f in facts.values() if not (f.family and f.parameters_b))
@@ -326,7 +375,7 @@ def comparison_figures_html(
 
     alignment = alignment_table(metrics, facts)
     if not alignment.empty:
-        parts.append(image_tag(alignment_plot(alignment), "SFT vs DPO bars"))
+        parts.append(alignment_plot(alignment))
     else:
         marked = [
             f"{m} ({f.training.upper()}, {f.family or 'no family'}, {_size(f.parameters_b)})"
@@ -343,7 +392,7 @@ def comparison_figures_html(
 
     thinking = thinking_table(metrics, facts)
     if not thinking.empty:
-        parts.append(image_tag(thinking_plot(thinking), "metrics by thinking budget"))
+        parts.append(thinking_plot(thinking))
     else:
         budgets = [f"{m} ({f.thinking_budget})" for m, f in facts.items() if f.thinking_budget is not None]
         parts.append(
@@ -356,7 +405,7 @@ def comparison_figures_html(
 
     difficulty = domain_difficulty(breakdown)
     if len(difficulty) >= 2:
-        parts.append(image_tag(difficulty_plot(difficulty), "domain difficulty bars"))
+        parts.append(difficulty_plot(difficulty))
     else:
         domains = difficulty["domain"].tolist()
         parts.append(
@@ -365,8 +414,8 @@ def comparison_figures_html(
             )
         )
 
-    images = "".join(p for p in parts if p.startswith("<img"))
-    notes = "".join(p for p in parts if not p.startswith("<img"))
+    images = "".join(p for p in parts if charts.has_chart(p))
+    notes = "".join(p for p in parts if not charts.has_chart(p))
     tables = "".join(
         f"<h3>{escape(title)}</h3>" + frame_table(table)
         for title, table in (

@@ -8,28 +8,21 @@
 - self vs cross pass rate per model and averaged, on the matched set (Fig. 3; ``matched_set``)
 
 The tables come from the run's candidates and verifications (``tasks.gv_analysis``, effective
-verdicts); here they are shaped into frames (pure functions, tested) and drawn. A figure the
+verdicts); here they are shaped into frames (pure functions, tested) and charted. A figure the
 run cannot have is replaced by one line that names what it lacks.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 import pandas as pd
-import PIL
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core import html_page, plotting
-from refusalbench.tasks.core.html_page import escape, image_tag, is_nan
-from refusalbench.tasks.core.plotting import ordered, plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field, ordered, percent
+from refusalbench.tasks.core.html_page import escape, is_nan
 from refusalbench.tasks.refusalbench.taxonomy import INTENSITIES, PERTURBATION_CLASSES
 
 # gv_analysis.json keys drawn here (the G-V section leaves them out of its generic tables).
@@ -127,42 +120,63 @@ def kappa_matrix(analysis: Mapping[str, Any]) -> pd.DataFrame:
     return matrix
 
 
-# ---------------------------------------------------------------- drawing
+# ---------------------------------------------------------------- charts
 
 
-def _stacked_bars(ax: Any, table: pd.DataFrame, title: str, ylabel: str) -> None:
-    """One bar per row of ``table``, stacked by its columns, the total above each bar."""
-    positions = np.arange(len(table.index))
-    bottom = np.zeros(len(positions))
-    for column in table.columns:
-        values = table[column].to_numpy(dtype=float)
-        ax.bar(positions, values, bottom=bottom, label=plot_text(column))
-        bottom += values
-    for x, total in zip(positions, bottom):
-        ax.text(x, total, f"{int(total)}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(positions, [plot_text(i) for i in table.index], rotation=30, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_ylim(0, max(1.0, bottom.max() * 1.15))
+def _long(table: pd.DataFrame, row: str, column: str, value: str) -> list[dict[str, Any]]:
+    """A (row x column) table as one record per cell."""
+    return [{row: str(r), column: str(c), value: table.at[r, c]} for r in table.index for c in table.columns]
+
+
+def _stacked(table: pd.DataFrame, row: str, stack: str, title: str, x_title: str) -> dict[str, Any]:
+    """One bar per row of ``table``, stacked by its columns, each bar's total above it."""
+    bars = {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": field(row, title=x_title, sort=[str(i) for i in table.index], axis={"labelAngle": -30}),
+            "y": field("items", "quantitative", "items"),
+            "color": field(stack, sort=[str(c) for c in table.columns]),
+            "tooltip": [field(row), field(stack), count("items", "items")],
+        },
+    }
+    totals = {
+        "transform": [{"aggregate": [{"op": "sum", "field": "items", "as": "total"}], "groupby": [row]}],
+        "mark": {"type": "text", "dy": -6, "fontSize": 9},
+        "encoding": {
+            "x": field(row, sort=[str(i) for i in table.index]),
+            "y": field("total", "quantitative"),
+            "text": field("total", "quantitative"),
+            "tooltip": [field(row), count("total", "items")],
+        },
+    }
+    return {"title": charts.titled(title), "width": {"step": 42}, "height": 240, "layer": [bars, totals]}
 
 
 def composition_plot(table: pd.DataFrame) -> str:
-    fig = Figure(figsize=(max(6.0, 1.1 * len(table.index) + 2.5), 4.5))
-    ax = fig.add_subplot()
-    _stacked_bars(ax, table, f"Benchmark composition ({int(table.to_numpy().sum())} items)", "items")
-    ax.legend(title="intensity", fontsize=8)
-    return png_base64(fig)
+    spec = _stacked(
+        table,
+        "perturbation_class",
+        "intensity",
+        f"Benchmark composition ({int(table.to_numpy().sum())} items)",
+        "class",
+    )
+    return charts.chart(
+        spec, _long(table, "perturbation_class", "intensity", "items"), "benchmark composition by class and intensity"
+    )
 
 
 def contribution_plot(panels: Sequence[tuple[str, pd.DataFrame]]) -> str:
-    fig = Figure(figsize=(max(6.0, 5.0 * len(panels)), 4.8))
-    for index, (title, table) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), index + 1)
-        _stacked_bars(ax, table, title, "items")
-        ax.legend(title="perturbation class", fontsize=7)
-    fig.tight_layout()
-    return png_base64(fig)
+    spec = {
+        "title": charts.titled("Generator contributions by class"),
+        "hconcat": [
+            {
+                **_stacked(table, "generator", "perturbation class", title, "generator"),
+                "data": {"values": charts.compact(_long(table, "generator", "perturbation class", "items"))},
+            }
+            for title, table in panels
+        ],
+    }
+    return charts.chart(spec, None, "generator contributions by class")
 
 
 def heatmap(
@@ -173,80 +187,92 @@ def heatmap(
     ylabel: str,
     vmin: float,
     vmax: float,
-    cmap: str,
+    scheme: str,
     label: str,
-    cell: Any,
+    cell: str,
     counts: pd.DataFrame | None = None,
+    alt: str,
 ) -> str:
-    """A matrix with one annotated cell per value (``cell(value)`` gives its text; NaN reads NA)."""
-    rows, cols = list(values.index), list(values.columns)
-    fig = Figure(figsize=(1.35 * len(cols) + 3.4, 0.6 * len(rows) + 2.0))
-    ax = fig.add_subplot()
-    image = ax.imshow(
-        np.ma.masked_invalid(values.to_numpy(dtype=float)), vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto"
-    )
-    for i in range(len(rows)):
-        for j in range(len(cols)):
-            value = values.iat[i, j]
-            if counts is not None and not counts.iat[i, j]:
+    """A matrix of ``values`` with the text of each cell (a d3 ``cell`` format; with ``counts``, a cell where
+    nothing was judged is left out and the tooltip gives n)."""
+    data = []
+    for i, row in enumerate(values.index):
+        for j, column in enumerate(values.columns):
+            n = None if counts is None else int(counts.iat[i, j])
+            if n == 0:
                 continue  # nothing judged in this cell
-            text = "NA" if is_nan(value) else cell(value)
-            if counts is not None:
-                text += f"\n(n={int(counts.iat[i, j])})"
-            red, green, blue, _ = image.cmap(image.norm(value)) if not is_nan(value) else (1, 1, 1, 1)
-            dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
-    ax.set_xticks(range(len(cols)), [plot_text(c) for c in cols], rotation=30, ha="right")
-    ax.set_yticks(range(len(rows)), [plot_text(r) for r in rows])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    fig.colorbar(image, ax=ax, label=label)
-    return png_base64(fig)
+            data.append({"row": str(row), "column": str(column), "value": values.iat[i, j], "n": n})
+    tooltip = [
+        field("row", title=ylabel),
+        field("column", title=xlabel),
+        field("value", "quantitative", label, format=cell),
+    ]
+    if counts is not None:
+        tooltip.append(count())
+    spec = {
+        "title": charts.titled(title),
+        **charts.heatmap(
+            x="column",
+            y="row",
+            value="value",
+            legend=label,
+            scheme=scheme,
+            tooltip=tooltip,
+            x_title=xlabel,
+            y_title=ylabel,
+            x_order=[str(c) for c in values.columns],
+            y_order=[str(r) for r in values.index],
+            domain=(vmin, vmax),
+            text=field("value", "quantitative", format=cell),
+            cell=48,
+        ),
+    }
+    return charts.chart(spec, data, alt)
 
 
 def self_cross_plot(table: pd.DataFrame) -> str:
     """Paired bars per model (self, cross) with Wilson intervals, the mean pair last (Fig. 3)."""
-    positions = np.arange(len(table.index))
-    fig = Figure(figsize=(max(4.5, 0.9 * len(positions) + 2.5), 3.6))
-    ax = fig.add_subplot()
-    for offset, column, label in (
-        (-0.2, "self", "self (own candidates)"),
-        (0.2, "cross", "cross (others' candidates)"),
-    ):
-        values = table[column].to_numpy(dtype=float)
-        low = table.get(f"{column}_low", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
-        high = table.get(f"{column}_high", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
-        ax.bar(positions + offset, np.nan_to_num(values), 0.4, label=label)
-        bounded = ~np.isnan(low) & ~np.isnan(high)  # the mean pair has no interval
-        ax.errorbar(
-            (positions + offset)[bounded],
-            values[bounded],
-            yerr=np.vstack([values - low, high - values])[:, bounded],
-            fmt="none",
-            ecolor="black",
-            elinewidth=0.8,
-            capsize=2,
-        )
-        for x, value, top in zip(positions + offset, values, np.where(bounded, high, values)):
-            if not np.isnan(value):
-                ax.text(x, top + 0.02, _percent(value), ha="center", va="bottom", fontsize=7)
-    ax.axvline(len(positions) - 1.5, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xticks(positions, [plot_text(i) for i in table.index], rotation=30, ha="right")
-    ax.set_ylim(0, 1.15)
-    ax.set_ylabel("pass rate (matched set)")
-    ax.set_title("Self vs cross pass rate (Fig. 3 form)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.grid(axis="y", alpha=0.3)
-    return png_base64(fig)
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.0f}%"
-
-
-def _points(value: float) -> str:
-    return f"{100 * value:+.1f}pp"
+    data = [
+        {
+            "model": str(model),
+            "kind": label,
+            "rate": table.at[model, column],
+            "low": table.at[model, f"{column}_low"] if f"{column}_low" in table.columns else None,
+            "high": table.at[model, f"{column}_high"] if f"{column}_high" in table.columns else None,
+        }
+        for model in table.index
+        for column, label in (("self", "self (own candidates)"), ("cross", "cross (others' candidates)"))
+    ]
+    x = field("model", title=None, sort=[str(m) for m in table.index], axis={"labelAngle": -30})
+    tooltip = [
+        field("model"),
+        field("kind"),
+        percent("rate", "pass rate"),
+        percent("low", "95% low"),
+        percent("high", "95% high"),
+    ]
+    spec = {
+        "title": charts.titled(
+            "Self vs cross pass rate (Fig. 3 form)", "whiskers: Wilson 95% intervals; last pair: the mean"
+        ),
+        "width": {"step": 18},
+        "height": 220,
+        "encoding": {"x": x, "xOffset": field("kind"), "tooltip": tooltip},
+        "layer": [
+            {
+                "mark": "bar",
+                "encoding": {
+                    "y": field("rate", "quantitative", "pass rate (matched set)", scale={"domain": [0, 1]}),
+                    "color": field("kind", title=None),
+                },
+            },
+            {
+                "mark": {"type": "rule", "color": "black"},
+                "encoding": {"y": field("low", "quantitative"), "y2": {"field": "high"}},
+            },
+        ],
+    }
+    return charts.chart(spec, data, "self vs cross pass rate on the matched set")
 
 
 # ---------------------------------------------------------------- the section
@@ -264,7 +290,7 @@ def _self_cross_figure(analysis: Mapping[str, Any], generators: list[str], verif
     title = "Self vs cross pass rate"
     table = self_cross_table(analysis)
     if not table.empty and table[["self", "cross"]].notna().any().any():
-        return image_tag(self_cross_plot(table), "self vs cross pass rate on the matched set")
+        return self_cross_plot(table)
     if "matched_set" not in analysis or analysis["matched_set"] is None:
         return _reason(title, _EARLIER)
     if table.empty:
@@ -285,7 +311,7 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
 
     composition = composition_table(analysis)
     if not composition.empty:
-        parts.append(image_tag(composition_plot(composition), "benchmark composition by class and intensity"))
+        parts.append(composition_plot(composition))
     else:
         parts.append(_reason("Benchmark composition", "the benchmark holds no item" if not sampled else _EARLIER))
 
@@ -298,7 +324,7 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
         if not table.empty
     ]
     if panels:
-        parts.append(image_tag(contribution_plot(panels), "generator contributions by class"))
+        parts.append(contribution_plot(panels))
     else:
         accepted = (analysis.get("funnel") or {}).get("accepted", 0)
         parts.append(_reason("Generator contributions", "no candidate was accepted" if not accepted else _EARLIER))
@@ -314,20 +340,18 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
             parts.append(_reason(title, "no candidate received a PASS or FAIL verdict" if not verdicts else _EARLIER))
             continue
         parts.append(
-            image_tag(
-                heatmap(
-                    rates,
-                    f"{title} ({figure} form)",
-                    xlabel=axis_label,
-                    ylabel="generator",
-                    vmin=0,
-                    vmax=1,
-                    cmap="RdYlGn",
-                    label="pass rate (PASS / PASS+FAIL)",
-                    cell=_percent,
-                    counts=judged,
-                ),
-                title.lower(),
+            heatmap(
+                rates,
+                f"{title} ({figure} form)",
+                xlabel=axis_label,
+                ylabel="generator",
+                vmin=0,
+                vmax=1,
+                scheme="redyellowgreen",
+                label="pass rate (PASS / PASS+FAIL)",
+                cell=".0%",
+                counts=judged,
+                alt=title.lower(),
             )
         )
 
@@ -336,19 +360,17 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
     bias = self_bias_table(analysis)
     if not bias.empty:
         parts.append(
-            image_tag(
-                heatmap(
-                    bias,
-                    "Self-evaluation bias by class (self minus cross pass rate)",
-                    xlabel="perturbation class",
-                    ylabel="model",
-                    vmin=-1,
-                    vmax=1,
-                    cmap="RdBu_r",
-                    label="self minus cross pass rate",
-                    cell=_points,
-                ),
-                "self-evaluation bias by class",
+            heatmap(
+                bias,
+                "Self-evaluation bias by class (self minus cross pass rate, in points)",
+                xlabel="perturbation class",
+                ylabel="model",
+                vmin=-1,
+                vmax=1,
+                scheme="redblue",
+                label="self minus cross pass rate",
+                cell="+.1%",
+                alt="self-evaluation bias by class",
             )
         )
     elif analysis.get("self_evaluation"):
@@ -372,19 +394,17 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
     kappa = kappa_matrix(analysis)
     if len(kappa) >= 2:
         parts.append(
-            image_tag(
-                heatmap(
-                    kappa,
-                    "Verifier agreement (Cohen's kappa)",
-                    xlabel="verifier",
-                    ylabel="verifier",
-                    vmin=-1,
-                    vmax=1,
-                    cmap="PuOr",
-                    label="kappa",
-                    cell=lambda v: f"{v:.2f}",
-                ),
-                "verifier agreement heatmap",
+            heatmap(
+                kappa,
+                "Verifier agreement (Cohen's kappa)",
+                xlabel="verifier",
+                ylabel="verifier",
+                vmin=-1,
+                vmax=1,
+                scheme="purpleorange",
+                label="kappa",
+                cell=".2f",
+                alt="verifier agreement heatmap",
             )
         )
         undefined = [p for p in analysis.get("verifier_kappa") or [] if is_nan(p.get("kappa"))]
@@ -397,19 +417,7 @@ def generation_figures_html(analysis: Mapping[str, Any]) -> str:
 
     return (
         "<div class='figs'>"
-        + "".join(p for p in parts if p.startswith("<img"))
+        + "".join(p for p in parts if charts.has_chart(p))
         + "</div>"
-        + "".join(p for p in parts if not p.startswith("<img"))
+        + "".join(p for p in parts if not charts.has_chart(p))
     )
-
-
-def drawn_figures_key(analysis: Mapping[str, Any]) -> str:
-    """A digest of all that :func:`generation_figures_html` depends on: the analysis, the code that draws
-    it (this module, the plotting kit) and matplotlib's and Pillow's versions. Equal digests give the same
-    HTML byte for byte, so a copy stored with its digest may stand in for drawing the figures again."""
-    digest = hashlib.sha256(json.dumps(analysis, sort_keys=True, default=str).encode())
-    for module in (sys.modules[__name__], plotting, html_page):
-        assert module.__file__ is not None, "these modules are loaded from files"
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(f"{matplotlib.__version__} {PIL.__version__}".encode())
-    return digest.hexdigest()[:20]

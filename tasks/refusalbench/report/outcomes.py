@@ -15,15 +15,14 @@ that too few of them support gives way to "insufficient data (n = K)".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.html_page import escape, image_tag, insufficient_data, is_nan, section
-from refusalbench.tasks.core.plotting import drawn_now, plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field, percent
+from refusalbench.tasks.core.html_page import escape, insufficient_data, is_nan, section
 from refusalbench.tasks.core.stats import enough_clusters
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     format_interval,
@@ -53,41 +52,44 @@ def distribution_bars(table: pd.DataFrame, order: Sequence[str]) -> str | None:
     """Stacked horizontal bars: each model's responses split into the six outcomes."""
     if table is None or table.empty:
         return None
-    shares = table.pivot_table(index="model", columns="outcome", values="fraction", aggfunc="first")
-    models = [m for m in order if m in shares.index] + sorted(set(shares.index) - set(order))
-    if not models:
-        return None
-    fig = Figure(figsize=(8, 0.45 * len(models) + 1.8))
-    ax = fig.add_subplot()
-    left = np.zeros(len(models))
-    for outcome, (label, colour) in OUTCOME_STYLE.items():
-        width = np.nan_to_num(
-            np.array([shares.at[m, outcome] if outcome in shares.columns else 0.0 for m in models], dtype=float)
-        )
-        ax.barh(range(len(models)), width, left=left, color=colour, label=label, edgecolor="white", lw=0.5)
-        left += width
-    ax.set_yticks(range(len(models)), [plot_text(m) for m in models])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("share of scorable responses")
-    ax.set_title("Response distribution")
-    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
-    return png_base64(fig)
-
-
-def _distribution_image(table: pd.DataFrame, models: Sequence[str]) -> str:
-    bars = distribution_bars(table, models)
-    return image_tag(bars, "response distribution bars") if bars else ""
+    present = set(table["model"])
+    models = [m for m in order if m in present] + sorted(present - set(order))
+    if few := charts.too_few(models, "model", "Response distribution"):
+        return few
+    labels = {outcome: label for outcome, (label, _) in OUTCOME_STYLE.items()}
+    part = table[table["outcome"].isin(list(OUTCOME_STYLE))]
+    data = [
+        {"model": m, "outcome": labels[o], "k": list(OUTCOME_STYLE).index(o), "fraction": f, "n": n}
+        for m, o, f, n in zip(part["model"], part["outcome"], part["fraction"], part["n"])
+    ]
+    spec = {
+        "title": charts.titled("Response distribution"),
+        "width": 520,
+        "height": {"step": 18},
+        "mark": {"type": "bar", "stroke": "white", "strokeWidth": 0.5},
+        "encoding": {
+            "y": field("model", title=None, sort=models),
+            "x": field(
+                "fraction", "quantitative", "share of scorable responses", stack="zero", scale={"domain": [0, 1]}
+            ),
+            "color": field(
+                "outcome",
+                title=None,
+                scale={"domain": list(labels.values()), "range": [c for _, c in OUTCOME_STYLE.values()]},
+                legend={"orient": "bottom", "columns": 3},
+            ),
+            "order": field("k", "quantitative"),
+            "tooltip": [field("model"), field("outcome"), percent("fraction", "share"), count()],
+        },
+    }
+    return charts.chart(spec, data, "response distribution bars")
 
 
 def distribution_section(
-    table: pd.DataFrame | None,
-    order: Sequence[str],
-    figure: Callable[..., str] = drawn_now,
-    support: ClusterSupport | None = None,
+    table: pd.DataFrame | None, order: Sequence[str], support: ClusterSupport | None = None
 ) -> str | None:
-    """Six-way outcome shares per model: table (with Wilson intervals) and stacked bars (drawn by ``figure``:
-    ``plotting.FigureSlots.add`` or at once)."""
+    """Six-way outcome shares per model: table (with Wilson intervals, behind the guardrail with
+    ``support``) and stacked bars."""
     if table is None or table.empty:
         return None
     head = (
@@ -121,7 +123,7 @@ def distribution_section(
         "answerable item refused) and missed refusals (an unanswerable item answered). Brackets: "
         "Wilson 95% intervals.</p>"
     )
-    body = lead + f"<table>{head}{''.join(rows)}</table>" + figure(_distribution_image, table, models)
+    body = lead + f"<table>{head}{''.join(rows)}</table>" + (distribution_bars(table, models) or "")
     return section("Response distribution", body)
 
 

@@ -1,30 +1,22 @@
 """The report page: what it shows (:class:`ReportInputs`) and how it is put together.
 
-:func:`build_report` returns one self-contained HTML string: CSS inline, plots as base64
-PNGs, no JavaScript. A section whose table is absent is left out. The page opens with the
-summary card (:mod:`.summary_card`) and a table of contents linking every section; intervals,
-standard errors and significance marks follow the small-sample guardrail (:mod:`.support`).
+:func:`build_report` returns one self-contained HTML string: CSS inline, charts as Vega-Lite specs
+with their data, drawn by the Vega JavaScript inlined once in the head (``core.charts``). A section
+whose table is absent is left out. The page opens with the summary card (:mod:`.summary_card`)
+and a table of contents linking every section; intervals, standard errors and significance marks
+follow the small-sample guardrail (:mod:`.support`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core.html_page import (
-    CSS,
-    escape,
-    figure_or_note,
-    frame_table,
-    image_tag,
-    mapping_html,
-    section,
-    table_of_contents,
-)
-from refusalbench.tasks.core.plotting import FigureSlots
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.html_page import CSS, escape, frame_table, mapping_html, section, table_of_contents
 from refusalbench.tasks.refusalbench.report.audit_section import audit_html
 from refusalbench.tasks.refusalbench.report.calibration_section import calibration_section
 from refusalbench.tasks.refusalbench.report.comparison_figures import comparison_figures_html
@@ -32,11 +24,8 @@ from refusalbench.tasks.refusalbench.report.cost_section import cost_section
 from refusalbench.tasks.refusalbench.report.coverage_section import coverage_section
 from refusalbench.tasks.refusalbench.report.decision_section import decision_section
 from refusalbench.tasks.refusalbench.report.figures import (
-    PER_MODEL_FIGURES,
-    class_intensity_heatmap,
-    class_intensity_panels,
-    confusion_panels,
-    confusion_plot,
+    class_intensity_chart,
+    confusion_chart,
     intensity_curves,
     refusal_error_bars,
     scatter_plot,
@@ -110,8 +99,6 @@ class ReportInputs:
     # the share of them at maximum confidence with their accuracy (``scoring.calibration``).
     calibration_source: str | None = None
     max_confidence: Mapping[str, Mapping[str, Any]] | None = None
-    # The generation figures' HTML as drawn already (the generation report's, for the same analysis).
-    generation_figures: str | None = None
     # The benchmark's question, answers and expected behaviour of the items the reply sample shows.
     items: pd.DataFrame | None = None
 
@@ -166,13 +153,11 @@ def _base_set_section(run: ReportInputs) -> str | None:
     return section("Base set", body)
 
 
-def _generation_sections(run: ReportInputs, figures: str | None = None) -> list[str]:
-    """Base set, generation figures (``figures``: drawn already), the G-V analysis and the human audit:
-    what generation left."""
+def _generation_sections(run: ReportInputs) -> list[str]:
+    """Base set, generation figures, the G-V analysis and the human audit: what generation left."""
     sections = [s for s in [_base_set_section(run)] if s]
     if run.gv_analysis:
-        figures = figures or run.generation_figures or generation_figures_html(run.gv_analysis)
-        sections.append(section("Benchmark generation", figures))
+        sections.append(section("Benchmark generation", generation_figures_html(run.gv_analysis)))
         tables = {k: v for k, v in run.gv_analysis.items() if k not in FIGURE_KEYS}  # those are drawn above
         sections.append(section("Generator × verifier analysis", gv_section_html(tables)))
     if run.audit:
@@ -206,7 +191,7 @@ def _page(run: ReportInputs, sections: Sequence[str]) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(run.title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{escape(run.title)}</h1>{stamp}{contents}"
+        f"<style>{CSS}</style>{charts.head_script(''.join(sections))}</head><body><h1>{escape(run.title)}</h1>{stamp}{contents}"
         + "".join(sections)
         + "</body></html>\n"
     )
@@ -221,34 +206,8 @@ def build_generation_report(run: ReportInputs) -> str:
     return _page(run, sections)
 
 
-def _per_model_figures(
-    frame: pd.DataFrame,
-    draw_one: Callable[[pd.DataFrame, str], str],
-    draw_panels: Callable[[pd.DataFrame, list[str]], str],
-    one_alt: str,
-    panels_alt: str,
-    figure: Callable[..., str],
-) -> list[str]:
-    """One figure per model (``one_alt`` names it, with ``{model}``), or beyond ``PER_MODEL_FIGURES``
-    models one image of small multiples (its cost grows with the models: drawn first)."""
-    models = sorted(frame["model"].unique())
-    if len(models) > PER_MODEL_FIGURES:
-        return [image_tag(figure(draw_panels, frame, models, cost=len(models) / 3), panels_alt)]
-    return [image_tag(figure(draw_one, frame[frame["model"] == m], m), one_alt.format(model=m)) for m in models]
-
-
-def _drawn_or_note(draw: Callable[..., str | None], args: tuple[Any, ...], alt: str) -> str:
-    return figure_or_note(draw(*args), alt)
-
-
 def build_report(run: ReportInputs) -> str:
-    """The whole report as one self-contained HTML string: the page built first with a placeholder for
-    each figure, then every figure drawn, spread over the cores (``plotting.FigureSlots``)."""
-    figures = FigureSlots()
-    return figures.fill(_report_page(run, figures.add))
-
-
-def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
+    """The whole report as one self-contained HTML string."""
     order = ranked_models(run.metrics, run.min_coverage)
     support = ClusterSupport(run.judged, run.benchmark, run.metrics, run.breakdown, run.pairwise)
     sections: list[str] = [_summary(run, support)]
@@ -303,15 +262,15 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
         section(
             "Answering vs refusing",
             "<div class='figs'>"
-            + figure(_drawn_or_note, scatter_plot, scatter_a, "answer vs refusal accuracy scatter")
-            + figure(_drawn_or_note, scatter_plot, scatter_b, "detection F1 vs category accuracy scatter")
+            + charts.or_note(scatter_plot(*scatter_a), "answer vs refusal accuracy scatter")
+            + charts.or_note(scatter_plot(*scatter_b), "detection F1 vs category accuracy scatter")
             + "</div>",
         )
     )
 
-    bars = figure(_drawn_or_note, refusal_error_bars, (run.metrics, order), "false and missed refusal rate bars")
+    bars = charts.or_note(refusal_error_bars(run.metrics, order), "false and missed refusal rate bars")
     sections.append(section("False vs missed refusals", bars + correlation_note(run.frr_mrr_correlation)))
-    distribution = distribution_section(run.response_distribution, order, figure, support)
+    distribution = distribution_section(run.response_distribution, order, support)
     if distribution:
         sections.append(distribution)
     replies = responses_section(run.responses, order, run.judged, run.items)
@@ -319,45 +278,20 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
         sections.append(replies)
 
     if _non_empty(run.class_intensity):
-        figures = _per_model_figures(
-            run.class_intensity,
-            class_intensity_heatmap,
-            class_intensity_panels,
-            "class by intensity heatmap for {model}",
-            "class by intensity heatmaps, one panel per model",
-            figure,
-        )
         body = "<p>Share of correct responses per class and intensity (LOW items are answerable).</p>"
-        sections.append(
-            section("Perturbation class × intensity", body + "<div class='figs'>" + "".join(figures) + "</div>")
-        )
+        sections.append(section("Perturbation class × intensity", body + class_intensity_chart(run.class_intensity)))
 
     intensity = run.refusal_by_intensity
     if not _non_empty(intensity) and run.breakdown is not None and _non_empty(run.breakdown):
         part = run.breakdown[(run.breakdown["group"] == "intensity") & (run.breakdown["metric"] == "refusal_rate")]
         intensity = part.rename(columns={"value": "intensity", "estimate": "refusal_rate"})
     if _non_empty(intensity):
-        sections.append(
-            section(
-                "Refusal rate by intensity",
-                image_tag(figure(intensity_curves, intensity), "refusal rate by intensity curves"),
-            )
-        )
+        sections.append(section("Refusal rate by intensity", intensity_curves(intensity)))
 
-    paper = paper_figures(run, order, figure)  # dashboards, rankings, domains, confusion across models
+    paper = paper_figures(run, order)  # dashboards, rankings, domains, confusion across models
     sections.extend(paper.sections)
     if _non_empty(run.confusion):
-        figures = _per_model_figures(
-            run.confusion,
-            confusion_plot,
-            confusion_panels,
-            "confusion matrix for {model}",
-            "confusion matrices, one panel per model",
-            figure,
-        )
-        sections.append(
-            section("Confusion matrices (expected × predicted)", "<div class='figs'>" + "".join(figures) + "</div>")
-        )
+        sections.append(section("Confusion matrices (expected × predicted)", confusion_chart(run.confusion)))
 
     sections.append(
         calibration_section(run.metrics, run.calibration, run.max_confidence, run.calibration_source, order)
@@ -375,11 +309,7 @@ def _report_page(run: ReportInputs, figure: Callable[..., str]) -> str:
     if run.round_trend is not None and not run.round_trend.empty:
         sections.append(trend_section(run.round_trend, run.trend))
 
-    # The generation figures: about as costly as five plain ones.
-    generation = (
-        run.generation_figures or figure(generation_figures_html, run.gv_analysis, cost=5) if run.gv_analysis else None
-    )
-    sections.extend(_generation_sections(run, generation))
+    sections.extend(_generation_sections(run))
     sections.extend(filter(None, [paper.left_out_section(), cost_section(run.manifest)]))
 
     if run.manifest:

@@ -11,8 +11,8 @@ list of figures left out with their reasons.
 - refusal-accuracy ranking with the hierarchical score overlaid (Fig. 23)
 - model dashboards: one row per model across the skills the paper sets side by side (Figs. 24–25)
 
-Each is one image whatever the number of models (small multiples, never one image per model:
-the report must stay cheap at 30 targets). The data comes from the run folder (metrics.json and
+Each is one chart whatever the number of models (small multiples, never one chart per model:
+the page must stay small at 30 targets). The data comes from the run folder (metrics.json and
 the breakdown, confusion.parquet, judged.parquet, benchmark.parquet, gv_analysis.json) through
 :mod:`.paper_tables`. A figure whose data the run lacks is not drawn; :class:`PaperFigures` keeps
 its one-line reason for the report's "Figures not drawn" list.
@@ -21,16 +21,14 @@ its one-line reason for the report's "Figures not drawn" list.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from matplotlib import colormaps
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.html_page import escape, image_tag, section
-from refusalbench.tasks.core.plotting import drawn_now, plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field, percent
+from refusalbench.tasks.core.html_page import escape, section
 from refusalbench.tasks.refusalbench.report.figures import short_code
 from refusalbench.tasks.refusalbench.report.paper_tables import (
     DOMAIN_METRICS,
@@ -47,233 +45,298 @@ from refusalbench.tasks.refusalbench.report.paper_tables import (
     refusal_ranking,
 )
 
-_ANNOTATE_CELLS = 120  # heatmap cells up to which each shows its value (beyond: colour alone)
+_ANNOTATE_CELLS = 120  # heatmap cells up to which each shows its value (beyond: colour, and the tooltip)
 
 
-def _row_height(rows: int) -> float:
-    return 0.24 * rows + 1.6
+# ---------------------------------------------------------------- charts
 
 
-def _hbars(
-    ax: Any, fig: Figure, rows: int, positions: np.ndarray, values: np.ndarray, height: float, **style: Any
-) -> None:
-    """Horizontal bars of ``height`` rows drawn as one line collection: at 30 models, one artist instead
-    of a Rectangle per bar (most of a bar chart's drawing time). The rows fill the axes (ylim set here)."""
-    ax.set_ylim(rows - 0.5, -0.5)  # first row on top
-    points_per_row = 0.77 * fig.get_figheight() / rows * 72  # the axes take 77% of the height (subplotpars)
-    defined = ~np.isnan(values)
-    ax.hlines(positions[defined], 0, values[defined], lw=height * points_per_row, capstyle="butt", **style)
+def _matrix_rows(matrix: pd.DataFrame) -> list[dict[str, Any]]:
+    """Expected x predicted counts as one record per non-empty cell, with its share of the row and the row's n."""
+    totals = matrix.sum(axis=1)
+    return [
+        {
+            "expected": short_code(str(e)),
+            "predicted": short_code(str(p)),
+            "count": int(matrix.at[e, p]),
+            "share": matrix.at[e, p] / totals[e],
+            "row_n": int(totals[e]),
+        }
+        for e in matrix.index
+        for p in matrix.columns
+        if matrix.at[e, p]
+    ]
 
 
-# ---------------------------------------------------------------- drawing
-
-
-def _shares_heatmap(
-    ax: Any, matrix: pd.DataFrame, title: str, *, labels: bool = True, counts_shown: bool = True
-) -> Any:
-    """Counts coloured by share of the row (expected code) on ``ax``, with the count in each cell unless
-    ``counts_shown`` is false (text is most of a heatmap's drawing time); returns the image."""
-    counts = matrix.to_numpy(dtype=float)
-    totals = counts.sum(axis=1, keepdims=True)
-    shares = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
-    image = ax.imshow(shares, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
-    for i, j in zip(*np.nonzero(counts)) if counts_shown else ():
-        ax.text(
-            j,
-            i,
-            f"{int(counts[i, j])}",
-            ha="center",
-            va="center",
-            fontsize=7,
-            color="white" if shares[i, j] > 0.6 else "black",
-        )
-    ax.set_xticks(
-        range(matrix.shape[1]), [plot_text(short_code(c)) for c in matrix.columns], rotation=40, ha="right", fontsize=8
+def _confusion_cells(matrix: pd.DataFrame, text: bool) -> dict[str, Any]:
+    tooltip = [
+        field("expected"),
+        field("predicted"),
+        count("count", "count"),
+        percent("share", "share of row"),
+        count("row_n", "n (row)"),
+    ]
+    return charts.heatmap(
+        x="predicted",
+        y="expected",
+        value="share",
+        legend="share of row",
+        scheme="blues",
+        tooltip=tooltip,
+        x_order=[short_code(str(c)) for c in matrix.columns],
+        y_order=[short_code(str(r)) for r in matrix.index],
+        x_title="predicted (REFUSE_ prefix dropped)",
+        text=field("count", "quantitative") if text else None,
+        cell=40,
     )
-    ax.set_yticks(
-        range(matrix.shape[0]), [plot_text(short_code(r)) for r in matrix.index] if labels else [], fontsize=8
-    )
-    ax.set_title(title, fontsize=10)
-    return image
 
 
 def confusion_overview_plot(matrix: pd.DataFrame, shares: pd.Series) -> str:
     """The confusion matrix over every model, under a bar of each decision's share of all predictions."""
-    fig = Figure(figsize=(0.9 * matrix.shape[1] + 3.2, 0.55 * matrix.shape[0] + 3.4))
-    top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 3.2]}, sharex=True)
-    values = shares.reindex(matrix.columns).fillna(0).to_numpy(dtype=float)
-    top.bar(range(len(values)), values, color="#0072b2")
-    for j, value in enumerate(values):
-        top.text(j, value, f"{100 * value:.0f}%", ha="center", va="bottom", fontsize=8)
-    top.set_ylim(0, max(0.05, values.max()) * 1.3)
-    top.set_ylabel("share of all\npredictions", fontsize=8)
-    top.set_title("Confusion across models (colour = share of the expected row, text = count)", fontsize=10)
-    top.grid(axis="y", alpha=0.3)
-    image = _shares_heatmap(bottom, matrix, "")
-    bottom.set_xlabel("predicted (REFUSE_ prefix dropped)")
-    bottom.set_ylabel("expected")
-    fig.colorbar(image, ax=[top, bottom], label="share of row", shrink=0.7)
-    return png_base64(fig)
+    columns = [short_code(str(c)) for c in matrix.columns]
+    totals = matrix.sum(axis=0)
+    bars = [{"predicted": short_code(str(c)), "share": shares.get(c, 0.0), "n": int(totals[c])} for c in matrix.columns]
+    top = {
+        "data": {"values": charts.compact(bars)},
+        "width": {"step": 40},
+        "height": 80,
+        "encoding": {
+            "x": field("predicted", "ordinal", None, sort=columns, axis=None),
+            "y": field("share", "quantitative", "share of all predictions", axis={"format": "%"}),
+            "tooltip": [field("predicted"), percent("share", "share of all predictions"), count("n", "predictions")],
+        },
+        "layer": [
+            {"mark": {"type": "bar", "color": "#0072b2"}},
+            {
+                "mark": {"type": "text", "dy": -6, "fontSize": 9},
+                "encoding": {"text": field("share", "quantitative", format=".0%")},
+            },
+        ],
+    }
+    bottom = {"data": {"values": charts.compact(_matrix_rows(matrix))}, **_confusion_cells(matrix, text=True)}
+    spec = {
+        "title": charts.titled("Confusion across models", "colour = share of the expected row, text = count"),
+        "vconcat": [top, bottom],
+    }
+    return charts.chart(spec, None, "confusion matrix across models")
 
 
 def intensity_confusion_plot(by_intensity: Mapping[str, pd.DataFrame]) -> str:
     """One confusion panel per intensity (every model together), rows and columns shared."""
     expected = list(dict.fromkeys(r for m in by_intensity.values() for r in m.index))
     predicted = list(dict.fromkeys(c for m in by_intensity.values() for c in m.columns))
-    fig = Figure(figsize=(3.2 + (0.55 * len(predicted) + 0.6) * len(by_intensity), 0.5 * len(expected) + 2.6))
-    axes = fig.subplots(1, len(by_intensity), squeeze=False)[0]
-    for index, (ax, (intensity, matrix)) in enumerate(zip(axes, by_intensity.items())):
+    panels: list[dict[str, Any]] = []
+    for intensity, matrix in by_intensity.items():
         full = matrix.reindex(index=expected, columns=predicted, fill_value=0)
-        image = _shares_heatmap(
-            ax,
-            full,
-            f"{plot_text(intensity)}: all models (n = {int(full.to_numpy().sum())})",
-            labels=index == 0,
-            counts_shown=False,
-        )
-        ax.set_xlabel("predicted", fontsize=8)
-    axes[0].set_ylabel("expected")
-    fig.colorbar(image, ax=list(axes), label="share of row", shrink=0.8)
-    return png_base64(fig)
+        title = f"{intensity}: all models (n = {int(full.to_numpy().sum())})"
+        panels.extend({**row, "panel": title} for row in _matrix_rows(full))
+    inner = _confusion_cells(pd.DataFrame(0, index=expected, columns=predicted), text=False)
+    inner["encoding"]["tooltip"].insert(0, field("panel", title="intensity"))
+    spec = charts.facetted(
+        inner, "panel", order=list(dict.fromkeys(p["panel"] for p in panels)), columns=len(by_intensity)
+    )
+    return charts.chart(spec, panels, "confusion by intensity across models")
 
 
 def domain_heatmaps(grids: Sequence[tuple[str, pd.DataFrame]]) -> str:
-    """One heatmap per metric: models (rows) × domains (columns), shared model order."""
-    width = sum(0.8 * grid.shape[1] + 1.2 for _, grid in grids) + 3.0
-    fig = Figure(figsize=(width, _row_height(len(grids[0][1])) + 0.8))
-    axes = fig.subplots(1, len(grids), squeeze=False)[0]
-    for index, (ax, (title, grid)) in enumerate(zip(axes, grids)):
-        values = grid.to_numpy(dtype=float)
-        image = ax.imshow(
-            np.ma.masked_invalid(values),
-            vmin=0,
-            vmax=1,
-            aspect="auto",
-            interpolation="nearest",
-            cmap=colormaps["RdYlGn"].with_extremes(bad="#d9d9d9"),
-        )
-        if grid.size <= _ANNOTATE_CELLS:
-            for i, j in np.argwhere(~np.isnan(values)):
-                ax.text(j, i, f"{100 * values[i, j]:.0f}", ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(grid.shape[1]), [plot_text(c) for c in grid.columns], rotation=35, ha="right", fontsize=8)
-        ax.set_yticks(range(grid.shape[0]), [plot_text(m) for m in grid.index] if index == 0 else [], fontsize=8)
-        ax.set_title(plot_text(title), fontsize=10)
-    fig.colorbar(image, ax=list(axes), label="score", shrink=0.8)
-    return png_base64(fig)
+    """One heatmap per metric: models (rows) × domains (columns), shared model order; grey: undefined."""
+    data = [
+        {"metric": title, "model": str(m), "domain": str(d), "value": grid.at[m, d]}
+        for title, grid in grids
+        for m in grid.index
+        for d in grid.columns
+    ]
+    annotated = all(grid.size <= _ANNOTATE_CELLS for _, grid in grids)
+    inner = charts.heatmap(
+        x="domain",
+        y="model",
+        value="value",
+        legend="score",
+        scheme="redyellowgreen",
+        tooltip=[field("metric"), field("model"), field("domain"), percent("value", "score")],
+        y_order=[str(m) for m in grids[0][1].index],
+        text=field("value", "quantitative", format=".0%") if annotated else None,
+        cell=34,
+    )
+    inner["layer"].insert(0, {"mark": {"type": "rect", "color": "#d9d9d9"}})  # undefined cells stay grey
+    spec = charts.facetted(inner, "metric", order=[t for t, _ in grids], columns=len(grids))
+    spec["resolve"] = {"scale": {"x": "independent"}}
+    return charts.chart(spec, data, "model by domain specialisation heatmaps")
 
 
 def domain_distribution_plot(table: pd.DataFrame) -> str:
     """Benchmark items per domain, largest on top, with the share of all items."""
-    fig = Figure(figsize=(6.5, 0.4 * len(table) + 1.6))
-    ax = fig.add_subplot()
-    positions = np.arange(len(table))
-    ax.barh(positions, table["items"], color="#0072b2")
-    for y, (items, share) in enumerate(zip(table["items"], table["share"])):
-        ax.text(items, y, f" {100 * share:.1f}% ({items})", va="center", fontsize=8)
-    ax.set_yticks(positions, [plot_text(d) for d in table["domain"]])
-    ax.invert_yaxis()
-    ax.set_xlim(0, table["items"].max() * 1.3)
-    ax.set_xlabel("benchmark items")
-    ax.set_title("Benchmark items per domain")
-    ax.grid(axis="x", alpha=0.3)
-    return png_base64(fig)
+    encoding = {
+        "y": field("domain", title=None, sort=[str(d) for d in table["domain"]]),
+        "x": field("items", "quantitative", "benchmark items"),
+        "tooltip": [field("domain"), count("items", "items"), percent("share", "share of all items")],
+    }
+    spec = {
+        "title": charts.titled("Benchmark items per domain"),
+        "width": 380,
+        "height": {"step": 18},
+        "encoding": encoding,
+        "layer": [
+            {"mark": {"type": "bar", "color": "#0072b2"}},
+            {
+                "mark": {"type": "text", "align": "left", "dx": 3, "fontSize": 9},
+                "encoding": {"text": field("share", "quantitative", format=".1%")},
+            },
+        ],
+    }
+    return charts.chart(spec, charts.rows(table[["domain", "items", "share"]]), "benchmark items per domain")
 
 
 def class_difficulty_plot(table: pd.DataFrame, points: pd.DataFrame, generation: pd.Series) -> str:
     """Refusal accuracy per class across models (mean, min–max, each model a dot), hardest on top;
     beside it, where the run has it, the generation pass rate per class."""
-    panels = 2 if not generation.empty else 1
-    fig = Figure(figsize=(6.0 * panels, 0.45 * max(len(table), len(generation)) + 1.8))
-    axes = fig.subplots(1, panels, squeeze=False)[0]
-    ax = axes[0]
-    positions = np.arange(len(table))
-    means = table["mean"].to_numpy(dtype=float)
-    spread = np.vstack([means - table["min"].to_numpy(dtype=float), table["max"].to_numpy(dtype=float) - means])
-    ax.barh(positions, means, xerr=spread, color="#e69f00", alpha=0.8, capsize=3)
-    where = {c: i for i, c in enumerate(table["perturbation_class"])}
-    ax.scatter(points["estimate"].astype(float), points["perturbation_class"].map(where), s=10, color="#333", zorder=3)
-    ax.set_yticks(positions, [plot_text(c) for c in table["perturbation_class"]])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1.05)
-    ax.set_xlabel("refusal accuracy")
-    ax.set_title("Refusal accuracy per class across models\n(bar: mean, whiskers: min–max, dots: models)", fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    if panels == 2:
-        ax = axes[1]
-        ax.barh(np.arange(len(generation)), generation.to_numpy(dtype=float), color="#009e73")
-        ax.set_yticks(np.arange(len(generation)), [plot_text(c) for c in generation.index])
-        ax.invert_yaxis()
-        ax.set_xlim(0, 1.05)
-        ax.set_xlabel("pass rate (all generator × verifier pairs)")
-        ax.set_title("Generation pass rate per class", fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-    fig.suptitle("Class difficulty (hardest on top)", fontsize=11)
-    fig.tight_layout()
-    return png_base64(fig)
+    classes = [str(c) for c in table["perturbation_class"]]
+    y = field("perturbation_class", title=None, sort=classes)
+    x: dict[str, Any] = {"scale": {"domain": [0, 1]}}
+    summary = {
+        "data": {"values": charts.compact(table.to_dict(orient="records"))},
+        "encoding": {
+            "y": y,
+            "tooltip": [
+                field("perturbation_class", title="class"),
+                percent("mean"),
+                percent("min"),
+                percent("max"),
+                count("models", "models"),
+            ],
+        },
+        "layer": [
+            {
+                "mark": {"type": "bar", "color": "#e69f00", "opacity": 0.8},
+                "encoding": {"x": field("mean", "quantitative", "refusal accuracy", **x)},
+            },
+            {
+                "mark": {"type": "rule", "color": "#333"},
+                "encoding": {"x": field("min", "quantitative"), "x2": {"field": "max"}},
+            },
+        ],
+    }
+    dots = {
+        "data": {"values": charts.rows(points)},
+        "mark": {"type": "circle", "size": 18, "color": "#333"},
+        "encoding": {
+            "y": y,
+            "x": field("estimate", "quantitative", **x),
+            "tooltip": [
+                field("perturbation_class", title="class"),
+                field("model"),
+                percent("estimate", "refusal accuracy"),
+            ],
+        },
+    }
+    left = {
+        "title": {
+            "text": "Refusal accuracy per class across models",
+            "subtitle": "bar: mean, whiskers: min–max, dots: models",
+        },
+        "width": 320,
+        "height": {"step": 20},
+        "layer": [summary, dots],
+    }
+    panels: list[dict[str, Any]] = [left]
+    if not generation.empty:
+        rates = [{"perturbation_class": str(c), "pass_rate": v} for c, v in generation.items()]
+        panels.append(
+            {
+                "title": "Generation pass rate per class",
+                "data": {"values": charts.compact(rates)},
+                "width": 260,
+                "height": {"step": 20},
+                "mark": {"type": "bar", "color": "#009e73", "tooltip": True},
+                "encoding": {
+                    "y": field("perturbation_class", title=None, sort=[str(c) for c in generation.index]),
+                    "x": field("pass_rate", "quantitative", "pass rate (all generator × verifier pairs)", **x),
+                    "tooltip": [field("perturbation_class", title="class"), percent("pass_rate", "pass rate")],
+                },
+            }
+        )
+    spec = {"title": charts.titled("Class difficulty (hardest on top)"), "hconcat": panels}
+    return charts.chart(spec, None, "class difficulty ranking")
 
 
-def refusal_ranking_plot(table: pd.DataFrame) -> str:
+def refusal_ranking_plot(table: pd.DataFrame, n: Mapping[str, Any] | None = None) -> str:
     """Refusal accuracy per model (bar coloured by value), the hierarchical score overlaid in blue."""
-    fig = Figure(figsize=(7.0, _row_height(len(table))))
-    ax = fig.add_subplot()
-    positions = np.arange(len(table))
-    accuracy = table["refusal_accuracy"].to_numpy(dtype=float)
-    hierarchical = table["hierarchical_score"].to_numpy(dtype=float)
-    _hbars(
-        ax,
-        fig,
-        len(table),
-        positions,
-        accuracy,
-        0.75,
-        colors=colormaps["RdYlGn"](accuracy),
-        label="refusal accuracy (colour: its value)",
-    )
-    _hbars(ax, fig, len(table), positions, hierarchical, 0.3, colors="#0072b2", label="hierarchical score")
-    ax.invert_yaxis()  # lowest refusal accuracy at the bottom, as the paper orders them
-    for y, (value, score) in enumerate(zip(accuracy, hierarchical)):
-        text = f" {100 * value:.1f}%" + ("" if np.isnan(score) else f" (hier. {100 * score:.1f}%)")
-        ax.text(np.nanmax([value, score]), y, text, va="center", fontsize=7)
-    ax.set_yticks(positions, [plot_text(m) for m in table["model"]], fontsize=8)
-    ax.set_xlim(0, 1.3)
-    ax.set_xlabel("score")
-    ax.set_title("Refusal accuracy ranking (blue: hierarchical score = detection F1 × category accuracy)", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(axis="x", alpha=0.3)
-    return png_base64(fig)
+    data = table.assign(n=table["model"].map(lambda m: (n or {}).get(m)))
+    models = [str(m) for m in table["model"]][::-1]  # highest refusal accuracy on top
+    spec = {
+        "title": charts.titled(
+            "Refusal accuracy ranking", "blue: hierarchical score = detection F1 × category accuracy"
+        ),
+        "width": 420,
+        "height": {"step": 16},
+        "encoding": {
+            "y": field("model", title=None, sort=models),
+            "tooltip": [
+                field("model"),
+                percent("refusal_accuracy", "refusal accuracy"),
+                percent("hierarchical_score", "hierarchical score"),
+                count(),
+            ],
+        },
+        "layer": [
+            {
+                "mark": "bar",
+                "encoding": {
+                    "x": field("refusal_accuracy", "quantitative", "score", scale={"domain": [0, 1]}),
+                    "color": field(
+                        "refusal_accuracy",
+                        "quantitative",
+                        "refusal accuracy",
+                        scale={"scheme": "redyellowgreen", "domain": [0, 1]},
+                    ),
+                },
+            },
+            {
+                "mark": {"type": "bar", "color": "#0072b2", "height": 5},
+                "encoding": {"x": field("hierarchical_score", "quantitative")},
+            },
+        ],
+    }
+    return charts.chart(spec, charts.rows(data), "refusal accuracy ranking")
+
+
+def _panel_title(title: str, names: Sequence[str]) -> str:
+    """A dashboard panel's header, naming the metric of each bar colour."""
+    return f"{title} ({'; '.join(f'{c}: {metric_title(n)}' for c, n in zip(('blue', 'orange'), names))})"
 
 
 def dashboard_plot(
     metrics: Mapping[str, Mapping[str, float]], order: Sequence[str], panels: Sequence[tuple[str, tuple[str, ...]]]
 ) -> str:
     """One row per model (ranked order, best on top), one panel per pair of skills; undefined: no bar."""
-    fig = Figure(figsize=(3.1 * len(panels) + 2.0, _row_height(len(order))))
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    positions = np.arange(len(order))
-    colours = ("#0072b2", "#e69f00")
-    for ax, (title, names) in zip(axes, panels):
-        height = 0.8 / len(names)
-        for k, (name, colour) in enumerate(zip(names, colours)):
-            values = np.array([float(metrics[m].get(name, np.nan)) for m in order], dtype=float)
-            offset = (k - (len(names) - 1) / 2) * height
-            _hbars(
-                ax,
-                fig,
-                len(order),
-                positions + offset,
-                values,
-                height,
-                colors=colour,
-                label=plot_text(metric_title(name)),
-            )
-        ax.set_yticks([])  # the model names once, on the first panel: no tick objects on the others
-        ax.set_xlim(0, 1.02)
-        ax.set_title(plot_text(title), fontsize=10)
-        # Below the tick labels: about half an inch under the axes, whatever the figure's height.
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.5 / (0.77 * fig.get_figheight())))
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(positions, [plot_text(m) for m in order], fontsize=8)
-    return png_base64(fig)
+    data = [
+        {
+            "panel": _panel_title(title, names),
+            "model": m,
+            "metric": metric_title(name),
+            "k": k,
+            "value": metrics[m].get(name),
+            "n": metrics[m].get("n"),
+        }
+        for title, names in panels
+        for k, name in enumerate(names)
+        for m in order
+    ]
+    inner = {
+        "width": 170,
+        "height": {"step": 16},
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "y": field("model", title=None, sort=list(order)),
+            "yOffset": field("k", "nominal"),
+            "x": field("value", "quantitative", None, scale={"domain": [0, 1]}),
+            "color": field("k", "nominal", legend=None, scale={"range": ["#0072b2", "#e69f00"]}),
+            "tooltip": [field("model"), field("metric"), percent("value", "value"), count()],
+        },
+    }
+    spec = charts.facetted(inner, "panel", order=[_panel_title(t, n) for t, n in panels], columns=len(panels))
+    spec["resolve"] = {"scale": {"y": "shared"}}
+    return charts.chart(spec, data, "model dashboards")
 
 
 # ---------------------------------------------------------------- the sections
@@ -305,7 +368,7 @@ def _share_table(shares: pd.Series) -> str:
     return f"<table><tr><th class='name'>Predicted</th><th>Share of all predictions</th></tr>{cells}</table>"
 
 
-def _confusion_sections(out: PaperFigures, run: Any, figure: Callable[..., str]) -> None:
+def _confusion_sections(out: PaperFigures, run: Any) -> None:
     matrix = aggregate_confusion(run.confusion)
     if matrix.empty:
         out.leave_out("Confusion across models", "no scored response in this run")
@@ -314,22 +377,21 @@ def _confusion_sections(out: PaperFigures, run: Any, figure: Callable[..., str])
     body = (
         "<p>Every model's decisions together: rows are the expected outcome, columns the decision; "
         "the bars give each decision's share of all predictions.</p>"
-        + image_tag(figure(confusion_overview_plot, matrix, shares), "confusion matrix across models")
+        + confusion_overview_plot(matrix, shares)
         + _share_table(shares)
     )
     by_intensity = confusion_by_intensity(run.judged)
     if by_intensity:
         body += (
             "<h3>By intensity</h3><p>The same matrix per intensity (colour = share of the expected row; "
-            "LOW items are answerable).</p>"
-            + image_tag(figure(intensity_confusion_plot, by_intensity), "confusion by intensity across models")
+            "LOW items are answerable).</p>" + intensity_confusion_plot(by_intensity)
         )
     else:
         out.leave_out("Confusion by intensity", "judged.parquet is absent or its rows carry no intensity")
     out.sections.append(section("Confusion across models", body))
 
 
-def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str], figure: Callable[..., str]) -> None:
+def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str]) -> None:
     parts = []
     # Without benchmark.parquet (a run scored from inspect logs or a judged file) the judged rows name the items.
     items = run.benchmark
@@ -344,14 +406,14 @@ def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str], figure: 
             f"needs items from at least two domains (this benchmark's: {', '.join(distribution['domain']) or 'none'})",
         )
     else:
-        parts.append(image_tag(figure(domain_distribution_plot, distribution), "benchmark items per domain"))
+        parts.append(domain_distribution_plot(distribution))
     grids = [
         (metric_title(name), grid)
         for name in DOMAIN_METRICS
         if not (grid := model_domain_grid(run.breakdown, name, order)).empty
     ]
     if grids and grids[0][1].shape[1] >= 2:
-        parts.append(image_tag(figure(domain_heatmaps, grids), "model by domain specialisation heatmaps"))
+        parts.append(domain_heatmaps(grids))
     else:
         out.leave_out(
             "Model × domain specialisation", "needs scores in at least two domains (the judged rows' domain column)"
@@ -367,9 +429,8 @@ def _domain_sections(out: PaperFigures, run: Any, order: Sequence[str], figure: 
         )
 
 
-def paper_figures(run: Any, order: Sequence[str], figure: Callable[..., str] = drawn_now) -> PaperFigures:
-    """The paper-figure sections of ``run`` (a :class:`~.page.ReportInputs`), models in ``order``; each
-    image drawn by ``figure`` (``plotting.FigureSlots.add``: a placeholder filled later; default: at once)."""
+def paper_figures(run: Any, order: Sequence[str]) -> PaperFigures:
+    """The paper-figure sections of ``run`` (a :class:`~.page.ReportInputs`), models in ``order``."""
     out = PaperFigures()
     if not run.metrics:
         return out
@@ -380,8 +441,7 @@ def paper_figures(run: Any, order: Sequence[str], figure: Callable[..., str] = d
                 "Model dashboards",
                 "<p>One row per model, in the leaderboard's order; one "
                 "panel per pair of skills the paper sets side by side (its Figs. 24–25). "
-                "No bar: undefined.</p>"
-                + image_tag(figure(dashboard_plot, run.metrics, order, panels), "model dashboards"),
+                "No bar: undefined.</p>" + dashboard_plot(run.metrics, order, panels),
             )
         )
     else:
@@ -390,19 +450,18 @@ def paper_figures(run: Any, order: Sequence[str], figure: Callable[..., str] = d
     if not ranking.empty:
         out.sections.append(
             section(
-                "Refusal accuracy ranking", image_tag(figure(refusal_ranking_plot, ranking), "refusal accuracy ranking")
+                "Refusal accuracy ranking",
+                refusal_ranking_plot(ranking, {m: v.get("n") for m, v in run.metrics.items()}),
             )
         )
     else:
         out.leave_out("Refusal accuracy ranking", "no model has a refusal accuracy (no scored unanswerable item)")
     difficulty = class_difficulty(run.breakdown)
     if not difficulty.empty:
-        plot = figure(
-            class_difficulty_plot, difficulty, class_values(run.breakdown), generation_class_ranking(run.gv_analysis)
-        )
-        out.sections.append(section("Class difficulty", image_tag(plot, "class difficulty ranking")))
+        plot = class_difficulty_plot(difficulty, class_values(run.breakdown), generation_class_ranking(run.gv_analysis))
+        out.sections.append(section("Class difficulty", plot))
     else:
         out.leave_out("Class difficulty", "no refusal accuracy per perturbation class (no scored unanswerable item)")
-    _domain_sections(out, run, order, figure)
-    _confusion_sections(out, run, figure)
+    _domain_sections(out, run, order)
+    _confusion_sections(out, run)
     return out

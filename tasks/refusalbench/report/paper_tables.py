@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
+from refusalbench.tasks.core.charts import ordered
 from refusalbench.tasks.core.html_page import is_nan
-from refusalbench.tasks.core.plotting import ordered
 from refusalbench.tasks.refusalbench.decisions import ANSWER
 from refusalbench.tasks.refusalbench.scoring.breakdowns import confusion
 from refusalbench.tasks.refusalbench.scoring.inputs import ensure_prepared

@@ -8,7 +8,7 @@ inspect_ai logs go through ``integrations.inspect.logs.score_inspect_logs``) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -115,19 +115,17 @@ def write_report(store: ArtifactStore, result: ScoreResult, *, title: str = "Ref
     gv = _optional(store, rb_files.GV_ANALYSIS)
     audit = _optional(store, rb_files.AUDIT)
     generation = _optional(store, rb_files.GENERATION_MANIFEST)  # in a main run, the manifest is evaluate's
-    from refusalbench.tasks.refusalbench.report import (  # matplotlib: loaded only for a report
+    from refusalbench.tasks.refusalbench.report import (  # the report package: loaded only for a report
         ReportInputs,
         build_report,
     )
 
-    analysis = gv.model_dump(mode="json") if gv else None
     responses = store.read_frame(rb_files.RESPONSES.name) if store.has(rb_files.RESPONSES) else None
     html = build_report(
         ReportInputs.from_score(
             result,
             manifest=manifest.model_dump(mode="json") if manifest else None,
-            gv_analysis=analysis,
-            generation_figures=_stored_generation_figures(store, analysis),
+            gv_analysis=gv.model_dump(mode="json") if gv else None,
             round_trend=_optional(store, rb_files.ROUND_TREND),
             trend=trend.model_dump(mode="json") if (trend := _optional(store, rb_files.TREND)) else None,
             audit=audit.model_dump(mode="json") if audit else None,
@@ -173,60 +171,18 @@ def write_generation_report(store: ArtifactStore) -> str:
     audit = _optional(store, rb_files.AUDIT)
     empty = ": empty benchmark" if not gv.funnel.get("sampled") else ""
     from refusalbench.tasks.refusalbench.report import ReportInputs, build_generation_report
-    from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
 
-    analysis = gv.model_dump(mode="json")
-    figures = generation_figures_html(analysis) if analysis else None
-    if figures:
-        store.write_text(_generation_figures_file(analysis), figures)  # the run's final report shows them too
     html = build_generation_report(
         ReportInputs(
             metrics={},
-            gv_analysis=analysis,
+            gv_analysis=gv.model_dump(mode="json"),
             manifest=manifest.model_dump(mode="json"),
-            generation_figures=figures,
             generation_counts=manifest.counts,
             audit=audit.model_dump(mode="json") if audit else None,
             title=f"RefusalBench report (generation only{empty})",
         )
     )
     return store.save(runfolder.REPORT, html)
-
-
-def _generation_figures_file(analysis: dict[str, Any]) -> str:
-    """``_work/generation-figures-<digest>.html``: the generation figures drawn from ``analysis`` by this
-    code (the digest: ``drawn_figures_key``)."""
-    from refusalbench.tasks.refusalbench.report.generation_figures import drawn_figures_key
-
-    return f"{runfolder.WORK}/generation-figures-{drawn_figures_key(analysis)}.html"
-
-
-def generation_figures_aside(store: ArtifactStore) -> Callable[[], None]:
-    """Start drawing the generation figures of the folder's analysis in a forked child, unless none
-    are to draw or they are stored already; returns the function that waits for them and stores them,
-    so that the final report shows that copy (a ``run``'s generation writes no report of its own:
-    the figures are drawn while the targets answer, not after the last call)."""
-    analysis = store.load(rb_files.GV_ANALYSIS).model_dump(mode="json") if store.has(rb_files.GV_ANALYSIS) else None
-    if not analysis or store.exists(_generation_figures_file(analysis)):
-        return lambda: None
-    from refusalbench.tasks.core.plotting import DrawnAside
-    from refusalbench.tasks.refusalbench.report.generation_figures import generation_figures_html
-
-    drawing = DrawnAside(generation_figures_html, analysis)
-
-    def store_them() -> None:
-        store.write_text(_generation_figures_file(analysis), drawing.result())
-
-    return store_them
-
-
-def _stored_generation_figures(store: ArtifactStore, analysis: dict[str, Any] | None) -> str | None:
-    """The generation figures the generation report drew from the same analysis with the same code (byte for
-    byte what drawing them again gives: the final report does not), or None."""
-    if not analysis:
-        return None
-    name = _generation_figures_file(analysis)
-    return store.read_text(name) if store.exists(name) else None
 
 
 def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:

@@ -1,22 +1,19 @@
-"""The report's "Trend across rounds" section (refresh rounds): one small plot per model over the
+"""The report's "Trend across rounds" section (refresh rounds): one small chart per model over the
 rounds with 95% intervals, what changed significantly since the previous round (or that no model
 moved), the incomplete rounds, the round's error bound and a readable table.
-
-The figure is also what the refresh run shows as a Prefect artifact (``tasks/pipeline/refusalbench/refresh_step.py``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from refusalbench.tasks.core.html_page import escape, frame_table, image_tag, section
-from refusalbench.tasks.core.plotting import plot_text, png_base64
+from refusalbench.tasks.core import charts
+from refusalbench.tasks.core.charts import count, field
+from refusalbench.tasks.core.html_page import escape, frame_table, section
 from refusalbench.tasks.refusalbench.report.support import guarded_trend
 from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_lines, freshness_lines
 from refusalbench.tasks.refusalbench.rounds.trend import (
@@ -40,7 +37,7 @@ def round_label(round_id: object) -> str:
     stamp = round_id[len(ROUND_PREFIX) :] if round_id.startswith(ROUND_PREFIX) else round_id
     if len(stamp) >= 13 and stamp[8] == "T" and stamp[:8].isdigit():
         return f"{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
-    return plot_text(round_id)[:16]
+    return round_id[:16]
 
 
 def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -60,41 +57,64 @@ def trend_plot(
     if rows.empty or metric not in rows.columns:
         return None
     changed = changed or {}
-    models = sorted(rows["model"].unique())
-    rounds = sorted(rows["round"].unique())
-    columns = min(COLUMNS, len(models))
-    lines = math.ceil(len(models) / columns)
-    height = 2.6 * lines + 1.0
-    fig = Figure(figsize=(3.3 * columns, height))
-    axes = fig.subplots(lines, columns, sharex=True, sharey=True, squeeze=False)
-    fig.subplots_adjust(top=1 - 1.0 / height, hspace=0.6, wspace=0.15)  # room for the title and two-line plot titles
-    label = metric_spec(metric).label
-    for ax, model in zip(axes.flat, models):
-        part = rows[rows["model"] == model].sort_values("round")
-        x = np.array([rounds.index(r) for r in part["round"]])
-        y, low, high = (_numbers(part, name) for name in (metric, f"{metric}_ci_low", f"{metric}_ci_high"))
-        below, above = np.nan_to_num(y - low, nan=0.0).clip(min=0), np.nan_to_num(high - y, nan=0.0).clip(min=0)
-        ax.errorbar(x, y, yerr=[below, above], fmt="o-", color=STEADY, capsize=3, markersize=4, linewidth=1)
-        moved = changed.get(model, [])
-        if metric in moved and len(x):
-            ax.plot(x[-1:], y[-1:], "o", color=CHANGED, markersize=9, zorder=3)
-        title = plot_text(model) + (f"\nchanged: {', '.join(metric_spec(m).label for m in moved)}" if moved else "")
-        ax.set_title(title, fontsize=8, color=CHANGED if moved else "black")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(models) :]:
-        ax.set_visible(False)
-    for column in range(columns):  # round labels under the lowest plot of each column
-        ax = axes[(len(models) - 1 - column) // columns, column]
-        ax.set_xticks(range(len(rounds)), [round_label(r) for r in rounds], rotation=40, ha="right", fontsize=7)
-        ax.tick_params(labelbottom=True)
-    for ax in axes[:, 0]:
-        ax.set_ylabel(label, fontsize=8)
-    fig.suptitle(
-        f"{metric_spec(metric).title or label} per model over rounds\n95% intervals; orange: a significant "
-        "change since the previous round",
-        fontsize=10,
+    rounds = sorted(rows["round"].astype(str).unique())
+    latest = rows.groupby("model")["round"].transform("max")
+    moved = {m: ", ".join(metric_spec(k).label for k in names) for m, names in changed.items() if names}
+    data = pd.DataFrame(
+        {
+            "panel": [f"{m} (changed: {moved[m]})" if m in moved else str(m) for m in rows["model"]],
+            "round": rows["round"].astype(str),
+            "label": rows["round"].map(round_label),
+            "value": _numbers(rows, metric),
+            "low": _numbers(rows, f"{metric}_ci_low"),
+            "high": _numbers(rows, f"{metric}_ci_high"),
+            "n": _numbers(rows, "n"),
+            "changed": [
+                bool(metric in changed.get(m, []) and r == last)
+                for m, r, last in zip(rows["model"], rows["round"], latest)
+            ],
+        }
     )
-    return png_base64(fig)
+    label = metric_spec(metric).label
+    x = field("label", "ordinal", "round", sort=[round_label(r) for r in rounds], axis={"labelAngle": -40})
+    tooltip = [
+        field("panel", title="model"),
+        field("round"),
+        field("value", "quantitative", label, format=".3f"),
+        field("low", "quantitative", "95% low", format=".3f"),
+        field("high", "quantitative", "95% high", format=".3f"),
+        count(),
+    ]
+    inner = {
+        "width": 170,
+        "height": 130,
+        "encoding": {"x": x, "tooltip": tooltip},
+        "layer": [
+            {
+                "mark": {"type": "rule", "color": STEADY},
+                "encoding": {"y": field("low", "quantitative"), "y2": {"field": "high"}},
+            },
+            {"mark": {"type": "line", "color": STEADY}, "encoding": {"y": field("value", "quantitative", label)}},
+            {
+                "mark": {"type": "point", "filled": True},
+                "encoding": {
+                    "y": field("value", "quantitative", label),
+                    "color": {"condition": {"test": "datum.changed", "value": CHANGED}, "value": STEADY},
+                    "size": {"condition": {"test": "datum.changed", "value": 90}, "value": 30},
+                },
+            },
+        ],
+    }
+    spec = charts.facetted(
+        inner,
+        "panel",
+        columns=COLUMNS,
+        title=charts.titled(
+            f"{metric_spec(metric).title or label} per model over rounds",
+            "95% intervals; orange: a significant change since the previous round",
+        ),
+    )
+    return charts.chart(spec, charts.rows(data), "trend across rounds per model")
 
 
 def changed_metrics(document: TrendDocument | None) -> dict[str, list[str]]:
@@ -123,7 +143,7 @@ def trend_section(rows: pd.DataFrame, trend: Mapping[str, Any] | None) -> str:
     parts = []
     plot = trend_plot(rows, changed_metrics(document))
     if plot:
-        parts.append(image_tag(plot, "trend across rounds per model"))
+        parts.append(plot)
     if document is not None:
         if document.flags:
             items = "".join(f"<li>{escape(change_line(flag.model_dump()))}</li>" for flag in document.flags)
