@@ -80,12 +80,12 @@ def _print_table(out: Console, table: FittedTable, note: list[str]) -> None:
         out.print(line, markup=False, highlight=False, style="dim" if out.is_terminal else None)
 
 
-def _metrics(run_folder: str) -> tuple[dict[str, Any], str]:
-    """The run folder's metrics.json, and its URI."""
+def _metrics(run_folder: str, name: str) -> tuple[dict[str, Any], str]:
+    """The run folder's metrics document ``name`` (as its method declares it), and its URI."""
     from refusalbench.tasks.core.store import ArtifactStore
 
     store = ArtifactStore(run_folder)
-    return dict(json.loads(store.read_bytes("metrics.json"))), store.uri("metrics.json")
+    return dict(json.loads(store.read_bytes(name))), store.uri(name)
 
 
 def _lines(out: Console, lines: list[str]) -> None:
@@ -126,8 +126,9 @@ def print_leaderboard(
         leaderboard_note,
         target_values,
     )
+    from refusalbench.tasks.refusalbench.schema.artifacts import METRICS
 
-    document, metrics = _metrics(run_folder)
+    document, metrics = _metrics(run_folder, METRICS.name)
     _print_table(out, fitted_leaderboard(document, out.width), leaderboard_note(out.width))
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
@@ -140,8 +141,9 @@ def print_rates(out: Console, err: Console, run_folder: str, report: str, bars: 
     """A KnowOrNot run's rates and where to look; exit 1 when a bar is not met."""
     from refusalbench.flows.launch import last_flow_run_page
     from refusalbench.tasks.knowornot.report.terminal_rates import fitted_rates, rates_note, target_values
+    from refusalbench.tasks.knowornot.schema.artifacts import KON_METRICS
 
-    document, metrics = _metrics(run_folder)
+    document, metrics = _metrics(run_folder, KON_METRICS.name)
     _print_table(out, fitted_rates(document, out.width), rates_note(out.width))
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))

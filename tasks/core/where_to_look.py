@@ -53,7 +53,7 @@ def summary_markdown(title: str, table: str, report: str, run_folder: str) -> st
             "",
             "## Report",
             "",
-            f"[{Path(report).name or 'report.html'}]({report_link(report)})",
+            f"[{Path(report).name}]({report_link(report)})",
             "",
         ]
     )

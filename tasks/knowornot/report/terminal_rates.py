@@ -47,7 +47,7 @@ def _details(low: Any, high: Any) -> tuple[str, ...]:
 
 
 def configurations(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """metrics.json's leave-one-out rows, by target, retrieval and prompt."""
+    """The leave-one-out rows of metrics.json, by target, retrieval and prompt."""
     rows = list(document.get("configurations") or [])
     return sorted(rows, key=lambda r: (str(r.get("target")), str(r.get("retrieval")), str(r.get("prompt"))))
 

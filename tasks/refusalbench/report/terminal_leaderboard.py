@@ -67,7 +67,7 @@ def _min_coverage(document: Mapping[str, Any]) -> float:
 
 
 def fitted_leaderboard(document: Mapping[str, Any], width: int) -> FittedTable:
-    """metrics.json's leaderboard laid out for ``width`` characters (``core.text_table.fit_table``)."""
+    """The leaderboard of metrics.json laid out for ``width`` characters (``core.text_table.fit_table``)."""
     models = target_values(document)
     intervals = document.get("intervals") or {}
     min_coverage = _min_coverage(document)
