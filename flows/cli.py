@@ -24,6 +24,15 @@ from refusalbench.flows.cli_deploy import deploy
 # The registry commands (levers, models) live in cli_registry; models_serve is named here for its callers.
 from refusalbench.flows.cli_registry import DEFAULT_CONFIG, OutputFormat, levers_app, models_app, models_serve  # noqa: F401
 from refusalbench.flows.cli_registry import config_path as _config_path
+from refusalbench.flows.cli_results import (
+    FAIL_UNDER_HELP,
+    KNOWORNOT_FAIL_UNDER_HELP,
+    knowornot_bars,
+    print_leaderboard,
+    print_rates,
+    refusalbench_bars,
+    round_folder,
+)
 from refusalbench.flows.cli_view import view
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
 from refusalbench.tasks.core.plugins import load_entry_points
@@ -121,14 +130,14 @@ def evaluate(
         help="exit 1 when a target is incomplete (scored on less than evaluation.min_coverage of its rows)",
     ),
     fresh: list[str] | None = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
+    fail_under: list[str] | None = typer.Option(None, "--fail-under", metavar="METRIC=VALUE", help=FAIL_UNDER_HELP),
 ) -> None:
     """Evaluation flow: targets respond, judge scores, metrics and report."""
-    from refusalbench.flows.launch import incomplete_line, run_evaluation
+    from refusalbench.flows.launch import run_evaluation
 
+    bars = refusalbench_bars(fail_under)  # a bad bar: exit 2 before any model call
     result = run_evaluation(str(_config_path(config)), benchmark, out_dir, _fresh(fresh))
-    out.print(f"metrics: {result.metrics}\nreport: {result.report}")
-    if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
-        err.print(line, markup=False, highlight=False)
+    print_leaderboard(out, err, out_dir, result.report, bars, incomplete=(result, strict))
 
 
 @app.command()
@@ -211,12 +220,16 @@ def export(
 def knowornot_run(
     config: Path | None = typer.Option(None, "--config", help="default: the sample knowledge base on local models"),
     out_dir: str = typer.Option("runs/knowornot-demo", "--out"),
+    fail_under: list[str] | None = typer.Option(
+        None, "--fail-under", metavar="METRIC=VALUE", help=KNOWORNOT_FAIL_UNDER_HELP
+    ),
 ) -> None:
     """The KnowOrNot pipeline end to end."""
     from refusalbench.flows.launch import run_knowornot
 
+    bars = knowornot_bars(fail_under)  # a bad bar: exit 2 before any model call
     result = run_knowornot(str(_config_path(config, "knowornot-demo.yaml")), out_dir)
-    out.print(f"metrics: {result.metrics}\nreport: {result.report}")
+    print_rates(out, err, out_dir, result.report, bars)
 
 
 @knowornot_app.command("label")
@@ -284,14 +297,14 @@ def run(
         help="exit 1 when a target is incomplete (scored on less than evaluation.min_coverage of its rows)",
     ),
     fresh: list[str] | None = typer.Option(None, "--fresh", metavar="ROLE", help=FRESH_HELP),
+    fail_under: list[str] | None = typer.Option(None, "--fail-under", metavar="METRIC=VALUE", help=FAIL_UNDER_HELP),
 ) -> None:
     """The main job: generate -> evaluate -> report (default config = local demo)."""
-    from refusalbench.flows.launch import incomplete_line, run_main
+    from refusalbench.flows.launch import run_main
 
+    bars = refusalbench_bars(fail_under)  # a bad bar: exit 2 before any model call
     result = run_main(str(_config_path(config)), out_dir, seed, _fresh(fresh))
-    out.print(f"report: {result.report}")
-    if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
-        err.print(line, markup=False, highlight=False)
+    print_leaderboard(out, err, out_dir, result.report, bars, incomplete=(result, strict))
 
 
 @app.command()
@@ -300,10 +313,12 @@ def refresh(
     out_root: str = typer.Option("runs/rounds", "--out", help="folder holding one sub-folder per round"),
     compare: int = typer.Option(5, "--compare", help="how many recent rounds the trend shows"),
     seed: int | None = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
+    fail_under: list[str] | None = typer.Option(None, "--fail-under", metavar="METRIC=VALUE", help=FAIL_UNDER_HELP),
 ) -> None:
     """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
     from refusalbench.flows.launch import run_refresh
 
+    bars = refusalbench_bars(fail_under)  # a bad bar: exit 2 before any model call
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
     out.print(f"round {result.round}: report {result.report}")
     from refusalbench.tasks.refusalbench.rounds.trend import change_line
@@ -312,6 +327,7 @@ def refresh(
         out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
     for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
+    print_leaderboard(out, err, round_folder(out_root, result.round), result.report, bars)
 
 
 @app.command()

@@ -37,18 +37,27 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _announced: set[str] = set()  # flow runs whose page was printed (a retried run enters Running again)
+_last_page: list[str] = []  # the last top-level flow run's page, printed again when its command ends
 
 
 def _print_ui_link(flow: Any, flow_run: Any, state: Any) -> None:
     """On-running hook: print a top-level flow run's page in the Prefect UI (sub-flows are listed there)."""
+    from prefect.settings import PREFECT_API_URL
     from prefect.utilities.urls import url_for
 
     if flow_run.parent_task_run_id is not None or str(flow_run.id) in _announced:
         return
     _announced.add(str(flow_run.id))
     link = url_for(flow_run)
+    # Without a UI (a bare API), the run's id and the API it is on say where to find it.
+    _last_page[:] = [link or f"{flow_run.id} (Prefect API {PREFECT_API_URL.value() or 'ephemeral'})"]
     if link:
         print(f"Prefect UI: {link}", file=sys.stderr, flush=True)
+
+
+def last_flow_run_page() -> str | None:
+    """The Prefect UI page of the last flow run this process started (its id and API without a UI)."""
+    return _last_page[0] if _last_page else None
 
 
 def announced(flow: Flow[P, R]) -> Flow[P, R]:

@@ -21,6 +21,7 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.budget import budget_span
 from refusalbench.tasks.pipeline.process_guard import follow_parent
+from refusalbench.tasks.pipeline.refusalbench.report_step import publish_run_summary
 from refusalbench.tasks.pipeline.ui import story
 from refusalbench.tasks.refusalbench.report.run_outputs import write_generation_report
 
@@ -54,6 +55,7 @@ def main_flow(
             _report_the_generation(ArtifactStore(out))
             raise
         story("report: %s", evaluated.report)
+        publish_run_summary(ArtifactStore(out), evaluated.report)  # on this run's page too, not only the evaluation's
     return MainResult(
         benchmark=generated.benchmark,
         report=evaluated.report,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
+from tests.cli.test_bad_input import run_in_process
 from tests.scripted import by_model, fenced, last_user_text, requested_schema, run_config
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -43,7 +45,7 @@ def evaluator(request):
     return "Reasoning... <tier>tier_1</tier>"
 
 
-def test_knowornot_flow(tmp_path, fake_llm):
+def test_knowornot_flow(tmp_path, fake_llm, capsys):
     from refusalbench.flows.launch import run_knowornot
 
     qa = tmp_path / "qa.jsonl"
@@ -144,10 +146,21 @@ knowornot:
     }
     assert json.loads((out / "manifest.json").read_text())["counts"]["comparison_evaluations"] == 16
     assert "KnowOrNot" in (out / "report.html").read_text()
-    # A second run reuses everything: no new calls.
+    # A second run, from the command line, reuses everything: no new calls. It prints the rates per
+    # target, retrieval and prompt, and --fail-under names each configuration below its bar (exit 1).
     sent = len(fake_llm.calls)
-    run_knowornot(str(config), str(tmp_path / "run2"))
+    code, printed, err = run_in_process(
+        ["knowornot", "run", "--config", str(config), "--out", str(tmp_path / "run2")]
+        + ["--fail-under", "abstention=0.5", "--fail-under", "factuality_rate=0.9"],
+        capsys,
+    )
     assert len(fake_llm.calls) == sent
+    assert code == 1, err
+    rows = [line.split() for line in printed.splitlines() if line.startswith("tgt ")]
+    assert len(rows) == 4 * 2 and all(row[3] == "16.7%" and "100.0%" in row[4:] for row in rows), printed
+    assert f"explore:   refusalbench view {tmp_path / 'run2'}" in printed.splitlines()
+    failed = re.findall(r"^fail: (tgt \(\w+, \w+\)): abstention_rate = 0.1667, below the bar 0.5$", err, re.M)
+    assert len(set(failed)) == 4 * 2 and "factuality_rate" not in err, err
 
     # Two annotators label the sample in the terminal; agreement is computed from the files.
     import subprocess

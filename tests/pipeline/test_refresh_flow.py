@@ -129,9 +129,12 @@ def look_at_the_refresh_run(round_id: str) -> None:
         "## Items, calls and cost",
         "## Freshness",
         "## Incomplete rounds",
+        "## Explore the items",
         "## Report",
     ):
         assert heading in text, heading
+    (view,) = [line for line in text.splitlines() if line.startswith("refusalbench view ")]
+    assert view.endswith(f"/rounds/{round_id}"), view
     leaderboard = text.split("## Leaderboard")[1].split("## What changed")[0]
     assert "| flip" in leaderboard and "| steady" in leaderboard
     assert "significant change(s)" in text and "flip: CRS 0.000 -> 0.500" in text

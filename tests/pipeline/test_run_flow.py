@@ -136,3 +136,34 @@ def test_a_failed_evaluation_leaves_the_generation_report(tmp_path, fake_llm, mo
     assert "<title>RefusalBench report (generation only)</title>" in page
     generation = json.loads((out / "generation_manifest.json").read_text())
     assert generation["run_id"] in page
+
+
+def test_run_prints_the_leaderboard_and_its_flow_run_page_has_the_summary(tmp_path, fake_llm, capsys):
+    """``run`` ends with the leaderboard and where to look; the page it names (the main job's own flow
+    run, not only its evaluation's) carries the run's summary: the leaderboard, the viewer command, the report."""
+    import re
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    script(fake_llm)
+    out = tmp_path / "run"
+    code, stdout, stderr = run_in_process(
+        ["run", "--config", str(write_config(tmp_path, fake_llm.url)), "--out", str(out)], capsys
+    )
+    assert code == 0, stderr
+    assert re.search(r"^1 +answerer +\d+\.\d%", stdout, re.M), stdout
+    assert f"explore:   refusalbench view {out}" in stdout.splitlines()
+    (run_id,) = re.findall(r"^Prefect: +http://\S+/runs/flow-run/([0-9a-f-]{36})$", stdout, re.M)
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(run_id)
+        artifacts = {
+            a.key: a.data
+            for a in client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+            )
+        }
+    assert flow_run.name and flow_run.parent_task_run_id is None
+    summary = artifacts["run-summary"]
+    assert "| 1 | answerer |" in summary and f"refusalbench view {out}" in summary
+    assert f"({(out / 'report.html').as_uri()})" in summary

@@ -6,7 +6,8 @@ factuality, and the share of every outcome of every spec, with bootstrap interva
 leave-one-out questions, the synthetic out-of-KB questions' rates apart (App. D.2), the
 duplicate-overlap audit of the kept questions and the samples for human labels (one per spec);
 ``publish_report`` writes the self-contained ``report.html`` (``report_page``) and shows
-the rates and a link to the page in the Prefect UI.
+the rates, a summary (the rates, the viewer command, the report's link) and a link to the page
+in the Prefect UI.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config_sections import KnowOrNotConfig
-from refusalbench.tasks.core.narration import publish_link, publish_table, story
+from refusalbench.tasks.core.narration import publish_link, publish_markdown, publish_table, story
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.core.where_to_look import report_link, summary_markdown
 from refusalbench.tasks.knowornot.human.labels import label_samples
+from refusalbench.tasks.knowornot.report.terminal_rates import rates_markdown
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.schema.json_files import OverlapAudit
 from refusalbench.tasks.knowornot.schema.records import EvalOutcome, ExperimentInput, ExperimentOutput, QAPair
@@ -129,7 +132,11 @@ def publish_report(store: ArtifactStore, metrics: pd.DataFrame, counts: dict[str
 
     uri = write_knowornot_report(store, counts)
     publish_table("knowornot-rates", _records(metrics), "Abstention and factuality per configuration")
-    link = uri if "://" in uri else f"file://{uri}"
+    summary = summary_markdown(
+        "KnowOrNot run summary", rates_markdown({"configurations": _records(metrics)}), uri, store.root
+    )
+    publish_markdown("knowornot-summary", summary, "Rates, the command that explores the experiments, the report")
+    link = report_link(uri)
     publish_link("knowornot-report", link, runfolder.REPORT.name)
     story("report: %s", link)
     return uri

@@ -6,9 +6,10 @@ On the refresh run's own page in the Prefect UI (its main job is a sub-flow with
   times, items, calls and cost (:func:`main_job_lines`);
 - Artifacts: ``refresh-summary`` (the round's leaderboard, what changed since the last round or
   "no model moved", items, calls and cost, freshness, the round's error bound, incomplete rounds,
-  the report), ``refresh-trend`` (a readable table: rounded, the few columns that matter) and
-  ``refresh-report`` (a link to the report, whose trend chart shows each model over the rounds: an
-  HTTP link signed for :data:`REPORT_LINK_EXPIRY_S` where the store is S3).
+  the ``refusalbench view`` command for the round's folder, the report), ``refresh-trend`` (a
+  readable table: rounded, the few columns that matter) and ``refresh-report`` (a link to the
+  report, whose trend chart shows each model over the rounds: an HTTP link signed for
+  :data:`REPORT_LINK_EXPIRY_S` where the store is S3).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.core.where_to_look import view_command
 from refusalbench.tasks.pipeline.ui import publish_link, publish_markdown, publish_table, story
 from refusalbench.tasks.refusalbench.report.run_outputs import build_report_for
 from refusalbench.tasks.refusalbench.rounds.freshness import (
@@ -204,6 +206,12 @@ def summary_markdown(
             "## Incomplete rounds",
             "",
             incomplete,
+            "",
+            "## Explore the items",
+            "",
+            "```",
+            view_command(round_store.root),
+            "```",
             "",
             "## Report",
             "",

@@ -1,13 +1,20 @@
-"""Stage: report. ``report.html`` in the run folder, and the leaderboard in the Prefect UI."""
+"""Stage: report. ``report.html`` in the run folder, and the leaderboard in the Prefect UI.
+
+The ``run-summary`` markdown is what to read first on the flow run's page: the leaderboard, the
+``refusalbench view`` command for the run folder and a link to the report.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from refusalbench.tasks.core import runfolder
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.stage_run import StageRun
 from refusalbench.tasks.pipeline.ui import publish_link, publish_markdown, publish_table, story
 from refusalbench.tasks.refusalbench.report.run_outputs import write_report
+from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.scoring import ScoreResult
 
 
@@ -43,8 +50,21 @@ def report_results(run: StageRun, result: ScoreResult) -> str:
         "Leaderboard",
     )
     publish_link("report", _link(report_uri), runfolder.REPORT.name, "Self-contained HTML report")
+    publish_run_summary(run.store, report_uri)
     story("report: %s", _link(report_uri))
     return report_uri
+
+
+def publish_run_summary(store: ArtifactStore, report_uri: str) -> None:
+    """The ``run-summary`` markdown of the running flow, from the run folder's metrics.json."""
+    from refusalbench.tasks.refusalbench.report.terminal_leaderboard import run_summary_markdown
+
+    document = json.loads(store.read_bytes(rb_files.METRICS.name))
+    publish_markdown(
+        "run-summary",
+        run_summary_markdown(document, report_uri, store.root),
+        "Leaderboard, the command that explores the items, the report",
+    )
 
 
 def _link(uri: str) -> str:

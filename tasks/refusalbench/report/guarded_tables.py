@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core.html_page import escape, insufficient_data
 from refusalbench.tasks.core.charts import ordered
+from refusalbench.tasks.core.html_page import escape, insufficient_data
 from refusalbench.tasks.core.stats import enough_clusters
 from refusalbench.tasks.refusalbench.report.leaderboard import (
     RANK_METRIC,

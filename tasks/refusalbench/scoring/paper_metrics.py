@@ -58,6 +58,7 @@ declare(
         higher_is_better=False,
         leaderboard=True,
         inspect_task=True,
+        aliases=("frr",),
     )
 )
 declare(
@@ -70,6 +71,7 @@ declare(
         higher_is_better=False,
         leaderboard=True,
         inspect_task=True,
+        aliases=("mrr",),
     )
 )
 declare(
@@ -145,6 +147,7 @@ declare(
         of=("answer_accuracy", "refusal_accuracy"),
         leaderboard=True,
         compared=True,
+        aliases=("crs",),
     )
 )
 

@@ -57,6 +57,8 @@ class MetricSpec:
     # Read from stated confidences: computed from the calibration pass's rows when a run has one
     # (``scoring.calibration``), from the scored rows' own confidences otherwise.
     calibration: bool = False
+    # Other names a user may give for it (``--fail-under crs=0.6``), lowercase, unique across metrics.
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.title:
@@ -121,6 +123,11 @@ def formula_metric(name: str, *, replace: bool = False, **fields: Any) -> Callab
 def metric_spec(name: str) -> MetricSpec:
     """The declaration of metric ``name`` (ValueError listing the declared ones if none)."""
     return METRIC_SPECS.lookup(name)
+
+
+def metric_aliases() -> dict[str, str]:
+    """{alias: metric name} of every declared metric's other names (``crs`` -> ``calibrated_refusal_score``)."""
+    return {alias: name for name, spec in METRIC_SPECS.items() for alias in spec.aliases}
 
 
 def single_document_metrics() -> tuple[str, ...]:

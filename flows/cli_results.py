@@ -1,0 +1,150 @@
+"""What ``run``, ``evaluate``, ``refresh`` and ``knowornot run`` print when their flow ends, and
+``--fail-under``.
+
+The leaderboard (RefusalBench) or the rates (KnowOrNot) from the run folder's metrics.json, fitted
+to the terminal's width (``COLUMNS`` or 80 when piped): a styled table on a terminal, plain text
+otherwise. Then where to look: the metrics and report, the ``refusalbench view`` command, the flow
+run's Prefect page. Then the ``--fail-under`` bars: each target worse than a bar is one line on
+stderr, and the command exits 1. The bars are parsed before the flow starts (exit 2 on a bad one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from refusalbench.tasks.core.metric_bars import MetricBar, check_bars
+from refusalbench.tasks.core.text_table import GAP, FittedTable, plain_lines
+from refusalbench.tasks.core.where_to_look import where_to_look
+
+if TYPE_CHECKING:
+    from refusalbench.flows.results import EvaluationResult, MainResult
+
+FAIL_UNDER_HELP = (
+    "METRIC=VALUE (repeatable): exit 1 when a target's METRIC, as named in metrics.json (or crs, frr, "
+    "mrr), is worse than VALUE; on metrics.json's scale, a share from 0 to 1 (0.7, or 70%). Worse is "
+    "below the bar, except for metrics where lower is better (false_refusal_rate, missed_refusal_rate, "
+    "ece, the non-response rates): above it. An undefined value fails."
+)
+KNOWORNOT_FAIL_UNDER_HELP = (
+    "METRIC=VALUE (repeatable): exit 1 when a configuration's abstention_rate or factuality_rate is "
+    "below VALUE, a share from 0 to 1 (0.7, or 70%). An undefined value fails."
+)
+
+
+def refusalbench_bars(texts: list[str] | None) -> list[MetricBar]:
+    """The ``--fail-under`` bars of a RefusalBench command, checked before anything runs."""
+    from refusalbench.tasks.refusalbench.report.terminal_leaderboard import parse_fail_under
+
+    return parse_fail_under(texts or [])
+
+
+def knowornot_bars(texts: list[str] | None) -> list[MetricBar]:
+    """The ``--fail-under`` bars of ``knowornot run``, checked before anything runs."""
+    from refusalbench.tasks.knowornot.report.terminal_rates import parse_fail_under
+
+    return parse_fail_under(texts or [])
+
+
+def _rich_table(table: FittedTable) -> Table:
+    """The fitted table drawn by rich: the same columns and widths, a bold header."""
+    drawn = Table(box=None, padding=(0, GAP // 2), pad_edge=False, header_style="bold")
+    shown = [i for i, width in enumerate(table.widths) if width]
+    for i in shown:
+        column = table.columns[i]
+        drawn.add_column(
+            "\n".join(table.headers[i]),
+            justify="left" if column.align == "left" else "right",
+            width=table.widths[i],
+            no_wrap=True,
+            vertical="bottom",
+        )
+    for row in table.rows:
+        drawn.add_row(*("\n".join(line[i] for line in row) for i in shown))
+    return drawn
+
+
+def _print_table(out: Console, table: FittedTable, note: list[str]) -> None:
+    # A stacked table (each id on a line of its own) has no rich form: it prints as text there too.
+    if out.is_terminal and not table.stacked:
+        out.print(_rich_table(table))
+    else:
+        for line in plain_lines(table):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in note:
+        out.print(line, markup=False, highlight=False, style="dim" if out.is_terminal else None)
+
+
+def _metrics(run_folder: str, name: str) -> tuple[dict[str, Any], str]:
+    """The run folder's metrics document ``name`` (as its method declares it), and its URI."""
+    from refusalbench.tasks.core.store import ArtifactStore
+
+    store = ArtifactStore(run_folder)
+    return dict(json.loads(store.read_bytes(name))), store.uri(name)
+
+
+def _lines(out: Console, lines: list[str]) -> None:
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _check(err: Console, values: Mapping[str, Mapping[str, float]], bars: list[MetricBar]) -> None:
+    failures = check_bars(values, bars)
+    for failure in failures:
+        err.print(failure.line(), markup=False, highlight=False)
+    if failures:
+        err.print(f"--fail-under: {len(failures)} bar(s) not met", markup=False, highlight=False)
+        raise typer.Exit(1)
+
+
+def round_folder(out_root: str, round_id: str) -> str:
+    """A refresh round's run folder under ``out_root``."""
+    from refusalbench.tasks.core.store import ArtifactStore
+
+    return ArtifactStore(out_root).child(round_id).root
+
+
+def print_leaderboard(
+    out: Console,
+    err: Console,
+    run_folder: str,
+    report: str,
+    bars: list[MetricBar],
+    incomplete: tuple[EvaluationResult | MainResult, bool] | None = None,
+) -> None:
+    """A RefusalBench run's leaderboard and where to look; then, given ``incomplete`` (the flow's
+    result and ``--strict``), the line naming its incomplete targets (strict: exit 1); then the
+    bars (exit 1 when one is not met)."""
+    from refusalbench.flows.launch import incomplete_line, last_flow_run_page
+    from refusalbench.tasks.refusalbench.report.terminal_leaderboard import (
+        fitted_leaderboard,
+        leaderboard_note,
+        target_values,
+    )
+    from refusalbench.tasks.refusalbench.schema.artifacts import METRICS
+
+    document, metrics = _metrics(run_folder, METRICS.name)
+    _print_table(out, fitted_leaderboard(document, out.width), leaderboard_note(out.width))
+    out.print()
+    _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
+    if incomplete is not None and (line := incomplete_line(*incomplete)):
+        err.print(line, markup=False, highlight=False)
+    _check(err, target_values(document), bars)
+
+
+def print_rates(out: Console, err: Console, run_folder: str, report: str, bars: list[MetricBar]) -> None:
+    """A KnowOrNot run's rates and where to look; exit 1 when a bar is not met."""
+    from refusalbench.flows.launch import last_flow_run_page
+    from refusalbench.tasks.knowornot.report.terminal_rates import fitted_rates, rates_note, target_values
+    from refusalbench.tasks.knowornot.schema.artifacts import KON_METRICS
+
+    document, metrics = _metrics(run_folder, KON_METRICS.name)
+    _print_table(out, fitted_rates(document, out.width), rates_note(out.width))
+    out.print()
+    _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
+    _check(err, target_values(document), bars)

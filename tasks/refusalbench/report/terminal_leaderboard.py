@@ -1,0 +1,123 @@
+"""The leaderboard a finished run prints in the terminal, and the bars ``--fail-under`` checks.
+
+Read from the run's metrics.json: one row per target, ranked as the report ranks them
+(``report.leaderboard``), with CRS, answer and refusal accuracy, the false and missed refusal
+rates (each with its 95% interval) and the coverage. Labels, formats and which way each metric
+is better come from the metric declarations (``scoring.paper_metrics``); the layout fits the
+terminal's width without cutting a model's name (``core.text_table``). ``--fail-under`` may name
+any declared metric, by its metrics.json name or an alias (``crs``, ``frr``, ``mrr``).
+:func:`run_summary_markdown` is the same run's summary for the Prefect UI: the report's
+leaderboard as markdown, the viewer command and the report's link (``core.where_to_look``).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from refusalbench.tasks.core.html_page import is_nan
+from refusalbench.tasks.core.metric_bars import MetricBar, parse_bars
+from refusalbench.tasks.core.text_table import Cell, Column, FittedTable, fit_table
+from refusalbench.tasks.core.where_to_look import summary_markdown
+from refusalbench.tasks.refusalbench.report.leaderboard import (
+    format_interval,
+    format_value,
+    leaderboard_markdown,
+    model_ranks,
+)
+from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
+from refusalbench.tasks.refusalbench.scoring.specs import (
+    METRIC_SPECS,
+    all_metrics,
+    coverage_metrics,
+    metric_aliases,
+    metric_spec,
+)
+
+# The columns, after the rank and the model; coverage last, without an interval (it has none).
+TERMINAL_METRICS = (
+    "calibrated_refusal_score",
+    "answer_accuracy",
+    "refusal_accuracy",
+    "false_refusal_rate",
+    "missed_refusal_rate",
+    "coverage",
+)
+
+
+def _detail_forms(interval: Any, metric: str) -> tuple[str, ...]:
+    """An interval from its fullest form to its shortest: ``[50.0, 75.0]``, ``50.0–75.0``, ``50–75``."""
+    full = format_interval(tuple(interval) if interval else None, metric)
+    if not full:
+        return ()
+    low, high = (float(v) for v in interval)
+    if metric_spec(metric).percent:
+        return full, f"{100 * low:.1f}–{100 * high:.1f}", f"{100 * low:.0f}–{100 * high:.0f}"
+    return full, f"{low:.3f}–{high:.3f}", f"{low:.2f}–{high:.2f}"
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _min_coverage(document: Mapping[str, Any]) -> float:
+    return float((document.get("coverage") or {}).get("min_coverage", DEFAULT_MIN_COVERAGE))
+
+
+def fitted_leaderboard(document: Mapping[str, Any], width: int) -> FittedTable:
+    """The leaderboard of metrics.json laid out for ``width`` characters (``core.text_table.fit_table``)."""
+    models = target_values(document)
+    intervals = document.get("intervals") or {}
+    min_coverage = _min_coverage(document)
+    columns = [Column("#"), Column("Model", align="left")]
+    columns += [Column(metric_spec(name).label) for name in TERMINAL_METRICS]
+    rows = []
+    for model, rank in model_ranks(models, min_coverage):
+        cells = [Cell("—" if rank is None else str(rank)), Cell(model)]
+        for name in TERMINAL_METRICS:
+            interval = (intervals.get(model) or {}).get(name)
+            shown = interval if interval and not any(is_nan(_number(v)) for v in interval) else None
+            cells.append(Cell(format_value(models[model].get(name), name), _detail_forms(shown, name)))
+        rows.append(cells)
+    return fit_table(columns, rows, width, key=1)
+
+
+def leaderboard_note(width: int) -> list[str]:
+    """The lines under the table: what the brackets are, which way is better."""
+    lower = [metric_spec(n).label for n in TERMINAL_METRICS if metric_spec(n).higher_is_better is False]
+    text = (
+        "Intervals: 95% cluster bootstrap over base items. "
+        f"Lower is better for {' and '.join(lower)}; higher for the rest. "
+        "Unranked (—): scored on too few of its rows."
+    )
+    return textwrap.wrap(text, width=max(width, 20))
+
+
+def target_values(document: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """{target: {metric: value}} of metrics.json (undefined: NaN), for ``--fail-under``."""
+    return {m: {k: _number(v) for k, v in values.items()} for m, values in (document.get("models") or {}).items()}
+
+
+def gate_metrics() -> dict[str, bool | None]:
+    """The metrics a bar may name: {name: higher is better (None: neither way)}."""
+    return {name: metric_spec(name).higher_is_better for name in (*all_metrics(), *coverage_metrics())}
+
+
+def parse_fail_under(texts: Iterable[str]) -> list[MetricBar]:
+    """``--fail-under`` bars against the declared metrics (InputError, exit 2, on a bad one)."""
+    shares = [name for name, spec in METRIC_SPECS.items() if spec.percent]
+    return parse_bars(texts, gate_metrics(), metric_aliases(), shares)
+
+
+def run_summary_markdown(document: Mapping[str, Any], report: str, run_folder: str, title: str = "Run summary") -> str:
+    """The run's summary for the Prefect UI: the leaderboard (the report's, as markdown), the viewer
+    command and the report's link."""
+    table = leaderboard_markdown(
+        target_values(document),
+        document.get("intervals") or {},
+        min_coverage=_min_coverage(document),
+        pairwise=document.get("pairwise") or None,
+    )
+    return summary_markdown(title, table, report, run_folder)
