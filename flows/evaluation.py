@@ -16,6 +16,7 @@ from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.pipeline.budget_prices import check_budget_prices
 from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.report_step import report_results
@@ -34,7 +35,8 @@ from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
 
 def check_evaluation_inputs(cfg: RunConfig, benchmark: str) -> list[BenchmarkItem]:
     """The evaluation section and the benchmark, checked before anything is written."""
-    cfg.evaluation_section()  # a config without one: one line, exit 2
+    evaluation = cfg.evaluation_section()  # a config without one: one line, exit 2
+    check_budget_prices(cfg, [*evaluation.targets, evaluation.judge])  # a budget bounds every model it covers
     return read_benchmark(benchmark)
 
 

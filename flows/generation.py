@@ -20,6 +20,7 @@ from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import RunIncomplete
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.budget_prices import check_budget_prices
 from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.analyse_step import analyse
@@ -42,7 +43,9 @@ def check_generation_inputs(
     generation.seed; ``avoid``: earlier rounds' pairs). A config without a generation section fails
     in one line (``prepare_inputs``)."""
     default = cfg.generation.seed if cfg.generation is not None else 0
-    return prepare_inputs(cfg, default if seed is None else seed, avoid)
+    inputs = prepare_inputs(cfg, default if seed is None else seed, avoid)
+    check_budget_prices(cfg, [name for _, name in cfg.generation_section().referenced_models()])
+    return inputs
 
 
 @flow(name="refusalbench-generate", log_prints=True)

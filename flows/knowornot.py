@@ -26,6 +26,7 @@ from refusalbench.tasks.knowornot.report.contents import publish_report, write_r
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
 from refusalbench.tasks.llm.prompting import all_template_hashes
+from refusalbench.tasks.pipeline.budget import Budget
 from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (
     KnowledgeBaseSlice,
     each_base,
@@ -48,6 +49,7 @@ from refusalbench.tasks.pipeline.knowornot.knowornot_steps import (
     answer_and_evaluate,
     audit_beside_calls,
     compare_evaluators,
+    knowornot_budget,
     save_stage_failures,
     stage_tasks,
 )
@@ -65,7 +67,7 @@ def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
     store = ArtifactStore(out)
     recorder = ManifestRecorder(store, "knowornot", config=cfg, seed=kon.seed)
     recorder.hashes(prompts=all_template_hashes())
-    run_cfg, run_kon, digest, bases = _task_inputs(cfg, out, recorder.manifest.prompt_hashes)
+    run_cfg, run_kon, digest, bases, budget = _task_inputs(cfg, out, recorder)
     stage = stage_tasks(out)
     with recorder.run():
         usable = check_or_raise(cfg, knowornot_models(kon) + kon.evaluator_comparison)
@@ -85,13 +87,13 @@ def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
                 )
             with recorder.stage("answer + evaluate"):
                 audit = audit_beside_calls(cfg, out)  # the overlap audit needs no answer: it runs beside the calls
-                recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases))
+                recorder.count(**answer_and_evaluate(run_cfg, out, digest, api_bases, budget))
         with recorder.stage("metrics"):
             results = write_results(store, run_kon, embedder_for(cfg), audit.result())
             report = publish_report(store, results, recorder.manifest.counts)
         if comparison := [m for m in run_kon.evaluator_comparison if m in usable]:  # App. D.3
             with recorder.stage("evaluator comparison"), model_endpoints(cfg, comparison) as api_bases:
-                recorder.count(**compare_evaluators(run_cfg, out, digest, api_bases, comparison))
+                recorder.count(**compare_evaluators(run_cfg, out, digest, api_bases, comparison, budget))
         counter.record(recorder)
     return KnowOrNotResult(
         metrics=store.uri(kon_files.KON_METRICS.name), report=report, experiments=sum(g.experiments for g in grids)
@@ -106,12 +108,15 @@ def _checked_section(cfg: RunConfig) -> KnowOrNotConfig:
 
 
 def _task_inputs(
-    cfg: RunConfig, out: str, prompt_hashes: dict[str, str]
-) -> tuple[RunConfig, KnowOrNotConfig, str, list[KnowledgeBaseSlice]]:
+    cfg: RunConfig, out: str, recorder: ManifestRecorder
+) -> tuple[RunConfig, KnowOrNotConfig, str, list[KnowledgeBaseSlice], Budget | None]:
     """What the tasks get: the config with its KB paths resolved against the config's folder and only the
-    targets that can run (skip_unavailable), its knowornot section, that section's input digest, and the
-    run's knowledge bases (each with its own digest)."""
+    targets that can run (skip_unavailable), its knowornot section, that section's input digest, the
+    run's knowledge bases (each with its own digest), and the run's budget (counting from here, before
+    any call; None without ``budget_usd``)."""
     run_cfg = with_targets(with_resolved_sources(cfg), usable_models(cfg, knowornot_section(cfg).targets))
     run_kon = knowornot_section(run_cfg)
+    prompt_hashes = recorder.manifest.prompt_hashes
     digest = input_digest(run_kon, prompt_hashes)
-    return run_cfg, run_kon, digest, knowledge_bases(run_cfg, out, lambda kon: input_digest(kon, prompt_hashes))
+    bases = knowledge_bases(run_cfg, out, lambda kon: input_digest(kon, prompt_hashes))
+    return run_cfg, run_kon, digest, bases, knowornot_budget(run_cfg, recorder)

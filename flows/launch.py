@@ -61,7 +61,11 @@ def last_flow_run_page() -> str | None:
 
 
 def announced(flow: Flow[P, R]) -> Flow[P, R]:
-    """The flow, printing its run's Prefect UI page as the run starts."""
+    """The flow, printing its run's Prefect UI page as the run starts; an error the CLI says in one line
+    is not also printed with its traceback by Prefect."""
+    from refusalbench.tasks.pipeline.runtime import quiet_clean_errors
+
+    quiet_clean_errors()
     return flow.with_options(on_running=[*flow.on_running_hooks, _print_ui_link])
 
 

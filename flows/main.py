@@ -20,6 +20,7 @@ from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.budget import budget_span
+from refusalbench.tasks.pipeline.budget_prices import check_budget_prices
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.report_step import publish_run_summary
 from refusalbench.tasks.pipeline.ui import story
@@ -84,6 +85,7 @@ def check_main_inputs(config_path: str, seed: int | None = None) -> RunConfig:
     cfg = load_config(config_path)
     if cfg.generation is None or cfg.evaluation is None:
         raise InputError(str(config_path), "the main job needs both a generation and an evaluation section")
+    check_budget_prices(cfg, cfg.used_models())  # one line naming every unpriced model of both stages
     check_generation_inputs(cfg, seed)
     check_or_raise(cfg, cfg.generation.generators)
     check_or_raise(cfg, cfg.generation.verifiers)

@@ -17,6 +17,7 @@ from refusalbench.tasks.core.config import RunConfig, load_config
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.budget_prices import check_budget_prices
 from refusalbench.tasks.pipeline.cache_scoping import scoped_config
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.assign_step import (
@@ -43,7 +44,10 @@ def check_pretest_inputs(cfg: RunConfig) -> GenerationInputs:
     """The base set and the generation settings, checked; a config without a pre-test is bad input."""
     if cfg.generation is not None and cfg.generation.pretest is None:
         raise _no_pretest(cfg)
-    return prepare_inputs(cfg, cfg.generation.seed if cfg.generation else 0)
+    inputs = prepare_inputs(cfg, cfg.generation.seed if cfg.generation else 0)
+    pretest = cfg.generation_section().pretest
+    check_budget_prices(cfg, [*pretest.models, pretest.judge] if pretest is not None else [])
+    return inputs
 
 
 def pretest_models(cfg: RunConfig) -> tuple[list[str], str | None]:

@@ -18,7 +18,12 @@ from refusalbench.flows.results import RefreshResult
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.freshness_step import record_freshness
-from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import finish_round, record_round_failed, start_round
+from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import (
+    finish_round,
+    record_round_failed,
+    start_round,
+    stopped_by_budget,
+)
 from refusalbench.tasks.pipeline.refusalbench.refresh_step import (
     compare_and_report,
     main_job_lines,
@@ -35,7 +40,7 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
     seed, round_id, root = record.seed, record.round_id, ArtifactStore(out_root)
     round_folder = root.child(round_id).uri("")
     print(f"refresh round {round_id} (seed {seed})")
-    with stage("main job (generate -> evaluate)"):
+    with stage("main job (generate -> evaluate)"), stopped_by_budget(out_root, record):
         configured(main_flow, cfg, round_folder)(config_path, round_folder, seed, round_id=round_id)
     main_job_lines(root.child(round_id))
     with stage("freshness"):

@@ -279,9 +279,14 @@ class RunConfig(Strict):
     budget_usd: float | None = Field(
         default=None,
         gt=0,
-        description="the most a run (generate + evaluate; each "
-        "refresh round) may spend on model calls: checked before each shard is sent "
+        description="the most one command (run: generate + evaluate; each refresh round) "
+        "may spend on new model calls (cached calls cost nothing): checked before each shard is sent "
         "(tasks/pipeline/budget.py); unset: no limit",
+    )
+    budget_unpriced: Literal["refuse", "free"] = Field(
+        default="refuse",
+        description="with budget_usd, a called model that has no price (in the config or LiteLLM's map; "
+        "local and rule-based models are free): refuse (exit 2 before any call) or free (count its calls as $0)",
     )
     skip_unavailable: bool = False
     plugins: list[str] = Field(

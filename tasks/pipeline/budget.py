@@ -1,26 +1,29 @@
 """The run's budget (``budget_usd`` in the config), checked before each shard is sent.
 
-- Spent so far: the run's priced calls (``runtime.CallCounter``), from the start of ``run`` (its
-  generation and evaluation share one budget: :func:`budget_span`), of each refresh round, or of
-  a ``generate`` / ``evaluate`` run on its own. Calls served from a cache cost nothing.
-- The next shard: ``plan``'s per-call ceiling (the model's prompts rendered as ``plan`` renders
-  them, at most ``max_tokens`` out, the config's price over LiteLLM's map; calls a model sends
-  through the batch API at the batch price) times the shard's rows, for the model the shard is for
-  and the stage's models no shard is for (the judge of a target's answers). Shards sent and not
-  done count at that estimate until they are; a batch-mode model's one shard of a stage (its
-  whole batch job) is checked as one.
+- Spent so far: the cost of the new calls this command made (``runtime.CallCounter``), from the start
+  of ``run`` (its generation and evaluation share one budget: :func:`budget_span`), of each refresh
+  round, or of a ``generate``, ``evaluate``, ``pretest`` or ``knowornot run`` on its own. Calls served
+  from the call cache or Prefect's task cache cost nothing new.
+- The next shard: one call's ceiling (``budget_prices.call_ceiling``: its prompt tokens as ``plan``
+  measures them, its output cap at ``max_tokens`` or the provider's cap; the batch price for a
+  batch-mode model) times the shard's rows, for the model the shard is for and the stage's models no
+  shard is for (the judge of a target's answers). A shard with calls of a priced model never counts as
+  $0. Shards sent and not done count at their estimate until they are, so the spend exceeds the budget
+  by no more than what the estimates of the shards in flight leave out; a batch-mode model's one shard
+  of a stage (its whole batch job) is checked as one.
 - When the next shard would take the spend past the budget, nothing more is sent: the shards on
   their way finish (their calls go into the call cache, their results into Prefect's task cache),
-  the manifest records the calls and costs so far, and the run stops with :class:`BudgetExceeded`
-  (exit 1, one line naming spend, budget and stage). A re-run with a larger budget finds what was
-  done in the caches and sends only the rest.
-- A model without a price cannot be bounded: its calls count as $0 here, and a note says so.
+  the manifest records the calls, costs, spend and the reason (``costs.budget``), and the run stops
+  with :class:`BudgetExceeded` (exit 1, one line naming spend, budget and stage). A re-run with a
+  larger budget finds what was done in the caches and sends only the rest.
+- A model without a price is refused before the run (``budget_prices.check_budget_prices``) unless
+  the config sets ``budget_unpriced: free``: then its calls count as $0, and a note says so.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from typing import Any
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import BudgetExceeded
 from refusalbench.tasks.core.provenance import ManifestRecorder
+from refusalbench.tasks.pipeline.budget_prices import call_ceiling, unpriced
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.pipeline.ui import SpendDisplay, story
 
@@ -52,14 +56,9 @@ def budget_span(cfg: RunConfig) -> Iterator[None]:
         _span.reset(token)
 
 
-def per_call_costs(plan: Any) -> dict[str, dict[str, float | None]]:
-    """{stage: {model: USD per call}} of a ``refusalbench.plan.Plan``: each model's ceiling over its calls,
-    as configured (a batch-mode model's calls at the batch price; a model whose respond and calibrate
-    differ in mode: their average)."""
-    return {
-        name: {model: None if m.cost_usd is None else m.cost_usd / max(m.calls, 1) for model, m in stage.models.items()}
-        for name, stage in plan.stages.items()
-    }
+def usd(amount: float) -> str:
+    """Dollars as the budget's messages print them: cents, or four significant digits below a dollar."""
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.4g}"
 
 
 @dataclass
@@ -73,7 +72,9 @@ class Budget:
     spend: CallCounter = field(init=False)  # the calls the budget covers: ``run``'s both flows
     _reserved: dict[int, float] = field(default_factory=dict, init=False)
     _futures: list[Any] = field(default_factory=list, init=False)
-    _costs: dict[bool, dict[str, dict[str, float | None]]] = field(default_factory=dict, init=False)
+    # {stage: {model: USD per row}} when the run estimates its shards itself (KnowOrNot); else ``plan``'s.
+    estimates: Callable[[str], dict[str, float]] | None = None
+    _costs: dict[bool, dict[str, dict[str, float]]] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _display: SpendDisplay = field(default_factory=SpendDisplay, init=False)
 
@@ -82,48 +83,69 @@ class Budget:
         self.spend = _span.get() or self.counter
 
     @classmethod
-    def of(cls, cfg: RunConfig, recorder: ManifestRecorder) -> Budget | None:
-        return cls(cfg, recorder, cfg.budget_usd) if cfg.budget_usd is not None else None
+    def of(
+        cls,
+        cfg: RunConfig,
+        recorder: ManifestRecorder,
+        estimates: Callable[[str], dict[str, float]] | None = None,
+    ) -> Budget | None:
+        return cls(cfg, recorder, cfg.budget_usd, estimates=estimates) if cfg.budget_usd is not None else None
 
     # ------------------------------------------------------------ the estimate
 
-    def per_call(self, stage: str) -> dict[str, float | None]:
-        """Each model's expected cost per call in ``stage`` (``plan``: once per run for the generation
-        stages, once for the evaluation stages, on the benchmark this run evaluates when it is placed)."""
+    def per_call(self, stage: str) -> dict[str, float]:
+        """Each model's ceiling per row of a shard of ``stage``: from ``estimates`` where the run gives them
+        (KnowOrNot), else ``plan``'s prompts (once per run for the generation stages, once for the evaluation
+        stages, on the benchmark this run evaluates when it is placed)."""
+        if self.estimates is not None:
+            return self.estimates(stage)
         evaluating = stage in EVALUATION_STAGES
         if evaluating not in self._costs:
-            self._costs[evaluating] = costs = self._plan_costs(evaluating)
-            unpriced = sorted({m for models in costs.values() for m, c in models.items() if c is None})
-            if unpriced:
-                self.recorder.note(
-                    f"budget_usd cannot bound {', '.join(unpriced)}: no price (or no max_tokens) "
-                    "to estimate their calls, which count as $0 against the budget"
-                )
+            self._costs[evaluating] = self._plan_costs(evaluating)
+            self._note_free({m for models in self._costs[evaluating].values() for m in models})
         costs = self._costs[evaluating]
         return {model: cost for name in PLAN_STAGES.get(stage, (stage,)) for model, cost in costs.get(name, {}).items()}
 
-    def _plan_costs(self, evaluating: bool) -> dict[str, dict[str, float | None]]:
+    def _note_free(self, models: set[str]) -> None:
+        counted_free = unpriced(self.cfg, models)
+        if counted_free:
+            self.recorder.note(
+                f"budget_unpriced: free: the calls of {', '.join(counted_free)} (no price) count as $0 against "
+                "budget_usd"
+            )
+
+    def _plan_costs(self, evaluating: bool) -> dict[str, dict[str, float]]:
         from refusalbench.tasks.refusalbench.plan.estimate import plan_run
         from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 
         benchmark = rb_files.BENCHMARK.name
         try:
             if evaluating and self.recorder.store.exists(benchmark):
-                return per_call_costs(plan_run(self.cfg, benchmark=self.recorder.store.uri(benchmark)))
-            return per_call_costs(plan_run(self.cfg))
-        except Exception as exc:  # no estimate: the budget still stops once the spend itself passes it
+                plan = plan_run(self.cfg, benchmark=self.recorder.store.uri(benchmark))
+            else:
+                plan = plan_run(self.cfg)
+        except Exception as exc:  # no plan: each shard's own model counts at its output cap alone
             self.recorder.note(
-                f"budget_usd: no estimate of the calls to come ({type(exc).__name__}: {exc}); "
-                "only the spend so far is checked"
+                f"budget_usd: no plan of the calls to come ({type(exc).__name__}: {exc}); each shard is "
+                "estimated at its model's output cap per row, without its prompt"
             )
             return {}
+        return {
+            stage: {
+                model: call_ceiling(self.cfg, model, stage, m.input_tokens / m.calls if m.calls else 0.0)
+                for model, m in plan_stage.models.items()
+            }
+            for stage, plan_stage in plan.stages.items()
+        }
 
     def shard_cost(self, stage: str, model: str, rows: int, fanned: list[str]) -> float:
         """The ceiling of one shard of ``rows`` rows for ``model``: its own calls and those of the
         stage's models no shard is for (the judge), one call each per row."""
         costs = self.per_call(stage)
+        if model not in costs and model in self.cfg.models:  # no plan of it: at least its own output cap
+            costs = {**costs, model: call_ceiling(self.cfg, model, stage, 0.0)}
         calling = [m for m in costs if m == model or m not in fanned]
-        return rows * sum(costs[m] or 0.0 for m in calling)
+        return rows * sum(costs[m] for m in calling)
 
     # ------------------------------------------------------------ the check
 
@@ -136,9 +158,9 @@ class Budget:
         self._display.show(spent, self.limit_usd, stage)
         if committed + estimate > self.limit_usd:
             self.stop(
-                f"budget_usd: spent ${spent:,.4f} of ${self.limit_usd:,.2f} (${committed - spent:,.4f} more on "
-                f"its way); stage {stage}: the next shard ({model}, shard {index + 1}/{count}, about "
-                f"${estimate:,.4f}) would exceed it. Stopped; a re-run with a larger budget_usd resumes here"
+                f"budget_usd: spent {usd(spent)} of {usd(self.limit_usd)} ({usd(committed - spent)} more on its "
+                f"way); stage {stage}: the next shard ({model}, shard {index + 1}/{count}, about {usd(estimate)}) "
+                "would exceed it. Stopped; a re-run with a larger budget_usd resumes here"
             )
         return estimate
 
@@ -158,8 +180,10 @@ class Budget:
         """Let the shards on their way finish (cached for the re-run), record the costs, raise."""
         for future in list(self._futures):
             future.wait()
-        self._display.show(self.spend.spent_usd(), self.limit_usd, "stopped")
+        spent = self.spend.spent_usd()
+        self._display.show(spent, self.limit_usd, "stopped")
         self.counter.record(self.recorder)
+        self.recorder.manifest.costs["budget"] = {"limit_usd": self.limit_usd, "spent_usd": spent, "stopped": reason}
         self.recorder.note(reason)
         story("%s", reason)
         raise BudgetExceeded(reason)

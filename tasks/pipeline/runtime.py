@@ -58,6 +58,29 @@ def configure_prefect_env(home: str | Path | None = None) -> None:
         os.environ["PREFECT_HOME"] = str(embedded_home())
 
 
+class CleanErrorFilter(logging.Filter):
+    """Keeps off the terminal Prefect's record of a flow run that ended on an error the CLI says in one
+    line (bad input, a run incomplete or stopped by its budget): its traceback would come before that
+    line. The Prefect UI still gets the record, traceback included, through Prefect's API handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from refusalbench.tasks.core.errors import InputError, ModelUnavailable, RunIncomplete
+
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.name.startswith("prefect") and isinstance(error, InputError | ModelUnavailable | RunIncomplete)
+        )
+
+
+def quiet_clean_errors() -> None:
+    """Put :class:`CleanErrorFilter` on the terminal's Prefect handlers (once; Prefect set them up on import)."""
+    for handler in logging.getLogger().handlers:
+        if type(handler).__name__ == "PrefectConsoleHandler" and not any(
+            isinstance(f, CleanErrorFilter) for f in handler.filters
+        ):
+            handler.addFilter(CleanErrorFilter())
+
+
 def cache_policy() -> Any:
     from prefect.cache_policies import INPUTS, TASK_SOURCE
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, load_config
-from refusalbench.tasks.pipeline.budget import per_call_costs
+from refusalbench.tasks.pipeline.budget_prices import call_ceiling
 from refusalbench.tasks.refusalbench.plan.estimate import plan_run, plan_table
 from tests.cli.test_bad_input import run_in_process
 from tests.pipeline.test_generation_flow import BASE
@@ -193,6 +193,8 @@ def test_plan_prices_batch_calls_at_the_batch_price_and_shows_both_totals(tmp_pa
     assert f"every model in mode: batch: <= ${synchronous.total.batch_cost_usd:,.2f}" in plain
 
     # The budget's forecast: batch calls at the batch price.
-    per_call = per_call_costs(plan)
-    assert per_call["judge"]["judge"] == pytest.approx(judge.cost_usd / judge.calls)
-    assert per_call["judge"]["judge"] < per_call_costs(synchronous)["judge"]["judge"]
+    # The budget's forecast: batch calls at the batch price, plan's prompt tokens in, max_tokens out.
+    batch_cfg, sync_cfg = plan_config(tmp_path, {"judge": {"judge": "batch"}}), plan_config(tmp_path, {})
+    tokens = judge.input_tokens / judge.calls
+    assert call_ceiling(batch_cfg, "judge", "judge", tokens) == pytest.approx(judge.cost_usd / judge.calls)
+    assert call_ceiling(batch_cfg, "judge", "judge", tokens) < call_ceiling(sync_cfg, "judge", "judge", tokens)

@@ -129,7 +129,7 @@ def write_run_config(tmp_path, url, budget: float):
         tmp_path,
         url,
         prices,
-        f"budget_usd: {budget}\n"
+        f"budget_usd: {budget}\nbudget_unpriced: free\n"  # the judge's calls count as $0
         + """
 generation:
   base_set: base.jsonl

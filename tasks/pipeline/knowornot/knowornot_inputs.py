@@ -27,6 +27,7 @@ from refusalbench.tasks.knowornot.stages.retrieval import (
     pair_text,
 )
 from refusalbench.tasks.knowornot.stages.sources import POLICYBENCH_FILES, load_qa_pairs, policybench_import_hint
+from refusalbench.tasks.pipeline.budget_prices import check_budget_prices
 from refusalbench.tasks.pipeline.fanout import (
     content_digest,
 )
@@ -59,6 +60,8 @@ def check_knowornot_inputs(cfg: RunConfig) -> None:
             read_documents(
                 [cfg.input_path(d, (*key, "documents", j)) for j, d in enumerate(as_written.documents or [])]
             )
+    # Embedding calls are not priced: the budget covers the chat models.
+    check_budget_prices(cfg, [m for m in knowornot_models(kon) + kon.evaluator_comparison if m != kon.embedding_model])
 
 
 def _check_imported(path: str, as_written: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from prefect import Task
 
 from refusalbench.tasks.core.config import RunConfig
+from refusalbench.tasks.core.provenance import ManifestRecorder
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.knowornot.human.labels import sample_ids_per_spec
 from refusalbench.tasks.knowornot.report.contents import run_overlap_audit
@@ -26,6 +27,9 @@ from refusalbench.tasks.knowornot.schema.records import (
 )
 from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
 from refusalbench.tasks.knowornot.stages.evaluation import run_specs
+from refusalbench.tasks.knowornot.stages.model_steps import answer_messages
+from refusalbench.tasks.pipeline.budget import Budget
+from refusalbench.tasks.pipeline.budget_prices import call_ceiling, output_cap, text_tokens
 from refusalbench.tasks.pipeline.fanout import (
     Fanout,
     Shard,
@@ -76,15 +80,17 @@ def audit_beside_calls(cfg: RunConfig, out: str) -> Future[OverlapAudit]:
         worker.shutdown(wait=False)  # the thread ends with its one task
 
 
-def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str]) -> dict[str, int]:
+def answer_and_evaluate(
+    cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str], budget: Budget | None = None
+) -> dict[str, int]:
     """Every target answers the grid shard by shard; each answer shard is evaluated as soon as it is in.
 
     Writes ``experiment_outputs.parquet``, ``evaluations.parquet`` and the specs applied
     (``eval_specs.json``, which the label command reads); returns the counts for the
-    manifest. Models sharing one local server take turns (see ``Fanout``).
+    manifest. Models sharing one local server take turns (see ``Fanout``); ``budget`` admits each shard.
     """
     kon = knowornot_section(cfg)
-    fanout = Fanout(cfg, out, api_bases)
+    fanout = Fanout(cfg, out, api_bases, budget)
     fanout.store.save(kon_files.RUN_SPECS, run_specs(kon.evaluations))
     rows = read_shared(out, kon_files.EXPERIMENT_INPUTS)  # the evaluate tasks read the same parse
     shards = fanout.write_shards(
@@ -117,14 +123,19 @@ def answer_and_evaluate(cfg: RunConfig, out: str, digest: str, api_bases: dict[s
 
 
 def compare_evaluators(
-    cfg: RunConfig, out: str, digest: str, api_bases: dict[str, str], evaluators: list[str]
+    cfg: RunConfig,
+    out: str,
+    digest: str,
+    api_bases: dict[str, str],
+    evaluators: list[str],
+    budget: Budget | None = None,
 ) -> dict[str, int]:
     """The ``knowornot.evaluator_comparison`` models that can run (``evaluators``) judge the label
     sample's responses, written to ``evaluator_comparison.parquet``; the human labels come after the
     run, so the scores against them are computed by ``knowornot agreement``. Returns the counts for
     the manifest."""
     kon = knowornot_section(cfg)
-    fanout = Fanout(cfg, out, api_bases)
+    fanout = Fanout(cfg, out, api_bases, budget)
     per_spec = sample_ids_per_spec(fanout.store.load(kon_files.LABEL_SAMPLE))
     wanted = set().union(*per_spec.values()) if per_spec else set()
     outputs = [o for o in fanout.store.load(kon_files.EXPERIMENT_OUTPUTS) if o.experiment_id in wanted]
@@ -146,6 +157,45 @@ def compare_evaluators(
     return {
         "comparison_evaluations": len(outcomes),
         "comparison_evaluation_errors": sum(o.error is not None for o in outcomes),
+    }
+
+
+# ---------------------------------------------------------------- the budget
+
+
+def knowornot_budget(cfg: RunConfig, recorder: ManifestRecorder) -> Budget | None:
+    """The run's ``budget_usd`` (None without one), counting from now: its shards estimated by
+    :func:`row_ceilings` on the experiment grid, read when the first shard is admitted."""
+    out = recorder.store.uri("")
+    known: dict[str, dict[str, float]] = {}
+
+    def estimates(stage: str) -> dict[str, float]:
+        if not known:
+            known.update(row_ceilings(cfg, out))
+        return known.get(stage, {})
+
+    return Budget.of(cfg, recorder, estimates)
+
+
+def row_ceilings(cfg: RunConfig, out: str) -> dict[str, dict[str, float]]:
+    """{stage: {model: USD per row of a shard}}: a target's answer (its prompts rendered on its grid rows,
+    tokens counted as ``plan`` counts them), and each evaluation spec's call per answer, its prompt the
+    answer's prompt plus the longest answer a target may give."""
+    kon = knowornot_section(cfg)
+    pairs = {p.id: p for p in read_shared(out, kon_files.QA_PAIRS)}
+    rows: list[ExperimentInput] = read_shared(out, kon_files.EXPERIMENT_INPUTS)
+    chars: dict[str, list[int]] = {}
+    for row in rows:
+        chars.setdefault(row.target, []).append(sum(len(m["content"]) for m in answer_messages(row, pairs)))
+    prompt = {target: text_tokens(sum(c) / len(c)) for target, c in chars.items()}
+    judged = max(prompt.values(), default=0.0) + max((output_cap(cfg.models[t]) for t in kon.targets), default=0)
+    specs = len(run_specs(kon.evaluations))
+    return {
+        "kon-answer": {t: call_ceiling(cfg, t, "kon-answer", prompt.get(t, 0.0)) for t in kon.targets},
+        "kon-evaluate": {kon.evaluator: specs * call_ceiling(cfg, kon.evaluator, "kon-evaluate", judged)},
+        "kon-compare-evaluators": {
+            m: specs * call_ceiling(cfg, m, "kon-compare-evaluators", judged) for m in kon.evaluator_comparison
+        },
     }
 
 

@@ -8,7 +8,8 @@ the dead attempt finished:
 - by the same flow run started again (the retry automation of deployments/automations.py), or
 - by the next refresh run (a scheduled one: no seed given, or the same seed given) when the
   round's flow run is over (Crashed, Cancelled, gone) and the round had fewer than
-  :data:`MAX_ATTEMPTS` attempts.
+  :data:`MAX_ATTEMPTS` attempts. A round its ``budget_usd`` stopped (``status: stopped``) is
+  resumed the same way.
 
 A dead round that is not resumed (too many attempts, or a later round took over) is set
 ``failed`` with the reason, and the trend lists it as incomplete (tasks/refusalbench/rounds/trend.py).
@@ -20,14 +21,20 @@ import dataclasses
 import datetime as dt
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from refusalbench.tasks.core.errors import BudgetExceeded
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.pipeline.ui import story
 from refusalbench.tasks.refusalbench.rounds.trend import COMPLETE, ROUND_PREFIX, ROUND_RECORD, round_name
 
 RUNNING, FAILED = "running", "failed"
+# A round its ``budget_usd`` stopped: resumed by the next refresh run like a dead running round (a larger
+# budget then finishes it, the call cache answering what was done).
+STOPPED = "stopped"
+RESUMABLE = frozenset({RUNNING, STOPPED})
 MAX_ATTEMPTS = 3  # a round whose process died this often is not started again: it may be what kills it
 # Flow-run states whose process may still work on (or come back to) its round.
 LIVE_STATE_TYPES = frozenset({"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"})
@@ -97,10 +104,10 @@ def choose_round(
     own = [r for r in records if flow_run_id is not None and r.flow_run_id == flow_run_id]
     if own:
         return RoundChoice(own[-1], [])
-    running = [r for r in records if r.status == RUNNING]
+    running = [r for r in records if r.status in RESUMABLE]
     dead = [r for r in running if not (r.flow_run_id and owner_alive(r.flow_run_id))]
     # Only a round after every ended one is resumed: an older one would come back behind the trend.
-    ended = [index for index, r in enumerate(records) if r.status != RUNNING]
+    ended = [index for index, r in enumerate(records) if r.status not in RESUMABLE]
     last_ended = records[ended[-1]].round_id if ended else ""
     resume = None
     abandon: list[tuple[RoundRecord, str]] = []
@@ -175,6 +182,16 @@ def finish_round(out_root: str, record: RoundRecord, status: str = COMPLETE, rea
     write_record(ArtifactStore(out_root), dataclasses.replace(record, status=status, finished_at=_now(), reason=reason))
 
 
+@contextmanager
+def stopped_by_budget(out_root: str, record: RoundRecord) -> Iterator[None]:
+    """The round's main job; when its budget stops it, ``round.json`` says stopped (resumable), not failed."""
+    try:
+        yield
+    except BudgetExceeded as exc:
+        finish_round(out_root, record, STOPPED, str(exc))
+        raise
+
+
 def fail_round_of(out_root: str, flow_run_id: str, reason: str) -> RoundRecord | None:
     """Set ``failed`` on the running round of ``flow_run_id`` (a refresh run that ended in an error)."""
     root = ArtifactStore(out_root)
@@ -203,6 +220,7 @@ __all__ = [
     "finish_round",
     "fail_round_of",
     "record_round_failed",
+    "stopped_by_budget",
     "read_records",
     "MAX_ATTEMPTS",
 ]
