@@ -44,7 +44,7 @@ def check_generation_inputs(
     in one line (``prepare_inputs``)."""
     default = cfg.generation.seed if cfg.generation is not None else 0
     inputs = prepare_inputs(cfg, default if seed is None else seed, avoid)
-    check_budget_prices(cfg, [name for _, name in cfg.generation_section().referenced_models()])
+    check_budget_prices(cfg, [name for key, name in cfg.referenced_models() if key.startswith("generation.")])
     return inputs
 
 

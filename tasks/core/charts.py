@@ -159,7 +159,8 @@ def javascript_bundle() -> str:
         pass
     import vl_convert  # only when the cache misses: it brings a JavaScript runtime
 
-    bundle: str = vl_convert.javascript_bundle()
+    # The stub marks ``snippet`` required; the library defaults it to none (a bundle that only defines vegaEmbed).
+    bundle: str = vl_convert.javascript_bundle()  # type: ignore[call-arg]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
