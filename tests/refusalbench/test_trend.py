@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from refusalbench.tasks.core.charts import specs_in
+from refusalbench.tasks.core.stats import MIN_CLUSTERS
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.report.trend_section import round_label, trend_plot, trend_section
 from refusalbench.tasks.refusalbench.rounds.trend import (
@@ -214,6 +215,13 @@ def test_trend_section_shows_plot_changes_and_incomplete_rounds():
     assert len(points) == len(rows) and {p["panel"] for p in points} >= {"a (changed: CRS)"}
     # only a's latest round is marked as a significant change
     assert [(p["panel"], p["round"]) for p in points if p["changed"]] == [("a (changed: CRS)", max(rows["round"]))]
+    # The guardrail: rounds with n below the minimum are lone points, without their interval or a line.
+    assert [p["joined"] for p in points] == [n >= MIN_CLUSTERS for n in rows["n"]]
+    few = rows.assign(n=3)
+    (spec_few,) = specs_in(trend_plot(few))
+    assert not any(p["joined"] for p in spec_few["data"]["values"])
+    layers = spec_few["spec"]["layer"] if "spec" in spec_few else spec_few["layer"]
+    assert [layer.get("transform") for layer in layers[:2]] == [[{"filter": "datum.joined"}]] * 2
     assert round_label("round-20261125T153925Z-s11") == "11-25 15:39"
     readable = readable_trend(rows)
     assert len(readable) == 6 and set(readable[0]) == {"round", "model", "n", "CRS", "Answer acc.", "Refusal acc."}

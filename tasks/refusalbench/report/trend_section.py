@@ -14,6 +14,7 @@ import pandas as pd
 from refusalbench.tasks.core import charts
 from refusalbench.tasks.core.charts import count, field
 from refusalbench.tasks.core.html_page import escape, frame_table, section
+from refusalbench.tasks.core.stats import enough_clusters
 from refusalbench.tasks.refusalbench.report.support import guarded_trend
 from refusalbench.tasks.refusalbench.rounds.freshness import fingerprint_lines, freshness_lines
 from refusalbench.tasks.refusalbench.rounds.trend import (
@@ -53,6 +54,7 @@ def trend_plot(
 ) -> str | None:
     """Small multiples: ``metric`` per model over the rounds with its 95% interval; a model whose headline
     metric changed significantly has its latest point in orange, and ``changed`` names every metric that did.
+    Rounds below the small-sample minimum (``stats.MIN_CLUSTERS``) are lone points: no interval, no line.
     None when the rows lack the metric."""
     if rows.empty or metric not in rows.columns:
         return None
@@ -69,6 +71,8 @@ def trend_plot(
             "low": _numbers(rows, f"{metric}_ci_low"),
             "high": _numbers(rows, f"{metric}_ci_high"),
             "n": _numbers(rows, "n"),
+            # The guardrail: a round whose n is below the minimum is a lone point, no interval, no line.
+            "joined": [enough_clusters(n) for n in _numbers(rows, "n")],
             "changed": [
                 bool(metric in changed.get(m, []) and r == last)
                 for m, r, last in zip(rows["model"], rows["round"], latest)
@@ -91,10 +95,15 @@ def trend_plot(
         "encoding": {"x": x, "tooltip": tooltip},
         "layer": [
             {
+                "transform": [{"filter": "datum.joined"}],
                 "mark": {"type": "rule", "color": STEADY},
                 "encoding": {"y": field("low", "quantitative"), "y2": {"field": "high"}},
             },
-            {"mark": {"type": "line", "color": STEADY}, "encoding": {"y": field("value", "quantitative", label)}},
+            {
+                "transform": [{"filter": "datum.joined"}],
+                "mark": {"type": "line", "color": STEADY},
+                "encoding": {"y": field("value", "quantitative", label)},
+            },
             {
                 "mark": {"type": "point", "filled": True},
                 "encoding": {
