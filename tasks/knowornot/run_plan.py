@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from refusalbench.tasks.core.config import RunConfig
@@ -37,7 +38,7 @@ from refusalbench.tasks.knowornot.schema.records import QAPair
 from refusalbench.tasks.knowornot.stages.evaluation import render_eval_messages, run_specs
 from refusalbench.tasks.knowornot.stages.retrieval import RETRIEVERS, format_context, strategies_need
 from refusalbench.tasks.knowornot.stages.sentences import document_sentences, spread_sentences
-from refusalbench.tasks.knowornot.stages.sources import load_qa_pairs
+from refusalbench.tasks.knowornot.stages.sources import POLICYBENCH_FILES, load_qa_pairs, policybench_import_hint
 from refusalbench.tasks.llm.plan_pricing import CHARS_PER_TOKEN, Prompt, StageWork, counted, priced_plan, prompt
 from refusalbench.tasks.llm.plan_results import Plan
 from refusalbench.tasks.llm.prompting import render_messages
@@ -72,7 +73,11 @@ def _read_base(cfg: RunConfig, kon: KnowOrNotConfig, source: KnowledgeBaseSource
     field = f"knowornot.knowledge_bases.{name}" if isinstance(source, KnowledgeBaseSource) else "knowornot"
     cap = kon.max_questions
     if source.qa_pairs:
-        pairs = load_qa_pairs(cfg.resolve_path(source.qa_pairs))
+        path = cfg.resolve_path(source.qa_pairs)
+        if Path(path).name in POLICYBENCH_FILES and "://" not in path and not Path(path).exists():
+            hint = policybench_import_hint(str(Path(source.qa_pairs).parent))
+            raise InputError(source.qa_pairs, f"file not found (beside the config, nor in the working folder): {hint}")
+        pairs = load_qa_pairs(path)
         if not pairs:
             raise _fail(cfg, f"{field}.qa_pairs", f"0 QA pairs in {source.qa_pairs}")
         questions = min(len(pairs), cap) if cap else len(pairs)

@@ -193,3 +193,53 @@ def test_counts_take_the_right_number_and_no_python_literal_is_printed(tmp_path)
     assert "1 generator\n" in table and "1 verifier " in table and "2 targets" in table
     assert not re.search(r"\b1 (generators|verifiers|targets|base items)\b", table)
     assert not re.search(r"\bNone\b|\bTrue\b|\bFalse\b|\[\'|\{\'", table)
+
+
+# ---------------------------------------------------------------- KnowOrNot
+
+
+def test_knowornot_plan_from_a_qa_file_counts_every_stage_from_the_config(tmp_path):
+    from refusalbench.tasks.knowornot.run_plan import plan_knowornot
+
+    pairs = [{"id": f"p{i}", "question": f"Question {i}?", "answer": f"Answer {i}."} for i in range(5)]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    (tmp_path / "kon.yaml").write_text("""
+models:
+  tgt: {model: openai/gpt-4o, api_key_env: OPENAI_API_KEY, max_concurrency: 4, params: {max_tokens: 100}}
+  tgt2: {model: openai/gpt-4.1, api_key_env: OPENAI_API_KEY, params: {max_tokens: 100}}
+  eval: {model: openai/gpt-4o-mini, api_key_env: OPENAI_API_KEY, params: {max_tokens: 100}}
+  other: {model: openai/gpt-4o-mini, api_key_env: OPENAI_API_KEY, params: {max_tokens: 100}}
+knowornot:
+  qa_pairs: qa.jsonl
+  targets: [tgt, tgt2]
+  evaluator: eval
+  evaluator_comparison: [other]
+  retrieval: [direct, long_context, hyde_rag]
+  prompts: [basic, conservative]
+  filters: []
+  synthetic_ookb: 7
+  label_sample: 10
+""")
+    plan = plan_knowornot(load_config(tmp_path / "kon.yaml"))
+    assert plan.method == "knowornot"
+    assert list(plan.stages) == [
+        "filter",
+        "hyde",
+        "ookb",
+        "answer",
+        "evaluate",
+        "compare",
+    ]  # no documents: no facts, qa
+    calls = {name: stage.by_model for name, stage in plan.stages.items()}
+    asked = 5 + 7  # every pair (no filter, no cap) and the synthetic questions
+    assert calls["hyde"] == {"eval": asked}  # the helper model defaults to the evaluator
+    assert calls["ookb"] == {"eval": 2}  # 7 questions, five per call
+    assert calls["answer"] == {"tgt": asked * 3 * 2, "tgt2": asked * 3 * 2}
+    # abstention for all 72 answers, factuality only for the 60 with an expected answer
+    assert calls["evaluate"] == {"eval": 2 * (asked + 5) * 3 * 2}
+    assert calls["compare"] == {"other": 10 * 2}
+    assert plan.stages["answer"].upper_bound  # a synthetic question repeating a known one is dropped
+    assert plan.total.calls == sum(s.calls for s in plan.stages.values())
+    assert plan.total.cost_usd == pytest.approx(sum(s.cost_usd for s in plan.stages.values()))
+    assert plan.stages["answer"].time_bound_s == max(m.time_bound_s for m in plan.stages["answer"].models.values())
+    assert plan.stages["answer"].models["tgt"].time_bound_s == pytest.approx(72 * 2.0 / 4)
