@@ -295,5 +295,11 @@ def plan_knowornot(cfg: RunConfig, *, latency_s: float = 2.0, available: Collect
         if skipped:
             notes.append(f"left out as unavailable: {', '.join(skipped)}")
     return priced_plan(
-        cfg, _work(cfg, kon, bases, targets), latency_s=latency_s, notes=notes, method="knowornot", warnings=warnings
+        cfg,
+        _work(cfg, kon, bases, targets),
+        latency_s=latency_s,
+        notes=notes,
+        method="knowornot",
+        warnings=warnings,
+        uses=[*kon.targets, kon.evaluator, *(m for m in (kon.extractor, kon.embedding_model) if m)],
     )

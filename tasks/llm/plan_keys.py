@@ -10,31 +10,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
-from pathlib import Path
 
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.llm.providers import profile_for
 
 
 def wanted_variables(cfg: RunConfig, name: str) -> str | None:
-    """What model ``name`` still needs set, as the one variable or ``one of A, B, ...``; None: nothing."""
+    """What model ``name`` still lacks, worded for a warning (``X is not set``, ``none of A, B is set``);
+    None: nothing."""
     model = cfg.models[name]
     if model.rule_based or (model.local is not None and not model.api_base):
         return None
-    profile = profile_for(model.model, model.api_base)
     if model.api_key_env:
-        return None if os.environ.get(model.api_key_env) else model.api_key_env
+        return None if os.environ.get(model.api_key_env) else f"{model.api_key_env} is not set"
+    profile = profile_for(model.model, model.api_base)
     status, _ = profile.credentials(model, model.api_base)
     if status != "missing":
         return None
     names = profile.key_env + profile.credential_env
+    files = f" (nor {', '.join(profile.credential_files)})" if profile.credential_files else ""
     if not names:
-        files = ", ".join(profile.credential_files)
-        return f"a credentials file ({files})"
+        return f"no credentials file{files}"
     if len(names) == 1:
-        return names[0]
-    extra = [str(Path(f)) for f in profile.credential_files]
-    return "one of " + ", ".join([*names, *extra])
+        return f"{names[0]} is not set{files}"
+    return f"none of {', '.join(names)} is set{files}"
 
 
 def missing_key_warnings(cfg: RunConfig, names: Collection[str]) -> list[str]:
@@ -45,6 +44,5 @@ def missing_key_warnings(cfg: RunConfig, names: Collection[str]) -> list[str]:
         if wanted is not None:
             needed.setdefault(wanted, []).append(name)
     return [
-        f"missing credentials: {variable} is not set, needed by {', '.join(models)}"
-        for variable, models in sorted(needed.items())
+        f"missing credentials: {wanted}, needed by {', '.join(models)}" for wanted, models in sorted(needed.items())
     ]

@@ -4,7 +4,8 @@ A local model (llama.cpp, served by the run itself) answers one request at a tim
 cores, so a flat 2 s per call says nothing about it: a 135M model replies in a second or two where a
 1.5B one takes tens of seconds. Its figure comes, in this order, from:
 
-1. measured: the median latency of its past calls in the call cache (the llama.cpp server answers as
+1. measured: the mean latency of its past calls in the call cache (the mean, since the time bound
+   is calls x seconds per call) (the llama.cpp server answers as
    the model's alias, which the cache records as ``served_model``), once there are enough of them;
 2. registry: its ``local.seconds_per_call`` (measured on a 2-core machine, ``configs/models.yaml``);
 3. assumed: the ``--latency`` given to ``plan`` (2 s by default), as for every API model, whose
@@ -32,7 +33,7 @@ class Latency:
 
     seconds: float
     source: str  # measured | registry | assumed
-    calls: int = 0  # measured: how many past calls the median is of
+    calls: int = 0  # measured: how many past calls the mean is of
 
 
 def is_local(cfg: ModelConfig) -> bool:
@@ -80,7 +81,7 @@ def model_latencies(cfg: RunConfig, names: Collection[str], default_s: float) ->
         seen = measured.get(aliases.get(name, ""), []) if name in local else []
         spec = cfg.models[name].local if name in local else None
         if len(seen) >= MIN_MEASURED_CALLS:
-            out[name] = Latency(round(statistics.median(seen), 3), "measured", len(seen))
+            out[name] = Latency(round(statistics.fmean(seen), 3), "measured", len(seen))
         elif spec is not None and spec.seconds_per_call is not None:
             out[name] = Latency(spec.seconds_per_call, "registry")
         else:
@@ -92,7 +93,7 @@ def latency_note(latencies: dict[str, Latency], default_s: float) -> str | None:
     """One line: which models' time bound rests on which figure."""
     parts = []
     for source, label in (
-        ("measured", "measured (median of past calls in the call cache)"),
+        ("measured", "measured (mean of past calls in the call cache)"),
         ("registry", "the registry's local.seconds_per_call"),
     ):
         names = sorted(n for n, lat in latencies.items() if lat.source == source)

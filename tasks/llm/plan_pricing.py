@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -219,9 +220,11 @@ def priced_plan(
     notes: list[str],
     method: str = "refusalbench",
     warnings: list[str] | None = None,
+    uses: Collection[str] = (),
 ) -> Plan:
     """The plan of the stages in ``work`` (in its order): priced, timed, summed; with the missing
-    credentials, the unknown prices and where each model's seconds per call come from."""
+    credentials (of the planned models and of ``uses``, the models the run names, also those
+    left out as unavailable), the unknown prices and where each model's seconds per call come from."""
     names = list(dict.fromkeys(m for w in work.values() for m in w.calls))
     rates = model_rates(cfg, set(names))
     latencies = model_latencies(cfg, names, latency_s)
@@ -254,7 +257,14 @@ def priced_plan(
             "batch-mode calls are priced at the batch price and take up to the model's batch.max_wait_s "
             "(the provider's window; most batches finish sooner); items a batch fails are sent synchronously"
         )
-    alerts = [*(warnings or []), *missing_key_warnings(cfg, names), *price_warnings(cfg, names, rates)]
+    alerts = [*(warnings or []), *missing_key_warnings(cfg, [*names, *uses]), *price_warnings(cfg, names, rates)]
+    guessed = sorted(n for n, lat in latencies.items() if lat.source == "assumed" and is_local(cfg.models[n]))
+    if guessed:
+        alerts.append(
+            f"no measured speed for local {'model' if len(guessed) == 1 else 'models'} {', '.join(guessed)}: "
+            f"timed at --latency ({latency_s:g} s per call), likely too little on a small machine; a run's "
+            "calls measure it (the call cache), or set local.seconds_per_call"
+        )
     return Plan(
         config=cfg.source,
         latency_s=latency_s,

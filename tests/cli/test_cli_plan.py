@@ -98,7 +98,7 @@ def test_missing_keys_are_listed_once_each_and_plan_still_exits_0(working_folder
     bedrock = [w for w in warnings if "AWS_ACCESS_KEY_ID" in w]
     assert len(bedrock) == 1 and "claude-4-sonnet" in bedrock[0] and "nova-pro" in bedrock[0]
     assert any("GOOGLE_APPLICATION_CREDENTIALS" in w and w.endswith("gemini-2.5-pro") for w in warnings)
-    assert len(warnings) == len({w.split(" is not set")[0] for w in warnings})  # one line per variable
+    assert len(warnings) == len({w.split(", needed by")[0] for w in warnings})  # one line per variable
     assert not any("qwen1.5" in w or "olmo" in w for w in warnings)  # self-hosted servers without auth
 
 

@@ -360,7 +360,17 @@ def plan_run(
         if skipped:
             notes.append(f"left out as unavailable: {', '.join(skipped)}")
     ordered = {name: work[name] for name in STAGES if name in work}
-    return priced_plan(cfg, ordered, latency_s=latency_s, notes=notes, warnings=warnings)
+    uses = [*(gen_models(cfg) if benchmark is None else []), *([*ev.targets, ev.judge] if ev else [])]
+    return priced_plan(cfg, ordered, latency_s=latency_s, notes=notes, warnings=warnings, uses=uses)
+
+
+def gen_models(cfg: RunConfig) -> list[str]:
+    """The models the generation side of a run names (pre-test included)."""
+    gen = cfg.generation
+    if gen is None:
+        return []
+    pretest = [*gen.pretest.models, gen.pretest.judge] if gen.pretest else []
+    return [*gen.generators, *gen.verifiers, *pretest]
 
 
 __all__ = ["CHARS_PER_TOKEN", "ModelPlan", "Plan", "PlanTotal", "StagePlan", "plan_run", "plan_table", "time_bound"]
