@@ -22,6 +22,7 @@ def plan_output(
     """The plan as text or JSON; the round sizing added (``round_sizing``) when any of its options is given."""
     from refusalbench.flows.common import usable_models
     from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.knowornot.run_plan import plan_knowornot
     from refusalbench.tasks.refusalbench.plan.estimate import plan_run, plan_table
     from refusalbench.tasks.refusalbench.rounds.round_sizing import round_sizing, sizing_text
 
@@ -30,7 +31,10 @@ def plan_output(
     if cfg.skip_unavailable and not all_models:
         # The run would skip these: credentials and cached weights only, no endpoint probe.
         available = usable_models(cfg, cfg.used_models(), probe=False)
-    result = plan_run(cfg, latency_s=latency, benchmark=benchmark, available=available)
+    if cfg.knowornot is not None and cfg.generation is None and cfg.evaluation is None and benchmark is None:
+        result = plan_knowornot(cfg, latency_s=latency, available=available)
+    else:
+        result = plan_run(cfg, latency_s=latency, benchmark=benchmark, available=available)
     sizing = None
     if rounds is not None or epsilon is not None or delta is not None or per_stratum:
         sizing = round_sizing(

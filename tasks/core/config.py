@@ -66,6 +66,12 @@ class LocalModelSpec(Strict):
     chat_format: str | None = None
     n_ctx: int = 4096
     alias: str | None = Field(default=None, description="model alias on the llama.cpp server (default: registry name)")
+    seconds_per_call: float | None = Field(
+        default=None,
+        gt=0,
+        description="measured seconds one call takes on a 2-core machine (llama.cpp, one request at a time): "
+        "what ``plan`` assumes when the call cache holds no past calls of the model",
+    )
 
 
 # How a model's reasoning reaches us (tasks/llm/reasoning.py): in a field of its own (``field``), also

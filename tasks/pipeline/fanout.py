@@ -46,8 +46,8 @@ from refusalbench.tasks.core import clocks, runfolder
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.llm.plan_prices import sends_batches
 from refusalbench.tasks.pipeline.ui import Progress, stage_of_task, story, task_run_name
-from refusalbench.tasks.refusalbench.plan.prices import sends_batches
 
 if TYPE_CHECKING:
     from refusalbench.tasks.pipeline.budget import Budget

@@ -14,9 +14,9 @@ from refusalbench.tasks.llm.batch_protocol import BatchRequest, JobState
 from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway
 from refusalbench.tasks.llm.openai_batches import OpenAIBatches
+from refusalbench.tasks.llm.plan_prices import batch_provider, model_rates
 from refusalbench.tasks.llm.providers import PROVIDERS, ProviderProfile, register_provider
 from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer, dry_run_responder
-from refusalbench.tasks.refusalbench.plan.prices import batch_provider, model_rates
 
 PREFIX = "acme_batches"
 NO_BATCHES = "acme_sync"

@@ -139,7 +139,7 @@ def test_cost_is_none_for_an_unknown_price_and_a_number_for_gpt_4o(tmp_path):
     # gen-b has no max_tokens: its output is not bounded
     assert plan.stages["generate"].models["gen-b"].output_tokens_max is None
     assert plan.stages["generate"].output_tokens_max is None
-    assert any("cost unknown, not zero" in note and "gen-a" in note for note in plan.notes)
+    assert any("the cost is unknown, not zero" in line and "gen-a" in line for line in plan.warnings)
 
 
 def test_only_priced_models_give_a_total_cost(tmp_path):

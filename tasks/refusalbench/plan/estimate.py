@@ -4,7 +4,13 @@
 model it counts the calls a run with an empty call cache would send, estimates their input
 tokens by rendering the real templates on the real base set, bounds their output tokens by the
 model's ``params.max_tokens``, prices both with LiteLLM's offline price map and bounds the time
-from ``max_concurrency``, ``rpm`` and an assumed latency per call.
+from ``max_concurrency``, ``rpm`` and each model's seconds per call (``llm/plan_latency.py``: measured
+from past calls, the registry's figure for a local model, or the assumed ``--latency``). Pricing,
+timing and summing are ``llm/plan_pricing.py``'s, shared with KnowOrNot's plan.
+
+A stage with nothing to do (no generator, no verifier, no target, no benchmark item) is an
+``InputError`` naming the stage: the run could not work. Models that ``skip_unavailable`` leaves out
+are warnings instead: plans are made before keys are set.
 
 Exact counts and upper bounds (``upper_bound`` says which):
 
@@ -27,7 +33,7 @@ schema where the model's provider profile sends it (no tokenizer can be fetched 
 stages render on the base items as stand-ins for the perturbed items they will see; the judge sees the reference
 answer as a stand-in response. Output tokens are a ceiling (calls x max_tokens), so ``cost_usd`` is
 a ceiling and ``input_cost_usd`` the input's share. Retries are not counted. Time bound per model:
-max(calls x latency / max_concurrency, calls / rpm x 60); a stage takes as long as its slowest
+max(calls x its seconds per call / max_concurrency, calls / rpm x 60); a stage takes as long as its slowest
 model (models run in parallel; short-circuit verifiers run one after another, so theirs add up);
 the total is the sum over stages.
 
@@ -49,25 +55,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from refusalbench.tasks.core.config import ModelConfig, RunConfig
+from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.llm.plan_pricing import CHARS_PER_TOKEN, StageWork, counted, priced_plan, time_bound
+from refusalbench.tasks.llm.plan_results import ModelPlan, Plan, PlanTotal, StagePlan
 from refusalbench.tasks.refusalbench.basesets import load_configured_base_set
 from refusalbench.tasks.refusalbench.levers import load_catalogue
-from refusalbench.tasks.refusalbench.plan.prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
 from refusalbench.tasks.refusalbench.plan.prompt_sizes import (
-    Prompt,
-    exceeds_window,
     generation_prompts_for,
     judge_prompts_for,
-    max_tokens,
-    schema_chars,
     stand_in_item,
     target_prompts_for,
     verification_prompts_for,
 )
-from refusalbench.tasks.refusalbench.plan.results import ModelPlan, Plan, PlanTotal, StagePlan
 from refusalbench.tasks.refusalbench.plan.table import plan_table
 from refusalbench.tasks.refusalbench.schema.benchmark_file import read_benchmark
 from refusalbench.tasks.refusalbench.schema.records import Assignment, BaseItem, BenchmarkItem, Lever
@@ -76,39 +78,7 @@ from refusalbench.tasks.refusalbench.stages.generate import rule_candidates
 from refusalbench.tasks.refusalbench.stages.select import stratum_quotas
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, STRATA, expected_behaviour
 
-CHARS_PER_TOKEN = 4
 STAGES = ("pretest", "generate", "verify", "respond", "judge")
-
-
-@dataclass
-class _StageWork:
-    """Calls and input characters per model of one stage, before pricing."""
-
-    note: str
-    sequential: bool = False
-    calls: Counter[str] = field(default_factory=Counter)
-    chars: Counter[str] = field(default_factory=Counter)
-    bounded: set[str] = field(default_factory=set)  # models whose count is a ceiling
-    too_long: Counter[str] = field(default_factory=Counter)  # calls whose prompt exceeds the model's window
-    batch_calls: Counter[str] = field(default_factory=Counter)  # of the calls, those sent through the batch API
-    batch_chars: Counter[str] = field(default_factory=Counter)
-
-    def add(
-        self, model: str, cfg: ModelConfig, calls: int, prompts: list[Prompt], *, bounded: bool, stage: str
-    ) -> None:
-        """``calls`` calls whose prompts look like ``prompts`` on average (all of them when equal in number);
-        ``stage``: the stage they count for (accounting's name: the calibration pass's is ``calibrate``)."""
-        batch = sends_batches(cfg, stage)
-        self.calls[model] += calls
-        self.batch_calls[model] += calls if batch else 0
-        if bounded:
-            self.bounded.add(model)
-        if prompts and calls:
-            total = sum(chars + schema_chars(cfg, schema) for chars, schema, _ in prompts)
-            self.chars[model] += round(total * calls / len(prompts))
-            self.batch_chars[model] += round(total * calls / len(prompts)) if batch else 0
-            over = sum(exceeds_window(cfg, messages, schema) for _, schema, messages in prompts)
-            self.too_long[model] += round(over * calls / len(prompts))
 
 
 @dataclass
@@ -121,13 +91,14 @@ class _Generation:
     levers: dict[str, Lever]
     benchmark_max: int = 0
     answerable_max: int = 0
+    rule_candidates: int = 0
 
     @property
     def items_by_id(self) -> dict[str, BaseItem]:
         return {item.id: item for item in self.items}
 
 
-def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
+def _draw_generation(cfg: RunConfig, seed: int, generators: list[str]) -> _Generation:
     """The base sample and lever assignment exactly as the generation flow draws them."""
     gen = cfg.generation
     assert gen is not None, "plan_run draws a generation only for a config with a generation section"
@@ -143,17 +114,29 @@ def _draw_generation(cfg: RunConfig, seed: int, generators: int) -> _Generation:
         by=gen.base_sample_by,
     )
     drawn = _Generation(all_items, items, assignments, {lever.id: lever for lever in catalogue})
-    per_stratum = Counter((a.perturbation_class, a.intensity) for a in assignments)
-    ordered = [s for s in STRATA if s in per_stratum]
+    llm_generators = [m for m in generators if not cfg.models[m].rule_based]
+    # Every LLM generator answers every assignment; the rule generator only those its rules realise.
+    assigned = Counter(_stratum(a) for a in assignments)
+    per_stratum = Counter({s: n * len(llm_generators) for s, n in assigned.items()})
+    for model in generators:
+        if cfg.models[model].rule_based:
+            made = rule_candidates(assignments, drawn.items_by_id, drawn.levers, model)
+            drawn.rule_candidates += len(made)
+            per_stratum.update((c.perturbation_class, c.intensity) for c in made)
+    ordered = [s for s in STRATA if s in assigned]
     # The quotas the stratified sample (select.stratified_sample) fills.
     quotas = stratum_quotas(gen.target_size, ordered) if gen.target_size and ordered else None
     for stratum in ordered:
-        candidates = per_stratum[stratum] * generators
+        candidates = per_stratum[stratum]
         most = min(quotas[stratum], candidates) if quotas else candidates
         drawn.benchmark_max += most
         if expected_behaviour(*stratum) == ANSWER_CORRECTLY:
             drawn.answerable_max += most
     return drawn
+
+
+def _stratum(assignment: Assignment) -> tuple[str, str]:
+    return assignment.perturbation_class, assignment.intensity
 
 
 def _generation_work(
@@ -163,14 +146,14 @@ def _generation_work(
     verifiers: list[str],
     pretest: list[str],
     judge: str | None,
-) -> dict[str, _StageWork]:
+) -> dict[str, StageWork]:
     gen, models = cfg.generation, cfg.models
     assert gen is not None, "plan_run plans the generation only for a config with a generation section"
-    stages: dict[str, _StageWork] = {}
+    stages: dict[str, StageWork] = {}
     if gen.pretest is not None:
         n = len(drawn.all_items)
-        work = _StageWork(
-            f"{n} base items x {len(pretest)} pre-test models answer (exact); the judge "
+        work = StageWork(
+            f"{counted(n, 'base item')} x {counted(len(pretest), 'pre-test model')} answer (exact); the judge "
             "scores each answer (at most one call per answer)"
         )
         stand_ins = [stand_in_item(item) for item in drawn.all_items]
@@ -183,21 +166,20 @@ def _generation_work(
 
     a = len(drawn.assignments)
     after_pretest = " (at most: the pre-test may keep fewer items)" if gen.pretest is not None else ""
-    work = _StageWork(f"{len(drawn.items)} base items -> {a} assignments x {len(generators)} generators{after_pretest}")
+    work = StageWork(
+        f"{counted(len(drawn.items), 'base item')} -> {counted(a, 'assignment')} x "
+        f"{counted(len(generators), 'generator')}{after_pretest}"
+    )
     prompts = generation_prompts_for(drawn.assignments, drawn.items_by_id, drawn.levers)
     llm_generators = [m for m in generators if not models[m].rule_based]  # the rule generator makes no call
     for model in llm_generators:
         work.add(model, models[model], a, prompts, bounded=gen.pretest is not None, stage="generate")
     stages["generate"] = work
 
-    candidates = a * len(llm_generators) + sum(
-        len(rule_candidates(drawn.assignments, drawn.items_by_id, drawn.levers, m))
-        for m in generators
-        if models[m].rule_based
-    )
+    candidates = a * len(llm_generators) + drawn.rule_candidates
     short_circuit = gen.verification == "short_circuit"
-    work = _StageWork(
-        f"at most {candidates} candidates x {len(verifiers)} verifiers (only parsed candidates are "
+    work = StageWork(
+        f"at most {counted(candidates, 'candidate')} x {counted(len(verifiers), 'verifier')} (only parsed candidates are "
         "sent" + ("; short_circuit drops those an earlier verifier failed)" if short_circuit else ")"),
         sequential=short_circuit,
     )
@@ -215,7 +197,7 @@ def _evaluation_work(
     *,
     benchmark: list[BenchmarkItem] | None,
     drawn: _Generation | None,
-) -> dict[str, _StageWork]:
+) -> dict[str, StageWork]:
     ev, models = cfg.evaluation, cfg.models
     assert ev is not None, "plan_run plans the evaluation only for a config with an evaluation section"
     if benchmark is not None:
@@ -224,7 +206,7 @@ def _evaluation_work(
         size, judged, exact = len(benchmark), len(shown_to_judge), True
         respond_prompts, judge_prompts = target_prompts_for(benchmark), judge_prompts_for(shown_to_judge)
         calibration_prompts = target_prompts_for(benchmark, confidence=True) if ev.confidence else []
-        respond_note = f"{size} benchmark items x {len(targets)} targets (exact)"
+        respond_note = f"{counted(size, 'benchmark item')} x {counted(len(targets), 'target')} (exact)"
     else:
         assert drawn is not None, "without a benchmark file, the generation's draw stands in for it"
         stand_ins = [stand_in_item(item) for item in drawn.items]
@@ -233,16 +215,17 @@ def _evaluation_work(
         respond_prompts, judge_prompts = target_prompts_for(stand_ins), judge_prompts_for(stand_ins)
         calibration_prompts = target_prompts_for(stand_ins, confidence=True) if ev.confidence else []
         respond_note = (
-            f"at most {size} benchmark items (the sum over strata of min(quota, candidates)) x {len(targets)} targets"
+            f"at most {counted(size, 'benchmark item')} (the sum over strata of min(quota, candidates)) x "
+            f"{counted(len(targets), 'target')}"
         )
-    respond = _StageWork(respond_note)
+    respond = StageWork(respond_note)
     for model in targets:
         respond.add(model, models[model], size, respond_prompts, bounded=not exact, stage="respond")
-    judge_work = _StageWork(
-        f"at most {judged} items x {len(targets)} targets: the judge classifies every reply "
+    judge_work = StageWork(
+        f"at most {counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies every reply "
         "but one that is only a refusal code"
         if ev.decision == "judge"
-        else f"at most {judged} answerable items x {len(targets)} targets: only answers to "
+        else f"at most {counted(judged, 'answerable item')} x {counted(len(targets), 'target')}: only answers to "
         "answerable items are judged (decision: codes)"
     )
     if judge is not None:
@@ -260,70 +243,46 @@ def _evaluation_work(
     return work
 
 
-def time_bound(cfg: ModelConfig, calls: int, latency_s: float) -> float:
-    """Seconds ``calls`` calls need: limited by concurrency or by the rate limit, whichever is slower."""
-    by_concurrency = calls * latency_s / cfg.max_concurrency
-    by_rate = calls / cfg.rpm * 60 if cfg.rpm else 0.0
-    return max(by_concurrency, by_rate)
+def _nothing_to_do(cfg: RunConfig, field: str, problem: str) -> InputError:
+    """A stage with nothing to do: the run could not work, so the plan says which stage and why."""
+    return InputError(str(cfg.source), f"{field.split('.')[0]}: {problem}", field=field)
 
 
-def _price_model(mcfg: ModelConfig, work: _StageWork, name: str, rates: Rates | None, latency_s: float) -> ModelPlan:
-    """One model's calls of a stage: tokens, cost at each call's mode's price, and time."""
-    calls, batch_calls = work.calls[name], work.batch_calls[name]
-    tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
-    batch_in = -(-work.batch_chars[name] // CHARS_PER_TOKEN)
-    ceiling = max_tokens(mcfg)
-    tokens_out: int | None = None
-    batch_out: int | None = None
-    sync_out: int | None = None
-    if ceiling is not None:
-        tokens_out, batch_out = calls * ceiling, batch_calls * ceiling
-        sync_out = tokens_out - batch_out
-    cost_in = cost = sync_cost = batch_cost = None
-    if rates is not None:  # the synchronous calls at the synchronous price, the batch calls at the batch price
-        sync_in, sync_total = rates.cost(tokens_in - batch_in, sync_out, batch=False)
-        queued_in, queued_total = rates.cost(batch_in, batch_out, batch=True)
-        cost_in, cost = round(sync_in + queued_in, 6), sum_or_none([sync_total, queued_total])
-        sync_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=False)[1]])
-        batch_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=batch_provider(mcfg))[1]])
-    # Batch calls are waited for up to the model's batch window, whatever its concurrency.
-    seconds = time_bound(mcfg, calls - batch_calls, latency_s)
-    if batch_calls:
-        seconds = max(seconds, mcfg.batch.max_wait_s)
-    return ModelPlan(
-        calls=calls,
-        upper_bound=name in work.bounded,
-        input_tokens=tokens_in,
-        output_tokens_max=tokens_out,
-        input_cost_usd=cost_in,
-        cost_usd=cost,
-        time_bound_s=round(seconds, 3),
-        too_long=work.too_long[name],
-        batch_calls=batch_calls,
-        sync_cost_usd=sync_cost,
-        batch_cost_usd=batch_cost,
-    )
+def _check_generation(cfg: RunConfig, drawn: _Generation) -> None:
+    """A generation that would make no benchmark item: exit 2, naming why (the config as written)."""
+    gen = cfg.generation
+    assert gen is not None, "checked only for a config with a generation section"
+    if not gen.generators:
+        raise _nothing_to_do(cfg, "generation.generators", "no generators")
+    if not gen.verifiers:
+        raise _nothing_to_do(cfg, "generation.verifiers", "no verifiers")
+    if not drawn.all_items:
+        raise _nothing_to_do(cfg, "generation.base_set", f"0 benchmark items: the base set {gen.base_set} is empty")
+    if not drawn.items:
+        raise _nothing_to_do(cfg, "generation.base_sample", "0 benchmark items: the base sample draws no item")
+    if not drawn.assignments:
+        raise _nothing_to_do(
+            cfg,
+            "generation.strata",
+            f"0 benchmark items: no lever of the catalogue fits the strata for the {counted(len(drawn.items), 'base item')}",
+        )
+    if not drawn.benchmark_max:
+        raise _nothing_to_do(
+            cfg,
+            "generation.generators",
+            f"0 benchmark items: the generators make no candidate (the rule generator realises none of the "
+            f"{counted(len(drawn.assignments), 'assignment')} and no LLM generator is named)",
+        )
 
 
-def _price_stage(cfg: RunConfig, work: _StageWork, rates: dict[str, Rates | None], latency_s: float) -> StagePlan:
-    models = {name: _price_model(cfg.models[name], work, name, rates.get(name), latency_s) for name in work.calls}
-    times = [m.time_bound_s for m in models.values()]
-    outs = [m.output_tokens_max for m in models.values()]
-    return StagePlan(
-        calls=sum(m.calls for m in models.values()),
-        by_model={k: m.calls for k, m in models.items()},
-        upper_bound=bool(work.bounded),
-        input_tokens=sum(m.input_tokens for m in models.values()),
-        output_tokens_max=None if None in outs else sum(outs),
-        input_cost_usd=sum_or_none([m.input_cost_usd for m in models.values()]),
-        cost_usd=sum_or_none([m.cost_usd for m in models.values()]),
-        time_bound_s=round(sum(times) if work.sequential else max(times, default=0.0), 3),
-        models=models,
-        note=work.note,
-        batch_calls=sum(m.batch_calls for m in models.values()),
-        sync_cost_usd=sum_or_none([m.sync_cost_usd for m in models.values()]),
-        batch_cost_usd=sum_or_none([m.batch_cost_usd for m in models.values()]),
-    )
+def _left_out(section: str, role: str, named: list[str], kept: list[str]) -> list[str]:
+    """A warning when skip_unavailable leaves out every model of a role: the run would stop there."""
+    if not named or kept:
+        return []
+    return [
+        f"{section}: every {role} is left out as unavailable ({', '.join(named)}): the run would stop here; "
+        "set their credentials or plan with --all-models"
+    ]
 
 
 def plan_run(
@@ -340,34 +299,50 @@ def plan_run(
     would make. With ``benchmark`` (a benchmark file for ``evaluate``): its evaluation alone, exactly
     sized. ``seed`` overrides ``generation.seed`` as the run's ``--seed`` does. ``available``
     (optional): the models that can run; others are left out, as ``skip_unavailable`` would.
+    A stage with nothing to do is an :class:`InputError` naming the stage.
     """
     if latency_s <= 0:
         raise ValueError(f"latency_s must be positive, got {latency_s}")
     keep = (lambda names: [n for n in names if n in available]) if available is not None else list
     notes = [
         f"tokens estimated as characters / {CHARS_PER_TOKEN} of the rendered prompts (no tokenizer offline)",
-        f"time per model = max(calls x {latency_s:g} s / max_concurrency, calls / rpm x 60); the models of a "
-        "stage run in parallel, the stages one after another; retries and cached calls are not counted",
+        "time per model = max(calls x its seconds per call / max_concurrency, calls / rpm x 60); the models of "
+        "a stage run in parallel, the stages one after another; retries and cached calls are not counted",
         "output tokens and cost_usd are ceilings: every call is counted at the model's max_tokens",
     ]
-    work: dict[str, _StageWork] = {}
+    warnings: list[str] = []
+    work: dict[str, StageWork] = {}
     drawn = None
     gen, ev = cfg.generation, cfg.evaluation
     if benchmark is None and gen is not None:
-        generators = keep(gen.generators)
+        run_seed = gen.seed if seed is None else seed
+        drawn = _draw_generation(cfg, run_seed, gen.generators)
+        _check_generation(cfg, drawn)
+        generators, verifiers = keep(gen.generators), keep(gen.verifiers)
+        warnings += _left_out("generation", "generator", gen.generators, generators)
+        warnings += _left_out("generation", "verifier", gen.verifiers, verifiers)
+        if generators != gen.generators:
+            drawn = _draw_generation(cfg, run_seed, generators)
         pretest = keep(gen.pretest.models) if gen.pretest else []
         pretest_judge = (keep([gen.pretest.judge]) or [None])[0] if gen.pretest else None
-        drawn = _draw_generation(cfg, gen.seed if seed is None else seed, len(generators))
-        work.update(_generation_work(cfg, drawn, generators, keep(gen.verifiers), pretest, pretest_judge))
+        work.update(_generation_work(cfg, drawn, generators, verifiers, pretest, pretest_judge))
         if gen.pretest is not None:
+            warnings += _left_out("pretest", "pre-test model", gen.pretest.models, pretest)
             notes.append(
                 "pretest assumes one answer per (item, model) with the target template and at most one "
                 "judge call per answer with the judge template"
             )
     if ev is not None and (benchmark is not None or drawn is not None):
+        if not ev.targets:
+            raise _nothing_to_do(cfg, "evaluation.targets", "no targets")
         items = read_benchmark(benchmark) if benchmark is not None else None
+        if items is not None and not items:
+            raise _nothing_to_do(cfg, "evaluation", f"0 benchmark items in {benchmark}")
         judge = (keep([ev.judge]) or [None])[0]
-        work.update(_evaluation_work(cfg, keep(ev.targets), judge, benchmark=items, drawn=drawn))
+        targets = keep(ev.targets)
+        warnings += _left_out("evaluation", "target", ev.targets, targets)
+        warnings += _left_out("evaluation", "judge", [ev.judge], [judge] if judge else [])
+        work.update(_evaluation_work(cfg, targets, judge, benchmark=items, drawn=drawn))
         if benchmark is None:
             notes.append("respond and judge prompts are rendered on the base items, stand-ins for their perturbations")
     elif ev is not None:
@@ -377,57 +352,25 @@ def plan_run(
             field="evaluation",
         )
     if not work:
-        raise InputError(str(cfg.source), "nothing to plan: the config has no generation or evaluation section")
+        raise InputError(
+            str(cfg.source), "nothing to plan: the config has no generation, evaluation or knowornot section"
+        )
     if available is not None:
         skipped = sorted(set(cfg.used_models()) - set(available))
         if skipped:
             notes.append(f"left out as unavailable: {', '.join(skipped)}")
+    ordered = {name: work[name] for name in STAGES if name in work}
+    uses = [*(gen_models(cfg) if benchmark is None else []), *([*ev.targets, ev.judge] if ev else [])]
+    return priced_plan(cfg, ordered, latency_s=latency_s, notes=notes, warnings=warnings, uses=uses)
 
-    prices = model_rates(cfg, {m for w in work.values() for m in w.calls})
-    stages = {name: _price_stage(cfg, work[name], prices, latency_s) for name in STAGES if name in work}
-    per_model = [m for s in stages.values() for m in s.models.items()]
-    unpriced = sorted({name for name, m in per_model if m.cost_usd is None})
-    no_price = sorted({name for name in unpriced if prices.get(name) is None})
-    no_ceiling = sorted(set(unpriced) - set(no_price))
-    if no_price:
-        notes.append(f"no price in the config or LiteLLM's map (cost unknown, not zero): {', '.join(no_price)}")
-    if no_ceiling:
-        notes.append(f"no params.max_tokens, so output is unbounded: {', '.join(no_ceiling)}")
-    no_batch_api = sorted({name for name, _ in per_model if not batch_provider(cfg.models[name])})
-    unbatched = [name for name in no_batch_api if cfg.models[name].mode != "sync"]
-    if unbatched:
-        notes.append(
-            f"mode: batch, but no batch API the gateway speaks (OpenAI-style and Anthropic have one): "
-            f"{', '.join(unbatched)}: sent, priced and timed synchronously"
-        )
-    if no_batch_api:
-        notes.append(
-            f"batch_cost_usd (every model in mode: batch) keeps these synchronous, their providers having no "
-            f"batch API the gateway speaks: {', '.join(no_batch_api)}"
-        )
-    outs = [s.output_tokens_max for s in stages.values()]
-    total = PlanTotal(
-        calls=sum(s.calls for s in stages.values()),
-        upper_bound=any(s.upper_bound for s in stages.values()),
-        input_tokens=sum(s.input_tokens for s in stages.values()),
-        output_tokens_max=None if None in outs else sum(outs),
-        input_cost_usd=sum_or_none([s.input_cost_usd for s in stages.values()]),
-        cost_usd=sum_or_none([s.cost_usd for s in stages.values()]),
-        priced_cost_usd=round(sum(m.cost_usd for _, m in per_model if m.cost_usd is not None), 6),
-        unpriced_models=unpriced,
-        time_bound_s=round(sum(s.time_bound_s for s in stages.values()), 3),
-        batch_calls=sum(s.batch_calls for s in stages.values()),
-        sync_cost_usd=sum_or_none([s.sync_cost_usd for s in stages.values()]),
-        batch_cost_usd=sum_or_none([s.batch_cost_usd for s in stages.values()]),
-        priced_sync_cost_usd=round(sum(m.sync_cost_usd for _, m in per_model if m.sync_cost_usd is not None), 6),
-        priced_batch_cost_usd=round(sum(m.batch_cost_usd for _, m in per_model if m.batch_cost_usd is not None), 6),
-    )
-    if total.batch_calls:
-        notes.append(
-            "batch-mode calls are priced at the batch price and take up to the model's batch.max_wait_s "
-            "(the provider's window; most batches finish sooner); items a batch fails are sent synchronously"
-        )
-    return Plan(config=cfg.source, latency_s=latency_s, stages=stages, total=total, notes=notes)
+
+def gen_models(cfg: RunConfig) -> list[str]:
+    """The models the generation side of a run names (pre-test included)."""
+    gen = cfg.generation
+    if gen is None:
+        return []
+    pretest = [*gen.pretest.models, gen.pretest.judge] if gen.pretest else []
+    return [*gen.generators, *gen.verifiers, *pretest]
 
 
 __all__ = ["CHARS_PER_TOKEN", "ModelPlan", "Plan", "PlanTotal", "StagePlan", "plan_run", "plan_table", "time_bound"]

@@ -2,19 +2,13 @@
 
 No model is called and no tokenizer fetched: a prompt's size is its characters plus the JSON schema
 the model's provider profile sends with it, and whether it fits is the gateway's own check before a
-call. The items a later stage will see do not exist before the run, so base items stand in for them.
+call (both in ``llm/plan_pricing.py``). The items a later stage will see do not exist before the run, so base items stand in for them.
 """
 
 from __future__ import annotations
 
-import json
-
-from pydantic import BaseModel
-
-from refusalbench.tasks.core.config import ModelConfig
-from refusalbench.tasks.llm.context_limits import overflow
-from refusalbench.tasks.llm.gateway import json_schema
-from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
+from refusalbench.tasks.llm.plan_pricing import Prompt
+from refusalbench.tasks.llm.plan_pricing import prompt as _prompt
 from refusalbench.tasks.llm.structured_outputs import GeneratorMultiOutput, GeneratorSingleOutput, VerifierOutput
 from refusalbench.tasks.refusalbench.schema.records import (
     Assignment,
@@ -29,37 +23,6 @@ from refusalbench.tasks.refusalbench.stages.judge import judge_messages, judge_s
 from refusalbench.tasks.refusalbench.stages.respond import target_messages
 from refusalbench.tasks.refusalbench.stages.verify import verification_messages
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
-
-# (characters of the messages, response schema, the messages)
-Prompt = tuple[int, type[BaseModel] | None, list[dict[str, str]]]
-
-
-def _message_chars(messages: list[dict[str, str]]) -> int:
-    return sum(len(m["content"]) for m in messages)
-
-
-def _prompt(messages: list[dict[str, str]], schema: type[BaseModel] | None) -> Prompt:
-    return _message_chars(messages), schema, messages
-
-
-def max_tokens(cfg: ModelConfig) -> int | None:
-    """The output ceiling of one call of ``cfg`` (None: unbounded)."""
-    return profile_for(cfg.model, cfg.api_base).max_output_tokens(cfg.params)
-
-
-def exceeds_window(cfg: ModelConfig, messages: list[dict[str, str]], schema: type[BaseModel] | None) -> bool:
-    """Whether the gateway would record this prompt too_long for ``cfg`` instead of sending it."""
-    sent = json_schema(schema) if schema is not None and schema_chars(cfg, schema) else None
-    return overflow(cfg, messages, max_tokens(cfg), sent) is not None
-
-
-def schema_chars(cfg: ModelConfig, schema: type[BaseModel] | None) -> int:
-    """The characters of ``schema`` that travel with a request of ``cfg``."""
-    # In the json_schema and tool modes the whole schema travels with the request; in json_object
-    # mode only {"type": "json_object"}, in none nothing (the model's provider profile decides).
-    if schema is None or structured_mode(cfg, profile_for(cfg.model, cfg.api_base)) not in SCHEMA_MODES:
-        return 0
-    return len(json.dumps(json_schema(schema)))
 
 
 def stand_in_item(item: BaseItem) -> BenchmarkItem:

@@ -1,9 +1,13 @@
-"""``plan`` as text: a row per stage and model, per stage and in total; the totals synchronous and
-through the batch API; the prompts too long; the stage notes and the assumptions."""
+"""``plan`` as text, for either method: a row per stage and model (with the seconds per call its time
+bound assumes and where that figure comes from), per stage and in total; the warnings (missing
+credentials, unknown prices, stages left without a model); the totals synchronous and through the
+batch API; the prompts too long; the stage notes and the assumptions."""
 
 from __future__ import annotations
 
-from refusalbench.tasks.refusalbench.plan.results import ModelPlan, Plan, PlanTotal, StagePlan
+from refusalbench.tasks.llm.plan_results import ModelPlan, Plan, PlanTotal, StagePlan
+
+FREE = "local, free"
 
 
 def _duration(seconds: float) -> str:
@@ -17,16 +21,29 @@ def _duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-def _row(stage: str, model: str, part: ModelPlan | StagePlan | PlanTotal) -> tuple[str, ...]:
-    money = "unknown" if part.cost_usd is None else f"{part.cost_usd:,.2f}"
+def _free(part: ModelPlan | StagePlan | PlanTotal, models: list[ModelPlan]) -> bool:
+    """Whether every call of this row goes to a local model the run serves itself (no provider bills it)."""
+    return bool(models) and all(m.free for m in models) and part.cost_usd is not None
+
+
+def _row(stage: str, model: str, part: ModelPlan | StagePlan | PlanTotal, models: list[ModelPlan]) -> tuple[str, ...]:
+    if not models and not part.calls:
+        money = "no calls"
+    elif _free(part, models):
+        money = FREE
+    else:
+        money = "unknown" if part.cost_usd is None else f"{part.cost_usd:,.2f}"
     out = "unbounded" if part.output_tokens_max is None else f"{part.output_tokens_max:,}"
+    mark = "~" if part.estimated else "<=" if part.upper_bound else ""
+    pace = f"{part.latency_s:g} ({part.latency_source})" if isinstance(part, ModelPlan) and part.latency_s else ""
     return (
         stage,
         model,
-        f"{'<=' if part.upper_bound else ''}{part.calls:,}",
+        f"{mark}{part.calls:,}",
         f"{part.input_tokens:,}",
         out,
         money,
+        pace,
         _duration(part.time_bound_s),
     )
 
@@ -57,29 +74,37 @@ def cost_lines(total: PlanTotal) -> list[str]:
 
 
 def plan_table(plan: Plan) -> str:
-    """The plan as a text table: a row per stage and model, per stage and in total; then the notes."""
-    header = ("stage", "model", "calls", "input tok", "output tok <=", "cost $ <=", "time")
+    """The plan as a text table: a row per stage and model, per stage and in total; then the warnings,
+    the costs, the notes and the assumptions."""
+    header = ("stage", "model", "calls", "input tok", "output tok <=", "cost $ <=", "s/call (source)", "time")
     rows: list[tuple[str, ...]] = []
     for name, stage in plan.stages.items():
-        rows += [_row(name, _model_cell(model, m), m) for model, m in stage.models.items()]
-        rows.append(_row(name, "(stage)", stage))
-    rows.append(_row("total", "", plan.total))
+        rows += [_row(name, _model_cell(model, m), m, [m]) for model, m in stage.models.items()]
+        rows.append(_row(name, "(stage)", stage, list(stage.models.values())))
+    every_model = [m for stage in plan.stages.values() for m in stage.models.values()]
+    rows.append(_row("total", "", plan.total, every_model))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
+    method = "KnowOrNot plan" if plan.method == "knowornot" else "Plan"
     out = [
-        f"Plan for {plan.config or 'config'} (<= : upper bound, the count depends on earlier outcomes)",
+        f"{method} for {plan.config or 'config'} (<= : upper bound, the count depends on earlier outcomes; "
+        "~ : an estimate from an assumed ratio)",
         line(header),
         line(tuple("-" * w for w in widths)),
         *map(line, rows),
     ]
+    out += [f"warning: {text}" for text in plan.warnings]
     priced = {m for stage in plan.stages.values() for m in stage.models} - set(plan.total.unpriced_models)
     if plan.total.cost_usd is None:
         known = f"cost of the priced models: <= ${plan.total.priced_cost_usd:,.2f}; " if priced else ""
         out.append(f"{known}cost unknown for: {', '.join(plan.total.unpriced_models)}")
-    out += cost_lines(plan.total)
+    if every_model and all(m.free for m in every_model):
+        out.append("cost: none, every model is local (served by the run itself)")
+    else:
+        out += cost_lines(plan.total)
     too_long = [
         f"  {name}: {model}: {m.too_long:,} of {m.calls:,}"
         for name, stage in plan.stages.items()

@@ -1,4 +1,4 @@
-"""What ``plan`` returns: per stage and model, per stage and in total (the stage keys
+"""What ``plan`` returns, for either method: per stage and model, per stage and in total (the stage keys
 ``calls`` and ``by_model`` and the total's ``calls``, ``cost_usd``, ``time_bound_s`` are a public
 contract that outside tools read: fields are added, never removed)."""
 
@@ -29,6 +29,16 @@ class ModelPlan(BaseModel):
     batch_calls: int = Field(default=0, description="of the calls, those sent through the batch API (mode: batch)")
     sync_cost_usd: float | None = Field(default=None, description="cost_usd with every call synchronous")
     batch_cost_usd: float | None = Field(default=None, description=ALL_BATCH)
+    estimated: bool = Field(
+        default=False, description="the count rests on an assumed ratio (e.g. facts per sentence), not a bound"
+    )
+    free: bool = Field(default=False, description="a local model the run serves itself: no provider bills its calls")
+    latency_s: float | None = Field(default=None, description="the seconds per call the time bound assumes")
+    latency_source: str = Field(
+        default="assumed",
+        description="where latency_s comes from: measured (past calls in the call cache), registry "
+        "(the model's local.seconds_per_call), assumed (--latency)",
+    )
 
 
 class StagePlan(BaseModel):
@@ -47,6 +57,7 @@ class StagePlan(BaseModel):
     batch_calls: int = 0
     sync_cost_usd: float | None = None
     batch_cost_usd: float | None = None
+    estimated: bool = False
 
 
 class PlanTotal(BaseModel):
@@ -66,13 +77,18 @@ class PlanTotal(BaseModel):
     batch_cost_usd: float | None = Field(default=None, description=ALL_BATCH)
     priced_sync_cost_usd: float = 0.0
     priced_batch_cost_usd: float = 0.0
+    estimated: bool = False
 
 
 class Plan(BaseModel):
     """The plan of a run of a config, made without a model call."""
 
     config: str | None
-    latency_s: float
+    latency_s: float = Field(description="the assumed seconds per call of a model with no measured or registry figure")
     stages: dict[str, StagePlan]
     total: PlanTotal
     notes: list[str]
+    method: str = Field(default="refusalbench", description="the method planned: refusalbench or knowornot")
+    warnings: list[str] = Field(
+        default_factory=list, description="what would stop or change the run: missing keys, missing prices"
+    )
