@@ -348,7 +348,12 @@ def pretest(
 def plan(
     config: Path | None = typer.Option(None, "--config", help="run config (default: the local demo)"),
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
-    latency: float = typer.Option(2.0, "--latency", min=0.001, help="assumed seconds per call, for the time bound"),
+    latency: float = typer.Option(
+        2.0,
+        "--latency",
+        min=0.001,
+        help="seconds per call for the time bound, for models with no measured or registry speed",
+    ),
     benchmark: str | None = typer.Option(
         None, "--benchmark", help="plan the evaluation of this benchmark file alone (exact respond counts)"
     ),

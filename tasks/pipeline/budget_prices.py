@@ -19,9 +19,8 @@ from collections.abc import Iterable
 
 from refusalbench.tasks.core.config import ModelConfig, RunConfig
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.refusalbench.plan.estimate import CHARS_PER_TOKEN
-from refusalbench.tasks.refusalbench.plan.prices import model_rates, sends_batches
-from refusalbench.tasks.refusalbench.plan.prompt_sizes import max_tokens
+from refusalbench.tasks.llm.plan_prices import model_rates, sends_batches
+from refusalbench.tasks.llm.plan_pricing import CHARS_PER_TOKEN, max_tokens
 
 # Output tokens counted for a call of a model that sets no max_tokens and that LiteLLM's map gives no
 # cap for (a self-hosted server): the common default cap of OpenAI-compatible servers and of
