@@ -292,9 +292,15 @@ def refresh(
     out_root: str = typer.Option("runs/rounds", "--out", help="folder holding one sub-folder per round"),
     compare: int = typer.Option(5, "--compare", help="how many recent rounds the trend shows"),
     seed: int | None = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="exit 1 when a target of the round is incomplete (scored on less than evaluation.min_coverage "
+        "of its rows; not compared in the trend)",
+    ),
 ) -> None:
     """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
-    from refusalbench.flows.launch import run_refresh
+    from refusalbench.flows.launch import incomplete_line, run_refresh
 
     result = run_refresh(str(_config_path(config)), out_root, compare, seed)
     out.print(f"round {result.round}: report {result.report}")
@@ -304,6 +310,8 @@ def refresh(
         out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
     for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
+    if line := incomplete_line(result, strict):  # targets scored on too few rows; strict: exit 1
+        err.print(line, markup=False, highlight=False)
 
 
 @app.command()

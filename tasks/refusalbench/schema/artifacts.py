@@ -119,13 +119,16 @@ RESPONSE_DISTRIBUTION = Artifact(
 
 # ---------------------------------------------------------------- RefusalBench: refresh rounds
 ROUND_TREND = Artifact(
-    "round_trend.parquet", "parquet", "metrics with intervals and standard errors per model and round"
+    "round_trend.parquet",
+    "parquet",
+    "metrics with intervals and standard errors per model and round, with its counts, coverage and whether "
+    "that is complete (at least evaluation.min_coverage: only complete rounds are compared)",
 )
 TREND = Artifact(
     "trend.json",
     "json",
     "rounds compared, significant changes since the previous round (FDR-controlled), "
-    "incomplete rounds, the round's error bound",
+    "models not compared (incomplete coverage) and differences not tested, incomplete rounds, the round's error bound",
     TrendDocument,
 )
 FRESHNESS = Artifact(
