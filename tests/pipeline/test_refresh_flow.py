@@ -39,6 +39,46 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+def write_config(tmp_path, url: str, targets: list[str]):
+    (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
+    models = "\n".join(
+        f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2"
+        for n in ["gen-a", "ver-a", *targets, "judge"]
+    )
+    config = tmp_path / "refresh.yaml"
+    config.write_text(f"""
+models:
+{models}
+cache:  # the target changes its mind between rounds: a refresh round asks the targets again (cache scope `round`)
+  path: {json.dumps(str(tmp_path / "calls.sqlite"))}
+generation:
+  base_set: base.jsonl
+  generators: [gen-a]
+  verifiers: [ver-a]
+  base_sample: 8
+  strata: [P-MissingInfo/LOW, P-MissingInfo/MEDIUM, P-MissingInfo/HIGH]
+evaluation:
+  targets: [{", ".join(targets)}]
+  judge: judge
+  bootstrap: 400
+""")
+    return config
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_refresh_refuses_a_root_holding_a_round_of_a_newer_schema(tmp_path, fake_llm, capsys):
+    from refusalbench.tasks.core import runfolder
+
+    config = write_config(tmp_path, fake_llm.url, ["steady"])
+    newer = tmp_path / "rounds" / "round-20260101T000000Z-s7"
+    newer.mkdir(parents=True)
+    (newer / "manifest.json").write_text(json.dumps({"schema_version": "99.0"}))
+    code, err = run_cli(["refresh", "--config", str(config), "--out", str(tmp_path / "rounds")], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"schema_version: 99.0 is newer than this refusalbench reads ({runfolder.SCHEMA_VERSION})" in err
+    assert [p.name for p in (tmp_path / "rounds").iterdir()] == [newer.name] and not fake_llm.calls
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_two_rounds_trend_and_flag(tmp_path, fake_llm, capsys):
     from refusalbench.flows.launch import run_refresh
@@ -75,29 +115,8 @@ def test_two_rounds_trend_and_flag(tmp_path, fake_llm, capsys):
             "judge": judge_by_reference,
         }
     )
-    (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
     targets = ["flip", "constant", "flaky", "steady"]
-    models = "\n".join(
-        f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-        for n in ["gen-a", "ver-a", *targets, "judge"]
-    )
-    config = tmp_path / "refresh.yaml"
-    config.write_text(f"""
-models:
-{models}
-cache:  # the target changes its mind between rounds: a refresh round asks the targets again (cache scope `round`)
-  path: {json.dumps(str(tmp_path / "calls.sqlite"))}
-generation:
-  base_set: base.jsonl
-  generators: [gen-a]
-  verifiers: [ver-a]
-  base_sample: 8
-  strata: [P-MissingInfo/LOW, P-MissingInfo/MEDIUM, P-MissingInfo/HIGH]
-evaluation:
-  targets: [{", ".join(targets)}]
-  judge: judge
-  bootstrap: 400
-""")
+    config = write_config(tmp_path, fake_llm.url, targets)
     root = tmp_path / "rounds"
     first = run_refresh(str(config), str(root), seed=11)
     assert first.incomplete == {}
