@@ -34,7 +34,8 @@ from refusalbench.tasks.refusalbench.schema.records import (
 PRETEST = Artifact(
     "pretest.parquet",
     "parquet",
-    "the base-set pre-test: one row per base item x pre-test model (answer, judge score, correct, kept)",
+    "the base-set pre-test: one row per base item x pre-test model (answer, judge score, correct, kept, "
+    "outcome, what the answer and judge calls cost)",
     PretestRow,
 )
 BASE_ITEMS = Artifact("base_items.parquet", "parquet", "the base items drawn for this run", BaseItem)
