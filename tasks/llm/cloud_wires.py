@@ -13,15 +13,21 @@ route scripts nothing else. Every request is logged in ``server.calls`` (``wire`
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from aiohttp import web
 
-from refusalbench.tasks.llm.provider_wire import Rejection
+from refusalbench.tasks.llm.provider_wire import Behaviour, Rejection
 
-if TYPE_CHECKING:
-    from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
+
+class Server(Protocol):
+    """What these routes use of ``scripted_server.ScriptedLLMServer``: its behaviours and its call log."""
+
+    behaviours: dict[str, Behaviour]
+
+    def _log(self, entry: dict[str, Any]) -> None: ...
+
 
 # Bedrock names an error's type in a header (the body holds only its message), as the AWS SDKs read it.
 BEDROCK_VALIDATION = "ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/"
@@ -53,7 +59,7 @@ def _words(value: Any) -> int:
     return 0
 
 
-def cloud_routes(server: ScriptedLLMServer, app: web.Application) -> None:
+def cloud_routes(server: Server, app: web.Application) -> None:
     """Add Bedrock's Converse route and the Gemini API's generateContent routes to ``app``."""
 
     def route(wire: str, rejection: Any) -> Any:

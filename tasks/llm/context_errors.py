@@ -4,7 +4,8 @@ The gateway checks a prompt's size before sending it (``context_limits``), but o
 knows the model's window and can count its tokens; the provider has the last word. Its answer is
 a 400 whose body each provider words its own way. A provider profile names the class that reads
 its wording (``ProviderProfile.context_length_error``); a 400 it recognises is the row's
-``too_long`` outcome (the prompt does not fit: no answer, no failed call), not ``call_error``.
+``too_long`` outcome (the prompt does not fit: no answer, no failed call), not ``call_error``;
+the row's error keeps the provider's own message (:func:`provider_message`).
 
 The wordings, as each provider's API documents and sends them:
 
@@ -19,6 +20,7 @@ The wordings, as each provider's API documents and sends them:
 
 from __future__ import annotations
 
+import json
 from typing import ClassVar
 
 
@@ -43,38 +45,51 @@ class ContextLengthError:
 class OpenAIContextLength(ContextLengthError):
     """OpenAI's ``context_length_exceeded``; vLLM and other OpenAI-compatible servers word it the same way."""
 
-    markers = ("context_length_exceeded", "maximum context length")
+    markers: ClassVar[tuple[str, ...]] = ("context_length_exceeded", "maximum context length")
 
 
 class OpenAICompatibleContextLength(OpenAIContextLength):
     """OpenAI's wording, and llama.cpp's server's ("the request exceeds the available context size")."""
 
-    markers = (*OpenAIContextLength.markers, "exceeds the available context size")
+    markers: ClassVar[tuple[str, ...]] = (*OpenAIContextLength.markers, "exceeds the available context size")
 
 
 class AnthropicPromptTooLong(ContextLengthError):
     """Anthropic's Messages API: "prompt is too long: N tokens > M maximum"."""
 
-    markers = ("prompt is too long",)
+    markers: ClassVar[tuple[str, ...]] = ("prompt is too long",)
 
 
 class BedrockInputTooLong(ContextLengthError):
     """AWS Bedrock's ValidationException: "Input is too long for requested model." or "Too many input tokens";
     its Claude models may pass on Anthropic's own "prompt is too long"."""
 
-    markers = ("input is too long", "too many input tokens", *AnthropicPromptTooLong.markers)
+    markers: ClassVar[tuple[str, ...]] = ("input is too long", "too many input tokens", *AnthropicPromptTooLong.markers)
 
 
 class GoogleTokenLimit(ContextLengthError):
     """The Gemini API's and Vertex AI's INVALID_ARGUMENT: "... exceeds the maximum number of tokens allowed ..."."""
 
-    markers = ("exceeds the maximum number of tokens",)
+    markers: ClassVar[tuple[str, ...]] = ("exceeds the maximum number of tokens",)
 
 
 class VertexContextLength(GoogleTokenLimit):
     """Vertex AI: Gemini's wording, and Anthropic's for the Claude models it serves in the Messages format."""
 
-    markers = (*GoogleTokenLimit.markers, *AnthropicPromptTooLong.markers)
+    markers: ClassVar[tuple[str, ...]] = (*GoogleTokenLimit.markers, *AnthropicPromptTooLong.markers)
+
+
+def provider_message(text: str) -> str:
+    """The provider's own message inside LiteLLM's wording of an error (the ``message`` of the JSON body
+    it quotes), else the text as it is."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        body = json.loads(text[start : end + 1]) if 0 <= start < end else None
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else body
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message else text
 
 
 __all__ = [
@@ -85,4 +100,5 @@ __all__ = [
     "OpenAICompatibleContextLength",
     "OpenAIContextLength",
     "VertexContextLength",
+    "provider_message",
 ]

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from refusalbench.tasks.llm.context_errors import provider_message
 from refusalbench.tasks.llm.http_post import PostClient
 from refusalbench.tasks.llm.litellm_import import litellm_module as litellm_module
 from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
@@ -101,8 +102,7 @@ class Reply(NamedTuple):
     # a 400 saying the content was filtered (:func:`filtered_reply`). The gateway's outcome reads it.
     refusal: str | None = None
     cached_tokens: int | None = None  # prompt tokens read from the provider's prompt cache
-    # The outcome the provider's error said (``too_long``: :func:`too_long_reply`); None: the reply's own.
-    outcome: str | None = None
+    outcome: str | None = None  # what the provider's error said (:func:`too_long_reply`); None: the reply's own
     # Prompt tokens written to it (Anthropic's cache_creation_input_tokens, billed above the input price).
     cache_write_tokens: int | None = None
 
@@ -157,7 +157,7 @@ async def litellm_completion(
         profile = profile or profile_for(model, kwargs.get("api_base"))
         status = getattr(exc, "status_code", None)
         if profile.context_too_long(status, str(exc)):
-            words = _first_line(provider_message(str(exc)))
+            words = _first_line(provider_message(str(exc)))  # the provider's own words, not LiteLLM's wrapping
             return too_long_reply(f"HTTP {status or 400} {type(exc).__name__}: {words}")
         if profile.blocks_content(status, str(exc)):
             return filtered_reply(f"HTTP 400 {type(exc).__name__}: {_first_line(str(exc))}")
@@ -204,22 +204,8 @@ def filtered_reply(message: str) -> Reply:
 
 
 def too_long_reply(message: str) -> Reply:
-    """A 400 whose body says the prompt does not fit the model's context window, as the reply it stands
-    for: no content, outcome ``too_long``, the provider's words kept (``refusal``), nothing billed."""
+    """A 400 saying the prompt does not fit the window, as a reply: outcome ``too_long``, the provider's words."""
     return Reply(None, None, None, None, None, refusal=message, outcome=TOO_LONG)
-
-
-def provider_message(text: str) -> str:
-    """The provider's own message inside LiteLLM's wording of an error (the ``message`` of the JSON body
-    it quotes), else the text as it is."""
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        body = json.loads(text[start : end + 1]) if 0 <= start < end else None
-    except ValueError:
-        body = None
-    error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else body
-    message = error.get("message") if isinstance(error, dict) else None
-    return str(message) if message else text
 
 
 def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:

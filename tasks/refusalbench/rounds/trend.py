@@ -246,11 +246,16 @@ def compare_rounds(
         table["previous"], table["se_previous"], table["latest"], table["se_latest"], LEVEL
     )
     se = np.hypot(table["se_previous"].to_numpy(), table["se_latest"].to_numpy())
-    table["untested"] = np.where(
-        table["support"] < min_support,  # NaN (no count recorded) compares False: tested
-        f"fewer than {min_support} rows scored for it in a round",
-        np.where(se == 0, "standard error 0: no resample varied, nothing measures the noise", None),
-    )
+    too_few = (table["support"] < min_support).to_numpy()  # NaN (no count recorded) compares False: tested
+    untested = [
+        f"fewer than {min_support} rows scored for it in a round"
+        if few
+        else "standard error 0: no resample varied, nothing measures the noise"
+        if zero
+        else None
+        for few, zero in zip(too_few, se == 0)
+    ]
+    table["untested"] = pd.Series(untested, index=table.index, dtype=object)
     table["tested"] = pd.isna(table["untested"]) & ~np.isnan(p)
     p = np.where(table["tested"], p, np.nan)  # an untested difference is not in the family BH adjusts
     table["difference"], table["difference_low"], table["difference_high"], table["p_value"] = difference, low, high, p
@@ -264,7 +269,8 @@ def compare_rounds(
 def _support(frame: pd.DataFrame, metric: str) -> np.ndarray:
     """Each row's scored rows behind ``metric``: the count its denominator names (else all scored rows)."""
     names = [name for name in metric_spec(metric).denominator if name in COUNT_COLUMNS] or ["n"]
-    return np.fmin.reduce([_column(frame, name) for name in names])
+    support: np.ndarray = np.fmin.reduce([_column(frame, name) for name in names])
+    return support
 
 
 def not_compared(rows: pd.DataFrame) -> list[dict[str, Any]]:
