@@ -54,8 +54,8 @@ SCHEMA_HISTORY: tuple[tuple[str, str], ...] = (
         "bill each call (prompt_tokens, completion_tokens, cost_usd); calibration_responses.parquet and "
         "calibration_judgments.parquet (the calibration pass); gv_analysis.json matched_set; metrics.json "
         "calibration; manifest.json costs and timings; pretest.parquet outcome, cost_usd and "
-        "judge_cost_usd; round_trend.parquet coverage and complete, trend.json not_compared; KnowOrNot "
-        "evaluator_comparison.parquet, labels/consensus/, label_sample.parquet label_spec, filter report "
+        "judge_cost_usd; round_trend.parquet n_answerable, n_unanswerable, coverage and complete; "
+        "trend.json not_compared and untested; KnowOrNot evaluator_comparison.parquet, labels/consensus/, label_sample.parquet label_spec, filter report "
         "by_knowledge_base",
     ),
 )
