@@ -314,6 +314,12 @@ def refresh(
     compare: int = typer.Option(5, "--compare", help="how many recent rounds the trend shows"),
     seed: int | None = typer.Option(None, "--seed", help="fix the round's seed (default: a fresh random one)"),
     fail_under: list[str] | None = typer.Option(None, "--fail-under", metavar="METRIC=VALUE", help=FAIL_UNDER_HELP),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="exit 1 when a target of the round is incomplete (scored on less than evaluation.min_coverage "
+        "of its rows; not compared in the trend)",
+    ),
 ) -> None:
     """One refresh round: fresh sample and levers, generate, evaluate, compare with earlier rounds."""
     from refusalbench.flows.launch import run_refresh
@@ -327,7 +333,7 @@ def refresh(
         out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
     for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
-    print_leaderboard(out, err, round_folder(out_root, result.round), result.report, bars)
+    print_leaderboard(out, err, round_folder(out_root, result.round), result.report, bars, incomplete=(result, strict))
 
 
 @app.command()

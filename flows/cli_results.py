@@ -23,7 +23,7 @@ from refusalbench.tasks.core.text_table import GAP, FittedTable, plain_lines
 from refusalbench.tasks.core.where_to_look import where_to_look
 
 if TYPE_CHECKING:
-    from refusalbench.flows.results import EvaluationResult, MainResult
+    from refusalbench.flows.results import EvaluationResult, MainResult, RefreshResult
 
 FAIL_UNDER_HELP = (
     "METRIC=VALUE (repeatable): exit 1 when a target's METRIC, as named in metrics.json (or crs, frr, "
@@ -115,7 +115,7 @@ def print_leaderboard(
     run_folder: str,
     report: str,
     bars: list[MetricBar],
-    incomplete: tuple[EvaluationResult | MainResult, bool] | None = None,
+    incomplete: tuple[EvaluationResult | MainResult | RefreshResult, bool] | None = None,
 ) -> None:
     """A RefusalBench run's leaderboard and where to look; then, given ``incomplete`` (the flow's
     result and ``--strict``), the line naming its incomplete targets (strict: exit 1); then the

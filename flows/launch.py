@@ -119,9 +119,12 @@ def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[st
 def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> RefreshResult:
     from refusalbench.flows.main import check_main_inputs
     from refusalbench.flows.refresh import refresh_flow
+    from refusalbench.tasks.core.store import ArtifactStore
+    from refusalbench.tasks.refusalbench.rounds.trend import check_round_versions
 
     # Each round's main job configures its own runner and storage (round folder known only then).
     check_main_inputs(config_path)
+    check_round_versions(ArtifactStore(out_root))  # a round a newer refusalbench wrote: exit 2 before a new one
     wait_until_ready()
     return announced(refresh_flow)(config_path, out_root, rounds_to_compare, seed)
 
@@ -142,9 +145,9 @@ def run_knowornot(config_path: str, out: str) -> KnowOrNotResult:
     return announced(configured(knowornot_flow, cfg, out))(config_path, out)
 
 
-def incomplete_line(result: EvaluationResult | MainResult, strict: bool) -> str | None:
-    """The line naming an evaluation's incomplete targets (scored on less than ``min_coverage`` of
-    their rows), or None; with ``strict`` a :class:`RunIncomplete` (exit 1) instead."""
+def incomplete_line(result: EvaluationResult | MainResult | RefreshResult, strict: bool) -> str | None:
+    """The line naming an evaluation's (or a refresh round's) incomplete targets (scored on less than
+    ``min_coverage`` of their rows), or None; with ``strict`` a :class:`RunIncomplete` (exit 1) instead."""
     from refusalbench.tasks.core.errors import RunIncomplete
 
     incomplete = result.incomplete

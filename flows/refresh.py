@@ -41,7 +41,7 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
     round_folder = root.child(round_id).uri("")
     print(f"refresh round {round_id} (seed {seed})")
     with stage("main job (generate -> evaluate)"), stopped_by_budget(out_root, record):
-        configured(main_flow, cfg, round_folder)(config_path, round_folder, seed, round_id=round_id)
+        main = configured(main_flow, cfg, round_folder)(config_path, round_folder, seed, round_id=round_id)
     main_job_lines(root.child(round_id))
     with stage("freshness"):
         record_freshness(cfg, root, round_id)  # items, pairs and calls earlier rounds saw; fingerprint changes
@@ -56,4 +56,5 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
         rounds=len(outcome.trend.rounds),
         flags=outcome.document.flags,
         incomplete_rounds=[r.round for r in outcome.document.incomplete_rounds],
+        incomplete=main.incomplete,
     )

@@ -74,6 +74,11 @@ class RefreshResult(FlowResult):
     rounds: int = Field(description="rounds in the trend")
     flags: list[TrendFlag] = Field(default_factory=list, description="significant changes since the previous round")
     incomplete_rounds: list[str] = Field(default_factory=list, description="rounds left out of the trend")
+    incomplete: dict[str, float] = Field(
+        default_factory=dict,
+        description="targets of this round scored on less than evaluation.min_coverage of their rows -> the "
+        "share scored: not compared in the trend",
+    )
 
 
 class KnowOrNotResult(FlowResult):

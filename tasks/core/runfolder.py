@@ -10,8 +10,10 @@ declarations (``store.save(rb_files.BENCHMARK, items)``, ``store.load(runfolder.
 so no file name is spelled out anywhere else, and the README's table of the run folder is
 generated from them (``tasks/pipeline/runfolder_doc.py``).
 
-``manifest.json`` carries :data:`SCHEMA_VERSION`. Adding an artifact or a column is a
-minor change; renaming or removing one, or changing a column's meaning, is a major one.
+``manifest.json`` carries :data:`SCHEMA_VERSION`; :data:`SCHEMA_HISTORY` says what each version
+changed. Adding an artifact or a column is a minor change; renaming or removing one is a major
+one. A column whose meaning changed keeps its name only when a reader of the new version still
+reads the old folders right (the version's note says how), else it is renamed.
 A run folder of an older version is read (its manifest migrated by :class:`RunManifest`);
 one of a newer version is refused when it is first read (``ArtifactStore.check_schema_version``).
 """
@@ -27,10 +29,37 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.tables import Record
 
-# 1.3: every table holding a model's reply carries its metadata (finish reason, reasoning, reasoning
-# tokens, served model, system fingerprint; a judgment's as judge_*), and an ``outcome`` (ok, truncated,
-# provider_blocked, ...); judged.parquet holds every row with its outcome and treatment, unscored ones too.
-SCHEMA_VERSION = "1.3"
+# Every version of the contract and what it changed, oldest first: the last is the one this code
+# writes, and the run-folder reference lists them all (``tasks/pipeline/runfolder_doc.py``).
+SCHEMA_HISTORY: tuple[tuple[str, str], ...] = (
+    ("1.0", "manifest.json without a schema_version: the files before the contract was declared"),
+    ("1.1", "every file declared once; manifest.json carries schema_version; JSON files are typed documents"),
+    (
+        "1.2",
+        "KnowOrNot: several knowledge bases in one run (kb/<name>/ sub-folders, merged files with ids "
+        "prefixed <name>/)",
+    ),
+    (
+        "1.3",
+        "every table holding a model's reply carries its metadata (finish reason, reasoning, reasoning tokens, "
+        "served model, system fingerprint; a judgment's as judge_*) and an outcome (ok, truncated, "
+        "provider_blocked, ...); judged.parquet holds every row with its outcome and treatment, unscored ones too",
+    ),
+    (
+        "1.4",
+        "judgments.parquet: decision is the judge's classification by default (decision_source says who "
+        "decided; parser_decision keeps the code parser's; an older folder's decision is the parser's, "
+        "which its scores read), with refusal_reasons and the judge's billing "
+        "(judge_cached, judge_prompt_tokens, judge_completion_tokens, judge_cost_usd); the tables of model replies "
+        "bill each call (prompt_tokens, completion_tokens, cost_usd); calibration_responses.parquet and "
+        "calibration_judgments.parquet (the calibration pass); gv_analysis.json matched_set; metrics.json "
+        "calibration; manifest.json costs and timings; pretest.parquet outcome, cost_usd and "
+        "judge_cost_usd; round_trend.parquet n_answerable, n_unanswerable, coverage and complete; "
+        "trend.json not_compared and untested; KnowOrNot evaluator_comparison.parquet, labels/consensus/, label_sample.parquet label_spec, filter report "
+        "by_knowledge_base",
+    ),
+)
+SCHEMA_VERSION = SCHEMA_HISTORY[-1][0]
 # The version of a manifest that names none: written before the contract carried a version.
 UNVERSIONED = "1.0"
 

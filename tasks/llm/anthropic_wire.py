@@ -190,6 +190,11 @@ class AnthropicWire(Wire):
     def prompt_filtered_rejection(self) -> Rejection:
         return Rejection(400, self.error_body(400, "Output blocked by content filtering policy"))
 
+    def context_length_rejection(self, prompt_tokens: int) -> Rejection:
+        # The Messages API's body: invalid_request_error, "prompt is too long: N tokens > M maximum".
+        message = f"prompt is too long: {prompt_tokens} tokens > {prompt_tokens - 1} maximum"
+        return Rejection(400, self.error_body(400, message, kind="invalid_request_error"))
+
     def _rate_limited(
         self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
     ) -> Rejection:

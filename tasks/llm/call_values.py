@@ -25,7 +25,7 @@ def call_value(cfg: ModelConfig, reply: Reply, latency: float, *, batch: bool = 
     is billed like any other. ``batch``: it came through a batch API (priced at the batch price, marked)."""
     return {
         "text": None if reply.text is None else str(reply.text),
-        "outcome": reply_outcome(reply.text, reply.finish_reason, reply.refusal),
+        "outcome": reply.outcome or reply_outcome(reply.text, reply.finish_reason, reply.refusal),
         "refusal": reply.refusal,
         "latency_s": round(latency, 4),
         "prompt_tokens": reply.prompt_tokens,

@@ -101,6 +101,19 @@ class OpenAIWire(Wire):
         }
         return Rejection(400, filtered)
 
+    def context_length_rejection(self, prompt_tokens: int) -> Rejection:
+        # OpenAI's body for a prompt over the window: invalid_request_error, code context_length_exceeded.
+        message = (
+            f"This model's maximum context length is {prompt_tokens - 1} tokens. However, your messages resulted "
+            f"in {prompt_tokens} tokens. Please reduce the length of the messages."
+        )
+        return Rejection(
+            400,
+            self.error_body(
+                400, message, kind="invalid_request_error", param="messages", code="context_length_exceeded"
+            ),
+        )
+
     def _rate_limited(
         self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
     ) -> Rejection:

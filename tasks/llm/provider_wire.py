@@ -103,6 +103,10 @@ class Behaviour:
       stop``; Anthropic ``stop_reason: refusal``).
     - ``prompt_filtered``: a 400 saying the prompt was filtered (Azure's body; on the Messages
       API ``Output blocked by content filtering policy``). Nothing is billed.
+    - ``too_long``: a 400 saying the prompt exceeds the model's context window, in the words of the
+      provider whose route was called (OpenAI's ``context_length_exceeded``, Anthropic's "prompt is
+      too long", Bedrock's ValidationException, Gemini's INVALID_ARGUMENT: ``cloud_wires``). Nothing
+      is billed.
     - ``rejects_json_schema``: a 400 for ``response_format: json_schema`` (or the Messages API's
       ``output_format``) while ``json_object`` (or a forced tool) works.
     - ``rate_limit``: 429s, see :class:`RateLimit`.
@@ -117,6 +121,7 @@ class Behaviour:
     truncate_at: int | None = None
     finish: Finish = "stop"
     prompt_filtered: bool = False
+    too_long: bool = False
     rejects_json_schema: bool = False
     rate_limit: RateLimit | None = None
     served_model: str | None = None
@@ -174,7 +179,7 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
     if behaviour.finish == "length" and budget is not None:
         completion_tokens = max(budget, answer_tokens)
         reasoning_tokens = completion_tokens - answer_tokens if reasoning else 0
-    prompt_tokens = sum(_words(m.get("content")) for m in request.get("messages", []))
+    prompt_tokens = scripted_prompt_tokens(request)
     return ShapedReply(
         answer=answer,
         reasoning=reasoning,
@@ -188,6 +193,11 @@ def shape_reply(request: dict[str, Any], answer: str, behaviour: Behaviour) -> S
         reasoning_tokens=0 if inline else reasoning_tokens,
         cached_tokens=min(behaviour.cached_prompt_tokens, prompt_tokens),
     )
+
+
+def scripted_prompt_tokens(request: dict[str, Any]) -> int:
+    """The prompt tokens the scripted server counts for a request: its messages' words."""
+    return sum(_words(m.get("content")) for m in request.get("messages", []))
 
 
 def inline_text(reply: ShapedReply) -> str:
@@ -251,6 +261,10 @@ class Wire(ABC):
     @abstractmethod
     def prompt_filtered_rejection(self) -> Rejection:
         """The 400 of a provider whose content filter blocked the prompt."""
+
+    @abstractmethod
+    def context_length_rejection(self, prompt_tokens: int) -> Rejection:
+        """The 400 of a provider whose model's context window is shorter than the prompt's ``prompt_tokens``."""
 
     def rate_limit_rejection(self, limit: RateLimit, model: str, now: float) -> Rejection:
         """The 429 ``limit`` sends at ``now``, with the headers of its ``form``."""

@@ -14,7 +14,8 @@ provider. What a profile holds:
   and whether a model with its own endpoint and no key is a keyless server;
 - the request: parameter rewrites, and whether the gateway may post the request itself
   (:mod:`transport`'s direct path: the provider speaks OpenAI's chat-completions format unchanged);
-- failures: which HTTP statuses are worth another attempt;
+- failures: which HTTP statuses are worth another attempt, and how a 400 says the prompt does not fit
+  the context window (``context_length_error``, one class per wording: :mod:`context_errors`);
 - reasoning: where its reasoning models put their reasoning (:data:`ReasoningMode`), so the
   gateway splits it off the answer before anything parses it (a model's ``reasoning`` overrides);
 - prompt caching: whether the shared prefix of a prompt is marked cacheable (:data:`PromptCaching`,
@@ -47,6 +48,15 @@ from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.llm.anthropic_batches import AnthropicMessageBatches
 from refusalbench.tasks.llm.batch_protocol import BatchProtocol
+from refusalbench.tasks.llm.context_errors import (
+    AnthropicPromptTooLong,
+    BedrockInputTooLong,
+    ContextLengthError,
+    GoogleTokenLimit,
+    OpenAICompatibleContextLength,
+    OpenAIContextLength,
+    VertexContextLength,
+)
 from refusalbench.tasks.llm.openai_batches import OpenAIBatches
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
@@ -213,6 +223,15 @@ class ProviderProfile:
         "responsibleaipolicyviolation",
     )
 
+    # How the provider's error says the prompt is longer than the model's window: OpenAI's wording by
+    # default (OpenAI-compatible servers imitate it); a provider with its own sets its class.
+    context_length_error: type[ContextLengthError] = OpenAIContextLength
+
+    def context_too_long(self, status: int | None, message: str) -> bool:
+        """Whether an error answered with ``status`` and ``message`` says the prompt does not fit the
+        model's context window: then the row is ``too_long``, not a failed call."""
+        return self.context_length_error.matches(status, message)
+
     def blocks_content(self, status: int | None, message: str) -> bool:
         """Whether an error answered with ``status`` and ``message`` says the content was filtered:
         then the row is ``provider_blocked``, not a failed call."""
@@ -339,6 +358,7 @@ class OpenAICompatible(ProviderProfile):
     direct_http = True
     reasoning = "think_tags"
     batch_protocol = OpenAIBatches  # the server's own /v1/batches, where it has one
+    context_length_error = OpenAICompatibleContextLength
     direct_embeddings = True
 
 
@@ -375,6 +395,7 @@ class Anthropic(ProviderProfile):
     models_path = "/v1/models"
     prompt_caching = "explicit"  # cache_control blocks; reads at 0.1x the input price, writes at 1.25x
     batch_protocol = AnthropicMessageBatches
+    context_length_error = AnthropicPromptTooLong
 
 
 @register_provider("bedrock")
@@ -392,6 +413,7 @@ class Bedrock(ProviderProfile):
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
+    context_length_error = BedrockInputTooLong
 
     def marks_prompt_cache(self, model: str) -> bool:
         # Only Bedrock's Claude and Nova models take a cache point; others would reject the field.
@@ -406,6 +428,7 @@ class VertexAI(ProviderProfile):
     credential_env = ("GOOGLE_APPLICATION_CREDENTIALS", "VERTEXAI_PROJECT", "VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT")
     keyless_endpoints = False
     prompt_caching = "automatic"  # Gemini's implicit caching; Claude on Vertex AI caches marked prefixes
+    context_length_error = VertexContextLength
 
     def marks_prompt_cache(self, model: str) -> bool:
         # LiteLLM sends Claude on Vertex AI through Anthropic's Messages format, cache_control included;
@@ -418,6 +441,7 @@ class Gemini(ProviderProfile):
     """Google AI Studio (the Gemini API with a key)."""
 
     key_env = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+    context_length_error = GoogleTokenLimit
 
 
 class OpenModelHost(ProviderProfile):

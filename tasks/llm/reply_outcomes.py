@@ -3,8 +3,9 @@
 Real providers do not always answer. A reply can stop at the output budget (``truncated``),
 be withheld by the provider's safety filter (``provider_blocked``: finish reason
 ``content_filter``, Anthropic's ``refusal``, OpenAI's refusal channel, or a 400 whose body says
-the content was filtered), come back with nothing in it (``empty``), or never be sent because
-the prompt does not fit the model's window (``too_long``). None of these is the model's answer
+the content was filtered), come back with nothing in it (``empty``), or not fit the model's window
+(``too_long``: the gateway's own check does not send it, or the provider's 400 says so, each
+provider in its own words: ``context_errors``). None of these is the model's answer
 or refusal: every stage records them per row, the metrics leave them out of accuracy and count
 them in ``non_response_rate``, and the gateway neither retries them at the same budget nor
 serves them from the call cache as a success for a structured role.
@@ -54,7 +55,7 @@ DESCRIPTIONS: dict[str, str] = {
     TRUNCATED: "the reply stopped at the output token limit",
     PROVIDER_BLOCKED: "the provider's safety filter blocked the reply or the prompt",
     EMPTY: "the reply had no content",
-    TOO_LONG: "the prompt does not fit the model's context window: not sent",
+    TOO_LONG: "the prompt does not fit the model's context window",
     CALL_ERROR: "the call failed",
     PARSE_ERROR: "the reply did not parse as the structured output asked for",
     JUDGE_ERROR: "the judge's call or reply failed",

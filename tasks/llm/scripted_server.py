@@ -29,7 +29,8 @@ killed process) with the wire format, the time it arrived, the headers that matt
 each reply, the tokens it billed.
 
 Each provider's wire format is one class (``provider_wire.Wire``; ``openai_wire.OPENAI``,
-``anthropic_wire.ANTHROPIC``; ``ROUTES`` maps each route to its wire); :class:`Behaviour` lives in
+``anthropic_wire.ANTHROPIC``; ``ROUTES`` maps each route to its wire; Bedrock's and the Gemini API's
+context-length 400 on routes of their own: ``cloud_wires``); :class:`Behaviour` lives in
 ``provider_wire``, the responders in ``scripted_replies``; all are importable from here too. The
 batch APIs (OpenAI files + batches, Anthropic message batches; ``server.batches``) are in
 ``scripted_batches``.
@@ -51,8 +52,10 @@ from typing import Any
 
 from aiohttp import web
 
-# Every public name of the two modules below is importable from here, as the tests and docs use it.
 from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC, JSON_TOOL_NAME, AnthropicWire, from_anthropic  # noqa: F401
+
+# Every public name of the two modules below is importable from here, as the tests and docs use it.
+from refusalbench.tasks.llm.cloud_wires import cloud_routes
 from refusalbench.tasks.llm.openai_wire import OPENAI, OpenAIWire  # noqa: F401
 from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     AZURE_PROMPT_FILTERED,
@@ -70,6 +73,7 @@ from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     embeddings_body,
     go_duration,
     scripted_embedding,
+    scripted_prompt_tokens,
     shape_reply,
 )
 from refusalbench.tasks.llm.scripted_batches import BatchDesk
@@ -228,6 +232,7 @@ class ScriptedLLMServer:
             app.router.add_get("/v1/models", self._models)
             app.router.add_get("/health", self._health)
             self.batches.register(app)
+            cloud_routes(self, app)  # Bedrock's and the Gemini API's routes: their context-length 400
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
@@ -311,6 +316,8 @@ class ScriptedLLMServer:
                 return wire.rate_limit_rejection(limit, model, now)
         if behaviour.prompt_filtered:
             return wire.prompt_filtered_rejection()
+        if behaviour.too_long:
+            return wire.context_length_rejection(scripted_prompt_tokens(request))
         if behaviour.rejects_json_schema:
             return wire.structured_output_rejection(request, body)
         return None

@@ -26,10 +26,12 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from refusalbench.tasks.llm.context_errors import provider_message
 from refusalbench.tasks.llm.http_post import PostClient
 from refusalbench.tasks.llm.litellm_import import litellm_module as litellm_module
 from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
 from refusalbench.tasks.llm.rate_limits import announced_wait
+from refusalbench.tasks.llm.reply_outcomes import TOO_LONG
 
 # The parameters LiteLLM passes through unchanged, with plain string messages, to a provider whose
 # profile says ``direct_http`` (its plain OpenAI and hosted-vLLM chat configs).
@@ -100,6 +102,7 @@ class Reply(NamedTuple):
     # a 400 saying the content was filtered (:func:`filtered_reply`). The gateway's outcome reads it.
     refusal: str | None = None
     cached_tokens: int | None = None  # prompt tokens read from the provider's prompt cache
+    outcome: str | None = None  # what the provider's error said (:func:`too_long_reply`); None: the reply's own
     # Prompt tokens written to it (Anthropic's cache_creation_input_tokens, billed above the input price).
     cache_write_tokens: int | None = None
 
@@ -152,7 +155,11 @@ async def litellm_completion(
         )
     except Exception as exc:  # provider errors of every kind become a CallFailed, except a content filter's
         profile = profile or profile_for(model, kwargs.get("api_base"))
-        if profile.blocks_content(getattr(exc, "status_code", None), str(exc)):
+        status = getattr(exc, "status_code", None)
+        if profile.context_too_long(status, str(exc)):
+            words = _first_line(provider_message(str(exc)))  # the provider's own words, not LiteLLM's wrapping
+            return too_long_reply(f"HTTP {status or 400} {type(exc).__name__}: {words}")
+        if profile.blocks_content(status, str(exc)):
             return filtered_reply(f"HTTP 400 {type(exc).__name__}: {_first_line(str(exc))}")
         raise classify(exc, profile) from None
     return litellm_reply(response)
@@ -194,6 +201,11 @@ def filtered_reply(message: str) -> Reply:
     """A 400 whose body says the provider's content filter blocked the prompt, as the reply it
     stands for: no content, finish reason ``content_filter``, nothing billed (an error bills nothing)."""
     return Reply(None, None, None, None, "content_filter", refusal=message)
+
+
+def too_long_reply(message: str) -> Reply:
+    """A 400 saying the prompt does not fit the window, as a reply: outcome ``too_long``, the provider's words."""
+    return Reply(None, None, None, None, None, refusal=message, outcome=TOO_LONG)
 
 
 def litellm_metadata(response: Any, choice: Any) -> dict[str, Any]:
@@ -400,6 +412,8 @@ class DirectClient:
         if status is None or status in _REDIRECTS:  # https, or a redirect: aiohttp follows it
             status, raw, reply_headers = await self._post_aiohttp(url, data, headers, timeout_s)
         retry_after = announced_wait(reply_headers) if status >= 400 else None
+        if status >= 400 and profile.context_too_long(status, raw.decode("utf-8", "replace")):
+            return too_long_reply(status_failure(status, raw, retry_after, profile).args[0])
         if status == 400 and profile.blocks_content(status, raw.decode("utf-8", "replace")):
             return filtered_reply(status_failure(status, raw, retry_after, profile).args[0])
         if status >= 400:

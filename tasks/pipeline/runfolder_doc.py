@@ -41,4 +41,19 @@ def runfolder_markdown() -> str:
     lines.append(
         f"| `{runfolder.WORK}/...` | both | parquet | (records) | stage-task shards; safe to delete after a run |"
     )
+    return "\n".join(lines) + "\n\n" + schema_versions_markdown()
+
+
+def schema_versions_markdown() -> str:
+    """The versions of the contract, newest first, each with what it changed (``runfolder.SCHEMA_HISTORY``)."""
+    lines = [
+        "### Schema versions",
+        "",
+        f"This version of RefusalBench writes `schema_version` {runfolder.SCHEMA_VERSION} and reads every "
+        "version below.",
+        "",
+        "| version | what changed |",
+        "|---|---|",
+    ]
+    lines += [f"| {version} | {change} |" for version, change in reversed(runfolder.SCHEMA_HISTORY)]
     return "\n".join(lines)

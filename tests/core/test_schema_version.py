@@ -41,7 +41,7 @@ UNVERSIONED_MANIFEST = {
     "artifacts": ["benchmark.parquet"],
     "status": "completed",
 }
-NEWER = ("1.4", "2.0")
+NEWER = ("1.5", "2.0", "99.0")
 
 
 def _item() -> BenchmarkItem:
@@ -92,7 +92,7 @@ def test_an_unversioned_manifest_is_read_as_contract_1_0(tmp_path):
     assert RunManifest.model_validate({**UNVERSIONED_MANIFEST, "schema_version": ""}).schema_version == "1.0"
 
 
-@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", runfolder.SCHEMA_VERSION])
+@pytest.mark.parametrize("version", [version for version, _ in runfolder.SCHEMA_HISTORY])
 def test_a_manifest_of_a_known_contract_is_read_as_written(tmp_path, version):
     store = _folder(tmp_path, version)
     assert store.load(runfolder.MANIFEST).schema_version == version
@@ -151,13 +151,42 @@ def _cli(argv: list[str], capsys) -> tuple[int, str]:
     return exit_info.value.code, capsys.readouterr().err
 
 
+def test_this_version_is_the_last_of_the_history_and_each_version_says_what_changed():
+    versions = [version for version, _ in runfolder.SCHEMA_HISTORY]
+    assert runfolder.SCHEMA_VERSION == versions[-1] == "1.4"
+    assert versions == sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert all(runfolder.schema_version_problem(v) is None for v in versions)
+    assert all(len(change) > 20 for _, change in runfolder.SCHEMA_HISTORY)
+    from refusalbench.tasks.pipeline.runfolder_doc import runfolder_markdown
+
+    page = runfolder_markdown()
+    assert "### Schema versions" in page and all(f"| {v} | " in page for v in versions)
+
+
+def test_report_refuses_a_folder_edited_to_a_newer_version_naming_both(tmp_path, capsys):
+    """A folder as ``evaluate`` writes it (manifest of this version), its schema_version edited to 99.0."""
+    from refusalbench.tasks.core.provenance import ManifestRecorder
+
+    store = ArtifactStore(tmp_path / "run")
+    store.save(rb_files.JUDGED, pd.DataFrame({"model": ["m"], "item_id": ["i"]}))
+    ManifestRecorder(store, "evaluate").save()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["schema_version"] = "99.0"
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    code, stderr = _cli(["report", str(tmp_path / "run")], capsys)
+    assert code == 2 and stderr.count("\n") == 1
+    assert "99.0" in stderr and f"({runfolder.SCHEMA_VERSION})" in stderr and "manifest.json" in stderr
+    assert not (tmp_path / "run" / "report.html").exists()
+
+
 def test_every_command_that_reads_a_run_folder_refuses_a_newer_one(tmp_path, capsys):
-    store = _folder(tmp_path / "run", "1.4")
+    store = _folder(tmp_path / "run", "99.0")
     run = str(tmp_path / "run")
     store.save(rb_files.JUDGED, pd.DataFrame({"model": ["m"], "item_id": ["i"]}))
     store.save(kon_files.LABEL_SAMPLE, pd.DataFrame({"experiment_id": ["e"]}))
     commands = [
         ["report", run],
+        ["score", str(tmp_path / "run" / "judged.parquet"), "--out", str(tmp_path / "scores")],
         ["export", run, "--format", "hf", "--out", str(tmp_path / "hf")],
         ["audit", "sample", run],
         ["knowornot", "label", run, "--annotator", "ann"],
@@ -165,8 +194,29 @@ def test_every_command_that_reads_a_run_folder_refuses_a_newer_one(tmp_path, cap
     ]
     for argv in commands:
         code, stderr = _cli(argv, capsys)
-        assert (code, stderr) == (2, _refusal(store, "1.4") + "\n"), argv
+        assert (code, stderr) == (2, _refusal(store, "99.0") + "\n"), argv
     assert not (tmp_path / "hf").exists() and not store.exists(rb_files.AUDIT_SAMPLE.name)
+    assert not (tmp_path / "scores").exists()
+    # Scores written into a folder a newer refusalbench wrote: refused too, before anything is written.
+    judged = tmp_path / "judged.parquet"
+    pd.DataFrame(
+        {
+            "model": ["m"],
+            "item_id": ["i"],
+            "expected": ["ANSWER_CORRECTLY"],
+            "decision": ["ANSWER"],
+            "answer_correct": [True],
+        }
+    ).to_parquet(judged)
+    code, stderr = _cli(["score", str(judged), "--out", run], capsys)
+    assert (code, stderr) == (2, _refusal(store, "99.0") + "\n")
+    assert not store.exists(rb_files.METRICS.name)
+    # The viewer opens no such folder.
+    from refusalbench.tasks.viewer.folders import open_folder
+
+    with pytest.raises(InputError) as refused:
+        open_folder(run)
+    assert str(refused.value) == _refusal(store, "99.0")
 
 
 def test_a_run_manifest_roundtrips_with_its_version():

@@ -1,42 +1,49 @@
 """Refresh rounds: fresh seeds, one folder per round, trend across rounds, significant changes, and what the
 refresh run shows (summary, trend table and plot, report link, stage lines; the report's trend section in a browser).
 
-The statistics of the trend are tested on simulated rounds in tests/refusalbench/test_trend.py."""
+The statistics of the trend are tested on simulated rounds and rounds the scoring code scored in
+tests/refusalbench/test_trend.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
 import pytest
 
-from tests.pipeline.test_generation_flow import BASE
+from refusalbench.tasks.llm.scripted_server import last_user_text
 from tests.scripted import by_model, generator_reply, judge_by_reference, verifier_reply
 
+# Eight single-document base items: with three strata, 24 benchmark items a round (enough rows for a test).
+BASE = [
+    {"id": f"b{i}", "question": f"Which year is number {i}?", "answers": [str(1900 + i)],
+     "context": f"Number {i} is the year {1900 + i}.", "domain": "history"}
+    for i in range(8)
+]  # fmt: skip
 
-@pytest.mark.usefixtures("prefect_harness")
-def test_two_rounds_trend_and_flag(tmp_path, fake_llm):
-    from refusalbench.flows.launch import run_refresh
 
-    state = {"round": 1}
+def digest(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
-    def flipper(req):
-        # Refuses with the wrong code in round 1, answers correctly-ish in round 2: its score moves.
-        return "REFUSE_OTHER" if state["round"] == 1 else "REFUSE_INFO_MISSING"
 
-    fake_llm.responder = by_model(
-        {
-            "gen-a": lambda req: generator_reply(req, "a"),
-            "ver-a": lambda req: verifier_reply("PASS"),
-            "flip": flipper,
-            "steady": lambda req: "REFUSE_INFO_MISSING",
-            "judge": judge_by_reference,
-        }
-    )
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    from refusalbench.flows.cli import main
+
+    capsys.readouterr()
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
+
+
+def write_config(tmp_path, url: str, targets: list[str]):
     (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in BASE) + "\n")
     models = "\n".join(
-        f"  {n}:\n    model: openai/{n}\n    api_base: {fake_llm.url}\n    max_attempts: 2"
-        for n in ["gen-a", "ver-a", "flip", "steady", "judge"]
+        f"  {n}:\n    model: openai/{n}\n    api_base: {url}\n    max_attempts: 2"
+        for n in ["gen-a", "ver-a", *targets, "judge"]
     )
     config = tmp_path / "refresh.yaml"
     config.write_text(f"""
@@ -48,16 +55,73 @@ generation:
   base_set: base.jsonl
   generators: [gen-a]
   verifiers: [ver-a]
-  base_sample: 3
+  base_sample: 8
   strata: [P-MissingInfo/LOW, P-MissingInfo/MEDIUM, P-MissingInfo/HIGH]
 evaluation:
-  targets: [flip, steady]
+  targets: [{", ".join(targets)}]
   judge: judge
-  bootstrap: 100
+  bootstrap: 400
 """)
-    first = run_refresh(str(config), str(tmp_path / "rounds"), seed=11)
+    return config
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_refresh_refuses_a_root_holding_a_round_of_a_newer_schema(tmp_path, fake_llm, capsys):
+    from refusalbench.tasks.core import runfolder
+
+    config = write_config(tmp_path, fake_llm.url, ["steady"])
+    newer = tmp_path / "rounds" / "round-20260101T000000Z-s7"
+    newer.mkdir(parents=True)
+    (newer / "manifest.json").write_text(json.dumps({"schema_version": "99.0"}))
+    code, err = run_cli(["refresh", "--config", str(config), "--out", str(tmp_path / "rounds")], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"schema_version: 99.0 is newer than this refusalbench reads ({runfolder.SCHEMA_VERSION})" in err
+    assert [p.name for p in (tmp_path / "rounds").iterdir()] == [newer.name] and not fake_llm.calls
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_two_rounds_trend_and_flag(tmp_path, fake_llm, capsys):
+    from refusalbench.flows.launch import run_refresh
+
+    state = {"round": 1}
+
+    def item(req) -> int:
+        return digest(last_user_text(req).split("Perturbed question ")[-1][:20])
+
+    def flip(req):
+        # Round 1: the wrong code on about three items in four (which ones depends on the item, so the
+        # bootstrap sees the spread); round 2: the right code everywhere. Its score moves.
+        return "REFUSE_OTHER" if state["round"] == 1 and item(req) % 4 else "REFUSE_INFO_MISSING"
+
+    def constant(req):
+        # The wrong code on every item, then the right one on every item: every resample of a round is the
+        # same, its standard error 0, and no test can say how noisy the move is.
+        return "REFUSE_OTHER" if state["round"] == 1 else "REFUSE_INFO_MISSING"
+
+    def flaky(req):
+        # flip's behaviour, but in round 2 the calls of about half the items fail: scored on the rest only.
+        if state["round"] == 2 and item(req) % 2:
+            raise RuntimeError("scripted outage")
+        return flip(req)
+
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req, f"{digest(last_user_text(req)):08x}"),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "flip": flip,
+            "constant": constant,
+            "flaky": flaky,
+            "steady": lambda req: "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
+    targets = ["flip", "constant", "flaky", "steady"]
+    config = write_config(tmp_path, fake_llm.url, targets)
+    root = tmp_path / "rounds"
+    first = run_refresh(str(config), str(root), seed=11)
+    assert first.incomplete == {}
     state["round"] = 2
-    crashed = tmp_path / "rounds" / "round-20000101T000000Z-s99"  # a round that failed: listed, not left out
+    crashed = root / "round-20000101T000000Z-s99"  # a round that failed: listed, not left out
     crashed.mkdir()
     (crashed / "round.json").write_text(
         json.dumps(
@@ -70,24 +134,34 @@ evaluation:
             }
         )
     )
-    second = run_refresh(str(config), str(tmp_path / "rounds"), seed=22)
-    assert first.round != second.round and first.round.endswith("-s11")
-    rounds = sorted(p.name for p in (tmp_path / "rounds").iterdir())
-    assert len(rounds) == 3
-    assert second.rounds == 2 and second.incomplete_rounds == [crashed.name]
-    # Only flip changed (its refusals went from the wrong code to the right one); steady did not move.
-    assert {flag.model for flag in second.flags} == {"flip"}
-    (crs,) = [flag for flag in second.flags if flag.metric == "calibrated_refusal_score"]
-    assert crs.direction == "up" and crs.better is True and crs.adjusted_p_value <= 0.05
-    trend = pd.read_parquet(tmp_path / "rounds" / second.round / "round_trend.parquet")
-    assert list(trend[trend["model"] == "flip"]["calibrated_refusal_score"]) == [0.0, 0.5]
-    document = json.loads((tmp_path / "rounds" / second.round / "trend.json").read_text())
-    assert document["fdr"] == 0.05 and document["comparisons"] > 0
-    assert document["round_error"]["rounds"] == 52 and document["round_error"]["epsilon"] > 0.05  # 9 items: loose
-    assert [r["round"] for r in document["incomplete_rounds"]] == [crashed.name]
-    report = tmp_path / "rounds" / second.round / "report.html"
+    # The second round through the CLI with --strict: flaky is incomplete, so the command exits 1 naming it.
+    code, err = run_cli(["refresh", "--config", str(config), "--out", str(root), "--seed", "22", "--strict"], capsys)
+    assert code == 1 and "--strict: 1 incomplete target(s): flaky (" in err, err
+    (second,) = [p.name for p in root.iterdir() if p.name.endswith("-s22")]
+    assert first.round != second and first.round.endswith("-s11")
+    assert len(list(root.iterdir())) == 3
+    assert json.loads((root / second / "round.json").read_text())["status"] == "complete"  # the round itself ran
+    document = json.loads((root / second / "trend.json").read_text())
+    assert len(document["rounds"]) == 2 and [r["round"] for r in document["incomplete_rounds"]] == [crashed.name]
+    # Only flip changed; flaky (scored on part of its items) is not compared; constant's move has a standard
+    # error of 0 and is not tested; steady did not move.
+    assert {flag["model"] for flag in document["flags"]} == {"flip"}
+    (crs,) = [flag for flag in document["flags"] if flag["metric"] == "calibrated_refusal_score"]
+    assert crs["direction"] == "up" and crs["better"] is True and 0 < crs["adjusted_p_value"] <= 0.05
+    assert crs["difference_interval"][0] > 0 and crs["difference_interval"][1] > crs["difference_interval"][0]
+    assert [(m["model"], m["round"]) for m in document["not_compared"]] == [("flaky", second)]
+    assert document["untested"] > 0 and document["fdr"] == 0.05 and document["comparisons"] > 0
+    trend = pd.read_parquet(root / second / "round_trend.parquet").set_index(["model", "round"])
+    flip_crs = trend.loc["flip", "calibrated_refusal_score"]
+    assert flip_crs[first.round] < 0.4 and flip_crs[second] == 0.5
+    assert trend.loc[("flip", first.round), "calibrated_refusal_score_se"] > 0  # the pipeline's own bootstrap
+    assert (trend.loc["constant", "calibrated_refusal_score_se"] == 0).all()
+    assert list(trend.loc["constant", "calibrated_refusal_score"]) == [0.0, 0.5]
+    assert not trend.loc[("flaky", second), "complete"] and trend.loc[("flaky", first.round), "complete"]
+    assert document["round_error"]["rounds"] == 52 and document["round_error"]["epsilon"] > 0.05  # 24 items: loose
+    report = root / second / "report.html"
     assert "Trend across rounds" in report.read_text()
-    look_at_the_refresh_run(second.round)
+    look_at_the_refresh_run(second)
     look_at_the_trend_section(report, tmp_path / "trend.png", crashed.name)
 
 
@@ -137,12 +211,14 @@ def look_at_the_refresh_run(round_id: str) -> None:
     assert view.endswith(f"/rounds/{round_id}"), view
     leaderboard = text.split("## Leaderboard")[1].split("## What changed")[0]
     assert "| flip" in leaderboard and "| steady" in leaderboard
-    assert "significant change(s)" in text and "flip: CRS 0.000 -> 0.500" in text
+    assert "significant change(s)" in text and "flip: CRS 0." in text and "-> 0.500" in text
+    assert "Incomplete in this round, not compared: flaky" in text
     assert "HTTP calls" in text and "benchmark items: " in text and "round-20000101T000000Z-s99" in text
     assert "items seen in earlier rounds" in text or "not recorded" in text
     table = artifacts["refresh-trend"].data
     rows = json.loads(table) if isinstance(table, str) else table
-    assert len(rows) == 4 and {"round", "model", "n", "CRS"} <= set(rows[0])
+    assert len(rows) == 8 and {"round", "model", "n", "coverage", "CRS"} <= set(rows[0])
+    assert any(row["model"] == "flaky" and row["coverage"].endswith("incomplete, not compared") for row in rows)
     assert all(len(row["CRS"].split(" ")[0]) == 5 for row in rows)  # 0.500: rounded, with its [interval]
     assert "report.html" in artifacts["refresh-report"].data
     for line in (
@@ -170,5 +246,6 @@ def look_at_the_trend_section(report, shot, crashed: str) -> None:
         facts = browser.look(f"file://{report}", script=script, screenshot=shot, wait_for=CHARTS_DRAWN)
     assert facts is not None and facts["images"] == 1 and facts["rendered"] == 1
     assert "significant change(s) since the previous round" in facts["text"]
-    assert "flip: CRS 0.000 -> 0.500" in facts["text"] and "steady" in facts["text"]
+    assert "flip: CRS 0." in facts["text"] and "-> 0.500" in facts["text"] and "steady" in facts["text"]
+    assert "incomplete, not compared" in facts["text"]
     assert f"{crashed}: round.json says failed" in facts["text"]

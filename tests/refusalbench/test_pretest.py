@@ -44,6 +44,8 @@ BASE = [
 ]
 BY_QUESTION = {row["question"]: row for row in BASE}
 MODELS = ["pre-a", "pre-b", "judge", "gen-a", "gen-b", "ver-a"]
+# The pre-test models and the judge are priced, so their rows say what each call cost.
+PRICED = {name: {"price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}} for name in ("pre-a", "pre-b", "judge")}
 
 
 def write_config(tmp_path, url, *, pretest="{models: [pre-a, pre-b], judge: judge}", extra=""):
@@ -63,6 +65,7 @@ generation:
   pretest: {pretest}
 {extra}
 """,
+        per_model=PRICED,
         max_attempts=2,
     )
 
@@ -135,6 +138,12 @@ def test_generation_keeps_only_items_every_pretest_model_answers(tmp_path, fake_
     rows = pd.read_parquet(out / "pretest.parquet")
     assert len(rows) == len(BASE) * 2  # items x pre-test models
     assert set(rows.columns) >= {"item_id", "model", "answer", "decision", "score", "correct", "kept", "error"}
+    # Every row says what it came to and what its calls cost: the answer's always, the judge's where it judged.
+    assert set(rows.outcome) == {"ok"} and (rows.cost_usd > 0).all()
+    tokens = {m: fake_llm.billed(m) for m in ("pre-a", "pre-b")}
+    for model, billed in tokens.items():
+        expected = (billed["prompt_tokens"] * 1.0 + billed["completion_tokens"] * 2.0) / 1e6
+        assert rows[rows.model == model].cost_usd.sum() == pytest.approx(expected)
     kept = set(rows.loc[rows.kept, "item_id"])
     assert kept == {"s1", "m1"}  # pre-b gets s2 wrong, pre-a refuses s3
     wrong = rows[(rows.item_id == "s2") & (rows.model == "pre-b")].iloc[0]
@@ -143,6 +152,8 @@ def test_generation_keeps_only_items_every_pretest_model_answers(tmp_path, fake_
     assert multi.correct.all() and set(multi.score) == {1}  # RAF = 1
     refused = rows[(rows.item_id == "s3") & (rows.model == "pre-a")].iloc[0]
     assert refused.decision == "REFUSE_INFO_MISSING_IN_CONTEXT" and not refused.correct and pd.isna(refused.score)
+    assert pd.isna(refused.judge_cost_usd)  # no judge call
+    assert (rows.drop(refused.name).judge_cost_usd > 0).all()
     # Every answer goes to the judge except the refusal, which needs no call.
     assert len(fake_llm.calls_for("pre-a")) == len(fake_llm.calls_for("pre-b")) == 4
     # Identical judge requests (two models, same answer) are sent once: 5 distinct answers of 7.
@@ -188,6 +199,8 @@ def test_a_failed_pretest_call_drops_the_item_and_says_why(tmp_path, fake_llm):
     failed = rows[rows.error.notna()]
     assert list(zip(failed.item_id, failed.model)) == [("s3", "pre-b")]
     assert failed.error.iloc[0].startswith("response failed") and not failed.kept.iloc[0]
+    assert failed.outcome.iloc[0] == "call_error" and pd.isna(failed.cost_usd.iloc[0])  # a failed call bills nothing
+    assert set(rows.drop(failed.index).outcome) == {"ok"}
     assert set(rows.loc[rows.kept, "item_id"]) == {"s1", "s2", "m1"}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["pretest_by_model"]["pre-b"]["failed"] == 1

@@ -16,6 +16,8 @@ from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.refusalbench.report.trend_section import round_label, trend_plot, trend_section
 from refusalbench.tasks.refusalbench.rounds.trend import (
     HEADLINE_METRIC,
+    MIN_SUPPORT,
+    changes_markdown,
     collect_trend,
     compare_rounds,
     flags,
@@ -224,7 +226,8 @@ def test_trend_section_shows_plot_changes_and_incomplete_rounds():
     assert [layer.get("transform") for layer in layers[:2]] == [[{"filter": "datum.joined"}]] * 2
     assert round_label("round-20261125T153925Z-s11") == "11-25 15:39"
     readable = readable_trend(rows)
-    assert len(readable) == 6 and set(readable[0]) == {"round", "model", "n", "CRS", "Answer acc.", "Refusal acc."}
+    assert len(readable) == 6
+    assert set(readable[0]) == {"round", "model", "n", "coverage", "CRS", "Answer acc.", "Refusal acc."}
     assert readable[0]["CRS"].count("[") == 1 and len(readable[0]["CRS"].split(" ")[0]) == 5  # 0.xyz
 
 
@@ -250,3 +253,127 @@ def test_a_trend_json_of_the_older_version_still_renders():
         [{"round": "r1", "model": "a", HEADLINE_METRIC: 0.5}, {"round": "r2", "model": "a", HEADLINE_METRIC: 0.75}]
     )
     assert "a: CRS 0.500 -&gt; 0.750 (up)" in trend_section(rows, old)  # HTML-escaped
+
+
+# ---------------------------------------------------------------- rounds scored by the real scoring code
+
+MISSING = "REFUSE_INFO_MISSING_IN_CONTEXT"
+
+
+def judged_round(rng: np.random.Generator, models: dict[str, dict], n_base: int = 40) -> pd.DataFrame:
+    """A judged table as ``evaluate`` writes it: per model, ``n_base`` base items, each with one answerable
+    and one unanswerable item. A model's spec: ``right`` (the chance of a right answer or refusal),
+    ``hard_fail`` (the chance that the call of an item it would get wrong failed: outcome call_error)."""
+    records = []
+    for model, spec in models.items():
+        for b in range(n_base):
+            for k, expected in enumerate(("ANSWER_CORRECTLY", MISSING)):
+                right = bool(rng.random() < spec["right"])
+                record = {"model": model, "item_id": f"b{b}-{k}", "base_id": f"b{b}", "expected": expected}
+                if not right and rng.random() < spec.get("hard_fail", 0.0):
+                    records.append(record | {"outcome": "call_error", "decision": None, "answer_correct": None})
+                    continue
+                decision = ("ANSWER" if right else MISSING) if k == 0 else (MISSING if right else "ANSWER")
+                correct = right if decision == "ANSWER" else None
+                records.append(record | {"outcome": "ok", "decision": decision, "answer_correct": correct})
+    return pd.DataFrame(records)
+
+
+def write_scored_round(root: ArtifactStore, round_id: str, judged: pd.DataFrame) -> dict:
+    """The round's metrics.json as the pipeline writes it: score_frame's bootstrap, render_score_outputs."""
+    from refusalbench.tasks.refusalbench.scoring import render_score_outputs, score_frame
+
+    result = score_frame(judged, n_resamples=400, seed=3, min_coverage=0.95)
+    content = render_score_outputs(result)["metrics.json"]
+    store = root.child(round_id)
+    store.write_bytes("metrics.json", content)
+    store.write_text("round.json", json.dumps({"round_id": round_id, "status": "complete"}))
+    return json.loads(content)
+
+
+def test_a_model_scored_on_part_of_its_items_is_listed_not_compared(tmp_path):
+    """lossy's calls failed on 70% of the items it would get wrong: the rows that got through look like a
+    30-point gain. Its coverage is below min_coverage, so it is not compared; improver's real gain is."""
+    rng = np.random.default_rng(5)
+    root = ArtifactStore(tmp_path / "rounds")
+    before = {"steady": {"right": 0.6}, "lossy": {"right": 0.55}, "improver": {"right": 0.35}}
+    after = {"steady": {"right": 0.6}, "lossy": {"right": 0.55, "hard_fail": 0.7}, "improver": {"right": 0.8}}
+    write_scored_round(root, "round-20260101T000000Z-s1", judged_round(rng, before))
+    latest = write_scored_round(root, "round-20260108T000000Z-s2", judged_round(rng, after))
+    assert latest["coverage"]["incomplete"].keys() == {"lossy"}  # the evaluation itself says so
+    assert latest["standard_errors"]["lossy"][HEADLINE_METRIC] > 0
+
+    trend = collect_trend(root, limit=5, min_coverage=0.95)
+    by_round = trend.rows.set_index(["round", "model"])
+    assert not by_round.loc[("round-20260108T000000Z-s2", "lossy"), "complete"]
+    assert by_round.loc[("round-20260101T000000Z-s1", "lossy"), "complete"]
+    comparisons = compare_rounds(trend.rows, FDR)
+    assert set(comparisons["model"]) == {"steady", "improver"}
+    assert set(comparisons[comparisons["significant"]]["model"]) == {"improver"}
+    # Compared as if complete, lossy's partial rows would be flagged as a change: the rule is what stops it.
+    as_if_complete = compare_rounds(trend.rows.drop(columns="complete"), FDR)
+    lossy = as_if_complete[(as_if_complete["model"] == "lossy") & as_if_complete["significant"]]
+    assert HEADLINE_METRIC in set(lossy["metric"])
+
+    document = save_trend(root.child("round-20260108T000000Z-s2"), trend, comparisons, FDR, None)
+    (entry,) = document.not_compared
+    assert entry.model == "lossy" and entry.coverage == pytest.approx(latest["models"]["lossy"]["coverage"])
+    assert "not compared" in entry.reason
+    assert "lossy" not in {flag.model for flag in document.flags}
+    assert "Incomplete in this round, not compared: lossy (incomplete: " in changes_markdown(document)
+    shown = {(r["model"], r["round"][-2:]): r["coverage"] for r in readable_trend(trend.rows)}
+    assert shown[("lossy", "s2")].endswith(": incomplete, not compared") and shown[("lossy", "s1")] == "100.0%"
+    html = trend_section(trend.rows, document.model_dump(mode="json"))
+    assert "incomplete, not compared" in html
+    saved = pd.read_parquet(tmp_path / "rounds" / "round-20260108T000000Z-s2" / "round_trend.parquet")
+    assert {"coverage", "complete", "n_answerable"} <= set(saved.columns)
+
+
+def test_a_previous_incomplete_round_is_skipped_for_the_last_complete_one(tmp_path):
+    rng = np.random.default_rng(9)
+    root = ArtifactStore(tmp_path / "rounds")
+    steady = {"m": {"right": 0.5}}
+    write_scored_round(root, "round-20260101T000000Z-s1", judged_round(rng, steady))
+    write_scored_round(root, "round-20260108T000000Z-s2", judged_round(rng, {"m": {"right": 0.5, "hard_fail": 0.5}}))
+    write_scored_round(root, "round-20260115T000000Z-s3", judged_round(rng, steady))
+    comparisons = compare_rounds(collect_trend(root, limit=5, min_coverage=0.95).rows, FDR)
+    assert set(comparisons["previous_round"]) == {"round-20260101T000000Z-s1"}
+
+
+def test_a_change_whose_standard_error_is_zero_is_not_flagged(tmp_path):
+    """constant gets every item wrong in one round and right in the next: every bootstrap resample gives the
+    same value, so both standard errors are 0 and the normal test would call any difference certain."""
+    rng = np.random.default_rng(2)
+    root = ArtifactStore(tmp_path / "rounds")
+    first = write_scored_round(root, "round-20260101T000000Z-s1", judged_round(rng, {"constant": {"right": 0.0}}))
+    second = write_scored_round(root, "round-20260108T000000Z-s2", judged_round(rng, {"constant": {"right": 1.0}}))
+    assert first["standard_errors"]["constant"]["answer_accuracy"] == 0.0
+    assert second["standard_errors"]["constant"]["answer_accuracy"] == 0.0
+    from refusalbench.tasks.core.stats import independent_difference
+
+    _, _, _, p = independent_difference(np.array([0.0]), np.array([0.0]), np.array([1.0]), np.array([0.0]))
+    assert p[0] == 0.0  # what the test alone would say
+    trend = collect_trend(root, limit=5, min_coverage=0.95)
+    comparisons = compare_rounds(trend.rows, FDR).set_index("metric")
+    accuracy = comparisons.loc["answer_accuracy"]
+    assert accuracy["difference"] == 1.0 and not accuracy["tested"] and not accuracy["significant"]
+    assert math.isnan(accuracy["p_value"]) and accuracy["untested"].startswith("standard error 0")
+    assert not comparisons["significant"].any()
+    document = save_trend(root.child("round-20260108T000000Z-s2"), trend, compare_rounds(trend.rows, FDR), FDR, None)
+    assert document.flags == [] and document.untested >= 1 and document.comparisons == 6 - document.untested
+    assert "not tested: standard error 0" in changes_markdown(document)
+
+
+def test_a_change_on_too_few_rows_is_not_tested(tmp_path):
+    rng = np.random.default_rng(4)
+    root = ArtifactStore(tmp_path / "rounds")
+    write_scored_round(root, "round-20260101T000000Z-s1", judged_round(rng, {"m": {"right": 0.2}}, n_base=8))
+    write_scored_round(root, "round-20260108T000000Z-s2", judged_round(rng, {"m": {"right": 0.9}}, n_base=8))
+    comparisons = compare_rounds(collect_trend(root, limit=5).rows, FDR)
+    assert not comparisons["tested"].any() and not comparisons["significant"].any()
+    assert set(comparisons["untested"]) == {f"fewer than {MIN_SUPPORT} rows scored for it in a round"}
+    # The same gain on 40 base items is tested and flagged.
+    write_scored_round(root, "round-20260115T000000Z-s3", judged_round(rng, {"m": {"right": 0.2}}, n_base=40))
+    write_scored_round(root, "round-20260122T000000Z-s4", judged_round(rng, {"m": {"right": 0.9}}, n_base=40))
+    comparisons = compare_rounds(collect_trend(root, limit=5).rows, FDR)
+    assert comparisons.set_index("metric").loc[HEADLINE_METRIC, "significant"]

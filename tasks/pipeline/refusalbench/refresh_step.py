@@ -112,7 +112,8 @@ class RoundTrend:
 def compare_and_report(cfg: RunConfig, root: ArtifactStore, round_id: str, rounds_to_compare: int) -> RoundTrend:
     """Trend of the last rounds, significant changes (FDR ``refresh.fdr``), the round's error bound, saved
     into the round folder; the report rebuilt so it shows them."""
-    trend = collect_trend(root, rounds_to_compare, current=round_id)
+    min_coverage = cfg.evaluation.min_coverage if cfg.evaluation else None  # one bar for every round compared
+    trend = collect_trend(root, rounds_to_compare, current=round_id, min_coverage=min_coverage)
     comparisons = compare_rounds(trend.rows, cfg.refresh.fdr)
     error = round_error(trend.rows, round_id, cfg.refresh.rounds, cfg.refresh.delta)
     round_store = root.child(round_id)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
-from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, OK
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment
@@ -186,9 +186,12 @@ def write_generation_report(store: ArtifactStore) -> str:
 
 
 def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: int = 0) -> str:
-    """``refusalbench score``: metrics from judged responses, no model calls."""
+    """``refusalbench score``: metrics from judged responses, no model calls. A judged file inside a run
+    folder, and the folder written to, are refused when a newer refusalbench wrote them."""
+    split_uri(str(file))[0].check_schema_version()
     frame = read_judged(file)  # bad input exits before the run folder is created
     store = ArtifactStore(out)
+    store.check_schema_version()
     write_scores(store, frame, bootstrap=bootstrap, seed=seed)
     return store.uri(rb_files.METRICS.name)
 
@@ -196,6 +199,7 @@ def score_to_folder(file: Path | str, out: str, *, bootstrap: int = 1000, seed: 
 def build_report_for(run_dir: str) -> str:
     """``refusalbench report``: rebuild report.html from a run folder's judged responses."""
     store = ArtifactStore(run_dir)
+    store.check_schema_version()  # a folder a newer refusalbench wrote is refused before anything is read
     if not store.has(rb_files.JUDGED):
         raise InputError(store.uri(rb_files.JUDGED.name), "no judged responses in this run folder (run evaluate first)")
     manifest = _optional(store, runfolder.MANIFEST)

@@ -34,7 +34,8 @@ from refusalbench.tasks.refusalbench.schema.records import (
 PRETEST = Artifact(
     "pretest.parquet",
     "parquet",
-    "the base-set pre-test: one row per base item x pre-test model (answer, judge score, correct, kept)",
+    "the base-set pre-test: one row per base item x pre-test model (answer, judge score, correct, kept, "
+    "outcome, what the answer and judge calls cost)",
     PretestRow,
 )
 BASE_ITEMS = Artifact("base_items.parquet", "parquet", "the base items drawn for this run", BaseItem)
@@ -119,13 +120,16 @@ RESPONSE_DISTRIBUTION = Artifact(
 
 # ---------------------------------------------------------------- RefusalBench: refresh rounds
 ROUND_TREND = Artifact(
-    "round_trend.parquet", "parquet", "metrics with intervals and standard errors per model and round"
+    "round_trend.parquet",
+    "parquet",
+    "metrics with intervals and standard errors per model and round, with its counts, coverage and whether "
+    "that is complete (at least evaluation.min_coverage: only complete rounds are compared)",
 )
 TREND = Artifact(
     "trend.json",
     "json",
     "rounds compared, significant changes since the previous round (FDR-controlled), "
-    "incomplete rounds, the round's error bound",
+    "models not compared (incomplete coverage) and differences not tested, incomplete rounds, the round's error bound",
     TrendDocument,
 )
 FRESHNESS = Artifact(

@@ -281,6 +281,15 @@ class TrendFlag(Document):
     adjusted_p_value: Rate = Field(default=None, description="Benjamini-Hochberg across every model x metric compared")
 
 
+class NotCompared(Document):
+    """A model of the latest round whose coverage is below evaluation.min_coverage: not compared."""
+
+    model: str
+    round: str
+    coverage: Rate = Field(default=None, description="the share of its rows scored in the round")
+    reason: str
+
+
 class IncompleteRound(Document):
     """A round under the root that is not in the trend, and why."""
 
@@ -309,6 +318,12 @@ class TrendDocument(Document):
     test: str = ""
     fdr: float | None = Field(default=None, description="false-discovery rate of the flags (config refresh.fdr)")
     comparisons: int = Field(default=0, description="models x metrics compared (the BH family)")
+    untested: int = Field(
+        default=0, description="models x metrics not tested: standard error 0, or too few rows scored in a round"
+    )
+    not_compared: list[NotCompared] = Field(
+        default_factory=list, description="models whose coverage in the latest round is incomplete: not compared"
+    )
     incomplete_rounds: list[IncompleteRound] = Field(default_factory=list)
     round_error: RoundError | None = None
     freshness: FreshnessDocument | None = Field(default=None, description="the round's freshness.json, when recorded")

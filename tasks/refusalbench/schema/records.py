@@ -87,6 +87,15 @@ class PretestRow(Record):
     judge: str | None = None
     error: str | None = Field(default=None, description="why the answer or its judging failed")
     cached: bool = False
+    outcome: str | None = Field(
+        default=None,
+        description="what the row came to (tasks/llm/reply_outcomes.py): ok, the answer's outcome when it was "
+        "no usable reply (truncated, provider_blocked, too_long, call_error, ...), or judge_error",
+    )
+    cost_usd: float | None = Field(default=None, description="what the answer's call billed; None: unpriced")
+    judge_cost_usd: float | None = Field(
+        default=None, description="what the judge's call billed; None: unpriced, or the judge did not see the row"
+    )
 
 
 # ----------------------------------------------------------------- generation

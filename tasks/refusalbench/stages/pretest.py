@@ -7,7 +7,8 @@ the target template (no confidence asked), and the pre-test judge scores the ans
 evaluation's judge template, so a pre-test answer is judged exactly like an evaluation answer
 (the functions of ``tasks.respond`` and ``tasks.judge``): single-document quality >= 4,
 multi-document RAF = 1. A refusal is not correct and needs no judge call; a failed answer or
-judge call is recorded in the row's ``error`` and the item is not kept.
+judge call is recorded in the row's ``error`` and the item is not kept. Each row keeps its
+``outcome`` (ok, or why there was no usable answer or judgment) and what its two calls billed.
 
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from refusalbench.tasks.llm.gateway import CallResult, Gateway
-from refusalbench.tasks.refusalbench.schema.records import BaseItem, BenchmarkItem, Judgment, PretestRow
+from refusalbench.tasks.refusalbench.schema.records import BaseItem, BenchmarkItem, Judgment, PretestRow, Response
 from refusalbench.tasks.refusalbench.stages.judge import judge_responses, needs_judge
 from refusalbench.tasks.refusalbench.stages.respond import respond
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
@@ -47,19 +48,22 @@ def unperturbed_item(item: BaseItem) -> BenchmarkItem:
     )
 
 
-def row_from_judgment(item: BenchmarkItem, judgment: Judgment, answer: str | None, cached: bool) -> PretestRow:
+def row_from_judgment(item: BenchmarkItem, judgment: Judgment, response: Response) -> PretestRow:
     score = judgment.raf if item.variant == "multi" else judgment.quality
     return PretestRow(
         item_id=item.item_id,
         model=judgment.model,
         variant=item.variant,
-        answer=answer,
+        answer=response.raw,
         decision=judgment.decision,
         score=score,
         correct=judgment.error is None and judgment.answer_correct is True,
         judge=judgment.judge,
         error=judgment.error,
-        cached=cached,
+        cached=response.cached,
+        outcome=judgment.outcome or response.outcome,
+        cost_usd=response.cost_usd,
+        judge_cost_usd=judgment.judge_cost_usd,
     )
 
 
@@ -90,8 +94,7 @@ def pretest_answers(
         on_result=progress(f"judge {model} pre-test", to_judge) if progress else None,
     )
     return [
-        row_from_judgment(item, judgment, response.raw, response.cached)
-        for item, response, judgment in zip(shown, responses, judgments)
+        row_from_judgment(item, judgment, response) for item, response, judgment in zip(shown, responses, judgments)
     ]
 
 
