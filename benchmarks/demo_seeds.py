@@ -47,8 +47,11 @@ def summarise(run: Path) -> dict:
     row: dict = {}
     # Where the time went: the stages' wall seconds from the run's manifest (model downloads and
     # server start-up fall in the first stage that needs the model).
-    if (run / "manifest.json").exists():
-        timings = json.loads((run / "manifest.json").read_text()).get("timings_s", {})
+    timings: dict[str, float] = {}
+    for name in ("generation_manifest.json", "manifest.json"):  # generation's stages, then evaluation's
+        if (run / name).exists():
+            timings |= json.loads((run / name).read_text()).get("timings_s", {})
+    if timings:
         row["stages"] = ", ".join(f"{name} {seconds:.0f}" for name, seconds in timings.items() if seconds >= 1)
     if (run / "candidates.parquet").exists():
         row["candidates"] = len(pd.read_parquet(run / "candidates.parquet"))
