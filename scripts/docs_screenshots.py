@@ -2,54 +2,42 @@
 
     .venv/bin/python scripts/docs_screenshots.py RUN_FOLDER [--out docs/images]
 
-Writes ``report-top.png`` (the summary card, contents and leaderboard), ``report-charts.png`` (the
-first charts, drawn by the inlined Vega bundle), ``viewer-items.png`` (the item table) and
-``viewer-item.png`` (the first item's page) with Debian's headless Chromium at 1,400 px. The viewer
-is the real ``refusalbench view`` process on a free loopback port, stopped afterwards.
+Writes ``report-top.png`` (the summary card and contents), ``report-charts.png`` (a section of
+charts drawn by the inlined Vega bundle), ``viewer-items.png`` (the item table) and
+``viewer-item.png`` (the first item's page), at 1,400 px in Debian's headless Chromium, driven
+by the browser helper the tests use. The viewer is the real ``refusalbench view`` process on a
+free loopback port, stopped afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-WIDTH = 1400
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests/browser.py: the tests' DevTools client
+
+from tests.browser import Browser  # noqa: E402
+
+WIDTH, HEIGHT = 1400, 1000
+CHART_SECTION = "false-vs-missed-refusals"  # a section whose chart every report with two targets has
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if not found:
-        sys.exit("chromium is not installed (apt-get install chromium)")
-    return found
-
-
-def photograph(url: str, out: Path, height: int = 1100) -> None:
-    """``url`` at WIDTH × ``height`` after its scripts have had five seconds of virtual time to draw."""
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [
-                chromium(),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--user-data-dir={profile}",
-                f"--window-size={WIDTH},{height}",
-                "--virtual-time-budget=5000",
-                f"--screenshot={out}",
-                url,
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+def shoot(browser: Browser, url: str, out: Path, *, section: str | None = None, wait_for: str | None = None) -> None:
+    with browser.tab(WIDTH, HEIGHT) as tab:
+        tab.open(url)
+        if wait_for:
+            tab.wait_for(wait_for)
+        if section:
+            tab.evaluate(f"document.getElementById({json.dumps(section)}).scrollIntoView()")
+        time.sleep(1.0)  # charts draw after load
+        tab.screenshot(out, full_page=False)
     print(f"wrote {out}")
 
 
@@ -60,25 +48,24 @@ def free_port() -> int:
         return port
 
 
-def viewer(run: Path, out: Path) -> None:
+def photograph_viewer(browser: Browser, run: Path, out: Path) -> None:
     port = free_port()
     cli = Path(sys.executable).with_name("refusalbench")
     process = subprocess.Popen([str(cli), "view", str(run), "--port", str(port)], stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):  # the viewer reads the run's files before it listens
+        for _ in range(240):  # the viewer reads the run's files before it listens
             try:
                 urllib.request.urlopen(base, timeout=1).close()
                 break
             except OSError:
                 time.sleep(0.5)
-        items = urllib.request.urlopen(f"{base}/api/runs/{run.name}/items", timeout=10).read().decode()
-        photograph(f"{base}/runs/{run.name}/items", out / "viewer-items.png")
-        first = items.split('"item_id": "', 1)[-1].split('"', 1)[0] if '"item_id": "' in items else None
-        if first is None and '"item_id":"' in items:
-            first = items.split('"item_id":"', 1)[1].split('"', 1)[0]
+        shoot(browser, f"{base}/runs/{run.name}/items", out / "viewer-items.png")
+        with browser.tab(WIDTH, HEIGHT) as tab:
+            tab.open(f"{base}/runs/{run.name}/items")
+            first = tab.evaluate("(document.querySelector('a.item-link') || {}).href || ''")
         if first:
-            photograph(f"{base}/runs/{run.name}/items/{first}", out / "viewer-item.png", height=1600)
+            shoot(browser, first, out / "viewer-item.png")
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -87,14 +74,16 @@ def viewer(run: Path, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a finished run folder (local)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images")
     args = parser.parse_args()
     run, out = args.run.resolve(), args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    report = run / "report.html"
-    photograph(report.as_uri(), out / "report-top.png")
-    photograph(report.as_uri() + "#leaderboard", out / "report-leaderboard.png")
-    viewer(run, out)
+    report = (run / "report.html").as_uri()
+    drawn = "document.querySelectorAll('.vl-chart svg, .vl-chart canvas').length > 0"
+    with Browser() as browser:
+        shoot(browser, report, out / "report-top.png")
+        shoot(browser, report, out / "report-charts.png", section=CHART_SECTION, wait_for=drawn)
+        photograph_viewer(browser, run, out)
 
 
 if __name__ == "__main__":

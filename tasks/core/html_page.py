@@ -160,3 +160,10 @@ def mapping_html(data: Mapping[str, Any], heading: Callable[[str], str] = readab
         else:
             parts.append(f"<pre>{escape(json.dumps(value, indent=2, default=str))}</pre>")
     return "".join(parts)
+
+
+def run_kind_and_status(manifest: Mapping[str, Any]) -> str:
+    """A summary card's run kind, with the status only where the run did not end well ("evaluate",
+    "evaluate, failed"): a report written by the run itself sees it still running."""
+    kind, status = str(manifest.get("kind", "?")), manifest.get("status")
+    return kind if status in (None, "completed", "running") else f"{kind}, {status}"

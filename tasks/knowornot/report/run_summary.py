@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core.html_page import escape, summary_card
+from refusalbench.tasks.core.html_page import escape, run_kind_and_status, summary_card
 from refusalbench.tasks.core.stats import MIN_CLUSTERS
 
 # (role, key of the config's knowornot section)
@@ -70,9 +70,7 @@ def summary_html(
             )
         )
     if manifest.get("run_id"):
-        rows.append(
-            ("Run", escape(f"{manifest['run_id']} ({manifest.get('kind', '?')}, {manifest.get('status', '?')})"))
-        )
+        rows.append(("Run", escape(f"{manifest['run_id']} ({run_kind_and_status(manifest)})")))
     for role, key in ROLES:
         value = section.get(key) or (section.get("evaluator") if key == "extractor" else None)
         if value:
@@ -87,7 +85,8 @@ def summary_html(
     rows.append(("Diversity filters", escape(filter_report.get("method", "—"))))
     warnings = []
     status = manifest.get("status")
-    if status and status != "completed":
+    # "running": the report is written by the run's last stage, before the run records its end.
+    if status and status not in ("completed", "running"):
         warnings.append(f"The run's status is {status}.")
     thin = thin_configurations(metrics)
     if thin:

@@ -70,10 +70,13 @@ def cost_summary_line(costs: Mapping[str, Any]) -> str:
     line = f"Spent {spent} on {int(total.get('http_calls') or 0)} calls"
     if unpriced:
         line += f" (and {unpriced} calls with no known price, not counted)"
-    line += (
-        f"; the providers' prompt caches served {int(total.get('cached_tokens') or 0):,} prompt tokens, saving "
-        f"{_usd(total.get('cached_savings_usd'))}; the batch API saved {_usd(total.get('batch_savings_usd'))}."
-    )
+    # The savings clauses only where there was something to save: a local run's line stays short.
+    cached = int(total.get("cached_tokens") or 0)
+    if cached:
+        line += f"; the providers' prompt caches served {cached:,} prompt tokens, saving {_usd(total.get('cached_savings_usd'))}"
+    if total.get("batch_savings_usd"):
+        line += f"; the batch API saved {_usd(total.get('batch_savings_usd'))}"
+    line += "."
     budget = costs.get("budget_usd")
     return line + (f" Budget: {_usd(budget)}." if budget is not None else "")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from refusalbench.tasks.core.html_page import escape, folded, mapping_html, section, summary_card
+from refusalbench.tasks.core.html_page import escape, folded, mapping_html, run_kind_and_status, section, summary_card
 from refusalbench.tasks.llm.reply_outcomes import OK
 from refusalbench.tasks.refusalbench.report.cost_section import cost_summary_line
 from refusalbench.tasks.refusalbench.report.headings import heading
@@ -127,7 +127,8 @@ def _warnings(
 ) -> list[str]:
     out = []
     status = manifest.get("status")
-    if status and status != "completed":
+    # "running": the report is written by the run's last stage, before the run records its end.
+    if status and status not in ("completed", "running"):
         out.append(f"The run's status is {status}.")
     for model, coverage in incomplete_models(metrics, min_coverage).items():
         out.append(f"{model}: {incomplete_note(coverage)} (below {100 * min_coverage:.0f}%; unranked).")
@@ -164,9 +165,7 @@ def summary_section(
             ("Configuration", f"{name} <span class='ci'>(hash {escape(manifest.get('config_hash') or '—')})</span>")
         )
     if manifest.get("run_id"):
-        rows.append(
-            ("Run", escape(f"{manifest['run_id']} ({manifest.get('kind', '?')}, {manifest.get('status', '?')})"))
-        )
+        rows.append(("Run", escape(f"{manifest['run_id']} ({run_kind_and_status(manifest)})")))
     for role, names in models_by_role(config, metrics).items():
         rows.append((role, escape(", ".join(names)) if names else "—"))
     items, bases = _items(benchmark, support, manifest.get("counts") or {})
