@@ -177,7 +177,10 @@ def _spawn_server(home: Path, fingerprint: str, start_lock: IO[str]) -> tuple[su
     lock and holds it until it has written the pid file and exited."""
     host = os.environ.get("PREFECT_SERVER_API_HOST") or "127.0.0.1"
     port = _choose_port(host)
-    env = dict(os.environ, PREFECT_HOME=str(home))
+    # The UI asks its API where its settings say: without these, Prefect's default port (4200) even
+    # when this server listens elsewhere, so the UI would show another server's runs, or none.
+    urls = server_urls(host, port)
+    env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_API_PORT=str(port), PREFECT_UI_API_URL=urls["url"])
     static = _ui_static_directory(home)
     if static:
         env["PREFECT_UI_STATIC_DIRECTORY"] = static
@@ -185,7 +188,7 @@ def _spawn_server(home: Path, fingerprint: str, start_lock: IO[str]) -> tuple[su
     entry = {
         "port": port,
         "host": host,
-        **server_urls(host, port),
+        **urls,
         "fingerprint": fingerprint,
         "prefect": prefect_version(),
         "log": str(home / LOG),

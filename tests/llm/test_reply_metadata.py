@@ -347,7 +347,7 @@ def test_a_reasoning_target_with_right_answers_scores_like_the_same_answers_with
     report = (out / "report.html").read_text()
     assert "Replies and reasoning" in report and report.count("<details><summary>reasoning") >= 5 * (len(targets) - 1)
     assert REASONING not in report and "REFUSE_FALSE_PREMISE &lt;b&gt;&amp;&lt;/b&gt;" in report
-    replies = report[report.index("Replies and reasoning") :]
+    replies = report[report.index("<h2>Replies and reasoning</h2>") :]  # the section, not its contents link
     row = re.search(r"<tr><td class='name'>field-direct</td>(.*?)</tr>", replies).group(1)
     assert f"<td>{10 * REASONING_WORDS}</td>" in row  # reasoning tokens per model
 

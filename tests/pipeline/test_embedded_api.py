@@ -39,6 +39,21 @@ def home(tmp_path):
     stop_background_server(folder)
 
 
+@pytest.fixture
+def default_port_taken():
+    """Something else listening on Prefect's default port (4200), as on a machine where the user runs a
+    server of their own: the embedded server takes another port, and its UI must still ask its own API."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", 4200))
+        sock.listen()
+    except OSError:
+        pass  # taken already, which is what the test wants
+    yield
+    sock.close()
+
+
 def embedded_env(home: Path) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(home))
     env.pop("PREFECT_API_URL", None)
@@ -69,7 +84,7 @@ def cli(*argv: str, env: dict[str, str], timeout: float = 300) -> subprocess.Com
 
 
 @pytest.mark.slow
-def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, fake_llm, home):
+def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, fake_llm, home, default_port_taken):
     """Two `refusalbench evaluate` commands: the first starts the server, the second uses it;
     each prints its run's page, which shows the run, its logs and its artifacts in the UI."""
     benchmark = write_benchmark(tmp_path, 4)
@@ -94,6 +109,7 @@ def test_embedded_runs_share_the_background_server_and_show_in_its_ui(tmp_path, 
     assert runs[0].count(STARTED) == 1 and STARTED not in runs[1], runs
     (first,), (second,) = (RUN_LINK.findall(stderr) for stderr in runs)
     ui, port = first[0], int(first[1])
+    assert port != 4200  # the default port is taken (fixture): the page below is this server's own UI
     assert second[:2] == first[:2] and second[2] != first[2]  # one server, two runs
     server = running_server(home)
     assert server is not None and server["port"] == port and alive(server["pid"])  # still up after both ended
@@ -178,7 +194,10 @@ def test_bad_input_in_process_stops_the_server_it_started(tmp_path, monkeypatch,
     with pytest.raises(SystemExit) as exit_info:
         main(["knowornot", "run", "--config", str(config), "--out", str(tmp_path / "run")])
     assert exit_info.value.code == 2
-    assert len(capsys.readouterr().err.splitlines()) == 1  # the input error alone: no word of a server
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(
+        ": model 't' is not in the registry" in line for line in lines
+    )  # input errors alone: no word of a server
     # No flow used the server this call started: it was stopped at once and the environment restored.
     ((process, entry),) = spawned
     assert process.poll() is not None and not listening(entry["port"])
