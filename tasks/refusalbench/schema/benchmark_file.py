@@ -1,5 +1,8 @@
 """A benchmark file given to ``evaluate``: read, checked row by row, and placed in the run folder.
 
+A file in the paper authors' released layout (``schema/released.py``) is read too, item for item,
+so ``evaluate --benchmark`` takes RefusalBench-NQ and RefusalBench-GaRAGe as they are published.
+
 Every problem is an :class:`InputError` (exit 2) naming the file, row and field, raised
 before any model call is paid for.
 """
@@ -14,12 +17,15 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
+from refusalbench.tasks.refusalbench.schema.released import is_release_layout, read_release
 from refusalbench.tasks.refusalbench.taxonomy import canonical_code
 
 BENCHMARK_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
 
 
 def read_benchmark(uri: str) -> list[BenchmarkItem]:
+    if is_release_layout(uri):
+        return read_release(uri).items
     store, name = split_uri(uri)
     if not store.exists(name):
         local_relative = "://" not in uri and not os.path.isabs(uri)
