@@ -4,7 +4,8 @@
 ``refusalbench.tasks.refusalbench.basesets`` (the paper's App. C.1 curation) with a progress bar on stderr,
 print one summary line of what was kept and why the rest was not, and write the output only
 once everything was read: a malformed source line (exit 2, ``FILE:LINE: field: problem``) or an
-interruption leaves no output file behind.
+interruption leaves no output file behind. ``data import release`` writes the paper authors'
+released RefusalBench-NQ or -GaRAGe as a benchmark file for ``evaluate`` (``schema/released.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 data_app = typer.Typer(help="Base sets: check one, or build one from the public sources.", no_args_is_help=True)
 import_app = typer.Typer(
     help="Build a base set from a public source (the paper's App. C.1 curation), or bring in "
-    "the KnowOrNot paper's released PolicyBench question sets.",
+    "the KnowOrNot paper's released PolicyBench question sets, or turn RefusalBench's released "
+    "benchmarks into a benchmark file.",
     no_args_is_help=True,
 )
 data_app.add_typer(import_app, name="import")

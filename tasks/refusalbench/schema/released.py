@@ -172,7 +172,8 @@ def _item(record: Any, uri: str, line: int) -> BenchmarkItem:
     context, original = record["perturbed_context"], record.get("original_context")
     if not isinstance(context, (str, list)):
         raise InputError(uri, "neither a passage nor a list of passages", line=line, field="perturbed_context")
-    multi = isinstance(context, list)
+    passages = _passages(context, uri, line) if isinstance(context, list) else None
+    multi = passages is not None
     lever = record["lever_selected"]
     return BenchmarkItem(
         item_id=str(record["unique_id"]),
@@ -184,7 +185,7 @@ def _item(record: Any, uri: str, line: int) -> BenchmarkItem:
         generator=str(record["generator_model"]),
         question=str(record["perturbed_query"]),
         context=None if multi else context,
-        passages=_passages(context, uri, line) if multi else None,
+        passages=passages,
         original_question=str(record.get("original_query") or record["perturbed_query"]),
         original_context=original if isinstance(original, str) else None,
         original_passages=_passages(original, uri, line) if isinstance(original, list) else None,
