@@ -86,6 +86,10 @@ def test_evaluate_scores_both_releases_item_for_item_under_the_paper_protocol(tm
         assert {j["decision_source"] for j in judged} == {"judge"}
         for j in judged:
             assert (j["answer_correct"] if j["expected"] == "ANSWER_CORRECTLY" else j["refusal_correct"]) is True
+        # The run's manifest says where the benchmark came from and under which license.
+        notes = json.loads((out / "manifest.json").read_text())["notes"]
+        license = "Apache-2.0" if name == "nq" else "CC-BY-NC-4.0"
+        assert any(n.startswith(f"benchmark: the released {name}.jsonl (sha256 ") and license in n for n in notes)
     prompts = [last_user_text(r) for r in fake_llm.calls_for("target")]
     systems = [r["messages"][0]["content"] for r in fake_llm.calls_for("target")]
     assert len(prompts) == 12 and all("reply with only one of these codes" in s for s in systems)
