@@ -224,7 +224,10 @@ def _evaluation_work(
     for model in targets:
         respond.add(model, models[model], size, respond_prompts, bounded=not exact, stage="respond")
     judge_work = StageWork(
-        f"at most {counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies every reply "
+        f"{counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies and grades every "
+        "reply (protocol: paper)"
+        if ev.protocol == "paper"
+        else f"at most {counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies every reply "
         "but one that is only a refusal code"
         if ev.decision == "judge"
         else f"at most {counted(judged, 'answerable item')} x {counted(len(targets), 'target')}: only answers to "
