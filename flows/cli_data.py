@@ -4,7 +4,8 @@
 ``refusalbench.tasks.refusalbench.basesets`` (the paper's App. C.1 curation) with a progress bar on stderr,
 print one summary line of what was kept and why the rest was not, and write the output only
 once everything was read: a malformed source line (exit 2, ``FILE:LINE: field: problem``) or an
-interruption leaves no output file behind.
+interruption leaves no output file behind. ``data import release`` writes the paper authors'
+released RefusalBench-NQ or -GaRAGe as a benchmark file for ``evaluate`` (``schema/released.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 data_app = typer.Typer(help="Base sets: check one, or build one from the public sources.", no_args_is_help=True)
 import_app = typer.Typer(
     help="Build a base set from a public source (the paper's App. C.1 curation), or bring in "
-    "the KnowOrNot paper's released PolicyBench question sets.",
+    "the KnowOrNot paper's released PolicyBench question sets, or turn RefusalBench's released "
+    "benchmarks into a benchmark file.",
     no_args_is_help=True,
 )
 data_app.add_typer(import_app, name="import")
@@ -175,3 +177,38 @@ def import_policybench(
             )
     listed = ", ".join(f"{name} {n}" for name, n in counts.items())
     out.print(f"{out_dir}: {sum(counts.values())} questions in {len(counts)} files ({listed})", highlight=False)
+
+
+@import_app.command("release")
+def import_release(
+    source: Path = typer.Argument(
+        ..., help="a released RefusalBench benchmark (RefusalBench-NQ or -GaRAGe: JSON lines, JSON list or Parquet)"
+    ),
+    out_file: Path = typer.Option(..., "--out", help="benchmark file to write (Parquet), for evaluate --benchmark"),
+    license: str | None = typer.Option(
+        None,
+        "--license",
+        help="the dataset's license, recorded in the file (default: Apache-2.0 for single-passage "
+        "items as in RefusalBench-NQ, CC-BY-NC-4.0 when any item has a list of passages as in -GaRAGe)",
+    ),
+) -> None:
+    """The paper authors' released benchmark as a benchmark file evaluate takes, item for item."""
+    from refusalbench.tasks.refusalbench.schema.released import read_release, release_table
+
+    if out_file.suffix.lower() != ".parquet":
+        raise InputError(str(out_file), "the benchmark is written as Parquet: name it *.parquet", field="--out")
+    if out_file.resolve() == source.resolve():
+        raise InputError(str(out_file), "the output would replace the source file", field="--out")
+    release = read_release(str(source), license)
+    import pyarrow.parquet as pq
+
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_file.with_name(out_file.name + ".partial")
+    pq.write_table(release_table(release), partial)
+    partial.replace(out_file)  # never a half-written benchmark under the final name
+    facts = release.provenance
+    out.print(
+        f"{out_file}: {facts['items']} items (single {facts['single']}, multi {facts['multi']}), "
+        f"license {facts['license']}, source sha256 {facts['sha256'][:12]}",
+        highlight=False,
+    )

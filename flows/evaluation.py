@@ -54,7 +54,8 @@ def evaluation_flow(
     recorder = ManifestRecorder(store, "evaluate", config=cfg, seed=evaluation.seed)
     recorder.hashes(prompts=all_template_hashes())
     with recorder.run():
-        place_benchmark(store, benchmark, items)
+        if (released := place_benchmark(store, benchmark, items)) is not None:
+            recorder.note(released)  # a released benchmark's license travels with the run
         targets = check_or_raise(cfg, evaluation.targets)
         (judge,) = check_or_raise(cfg, [evaluation.judge])
         with model_endpoints(cfg, targets + [judge]) as api_bases:

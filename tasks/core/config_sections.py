@@ -83,6 +83,14 @@ class EvaluationConfig(Strict):
         "protocol; a reply that is only a refusal code skips the call), or 'codes': the "
         "refusal-code parser alone, judge-free (the judge grades answers only)",
     )
+    protocol: Literal["default", "paper"] = Field(
+        default="default",
+        description="the prompts and the judging: 'default', this project's (code help in the target prompt, "
+        "the judge asked only where a reply is not a bare refusal code, a grade only for answerable items); "
+        "'paper', the released benchmarks' authors' (a prompt that lists the seven codes and asks for the "
+        "code alone on a refusal; one judge call per reply returning CLASSIFICATION and QUALITY_SCORE; "
+        "correct answer at quality 4 or 5, or RAF 1 for multi-document items; correct refusal = the exact code)",
+    )
     confidence: bool = False
     shard_size: int = Field(default=128, ge=1)
     bootstrap: int = Field(default=1000, ge=0)
@@ -94,6 +102,12 @@ class EvaluationConfig(Strict):
         description="a target whose scorable share of rows is below this is marked incomplete "
         "on the leaderboard (and fails evaluate --strict)",
     )
+
+    @model_validator(mode="after")
+    def _paper_protocol_has_the_judge_decide(self) -> EvaluationConfig:
+        if self.protocol == "paper" and self.decision == "codes":
+            raise ValueError("protocol: paper has the judge classify every reply: leave decision at 'judge'")
+        return self
 
 
 SystemPromptName = Literal["basic", "conservative", "opinion"]

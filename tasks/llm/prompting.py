@@ -39,6 +39,8 @@ TEMPLATES: tuple[str, ...] = (
     "judge_single.j2",
     "judge_multi.j2",
     "judge_decision.j2",
+    "target_paper.j2",
+    "judge_paper.j2",
     "kon_fact_extraction.j2",
     "kon_qa_generation.j2",
     "kon_hyde.j2",

@@ -197,6 +197,26 @@ class JudgeMultiOutput(JudgeDecisionOutput):
         return self
 
 
+class JudgePaperOutput(LLMOutput):
+    """The judge's reply under ``evaluation.protocol: paper``: one call per reply returns its
+    classification and a quality score (1-5, the grade of an answer; 1 for a refusal)."""
+
+    classification: str = Field(json_schema_extra={"enum": list(JUDGE_CLASSIFICATIONS)})
+    quality_score: int = Field(ge=1, le=5)
+
+    @field_validator("classification", mode="before")
+    @classmethod
+    def _code_like(cls, value: Any) -> Any:
+        return re.sub(r"[\s-]+", "_", value.strip()).upper() if isinstance(value, str) else value
+
+
+class JudgePaperMultiOutput(JudgeMultiOutput):
+    """The paper protocol's judge reply for a multi-document item: the classification and quality score,
+    with the relevance-aware factuality (RAF) that grades an answer there."""
+
+    quality_score: int = Field(ge=1, le=5)
+
+
 # ----------------------------------------------------------------- KnowOrNot
 
 

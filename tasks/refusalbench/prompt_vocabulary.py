@@ -11,7 +11,7 @@ from typing import Any
 
 from refusalbench.tasks.llm.structured_outputs import ANSWER_ATTEMPT
 from refusalbench.tasks.refusalbench.decisions import CONFIDENCE_LEVELS
-from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSE_OTHER
+from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY, CANONICAL_CODE, REFUSAL_CODES, REFUSE_OTHER
 
 # (code, what it means, a tiny illustration) -- shown to target models so they can pick a code.
 REFUSAL_CODE_HELP: tuple[tuple[str, str, str], ...] = (
@@ -79,3 +79,7 @@ TARGET_VOCABULARY: dict[str, Any] = {
 JUDGE_VOCABULARY: dict[str, Any] = {"ANSWER_ATTEMPT": ANSWER_ATTEMPT, "REFUSAL_CODE_HELP": REFUSAL_CODE_HELP}
 # What verifier_single.j2 / verifier_multi.j2 compare the expected response with.
 VERIFIER_VOCABULARY: dict[str, Any] = {"ANSWER_CORRECTLY": ANSWER_CORRECTLY}
+# What target_paper.j2 / judge_paper.j2 (evaluation.protocol: paper) list: the seven codes alone, as the
+# released benchmarks' protocol shows them.
+PAPER_TARGET_VOCABULARY: dict[str, Any] = {"REFUSAL_CODES": REFUSAL_CODES}
+PAPER_JUDGE_VOCABULARY: dict[str, Any] = {"ANSWER_ATTEMPT": ANSWER_ATTEMPT, "REFUSAL_CODES": REFUSAL_CODES}

@@ -40,6 +40,8 @@ from refusalbench.tasks.llm.structured_outputs import (
 from refusalbench.tasks.refusalbench.decisions import CONFIDENCE_LEVELS
 from refusalbench.tasks.refusalbench.prompt_vocabulary import (
     JUDGE_VOCABULARY,
+    PAPER_JUDGE_VOCABULARY,
+    PAPER_TARGET_VOCABULARY,
     TARGET_VOCABULARY,
     VERIFIER_VOCABULARY,
     answer_constraint_text,
@@ -129,6 +131,15 @@ def variables_for(name: str, text: str = "plain text", big: str | None = None) -
             **JUDGE_VOCABULARY,
         },
         "judge_decision.j2": {"question": text, "response": text, **JUDGE_VOCABULARY},
+        "target_paper.j2": {"question": text, "context": context, "passages": None, **PAPER_TARGET_VOCABULARY},
+        "judge_paper.j2": {
+            "question": text,
+            "context": None,
+            "passages": passages,
+            "answers": ["Paris"],
+            "response": text,
+            **PAPER_JUDGE_VOCABULARY,
+        },
         "kon_fact_extraction.j2": {"sentence": text, "sentence_index": 7, "document_context": context},
         "kon_qa_generation.j2": {"fact": text},
         "kon_hyde.j2": {"question": text, "n": 3},
@@ -186,7 +197,12 @@ def test_renders_well_formed_messages(name):
 
 # Accepted for a uniform call signature but deliberately not shown (see the template's comment);
 # the confidence levels are listed only when a stated confidence is asked for (target_multi here).
-UNUSED_VARIABLES = {("kon_eval_abstention.j2", "expected_answer"), ("target_single.j2", "CONFIDENCE_LEVELS")}
+# A paper-protocol template shows the passages or the context, whichever the item has.
+UNUSED_VARIABLES = {
+    ("kon_eval_abstention.j2", "expected_answer"),
+    ("target_single.j2", "CONFIDENCE_LEVELS"),
+    ("judge_paper.j2", "context"),
+}
 
 
 @pytest.mark.parametrize("name", TEMPLATES)

@@ -145,7 +145,8 @@ def respond_shard(
             judging(result)
 
     # Always the plain prompt: confidence is elicited by the calibration pass (calibrate_shard).
-    rows = respond(gateway, items, target, on_result=reply_in)
+    protocol = config.evaluation.protocol if config.evaluation is not None else "default"
+    rows = respond(gateway, items, target, on_result=reply_in, protocol=protocol)
     return write_output_shard(run_root, "responses", target, items_name, rows, Response)
 
 
@@ -166,7 +167,7 @@ def judging_ahead_here(
         or one_model_at_a_time(config, [*ev.targets, ev.judge])
     ):
         return None
-    return judging_ahead(gateway, {item.item_id: item for item in items}, target, ev.judge, ev.decision)
+    return judging_ahead(gateway, {item.item_id: item for item in items}, target, ev.judge, ev.decision, ev.protocol)
 
 
 @task(
@@ -237,7 +238,7 @@ def judged_rows(
     ev = config.evaluation
     assert ev is not None, "only an evaluation judges"
     judge, decision = ev.judge, ev.decision
-    total = sum(needs_judge(items[r.item_id], r, decision) for r in responses)
+    total = sum(needs_judge(items[r.item_id], r, decision, ev.protocol) for r in responses)
     return judge_responses(
         gateway_for(config, api_bases),
         items,
@@ -245,6 +246,7 @@ def judged_rows(
         judge,
         on_result=progress_callback(title, total),
         decision=decision,
+        protocol=ev.protocol,
     )
 
 

@@ -204,7 +204,8 @@ def _evaluation_work(
         answerable = [item for item in benchmark if item.expected == ANSWER_CORRECTLY]
         shown_to_judge = benchmark if ev.decision == "judge" else answerable  # the judge classifies every reply
         size, judged, exact = len(benchmark), len(shown_to_judge), True
-        respond_prompts, judge_prompts = target_prompts_for(benchmark), judge_prompts_for(shown_to_judge)
+        respond_prompts = target_prompts_for(benchmark, protocol=ev.protocol)
+        judge_prompts = judge_prompts_for(shown_to_judge, ev.protocol)
         calibration_prompts = target_prompts_for(benchmark, confidence=True) if ev.confidence else []
         respond_note = f"{counted(size, 'benchmark item')} x {counted(len(targets), 'target')} (exact)"
     else:
@@ -212,7 +213,8 @@ def _evaluation_work(
         stand_ins = [stand_in_item(item) for item in drawn.items]
         size, exact = drawn.benchmark_max, False
         judged = size if ev.decision == "judge" else drawn.answerable_max
-        respond_prompts, judge_prompts = target_prompts_for(stand_ins), judge_prompts_for(stand_ins)
+        respond_prompts = target_prompts_for(stand_ins, protocol=ev.protocol)
+        judge_prompts = judge_prompts_for(stand_ins, ev.protocol)
         calibration_prompts = target_prompts_for(stand_ins, confidence=True) if ev.confidence else []
         respond_note = (
             f"at most {counted(size, 'benchmark item')} (the sum over strata of min(quota, candidates)) x "
@@ -222,7 +224,10 @@ def _evaluation_work(
     for model in targets:
         respond.add(model, models[model], size, respond_prompts, bounded=not exact, stage="respond")
     judge_work = StageWork(
-        f"at most {counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies every reply "
+        f"{counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies and grades every "
+        "reply (protocol: paper)"
+        if ev.protocol == "paper"
+        else f"at most {counted(judged, 'item')} x {counted(len(targets), 'target')}: the judge classifies every reply "
         "but one that is only a refusal code"
         if ev.decision == "judge"
         else f"at most {counted(judged, 'answerable item')} x {counted(len(targets), 'target')}: only answers to "

@@ -19,7 +19,7 @@ from refusalbench.tasks.refusalbench.schema.records import (
     Response,
 )
 from refusalbench.tasks.refusalbench.stages.generate import generation_messages
-from refusalbench.tasks.refusalbench.stages.judge import judge_messages, judge_schema
+from refusalbench.tasks.refusalbench.stages.judge import Protocol, judge_messages, judge_schema
 from refusalbench.tasks.refusalbench.stages.respond import target_messages
 from refusalbench.tasks.refusalbench.stages.verify import verification_messages
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
@@ -47,15 +47,15 @@ def stand_in_item(item: BaseItem) -> BenchmarkItem:
     )
 
 
-def target_prompts_for(items: list[BenchmarkItem], confidence: bool = False) -> list[Prompt]:
-    return [_prompt(target_messages(item, confidence), None) for item in items]
+def target_prompts_for(items: list[BenchmarkItem], confidence: bool = False, protocol: str = "default") -> list[Prompt]:
+    return [_prompt(target_messages(item, confidence, protocol), None) for item in items]
 
 
-def judge_prompts_for(items: list[BenchmarkItem]) -> list[Prompt]:
+def judge_prompts_for(items: list[BenchmarkItem], protocol: Protocol = "default") -> list[Prompt]:
     prompts: list[Prompt] = []
     for item in items:
         stand_in = Response(item_id=item.item_id, model="-", raw=item.answers[0] if item.answers else "")
-        prompts.append(_prompt(judge_messages(item, stand_in), judge_schema(item)))
+        prompts.append(_prompt(judge_messages(item, stand_in, protocol), judge_schema(item, protocol)))
     return prompts
 
 

@@ -1,25 +1,35 @@
 """A benchmark file given to ``evaluate``: read, checked row by row, and placed in the run folder.
 
+A file in the paper authors' released layout (``schema/released.py``) is read too, item for item,
+so ``evaluate --benchmark`` takes RefusalBench-NQ and RefusalBench-GaRAGe as they are published.
+
 Every problem is an :class:`InputError` (exit 2) naming the file, row and field, raised
 before any model call is paid for.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from refusalbench.tasks.core import runfolder
 from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
+from refusalbench.tasks.refusalbench.schema.released import RELEASE_METADATA_KEY, is_release_layout, read_release
 from refusalbench.tasks.refusalbench.taxonomy import canonical_code
 
 BENCHMARK_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
 
 
 def read_benchmark(uri: str) -> list[BenchmarkItem]:
+    if is_release_layout(uri):
+        return read_release(uri).items
     store, name = split_uri(uri)
     if not store.exists(name):
         local_relative = "://" not in uri and not os.path.isabs(uri)
@@ -70,8 +80,29 @@ def keep_generation_manifest(store: ArtifactStore) -> None:
             store.save(rb_files.GENERATION_MANIFEST, previous)
 
 
-def place_benchmark(store: ArtifactStore, uri: str, items: list[BenchmarkItem]) -> None:
-    """Copy the benchmark into the run folder unless it is already that folder's benchmark."""
+def release_source(uri: str) -> dict[str, Any] | None:
+    """The facts of the released benchmark ``uri`` is or was imported from (name, SHA-256, license); None otherwise."""
+    if is_release_layout(uri):
+        return read_release(uri).provenance
     source_store, name = split_uri(uri)
-    if source_store.uri(name) != store.uri(rb_files.BENCHMARK.name):
-        store.save(rb_files.BENCHMARK, items)
+    try:
+        metadata = pq.read_schema(io.BytesIO(source_store.read_bytes(name))).metadata or {}
+    except Exception:  # read_benchmark has already read it; nothing to add here
+        return None
+    facts = metadata.get(RELEASE_METADATA_KEY)
+    return json.loads(facts) if facts else None
+
+
+def place_benchmark(store: ArtifactStore, uri: str, items: list[BenchmarkItem]) -> str | None:
+    """Copy the benchmark into the run folder unless it is already that folder's benchmark.
+
+    Returns the note the manifest keeps when the benchmark is a released one: its source, hash and license.
+    """
+    source_store, name = split_uri(uri)
+    if source_store.uri(name) == store.uri(rb_files.BENCHMARK.name):
+        return None
+    store.save(rb_files.BENCHMARK, items)
+    facts = release_source(uri)
+    if facts is None:
+        return None
+    return f"benchmark: the released {facts['source']} (sha256 {facts['sha256']}), license {facts['license']}"

@@ -13,6 +13,12 @@ The decision (``evaluation.decision``):
 - ``codes`` (judge-free decision): the code parser's decision (``Response.decision``) stands; the
   judge is asked only to grade answers to answerable items.
 
+The protocol (``evaluation.protocol``): ``default`` is the above; ``paper`` is the released
+benchmarks' authors' protocol: every reply goes to the judge (a bare code too), one call with
+``judge_paper.j2`` that returns the classification and a quality score (and RAF for a
+multi-document item); an answer is correct at quality 4 or 5 (multi-document: RAF 1), a refusal
+when its code is the expected one exactly. Scoring is the same rule under both protocols.
+
 Either way each judgment keeps the parser's decision (``parser_decision``), so the parser's
 agreement with the judge can be reported (``decision_agreement``). A refusal is correct when its
 code equals the expected code; an answer to an unanswerable item is a missed refusal; a refusal of
@@ -38,35 +44,54 @@ from refusalbench.tasks.llm.structured_outputs import (
     RAF_WITHOUT_ELIGIBILITY,
     JudgeDecisionOutput,
     JudgeMultiOutput,
+    JudgePaperMultiOutput,
+    JudgePaperOutput,
     JudgeSingleOutput,
 )
 from refusalbench.tasks.refusalbench.decisions import ANSWER, bare_code, normalise_decision
-from refusalbench.tasks.refusalbench.prompt_vocabulary import JUDGE_VOCABULARY
+from refusalbench.tasks.refusalbench.prompt_vocabulary import JUDGE_VOCABULARY, PAPER_JUDGE_VOCABULARY
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Judgment, Response
 from refusalbench.tasks.refusalbench.stages.respond import response_from_result
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
 CORRECT_QUALITY = 4
 DecisionMode = Literal["judge", "codes"]
+Protocol = Literal["default", "paper"]
 
 
-def needs_judge(item: BenchmarkItem, response: Response, decision: DecisionMode = "judge") -> bool:
+def needs_judge(
+    item: BenchmarkItem, response: Response, decision: DecisionMode = "judge", protocol: Protocol = "default"
+) -> bool:
     """Whether the judge model is asked about this response (see the module docstring)."""
     if response.error is not None:
         return False
+    if protocol == "paper":
+        return True
     if decision == "codes":
         return response.decision == ANSWER and item.expected == ANSWER_CORRECTLY
     return bare_code(response.raw) is None
 
 
-def judge_schema(item: BenchmarkItem) -> type[BaseModel]:
+def judge_schema(item: BenchmarkItem, protocol: Protocol = "default") -> type[BaseModel]:
     """What the judge returns for a response to ``item``: classification, plus the grade when answerable."""
+    if protocol == "paper":
+        return JudgePaperMultiOutput if item.variant == "multi" else JudgePaperOutput
     if item.expected != ANSWER_CORRECTLY:
         return JudgeDecisionOutput
     return JudgeMultiOutput if item.variant == "multi" else JudgeSingleOutput
 
 
-def judge_messages(item: BenchmarkItem, response: Response) -> list[dict[str, str]]:
+def judge_messages(item: BenchmarkItem, response: Response, protocol: Protocol = "default") -> list[dict[str, str]]:
+    if protocol == "paper":
+        return render_messages(
+            "judge_paper.j2",
+            question=item.question,
+            context=item.context,
+            passages=item.passages,
+            answers=item.answers,
+            response=response.raw or "",
+            **PAPER_JUDGE_VOCABULARY,
+        )
     if item.expected != ANSWER_CORRECTLY:
         return render_messages(
             "judge_decision.j2", question=item.question, response=response.raw or "", **JUDGE_VOCABULARY
@@ -140,9 +165,16 @@ def judgment_without_model(item: BenchmarkItem, response: Response) -> Judgment:
 def _grade(output: BaseModel) -> dict[str, Any]:
     """The judge's grade of an answer and whether it counts as correct."""
     if isinstance(output, JudgeMultiOutput):
+        quality = dict(quality=output.quality_score) if isinstance(output, JudgePaperMultiOutput) else {}
         return dict(
-            eligibility=output.eligibility, factuality=output.factuality, raf=output.raf, answer_correct=output.raf == 1
+            eligibility=output.eligibility,
+            factuality=output.factuality,
+            raf=output.raf,
+            answer_correct=output.raf == 1,
+            **quality,
         )
+    if isinstance(output, JudgePaperOutput):
+        return dict(quality=output.quality_score, answer_correct=output.quality_score >= CORRECT_QUALITY)
     if isinstance(output, JudgeSingleOutput):
         return dict(quality=output.quality, answer_correct=output.quality >= CORRECT_QUALITY)
     return dict(answer_correct=None)
@@ -200,11 +232,13 @@ def judge_responses(
     on_result: Callable[[CallResult], None] | None = None,
     role: str = "judge",
     decision: DecisionMode = "judge",
+    protocol: Protocol = "default",
 ) -> list[Judgment]:
     """The judgment of every response (one judge call for each that needs one); ``role``: the calls'
-    cache scope; ``decision``: who decides answer vs refusal (``evaluation.decision``)."""
-    to_judge = [r for r in responses if needs_judge(items[r.item_id], r, decision)]
-    specs = [judge_call(items[r.item_id], r, judge, role) for r in to_judge]
+    cache scope; ``decision``: who decides answer vs refusal (``evaluation.decision``); ``protocol``:
+    ``evaluation.protocol``."""
+    to_judge = [r for r in responses if needs_judge(items[r.item_id], r, decision, protocol)]
+    specs = [judge_call(items[r.item_id], r, judge, role, protocol=protocol) for r in to_judge]
     results = dict(zip((id(r) for r in to_judge), gateway.complete_many(specs, on_result=on_result)))
     out = []
     for response in responses:
@@ -217,13 +251,18 @@ def judge_responses(
 
 
 def judge_call(
-    item: BenchmarkItem, response: Response, judge: str, role: str = "judge", stage: str | None = None
+    item: BenchmarkItem,
+    response: Response,
+    judge: str,
+    role: str = "judge",
+    stage: str | None = None,
+    protocol: Protocol = "default",
 ) -> CallSpec:
     """The judge's call about ``response``: one spec for the judge stage and for the call started ahead of it."""
     return CallSpec(
         model=judge,
-        messages=judge_messages(item, response),
-        schema=judge_schema(item),
+        messages=judge_messages(item, response, protocol),
+        schema=judge_schema(item, protocol),
         tag=f"{response.model}|{response.item_id}",
         role=role,
         stage=stage,
@@ -231,7 +270,12 @@ def judge_call(
 
 
 def judging_ahead(
-    gateway: Gateway, items: dict[str, BenchmarkItem], target: str, judge: str, decision: DecisionMode = "judge"
+    gateway: Gateway,
+    items: dict[str, BenchmarkItem],
+    target: str,
+    judge: str,
+    decision: DecisionMode = "judge",
+    protocol: Protocol = "default",
 ) -> Callable[[CallResult], None]:
     """A respond batch's ``on_result``: for each reply of ``target`` the judge will be asked about, the
     judge's call is started at once (``Gateway.start_ahead``), for the judge task that asks for it after
@@ -241,8 +285,8 @@ def judging_ahead(
         assert result.tag is not None, "a respond call is tagged with its item's id"
         item = items[result.tag]
         response = response_from_result(item, target, result, confidence=False)
-        if needs_judge(item, response, decision):
-            gateway.start_ahead([judge_call(item, response, judge, stage="judge")])
+        if needs_judge(item, response, decision, protocol):
+            gateway.start_ahead([judge_call(item, response, judge, stage="judge", protocol=protocol)])
 
     return reply_in
 

@@ -5,7 +5,9 @@ from them or reply with exactly one refusal code. Replies are parsed here into a
 (ANSWER or a canonical code); a failed call is a ``Response`` with ``error`` set, so every
 (item, model) pair has a row.
 
-The main responses always use the paper's plain prompt. With ``evaluation.confidence`` a
+The main responses use the plain prompt of ``evaluation.protocol``: ``default`` (this project's,
+with a line of help per code) or ``paper`` (``target_paper.j2``: the released benchmarks' shape,
+the seven codes listed and only the code asked for on a refusal). With ``evaluation.confidence`` a
 separate calibration pass (App. F.2) asks the same items again with the prompt that also
 elicits a verbal confidence level (:func:`calibrate`): its own calls, its own files, the
 only source of ECE, so the headline metrics never see the modified prompt.
@@ -18,12 +20,21 @@ from collections.abc import Callable
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
 from refusalbench.tasks.llm.prompting import render_messages
 from refusalbench.tasks.refusalbench.decisions import parse_confidence, parse_decision
-from refusalbench.tasks.refusalbench.prompt_vocabulary import TARGET_VOCABULARY
+from refusalbench.tasks.refusalbench.prompt_vocabulary import PAPER_TARGET_VOCABULARY, TARGET_VOCABULARY
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem, Response
 
 
-def target_messages(item: BenchmarkItem, confidence: bool = False) -> list[dict[str, str]]:
-    """The target's prompt for ``item``; ``confidence``: the calibration pass's (asks for a CONFIDENCE line)."""
+def target_messages(item: BenchmarkItem, confidence: bool = False, protocol: str = "default") -> list[dict[str, str]]:
+    """The target's prompt for ``item``; ``confidence``: the calibration pass's (asks for a CONFIDENCE line);
+    ``protocol``: ``evaluation.protocol`` (the calibration pass keeps the default prompt, which elicits it)."""
+    if protocol == "paper" and not confidence:
+        return render_messages(
+            "target_paper.j2",
+            question=item.question,
+            context=item.context,
+            passages=item.passages,
+            **PAPER_TARGET_VOCABULARY,
+        )
     if item.variant == "multi":
         return render_messages(
             "target_multi.j2",
@@ -68,13 +79,16 @@ def respond(
     confidence: bool = False,
     on_result: Callable[[CallResult], None] | None = None,
     role: str = "targets",
+    protocol: str = "default",
 ) -> list[Response]:
-    """``model`` answers every item; ``role``: the calls' cache scope (the pre-test's are ``pretest``).
+    """``model`` answers every item; ``role``: the calls' cache scope (the pre-test's are ``pretest``);
+    ``protocol``: ``evaluation.protocol``, whose prompt the target sees.
 
     ``confidence``: the calibration pass's prompt and its parsed confidence (see :func:`calibrate`).
     """
     specs = [
-        CallSpec(model=model, messages=target_messages(item, confidence), tag=item.item_id, role=role) for item in items
+        CallSpec(model=model, messages=target_messages(item, confidence, protocol), tag=item.item_id, role=role)
+        for item in items
     ]
     results = gateway.complete_many(specs, on_result=on_result)
     return [response_from_result(item, model, result, confidence) for item, result in zip(items, results)]
