@@ -8,7 +8,6 @@ Nothing here calls a model or reads more than a file's existence.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -19,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from refusalbench.tasks.core.config_files import Located
-from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.errors import InputError, closest_names
 
 # The keys whose values are names of the ``models:`` registry, in the order ``RunConfig.referenced_models``
 # lists them (a string or a list of strings each).
@@ -42,7 +41,7 @@ RULES_PROVIDER = "rules/"  # a model entry that is the rule-based generator (``m
 def did_you_mean(word: object, choices: Iterable[str], n: int = 3) -> str:
     """``; did you mean 'x'?`` (or ``'x' or 'y'``) for the closest of ``choices``; "" when none is close.
     At most ``n`` names: a long list of valid names is never dumped whole."""
-    close = difflib.get_close_matches(str(word), list(choices), n=n, cutoff=0.6)
+    close = closest_names(str(word), choices, n)
     if not close:
         return ""
     quoted = [repr(c) for c in close]

@@ -3,6 +3,9 @@ finished without the result it was asked for."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class InputError(Exception):
     """Bad input: rendered as ``FILE:LINE: field: problem`` (line omitted when unknown)."""
@@ -61,3 +64,9 @@ class RunIncomplete(Exception):
 class BudgetExceeded(RunIncomplete):
     """A run stopped before the shard that would take its spend past ``budget_usd``: what was done is
     cached, and a re-run with a larger budget goes on from there. One line, exit code 1."""
+
+
+def closest_names(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The ``choices`` closest to a mistyped ``word``, best first, at most ``n`` (none when nothing is
+    close): what every "did you mean" in an input error offers, so they all agree on what is close."""
+    return difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)

@@ -12,11 +12,10 @@ run starts.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 
-from refusalbench.tasks.core.errors import InputError
+from refusalbench.tasks.core.errors import InputError, closest_names
 
 OPTION = "--fail-under"
 
@@ -94,7 +93,7 @@ def parse_bars(
         metric = aliases.get(name, name)
         if metric not in known:
             choices = sorted({*known, *aliases})
-            close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+            close = closest_names(name, choices, 1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise _problem(text, f"unknown metric {name!r}{hint}; known: {', '.join(choices)}")
         bars.append(MetricBar(metric, _value(text, raw, metric in share_names), lower_is_better=known[metric] is False))

@@ -7,8 +7,9 @@ canonical refusal code of each class and every spelling a model may use for it
 
 from __future__ import annotations
 
-import difflib
 from typing import Literal, get_args
+
+from refusalbench.tasks.core.errors import closest_names
 
 PerturbationClass = Literal[
     "P-Ambiguity",
@@ -116,7 +117,7 @@ def _resolve(text: str, keys: dict[str, str], what: str, choices: tuple[str, ...
     found = keys.get(_name_key(text))
     if found is not None:
         return found
-    close = difflib.get_close_matches(_name_key(text), list(keys), n=1, cutoff=0.6)
+    close = closest_names(_name_key(text), keys, 1)
     hint = f" (did you mean {keys[close[0]]}?)" if close else ""
     raise UnknownName(f"unknown {what} {str(text)!r}{hint}; valid: {', '.join(choices)} ({spelling})")
 
