@@ -122,6 +122,7 @@ def print_leaderboard(
     bars (exit 1 when one is not met)."""
     from refusalbench.flows.launch import incomplete_line, last_flow_run_page
     from refusalbench.tasks.refusalbench.report.terminal_leaderboard import (
+        base_item_support,
         fitted_leaderboard,
         leaderboard_note,
         target_values,
@@ -129,7 +130,8 @@ def print_leaderboard(
     from refusalbench.tasks.refusalbench.schema.artifacts import METRICS
 
     document, metrics = _metrics(run_folder, METRICS.name)
-    _print_table(out, fitted_leaderboard(document, out.width), leaderboard_note(out.width))
+    support = base_item_support(run_folder, document)
+    _print_table(out, fitted_leaderboard(document, out.width, support), leaderboard_note(out.width))
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
     if incomplete is not None and (line := incomplete_line(*incomplete)):

@@ -101,6 +101,8 @@ def test_evaluate_prints_the_leaderboard_of_every_target_and_where_to_look(evalu
     assert f"report:    {out / 'report.html'}" in lines
     assert f"explore:   refusalbench view {out}" in lines
     assert FLOW_RUN.search(evaluated["stdout"]), evaluated["stdout"]
+    # A handful of base items: the intervals give way to their count, as in the report.
+    assert "(n = 4)" in evaluated["stdout"] and "[" not in evaluated["stdout"].split("\n\n")[0], evaluated["stdout"]
 
 
 def test_piped_at_80_columns_no_line_is_longer_and_no_model_id_is_cut(evaluated):

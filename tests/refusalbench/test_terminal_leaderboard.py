@@ -63,6 +63,19 @@ def test_an_id_longer_than_the_width_is_folded_not_cut():
     assert LONG in "".join(line for line in lines if not line.startswith(("#", "-", " ")) and "%" not in line)
 
 
+def test_intervals_too_few_base_items_support_are_not_shown():
+    """Below MIN_CLUSTERS base items an interval gives way to the count, as in the report."""
+    from refusalbench.tasks.core.stats import MIN_CLUSTERS
+
+    few = {"a": MIN_CLUSTERS - 1, "b": MIN_CLUSTERS}
+    text = "\n".join(plain_lines(fitted_leaderboard(_document(["a", "b"]), 200, lambda m, metric: few[m])))
+    (row_a,) = [line for line in text.splitlines() if line.split()[1:2] == ["a"]]
+    (row_b,) = [line for line in text.splitlines() if line.split()[1:2] == ["b"]]
+    assert f"insufficient data, n = {MIN_CLUSTERS - 1}" in row_a and "[" not in row_a
+    assert "50.0% [37.5, 62.5]" not in row_a and "40.0% [37.5, 62.5]" in row_b
+    assert "insufficient" not in row_b
+
+
 def test_bars_by_name_or_alias_and_their_direction():
     bars = parse_fail_under(["crs=0.45", "FRR=10%", "answer_accuracy=0.75"])
     assert [(b.metric, b.value, b.lower_is_better) for b in bars] == [

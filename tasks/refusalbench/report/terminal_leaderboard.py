@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from refusalbench.tasks.core.html_page import is_nan
 from refusalbench.tasks.core.metric_bars import MetricBar, parse_bars
+from refusalbench.tasks.core.stats import MIN_CLUSTERS
+from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.core.text_table import Cell, Column, FittedTable, fit_table
 from refusalbench.tasks.core.where_to_look import summary_markdown
 from refusalbench.tasks.refusalbench.report.leaderboard import (
@@ -27,6 +29,8 @@ from refusalbench.tasks.refusalbench.report.leaderboard import (
     leaderboard_markdown,
     model_ranks,
 )
+from refusalbench.tasks.refusalbench.report.support import ClusterSupport
+from refusalbench.tasks.refusalbench.schema.artifacts import BENCHMARK, JUDGED
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
 from refusalbench.tasks.refusalbench.scoring.specs import (
     METRIC_SPECS,
@@ -66,8 +70,21 @@ def _min_coverage(document: Mapping[str, Any]) -> float:
     return float((document.get("coverage") or {}).get("min_coverage", DEFAULT_MIN_COVERAGE))
 
 
-def fitted_leaderboard(document: Mapping[str, Any], width: int) -> FittedTable:
-    """The leaderboard of metrics.json laid out for ``width`` characters (``core.text_table.fit_table``)."""
+# Base items behind a model's metric (``report.support.ClusterSupport.model``).
+Support = Callable[[str, str], int]
+
+
+def _guarded_forms(interval: Any, metric: str, units: int | None) -> tuple[str, ...]:
+    """The interval's forms, or "n = K" where fewer than MIN_CLUSTERS base items support it
+    (the report's guardrail: a bootstrap over so few units gives intervals that are too narrow)."""
+    if units is not None and units < MIN_CLUSTERS and interval:
+        return (f"(insufficient data, n = {units})", f"(n = {units})")
+    return _detail_forms(interval, metric)
+
+
+def fitted_leaderboard(document: Mapping[str, Any], width: int, support: Support | None = None) -> FittedTable:
+    """The leaderboard of metrics.json laid out for ``width`` characters (``core.text_table.fit_table``);
+    ``support`` counts each model's base items, to leave out the intervals too few of them support."""
     models = target_values(document)
     intervals = document.get("intervals") or {}
     min_coverage = _min_coverage(document)
@@ -79,7 +96,8 @@ def fitted_leaderboard(document: Mapping[str, Any], width: int) -> FittedTable:
         for name in TERMINAL_METRICS:
             interval = (intervals.get(model) or {}).get(name)
             shown = interval if interval and not any(is_nan(_number(v)) for v in interval) else None
-            cells.append(Cell(format_value(models[model].get(name), name), _detail_forms(shown, name)))
+            units = support(model, name) if support is not None and shown else None
+            cells.append(Cell(format_value(models[model].get(name), name), _guarded_forms(shown, name, units)))
         rows.append(cells)
     return fit_table(columns, rows, width, key=1)
 
@@ -88,7 +106,8 @@ def leaderboard_note(width: int) -> list[str]:
     """The lines under the table: what the brackets are, which way is better."""
     lower = [metric_spec(n).label for n in TERMINAL_METRICS if metric_spec(n).higher_is_better is False]
     text = (
-        "Intervals: 95% cluster bootstrap over base items. "
+        "Intervals: 95% cluster bootstrap over base items "
+        f"(not shown where fewer than {MIN_CLUSTERS} base items support them). "
         f"Lower is better for {' and '.join(lower)}; higher for the rest. "
         "Unranked (—): scored on too few of its rows."
     )
@@ -121,3 +140,12 @@ def run_summary_markdown(document: Mapping[str, Any], report: str, run_folder: s
         pairwise=document.get("pairwise") or None,
     )
     return summary_markdown(title, table, report, run_folder)
+
+
+def base_item_support(run_folder: str, document: Mapping[str, Any]) -> Support:
+    """Each model's base items behind a metric, counted from the run folder's judged rows and
+    benchmark as the report counts them (without them: metrics.json's rows, each its own unit)."""
+    store = ArtifactStore(run_folder)
+    judged = store.read_frame(JUDGED.name) if store.exists(JUDGED.name) else None
+    benchmark = store.read_frame(BENCHMARK.name) if store.exists(BENCHMARK.name) else None
+    return ClusterSupport(judged, benchmark, document.get("models") or {}).model
