@@ -34,6 +34,7 @@ from refusalbench.flows.cli_results import (
     round_folder,
 )
 from refusalbench.flows.cli_view import view
+from refusalbench.flows.listing import ListFormat
 from refusalbench.tasks.core.errors import InputError, InputErrors, ModelUnavailable, RunIncomplete
 from refusalbench.tasks.core.plugins import load_entry_points
 from refusalbench.tasks.pipeline import gc_tuning
@@ -353,7 +354,9 @@ def pretest(
 @app.command()
 def plan(
     config: Path | None = typer.Option(None, "--config", help="run config (default: the local demo)"),
-    format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json"),
+    format: ListFormat = typer.Option(
+        ListFormat.table, "--format", help="table, json (the whole plan) or csv (a row per stage and model)"
+    ),
     latency: float = typer.Option(
         2.0,
         "--latency",
@@ -386,7 +389,7 @@ def plan(
     sys.stdout.write(
         plan_output(
             _config_path(config),
-            as_json=format == OutputFormat.json,
+            fmt=format,
             latency=latency,
             benchmark=benchmark,
             all_models=all_models,

@@ -1,16 +1,36 @@
 """``refusalbench plan``: what a run of a config would take, and with ``--rounds`` how
-large a refresh round must be for the error a team accepts (``tasks/refusalbench/rounds/round_sizing.py``)."""
+large a refresh round must be for the error a team accepts (``tasks/refusalbench/rounds/round_sizing.py``).
+
+``--format table`` is for people; ``json`` is the whole plan (``tasks/llm/plan_results.py``); ``csv``
+is one row per stage and model, then per stage and for the run, for a spreadsheet."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from refusalbench.flows.listing import ListFormat, all_keys, csv_text
+from refusalbench.tasks.llm.plan_results import Plan
+
+
+def plan_rows(plan: Plan) -> list[dict[str, Any]]:
+    """The plan as CSV rows: one per stage and model (every field of its ``ModelPlan``), then one
+    per stage and one for the run (``model`` empty)."""
+    rows: list[dict[str, Any]] = []
+    for stage, planned in plan.stages.items():
+        for model, entry in planned.models.items():
+            rows.append({"stage": stage, "model": model, **entry.model_dump(mode="json")})
+    for stage, planned in plan.stages.items():
+        rows.append({"stage": stage, "model": "", **planned.model_dump(mode="json", exclude={"models", "by_model"})})
+    rows.append({"stage": "total", "model": "", **plan.total.model_dump(mode="json")})
+    return rows
 
 
 def plan_output(
     config: Path,
     *,
-    as_json: bool,
+    fmt: ListFormat,
     latency: float,
     benchmark: str | None,
     all_models: bool,
@@ -44,7 +64,10 @@ def plan_output(
             delta if delta is not None else cfg.refresh.delta,
             per_stratum=per_stratum,
         )
-    if as_json:
+    if fmt == ListFormat.csv:
+        rows = plan_rows(result)
+        return csv_text(rows, all_keys(rows, [])).rstrip("\n")
+    if fmt == ListFormat.json:
         document = result.model_dump(mode="json")
         if sizing is not None:
             document["round_sizing"] = sizing.model_dump(mode="json")

@@ -123,3 +123,23 @@ def test_knowornot_demo_is_planned_with_the_calls_a_run_makes():
     table = cli("plan", "--config", packaged_config("knowornot-demo.yaml"))
     assert table.returncode == 0 and table.stdout.startswith("KnowOrNot plan for ")
     assert "local, free" in table.stdout and "2 questions x 4 retrieval strategies x 1 system prompt" in table.stdout
+
+
+def test_plan_as_csv_has_a_row_per_stage_and_model_and_the_runs_totals():
+    import csv
+    import io
+
+    config = packaged_config("knowornot-demo.yaml")
+    document = json.loads(cli("plan", "--config", config, "--format", "json").stdout)
+    done = cli("plan", "--config", config, "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    per_model = {(r["stage"], r["model"]): r for r in rows if r["model"]}
+    expected = {(stage, model) for stage, planned in document["stages"].items() for model in planned["models"]}
+    assert set(per_model) == expected
+    answer = per_model[("answer", "smollm2-135m-instruct")]
+    assert int(answer["calls"]) == document["stages"]["answer"]["models"]["smollm2-135m-instruct"]["calls"]
+    assert answer["free"] == "true" and answer["latency_source"]
+    (total,) = [r for r in rows if r["stage"] == "total"]
+    assert int(total["calls"]) == document["total"]["calls"] and total["model"] == ""
+    assert [r["stage"] for r in rows if not r["model"] and r["stage"] != "total"] == list(document["stages"])
