@@ -6,6 +6,7 @@ judgments yet) is left out.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from refusalbench.tasks.viewer.data import CRITERIA, judge_rationale
@@ -73,6 +74,35 @@ def verification_section(verifications: list[dict[str, Any]]) -> str:
         )
     headers = ["Verifier", "Verdict", "Stated", *(c.replace("_", " ") for c in criteria), "Error"]
     return f'<section class="verification"><h2>Verifiers</h2>{table(headers, rows, css="votes")}</section>'
+
+
+def released_votes_section(item: dict[str, Any]) -> str:
+    """The verifier votes a released benchmark carries with the item (its ``verifier_votes`` field,
+    kept as JSON text on import), for an item this project did not verify itself."""
+    raw = item.get("verifier_votes")
+    if raw in (None, ""):
+        return ""
+    try:
+        votes = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        votes = raw
+    if isinstance(votes, dict) and votes:
+        rows = [
+            [td(esc(verifier)), td(_vote(vote) if isinstance(vote, bool) else esc(_as_text(vote)), "cell")]
+            for verifier, vote in votes.items()
+        ]
+        body = table(["Verifier", "Vote"], rows, css="votes")
+    else:
+        body = text_block(_as_text(votes))
+    return (
+        '<section class="verification"><h2>Verifiers (as released)</h2>'
+        '<p class="muted">the votes the released file records for this item</p>'
+        f"{body}</section>"
+    )
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _tokens(row: dict[str, Any] | None, prefix: str = "") -> str:
@@ -192,5 +222,6 @@ def item_body(run_name: str, detail: dict[str, Any]) -> str:
     return (
         f'<h1 class="item-question">{esc(item.get("question") or item.get("item_id"))}</h1>'
         f'<p class="muted">run {esc(run_name)}</p><div class="overview"><div class="card">{summary}</div>{lever_html}</div>'
-        f"{change_section(item)}{generation}{verification_section(detail['verifications'])}{replies_html}"
+        f"{change_section(item)}{generation}{verification_section(detail['verifications']) or released_votes_section(item)}"
+        f"{replies_html}"
     )

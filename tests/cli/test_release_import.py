@@ -90,6 +90,14 @@ def test_evaluate_scores_both_releases_item_for_item_under_the_paper_protocol(tm
         notes = json.loads((out / "manifest.json").read_text())["notes"]
         license = "Apache-2.0" if name == "nq" else "CC-BY-NC-4.0"
         assert any(n.startswith(f"benchmark: the released {name}.jsonl (sha256 ") and license in n for n in notes)
+        if name == "nq":
+            # The viewer's item page shows the votes the released file records for the item.
+            from refusalbench.tasks.core.store import ArtifactStore
+            from refusalbench.tasks.viewer.data import load_run
+            from refusalbench.tasks.viewer.item_page import item_body
+
+            page = item_body("nq", load_run("nq", ArtifactStore(out)).item("nq-1") or {})
+            assert "Verifiers (as released)" in page and 'title="no"' in page and 'title="yes"' in page
     prompts = [last_user_text(r) for r in fake_llm.calls_for("target")]
     systems = [r["messages"][0]["content"] for r in fake_llm.calls_for("target")]
     assert len(prompts) == 12 and all("reply with only one of these codes" in s for s in systems)

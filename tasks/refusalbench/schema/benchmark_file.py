@@ -21,7 +21,12 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore, split_uri
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
 from refusalbench.tasks.refusalbench.schema.records import BenchmarkItem
-from refusalbench.tasks.refusalbench.schema.released import RELEASE_METADATA_KEY, is_release_layout, read_release
+from refusalbench.tasks.refusalbench.schema.released import (
+    RELEASE_METADATA_KEY,
+    is_release_layout,
+    read_release,
+    release_table,
+)
 from refusalbench.tasks.refusalbench.taxonomy import canonical_code
 
 BENCHMARK_COLUMNS = {"item_id", "question", "expected", "answers", "variant"}
@@ -96,13 +101,20 @@ def release_source(uri: str) -> dict[str, Any] | None:
 def place_benchmark(store: ArtifactStore, uri: str, items: list[BenchmarkItem]) -> str | None:
     """Copy the benchmark into the run folder unless it is already that folder's benchmark.
 
-    Returns the note the manifest keeps when the benchmark is a released one: its source, hash and license.
+    A released benchmark keeps its records' other fields (``verifier_votes``, the original query...)
+    as extra columns, as ``data import release`` writes them, so the viewer can show them. Returns
+    the note the manifest keeps when the benchmark is a released one: its source, hash and license.
     """
     source_store, name = split_uri(uri)
     if source_store.uri(name) == store.uri(rb_files.BENCHMARK.name):
         return None
-    store.save(rb_files.BENCHMARK, items)
     facts = release_source(uri)
+    if is_release_layout(uri):
+        store.write_table(rb_files.BENCHMARK.name, release_table(read_release(uri)))
+    elif facts is not None:  # imported by ``data import release``: read and checked already, copied as it is
+        store.write_table(rb_files.BENCHMARK.name, source_store.read_table(name))
+    else:
+        store.save(rb_files.BENCHMARK, items)
     if facts is None:
         return None
     return f"benchmark: the released {facts['source']} (sha256 {facts['sha256']}), license {facts['license']}"
