@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from refusalbench.flows.listing import print_fitted
 from refusalbench.tasks.core.metric_bars import MetricBar, check_bars
-from refusalbench.tasks.core.text_table import GAP, FittedTable, plain_lines
 from refusalbench.tasks.core.where_to_look import where_to_look
 
 if TYPE_CHECKING:
@@ -49,35 +48,6 @@ def knowornot_bars(texts: list[str] | None) -> list[MetricBar]:
     from refusalbench.tasks.knowornot.report.terminal_rates import parse_fail_under
 
     return parse_fail_under(texts or [])
-
-
-def _rich_table(table: FittedTable) -> Table:
-    """The fitted table drawn by rich: the same columns and widths, a bold header."""
-    drawn = Table(box=None, padding=(0, GAP // 2), pad_edge=False, header_style="bold")
-    shown = [i for i, width in enumerate(table.widths) if width]
-    for i in shown:
-        column = table.columns[i]
-        drawn.add_column(
-            "\n".join(table.headers[i]),
-            justify="left" if column.align == "left" else "right",
-            width=table.widths[i],
-            no_wrap=True,
-            vertical="bottom",
-        )
-    for row in table.rows:
-        drawn.add_row(*("\n".join(line[i] for line in row) for i in shown))
-    return drawn
-
-
-def _print_table(out: Console, table: FittedTable, note: list[str]) -> None:
-    # A stacked table (each id on a line of its own) has no rich form: it prints as text there too.
-    if out.is_terminal and not table.stacked:
-        out.print(_rich_table(table))
-    else:
-        for line in plain_lines(table):
-            out.print(line, markup=False, highlight=False, soft_wrap=True)
-    for line in note:
-        out.print(line, markup=False, highlight=False, style="dim" if out.is_terminal else None)
 
 
 def _metrics(run_folder: str, name: str) -> tuple[dict[str, Any], str]:
@@ -131,7 +101,7 @@ def print_leaderboard(
 
     document, metrics = _metrics(run_folder, METRICS.name)
     support = base_item_support(run_folder, document)
-    _print_table(out, fitted_leaderboard(document, out.width, support), leaderboard_note(out.width))
+    print_fitted(out, fitted_leaderboard(document, out.width, support), leaderboard_note(out.width))
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
     if incomplete is not None and (line := incomplete_line(*incomplete)):
@@ -146,7 +116,7 @@ def print_rates(out: Console, err: Console, run_folder: str, report: str, bars: 
     from refusalbench.tasks.knowornot.schema.artifacts import KON_METRICS
 
     document, metrics = _metrics(run_folder, KON_METRICS.name)
-    _print_table(out, fitted_rates(document, out.width), rates_note(out.width))
+    print_fitted(out, fitted_rates(document, out.width), rates_note(out.width))
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
     _check(err, target_values(document), bars)

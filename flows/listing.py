@@ -2,8 +2,9 @@
 
 ``table`` fits the terminal: the width of a terminal, ``COLUMNS`` when set, else 80 columns (a
 pipe or a file behaves as an 80-column terminal, so what a script sees does not depend on who
-ran it). Key columns (an id, a model name) are never cut or wrapped; when the row does not fit,
-the least important columns are left out first and the table says which, and the others wrap.
+ran it). The layout is the one table fitter's (``core.text_table``), as the leaderboard's: key
+columns (an id, a model name) are never cut or wrapped; when the row does not fit, the least
+important columns are left out first and the table says which, and the others wrap.
 Cells never show Python literals: nothing is ``-``, a flag is yes/no, a list is comma-joined.
 ``csv`` and ``json`` carry every column and value as they are, for programs.
 """
@@ -22,14 +23,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from refusalbench.tasks.core.text_table import GAP, Cell, FittedTable, fit_table, plain_lines
+from refusalbench.tasks.core.text_table import Column as TableColumn
+
 NARROW = 80  # the width of a pipe, a file or an unknown terminal
 EMPTY = "—"  # as the leaderboard shows an undefined value
-FOLD_MIN = 20  # narrowest a wrapping column gets before it is left out instead
 
 
 class ListFormat(StrEnum):
@@ -85,59 +87,66 @@ def output_width() -> int:
     return NARROW
 
 
-def _overhead(n: int) -> int:
-    # box.SIMPLE_HEAD without edges: one padding space each side of a column, one divider between.
-    return max(0, 3 * n - 3)
+def key_index(columns: Sequence[Column]) -> int:
+    """The id column: the first column kept whole (else the first)."""
+    return next((i for i, c in enumerate(columns) if c.keep), 0)
 
 
-def fit_columns(
-    columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], width: int
-) -> tuple[list[tuple[Column, int]], list[Column]]:
-    """The columns shown with their widths, and the ones left out, for a table ``width`` wide."""
-    natural = {
-        c.key: max([len(c.title), *(max(len(line) for line in cell(r.get(c.key)).splitlines() or [""]) for r in rows)])
-        for c in columns
-    }
-    least = {c.key: natural[c.key] if c.keep else min(natural[c.key], FOLD_MIN) for c in columns}
-    shown = list(columns)
-    left_out: list[Column] = []
-    while sum(least[c.key] for c in shown) + _overhead(len(shown)) > width:
-        droppable = [c for c in shown if c.drop > 0]
-        if not droppable:
-            break
-        # The highest drop rank first; among equals the rightmost.
-        victim = max(reversed(droppable), key=lambda c: c.drop)
-        shown.remove(victim)
-        left_out.append(victim)
-    # Whatever room is left goes to the wrapping columns, the narrowest need served first.
-    room = width - _overhead(len(shown)) - sum(natural[c.key] for c in shown if c.keep)
-    widths = {c.key: natural[c.key] for c in shown if c.keep}
-    folding = sorted((c for c in shown if not c.keep), key=lambda c: natural[c.key])
-    for i, c in enumerate(folding):
-        share = max(least[c.key], room // (len(folding) - i))
-        widths[c.key] = min(natural[c.key], share)
-        room -= widths[c.key]
-    return [(c, widths[c.key]) for c in shown], [c for c in columns if c in left_out]
+def fitted(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], width: int) -> FittedTable:
+    """The rows laid out ``width`` wide by the one table fitter (``core.text_table``): key columns
+    whole, the others wrapping, the highest ``drop`` left out first."""
+    fit = [TableColumn(c.title, align="left", drop=c.drop, wrap=not c.keep) for c in columns]
+    cells = [[Cell(cell(row.get(c.key))) for c in columns] for row in rows]
+    return fit_table(fit, cells, width, key=key_index(columns))
+
+
+def rich_table(table: FittedTable) -> Table:
+    """A fitted table drawn by rich for a terminal: the same columns and widths, a bold header."""
+    drawn = Table(box=None, padding=(0, GAP // 2), pad_edge=False, header_style="bold")
+    shown = [i for i, width in enumerate(table.widths) if width]
+    for i in shown:
+        column = table.columns[i]
+        drawn.add_column(
+            "\n".join(table.headers[i]),
+            justify="left" if column.align == "left" else "right",
+            width=table.widths[i],
+            no_wrap=True,
+            vertical="bottom",
+        )
+    for row in table.rows:
+        drawn.add_row(*("\n".join(line[i] for line in row) for i in shown))
+    return drawn
+
+
+def print_fitted(out: Console, table: FittedTable, note: Sequence[str] = ()) -> None:
+    """A fitted table on ``out``: drawn by rich on a terminal, as plain lines elsewhere (a stacked
+    table, each id on a line of its own, has no rich form: it prints as text there too)."""
+    if out.is_terminal and not table.stacked:
+        out.print(rich_table(table))
+    else:
+        for line in plain_lines(table):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in note:
+        out.print(line, markup=False, highlight=False, style="dim" if out.is_terminal else None)
 
 
 def table_text(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, title: str | None, width: int, color: bool = False
 ) -> str:
     """The rows as a table at most ``width`` columns wide (when the key columns fit)."""
-    shown, left_out = fit_columns(columns, rows, width)
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left")
-    for column, w in shown:
-        table.add_column(column.title, width=w, no_wrap=column.keep, overflow="fold")
-    for row in rows:
-        table.add_row(*[Text(cell(row.get(column.key))) for column, _ in shown])
+    table = fitted(columns, rows, width)
     buffer = io.StringIO()
     console = Console(
         file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False, emoji=False, markup=False
     )
-    console.print(table)
-    if left_out:
-        names = ", ".join(c.title for c in left_out)
-        console.print(Text(f"({names} left out at {width} columns; --format csv or json shows every column)"))
+    if title:
+        console.print(Text(title, style="bold" if color else ""))
+    note = []
+    if table.left_out:
+        note.append(
+            f"({', '.join(table.left_out)} left out at {width} columns; --format csv or json shows every column)"
+        )
+    print_fitted(console, table, note)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
