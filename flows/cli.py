@@ -335,7 +335,9 @@ def refresh(
     for flag in result.flags:
         out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
     if result.contamination:
-        out.print(f"contamination: {result.contamination} (flagged: {', '.join(result.contamination_flagged) or 'none'})")
+        out.print(
+            f"contamination: {result.contamination} (flagged: {', '.join(result.contamination_flagged) or 'none'})"
+        )
     for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
     print_leaderboard(out, err, round_folder(out_root, result.round), result.report, bars, incomplete=(result, strict))

@@ -34,7 +34,9 @@ def contamination_lines(document: Mapping[str, Any], width: int = 100) -> list[s
 
 
 def contamination(
-    static: str = typer.Option(..., "--static", help="static benchmark: a released file or an earlier benchmark.parquet"),
+    static: str = typer.Option(
+        ..., "--static", help="static benchmark: a released file or an earlier benchmark.parquet"
+    ),
     config: Path | None = typer.Option(None, "--config", help="run config: its targets, judge and generation"),
     out_dir: str = typer.Option(..., "--out", help="folder for static/, fresh/, contamination.json and .html"),
     seed: int | None = typer.Option(None, "--seed", help="override generation.seed for the fresh round"),

@@ -32,7 +32,9 @@ def check_contamination_inputs(cfg: RunConfig, static: str, seed: int | None = N
     (exit 2); returns the static set's strata, the fresh round's."""
     check_evaluation_inputs(cfg, static)  # no evaluation section or a bad file: one line
     if cfg.generation is None:
-        raise InputError(cfg.source or "config", "contamination needs a generation section: it generates the fresh round")
+        raise InputError(
+            cfg.source or "config", "contamination needs a generation section: it generates the fresh round"
+        )
     strata = static_strata(static)
     check_budget_prices(cfg, cfg.used_models())
     check_generation_inputs(with_strata(cfg, strata), seed)

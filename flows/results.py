@@ -79,7 +79,9 @@ class RefreshResult(FlowResult):
         description="targets of this round scored on less than evaluation.min_coverage of their rows -> the "
         "share scored: not compared in the trend",
     )
-    contamination: str | None = Field(default=None, description="the round's contamination.json (refresh.contamination_static)")
+    contamination: str | None = Field(
+        default=None, description="the round's contamination.json (refresh.contamination_static)"
+    )
     contamination_flagged: list[str] = Field(
         default_factory=list, description="models the round's contamination check flags"
     )
@@ -92,7 +94,9 @@ class ContaminationResult(FlowResult):
     report: str = Field(description="contamination.html")
     static_run: str = Field(description="the run folder of the static set's evaluation")
     fresh_run: str = Field(description="the run folder of the fresh round")
-    flagged: list[str] = Field(default_factory=list, description="models whose score is significantly lower on fresh items")
+    flagged: list[str] = Field(
+        default_factory=list, description="models whose score is significantly lower on fresh items"
+    )
 
 
 class KnowOrNotResult(FlowResult):
