@@ -65,9 +65,7 @@ def generation_flow(
     report: bool = True,
     strata: list[str] | None = None,
 ) -> GenerationResult:
-    """``report``: write the generation-only report.html; the main job's run leaves it to its evaluation,
-    whose final report holds the same figures, drawn while the targets answer. ``strata``: instead of
-    generation.strata (``contamination``: the strata of the static set it compares with)."""
+    """``report``: the generation-only report.html (not in ``run``); ``strata``: instead of generation.strata."""
     follow_parent()  # a flow-run process that a worker started ends with that worker
     cfg = scoped_config(with_strata(load_config(config_path), strata), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
