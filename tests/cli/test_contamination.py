@@ -213,3 +213,12 @@ def test_a_config_without_targets_is_one_line_and_exit_2(tmp_path, fake_llm, cap
     )
     assert code == 2 and err.count("\n") == 1 and "evaluation" in err, err
     assert not fake_llm.calls
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_refresh_whose_pinned_static_set_is_missing_is_one_line_at_its_key_and_exit_2(tmp_path, fake_llm, capsys):
+    config, _ = setup(tmp_path, fake_llm, refresh="refresh:\n  contamination_static: gone.jsonl\n")
+    code, _, err = run_cli(["refresh", "--config", str(config), "--out", str(tmp_path / "rounds")], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "refresh.contamination_static" in err and "gone.jsonl" in err
+    assert not fake_llm.calls and not (tmp_path / "rounds").exists()
