@@ -18,6 +18,7 @@ from rich.console import Console
 from refusalbench.flows.cli_api import api_app
 from refusalbench.flows.cli_audit import audit_app
 from refusalbench.flows.cli_config import VERSION_OPTION, config_app, init
+from refusalbench.flows.cli_contamination import contamination
 from refusalbench.flows.cli_data import data_app
 from refusalbench.flows.cli_deploy import deploy
 
@@ -66,7 +67,7 @@ class State:
 
 
 # The commands that start a flow; the others get the garbage collector back at once (tasks.gc_tuning).
-FLOW_COMMANDS = {"run", "generate", "evaluate", "pretest", "refresh", "knowornot"}
+FLOW_COMMANDS = {"run", "generate", "evaluate", "pretest", "refresh", "knowornot", "contamination"}
 
 
 @app.callback()
@@ -193,6 +194,8 @@ def report(run_dir: str = typer.Argument(..., help="run folder")) -> None:
 app.command("view")(view)
 # Schedule refresh rounds of a config (served here or registered for a work pool).
 app.command("deploy")(deploy)
+# A static benchmark against a fresh round of its strata.
+app.command("contamination")(contamination)
 
 
 @app.command()
@@ -332,6 +335,10 @@ def refresh(
 
     for flag in result.flags:
         out.print(f"changed (significant at refresh.fdr): {change_line(flag.model_dump())}", highlight=False)
+    if result.contamination:
+        out.print(
+            f"contamination: {result.contamination} (flagged: {', '.join(result.contamination_flagged) or 'none'})"
+        )
     for round_id in result.incomplete_rounds:
         out.print(f"incomplete round, not in the trend: {round_id}", highlight=False)
     print_leaderboard(out, err, round_folder(out_root, result.round), result.report, bars, incomplete=(result, strict))

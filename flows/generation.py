@@ -48,6 +48,13 @@ def check_generation_inputs(
     return inputs
 
 
+def with_strata(cfg: RunConfig, strata: list[str] | None) -> RunConfig:
+    """The config with ``strata`` in place of generation.strata (None: as it is)."""
+    if strata is None or cfg.generation is None:
+        return cfg
+    return cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"strata": list(strata)})})
+
+
 @flow(name="refusalbench-generate", log_prints=True)
 def generation_flow(
     config_path: str,
@@ -56,11 +63,11 @@ def generation_flow(
     round_id: str | None = None,
     fresh: list[str] | None = None,
     report: bool = True,
+    strata: list[str] | None = None,
 ) -> GenerationResult:
-    """``report``: write the generation-only report.html; the main job's run leaves it to its evaluation,
-    whose final report holds the same figures, drawn while the targets answer."""
+    """``report``: the generation-only report.html (not in ``run``); ``strata``: instead of generation.strata."""
     follow_parent()  # a flow-run process that a worker started ends with that worker
-    cfg = scoped_config(load_config(config_path), out, round_id, fresh)  # the run's cache scope
+    cfg = scoped_config(with_strata(load_config(config_path), strata), out, round_id, fresh)  # the run's cache scope
     counter = CallCounter(cfg)  # this run's calls only: the process may have run other flows before
     avoid = frozenset(earlier_pairs(out)) if round_id else frozenset()  # new pairs while the pool allows
     inputs = check_generation_inputs(cfg, seed, avoid)  # a deployment starts here, without the CLI's check

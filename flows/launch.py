@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from refusalbench.flows.common import check_or_raise, configured
 from refusalbench.flows.results import (
+    ContaminationResult,
     EvaluationResult,
     GenerationResult,
     KnowOrNotResult,
@@ -117,16 +118,30 @@ def run_main(config_path: str, out: str, seed: int | None = None, fresh: list[st
 
 @embedded_api
 def run_refresh(config_path: str, out_root: str, rounds_to_compare: int = 5, seed: int | None = None) -> RefreshResult:
+    from refusalbench.flows.contamination import pinned_static
     from refusalbench.flows.main import check_main_inputs
     from refusalbench.flows.refresh import refresh_flow
     from refusalbench.tasks.core.store import ArtifactStore
     from refusalbench.tasks.refusalbench.rounds.trend import check_round_versions
 
     # Each round's main job configures its own runner and storage (round folder known only then).
-    check_main_inputs(config_path)
+    cfg = check_main_inputs(config_path)
+    if (static := pinned_static(cfg)) is not None:  # refresh.contamination_static: checked before a round starts
+        from refusalbench.tasks.pipeline.refusalbench.contamination_step import static_strata
+
+        static_strata(static)
     check_round_versions(ArtifactStore(out_root))  # a round a newer refusalbench wrote: exit 2 before a new one
     wait_until_ready()
     return announced(refresh_flow)(config_path, out_root, rounds_to_compare, seed)
+
+
+@embedded_api
+def run_contamination(config_path: str, static: str, out: str, seed: int | None = None) -> ContaminationResult:
+    from refusalbench.flows.contamination import check_contamination_inputs, contamination_flow
+
+    cfg = load_config(config_path)
+    check_contamination_inputs(cfg, static, seed)
+    return announced(configured(contamination_flow, cfg, out))(config_path, static, out, seed)
 
 
 @embedded_api

@@ -13,9 +13,11 @@ from __future__ import annotations
 from prefect import flow
 
 from refusalbench.flows.common import configured
+from refusalbench.flows.contamination import round_contamination
 from refusalbench.flows.main import check_main_inputs, main_flow
 from refusalbench.flows.results import RefreshResult
 from refusalbench.tasks.core.store import ArtifactStore
+from refusalbench.tasks.pipeline.budget import budget_span
 from refusalbench.tasks.pipeline.process_guard import follow_parent
 from refusalbench.tasks.pipeline.refusalbench.freshness_step import record_freshness
 from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import (
@@ -40,8 +42,11 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
     seed, round_id, root = record.seed, record.round_id, ArtifactStore(out_root)
     round_folder = root.child(round_id).uri("")
     print(f"refresh round {round_id} (seed {seed})")
-    with stage("main job (generate -> evaluate)"), stopped_by_budget(out_root, record):
-        main = configured(main_flow, cfg, round_folder)(config_path, round_folder, seed, round_id=round_id)
+    with stopped_by_budget(out_root, record), budget_span(cfg):  # one budget_usd: the round and its check
+        with stage("main job (generate -> evaluate)"):
+            main = configured(main_flow, cfg, round_folder)(config_path, round_folder, seed, round_id=round_id)
+        with stage("contamination"):  # with refresh.contamination_static only
+            contamination = round_contamination(cfg, config_path, round_folder)
     main_job_lines(root.child(round_id))
     with stage("freshness"):
         record_freshness(cfg, root, round_id)  # items, pairs and calls earlier rounds saw; fingerprint changes
@@ -57,4 +62,6 @@ def refresh_flow(config_path: str, out_root: str, rounds_to_compare: int = 5, se
         flags=outcome.document.flags,
         incomplete_rounds=[r.round for r in outcome.document.incomplete_rounds],
         incomplete=main.incomplete,
+        contamination=None if contamination is None else contamination.json_uri,
+        contamination_flagged=[] if contamination is None else contamination.flagged,
     )

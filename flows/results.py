@@ -79,6 +79,24 @@ class RefreshResult(FlowResult):
         description="targets of this round scored on less than evaluation.min_coverage of their rows -> the "
         "share scored: not compared in the trend",
     )
+    contamination: str | None = Field(
+        default=None, description="the round's contamination.json (refresh.contamination_static)"
+    )
+    contamination_flagged: list[str] = Field(
+        default_factory=list, description="models the round's contamination check flags"
+    )
+
+
+class ContaminationResult(FlowResult):
+    """The contamination check: the static set's and the fresh round's run folders, and which models it flags."""
+
+    document: str = Field(description="contamination.json")
+    report: str = Field(description="contamination.html")
+    static_run: str = Field(description="the run folder of the static set's evaluation")
+    fresh_run: str = Field(description="the run folder of the fresh round")
+    flagged: list[str] = Field(
+        default_factory=list, description="models whose score is significantly lower on fresh items"
+    )
 
 
 class KnowOrNotResult(FlowResult):
@@ -90,6 +108,7 @@ class KnowOrNotResult(FlowResult):
 
 
 __all__ = [
+    "ContaminationResult",
     "EvaluationResult",
     "FlowResult",
     "GenerationResult",

@@ -263,3 +263,9 @@ class RefreshConfig(Strict):
         lt=1,
         description="delta of Theorem 3.1: the chance that any of those rounds misses by more than epsilon",
     )
+    contamination_static: str | None = Field(
+        default=None,
+        description="a static benchmark file (a released file or an earlier benchmark.parquet; relative to the "
+        "config file) every round is also evaluated on: the gaps fresh - static go into the round's "
+        "contamination.json",
+    )

@@ -6,7 +6,8 @@
 | ``/runs/{run}/items?class=&intensity=&lever=&model=&outcome=&source=&domain=&disagree=1&q=&page=`` | the item table |
 | ``/runs/{run}/items/{item_id}`` | one item (KnowOrNot: one experiment) |
 | ``/compare?a=&b=`` | two RefusalBench runs side by side |
-| ``/api/runs``, ``/api/runs/{run}/items``, ``/api/runs/{run}/items/{item_id}``, ``/api/compare`` | the same as JSON |
+| ``/contamination`` | the contamination check (static vs fresh) of the runs served, where there is one |
+| ``/api/runs``, ``/api/runs/{run}/items``, ``/api/runs/{run}/items/{item_id}``, ``/api/compare``, ``/api/contamination`` | the same as JSON |
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
-from refusalbench.tasks.viewer import item_page, knowornot_pages, pages
+from refusalbench.tasks.viewer import contamination_view, item_page, knowornot_pages, pages
 from refusalbench.tasks.viewer.compare import compare_runs
 from refusalbench.tasks.viewer.data import ItemQuery, RefusalBenchRun, load_run
 from refusalbench.tasks.viewer.folders import RunFolder
@@ -60,6 +61,7 @@ def create_app(runs: dict[str, Run]) -> FastAPI:
     app = FastAPI(title="refusalbench view", docs_url=None, redoc_url=None, openapi_url=None)
     bar = [(name, "knowornot" if isinstance(run, KnowOrNotRun) else "refusalbench") for name, run in runs.items()]
     scored = [name for name, run in runs.items() if isinstance(run, RefusalBenchRun)]
+    found = contamination_view.documents({name: run.uri for name, run in runs.items() if name in scored})
 
     def html(title: str, body: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(page(title, body, bar, compare=len(scored) > 1), status_code=status)
@@ -73,7 +75,11 @@ def create_app(runs: dict[str, Run]) -> FastAPI:
             pages.home_section(run) if isinstance(run, RefusalBenchRun) else knowornot_pages.home_section(run)
             for run in runs.values()
         ]
-        return html("runs", "".join(sections))
+        return html("runs", contamination_view.home_link(found) + "".join(sections))
+
+    @app.get(contamination_view.PATH, response_class=HTMLResponse)
+    def contamination() -> HTMLResponse:
+        return html("contamination", contamination_view.body(found))
 
     @app.get("/runs/{run_name}/items", response_class=HTMLResponse)
     def items(run_name: str, request: Request) -> HTMLResponse:
@@ -136,6 +142,10 @@ def create_app(runs: dict[str, Run]) -> FastAPI:
         )
         if found is None:
             return _json({"error": f"no item {item_id} in {run_name}"}, 404)
+        return _json(found)
+
+    @app.get("/api/contamination")
+    def api_contamination() -> Response:
         return _json(found)
 
     @app.get("/api/compare")

@@ -18,6 +18,7 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.refusalbench.schema import artifacts as rb_files
+from refusalbench.tasks.viewer import contamination_view
 
 Method = Literal["refusalbench", "knowornot"]
 
@@ -78,7 +79,7 @@ def open_folders(uris: Sequence[str]) -> list[RunFolder]:
     """Every folder opened (the first bad one raises), each with a name unique among them for its URLs."""
     folders: list[RunFolder] = []
     taken: set[str] = set()
-    for uri in uris:
+    for uri in contamination_view.expand(uris):  # a contamination check's folder: its two run folders
         store, method = open_folder(uri)
         name, n = _slug(uri), 2
         while name in taken:

@@ -35,6 +35,7 @@ COMMANDS = [
     ["export"],
     ["view"],
     ["deploy"],
+    ["contamination"],
 ]
 
 
