@@ -263,3 +263,27 @@ class RefreshConfig(Strict):
         lt=1,
         description="delta of Theorem 3.1: the chance that any of those rounds misses by more than epsilon",
     )
+
+
+class VertexBatchConfig(Strict):
+    """Where a ``vertex_ai/`` model's batch prediction jobs run and keep their files (``batch.vertex``)."""
+
+    gcs_uri: str = Field(
+        description="gs://bucket/prefix the jobs' request files are uploaded to and their predictions written under"
+    )
+    project: str | None = Field(
+        default=None, description="Google Cloud project of the jobs (default: params.vertex_project)"
+    )
+    location: str | None = Field(
+        default=None, description="region of the jobs (default: params.vertex_location, else us-central1)"
+    )
+    storage_url: str = Field(
+        default="https://storage.googleapis.com", description="the Cloud Storage JSON API's address"
+    )
+
+    @field_validator("gcs_uri")
+    @classmethod
+    def _gs_uri(cls, value: str) -> str:
+        if not value.startswith("gs://") or not value[len("gs://") :].split("/")[0]:
+            raise ValueError("must be a Cloud Storage URI, gs://bucket or gs://bucket/prefix")
+        return value.rstrip("/")
