@@ -1,5 +1,6 @@
 """The method sections of a run config: generation (with its pre-test), evaluation, KnowOrNot,
-refresh statistics. ``core/config.py`` assembles them into ``RunConfig`` and loads the YAML."""
+refresh statistics; and where a ``vertex_ai/`` model's batch jobs run (``batch.vertex``).
+``core/config.py`` assembles them into ``RunConfig`` and loads the YAML."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ class VertexDesk:
             return _error(400, f"model must be publishers/{{google|anthropic}}/models/{{model}}, not {model!r}")
         uris = ((body.get("inputConfig") or {}).get("gcsSource") or {}).get("uris") or []
         output = ((body.get("outputConfig") or {}).get("gcsDestination") or {}).get("outputUriPrefix")
-        content = self.objects.get(tuple(uris[0].removeprefix("gs://").split("/", 1))) if uris else None  # type: ignore[arg-type]
+        content = self.objects.get(tuple(uris[0].removeprefix("gs://").split("/", 1))) if uris else None
         if content is None or not output:
             return _error(400, "inputConfig.gcsSource.uris must name an uploaded object; outputUriPrefix is required")
         lines = [json.loads(line) for line in content.decode("utf-8").splitlines() if line.strip()]

@@ -118,8 +118,8 @@ class VertexBatchPrediction(BatchProtocol):
             raise RuntimeError(
                 "Vertex AI batches need a token: set api_key_env to a variable holding one, or install google-auth"
             ) from exc
-        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])  # type: ignore[no-untyped-call]
-        credentials.refresh(google.auth.transport.requests.Request())  # type: ignore[no-untyped-call]
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        credentials.refresh(google.auth.transport.requests.Request())
         return str(credentials.token)
 
     async def call(self, method: str, url: str, **kwargs: Any) -> Any:
