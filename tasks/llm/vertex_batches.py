@@ -21,6 +21,7 @@ model's ``api_key_env`` variable if it names one, else Google's application defa
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -97,6 +98,7 @@ class VertexBatchPrediction(BatchProtocol):
         super().__init__(cfg, request)
         self.name = str(litellm_module().get_llm_provider(cfg.model)[0])
         self.publisher = "anthropic" if "claude" in self.name.lower() else "google"
+        self.credentials: Any = None  # the application default credentials, once a call needed them
 
     # ------------------------------------------------------------ the wire
 
@@ -118,15 +120,18 @@ class VertexBatchPrediction(BatchProtocol):
             raise RuntimeError(
                 "Vertex AI batches need a token: set api_key_env to a variable holding one, or install google-auth"
             ) from exc
-        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        credentials.refresh(google.auth.transport.requests.Request())
-        return str(credentials.token)
+        if self.credentials is None:
+            self.credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        if not self.credentials.valid:  # never fetched, or expired during a long wait
+            self.credentials.refresh(google.auth.transport.requests.Request())
+        return str(self.credentials.token)
 
     async def call(self, method: str, url: str, **kwargs: Any) -> Any:
         """One request with the bearer token; the answer (JSON, or bytes for ``alt=media``), or VertexError."""
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.token()}", **kwargs.pop("headers", {})}
+        token = self.api_key or await asyncio.to_thread(self.token)  # a refresh is blocking I/O: off the loop
+        headers = {"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
         async with httpx.AsyncClient(timeout=max(self.cfg.timeout_s, 60)) as client:
             answer = await client.request(method, url, headers=headers, **kwargs)
         if answer.status_code >= 400:

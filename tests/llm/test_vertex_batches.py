@@ -5,6 +5,7 @@ at the batch price; failed lines and late jobs fall back to the synchronous path
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import textwrap
@@ -26,7 +27,7 @@ from refusalbench.tasks.llm.callcache import SQLiteCache
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway
 from refusalbench.tasks.llm.plan_prices import batch_provider, model_rates
 from refusalbench.tasks.llm.scripted_server import Behaviour, ScriptedLLMServer, dry_run_responder
-from refusalbench.tasks.llm.vertex_batches import KEY_LABELS
+from refusalbench.tasks.llm.vertex_batches import KEY_LABELS, VertexBatchPrediction, VertexError
 
 TOKEN_ENV = "REFUSALBENCH_TEST_VERTEX_TOKEN"
 PRICE = ModelPrice(input_per_mtok=2.0, output_per_mtok=8.0)
@@ -171,6 +172,33 @@ def test_a_job_past_its_wait_is_cancelled_and_sent_synchronously(server, tmp_pat
     assert not [c for c in server.calls if c.get("batch") == late[0].id]  # nothing of it answered
     assert not any(r.batch for r in results)
     assert gateway.stats_snapshot()["gemini"]["batch_fallbacks"] == 4
+
+
+def test_another_process_reads_a_job_by_its_name_alone(server, tmp_path):
+    """The ledger keeps only the job's name: a fresh protocol (a re-run after a crash) looks at it and reads
+    its predictions, matched by the line's custom_id or, where Vertex AI leaves only the request, its labels."""
+    gateway = Gateway({"gemini": _vertex(server)}, SQLiteCache(tmp_path / "ledger.sqlite"))
+    cfg, specs = gateway.models["gemini"], _specs("ledger")[:2]
+    lines = [(gateway.scope.key(cfg, spec), gateway.request(spec, cfg)) for spec in specs]
+    job_id = asyncio.run(VertexBatchPrediction(cfg, lines[0][1]).submit(lines))
+
+    fresh = VertexBatchPrediction(cfg, lines[0][1])
+    state = asyncio.run(fresh.look(job_id))
+    assert state.finished and state.status == "completed" and len(state.result_files) == 1
+    replies = asyncio.run(fresh.results(state))
+    assert set(replies) == {key for key, _ in lines}
+    assert all(reply["candidates"][0]["content"]["parts"] for reply in replies.values())
+
+    bucket, folder = state.result_files[0][5:].split("/", 1)
+    rows = [json.loads(row) for row in server.vertex.objects[(bucket, f"{folder}/predictions.jsonl")].splitlines()]
+    by_labels: dict = {}
+    for row in rows:
+        VertexBatchPrediction.read_line({k: v for k, v in row.items() if k != "custom_id"}, by_labels)
+    assert by_labels == replies
+
+    with pytest.raises(VertexError) as gone:
+        asyncio.run(fresh.look(job_id.rsplit("/", 1)[0] + "/999"))
+    assert fresh.unknown_job(gone.value)  # a 404: nothing will come of it, its requests go synchronously
 
 
 def test_plan_prices_vertex_batches_at_the_batch_share(server):
