@@ -48,6 +48,7 @@ from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections a
     RefreshConfig,
     Strict,
     SystemPromptName,
+    VertexBatchConfig,
 )
 from refusalbench.tasks.core.envexpand import ExpandedApiBase, expand_references
 from refusalbench.tasks.core.errors import InputError, InputErrors
@@ -140,6 +141,7 @@ class BatchSettings(Strict):
     max_items: int = Field(
         default=50000, ge=1, description="requests per batch job (OpenAI and Anthropic allow up to 50,000 and 100,000)"
     )
+    vertex: VertexBatchConfig | None = Field(default=None, description="a vertex_ai model's project, region and bucket")
 
 
 class ModelConfig(Strict, ExpandedApiBase):

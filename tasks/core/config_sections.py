@@ -1,5 +1,6 @@
 """The method sections of a run config: generation (with its pre-test), evaluation, KnowOrNot,
-refresh statistics. ``core/config.py`` assembles them into ``RunConfig`` and loads the YAML."""
+refresh statistics; and where a ``vertex_ai/`` model's batch jobs run (``batch.vertex``).
+``core/config.py`` assembles them into ``RunConfig`` and loads the YAML."""
 
 from __future__ import annotations
 
@@ -269,3 +270,27 @@ class RefreshConfig(Strict):
         "config file) every round is also evaluated on: the gaps fresh - static go into the round's "
         "contamination.json",
     )
+
+
+class VertexBatchConfig(Strict):
+    """Where a ``vertex_ai/`` model's batch prediction jobs run and keep their files (``batch.vertex``)."""
+
+    gcs_uri: str = Field(
+        description="gs://bucket/prefix the jobs' request files are uploaded to and their predictions written under"
+    )
+    project: str | None = Field(
+        default=None, description="Google Cloud project of the jobs (default: params.vertex_project)"
+    )
+    location: str | None = Field(
+        default=None, description="region of the jobs (default: params.vertex_location, else us-central1)"
+    )
+    storage_url: str = Field(
+        default="https://storage.googleapis.com", description="the Cloud Storage JSON API's address"
+    )
+
+    @field_validator("gcs_uri")
+    @classmethod
+    def _gs_uri(cls, value: str) -> str:
+        if not value.startswith("gs://") or not value[len("gs://") :].split("/")[0]:
+            raise ValueError("must be a Cloud Storage URI, gs://bucket or gs://bucket/prefix")
+        return value.rstrip("/")

@@ -178,7 +178,7 @@ def litellm_body(cfg: ModelConfig, request: BatchRequest) -> tuple[dict[str, Any
         raise ValueError(f"LiteLLM has no chat transformation for provider {provider!r}")
     body = config.transform_request(
         model=name,
-        messages=request.messages,  # type: ignore[arg-type]
+        messages=[dict(m) for m in request.messages],  # type: ignore[misc]  # LiteLLM pops the system message
         optional_params=optional,
         litellm_params={},
         headers={},

@@ -58,6 +58,7 @@ from refusalbench.tasks.llm.context_errors import (
     VertexContextLength,
 )
 from refusalbench.tasks.llm.openai_batches import OpenAIBatches
+from refusalbench.tasks.llm.vertex_batches import VertexBatchPrediction
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
 # How a provider caches the prompt prefixes calls share (``prompt_cache``):
@@ -429,6 +430,7 @@ class VertexAI(ProviderProfile):
     keyless_endpoints = False
     prompt_caching = "automatic"  # Gemini's implicit caching; Claude on Vertex AI caches marked prefixes
     context_length_error = VertexContextLength
+    batch_protocol = VertexBatchPrediction  # batch prediction jobs on files in Cloud Storage (batch.vertex)
 
     def marks_prompt_cache(self, model: str) -> bool:
         # LiteLLM sends Claude on Vertex AI through Anthropic's Messages format, cache_control included;

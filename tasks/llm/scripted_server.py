@@ -33,7 +33,8 @@ Each provider's wire format is one class (``provider_wire.Wire``; ``openai_wire.
 context-length 400 on routes of their own: ``cloud_wires``); :class:`Behaviour` lives in
 ``provider_wire``, the responders in ``scripted_replies``; all are importable from here too. The
 batch APIs (OpenAI files + batches, Anthropic message batches; ``server.batches``) are in
-``scripted_batches``.
+``scripted_batches``; Vertex AI batch prediction and its Cloud Storage (``server.vertex``) in
+``scripted_vertex_batches``.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ from refusalbench.tasks.llm.scripted_replies import (  # noqa: F401
     scripted_classification,
     scripted_judge_reply,
 )
+from refusalbench.tasks.llm.scripted_vertex_batches import VertexDesk
 
 
 @dataclass
@@ -161,6 +163,7 @@ class ScriptedLLMServer:
         self.inflight = 0
         self.max_inflight = 0
         self.batches = BatchDesk(self)  # the batch APIs' jobs, delay and scripted failures (scripted_batches)
+        self.vertex = VertexDesk(self)  # Vertex AI's batch prediction jobs and Cloud Storage objects
 
     # ------------------------------------------------------------ control
 
@@ -232,6 +235,7 @@ class ScriptedLLMServer:
             app.router.add_get("/v1/models", self._models)
             app.router.add_get("/health", self._health)
             self.batches.register(app)
+            self.vertex.register(app)
             cloud_routes(self, app)  # Bedrock's and the Gemini API's routes: their context-length 400
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
