@@ -124,12 +124,17 @@ def print_leaderboard(
     from refusalbench.tasks.refusalbench.report.terminal_leaderboard import (
         fitted_leaderboard,
         leaderboard_note,
+        paper_lines,
         target_values,
     )
     from refusalbench.tasks.refusalbench.schema.artifacts import METRICS
 
     document, metrics = _metrics(run_folder, METRICS.name)
     _print_table(out, fitted_leaderboard(document, out.width), leaderboard_note(out.width))
+    paper = paper_lines(document, out.width)  # the paper's own figures of targets it also ran
+    if paper:
+        out.print()
+        _lines(out, paper)
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
     if incomplete is not None and (line := incomplete_line(*incomplete)):

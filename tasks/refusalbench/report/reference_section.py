@@ -1,5 +1,6 @@
-"""The paper's own figures in the report: beside each matched model in the leaderboard, and all of
-them in the section "As reported in the paper".
+"""The paper's own figures beside a run's: in the report (a row under each matched model in the
+leaderboard, and all of them in the section "As reported in the paper") and in the terminal (a
+line after the leaderboard per matched model, :func:`terminal_lines`).
 
 A run's model whose name names one of the paper's models (``reference.model_names``) gets a row
 under its own in the leaderboard: the paper's figure for each column the paper reports, with its
@@ -10,6 +11,7 @@ sampling), so they are context for the user's numbers, not a target; the page sa
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,3 +75,20 @@ def reference_section() -> str:
         head = "<tr><th>Model</th><th>Metric</th><th>Slice</th><th>Paper</th><th>Source</th><th>What it is</th></tr>"
         body += f"<h3>{escape(title)}</h3><table class='paper-reference'>{head}{rows}</table>"
     return section(TITLE, body)
+
+
+def terminal_lines(document: Mapping[str, Any], columns: Sequence[str], order: Sequence[str], width: int) -> list[str]:
+    """Lines for the terminal, one block per matched model of metrics.json ``document`` in ``order``:
+    the paper's figures for ``columns``, each with its source, wrapped to ``width``."""
+    found = matched_figures(document.get("models") or {}, document.get("multi_document"), columns)
+    lines: list[str] = []
+    for model in (m for m in order if m in found):
+        paper, dataset, figures = found[model]
+        shown = "; ".join(
+            f"{METRIC_SPECS[m].label if m in METRIC_SPECS else m} {figures[m].text()} ({figures[m].source})"
+            for m in columns
+            if m in figures
+        )
+        text = f"{model}: {LABEL} ({paper}, {DATASET_NAMES[dataset]}): {shown}"
+        lines += textwrap.wrap(text, width=max(width, 20), subsequent_indent="  ", break_on_hyphens=False)
+    return lines
