@@ -39,7 +39,7 @@ LABEL = "as reported in the paper"
 _PRINTED = re.compile(r"^-?\d+(?:\.\d+)?$")
 
 
-class _PrintedLoader(yaml.SafeLoader):
+class _PrintedLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml has no type information here
     """YAML whose numbers stay the text they were written as (``0.580`` keeps its last zero)."""
 
 
