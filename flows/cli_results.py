@@ -95,6 +95,7 @@ def print_leaderboard(
         base_item_support,
         fitted_leaderboard,
         leaderboard_note,
+        paper_lines,
         target_values,
     )
     from refusalbench.tasks.refusalbench.schema.artifacts import METRICS
@@ -102,6 +103,10 @@ def print_leaderboard(
     document, metrics = _metrics(run_folder, METRICS.name)
     support = base_item_support(run_folder, document)
     print_fitted(out, fitted_leaderboard(document, out.width, support), leaderboard_note(out.width))
+    paper = paper_lines(document, out.width)  # the paper's own figures of targets it also ran
+    if paper:
+        out.print()
+        _lines(out, paper)
     out.print()
     _lines(out, where_to_look(report, run_folder, last_flow_run_page(), metrics))
     if incomplete is not None and (line := incomplete_line(*incomplete)):

@@ -85,6 +85,8 @@ from refusalbench.tasks.refusalbench.levers import load_catalogue
 from refusalbench.tasks.core.config import packaged_config
 assert len(load_catalogue()) == 176
 assert packaged_config("demo.yaml").is_file()
+from refusalbench.tasks.refusalbench.reference.paper_reference import load_reference
+assert load_reference().match("openai/gpt-4o") == "GPT-4o"
 print(refusalbench.tasks.llm.gateway.__file__)
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(other)])}

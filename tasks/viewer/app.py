@@ -7,7 +7,8 @@
 | ``/runs/{run}/items/{item_id}`` | one item (KnowOrNot: one experiment) |
 | ``/compare?a=&b=`` | two RefusalBench runs side by side |
 | ``/contamination`` | the contamination check (static vs fresh) of the runs served, where there is one |
-| ``/api/runs``, ``/api/runs/{run}/items``, ``/api/runs/{run}/items/{item_id}``, ``/api/compare``, ``/api/contamination`` | the same as JSON |
+| ``/paper`` | every figure the paper reports for its own runs, with its source |
+| ``/api/runs``, ``/api/runs/{run}/items``, ``/api/runs/{run}/items/{item_id}``, ``/api/compare``, ``/api/contamination``, ``/api/paper`` | the same as JSON |
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
-from refusalbench.tasks.viewer import contamination_view, item_page, knowornot_pages, pages
+from refusalbench.tasks.viewer import contamination_view, item_page, knowornot_pages, pages, paper_pages
 from refusalbench.tasks.viewer.compare import compare_runs
 from refusalbench.tasks.viewer.data import ItemQuery, RefusalBenchRun, load_run
 from refusalbench.tasks.viewer.folders import RunFolder
@@ -118,7 +119,15 @@ def create_app(runs: dict[str, Run]) -> FastAPI:
             body += '<p class="muted">Choose two RefusalBench runs.</p>'
         return html("compare", body)
 
+    @app.get(paper_pages.PATH, response_class=HTMLResponse)
+    def paper() -> HTMLResponse:
+        return html("as reported in the paper", paper_pages.reference_body())
+
     # ------------------------------------------------------------ JSON
+
+    @app.get("/api" + paper_pages.PATH)
+    def api_paper() -> Response:
+        return _json(paper_pages.reference_rows())
 
     @app.get("/api/runs")
     def api_runs() -> Response:

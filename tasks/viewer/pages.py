@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refusalbench.tasks.refusalbench.report.leaderboard import format_interval, format_value, model_ranks
+from refusalbench.tasks.viewer import paper_pages
 from refusalbench.tasks.viewer.compare import COMPARED, Comparison
 from refusalbench.tasks.viewer.data import VERDICTS, ItemPage, ItemQuery, RefusalBenchRun
 from refusalbench.tasks.viewer.layout import (
@@ -38,6 +39,7 @@ def leaderboard(run: RefusalBenchRun) -> str:
     if not run.metrics or not run.metrics.get("models"):
         return '<p class="muted">No metrics.json in this run folder: nothing scored yet.</p>'
     metrics, intervals = run.metrics["models"], run.metrics.get("intervals") or {}
+    paper = paper_pages.leaderboard_column(run, [metric for metric, _ in LEADERBOARD])
     rows = []
     for model, rank in model_ranks(metrics):
         values = metrics[model]
@@ -60,14 +62,17 @@ def leaderboard(run: RefusalBenchRun) -> str:
         n = _number(values.get("n"))
         count = 0 if math.isnan(n) else int(n)
         cells.append(td(esc(count), "num", count))
+        if paper:
+            cells.append(paper.get(model, td("", value="")))
         rows.append(cells)
     headers: list[str | tuple[str, str]] = [
         ("#", "num"),
         "Model",
         *((label, "num") for _, label in LEADERBOARD),
         ("n", "num"),
+        *([paper_pages.COLUMN] if paper else []),
     ]
-    return table(headers, rows, sortable=True, css="leaderboard")
+    return table(headers, rows, sortable=True, css="leaderboard") + paper_pages.reference_link()
 
 
 def _items_path(run: RefusalBenchRun) -> str:

@@ -49,9 +49,12 @@ def leaderboard_html(
     pairwise: Mapping[str, Any] | None,
     min_coverage: float,
     support: ClusterSupport,
+    beside: Mapping[str, tuple[str, Mapping[str, str]]] | None = None,
 ) -> str:
     """The leaderboard table: rank, model, rank range and group (with pairwise comparisons), each
-    leaderboard metric with its interval, the rows scored and the base items behind them."""
+    leaderboard metric with its interval, the rows scored and the base items behind them.
+
+    ``beside``: {model: (name cell, {metric: cell})}, a row under that model's (the paper's figures)."""
     columns = leaderboard_metrics(metrics)
     groups = significance(metrics, pairwise, min_coverage) if pairwise else None
     head = (
@@ -79,7 +82,16 @@ def leaderboard_html(
             cells.append(f"<td>{escape(format_value(values.get(name), name))}{ci_html}</td>")
         cells.append(f"<td>{int(values.get('n', 0))}</td><td>{support.model(model)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
+        if beside and model in beside:
+            rows.append(_beside_row(*beside[model], [name for name, _ in columns], groups is not None))
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _beside_row(name: str, cells: Mapping[str, str], columns: list[str], grouped: bool) -> str:
+    """A row under a model's: ``name`` in the model column, ``cells`` under their metrics, the rest empty."""
+    row = ["<td></td>", f"<td class='name'>{name}</td>"] + ["<td></td>"] * (2 if grouped else 0)
+    row += [f"<td>{cells.get(metric, '')}</td>" for metric in columns] + ["<td></td><td></td>"]
+    return "<tr class='paper-reference'>" + "".join(row) + "</tr>"
 
 
 def _cell(row: Mapping[str, Any] | None, metric: str, n_clusters: int) -> str:

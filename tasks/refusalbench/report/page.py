@@ -38,6 +38,7 @@ from refusalbench.tasks.refusalbench.report.leaderboard import (
     INTERVAL_NOTE,
     SIGNIFICANCE_NOTE,
     incomplete_models,
+    leaderboard_metrics,
     ranked_models,
 )
 from refusalbench.tasks.refusalbench.report.outcomes import (
@@ -48,6 +49,7 @@ from refusalbench.tasks.refusalbench.report.outcomes import (
 )
 from refusalbench.tasks.refusalbench.report.pairwise_section import pairwise_section
 from refusalbench.tasks.refusalbench.report.paper_figures import paper_figures
+from refusalbench.tasks.refusalbench.report.reference_section import leaderboard_beside, reference_section
 from refusalbench.tasks.refusalbench.report.responses import responses_section
 from refusalbench.tasks.refusalbench.report.summary_card import metadata_section, summary_section
 from refusalbench.tasks.refusalbench.report.support import GUARDRAIL_NOTE, ClusterSupport
@@ -225,7 +227,9 @@ def build_report(run: ReportInputs) -> str:
             f"<p class='note'>{len(incomplete)} model(s) scored on less than {100 * run.min_coverage:.0f}% of "
             "their rows are incomplete: listed after the ranked models, without a rank (see Rows not scored).</p>"
         )
-    board = leaderboard_html(run.metrics, run.intervals, run.pairwise, run.min_coverage, support)
+    columns = [name for name, _ in leaderboard_metrics(run.metrics)]
+    beside = leaderboard_beside(run.metrics, run.multi_document, columns)  # the paper's figures, matched models
+    board = leaderboard_html(run.metrics, run.intervals, run.pairwise, run.min_coverage, support, beside)
     sections.append(section("Leaderboard", lead + unverified_note(run.gv_analysis) + board))
     coverage = coverage_section(run.metrics, run.outcomes, run.min_coverage, order)
     if coverage:
@@ -305,6 +309,7 @@ def build_report(run: ReportInputs) -> str:
     if _non_empty(run.champions):
         sections.append(section("Domain champions", frame_table(run.champions)))
     sections.append(_comparison_section(run))
+    sections.append(reference_section())
 
     if run.round_trend is not None and not run.round_trend.empty:
         sections.append(trend_section(run.round_trend, run.trend))

@@ -4,8 +4,10 @@ Read from the run's metrics.json: one row per target, ranked as the report ranks
 (``report.leaderboard``), with CRS, answer and refusal accuracy, the false and missed refusal
 rates (each with its 95% interval) and the coverage. Labels, formats and which way each metric
 is better come from the metric declarations (``scoring.paper_metrics``); the layout fits the
-terminal's width without cutting a model's name (``core.text_table``). ``--fail-under`` may name
-any declared metric, by its metrics.json name or an alias (``crs``, ``frr``, ``mrr``).
+terminal's width without cutting a model's name (``core.text_table``); a target that names one of
+the paper's models gets a line after the table with the paper's own figures (:func:`paper_lines`).
+``--fail-under`` may name any declared metric, by its metrics.json name or an alias (``crs``,
+``frr``, ``mrr``).
 :func:`run_summary_markdown` is the same run's summary for the Prefect UI: the report's
 leaderboard as markdown, the viewer command and the report's link (``core.where_to_look``).
 """
@@ -29,6 +31,7 @@ from refusalbench.tasks.refusalbench.report.leaderboard import (
     leaderboard_markdown,
     model_ranks,
 )
+from refusalbench.tasks.refusalbench.report.reference_section import terminal_lines
 from refusalbench.tasks.refusalbench.report.support import ClusterSupport
 from refusalbench.tasks.refusalbench.schema.artifacts import BENCHMARK, JUDGED
 from refusalbench.tasks.refusalbench.scoring.result import DEFAULT_MIN_COVERAGE
@@ -112,6 +115,13 @@ def leaderboard_note(width: int) -> list[str]:
         "Unranked (—): scored on too few of its rows."
     )
     return textwrap.wrap(text, width=max(width, 20))
+
+
+def paper_lines(document: Mapping[str, Any], width: int) -> list[str]:
+    """After the table: for each target that names one of the paper's models, the paper's own figures
+    for the table's columns, each with its source (``report.reference_section``)."""
+    order = [model for model, _ in model_ranks(target_values(document), _min_coverage(document))]
+    return terminal_lines(document, TERMINAL_METRICS, order, width)
 
 
 def target_values(document: Mapping[str, Any]) -> dict[str, dict[str, float]]:
