@@ -140,6 +140,14 @@ class BatchSettings(Strict):
     max_items: int = Field(
         default=50000, ge=1, description="requests per batch job (OpenAI and Anthropic allow up to 50,000 and 100,000)"
     )
+    # Bedrock batch inference reads its requests from S3 and writes its results there, as an IAM role.
+    s3_uri: str | None = Field(
+        default=None, description="bedrock/ models: the s3://bucket/prefix/ their batch jobs' input and output go to"
+    )
+    role_arn: str | None = Field(
+        default=None, description="bedrock/ models: the IAM service role a batch job runs as (reads and writes s3_uri)"
+    )
+    _expand_bedrock = field_validator("s3_uri", "role_arn")(expand_references)
 
 
 class ModelConfig(Strict, ExpandedApiBase):

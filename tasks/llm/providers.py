@@ -48,6 +48,7 @@ from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.llm.anthropic_batches import AnthropicMessageBatches
 from refusalbench.tasks.llm.batch_protocol import BatchProtocol
+from refusalbench.tasks.llm.bedrock_batches import BedrockBatchInference
 from refusalbench.tasks.llm.context_errors import (
     AnthropicPromptTooLong,
     BedrockInputTooLong,
@@ -413,6 +414,7 @@ class Bedrock(ProviderProfile):
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
+    batch_protocol = BedrockBatchInference  # Claude models; the others' jobs are refused, so they go synchronously
     context_length_error = BedrockInputTooLong
 
     def marks_prompt_cache(self, model: str) -> bool:
