@@ -8,8 +8,9 @@ finds credentials, region and endpoints the AWS way (the default chain, ``AWS_RE
 ``aws_region_name`` and ``aws_profile_name`` as for its synchronous calls through LiteLLM.
 
 Each line is ``{"recordId": request key, "modelInput": InvokeModel body}``: for Claude models the
-Messages API body LiteLLM's invoke route builds (``anthropic_version: bedrock-2023-05-31``). Models
-whose InvokeModel body is another provider's are refused at submit, so their calls go synchronously.
+Messages API body LiteLLM's invoke route builds (``anthropic_version: bedrock-2023-05-31``). The
+protocol takes Claude models only (:meth:`BedrockBatchInference.takes`): the other Bedrock models'
+calls in ``mode: batch`` are sent synchronously, and ``plan`` prices them so.
 Bedrock writes ``<output prefix><job id>/<input file name>.out``: one line per record, with its
 ``modelOutput`` (the InvokeModel reply body) or an ``error``.
 
@@ -73,6 +74,12 @@ class BedrockBatchInference(BatchProtocol):
         self.invoke_cfg = cfg.model_copy(update={"model": f"{PREFIX}invoke/{self.model_id}"})
         self._clients: dict[str, Any] = {}
 
+    @classmethod
+    def takes(cls, model: str) -> bool:
+        from litellm.llms.bedrock.base_aws_llm import BaseAWSLLM
+
+        return BaseAWSLLM.get_bedrock_invoke_provider(model_id(model)) == "anthropic"
+
     def litellm_provider(self, cfg: ModelConfig) -> str:
         return "bedrock"
 
@@ -97,9 +104,7 @@ class BedrockBatchInference(BatchProtocol):
         return litellm_body(self.invoke_cfg, request)
 
     async def submit(self, lines: Sequence[tuple[str, BatchRequest]]) -> str:
-        from litellm.llms.bedrock.base_aws_llm import BaseAWSLLM
-
-        if BaseAWSLLM.get_bedrock_invoke_provider(self.model_id) != "anthropic":
+        if not self.takes(self.cfg.model):
             raise ValueError(f"batch records are written for Claude models only, not {self.model_id}")
         assert self.cfg.batch.s3_uri and self.cfg.batch.role_arn  # the config check refuses a config without them
         records = [{"recordId": key, "modelInput": self._body(request)[0]} for key, request in lines]
@@ -172,10 +177,10 @@ class BedrockBatchInference(BatchProtocol):
 
 @CONFIG_CHECKS.register("models.bedrock_batch")
 def check_bedrock_batch_settings(config: RunConfig) -> tuple[str, str] | None:
-    """A ``bedrock/`` model in ``mode: batch`` names the S3 location and the role of its jobs."""
+    """A ``bedrock/`` model in ``mode: batch`` that its jobs take names their S3 location and role."""
     for name, cfg in config.models.items():
         batched = cfg.mode == "batch" if isinstance(cfg.mode, str) else "batch" in cfg.mode.values()
-        if not (batched and cfg.model.startswith(PREFIX)):
+        if not (batched and cfg.model.startswith(PREFIX) and BedrockBatchInference.takes(cfg.model)):
             continue
         missing = [field for field in ("s3_uri", "role_arn") if not getattr(cfg.batch, field)]
         if missing:

@@ -414,7 +414,7 @@ class Bedrock(ProviderProfile):
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
-    batch_protocol = BedrockBatchInference  # Claude models; the others' jobs are refused, so they go synchronously
+    batch_protocol = BedrockBatchInference  # takes Claude models; the others' are sent synchronously
     context_length_error = BedrockInputTooLong
 
     def marks_prompt_cache(self, model: str) -> bool:

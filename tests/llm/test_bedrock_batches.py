@@ -221,8 +221,9 @@ def test_a_bedrock_model_in_batch_mode_needs_its_s3_location_and_role(tmp_path):
 
 
 def test_plan_prices_a_bedrock_model_s_batch_calls_at_the_batch_share():
-    cfg = RunConfig(models={"claude": ModelConfig(model=f"bedrock/{CLAUDE}")})
-    assert batch_provider(cfg.models["claude"])
+    nova = ModelConfig(model="bedrock/us.amazon.nova-pro-v1:0", mode="batch")  # no S3 needed: sent synchronously
+    cfg = RunConfig(models={"claude": ModelConfig(model=f"bedrock/converse/{CLAUDE}"), "nova": nova})
+    assert batch_provider(cfg.models["claude"]) and not batch_provider(nova)  # the jobs take Claude models only
     rates = model_rates(cfg, ["claude"])["claude"]
     assert rates.sync[0] > 0
     assert rates.batch == pytest.approx((rates.sync[0] * BATCH_PRICE_SHARE, rates.sync[1] * BATCH_PRICE_SHARE))
