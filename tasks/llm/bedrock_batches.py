@@ -97,8 +97,8 @@ class BedrockBatchInference(BatchProtocol):
         return self._clients[service]
 
     async def call(self, service: str, operation: str, **arguments: Any) -> Any:
-        """One boto3 call off the event loop (boto3 blocks)."""
-        return await asyncio.to_thread(getattr(self.client(service), operation), **arguments)
+        """One boto3 call off the event loop (boto3 blocks, making its client too)."""
+        return await asyncio.to_thread(lambda: getattr(self.client(service), operation)(**arguments))
 
     def _body(self, request: BatchRequest) -> tuple[dict[str, Any], bool]:
         return litellm_body(self.invoke_cfg, request)

@@ -141,6 +141,18 @@ def test_a_stage_goes_as_one_job_through_s3_and_reads_back_as_the_sync_replies(a
     assert all(r.cached and r.batch for r in again) and [_reply(r) for r in again] == [_reply(r) for r in batch]
 
 
+def test_a_claude_model_on_the_converse_route_batches_its_invoke_body(aws, tmp_path):
+    server, _ = aws
+    cfg = _models(server, "batch")["priced"].model_copy(update={"model": f"bedrock/converse/{CLAUDE}"})
+    before = len(server.bedrock_batches.jobs)
+    results = Gateway({"converse": cfg}, SQLiteCache(tmp_path / "converse.sqlite")).complete_many(
+        _specs("converse", "converse")
+    )
+    (job,) = _new_jobs(server, before)
+    assert job.request["modelId"] == CLAUDE and all("anthropic_version" in r["modelInput"] for r in job.records)
+    assert all(r.ok and r.batch for r in results) and results[3].parsed.label
+
+
 def test_an_errored_record_is_asked_again_synchronously(aws, tmp_path):
     server, _ = aws
     gw = _gateway(server, tmp_path, "batch", "errored")
