@@ -39,6 +39,7 @@ from refusalbench.tasks.core.config_problems import (  # RULES_PROVIDER: ``model
     validation_problems,
 )
 from refusalbench.tasks.core.config_sections import (  # noqa: F401  (sections are part of this module's API)
+    BedrockBatchConfig,
     EvaluationConfig,
     FilterRule,
     GenerationConfig,
@@ -142,6 +143,7 @@ class BatchSettings(Strict):
         default=50000, ge=1, description="requests per batch job (OpenAI and Anthropic allow up to 50,000 and 100,000)"
     )
     vertex: VertexBatchConfig | None = Field(default=None, description="a vertex_ai model's project, region and bucket")
+    bedrock: BedrockBatchConfig | None = Field(default=None, description="a bedrock Claude model's S3 folder and role")
 
 
 class ModelConfig(Strict, ExpandedApiBase):

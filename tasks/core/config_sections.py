@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from refusalbench.tasks.core.envexpand import expand_references
 from refusalbench.tasks.core.eval_spec import EvalSpec
 
 
@@ -270,6 +271,22 @@ class RefreshConfig(Strict):
         "config file) every round is also evaluated on: the gaps fresh - static go into the round's "
         "contamination.json",
     )
+
+
+class BedrockBatchConfig(Strict):
+    """Where a Claude model on Bedrock keeps its batch jobs' files, and the role the jobs run as
+    (``batch.bedrock``): Bedrock batch inference reads its requests from S3 and writes its results there."""
+
+    s3_uri: str = Field(description="s3://bucket/prefix/ the jobs' input/ and output/ folders go under")
+    role_arn: str = Field(description="the IAM service role a job runs as (it reads and writes s3_uri)")
+    _expand = field_validator("s3_uri", "role_arn")(expand_references)
+
+    @field_validator("s3_uri")
+    @classmethod
+    def _s3_uri(cls, value: str) -> str:
+        if not value.startswith("s3://") or not value[len("s3://") :].split("/")[0]:
+            raise ValueError("must be an S3 address, s3://bucket or s3://bucket/prefix/")
+        return value
 
 
 class VertexBatchConfig(Strict):

@@ -121,13 +121,13 @@ class BatchCalls:
         cfg = self.gateway.models.get(spec.model)
         if cfg is None or cfg.rule_based or not cfg.batch_mode(spec.stage):
             return False
-        if self._protocol(spec.model, cfg) is not None:
+        if (kind := self._protocol(spec.model, cfg)) is not None and kind.takes(cfg.model):
             return True
         if spec.model not in self._unsupported_warned:
             self._unsupported_warned.add(spec.model)
             log.warning(
-                "%s: mode batch is not available for %s (its provider profile names no batch protocol); its "
-                "calls are sent synchronously",
+                "%s: mode batch is not available for %s (its provider profile names no batch protocol that "
+                "takes it); its calls are sent synchronously",
                 spec.model,
                 cfg.model,
             )

@@ -85,7 +85,8 @@ class BatchProtocol(ABC):
       OpenAI's chat completion and is read by the batch path itself.
 
     It may set :attr:`price_share` (the batch price as a share of the synchronous one, where
-    neither the config nor LiteLLM's map has a batch price) and override :meth:`litellm_provider`.
+    neither the config nor LiteLLM's map has a batch price) and override :meth:`litellm_provider`
+    and :meth:`takes` (the API takes some of the provider's models only).
     ``self.provider`` is written with the job into the call cache's ledger.
     """
 
@@ -98,6 +99,12 @@ class BatchProtocol(ABC):
         self.api_base = request.api_base  # every request of one model goes to one endpoint with one key
         self.api_key = request.api_key
         self.provider = self.litellm_provider(cfg)
+
+    @classmethod
+    def takes(cls, model: str) -> bool:
+        """Whether the API takes requests to ``model`` (a LiteLLM model string); a model it does not take
+        is sent synchronously, and ``plan`` prices it so."""
+        return True
 
     def litellm_provider(self, cfg: ModelConfig) -> str:
         """LiteLLM's name of the provider the model's jobs go to (its ``custom_llm_provider``)."""

@@ -38,8 +38,10 @@ class Rates:
 
 
 def batch_provider(cfg: ModelConfig) -> bool:
-    """Whether ``cfg``'s provider has a batch API the gateway speaks: its profile names a batch protocol."""
-    return not cfg.rule_based and profile_for(cfg.model, cfg.api_base).batch_protocol is not None
+    """Whether ``cfg``'s provider has a batch API the gateway speaks for the model: its profile names a batch
+    protocol that takes it."""
+    protocol = None if cfg.rule_based else profile_for(cfg.model, cfg.api_base).batch_protocol
+    return protocol is not None and protocol.takes(cfg.model)
 
 
 def batch_share(cfg: ModelConfig) -> float:

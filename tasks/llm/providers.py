@@ -1,11 +1,9 @@
 """Provider profiles: everything that differs between LiteLLM providers, one profile per provider.
 
-A model's profile is found from the prefix of its LiteLLM model string (``anthropic/claude-...``
--> ``anthropic``), and for ``openai/`` from its ``api_base`` too: ``openai/`` with an endpoint of
-its own is an OpenAI-compatible server (llama.cpp, vLLM, the scripted server), not OpenAI.
-A prefix without a profile gets the ``default`` one. The gateway, the availability check
-(``models list``), the inspect integration and ``plan`` ask the profile; none of them names a
-provider. What a profile holds:
+A model's profile is found from the prefix of its model string (``anthropic/claude-...`` ->
+``anthropic``; no profile: ``default``), and for ``openai/`` from its ``api_base`` too: an endpoint of
+its own is an OpenAI-compatible server (llama.cpp, vLLM, the scripted server), not OpenAI. The
+gateway, ``models list``, the inspect integration and ``plan`` ask the profile, never a provider's name:
 
 - structured output: how the provider takes a response schema (:data:`StructuredMode`), and
   which 400s say it does not (the gateway then falls back to a simpler mode for the run); the
@@ -48,6 +46,7 @@ from refusalbench.tasks.core.config import ModelConfig, ReasoningMode
 from refusalbench.tasks.core.registry import Registry
 from refusalbench.tasks.llm.anthropic_batches import AnthropicMessageBatches
 from refusalbench.tasks.llm.batch_protocol import BatchProtocol
+from refusalbench.tasks.llm.bedrock_batches import BedrockBatchInference
 from refusalbench.tasks.llm.context_errors import (
     AnthropicPromptTooLong,
     BedrockInputTooLong,
@@ -414,6 +413,7 @@ class Bedrock(ProviderProfile):
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
+    batch_protocol = BedrockBatchInference  # takes Claude models; the others' are sent synchronously
     context_length_error = BedrockInputTooLong
 
     def marks_prompt_cache(self, model: str) -> bool:

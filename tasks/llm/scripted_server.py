@@ -33,8 +33,8 @@ Each provider's wire format is one class (``provider_wire.Wire``; ``openai_wire.
 context-length 400 on routes of their own: ``cloud_wires``); :class:`Behaviour` lives in
 ``provider_wire``, the responders in ``scripted_replies``; all are importable from here too. The
 batch APIs (OpenAI files + batches, Anthropic message batches; ``server.batches``) are in
-``scripted_batches``; Vertex AI batch prediction and its Cloud Storage (``server.vertex``) in
-``scripted_vertex_batches``.
+``scripted_batches``; Bedrock's model invocation jobs (``server.bedrock_batches``) in ``scripted_bedrock_batches``;
+Vertex AI batch prediction and its Cloud Storage (``server.vertex``) in ``scripted_vertex_batches``.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ from refusalbench.tasks.llm.provider_wire import (  # noqa: F401
     shape_reply,
 )
 from refusalbench.tasks.llm.scripted_batches import BatchDesk
+from refusalbench.tasks.llm.scripted_bedrock_batches import BedrockBatchDesk
 from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 from refusalbench.tasks.llm.scripted_replies import (  # noqa: F401
     Responder,
@@ -164,6 +165,7 @@ class ScriptedLLMServer:
         self.max_inflight = 0
         self.batches = BatchDesk(self)  # the batch APIs' jobs, delay and scripted failures (scripted_batches)
         self.vertex = VertexDesk(self)  # Vertex AI's batch prediction jobs and Cloud Storage objects
+        self.bedrock_batches = BedrockBatchDesk(self)  # Bedrock's model invocation jobs (scripted_bedrock_batches)
 
     # ------------------------------------------------------------ control
 
@@ -236,6 +238,7 @@ class ScriptedLLMServer:
             app.router.add_get("/health", self._health)
             self.batches.register(app)
             self.vertex.register(app)
+            self.bedrock_batches.register(app)
             cloud_routes(self, app)  # Bedrock's and the Gemini API's routes: their context-length 400
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
