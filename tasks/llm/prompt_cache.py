@@ -20,7 +20,9 @@ need only the order, and every other provider receives the messages as built.
 The marking happens after the call cache key is made, from the messages as the stage built them,
 so a marked and an unmarked call share one key and old cache entries stay valid. Cached tokens come
 back in the reply's usage (``transport``) and are priced and counted in ``accounting``
-(``cached_savings_usd``); ``plan`` forecasts them with :func:`expected_cache_tokens`.
+(``cached_savings_usd``); ``plan`` forecasts them with :func:`expected_cache_tokens`, and the gateway
+counts the same forecast for the calls it sends (:func:`expected_amounts`), so the cost report sets
+what was expected beside what the provider's cache did.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from refusalbench.tasks.llm.providers import ProviderProfile
+from refusalbench.tasks.core.config import ModelConfig
+from refusalbench.tasks.llm import accounting
+from refusalbench.tasks.llm.calls import CallSpec
+from refusalbench.tasks.llm.providers import ProviderProfile, profile_for
 
 # Anthropic's only cache type: a 5-minute cache, refreshed by each read.
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
@@ -117,3 +122,23 @@ def expected_cache_tokens(profile: ProviderProfile, model: str, tokens: int, sha
         return tokens * (shared_by - 1), tokens
     cached = minimum + (tokens - minimum) // AUTOMATIC_STEP_TOKENS * AUTOMATIC_STEP_TOKENS
     return cached * (shared_by - 1), 0
+
+
+def expected_amounts(cfg: ModelConfig, spec: CallSpec) -> dict[str, float]:
+    """What one call sent synchronously is expected to read from the cache and save: its share of its
+    prefix's calls (``shared_by - 1`` reads, one write among ``shared_by`` calls); nothing without a
+    prefix worth caching. The counters ``accounting`` keeps per stage and model."""
+    prefix = shared_prefix(spec.messages, spec.shared_chars) if spec.shared_by > 1 else None
+    profile = profile_for(cfg.model, cfg.api_base)
+    if prefix is None or cfg.rule_based or not caches_prefixes(profile, cfg.model):
+        return {}
+    read, written = expected_cache_tokens(profile, cfg.model, prefix_tokens(cfg.model, prefix), spec.shared_by)
+    if not read:
+        return {}
+    read, written = read / spec.shared_by, written / spec.shared_by
+    prices = accounting.prompt_token_prices(cfg)
+    savings = 0.0
+    if prices is not None:
+        full, cached, write = prices
+        savings = read * (full - cached) - written * (write - full)
+    return {"expected_cached_tokens": read, "expected_cached_savings_usd": savings}
