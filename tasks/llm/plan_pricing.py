@@ -168,7 +168,7 @@ def _price_model(mcfg: ModelConfig, work: StageWork, name: str, rates: Rates | N
         sync_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=False)[1]])
         batch_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=batch_provider(mcfg))[1]])
     read, written = work.cache_read[name], work.cache_write[name]
-    savings = rates.cache_savings(read, written) if rates is not None else None
+    savings = 0.0 if not read and not written else rates.cache_savings(read, written) if rates is not None else None
     # Batch calls are waited for up to the model's batch window, whatever its concurrency.
     seconds = time_bound(mcfg, calls - batch_calls, latency.seconds)
     if batch_calls:
