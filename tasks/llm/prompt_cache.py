@@ -132,10 +132,10 @@ def expected_amounts(cfg: ModelConfig, spec: CallSpec) -> dict[str, float]:
     profile = profile_for(cfg.model, cfg.api_base)
     if prefix is None or cfg.rule_based or not caches_prefixes(profile, cfg.model):
         return {}
-    read, written = expected_cache_tokens(profile, cfg.model, prefix_tokens(cfg.model, prefix), spec.shared_by)
-    if not read:
+    reads, writes = expected_cache_tokens(profile, cfg.model, prefix_tokens(cfg.model, prefix), spec.shared_by)
+    if not reads:
         return {}
-    read, written = read / spec.shared_by, written / spec.shared_by
+    read, written = reads / spec.shared_by, writes / spec.shared_by
     prices = accounting.prompt_token_prices(cfg)
     savings = 0.0
     if prices is not None:

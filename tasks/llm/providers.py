@@ -63,8 +63,8 @@ StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
 # (Anthropic, Bedrock); automatic: long repeated prefixes by itself (OpenAI, Azure, DeepSeek); none: not at all.
 PromptCaching = Literal["explicit", "automatic", "none"]
 # Claude models whose smallest cacheable prefix is not 1,024 tokens: (a part of the model name, tokens).
-CLAUDE_CACHE_MINIMUMS = (("haiku-4-5", 4096), ("opus-4-5", 4096), ("opus-4-6", 4096), ("sonnet-4-6", 2048))
-CLAUDE_CACHE_MINIMUMS += (("3-5-haiku", 2048), ("3-haiku", 2048))
+CLAUDE_CACHE_MINIMUMS: tuple[tuple[str, int], ...] = (("haiku-4-5", 4096), ("opus-4-5", 4096), ("opus-4-6", 4096))
+CLAUDE_CACHE_MINIMUMS += (("sonnet-4-6", 2048), ("3-5-haiku", 2048), ("3-haiku", 2048))
 # The modes from the most to the least the request says about its output (a fallback only moves down).
 MODES_BY_STRENGTH: tuple[StructuredMode, ...] = ("json_schema", "tool", "json_object", "none")
 # The modes in which the whole JSON schema travels with the request.
