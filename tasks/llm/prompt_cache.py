@@ -129,8 +129,10 @@ def expected_amounts(cfg: ModelConfig, spec: CallSpec) -> dict[str, float]:
     prefix's calls (``shared_by - 1`` reads, one write among ``shared_by`` calls); nothing without a
     prefix worth caching. The counters ``accounting`` keeps per stage and model."""
     prefix = shared_prefix(spec.messages, spec.shared_chars) if spec.shared_by > 1 else None
+    if prefix is None or cfg.rule_based:  # most calls: nothing shared, nothing to look up
+        return {}
     profile = profile_for(cfg.model, cfg.api_base)
-    if prefix is None or cfg.rule_based or not caches_prefixes(profile, cfg.model):
+    if not caches_prefixes(profile, cfg.model):
         return {}
     reads, writes = expected_cache_tokens(profile, cfg.model, prefix_tokens(cfg.model, prefix), spec.shared_by)
     if not reads:
