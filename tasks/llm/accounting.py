@@ -18,7 +18,8 @@
   ``cache_read_input_token_cost``), tokens written to it (``cache_write_tokens``, Anthropic's cache
   creation) :data:`CACHE_WRITE_PRICE_SHARE` of the input price; ``cached_savings_usd`` is what the
   cached tokens would have cost at the full input price less what they cost, the write premium
-  taken off.
+  taken off. Beside them, what the calls sharing a prompt prefix were expected to read and save
+  (``expected_cached_tokens``, ``expected_cached_savings_usd``: ``prompt_cache.expected_amounts``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ CACHE_WRITE_PRICE_SHARE = 1.25
 # a batch failed that were sent synchronously instead, what the batch price saved against the sync price.
 BATCH_COUNTERS = ("batch_calls", "batch_fallbacks", "batch_savings_usd")
 STAGE_COUNTERS += BATCH_COUNTERS
+# What the calls sharing a prompt prefix were expected to read from the provider's cache and save
+# (``prompt_cache.expected_amounts``, plan's arithmetic over the calls sent), beside what they did.
+EXPECTED_CACHE_COUNTERS = ("expected_cached_tokens", "expected_cached_savings_usd")
+STAGE_COUNTERS += EXPECTED_CACHE_COUNTERS
 UNTAGGED = "other"  # the stage of a call nobody tagged and that has no cache role
 
 _stage: ContextVar[str | None] = ContextVar("refusalbench_call_stage", default=None)
@@ -168,7 +173,7 @@ def prompt_cache_billing(cfg: ModelConfig, reply: Reply) -> dict[str, Any]:
     read, written = reply.cached_tokens or 0, reply.cache_write_tokens or 0
     if not read and not written:
         return {}
-    prices = _token_prices(cfg)
+    prices = prompt_token_prices(cfg)
     savings = None
     if prices is not None:
         full, cached, write = prices
@@ -176,17 +181,17 @@ def prompt_cache_billing(cfg: ModelConfig, reply: Reply) -> dict[str, Any]:
     return {"cache_write_tokens": written or None, "cached_savings_usd": savings}
 
 
-def _token_prices(cfg: ModelConfig) -> tuple[float, float, float] | None:
+def prompt_token_prices(cfg: ModelConfig) -> tuple[float, float, float] | None:
     """USD per prompt token of ``cfg``: (full, read from the cache, written to it); None when unknown."""
     if cfg.price is not None:
         full = cfg.price.input_per_mtok / 1e6
         cached = full if cfg.price.cached_input_per_mtok is None else cfg.price.cached_input_per_mtok / 1e6
         return full, cached, full * CACHE_WRITE_PRICE_SHARE
-    return _map_token_prices(cfg.model)
+    return _mapprompt_token_prices(cfg.model)
 
 
 @functools.lru_cache(maxsize=256)
-def _map_token_prices(model: str) -> tuple[float, float, float] | None:
+def _mapprompt_token_prices(model: str) -> tuple[float, float, float] | None:
     """LiteLLM's map's prices for ``model`` (read once per model: a priced reply came through LiteLLM,
     so it is imported already). A model the direct path may call is one the map has no price for
     (``transport.unpriced_model``): its savings are unknown without importing LiteLLM (seconds of CPU
@@ -290,6 +295,8 @@ def cost_entry(counters: Iterable[dict[str, float]]) -> dict[str, Any]:
     # What prompt caching and the batch API saved against full-price synchronous calls (priced calls only).
     entry.update({name: round(float(sum(c.get(name, 0) for c in counted)), 10) for name in SAVINGS_COUNTERS})
     entry.update({name: int(sum(c.get(name, 0) for c in counted)) for name in ("batch_calls", "batch_fallbacks")})
+    entry["expected_cached_tokens"] = int(round(total["expected_cached_tokens"]))
+    entry["expected_cached_savings_usd"] = round(float(total["expected_cached_savings_usd"]), 10)
     return entry
 
 

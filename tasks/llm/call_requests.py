@@ -51,7 +51,8 @@ def build_request(
         kwargs["extra_headers"] = cfg.extra_headers
     if response_format is not None:
         kwargs["response_format"] = response_format
-    messages = marked_messages(profile, cfg.model, spec.messages)  # cache_control: not in the key
+    # cache_control: not in the key
+    messages = marked_messages(profile, cfg.model, spec.messages, spec.shared_chars, spec.shared_by)
     return Request(api_base, profile, api_key, None, None, messages, kwargs)
 
 

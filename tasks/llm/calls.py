@@ -45,6 +45,12 @@ class CallSpec(BaseModel):
         description="the stage the call's tokens and cost count for (not part of "
         "the cache key); None: the caller's tag (tasks/llm/accounting.py)",
     )
+    shared_chars: int | None = Field(
+        default=None,
+        description="characters of the last message that, with the messages before it, open a prefix other "
+        "calls share (not part of the cache key): where prompt caching marks it (tasks/llm/prompt_cache.py)",
+    )
+    shared_by: int = Field(default=1, description="how many calls the caller expects to share that prefix")
 
 
 class CallResult(TimedCallFields):

@@ -25,6 +25,7 @@ from refusalbench.tasks.llm.call_requests import build_request, tpm_tokens
 from refusalbench.tasks.llm.call_values import call_value
 from refusalbench.tasks.llm.callcache import WriteBehind
 from refusalbench.tasks.llm.calls import CallSpec
+from refusalbench.tasks.llm.prompt_cache import expected_amounts
 from refusalbench.tasks.llm.providers import ProviderProfile, StructuredMode, structured_mode
 from refusalbench.tasks.llm.rate_limits import MARGIN_S, ProcessLimits
 from refusalbench.tasks.llm.reply_outcomes import retry_params
@@ -239,5 +240,6 @@ class Sender:
     ) -> dict[str, Any]:
         """The cached value of a completed call (``call_values``), its tokens and cost counted."""
         value = call_value(cfg, reply, latency, batch=batch)
-        self._count(spec.model, spec.stage, **accounting.billed_amounts(value))
+        expected = {} if batch else expected_amounts(cfg, spec)  # what its shared prefix should save
+        self._count(spec.model, spec.stage, **accounting.billed_amounts(value), **expected)
         return value

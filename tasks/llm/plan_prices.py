@@ -5,6 +5,9 @@ a model in neither is unknown (None), never $0. The batch price: the config's
 ``batch_input_per_mtok`` / ``batch_output_per_mtok``, else the map's ``*_cost_per_token_batches``,
 else the share of the synchronous price the model's batch protocol declares (``BatchProtocol.price_share``:
 the share the providers publish). Whether a model has a batch API at all is its provider profile's say.
+The prompt cache's read and write prices: the config's ``cached_input_per_mtok`` (writes at
+``accounting.CACHE_WRITE_PRICE_SHARE`` of the input price), else the map's ``cache_read_input_token_cost``
+and ``cache_creation_input_token_cost``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig, ModelPrice, RunConfig
+from refusalbench.tasks.llm.accounting import CACHE_WRITE_PRICE_SHARE
 from refusalbench.tasks.llm.providers import profile_for
 
 # (input, output) USD per token
@@ -26,9 +30,18 @@ class Rates:
 
     sync: TokenPrice
     batch: TokenPrice
+    cache_read: float | None = None  # a prompt token read from the provider's cache (None: the input price)
+    cache_write: float | None = None  # a prompt token written to it (None: the write premium's share of it)
 
     def of(self, batch: bool) -> TokenPrice:
         return self.batch if batch else self.sync
+
+    def cache_savings(self, read: int, written: int) -> float:
+        """What ``read`` tokens from the cache save against the input price, less the premium of ``written``."""
+        full = self.sync[0]
+        cached = full if self.cache_read is None else self.cache_read
+        write = full * CACHE_WRITE_PRICE_SHARE if self.cache_write is None else self.cache_write
+        return round(read * (full - cached) - written * (write - full), 6)
 
     def cost(self, input_tokens: int, output_tokens: int | None, *, batch: bool) -> tuple[float, float | None]:
         """(the input's cost, input + output) of these tokens; the second None when output is unbounded."""
@@ -69,7 +82,8 @@ def _config_rates(cfg: ModelConfig, price: ModelPrice) -> Rates:
         batch_in = price.batch_input_per_mtok / 1e6
     if price.batch_output_per_mtok is not None:
         batch_out = price.batch_output_per_mtok / 1e6
-    return Rates(unit, (batch_in, batch_out))
+    cached = None if price.cached_input_per_mtok is None else price.cached_input_per_mtok / 1e6
+    return Rates(unit, (batch_in, batch_out), cached)
 
 
 def model_rates(cfg: RunConfig, names: Collection[str]) -> dict[str, Rates | None]:
@@ -101,7 +115,10 @@ def model_rates(cfg: RunConfig, names: Collection[str]) -> dict[str, Rates | Non
             batch_in = float(batch_unit_in)
         if (batch_unit_out := info.get("output_cost_per_token_batches")) is not None:
             batch_out = float(batch_unit_out)
-        rates[name] = Rates(sync, (batch_in, batch_out))
+        read, write = info.get("cache_read_input_token_cost"), info.get("cache_creation_input_token_cost")
+        rates[name] = Rates(
+            sync, (batch_in, batch_out), None if read is None else float(read), None if write is None else float(write)
+        )
     return rates
 
 

@@ -12,6 +12,10 @@ turns them into the :class:`~refusalbench.tasks.llm.plan_results.Plan` both meth
   models run in parallel) or their sum when they take turns; the total is the sum of the stages.
 - totals: every count, token and dollar of a stage is the sum of its models', of the run the sum of
   its stages'.
+- prompt caching: where a stage's calls share a prompt prefix (``shared_by`` calls per prefix, the
+  template's split), the tokens the provider would read from its cache and what that saves
+  (``prompt_cache.expected_cache_tokens``, LiteLLM's ``token_counter`` for the prefix; priced with the
+  cache read and write prices), for synchronous calls; ``cost_usd`` stays the ceiling without it.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ from refusalbench.tasks.llm.plan_keys import missing_key_warnings
 from refusalbench.tasks.llm.plan_latency import Latency, is_local, latency_note, model_latencies
 from refusalbench.tasks.llm.plan_prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
 from refusalbench.tasks.llm.plan_results import ModelPlan, Plan, PlanTotal, StagePlan
+from refusalbench.tasks.llm.prompt_cache import caches_prefixes, expected_cache_tokens, prefix_tokens, shared_prefix
 from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
 
 CHARS_PER_TOKEN = 4
 
-# (characters of the messages, response schema, the messages)
-Prompt = tuple[int, type[BaseModel] | None, list[dict[str, str]]]
+# (characters of the messages, response schema, the messages, the characters of the last one the stage's
+# calls share: ``RenderedPrompt.shared_chars``)
+Prompt = tuple[int, type[BaseModel] | None, list[dict[str, str]], int | None]
 
 
 def max_tokens(cfg: ModelConfig) -> int | None:
@@ -63,8 +69,10 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-def prompt(messages: list[dict[str, str]], schema: type[BaseModel] | None = None) -> Prompt:
-    return sum(len(m["content"]) for m in messages), schema, messages
+def prompt(
+    messages: list[dict[str, str]], schema: type[BaseModel] | None = None, shared_chars: int | None = None
+) -> Prompt:
+    return sum(len(m["content"]) for m in messages), schema, messages, shared_chars
 
 
 @dataclass
@@ -80,6 +88,8 @@ class StageWork:
     too_long: Counter[str] = field(default_factory=Counter)  # calls whose prompt exceeds the model's window
     batch_calls: Counter[str] = field(default_factory=Counter)  # of the calls, those sent through the batch API
     batch_chars: Counter[str] = field(default_factory=Counter)
+    cache_read: Counter[str] = field(default_factory=Counter)  # prompt tokens read from the provider's cache
+    cache_write: Counter[str] = field(default_factory=Counter)  # prompt tokens written to it (billed: Anthropic)
 
     def add(
         self,
@@ -91,9 +101,11 @@ class StageWork:
         bounded: bool,
         stage: str,
         estimated: bool = False,
+        shared_by: int = 1,
     ) -> None:
         """``calls`` calls whose prompts look like ``prompts`` on average (all of them when equal in number);
-        ``stage``: the stage they count for (accounting's name: the calibration pass's is ``calibrate``)."""
+        ``stage``: the stage they count for (accounting's name: the calibration pass's is ``calibrate``);
+        ``shared_by``: how many of the calls share each prompt's shared prefix."""
         batch = sends_batches(cfg, stage)
         self.calls[model] += calls
         self.batch_calls[model] += calls if batch else 0
@@ -102,11 +114,31 @@ class StageWork:
         if estimated:
             self.estimated.add(model)
         if prompts and calls:
-            total = sum(chars + schema_chars(cfg, schema) for chars, schema, _ in prompts)
+            total = sum(chars + schema_chars(cfg, schema) for chars, schema, _, _ in prompts)
             self.chars[model] += round(total * calls / len(prompts))
             self.batch_chars[model] += round(total * calls / len(prompts)) if batch else 0
-            over = sum(exceeds_window(cfg, messages, schema) for _, schema, messages in prompts)
+            over = sum(exceeds_window(cfg, messages, schema) for _, schema, messages, _ in prompts)
             self.too_long[model] += round(over * calls / len(prompts))
+            if shared_by > 1 and not batch:
+                read, written = _cache_tokens(cfg, prompts, shared_by)
+                groups = calls / shared_by / len(prompts)  # the prefixes each prompt stands for
+                self.cache_read[model] += round(read * groups)
+                self.cache_write[model] += round(written * groups)
+
+
+def _cache_tokens(cfg: ModelConfig, prompts: list[Prompt], shared_by: int) -> tuple[int, int]:
+    """Prompt tokens read from and written to the provider's cache by ``shared_by`` calls sharing the
+    prefix of each of ``prompts``, summed over the prompts."""
+    profile = profile_for(cfg.model, cfg.api_base)
+    read = written = 0
+    if not caches_prefixes(profile, cfg.model):
+        return 0, 0  # counted no further: the tokenizer is the slow part
+    for _, _, messages, shared_chars in prompts:
+        prefix = shared_prefix(messages, shared_chars)
+        if prefix is not None:
+            r, w = expected_cache_tokens(profile, cfg.model, prefix_tokens(cfg.model, prefix), shared_by)
+            read, written = read + r, written + w
+    return read, written
 
 
 def time_bound(cfg: ModelConfig, calls: int, latency_s: float) -> float:
@@ -135,6 +167,8 @@ def _price_model(mcfg: ModelConfig, work: StageWork, name: str, rates: Rates | N
         cost_in, cost = round(sync_in + queued_in, 6), sum_or_none([sync_total, queued_total])
         sync_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=False)[1]])
         batch_cost = sum_or_none([rates.cost(tokens_in, tokens_out, batch=batch_provider(mcfg))[1]])
+    read, written = work.cache_read[name], work.cache_write[name]
+    savings = 0.0 if not read and not written else rates.cache_savings(read, written) if rates is not None else None
     # Batch calls are waited for up to the model's batch window, whatever its concurrency.
     seconds = time_bound(mcfg, calls - batch_calls, latency.seconds)
     if batch_calls:
@@ -155,6 +189,9 @@ def _price_model(mcfg: ModelConfig, work: StageWork, name: str, rates: Rates | N
         free=is_local(mcfg) and mcfg.price is None,
         latency_s=latency.seconds,
         latency_source=latency.source,
+        cached_tokens=read,
+        cache_write_tokens=written,
+        cached_savings_usd=savings,
     )
 
 
@@ -177,6 +214,8 @@ def _price_stage(cfg: RunConfig, work: StageWork, rates: dict[str, Rates | None]
         sync_cost_usd=sum_or_none([m.sync_cost_usd for m in models.values()]),
         batch_cost_usd=sum_or_none([m.batch_cost_usd for m in models.values()]),
         estimated=bool(work.estimated & set(models)),
+        cached_tokens=sum(m.cached_tokens for m in models.values()),
+        cached_savings_usd=sum_or_none([m.cached_savings_usd for m in models.values()]),
     )
 
 
@@ -251,6 +290,8 @@ def priced_plan(
         priced_sync_cost_usd=round(sum(m.sync_cost_usd for _, m in per_model if m.sync_cost_usd is not None), 6),
         priced_batch_cost_usd=round(sum(m.batch_cost_usd for _, m in per_model if m.batch_cost_usd is not None), 6),
         estimated=any(s.estimated for s in stages.values()),
+        cached_tokens=sum(s.cached_tokens for s in stages.values()),
+        cached_savings_usd=sum_or_none([s.cached_savings_usd for s in stages.values()]),
     )
     if total.batch_calls:
         notes.append(

@@ -10,6 +10,12 @@ ALL_BATCH = (
     "cost_usd with every model in mode: batch (synchronous where its provider has no batch API the gateway speaks)"
 )
 
+CACHED_TOKENS = "forecast prompt tokens the provider reads from its prompt cache (prefixes shared by calls)"
+CACHED_SAVINGS = (
+    "forecast savings of the prompt cache against the full input price, the cache-write premium taken off "
+    "(not taken off cost_usd, a ceiling); None when the price is unknown"
+)
+
 
 class ModelPlan(BaseModel):
     """One model's calls in one stage."""
@@ -39,6 +45,11 @@ class ModelPlan(BaseModel):
         description="where latency_s comes from: measured (past calls in the call cache), registry "
         "(the model's local.seconds_per_call), assumed (--latency)",
     )
+    cached_tokens: int = Field(default=0, description=CACHED_TOKENS)
+    cache_write_tokens: int = Field(
+        default=0, description="forecast prompt tokens written to a cache of marked prefixes (billed at a premium)"
+    )
+    cached_savings_usd: float | None = Field(default=0.0, description=CACHED_SAVINGS)
 
 
 class StagePlan(BaseModel):
@@ -58,6 +69,8 @@ class StagePlan(BaseModel):
     sync_cost_usd: float | None = None
     batch_cost_usd: float | None = None
     estimated: bool = False
+    cached_tokens: int = Field(default=0, description=CACHED_TOKENS)
+    cached_savings_usd: float | None = Field(default=0.0, description=CACHED_SAVINGS)
 
 
 class PlanTotal(BaseModel):
@@ -78,6 +91,8 @@ class PlanTotal(BaseModel):
     priced_sync_cost_usd: float = 0.0
     priced_batch_cost_usd: float = 0.0
     estimated: bool = False
+    cached_tokens: int = Field(default=0, description=CACHED_TOKENS)
+    cached_savings_usd: float | None = Field(default=0.0, description=CACHED_SAVINGS)
 
 
 class Plan(BaseModel):

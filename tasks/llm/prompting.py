@@ -7,6 +7,11 @@ Jinja syntax inside it stays literal. The ``fence`` filter wraps such text in XM
 defuses anything inside it that could close the tag early or pose as a chat-template token, and
 every system prompt tells the model that tagged text is data, not instructions.
 
+A template may emit ``{{ SHARED_END }}`` once in its user block, where the part its calls share
+(instructions, the item) ends and the part that differs per call (a target's reply, a candidate)
+begins; :func:`render_prompt` removes it and says where it was, so the messages are exactly what
+they are without it and prompt caching (``tasks/llm/prompt_cache.py``) can mark the shared prefix.
+
 ``template_hash`` / ``all_template_hashes`` give the provenance hashes recorded in manifests.
 A method's own words (RefusalBench's refusal codes, their help, the confidence levels) are
 template variables its callers pass (``refusalbench/prompt_vocabulary.py``): prompting knows
@@ -18,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -143,6 +149,19 @@ def fence(value: Any, name: str, neutralise_also: Iterable[str] = (), **attribut
     return f"<{name}{attrs}>\n{inner}\n</{name}>"
 
 
+# Where a template's shared part ends: NUL bytes, which no item or reply text carries.
+SHARED_END = "\x00shared-prefix-end\x00"
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A template's messages, and how many characters of the last (user) message every call of the
+    stage with the same item shares (None: the template marks no shared part)."""
+
+    messages: list[dict[str, str]]
+    shared_chars: int | None = None
+
+
 def _build_environment() -> SandboxedEnvironment:
     env = SandboxedEnvironment(
         loader=FileSystemLoader(str(TEMPLATE_DIR)),
@@ -158,6 +177,7 @@ def _build_environment() -> SandboxedEnvironment:
     )
     env.filters["fence"] = fence
     env.filters["neutralise"] = neutralise
+    env.globals["SHARED_END"] = SHARED_END
     return env
 
 
@@ -187,16 +207,26 @@ def render_messages(template_name: str, **variables: Any) -> list[dict[str, str]
     A missing variable raises ``jinja2.UndefinedError`` (StrictUndefined); the system message is
     omitted when its block renders empty.
     """
+    return render_prompt(template_name, **variables).messages
+
+
+def render_prompt(template_name: str, **variables: Any) -> RenderedPrompt:
+    """:func:`render_messages`, and where the template's ``SHARED_END`` was in the user message."""
     template = ENV.get_template(template_name)
     system = _render_block(template, "system", variables)
     user = _render_block(template, "user", variables)
+    shared: int | None = None
+    if user.count(SHARED_END) == 1:
+        shared, user = user.find(SHARED_END), user.replace(SHARED_END, "")
+    elif SHARED_END in user:  # a value carried the marker itself: no split, and the value left as it is
+        user = _render_block(template, "user", {**variables, "SHARED_END": ""})
     if not user:
         raise ValueError(f"template {template_name} rendered an empty user message")
     messages: list[dict[str, str]] = []
     if system:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": user})
-    return messages
+    return RenderedPrompt(messages, shared or None)
 
 
 def template_source(name: str) -> str:

@@ -5,11 +5,9 @@ A model's profile is found from the prefix of its model string (``anthropic/clau
 its own is an OpenAI-compatible server (llama.cpp, vLLM, the scripted server), not OpenAI. The
 gateway, ``models list``, the inspect integration and ``plan`` ask the profile, never a provider's name:
 
-- structured output: how the provider takes a response schema (:data:`StructuredMode`), and
-  which 400s say it does not (the gateway then falls back to a simpler mode for the run); the
-  one ``response_format`` builder, :func:`response_format_for`, turns the mode into the request;
-- credentials: the variables (and files) LiteLLM reads them from, which ``models list`` checks,
-  and whether a model with its own endpoint and no key is a keyless server;
+- structured output: how the provider takes a response schema (:data:`StructuredMode`; the 400s saying
+  it does not make the gateway fall back for the run), made a request by :func:`response_format_for`;
+- credentials: the variables (and files) LiteLLM reads them from, and whether an endpoint without a key is keyless;
 - the request: parameter rewrites, and whether the gateway may post the request itself
   (:mod:`transport`'s direct path: the provider speaks OpenAI's chat-completions format unchanged);
 - failures: which HTTP statuses are worth another attempt, and how a 400 says the prompt does not fit
@@ -17,7 +15,7 @@ gateway, ``models list``, the inspect integration and ``plan`` ask the profile, 
 - reasoning: where its reasoning models put their reasoning (:data:`ReasoningMode`), so the
   gateway splits it off the answer before anything parses it (a model's ``reasoning`` overrides);
 - prompt caching: whether the shared prefix of a prompt is marked cacheable (:data:`PromptCaching`,
-  ``prompt_cache``), left to the provider's automatic prefix caching, or not cached at all;
+  ``prompt_cache``) or left to the provider's automatic caching, and the shortest prefix it caches;
 - batches: the class speaking the provider's batch API (:class:`~batch_protocol.BatchProtocol`,
   ``batch_protocol``), or None where the gateway speaks none (``mode: batch`` is then sent synchronously);
 - embeddings: whether the embedding client may post a request itself (``direct_embeddings``).
@@ -30,9 +28,8 @@ A new provider is one subclass that sets what differs, plus one decorator::
         structured_output = "json_object"
         key_env = ("ACME_API_KEY",)
 
-A profile outside this module lives in a plugin (``tasks/core/plugins.py``: an installed
-``refusalbench.plugins`` entry point or a module the config lists under ``plugins:``), which
-is loaded before the config is validated and in every process that calls models.
+A profile outside this module lives in a plugin (``tasks/core/plugins.py``: an entry point or a module the
+config lists under ``plugins:``), loaded before the config is validated and in every process that calls models.
 """
 
 from __future__ import annotations
@@ -60,12 +57,12 @@ from refusalbench.tasks.llm.openai_batches import OpenAIBatches
 from refusalbench.tasks.llm.vertex_batches import VertexBatchPrediction
 
 StructuredMode = Literal["json_schema", "json_object", "tool", "none"]
-# How a provider caches the prompt prefixes calls share (``prompt_cache``):
-#   explicit   only what the request marks with ``cache_control`` (Anthropic, Bedrock): the gateway marks
-#              the system prompt, the part every call of a stage shares, at send time;
-#   automatic  the provider caches long repeated prefixes by itself (OpenAI, Azure, DeepSeek): nothing to mark;
-#   none       no discounted prompt cache (self-hosted servers may reuse a prefix, but bill nothing).
+# How a provider caches prompt prefixes (``prompt_cache``): explicit: what the request marks ``cache_control``
+# (Anthropic, Bedrock); automatic: long repeated prefixes by itself (OpenAI, Azure, DeepSeek); none: not at all.
 PromptCaching = Literal["explicit", "automatic", "none"]
+# Claude models whose smallest cacheable prefix is not 1,024 tokens: (a part of the model name, tokens).
+CLAUDE_CACHE_MINIMUMS: tuple[tuple[str, int], ...] = (("haiku-4-5", 4096), ("opus-4-5", 4096), ("opus-4-6", 4096))
+CLAUDE_CACHE_MINIMUMS += (("sonnet-4-6", 2048), ("3-5-haiku", 2048), ("3-haiku", 2048))
 # The modes from the most to the least the request says about its output (a fallback only moves down).
 MODES_BY_STRENGTH: tuple[StructuredMode, ...] = ("json_schema", "tool", "json_object", "none")
 # The modes in which the whole JSON schema travels with the request.
@@ -175,9 +172,11 @@ class ProviderProfile:
     reasoning: ReasoningMode = "field"
 
     # ------------------------------------------------------------ prompt caching
-    # How the provider discounts a prompt prefix it has seen (:data:`PromptCaching`). Marking never
-    # changes the call's cache key, and an ``automatic`` or ``none`` provider receives the messages as built.
+    # How the provider discounts a prompt prefix it has seen (:data:`PromptCaching`); marking never changes the key.
     prompt_caching: PromptCaching = "none"
+    # The shortest prefix it caches, in tokens; the (model-name part, tokens) pairs first (``prompt_cache``).
+    prompt_cache_min_tokens: int = 1024
+    prompt_cache_min_by_model: tuple[tuple[str, int], ...] = ()
 
     def marks_prompt_cache(self, model: str) -> bool:
         """Whether calls to ``model`` (a LiteLLM model string) carry ``cache_control`` on their shared prefix."""
@@ -194,16 +193,14 @@ class ProviderProfile:
     direct_embeddings: bool = False
 
     # ------------------------------------------------------------ failures
-    # 4xx statuses worth another attempt; every 5xx, timeout, dropped connection and reply that
-    # is not JSON is retried regardless.
+    # 4xx statuses worth another attempt; every 5xx, timeout, dropped connection and non-JSON reply is anyway.
     retriable_statuses: frozenset[int] = RETRIED_4XX
 
     def retriable_status(self, status: int) -> bool:
         """Whether an attempt answered with HTTP ``status`` is worth another."""
         return not 400 <= status < 500 or status in self.retriable_statuses
 
-    # Words of a 429 saying the account's quota or credit is spent (OpenAI: insufficient_quota),
-    # which no wait cures, unlike a rate limit. Lower case.
+    # Words of a 429 saying the quota or credit is spent (OpenAI: insufficient_quota): no wait cures it. Lower case.
     quota_markers: tuple[str, ...] = ("insufficient_quota", "exceeded your current quota", "credit balance is too low")
 
     def quota_exhausted(self, message: str) -> bool:
@@ -394,6 +391,7 @@ class Anthropic(ProviderProfile):
     key_env = ("ANTHROPIC_API_KEY",)
     models_path = "/v1/models"
     prompt_caching = "explicit"  # cache_control blocks; reads at 0.1x the input price, writes at 1.25x
+    prompt_cache_min_by_model = CLAUDE_CACHE_MINIMUMS
     batch_protocol = AnthropicMessageBatches
     context_length_error = AnthropicPromptTooLong
 
@@ -414,6 +412,7 @@ class Bedrock(ProviderProfile):
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
     batch_protocol = BedrockBatchInference  # takes Claude models; the others' are sent synchronously
+    prompt_cache_min_by_model = CLAUDE_CACHE_MINIMUMS
     context_length_error = BedrockInputTooLong
 
     def marks_prompt_cache(self, model: str) -> bool:
@@ -429,6 +428,7 @@ class VertexAI(ProviderProfile):
     credential_env = ("GOOGLE_APPLICATION_CREDENTIALS", "VERTEXAI_PROJECT", "VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT")
     keyless_endpoints = False
     prompt_caching = "automatic"  # Gemini's implicit caching; Claude on Vertex AI caches marked prefixes
+    prompt_cache_min_by_model = CLAUDE_CACHE_MINIMUMS
     context_length_error = VertexContextLength
     batch_protocol = VertexBatchPrediction  # batch prediction jobs on files in Cloud Storage (batch.vertex)
 

@@ -34,16 +34,17 @@ def _words(text: Any) -> list[str]:
 
 
 def _segments(body: dict[str, Any]) -> list[tuple[str, list[str], bool]]:
-    """A Messages API request as (where, words, marked) blocks in prompt order: system, then messages."""
+    """A Messages API request as (where, words, marked) blocks in prompt order: system, then messages
+    (where: ``system[0]``, ``messages[1][0]``: the message and its block)."""
     out: list[tuple[str, list[str], bool]] = []
     parts: list[tuple[str, Any]] = [("system", body.get("system"))]
     parts += [(f"messages[{i}]", m.get("content")) for i, m in enumerate(body.get("messages") or [])]
     for where, content in parts:
         if isinstance(content, list):
-            for block in content:
+            for n, block in enumerate(content):
                 if isinstance(block, dict):
                     text = block.get("text") if block.get("type") == "text" else json.dumps(block, sort_keys=True)
-                    out.append((where, _words(text), bool(block.get("cache_control"))))
+                    out.append((f"{where}[{n}]", _words(text), bool(block.get("cache_control"))))
         elif content:
             out.append((where, _words(content), False))
     return out

@@ -135,7 +135,7 @@ class ScriptedLLMServer:
     reply billed; zero for errors), ``inflight`` (requests in flight at the server as it arrived,
     itself included; ``max_inflight`` is the peak), ``finished`` (when the reply or error went out)
     and, for a reply, its ``finish``; a Messages API request with ``cache_control`` marks has
-    ``cache_control`` (where they were: ``system``, ``messages[i]``) and, when it wrote its prefix to
+    ``cache_control`` (where they were: ``system[0]``, ``messages[i][block]``) and, when it wrote its prefix to
     the scripted prompt cache, ``cache_written`` (tokens)."""
 
     responder: Responder = echo_responder

@@ -1,7 +1,7 @@
-"""Provider prompt caching (issue 28, item 4) and the run's cost report, on the scripted server.
+"""Provider prompt caching and the run's cost report, on the scripted server.
 
-The shared prefix (the system prompt) goes to Anthropic marked ``cache_control`` through LiteLLM's
-real Messages API adapter; the scripted server caches marked prefixes as Anthropic does (a write,
+A shared prefix long enough to cache (a long system prompt; the judge's item part, shared by every
+target's reply) goes to Anthropic marked ``cache_control`` through LiteLLM's real Messages API adapter; the scripted server caches marked prefixes as Anthropic does (a write,
 then reads) and repeated long prefixes as OpenAI does (automatic, in 128-token steps). Cached
 tokens come back, are priced at the cached price and counted as savings in the run's costs; the
 call cache key and what a provider without explicit caching receives stay as they were.
@@ -17,15 +17,17 @@ from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.callcache import open_cache
 from refusalbench.tasks.llm.gateway import CallSpec, Gateway, request_key
-from refusalbench.tasks.llm.prompt_cache import marked_messages
+from refusalbench.tasks.llm.prompt_cache import marked_messages, min_prefix_tokens
 from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.scripted_server import ScriptedLLMServer
 from refusalbench.tasks.refusalbench.report.cost_section import cost_rows, cost_section
 
-MIN_TOKENS = 30  # the scripted cache's minimum, lowered from Anthropic's 1,024 to keep prompts small
-SYSTEM = "Grade the response against the reference answers. " + " ".join(f"rule-{i}" for i in range(40))
+MIN_TOKENS = 30  # the scripted cache's minimum (its words), lowered from 1,024 to keep its arithmetic small
+# Over 1,024 tokens as LiteLLM counts them (the gateway marks nothing shorter); 407 of the scripted server's words.
+SYSTEM = "Grade the response against the reference answers. " + " ".join(f"rule-{i}" for i in range(400))
+SHORT_SYSTEM = "Grade the response against the reference answers."
 PRICE = {"input_per_mtok": 1000.0, "output_per_mtok": 2000.0, "cached_input_per_mtok": 100.0}
-MAPPED_CLAUDE = "anthropic/claude-haiku-4-5-20251001"  # in LiteLLM's map, with cache read and write prices
+MAPPED_CLAUDE = "anthropic/claude-sonnet-4-5-20250929"  # in LiteLLM's map, with cache read and write prices
 
 
 def prompt(question: str) -> list[dict[str, str]]:
@@ -57,7 +59,7 @@ def test_anthropic_gets_the_system_prompt_marked_reads_it_cached_and_the_costs_s
 
     # The request carried cache_control on the system prompt; the prefix was written once, then read.
     calls = server.calls_for("claude-priced")
-    assert [c.get("cache_control") for c in calls] == [["system"], ["system"]]
+    assert [c.get("cache_control") for c in calls] == [["system[0]"], ["system[0]"]]
     assert calls[0]["messages"][0] == {"role": "system", "content": SYSTEM}  # the text itself unchanged
     system_tokens = len(SYSTEM.split())
     assert (calls[0].get("cache_written"), first.cached_tokens) == (system_tokens, 0)
@@ -128,11 +130,13 @@ def test_openai_receives_unmarked_messages_and_reports_repeated_prefixes_as_cach
     calls = server.calls_for("gpt-scripted")
     assert all(isinstance(m["content"], str) for c in calls for m in c["messages"])  # nothing marked
     assert "cache_control" not in calls[0] and first.cached_tokens is None
-    # The shared prefix is the system prompt and the passages (41 + 40 words): cached from the
-    # minimum on, in steps of 128 tokens (here 30 + 128 > 81: the minimum itself).
-    assert second.cached_tokens == MIN_TOKENS
+    # The shared prefix is the system prompt and the passages (407 + 40 words): cached from the
+    # minimum on, in steps of 128 tokens (30 + 3 x 128 = 414 <= 447).
+    shared = len(SYSTEM.split()) + 40
+    cached = MIN_TOKENS + (shared - MIN_TOKENS) // 128 * 128
+    assert second.cached_tokens == cached == 414
     assert second.cost_usd == pytest.approx(
-        ((second.prompt_tokens - MIN_TOKENS) * 1000 + MIN_TOKENS * 100 + second.completion_tokens * 2000) / 1e6
+        ((second.prompt_tokens - cached) * 1000 + cached * 100 + second.completion_tokens * 2000) / 1e6
     )
 
 
@@ -140,7 +144,8 @@ def test_only_explicit_caching_providers_get_marked_messages():
     messages = prompt("an item")
     for model, api_base, marked in [
         ("anthropic/claude-x", None, True),
-        ("bedrock/anthropic.claude-3-haiku", None, True),
+        ("bedrock/anthropic.claude-3-7-sonnet-20250219-v1:0", None, True),
+        ("bedrock/anthropic.claude-3-haiku-20240307-v1:0", None, False),  # caches from 2,048 tokens
         ("bedrock/meta.llama3-70b-instruct-v1:0", None, False),
         ("openai/gpt-4o", None, False),
         ("openai/local", "http://127.0.0.1:9/v1", False),
@@ -156,6 +161,36 @@ def test_only_explicit_caching_providers_get_marked_messages():
             assert sent is messages
     assert messages == prompt("an item")  # the spec's messages are never changed
     assert marked_messages(profile_for("anthropic/claude-x"), "anthropic/claude-x", messages[1:]) == messages[1:]
+    # A system prompt under the minimum is not marked: it would not be cached anyway.
+    short = [{"role": "system", "content": SHORT_SYSTEM}, {"role": "user", "content": "an item"}]
+    assert marked_messages(profile_for("anthropic/claude-x"), "anthropic/claude-x", short) is short
+
+
+def test_minimum_prefix_per_model_and_the_shared_user_prefix_marked_only_when_long_enough_and_reused():
+    anthropic = profile_for("anthropic/claude-x")
+    assert min_prefix_tokens(anthropic, "anthropic/claude-sonnet-4-5") == 1024
+    assert min_prefix_tokens(anthropic, "anthropic/claude-3-5-haiku-20241022") == 2048
+    assert min_prefix_tokens(anthropic, "anthropic/claude-3-haiku-20240307") == 2048
+    assert min_prefix_tokens(anthropic, "anthropic/claude-haiku-4-5") == 4096
+    assert min_prefix_tokens(profile_for("bedrock/x"), "bedrock/anthropic.claude-3-haiku-20240307-v1:0") == 2048
+    assert min_prefix_tokens(profile_for("openai/gpt-4o"), "openai/gpt-4o") == 1024
+
+    item = " ".join(f"passage-{i}" for i in range(400))  # ~1,200 tokens
+    user = item + "\n\n<response>\nthe reply\n</response>\n# Output"
+    messages = [{"role": "system", "content": SHORT_SYSTEM}, {"role": "user", "content": user}]
+    cut = len(item) + 2
+    sent = marked_messages(anthropic, "anthropic/claude-x", messages, cut, 3)
+    assert sent[0] is messages[0]  # the short system prompt: not marked on its own
+    assert sent[1]["content"] == [
+        {"type": "text", "text": user[:cut], "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": user[cut:]},
+    ]
+    assert marked_messages(anthropic, "anthropic/claude-x", messages, cut, 1) is messages  # nobody reads it again
+    # Haiku 3.5 caches from 2,048 tokens: the same prefix is too short for it.
+    assert marked_messages(anthropic, "anthropic/claude-3-5-haiku-20241022", messages, cut, 3) is messages
+    short = [messages[0], {"role": "user", "content": "a short item\n\n<response>\nx\n</response>"}]
+    assert marked_messages(anthropic, "anthropic/claude-x", short, 14, 3) is short
+    assert marked_messages(profile_for("openai/gpt-4o"), "openai/gpt-4o", messages, cut, 3) is messages
 
 
 @pytest.mark.usefixtures("prefect_harness")

@@ -167,7 +167,15 @@ def judging_ahead_here(
         or one_model_at_a_time(config, [*ev.targets, ev.judge])
     ):
         return None
-    return judging_ahead(gateway, {item.item_id: item for item in items}, target, ev.judge, ev.decision, ev.protocol)
+    by_id = {item.item_id: item for item in items}
+    return judging_ahead(gateway, by_id, target, ev.judge, ev.decision, ev.protocol, judge_sharing(config))
+
+
+def judge_sharing(config: RunConfig) -> int:
+    """How many judge calls share an item's prompt prefix: one per target, twice with the calibration pass."""
+    ev = config.evaluation
+    assert ev is not None, "only an evaluation judges"
+    return len(ev.targets) * (2 if ev.confidence else 1)
 
 
 @task(
@@ -247,6 +255,7 @@ def judged_rows(
         on_result=progress_callback(title, total),
         decision=decision,
         protocol=ev.protocol,
+        shared_by=judge_sharing(config),
     )
 
 

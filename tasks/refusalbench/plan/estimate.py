@@ -184,8 +184,9 @@ def _generation_work(
         sequential=short_circuit,
     )
     prompts = verification_prompts_for(drawn.assignments, drawn.items_by_id, drawn.levers)
+    sharing = max(1, round(candidates / a)) if a else 1  # a candidate per generator of each (item, lever)
     for model in verifiers:
-        work.add(model, models[model], candidates, prompts, bounded=True, stage="verify")
+        work.add(model, models[model], candidates, prompts, bounded=True, stage="verify", shared_by=sharing)
     stages["verify"] = work
     return stages
 
@@ -234,14 +235,25 @@ def _evaluation_work(
         "answerable items are judged (decision: codes)"
     )
     if judge is not None:
-        judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True, stage="judge")
+        sharing = len(targets) * (2 if ev.confidence else 1)  # every target's reply to an item, both passes
+        judge_work.add(
+            judge, models[judge], judged * len(targets), judge_prompts, bounded=True, stage="judge", shared_by=sharing
+        )
     if ev.confidence:
         # The calibration pass (App. F.2): every item again with the confidence prompt, judged alike. DESIGN
         # §4 names plan's stages, so its calls count in respond and judge, and their notes say so.
         for model in targets:
             respond.add(model, models[model], size, calibration_prompts, bounded=not exact, stage="calibrate")
         if judge is not None:
-            judge_work.add(judge, models[judge], judged * len(targets), judge_prompts, bounded=True, stage="calibrate")
+            judge_work.add(
+                judge,
+                models[judge],
+                judged * len(targets),
+                judge_prompts,
+                bounded=True,
+                stage="calibrate",
+                shared_by=sharing,
+            )
         respond.note += "; twice with the calibration pass (evaluation.confidence: the confidence prompt)"
         judge_work.note += "; twice with the calibration pass"
     work = {"respond": respond, "judge": judge_work}

@@ -19,9 +19,9 @@ from refusalbench.tasks.refusalbench.schema.records import (
     Response,
 )
 from refusalbench.tasks.refusalbench.stages.generate import generation_messages
-from refusalbench.tasks.refusalbench.stages.judge import Protocol, judge_messages, judge_schema
+from refusalbench.tasks.refusalbench.stages.judge import Protocol, judge_prompt, judge_schema
 from refusalbench.tasks.refusalbench.stages.respond import target_messages
-from refusalbench.tasks.refusalbench.stages.verify import verification_messages
+from refusalbench.tasks.refusalbench.stages.verify import verification_prompt
 from refusalbench.tasks.refusalbench.taxonomy import ANSWER_CORRECTLY
 
 
@@ -55,7 +55,8 @@ def judge_prompts_for(items: list[BenchmarkItem], protocol: Protocol = "default"
     prompts: list[Prompt] = []
     for item in items:
         stand_in = Response(item_id=item.item_id, model="-", raw=item.answers[0] if item.answers else "")
-        prompts.append(_prompt(judge_messages(item, stand_in, protocol), judge_schema(item, protocol)))
+        rendered = judge_prompt(item, stand_in, protocol)
+        prompts.append(_prompt(rendered.messages, judge_schema(item, protocol), rendered.shared_chars))
     return prompts
 
 
@@ -94,5 +95,6 @@ def verification_prompts_for(
             expected=lever.expected,
             prompt_hash="-",
         )
-        prompts.append(_prompt(verification_messages(stand_in, item, lever), VerifierOutput))
+        rendered = verification_prompt(stand_in, item, lever)
+        prompts.append(_prompt(rendered.messages, VerifierOutput, rendered.shared_chars))
     return prompts

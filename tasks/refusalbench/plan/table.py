@@ -1,7 +1,7 @@
 """``plan`` as text, for either method: a row per stage and model (with the seconds per call its time
 bound assumes and where that figure comes from), per stage and in total; the warnings (missing
 credentials, unknown prices, stages left without a model); the totals synchronous and through the
-batch API; the prompts too long; the stage notes and the assumptions."""
+batch API; the prompt cache's forecast savings; the prompts too long; the stage notes and the assumptions."""
 
 from __future__ import annotations
 
@@ -73,6 +73,20 @@ def cost_lines(total: PlanTotal) -> list[str]:
     return lines
 
 
+def cache_lines(plan: Plan) -> list[str]:
+    """The prompt cache's forecast per stage and model, where calls share a prefix long enough to cache."""
+    lines = [
+        f"  {name}: {model}: {m.cached_tokens:,} prompt tokens read from the cache, saving "
+        + ("an unknown amount (no price)" if m.cached_savings_usd is None else f"${m.cached_savings_usd:,.2f}")
+        for name, stage in plan.stages.items()
+        for model, m in stage.models.items()
+        if m.cached_tokens
+    ]
+    if not lines:
+        return []
+    return ["prompt caching (forecast: calls sharing a prompt prefix; not taken off the cost above):", *lines]
+
+
 def plan_table(plan: Plan) -> str:
     """The plan as a text table: a row per stage and model, per stage and in total; then the warnings,
     the costs, the notes and the assumptions."""
@@ -105,6 +119,7 @@ def plan_table(plan: Plan) -> str:
         out.append("cost: none, every model is local (served by the run itself)")
     else:
         out += cost_lines(plan.total)
+    out += cache_lines(plan)
     too_long = [
         f"  {name}: {model}: {m.too_long:,} of {m.calls:,}"
         for name, stage in plan.stages.items()

@@ -3,7 +3,8 @@
 Read from the manifest's ``costs`` (``tasks/llm/accounting.py``: ``cost_summary``): spend per stage
 and model, the calls no price was known for (counted apart, never as $0), the prompt tokens the
 providers served from their prompt caches with what that saved (``cached_savings_usd``: at the full
-input price less the cached price, the cache-write premium taken off), and what sending calls
+input price less the cached price, the cache-write premium taken off) beside what the calls sharing a
+prompt prefix were expected to read and save (``expected_cached_*``), and what sending calls
 through the batch API saved (``batch_savings_usd``). A manifest without costs (a run folder from
 before they were recorded, ``score FILE``) has no section.
 """
@@ -15,19 +16,25 @@ from typing import Any
 
 from refusalbench.tasks.core.html_page import escape, section
 
+EXPECTED = (
+    "what the calls sharing a prompt prefix (the judge's per item, the verifier's per item and lever) were "
+    "expected to read from the provider's prompt cache, as plan forecasts it"
+)
 # (label, field of a cost entry, what it is): the table's columns after stage and model.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("calls", "http_calls", "requests sent to the provider"),
     ("cache hits", "cache_hits", "calls answered from the call cache, at no cost"),
     ("prompt tokens", "prompt_tokens", "prompt tokens billed, cached ones included"),
+    ("expected cached tokens", "expected_cached_tokens", EXPECTED),
     ("cached prompt tokens", "cached_tokens", "prompt tokens the provider read from its prompt cache"),
     ("completion tokens", "completion_tokens", "completion tokens billed, reasoning included"),
     ("cost (USD)", "cost_usd", "what the priced calls cost; 'unpriced' when some call had no known price"),
     ("unpriced calls", "unpriced_calls", "calls with no known price (neither the config's nor LiteLLM's)"),
+    ("expected cached-prefix savings (USD)", "expected_cached_savings_usd", EXPECTED),
     ("cached-prefix savings (USD)", "cached_savings_usd", "saved by the provider's prompt cache"),
     ("batch savings (USD)", "batch_savings_usd", "saved by sending calls through the batch API"),
 )
-USD_FIELDS = frozenset({"cost_usd", "cached_savings_usd", "batch_savings_usd"})
+USD_FIELDS = frozenset({"cost_usd", "cached_savings_usd", "expected_cached_savings_usd", "batch_savings_usd"})
 
 
 def _value(entry: Mapping[str, Any], name: str) -> Any:
@@ -71,9 +78,12 @@ def cost_summary_line(costs: Mapping[str, Any]) -> str:
     if unpriced:
         line += f" (and {unpriced} calls with no known price, not counted)"
     # The savings clauses only where there was something to save: a local run's line stays short.
-    cached = int(total.get("cached_tokens") or 0)
-    if cached:
-        line += f"; the providers' prompt caches served {cached:,} prompt tokens, saving {_usd(total.get('cached_savings_usd'))}"
+    cached, expected = int(total.get("cached_tokens") or 0), int(total.get("expected_cached_tokens") or 0)
+    if cached or expected:
+        saved = _usd(total.get("cached_savings_usd"))
+        line += f"; the providers' prompt caches served {cached:,} prompt tokens, saving {saved}"
+    if expected:
+        line += f" (expected: {expected:,}, saving {_usd(total.get('expected_cached_savings_usd'))})"
     if total.get("batch_savings_usd"):
         line += f"; the batch API saved {_usd(total.get('batch_savings_usd'))}"
     line += "."

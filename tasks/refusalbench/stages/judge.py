@@ -32,13 +32,14 @@ reply (truncated, provider_blocked, empty, too_long, call_error), or ``judge_err
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.llm.prompting import render_messages
+from refusalbench.tasks.llm.prompting import RenderedPrompt, render_prompt
 from refusalbench.tasks.llm.reply_outcomes import CALL_ERROR, JUDGE_ERROR, OK
 from refusalbench.tasks.llm.structured_outputs import (
     RAF_WITHOUT_ELIGIBILITY,
@@ -82,8 +83,14 @@ def judge_schema(item: BenchmarkItem, protocol: Protocol = "default") -> type[Ba
 
 
 def judge_messages(item: BenchmarkItem, response: Response, protocol: Protocol = "default") -> list[dict[str, str]]:
+    return judge_prompt(item, response, protocol).messages
+
+
+def judge_prompt(item: BenchmarkItem, response: Response, protocol: Protocol = "default") -> RenderedPrompt:
+    """The judge's messages about ``response``, and where the part every reply to ``item`` shares ends
+    (the instructions, the item's context, question and references: before the reply)."""
     if protocol == "paper":
-        return render_messages(
+        return render_prompt(
             "judge_paper.j2",
             question=item.question,
             context=item.context,
@@ -93,11 +100,11 @@ def judge_messages(item: BenchmarkItem, response: Response, protocol: Protocol =
             **PAPER_JUDGE_VOCABULARY,
         )
     if item.expected != ANSWER_CORRECTLY:
-        return render_messages(
+        return render_prompt(
             "judge_decision.j2", question=item.question, response=response.raw or "", **JUDGE_VOCABULARY
         )
     if item.variant == "multi":
-        return render_messages(
+        return render_prompt(
             "judge_multi.j2",
             question=item.question,
             passages=item.passages,
@@ -105,7 +112,7 @@ def judge_messages(item: BenchmarkItem, response: Response, protocol: Protocol =
             response=response.raw or "",
             **JUDGE_VOCABULARY,
         )
-    return render_messages(
+    return render_prompt(
         "judge_single.j2",
         question=item.question,
         context=item.context,
@@ -233,12 +240,18 @@ def judge_responses(
     role: str = "judge",
     decision: DecisionMode = "judge",
     protocol: Protocol = "default",
+    shared_by: int = 1,
 ) -> list[Judgment]:
     """The judgment of every response (one judge call for each that needs one); ``role``: the calls'
     cache scope; ``decision``: who decides answer vs refusal (``evaluation.decision``); ``protocol``:
-    ``evaluation.protocol``."""
+    ``evaluation.protocol``; ``shared_by``: how many judge calls of the run share an item's prompt
+    prefix (one per target), at least as many as these responses to one item."""
     to_judge = [r for r in responses if needs_judge(items[r.item_id], r, decision, protocol)]
-    specs = [judge_call(items[r.item_id], r, judge, role, protocol=protocol) for r in to_judge]
+    per_item = Counter(r.item_id for r in to_judge)
+    specs = [
+        judge_call(items[r.item_id], r, judge, role, protocol=protocol, shared_by=max(shared_by, per_item[r.item_id]))
+        for r in to_judge
+    ]
     results = dict(zip((id(r) for r in to_judge), gateway.complete_many(specs, on_result=on_result)))
     out = []
     for response in responses:
@@ -257,15 +270,20 @@ def judge_call(
     role: str = "judge",
     stage: str | None = None,
     protocol: Protocol = "default",
+    shared_by: int = 1,
 ) -> CallSpec:
-    """The judge's call about ``response``: one spec for the judge stage and for the call started ahead of it."""
+    """The judge's call about ``response``: one spec for the judge stage and for the call started ahead of it;
+    ``shared_by``: how many judge calls share the item's prompt prefix (``prompt_cache``)."""
+    prompt = judge_prompt(item, response, protocol)
     return CallSpec(
         model=judge,
-        messages=judge_messages(item, response, protocol),
+        messages=prompt.messages,
         schema=judge_schema(item, protocol),
         tag=f"{response.model}|{response.item_id}",
         role=role,
         stage=stage,
+        shared_chars=prompt.shared_chars,
+        shared_by=shared_by,
     )
 
 
@@ -276,6 +294,7 @@ def judging_ahead(
     judge: str,
     decision: DecisionMode = "judge",
     protocol: Protocol = "default",
+    shared_by: int = 1,
 ) -> Callable[[CallResult], None]:
     """A respond batch's ``on_result``: for each reply of ``target`` the judge will be asked about, the
     judge's call is started at once (``Gateway.start_ahead``), for the judge task that asks for it after
@@ -286,7 +305,8 @@ def judging_ahead(
         item = items[result.tag]
         response = response_from_result(item, target, result, confidence=False)
         if needs_judge(item, response, decision, protocol):
-            gateway.start_ahead([judge_call(item, response, judge, stage="judge", protocol=protocol)])
+            call = judge_call(item, response, judge, stage="judge", protocol=protocol, shared_by=shared_by)
+            gateway.start_ahead([call])
 
     return reply_in
 

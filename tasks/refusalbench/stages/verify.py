@@ -14,10 +14,11 @@ stated verdict beside the effective one, so nothing the verifier said is lost.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from refusalbench.tasks.llm.gateway import CallResult, CallSpec, Gateway
-from refusalbench.tasks.llm.prompting import render_messages
+from refusalbench.tasks.llm.prompting import RenderedPrompt, render_prompt
 from refusalbench.tasks.llm.reply_outcomes import OK, PARSE_ERROR
 from refusalbench.tasks.llm.structured_outputs import VERIFIER_CRITERIA, VerifierOutput
 from refusalbench.tasks.refusalbench.prompt_vocabulary import VERIFIER_VOCABULARY
@@ -32,6 +33,12 @@ def verifier_template(variant: str) -> str:
 
 
 def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) -> list[dict[str, str]]:
+    return verification_prompt(candidate, item, lever).messages
+
+
+def verification_prompt(candidate: Candidate, item: BaseItem, lever: Lever) -> RenderedPrompt:
+    """The verifier's messages about ``candidate``, and where the part every candidate of its (item, lever)
+    shares ends (the instructions, the lever and the original item: before the perturbed version)."""
     common = dict(
         lever=lever,
         expected=candidate.expected,
@@ -42,25 +49,32 @@ def verification_messages(candidate: Candidate, item: BaseItem, lever: Lever) ->
         **VERIFIER_VOCABULARY,
     )
     if candidate.variant == "multi":
-        return render_messages(
+        return render_prompt(
             "verifier_multi.j2", passages=item.passages, perturbed_passages=candidate.passages, context=None, **common
         )
-    return render_messages("verifier_single.j2", context=item.context, perturbed_context=candidate.context, **common)
+    return render_prompt("verifier_single.j2", context=item.context, perturbed_context=candidate.context, **common)
 
 
 def verification_calls(
     candidates: list[Candidate], items: dict[str, BaseItem], levers: dict[str, Lever], verifier: str
 ) -> list[CallSpec]:
-    return [
-        CallSpec(
-            model=verifier,
-            messages=verification_messages(c, items[c.base_id], levers[c.lever_id]),
-            schema=VerifierOutput,
-            tag=c.candidate_id,
-            role="generation",
+    # The candidates of one (item, lever), one per generator, share their prompt's prefix.
+    sharing = Counter((c.base_id, c.lever_id) for c in candidates)
+    specs = []
+    for c in candidates:
+        prompt = verification_prompt(c, items[c.base_id], levers[c.lever_id])
+        specs.append(
+            CallSpec(
+                model=verifier,
+                messages=prompt.messages,
+                schema=VerifierOutput,
+                tag=c.candidate_id,
+                role="generation",
+                shared_chars=prompt.shared_chars,
+                shared_by=sharing[(c.base_id, c.lever_id)],
+            )
         )
-        for c in candidates
-    ]
+    return specs
 
 
 def required_criteria(variant: str) -> tuple[str, ...]:
