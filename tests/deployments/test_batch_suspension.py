@@ -130,3 +130,63 @@ def test_a_deployment_run_suspends_while_its_batch_runs_and_the_watcher_resumes_
     metrics = json.loads((out / "metrics.json").read_text())["models"]
     assert metrics["oracle"]["answer_accuracy"] == 1.0
     assert set(metrics) == {"refuser", "oracle"}
+
+
+@pytest.mark.slow
+def test_a_refresh_round_suspends_inside_its_subflows_and_completes_once_resumed(
+    tmp_path,
+    fake_llm,
+    prefect_server,  # noqa: F811
+):
+    """The refresh deployment of ``refusalbench deploy``: its batch job is sent from the evaluation,
+    two subflows down; the whole round suspends and, resumed, completes in the same round folder."""
+    import yaml
+
+    from refusalbench.flows.batch_watch import batch_watch_flow
+    from tests.pipeline.test_refresh_flow import write_config
+    from tests.scripted import generator_reply, verifier_reply
+
+    api_url, env = prefect_server
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "steady": lambda req: "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
+    fake_llm.batches.delay_s = 10**6
+    config = write_config(tmp_path, fake_llm.url, ["steady"])
+    spec = yaml.safe_load(config.read_text())
+    spec["models"]["steady"]["mode"] = {"respond": "batch"}
+    config.write_text(yaml.safe_dump(spec))
+    rounds = tmp_path / "rounds"
+    deployed = subprocess.run(
+        [*PREFECT[:1], "-m", "refusalbench.flows.cli", "deploy", "--config", str(config), "--out", str(rounds)]
+        + ["--cron", "0 4 1 1 *", "--pool", "refusalbench"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert deployed.returncode == 0, deployed.stderr
+    assert "batch watcher" in deployed.stdout
+    triggered = prefect_cli(["deployment", "run", "refusalbench-refresh/refresh"], env)
+    run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", triggered).group(1)
+
+    worker = run_worker_once(env, tmp_path)
+    state = flow_run(api_url, run_id)["state"]
+    assert state["name"] == "Suspended", (state, worker.stdout[-3000:], worker.stderr[-3000:])
+    assert processes_of(run_id) == []
+    (job,) = fake_llm.batches.jobs
+
+    fake_llm.batches.delay_s = 0
+    assert batch_watch_flow() == [run_id]
+    worker = run_worker_once(env, tmp_path)
+    state = flow_run(api_url, run_id)["state"]
+    assert state["type"] == "COMPLETED", (state, worker.stdout[-3000:], worker.stderr[-3000:])
+    assert len(fake_llm.batches.jobs) == 1
+    (round_folder,) = [p for p in rounds.iterdir() if p.is_dir()]  # the same round, resumed
+    metrics = json.loads((round_folder / "metrics.json").read_text())["models"]
+    assert set(metrics) == {"steady"}
