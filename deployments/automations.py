@@ -5,7 +5,8 @@ Registers (or updates, by name) two automations with the API in ``PREFECT_API_UR
 - **crash runs without heartbeats** - Prefect's documented zombie detection: a flow run that
   sent a heartbeat (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``, set for the deployments in
   prefect.yaml) and then neither another heartbeat nor a final state within ``--within``
-  seconds is set Crashed. This is what ends a run whose worker and flow process vanished
+  seconds is set Crashed (a run suspended while its batch jobs run is not: it left on purpose).
+  This is what ends a run whose worker and flow process vanished
   together (a lost container); it also releases the deployment concurrency slot that run held,
   which otherwise stays taken until the 300 s lease the engine renews runs out.
 - **retry crashed runs** - a Crashed run of a RefusalBench deployment is set back to Scheduled
@@ -34,6 +35,9 @@ FINAL_EVENTS = (
     "prefect.flow-run.Cancelled",
     "prefect.flow-run.Crashed",
 )
+# A run suspended while its batch jobs run (tasks/pipeline/batch_suspension.py) has left its process on
+# purpose: its heartbeats stop without it having crashed.
+LEFT_ON_PURPOSE = ("prefect.flow-run.Suspended", "prefect.flow-run.Paused")
 
 
 def crash_automation(within_s: float = DEFAULT_WITHIN_S) -> Any:
@@ -49,7 +53,7 @@ def crash_automation(within_s: float = DEFAULT_WITHIN_S) -> Any:
         description="Marks a flow run Crashed when its heartbeats stop (worker or container lost).",
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},
-            expect={"prefect.flow-run.heartbeat", *FINAL_EVENTS},
+            expect={"prefect.flow-run.heartbeat", *FINAL_EVENTS, *LEFT_ON_PURPOSE},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,

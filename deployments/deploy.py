@@ -1,7 +1,8 @@
 """``refusalbench deploy``: the refresh deployment of a user's config, on a schedule, on the Prefect API in use.
 
 Served from the calling process (Prefect's ``serve``, as ``deployments/serve.py`` does for the
-four shipped deployments) or registered for a work pool whose workers run it. The schedule is a
+shipped deployments) or registered for a work pool whose workers run it; the batch watcher
+(``watcher_deployment``, which resumes runs suspended while their batch jobs run) goes with it. The schedule is a
 cron expression or an interval (``7d``, ``12h``, ``3600``). Both are checked before the API is
 touched: a bad one is an ``InputError`` (exit 2).
 
@@ -24,17 +25,20 @@ from refusalbench.tasks.core.errors import OptionError
 
 PREFECT_YAML = Path(__file__).with_name("prefect.yaml")
 DEFAULT_NAME = "refresh"
+WATCHER_NAME = "batch-watcher"
+WATCH_EVERY = "5m"  # how often the batch watcher looks at the jobs of suspended runs (as in prefect.yaml)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _INTERVAL = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
-def parse_interval(text: str) -> timedelta:
-    """``3600`` (seconds), ``90s``, ``30m``, ``12h``, ``7d`` or ``2w`` as a positive time span."""
+def parse_interval(text: str, option: str = "--interval") -> timedelta:
+    """``3600`` (seconds), ``90s``, ``30m``, ``12h``, ``7d`` or ``2w`` as a positive time span (``option``: the
+    command-line option it came from, named by the error)."""
     match = _INTERVAL.match(str(text))
     seconds = int(match.group(1)) * _UNITS[(match.group(2) or "s").lower()] if match else 0
     if seconds <= 0:
         raise OptionError(
-            "--interval", f"{text!r} is not a positive interval: seconds (3600) or a number with s, m, h, d or w (7d)"
+            option, f"{text!r} is not a positive interval: seconds (3600) or a number with s, m, h, d or w (7d)"
         )
     return timedelta(seconds=seconds)
 
@@ -103,6 +107,27 @@ def refresh_deployment(
     )
 
 
+def watcher_deployment(every: str = WATCH_EVERY, for_pool: bool = False) -> Any:
+    """The batch watcher as a RunnerDeployment: it resumes the runs suspended while their batch jobs run
+    (``flows/batch_watch.py``); one per Prefect API is enough, whatever the configs."""
+    from prefect.client.schemas.schedules import IntervalSchedule
+    from prefect.types.entrypoint import EntrypointType
+
+    from refusalbench.flows.batch_watch import batch_watch_flow
+
+    pool_only: dict[str, Any] = {}
+    if for_pool:
+        pool_only = {"entrypoint_type": EntrypointType.MODULE_PATH, "job_variables": pool_job_variables()}
+    return batch_watch_flow.to_deployment(
+        name=WATCHER_NAME,
+        schedules=[IntervalSchedule(interval=parse_interval(every, "--watch-every"))],
+        concurrency_limit=1,  # one look at a time is enough
+        tags=["refusalbench"],
+        description="Resumes the runs suspended while their batch jobs run, once the jobs end.",
+        **pool_only,
+    )
+
+
 def pool_job_variables() -> dict[str, Any]:
     """The job variables prefect.yaml gives its deployments (the engine command, the heartbeat)."""
     spec = yaml.safe_load(PREFECT_YAML.read_text(encoding="utf-8"))
@@ -129,8 +154,8 @@ def register_for_pool(deployment: Any, pool: str) -> str:
     return str(deployment.apply(work_pool_name=pool))
 
 
-def serve_here(deployment: Any, limit: int = 2) -> None:
-    """Register ``deployment`` and run its flow runs from this process until stopped (Ctrl-C)."""
+def serve_here(*deployments: Any, limit: int = 2) -> None:
+    """Register ``deployments`` and run their flow runs from this process until stopped (Ctrl-C)."""
     from prefect import serve
 
-    serve(deployment, limit=limit)
+    serve(*deployments, limit=limit)

@@ -33,9 +33,10 @@ python -m refusalbench.deployments.register --prefect-file deployments/prefect.y
   --deployment refresh config_path=deployments/cluster.yaml "out_root=s3://$BUCKET/refresh" \
   --deployment generate config_path=deployments/cluster.yaml \
   --deployment evaluate config_path=deployments/cluster.yaml \
-  --deployment knowornot config_path=deployments/cluster-knowornot.yaml
+  --deployment knowornot config_path=deployments/cluster-knowornot.yaml \
+  --deployment batch-watcher
 
 # Crash recovery: runs without heartbeats are marked Crashed, crashed runs retried (deployments/automations.py).
 python -m refusalbench.deployments.automations
 
-echo "registered: work pool $POOL, deployments refresh, generate, evaluate, knowornot"
+echo "registered: work pool $POOL, deployments refresh, generate, evaluate, knowornot, batch-watcher"

@@ -1,8 +1,8 @@
 """Serve the RefusalBench flows from one long-running process: ``python -m refusalbench.deployments.serve``.
 
 The alternative to ``deployments/prefect.yaml`` + work pool + workers: this process
-registers the same four deployments (refresh on a cron schedule; generate, evaluate and
-knowornot ad hoc) with the Prefect API in ``PREFECT_API_URL`` and runs their flow runs
+registers the same deployments (refresh on a cron schedule; the batch watcher every five
+minutes; generate, evaluate and knowornot ad hoc) with the Prefect API in ``PREFECT_API_URL`` and runs their flow runs
 itself, as subprocesses, until stopped (Ctrl-C pauses the schedule). Good for one machine;
 use the work pool when runs should spread over several.
 
@@ -40,14 +40,14 @@ def build_deployments(
     timezone: str = "UTC",
     knowornot_config_path: str | None = None,
 ) -> list[Any]:
-    """The four deployments of prefect.yaml as RunnerDeployments (no API call is made here).
+    """The deployments of prefect.yaml as RunnerDeployments (no API call is made here).
 
     ``cron=None`` registers the refresh without a schedule (trigger it by hand). The
     knowornot deployment gets ``knowornot_config_path``, or ``config_path`` when that is None.
     """
     from prefect.client.schemas.schedules import CronSchedule
 
-    from refusalbench.deployments.deploy import refresh_deployment
+    from refusalbench.deployments.deploy import refresh_deployment, watcher_deployment
     from refusalbench.flows.evaluation import evaluation_flow
     from refusalbench.flows.generation import generation_flow
     from refusalbench.flows.knowornot import knowornot_flow
@@ -61,6 +61,7 @@ def build_deployments(
             schedules=[CronSchedule(cron=cron, timezone=timezone)] if cron else None,
             rounds_to_compare=rounds_to_compare,
         ),
+        watcher_deployment(),
         generation_flow.to_deployment(name="generate", description="Generation flow (ad hoc).", **adhoc),
         evaluation_flow.to_deployment(name="evaluate", description="Evaluation flow (ad hoc).", **adhoc),
         knowornot_flow.to_deployment(

@@ -22,6 +22,11 @@
   it is read, and counted: ``batch_calls``, ``batch_savings_usd``.
 - A request the batch errored, let expire or cancelled, or that is unanswered after
   ``batch.max_wait_s`` since its job was created, is sent synchronously (``batch_fallbacks``).
+- Waiting elsewhere (:func:`wait_elsewhere`, switched on by the pipeline in a deployment's flow-run
+  process): a job that its first look finds still running is not polled here; the requests it holds
+  fail with :class:`BatchWaiting`, which names the jobs, so the run can stop and come back once they
+  end (``pipeline/batch_suspension.py``). Coming back, the ledger names the same jobs: finished, their
+  results are read; past their wait, they are cancelled and their requests sent synchronously.
 """
 
 from __future__ import annotations
@@ -50,6 +55,34 @@ LEDGER_PREFIX = "batch:"
 # (a failing look at a running job is only logged, every RETRIEVE_ATTEMPTS-th: the job is still there).
 RETRIEVE_ATTEMPTS = 5
 Futures = dict[int, "concurrent.futures.Future[CallResult]"]
+# Whether a running job is left to run without this process (``wait_elsewhere``); off: polled here until it ends.
+_WAIT_ELSEWHERE = False
+
+
+def wait_elsewhere(on: bool = True) -> None:
+    """Leave running jobs to the provider instead of polling them in this process (``BatchWaiting``)."""
+    global _WAIT_ELSEWHERE
+    _WAIT_ELSEWHERE = on
+
+
+class BatchWaiting(Exception):
+    """The requests of jobs still running, not waited for in this process: ``jobs`` are their ledger
+    entries (job id, provider, model, when created), already in the call cache."""
+
+    def __init__(self, jobs: list[dict[str, Any]]):
+        super().__init__(f"waiting for batch job(s) {', '.join(str(job['job']) for job in jobs)}")
+        self.jobs = jobs
+
+
+def raise_outcomes(outcomes: list[Any]) -> None:
+    """Raise the first error of ``asyncio.gather(..., return_exceptions=True)``'s ``outcomes`` other
+    than waiting; else every job waited for in one :class:`BatchWaiting`."""
+    waiting = [job for outcome in outcomes if isinstance(outcome, BatchWaiting) for job in outcome.jobs]
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, BatchWaiting):
+            raise outcome
+    if waiting:
+        raise BatchWaiting(waiting)
 
 
 class BatchGateway(Protocol):
@@ -139,7 +172,8 @@ class BatchCalls:
             by_model: dict[str, list[Pending]] = {}
             for item in pending.values():
                 by_model.setdefault(item.specs[0][1].model, []).append(item)
-            await asyncio.gather(*(self._model_batches(model, items, futures) for model, items in by_model.items()))
+            models = (self._model_batches(model, items, futures) for model, items in by_model.items())
+            raise_outcomes(await asyncio.gather(*models, return_exceptions=True))
         except BaseException as exc:  # never leave the caller waiting: what is unanswered fails
             for fut in futures.values():
                 if not fut.done():
@@ -197,7 +231,8 @@ class BatchCalls:
                 gw.writes.put(LEDGER_PREFIX + item.key, entry)
             await gw.writes.committed()  # one transaction for the job's requests
             jobs[entry["job"]] = (entry, chunk)
-        await asyncio.gather(*(self._job(model, protocol, entry, chunk, futures) for entry, chunk in jobs.values()))
+        looked = (self._job(model, protocol, entry, chunk, futures) for entry, chunk in jobs.values())
+        raise_outcomes(await asyncio.gather(*looked, return_exceptions=True))
 
     async def _create(self, model: str, protocol: BatchProtocol, items: list[Pending]) -> dict[str, Any]:
         """Create a job for ``items``: its ledger entry (the job's id, provider, model, when it was created)."""
@@ -238,6 +273,8 @@ class BatchCalls:
                     break
             if job is not None and job.finished:
                 break
+            if job is not None and _WAIT_ELSEWHERE and time.time() < deadline:
+                raise BatchWaiting([entry])  # recorded in the ledger: the run comes back for it
             if time.time() >= deadline:
                 log.warning(
                     "%s: batch %s is unfinished after max_wait_s (%g s): cancelled, and what it has not "

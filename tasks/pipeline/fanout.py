@@ -18,8 +18,9 @@ for it (``64 calls (10 cached), 2 retried, 0 failed``) to the flow run's Logs ta
 
 Batch mode (a model's ``mode: batch`` for the stage): the model's shards of the stage go to one
 task (``respond | answerer | batch of 8 shards``), which reads them all, so the gateway sends
-them as one batch job instead of one per shard. That task holds one task-runner thread while the
-gateway polls on its own event loop: no model concurrency or rate-limit slot (the gateway frees
+them as one batch job instead of one per shard. In a deployment's run, a job still running
+suspends the run instead (``pipeline/batch_suspension.py``). Elsewhere that task holds one
+task-runner thread while the gateway polls on its own event loop: no model concurrency or rate-limit slot (the gateway frees
 them while it waits) and no Prefect global-concurrency slot (no task here takes one); a thread
 costs no core, and ``flows/common.runner_slots`` gives every model four, more than the tasks one
 model has in batch mode at once (respond, judge, calibrate and its judge).

@@ -104,13 +104,20 @@ def with_plugins(fn: Callable[..., T]) -> Callable[..., T]:
     """A task body that first loads the plugins of the config it is given (its first argument), in the
     process it runs in: a Dask worker process never read the config file, so a provider profile or a
     retrieval strategy a plugin registers would be unknown there. Idempotent and cheap after the first
-    task of a process (``tasks/core/plugins.py``)."""
+    task of a process (``tasks/core/plugins.py``). In a deployment's run, a batch job still running
+    suspends the run instead of holding the process (``pipeline/batch_suspension.py``)."""
+    from refusalbench.tasks.llm.batch_calls import BatchWaiting
+    from refusalbench.tasks.pipeline.batch_suspension import suspend_for, wait_outside
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> T:
         config: RunConfig = args[0] if args else next(kwargs[k] for k in ("config", "cfg") if k in kwargs)
         config.load_plugins()
-        return fn(*args, **kwargs)
+        wait_outside()
+        try:
+            return fn(*args, **kwargs)
+        except BatchWaiting as waiting:  # raised only when waiting outside: this run is a deployment's
+            suspend_for(config, waiting.jobs)
 
     return body
 

@@ -49,7 +49,7 @@ def flow_of(entrypoint: str):
 def test_prefect_yaml_deployments_match_the_flows():
     spec = load_prefect_yaml()
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"refresh", "generate", "evaluate", "knowornot"}
+    assert set(deployments) == {"refresh", "batch-watcher", "generate", "evaluate", "knowornot"}
     assert spec["pull"] == [
         {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $REFUSALBENCH_PROJECT_DIR }}"}}
     ]
@@ -68,6 +68,8 @@ def test_prefect_yaml_deployments_match_the_flows():
     )
     for name in ("generate", "evaluate", "knowornot"):
         assert not deployments[name].get("schedules")
+    watcher = deployments["batch-watcher"]
+    assert [s["interval"] for s in watcher["schedules"]] == [300] and not watcher.get("parameters")
 
 
 def test_serve_builds_the_same_deployments():
@@ -80,11 +82,14 @@ def test_serve_builds_the_same_deployments():
     assert set(built) == set(spec)
     for name, deployment in built.items():
         assert deployment.entrypoint == spec[name]["entrypoint"]
-        assert deployment.parameters["config_path"] == "configs/x.yaml"
+        if name != "batch-watcher":  # it reads each suspended run's own config
+            assert deployment.parameters["config_path"] == "configs/x.yaml"
     (schedule,) = built["refresh"].schedules
     assert schedule.schedule.cron == "*/30 * * * *"
     assert built["refresh"].parameters["out_root"] == "s3://b/r"
     assert not built["evaluate"].schedules
+    (watch,) = built["batch-watcher"].schedules
+    assert watch.schedule.interval.total_seconds() == spec["batch-watcher"]["schedules"][0]["interval"]
     assert build_deployments(cron=None, config_path="c", out_root="o")[0].schedules == []
     assert parse_args(["--cron", "5 1 * * *", "--limit", "3"]).limit == 3
 
@@ -242,6 +247,8 @@ def test_register_script_deploys_every_deployment_with_a_config_its_flow_can_run
     for name, parameters in registered.items():
         flow = flow_of(spec[name]["entrypoint"])
         assert set(parameters) <= set(inspect.signature(flow.fn).parameters), name
+        if name == "batch-watcher":
+            continue  # no config of its own: it reads each suspended run's
         cfg = load_config(ROOT / parameters["config_path"])
         for section in SECTIONS[flow.fn.__name__]:
             assert getattr(cfg, section) is not None, f"{name}: {parameters['config_path']} has no {section} section"

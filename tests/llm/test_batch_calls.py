@@ -4,6 +4,7 @@ OpenAI model through LiteLLM, an unpriced one on the direct path) and Anthropic 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -217,3 +218,35 @@ def test_a_batch_past_its_wait_is_cancelled_and_sent_synchronously(server, tmp_p
     assert not [c for c in server.calls if c.get("batch") in {job.id for job in late}]  # nothing answered twice
     calls = gw.stats_snapshot()
     assert calls["gpt"]["batch_fallbacks"] == 4 and calls["claude"]["batch_fallbacks"] == 4
+
+
+def test_waiting_elsewhere_leaves_a_running_job_to_the_provider_and_a_second_gateway_reads_it(tmp_path):
+    """``wait_elsewhere``: the jobs still running after their first look fail their requests with
+    ``BatchWaiting`` (naming them, already in the ledger); once they end, a new gateway on the same
+    call cache reads their results instead of sending them again."""
+    from refusalbench.tasks.llm.batch_calls import BatchWaiting, wait_elsewhere
+    from refusalbench.tasks.llm.batch_watch import ended_jobs, record_waiting, waiting_for
+
+    os.environ.setdefault(KEY_ENV, "sk-test")
+    with ScriptedLLMServer(responder=dry_run_responder) as held:
+        held.batches.delay_s = 10**6
+        specs = _specs(["gpt", "claude"], "held")
+        wait_elsewhere(True)
+        try:
+            with pytest.raises(BatchWaiting) as waiting:
+                _gateway(held, tmp_path, "batch", "held").complete_many(specs)
+        finally:
+            wait_elsewhere(False)
+        jobs = waiting.value.jobs
+        assert sorted(job["job"] for job in jobs) == sorted(job.id for job in held.batches.jobs)
+        assert len(jobs) == 2 and all(job.looks == 1 for job in held.batches.jobs)  # looked at once, not polled
+
+        later = _gateway(held, tmp_path, "batch", "held")
+        record_waiting(later.cache, "run-1", jobs)
+        assert [job["job"] for job in waiting_for(later.cache, "run-1")] == [job["job"] for job in jobs]
+        assert asyncio.run(ended_jobs(later, jobs)) == set()
+        held.batches.delay_s = 0
+        assert asyncio.run(ended_jobs(later, jobs)) == {job["job"] for job in jobs}
+        results = later.complete_many(specs)
+        assert all(result.error is None for result in results)
+        assert len(held.batches.jobs) == 2  # read from the ended jobs: none sent again
