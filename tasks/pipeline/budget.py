@@ -11,6 +11,11 @@
   $0. Shards sent and not done count at their estimate until they are, so the spend exceeds the budget
   by no more than what the estimates of the shards in flight leave out; a batch-mode model's one shard
   of a stage (its whole batch job) is checked as one.
+- Calls a task sends whole rather than the flow shard by shard (KnowOrNot's facts, QA pairs, HyDE answers,
+  synthetic questions: :class:`AdmittedCalls`; its embedding requests: ``embedding_calls``) ask the budget
+  through ``accounting.admitted`` (the flow sets the budget as the spend gate, which the task runner's
+  threads inherit): each shard of them is checked the same way, at the sum of its calls' ceilings (an
+  embedding request: its texts' tokens at the input price), and committed while it is sent.
 - When the next shard would take the spend past the budget, nothing more is sent: the shards on
   their way finish (their calls go into the call cache, their results into Prefect's task cache),
   the manifest records the calls, costs, spend and the reason (``costs.budget``), and the run stops

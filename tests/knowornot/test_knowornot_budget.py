@@ -147,8 +147,34 @@ def test_embedding_requests_count_against_the_budget(tmp_path, fake_llm, capfd):
 def test_a_budget_over_an_unpriced_embedding_model_is_refused_before_any_call(tmp_path, fake_llm, capfd):
     fake_llm.responder = every_role
     config = write_config(tmp_path, fake_llm.url, 10, FROM_QA_FILE, embedding_price=None)
-    code, out, err = run_in_process(["knowornot", "run", "--config", str(config), "--out", str(tmp_path / "out")], capfd)
+    code, out, err = run_in_process(
+        ["knowornot", "run", "--config", str(config), "--out", str(tmp_path / "out")], capfd
+    )
     assert code == 2, err
     assert len(err.splitlines()) == 1 and "Traceback" not in out + err, err
     assert "budget_usd cannot bound emb:" in err and "models.<name>.price" in err and "budget_unpriced" in err
     assert fake_llm.calls == [] and not (tmp_path / "out").exists()
+
+
+def test_plan_shows_the_embedding_requests_and_their_cost(tmp_path):
+    from refusalbench.tasks.core.config import load_config
+    from refusalbench.tasks.knowornot.run_plan import plan_knowornot
+
+    plan = plan_knowornot(load_config(write_config(tmp_path, "http://127.0.0.1:9/v1", 10, FROM_DOCUMENTS)))
+    embed = plan.stages["embed"]
+    assert embed.by_model == {"emb": 1} and embed.models["emb"].output_tokens_max == 0
+    assert embed.cost_usd == pytest.approx(embed.input_tokens * EMBEDDING_PRICE["input_per_mtok"] / 1e6)
+    assert embed.cost_usd > 0 and "HyDE answers" in embed.note
+    assert plan.total.cost_usd == pytest.approx(sum(s.cost_usd for s in plan.stages.values()), abs=1e-5)
+
+    local = plan_knowornot(
+        load_config(
+            write_config(
+                tmp_path,
+                "http://127.0.0.1:9/v1",
+                10,
+                FROM_QA_FILE.replace("  embedder: api\n  embedding_model: emb\n", "  embedder: hashing\n"),
+            )
+        )
+    )
+    assert "embed" not in local.stages  # an embedder in this process makes no call
