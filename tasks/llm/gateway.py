@@ -221,7 +221,12 @@ class Gateway:
 
     def pause(self, model: str, seconds: float) -> None:
         """Pause ``model``'s requests (every process's, where its limits are shared) after a 429."""
-        self._sender.limits_for(model, self.models[model]).pause(seconds)
+        limits = self._sender.limits_for(model, self.models[model])
+
+        async def paused() -> None:  # on the loop: the shared limits publish the pause from there
+            limits.pause(seconds)
+
+        self._loop.submit(paused()).result()
 
     # ------------------------------------------------------------ the batch path's interface
     # What ``batch_calls`` uses (besides ``models``, ``scope``, ``usage`` and ``writes``, the call cache as
