@@ -25,6 +25,7 @@ from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.knowornot.report.contents import publish_report, write_results
 from refusalbench.tasks.knowornot.schema import artifacts as kon_files
 from refusalbench.tasks.knowornot.stages.embeddings import embedder_for
+from refusalbench.tasks.llm.accounting import spend_gate
 from refusalbench.tasks.llm.prompting import all_template_hashes
 from refusalbench.tasks.pipeline.budget import Budget
 from refusalbench.tasks.pipeline.knowornot.knowornot_bases import (
@@ -69,7 +70,7 @@ def knowornot_flow(config_path: str, out: str) -> KnowOrNotResult:
     recorder.hashes(prompts=all_template_hashes())
     run_cfg, run_kon, digest, bases, budget = _task_inputs(cfg, out, recorder)
     stage = stage_tasks(out)
-    with recorder.run():
+    with recorder.run(), spend_gate(budget):  # the calls a task sends whole ask the budget too
         usable = check_or_raise(cfg, knowornot_models(kon) + kon.evaluator_comparison)
         with model_endpoints(cfg, knowornot_models(run_kon)) as api_bases:
             with recorder.stage("knowledge base"):

@@ -8,6 +8,10 @@ the calls of each stage; ``llm/plan_pricing.py`` prices, times and sums them as 
 - qa: one call per extracted fact. How many facts a sentence gives is known only after the run, so
   the count is an estimate (``~``) at ``FACTS_PER_SENTENCE`` facts per sentence.
 - filter: the diversity filters and the index: embeddings, no model call.
+- embed: the embedding model's requests (``embedder: api``), ``EMBED_BATCH`` texts each: every question
+  (the semantic filter and the grid's retrieval share their vectors), every pair for the index, each
+  HyDE answer and each synthetic question; tokens as characters / 4 of those texts, no output. A
+  local embedder (MiniLM) makes no call.
 - hyde: one call per question when a retrieval strategy reads hypothetical answers (``hyde_rag``),
   and one per synthetic out-of-KB question.
 - ookb: one call per five synthetic out-of-KB questions (``synthetic_ookb``).
@@ -36,7 +40,7 @@ from refusalbench.tasks.core.errors import InputError
 from refusalbench.tasks.knowornot.document_readers import read_documents
 from refusalbench.tasks.knowornot.schema.records import QAPair
 from refusalbench.tasks.knowornot.stages.evaluation import render_eval_messages, run_specs
-from refusalbench.tasks.knowornot.stages.retrieval import RETRIEVERS, format_context, strategies_need
+from refusalbench.tasks.knowornot.stages.retrieval import RETRIEVERS, format_context, pair_text, strategies_need
 from refusalbench.tasks.knowornot.stages.sentences import document_sentences, spread_sentences
 from refusalbench.tasks.knowornot.stages.sources import POLICYBENCH_FILES, load_qa_pairs, policybench_import_hint
 from refusalbench.tasks.llm.plan_pricing import CHARS_PER_TOKEN, Prompt, StageWork, counted, priced_plan, prompt
@@ -44,7 +48,8 @@ from refusalbench.tasks.llm.plan_results import Plan
 from refusalbench.tasks.llm.prompting import render_messages
 from refusalbench.tasks.llm.structured_outputs import AtomicFacts, HydeOutput, OOKBQuestionsOutput, QAPairOutput
 
-STAGES = ("facts", "qa", "filter", "hyde", "ookb", "answer", "evaluate", "compare")
+STAGES = ("facts", "qa", "filter", "hyde", "ookb", "embed", "answer", "evaluate", "compare")
+EMBED_BATCH = 64  # texts per embedding request (the ``api`` embedder's batch_size)
 # Atomic facts per document sentence: an assumption (a sentence usually states one to three facts).
 FACTS_PER_SENTENCE = 2
 OOKB_PER_CALL = 5  # synthetic out-of-KB questions asked for per call (model_steps.synthetic_ookb_questions)
@@ -170,6 +175,7 @@ def _work(cfg: RunConfig, kon: KnowOrNotConfig, bases: list[_Base], targets: lis
         else "no retrieval strategy reads hypothetical answers"
     )
     ookb_calls = max(1, -(-ookb // OOKB_PER_CALL)) * len(bases) if ookb else 0
+    _embed_work(cfg, kon, bases, work["embed"], hyde)
     work["ookb"].note = f"{counted(ookb_calls, 'call')} for {counted(ookb, 'synthetic question')} per base"
     answers = questions * grid
     work["answer"].note = (
@@ -256,6 +262,33 @@ def _work(cfg: RunConfig, kon: KnowOrNotConfig, bases: list[_Base], targets: lis
         else "no evaluator_comparison"
     )
     return {name: stage for name, stage in work.items() if stage.calls or name in ("filter", "answer", "evaluate")}
+
+
+def _embed_work(cfg: RunConfig, kon: KnowOrNotConfig, bases: list[_Base], work: StageWork, hyde: bool) -> None:
+    """The embedding model's requests (``embedder: api``); nothing for a local embedder."""
+    model = kon.embedding_model
+    if kon.embedder != "api" or not model:
+        work.note = f"embeddings by {kon.embedder} in this process: no model call"
+        return
+    texts = chars = requests = 0
+    for base in bases:
+        sample = base.pairs[:SAMPLE_PROMPTS] or [QAPair(id="none", question="", answer="")]
+        question = sum(len(p.question) for p in sample) / len(sample)
+        pair = sum(len(pair_text(p)) for p in sample) / len(sample)
+        answer = sum(len(p.answer) for p in sample) / len(sample)  # a hypothetical answer's size
+        hyde_texts = (base.questions + kon.synthetic_ookb) * kon.hyde_answers if hyde else 0
+        base_texts = 2 * base.questions + hyde_texts + kon.synthetic_ookb
+        texts += base_texts
+        requests += -(-base_texts // EMBED_BATCH)
+        chars += round(base.questions * (question + pair) + hyde_texts * answer + kon.synthetic_ookb * question)
+    work.embeddings.add(model)
+    work.add(
+        model, cfg.models[model], requests, [(round(chars / max(requests, 1)), None, [])], bounded=True, stage="embed"
+    )
+    work.note = (
+        f"{counted(texts, 'text')} (questions, pairs for the index, HyDE answers, synthetic questions) in "
+        f"requests of up to {EMBED_BATCH} texts to {model}; input tokens only"
+    )
 
 
 def plan_knowornot(cfg: RunConfig, *, latency_s: float = 2.0, available: Collection[str] | None = None) -> Plan:

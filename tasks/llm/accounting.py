@@ -20,6 +20,10 @@
   cached tokens would have cost at the full input price less what they cost, the write premium
   taken off. Beside them, what the calls sharing a prompt prefix were expected to read and save
   (``expected_cached_tokens``, ``expected_cached_savings_usd``: ``prompt_cache.expected_amounts``).
+- An embedding request (``embedding_calls``) counts under the stage :data:`EMBED_STAGE`: its input tokens
+  (the provider's ``usage``, else characters / 4) at the model's input price (:func:`embedding_token_price`).
+- A budget that admits calls before they are sent (the pipeline's ``budget_usd``) is a :class:`SpendGate`
+  set around a run's stages (:func:`spend_gate`); the calls sent inside ask it first (:func:`admitted`).
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ import functools
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig
 
@@ -66,6 +70,8 @@ STAGE_COUNTERS += BATCH_COUNTERS
 EXPECTED_CACHE_COUNTERS = ("expected_cached_tokens", "expected_cached_savings_usd")
 STAGE_COUNTERS += EXPECTED_CACHE_COUNTERS
 UNTAGGED = "other"  # the stage of a call nobody tagged and that has no cache role
+EMBED_STAGE = "embed"  # the stage embedding requests count under
+EMBED_CHARS_PER_TOKEN = 4  # an embedding request's tokens before the provider says (as ``plan`` counts prompts)
 
 _stage: ContextVar[str | None] = ContextVar("refusalbench_call_stage", default=None)
 _stage_resolver: list[Callable[[], str | None]] = []  # the pipeline's: the running Prefect task's stage
@@ -99,6 +105,40 @@ def _tag() -> str | None:
         except Exception:  # accounting must never fail a call
             tagged = None
     return tagged
+
+
+class SpendGate(Protocol):
+    """What admits calls against a budget before they are sent (the pipeline's ``budget.Budget``)."""
+
+    def admitted(self, stage: str, model: str, estimate_usd: float, what: str) -> AbstractContextManager[None]:
+        """Held while calls estimated at ``estimate_usd`` are sent; raises instead when they would exceed it."""
+        ...
+
+
+_gate: ContextVar[SpendGate | None] = ContextVar("refusalbench_spend_gate", default=None)
+
+
+@contextmanager
+def spend_gate(gate: SpendGate | None) -> Iterator[None]:
+    """Calls that ask :func:`admitted` inside this block (and in the threads a task runner starts from it,
+    which copy the context) ask ``gate``; None: nothing to ask."""
+    token = _gate.set(gate)
+    try:
+        yield
+    finally:
+        _gate.reset(token)
+
+
+def admitted(stage: str, model: str, estimate_usd: float, what: str) -> AbstractContextManager[None]:
+    """The gate's admission of calls estimated at ``estimate_usd`` (``what``: which, for its message);
+    nothing to hold where no gate is set."""
+    gate = _gate.get()
+    return nullcontext() if gate is None else gate.admitted(stage, model, estimate_usd, what)
+
+
+def gated() -> bool:
+    """Whether a spend gate is set here."""
+    return _gate.get() is not None
 
 
 def tagged(specs: Iterable[CallSpec]) -> list[CallSpec]:
@@ -136,6 +176,34 @@ def reply_cost(cfg: ModelConfig, reply: Reply, cached_tokens: int | None, *, bat
     if cfg.local is not None and not cfg.api_base:
         return 0.0  # our own llama.cpp server: no provider bills these calls (as ``plan`` prices them)
     return None
+
+
+def embedding_token_price(cfg: ModelConfig) -> float | None:
+    """USD per input token of an embedding model: the config's ``price`` (its ``input_per_mtok``), else
+    LiteLLM's offline map (``input_cost_per_token``, read without importing LiteLLM), 0 on our own
+    llama.cpp server; None when unknown (its requests count as unpriced, never as $0)."""
+    if cfg.price is not None:
+        return cfg.price.input_per_mtok / 1e6
+    if cfg.local is not None and not cfg.api_base:
+        return 0.0
+    return _map_input_price(cfg.model)
+
+
+@functools.lru_cache(maxsize=64)
+def _map_input_price(model: str) -> float | None:
+    from refusalbench.tasks.llm.litellm_import import cost_map
+
+    prices = cost_map()
+    for name in (model, model.split("/", 1)[-1]):  # LiteLLM's map names OpenAI's models without the prefix
+        entry = prices.get(name)
+        if isinstance(entry, dict) and isinstance(entry.get("input_cost_per_token"), (int, float)):
+            return float(entry["input_cost_per_token"])
+    return None
+
+
+def embedding_tokens(texts: Iterable[str]) -> int:
+    """An embedding request's input tokens before the provider counts them: characters / 4, at least one per text."""
+    return sum(max(1, -(-len(text) // EMBED_CHARS_PER_TOKEN)) for text in texts)
 
 
 def map_batch_cost(model: str, reply: Reply) -> float:

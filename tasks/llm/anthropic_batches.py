@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from refusalbench.tasks.llm.batch_protocol import BatchRequest, LiteLLMBatches, litellm_body
+from refusalbench.tasks.llm.batch_protocol import BatchRequest, LiteLLMBatches, failed_result, litellm_body
 from refusalbench.tasks.llm.litellm_import import litellm_module
 
 
@@ -34,6 +34,8 @@ class AnthropicMessageBatches(LiteLLMBatches):
         result = row.get("result") or {}
         if result.get("type") == "succeeded":
             replies[row["custom_id"]] = result["message"]
+        elif result.get("type") == "errored" and result.get("error") is not None:
+            replies[row["custom_id"]] = failed_result(None, result["error"])
 
     def response(self, request: BatchRequest, body: dict[str, Any]) -> Any:
         import httpx

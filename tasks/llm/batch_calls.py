@@ -20,8 +20,10 @@
   result as for a synchronous reply: reasoning split, outcomes, tokens), priced at the batch price (the config's ``price`` with ``batch=True``, else
   LiteLLM's ``*_batches`` price, else half), marked ``batch: true``, written to the call cache as
   it is read, and counted: ``batch_calls``, ``batch_savings_usd``.
-- A request the batch errored, let expire or cancelled, or that is unanswered after
-  ``batch.max_wait_s`` since its job was created, is sent synchronously (``batch_fallbacks``).
+- A request the batch answered with the provider's "prompt too long" error (in its wording:
+  ``context_errors``) is the row's ``too_long`` outcome, as on the synchronous path. A request the batch
+  errored otherwise, let expire or cancelled, or that is unanswered after ``batch.max_wait_s`` since its
+  job was created, is sent synchronously (``batch_fallbacks``).
 - Waiting elsewhere (:func:`wait_elsewhere`, switched on by the pipeline in a deployment's flow-run
   process): a job that its first look finds still running is not polled here; the requests it holds
   fail with :class:`BatchWaiting`, which names the jobs, so the run can stop and come back once they
@@ -40,12 +42,13 @@ from typing import Any, NamedTuple, Protocol
 
 from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.llm.accounting import UsageCounters
-from refusalbench.tasks.llm.batch_protocol import BatchProtocol, JobState
+from refusalbench.tasks.llm.batch_protocol import FAILED, BatchProtocol, JobState
 from refusalbench.tasks.llm.cache_scope import CacheScope
 from refusalbench.tasks.llm.callcache import WriteBehind
 from refusalbench.tasks.llm.calls import CallResult, CallSpec
+from refusalbench.tasks.llm.context_errors import provider_message
 from refusalbench.tasks.llm.providers import ProviderProfile
-from refusalbench.tasks.llm.transport import Reply, Request, json_reply, litellm_reply
+from refusalbench.tasks.llm.transport import Reply, Request, json_reply, litellm_reply, too_long_reply
 
 log = logging.getLogger("refusalbench.batch_calls")
 
@@ -287,18 +290,28 @@ class BatchCalls:
                 break
             await asyncio.sleep(cfg.batch.poll_interval_s)
         results = await self._read_results(protocol, entry, job) if job is not None else {}
+        gw_profile = self.gateway.profile(model, cfg)
         unanswered, answered = [], []
         for item in items:
             body = results.get(item.key)
             if body is None:
                 unanswered.append(item)
                 continue
-            try:
-                reply = self._reply(protocol, item, body)
-            except Exception as exc:  # a result that does not read as a reply: asked again synchronously
-                log.debug("%s: batch result for %s did not read: %s", model, item.key, exc)
-                unanswered.append(item)
-                continue
+            failed = body.get(FAILED)
+            if failed is not None:  # answered with an error: a prompt over the window is too_long, as when synchronous
+                message = str(failed.get("message") or "")
+                if not gw_profile.context_too_long(failed.get("status"), message):
+                    unanswered.append(item)
+                    continue
+                status = failed.get("status")
+                reply = too_long_reply(f"HTTP {status or 400}: {provider_message(message)}")
+            else:
+                try:
+                    reply = self._reply(protocol, item, body)
+                except Exception as exc:  # a result that does not read as a reply: asked again synchronously
+                    log.debug("%s: batch result for %s did not read: %s", model, item.key, exc)
+                    unanswered.append(item)
+                    continue
             turnaround = time.time() - float(entry.get("created_at") or time.time())  # the batch's latency
             answered.append(self._answered(item, reply, turnaround, futures))
         await asyncio.gather(*answered)  # written together: one transaction for the replies read now

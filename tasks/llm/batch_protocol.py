@@ -28,6 +28,14 @@ from refusalbench.tasks.llm.litellm_import import litellm_module
 FINISHED = frozenset({"completed", "expired", "failed", "cancelled"})
 # 4xx statuses of a look at a job that do not say the job is gone: timeout, conflict, rate limit.
 PASSING_4XX = frozenset({408, 409, 429})
+# The key of a result the job answered with an error (:func:`failed_result`); no reply body has it.
+FAILED = "batch_failed"
+
+
+def failed_result(status: int | None, error: Any) -> dict[str, Any]:
+    """A request's result when the job answered it with an error: the HTTP status where the API gives
+    one, and the provider's error body (as JSON text, read for its wording)."""
+    return {FAILED: {"status": status, "message": error if isinstance(error, str) else json.dumps(error)}}
 
 
 class BatchRequest(Protocol):
@@ -78,8 +86,11 @@ class BatchProtocol(ABC):
       looks again, unless :meth:`unknown_job` says the provider does not know the job.
     - :meth:`cancel`: ask the provider to stop a job past its wait (the batch path then looks once
       more and reads what it did answer).
-    - :meth:`results`: ``{custom id: reply body}`` of the requests a finished job answered; the
-      ones it did not (errored, expired, cancelled) are left out and sent synchronously.
+    - :meth:`results`: ``{custom id: reply body}`` of the requests a finished job answered; a request
+      the job answered with an error is :func:`failed_result` of the provider's status and error
+      body (the batch path reads a prompt too long for the window as ``too_long``, as the synchronous
+      path does, and sends the rest synchronously); the ones it did not answer (expired, cancelled)
+      are left out and sent synchronously.
     - :meth:`response`: one reply body of a request sent through LiteLLM, read as LiteLLM reads the
       provider's synchronous reply (a ``litellm.ModelResponse``). A direct-path request's body is
       OpenAI's chat completion and is read by the batch path itself.

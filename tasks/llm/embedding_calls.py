@@ -10,6 +10,15 @@ attempt (``transport.classify``); errors are retried with full-jitter backoff up
 Requests go one after another: a knowledge base's texts are embedded in a few large batches, and
 the caller (``knowornot.embeddings``) keeps every vector in the call cache, so a re-run sends none.
 
+Given the run's gateway (``access``), each request is one of the model's calls like any other: it
+holds one of the model's slots (``Gateway.limited``: its ``max_concurrency``, ``rpm`` and ``tpm``,
+shared across processes where the config shares them), a 429 pauses the model for every caller, and
+it is counted in the gateway's accounting under the stage ``embed`` (``accounting.EMBED_STAGE``):
+its input tokens (the provider's ``usage``, else characters / 4) at the model's input price
+(``accounting.embedding_token_price``: the config's ``price``, else LiteLLM's map). Where a budget
+admits calls (``accounting.admitted``), each request is admitted first at its estimate: its tokens
+at that price.
+
 Where LiteLLM would send the request unchanged - an ``openai/`` model behind an ``api_base`` of its
 own, with at most ``dimensions`` and ``user`` as parameters - the client posts that same body itself
 (``{"model", "input", "encoding_format": "float", ...}``, the key as a Bearer header) and reads the
@@ -25,12 +34,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from refusalbench.tasks.core.config import ModelConfig
 from refusalbench.tasks.core.errors import RunIncomplete
+from refusalbench.tasks.llm import accounting
 from refusalbench.tasks.llm.endpoints import endpoint_identity
 from refusalbench.tasks.llm.providers import profile_for
 from refusalbench.tasks.llm.rate_limits import announced_wait, retry_delay
@@ -44,6 +54,19 @@ BACKOFF_MAX_S = 30.0
 # The parameters LiteLLM's OpenAI embedding path passes on unchanged (``encoding_format`` it sets itself).
 DIRECT_PARAMS = frozenset({"dimensions", "user"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+T = TypeVar("T")
+# (vectors, input tokens as the provider counted them, None when it did not say)
+Embedded = tuple[list[list[float]], int | None]
+
+
+class ModelAccess(Protocol):
+    """What an embedding request takes of the run's gateway (``Gateway``): its limits and its counters."""
+
+    usage: accounting.UsageCounters
+
+    def limited(self, model: str, tokens: int, work: Callable[[], T]) -> T: ...
+
+    def pause(self, model: str, seconds: float) -> None: ...
 
 
 class EmbeddingFailed(RunIncomplete):
@@ -61,8 +84,18 @@ def embedding_identity(cfg: ModelConfig) -> dict[str, Any]:
 class EmbeddingClient:
     """Sends batches of texts to one embedding model and returns one float vector per text."""
 
-    def __init__(self, cfg: ModelConfig, api_base: str | None = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        api_base: str | None = None,
+        *,
+        name: str | None = None,
+        access: ModelAccess | None = None,
+    ):
         self.cfg = cfg
+        self.name = name or cfg.model  # the registry's name: what the limits and the accounting count under
+        self.access = access if name is not None else None  # the gateway knows the model by its registry name
+        self.price = accounting.embedding_token_price(cfg)
         self.api_base = api_base or cfg.api_base  # a run-time endpoint (a local server) wins
         self.profile = profile_for(cfg.model, self.api_base)
         self.requests = 0  # requests sent (attempts included), for the caller's accounting
@@ -75,14 +108,17 @@ class EmbeddingClient:
         errors, limited_since, last = 0, None, "no attempt made"
         while True:
             try:
-                return self._send(list(texts))
+                return self._admitted(list(texts))
             except CallFailed as failure:
                 last = str(failure)
                 if failure.rate_limited and failure.retriable:
                     limited_since = limited_since if limited_since is not None else time.monotonic()
                     wait = failure.retry_after if failure.retry_after is not None else BACKOFF_BASE_S
                     if time.monotonic() - limited_since + wait <= self.cfg.max_rate_limit_wait_s:
-                        time.sleep(wait)
+                        if self.access is not None:  # every request of the model waits (the next slot too)
+                            self.access.pause(self.name, wait)
+                        else:
+                            time.sleep(wait)
                         continue
                     last += f"; still rate limited after {self.cfg.max_rate_limit_wait_s:g} s"
                     break
@@ -105,18 +141,37 @@ class EmbeddingClient:
                 time.sleep(wait)
             self._last_sent = time.monotonic()
 
-    def _send(self, texts: list[str]) -> list[list[float]]:
+    def _admitted(self, texts: list[str]) -> list[list[float]]:
+        """One request, admitted by the run's budget where one admits calls, under the model's limits where
+        the run's gateway holds them (else paced by ``rpm`` here), counted in its accounting."""
+        tokens = accounting.embedding_tokens(texts)
+        estimate = tokens * (self.price or 0.0)
+        with accounting.admitted(accounting.EMBED_STAGE, self.name, estimate, f"{len(texts)} texts"):
+            if self.access is None:
+                self._pace()
+                return self._send(texts)[0]
+            return self.access.limited(self.name, tokens, lambda: self._counted(texts, tokens))
+
+    def _counted(self, texts: list[str], estimated: int) -> list[list[float]]:
+        assert self.access is not None
+        self.access.usage.count(self.name, accounting.EMBED_STAGE, http_calls=1)
+        vectors, tokens = self._send(texts)
+        tokens = tokens if tokens is not None else estimated
+        cost = {"unpriced_calls": 1} if self.price is None else {"cost_usd": tokens * self.price}
+        self.access.usage.count(self.name, accounting.EMBED_STAGE, prompt_tokens=tokens, **cost)
+        return vectors
+
+    def _send(self, texts: list[str]) -> Embedded:
         api_key = self.profile.api_key(self.cfg, self.api_base)
         if self.direct and api_key:
-            self._pace()
             self.requests += 1
-            vectors = self._post(texts, api_key)
-            if vectors is not None:
-                return vectors
+            embedded = self._post(texts, api_key)
+            if embedded is not None:
+                return embedded
             self.direct = False  # redirected: LiteLLM's client follows it, this and later requests go there
         return self._send_litellm(texts)
 
-    def _post(self, texts: list[str], api_key: str) -> list[list[float]] | None:
+    def _post(self, texts: list[str], api_key: str) -> Embedded | None:
         """One request posted directly: the vectors, a :class:`CallFailed`, or None on a redirect."""
         assert self.api_base is not None
         url = urlsplit(self.api_base.rstrip("/") + "/embeddings")
@@ -146,7 +201,8 @@ class EmbeddingClient:
         if status >= 400:
             raise status_failure(status, raw, announced_wait(reply_headers), self.profile)
         try:
-            data = json.loads(raw)["data"]
+            answer_json = json.loads(raw)
+            data = answer_json["data"]
             vectors = [_field(row, "embedding") for row in sorted(data, key=lambda row: _field(row, "index"))]
         except (ValueError, KeyError, TypeError):
             raise CallFailed("malformed reply: no embeddings", retriable=True) from None
@@ -154,9 +210,9 @@ class EmbeddingClient:
             raise CallFailed("malformed reply: embeddings are not lists of floats", retriable=True)
         if len(vectors) != len(texts):
             raise CallFailed(f"malformed reply: {len(vectors)} embeddings for {len(texts)} texts", retriable=True)
-        return vectors
+        return vectors, _prompt_tokens(answer_json.get("usage") if isinstance(answer_json, dict) else None)
 
-    def _send_litellm(self, texts: list[str]) -> list[list[float]]:
+    def _send_litellm(self, texts: list[str]) -> Embedded:
         litellm = litellm_module()
         # LiteLLM's OpenAI embedding path reads ``max_retries or DEFAULT_MAX_RETRIES``: the 0 passed
         # below would become 2 and the SDK would retry behind this module's back. The project never
@@ -170,7 +226,6 @@ class EmbeddingClient:
             kwargs["api_key"] = api_key
         if self.cfg.extra_headers:
             kwargs["extra_headers"] = self.cfg.extra_headers
-        self._pace()
         self.requests += 1
         try:
             response = litellm.embedding(
@@ -185,7 +240,13 @@ class EmbeddingClient:
             raise CallFailed("malformed reply: no embeddings", retriable=True) from None
         if len(vectors) != len(texts):
             raise CallFailed(f"malformed reply: {len(vectors)} embeddings for {len(texts)} texts", retriable=True)
-        return vectors
+        return vectors, _prompt_tokens(getattr(response, "usage", None))
+
+
+def _prompt_tokens(usage: Any) -> int | None:
+    """The input tokens an embedding reply's ``usage`` counts (a dict or LiteLLM's object), if it says."""
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else getattr(usage, "prompt_tokens", None)
+    return int(tokens) if isinstance(tokens, (int, float)) and tokens >= 0 else None
 
 
 def _posts_directly(cfg: ModelConfig, api_base: str | None) -> bool:

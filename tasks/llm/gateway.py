@@ -45,7 +45,7 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -100,6 +100,7 @@ __all__ = [
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 log = logging.getLogger("refusalbench.gateway")
+T = TypeVar("T")
 
 
 class Gateway:
@@ -203,6 +204,29 @@ class Gateway:
     def structured_output_fallbacks(self) -> dict[str, str]:
         """{model: mode} for each model whose provider rejected its structured-output mode in this process."""
         return self._sender.structured.fallbacks()
+
+    # ------------------------------------------------------------ requests other than chat calls
+
+    def limited(self, model: str, tokens: int, work: Callable[[], T]) -> T:
+        """``work()`` (one blocking request to ``model`` that is no chat call: an embedding request) done
+        while it holds one of the model's slots: the limits its chat calls take (``max_concurrency``,
+        ``rpm``, ``tpm`` with ``tokens``; shared through Redis where the config shares them)."""
+        limits = self._sender.limits_for(model, self.models[model])
+
+        async def held() -> T:
+            async with limits.slot(tokens):
+                return await asyncio.to_thread(work)
+
+        return self._loop.submit(held()).result()
+
+    def pause(self, model: str, seconds: float) -> None:
+        """Pause ``model``'s requests (every process's, where its limits are shared) after a 429."""
+        limits = self._sender.limits_for(model, self.models[model])
+
+        async def paused() -> None:  # on the loop: the shared limits publish the pause from there
+            limits.pause(seconds)
+
+        self._loop.submit(paused()).result()
 
     # ------------------------------------------------------------ the batch path's interface
     # What ``batch_calls`` uses (besides ``models``, ``scope``, ``usage`` and ``writes``, the call cache as

@@ -99,7 +99,7 @@ class Sender:
             second["retried_with"] = {k: v for k, v in params.items() if spec.params.get(k) != v}
         return second, attempts + more, None
 
-    def _limits_for(self, model: str, cfg: ModelConfig) -> ProcessLimits | SharedModelLimits:
+    def limits_for(self, model: str, cfg: ModelConfig) -> ProcessLimits | SharedModelLimits:
         if model not in self._limits:
             self._limits[model] = (
                 self.shared_limits.for_model(model, cfg)
@@ -191,7 +191,7 @@ class Sender:
         else:  # nothing announced: back off, growing with this call's 429s
             ceiling = min(self.gateway.backoff_max_s, self.gateway.backoff_base_s * 2 ** (limited - 1))
             wait = ceiling / 2 + random.uniform(0, ceiling / 2)
-        limiter = self._limits_for(spec.model, cfg)
+        limiter = self.limits_for(spec.model, cfg)
         limiter.pause(wait)
         waited = time.monotonic() - limited_since
         if waited + limiter.paused_for > cfg.max_rate_limit_wait_s:
@@ -202,7 +202,7 @@ class Sender:
         return None
 
     async def _send_once(self, spec: CallSpec, cfg: ModelConfig, modes: list[StructuredMode | None]) -> dict[str, Any]:
-        async with self._limits_for(spec.model, cfg).slot(tpm_tokens(spec, cfg, self.gateway.profile(spec.model, cfg))):
+        async with self.limits_for(spec.model, cfg).slot(tpm_tokens(spec, cfg, self.gateway.profile(spec.model, cfg))):
             self.gateway.writes.flush()  # the replies come so far are committed before another request goes out
             self._count(spec.model, spec.stage, http_calls=1)
             # The mode is read once the slot is held: a call that waited for it goes in any

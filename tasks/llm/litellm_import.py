@@ -7,7 +7,10 @@ provider profiles (the batch protocols, which the profiles name) can import Lite
 from __future__ import annotations
 
 import functools
+import importlib.util
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 
@@ -20,3 +23,15 @@ def litellm_module() -> Any:
     litellm.suppress_debug_info = True
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     return litellm
+
+
+@functools.cache
+def cost_map() -> dict[str, Any]:
+    """LiteLLM's offline cost map, read from its JSON without importing LiteLLM ({} when not found)."""
+    spec = importlib.util.find_spec("litellm")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "model_prices_and_context_window_backup.json"
+        if path.exists():
+            loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return loaded
+    return {}

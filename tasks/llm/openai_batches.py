@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from refusalbench.tasks.llm.batch_protocol import BatchRequest, LiteLLMBatches, litellm_body
+from refusalbench.tasks.llm.batch_protocol import BatchRequest, LiteLLMBatches, failed_result, litellm_body
 from refusalbench.tasks.llm.litellm_import import litellm_module
 
 ENDPOINT = "/v1/chat/completions"
@@ -48,6 +48,8 @@ class OpenAIBatches(LiteLLMBatches):
         response = row.get("response") or {}
         if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
             replies[row["custom_id"]] = response["body"]
+        elif isinstance(response.get("status_code"), int) and response.get("body") is not None:
+            replies[row["custom_id"]] = failed_result(response["status_code"], response["body"])
 
     def response(self, request: BatchRequest, body: dict[str, Any]) -> Any:
         from litellm.litellm_core_utils.llm_response_utils.convert_dict_to_response import (

@@ -90,6 +90,7 @@ class StageWork:
     batch_chars: Counter[str] = field(default_factory=Counter)
     cache_read: Counter[str] = field(default_factory=Counter)  # prompt tokens read from the provider's cache
     cache_write: Counter[str] = field(default_factory=Counter)  # prompt tokens written to it (billed: Anthropic)
+    embeddings: set[str] = field(default_factory=set)  # models whose calls are embedding requests: no output
 
     def add(
         self,
@@ -153,7 +154,7 @@ def _price_model(mcfg: ModelConfig, work: StageWork, name: str, rates: Rates | N
     calls, batch_calls = work.calls[name], work.batch_calls[name]
     tokens_in = -(-work.chars[name] // CHARS_PER_TOKEN)
     batch_in = -(-work.batch_chars[name] // CHARS_PER_TOKEN)
-    ceiling = max_tokens(mcfg)
+    ceiling = 0 if name in work.embeddings else max_tokens(mcfg)  # an embedding request bills its input alone
     tokens_out: int | None = None
     batch_out: int | None = None
     sync_out: int | None = None

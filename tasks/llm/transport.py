@@ -20,14 +20,13 @@ HTTP-date, ``retry-after-ms``, the reset headers) travel with the failure.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import re
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from refusalbench.tasks.llm.context_errors import provider_message
 from refusalbench.tasks.llm.http_post import PostClient
+from refusalbench.tasks.llm.litellm_import import cost_map
 from refusalbench.tasks.llm.litellm_import import litellm_module as litellm_module
 from refusalbench.tasks.llm.providers import ProviderProfile, profile_for, provider_prefix
 from refusalbench.tasks.llm.rate_limits import announced_wait
@@ -326,12 +325,7 @@ def classify(exc: BaseException, profile: ProviderProfile) -> CallFailed:
 @functools.lru_cache(maxsize=1)
 def _priced_models() -> frozenset[str]:
     """Model names LiteLLM's offline cost map prices (read from its JSON, without importing LiteLLM)."""
-    spec = importlib.util.find_spec("litellm")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / "model_prices_and_context_window_backup.json"
-        if path.exists():
-            return frozenset(json.loads(path.read_text(encoding="utf-8")))
-    return frozenset()
+    return frozenset(cost_map())
 
 
 def direct_model_name(model: str, api_base: str | None = None) -> str | None:

@@ -11,6 +11,11 @@
   $0. Shards sent and not done count at their estimate until they are, so the spend exceeds the budget
   by no more than what the estimates of the shards in flight leave out; a batch-mode model's one shard
   of a stage (its whole batch job) is checked as one.
+- Calls a task sends whole rather than the flow shard by shard (KnowOrNot's facts, QA pairs, HyDE answers,
+  synthetic questions: :class:`AdmittedCalls`; its embedding requests: ``embedding_calls``) ask the budget
+  through ``accounting.admitted`` (the flow sets the budget as the spend gate, which the task runner's
+  threads inherit): each shard of them is checked the same way, at the sum of its calls' ceilings (an
+  embedding request: its texts' tokens at the input price), and committed while it is sent.
 - When the next shard would take the spend past the budget, nothing more is sent: the shards on
   their way finish (their calls go into the call cache, their results into Prefect's task cache),
   the manifest records the calls, costs, spend and the reason (``costs.budget``), and the run stops
@@ -23,7 +28,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -32,7 +37,11 @@ from typing import Any
 from refusalbench.tasks.core.config import RunConfig
 from refusalbench.tasks.core.errors import BudgetExceeded
 from refusalbench.tasks.core.provenance import ManifestRecorder
-from refusalbench.tasks.pipeline.budget_prices import call_ceiling, unpriced
+from refusalbench.tasks.llm import accounting
+from refusalbench.tasks.llm.calls import CallResult, CallSpec
+from refusalbench.tasks.llm.gateway import Gateway
+from refusalbench.tasks.llm.plan_pricing import schema_chars
+from refusalbench.tasks.pipeline.budget_prices import call_ceiling, text_tokens, unpriced
 from refusalbench.tasks.pipeline.runtime import CallCounter
 from refusalbench.tasks.pipeline.ui import SpendDisplay, story
 
@@ -41,6 +50,18 @@ EVALUATION_STAGES = ("respond", "judge", "calibrate")
 PLAN_STAGES = {"calibrate": ("respond", "judge")}
 # The counter of the span a budget covers (``run``: generation and evaluation), when one is open.
 _span: ContextVar[CallCounter | None] = ContextVar("refusalbench_budget_span", default=None)
+
+
+def not_after_a_stop(task: Any, task_run: Any, state: Any) -> bool:
+    """A task's ``retry_condition_fn``: retried after a failure, never after the budget stopped the run
+    inside it (a retry would only be stopped again)."""
+    try:
+        state.result()
+    except BudgetExceeded:
+        return False
+    except Exception:
+        return True
+    return True
 
 
 @contextmanager
@@ -77,6 +98,7 @@ class Budget:
     _costs: dict[bool, dict[str, dict[str, float]]] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _display: SpendDisplay = field(default_factory=SpendDisplay, init=False)
+    stopped: str | None = field(default=None, init=False)  # why the run stopped, once it has
 
     def __post_init__(self) -> None:
         self.counter = CallCounter(self.cfg)
@@ -152,6 +174,13 @@ class Budget:
     def admit(self, stage: str, model: str, index: int, count: int, rows: int, fanned: list[str]) -> float:
         """The next shard's estimate when it fits the budget; else stop the run (:meth:`stop`)."""
         estimate = self.shard_cost(stage, model, rows, fanned)
+        self.check(stage, f"{model}, shard {index + 1}/{count}", estimate)
+        return estimate
+
+    def check(self, stage: str, what: str, estimate: float) -> None:
+        """Stop the run (:meth:`stop`) unless ``what`` (the next shard), estimated at ``estimate``, fits."""
+        if self.stopped is not None:  # a stage still sending after the stop (another base's task) stops too
+            raise BudgetExceeded(self.stopped)
         spent = self.spend.spent_usd()
         with self._lock:
             committed = spent + sum(self._reserved.values())
@@ -159,10 +188,23 @@ class Budget:
         if committed + estimate > self.limit_usd:
             self.stop(
                 f"budget_usd: spent {usd(spent)} of {usd(self.limit_usd)} ({usd(committed - spent)} more on its "
-                f"way); stage {stage}: the next shard ({model}, shard {index + 1}/{count}, about {usd(estimate)}) "
+                f"way); stage {stage}: the next shard ({what}, about {usd(estimate)}) "
                 "would exceed it. Stopped; a re-run with a larger budget_usd resumes here"
             )
-        return estimate
+
+    @contextmanager
+    def admitted(self, stage: str, model: str, estimate_usd: float, what: str) -> Iterator[None]:
+        """Calls sent inside a task rather than shard by shard from the flow (KnowOrNot's knowledge base,
+        HyDE, synthetic questions, embeddings: ``accounting.admitted``): checked like a shard, their
+        estimate committed while they are sent."""
+        self.check(stage, f"{model}, {what}", estimate_usd)
+        key = object()
+        with self._lock:
+            self._reserved[id(key)] = estimate_usd
+        try:
+            yield
+        finally:
+            self._release(id(key))
 
     def track(self, future: Any, estimate: float) -> None:
         """Count ``future``'s estimate as committed until it is done."""
@@ -178,6 +220,10 @@ class Budget:
 
     def stop(self, reason: str) -> None:
         """Let the shards on their way finish (cached for the re-run), record the costs, raise."""
+        with self._lock:
+            if self.stopped is not None:
+                raise BudgetExceeded(self.stopped)
+            self.stopped = reason
         for future in list(self._futures):
             future.wait()
         spent = self.spend.spent_usd()
@@ -187,3 +233,33 @@ class Budget:
         self.recorder.note(reason)
         story("%s", reason)
         raise BudgetExceeded(reason)
+
+
+class AdmittedCalls:
+    """A gateway whose ``complete_many`` sends a stage's calls ``shard_size`` at a time, each shard admitted
+    by the run's budget first (``accounting.admitted``: the sum of its calls' ceilings, ``call_ceiling``);
+    where no budget admits calls, all at once, as the gateway sends them. For the stages a task sends
+    whole (KnowOrNot's facts, QA pairs, HyDE answers, synthetic questions)."""
+
+    def __init__(self, gateway: Gateway, cfg: RunConfig, stage: str, shard_size: int):
+        self.gateway, self.cfg, self.stage, self.shard_size = gateway, cfg, stage, max(1, shard_size)
+
+    def complete_many(
+        self, specs: Iterable[CallSpec], on_result: Callable[[CallResult], None] | None = None
+    ) -> list[CallResult]:
+        specs = list(specs)
+        if not accounting.gated():
+            return self.gateway.complete_many(specs, on_result=on_result)
+        billed_as = accounting.current_stage()  # the stage the calls count for: a batch-mode model's batch price
+        shards = [specs[i : i + self.shard_size] for i in range(0, len(specs), self.shard_size)]
+        results: list[CallResult] = []
+        for index, shard in enumerate(shards):
+            estimate = sum(self._ceiling(spec, billed_as) for spec in shard)
+            with accounting.admitted(self.stage, shard[0].model, estimate, f"shard {index + 1}/{len(shards)}"):
+                results += self.gateway.complete_many(shard, on_result=on_result)
+        return results
+
+    def _ceiling(self, spec: CallSpec, stage: str) -> float:
+        model = self.cfg.models[spec.model]
+        chars = sum(len(str(m.get("content") or "")) for m in spec.messages) + schema_chars(model, spec.schema_)
+        return call_ceiling(self.cfg, spec.model, stage, text_tokens(chars))

@@ -250,3 +250,27 @@ def test_waiting_elsewhere_leaves_a_running_job_to_the_provider_and_a_second_gat
         results = later.complete_many(specs)
         assert all(result.error is None for result in results)
         assert len(held.batches.jobs) == 2  # read from the ended jobs: none sent again
+
+
+def test_a_batch_line_saying_the_prompt_is_too_long_is_too_long_not_resent(server, tmp_path):
+    """A result line whose error is the provider's "prompt too long" (OpenAI's context_length_exceeded in its
+    error file, Anthropic's "prompt is too long" errored result) is the row's too_long outcome, as on the
+    synchronous path: no synchronous request follows it."""
+    saved = dict(server.behaviours)
+    for model in ("gpt-4o-mini", "claude-haiku-4-5"):
+        server.behaviours[model] = Behaviour(too_long=True)
+    gw = _gateway(server, tmp_path, "batch", "too-long")
+    specs = [s for s in _specs(["gpt", "claude"], "too long") if s.schema_ is None]
+    before = len(server.calls)
+    try:
+        results = gw.complete_many(specs)
+    finally:
+        server.behaviours.clear()
+        server.behaviours.update(saved)
+    assert [r.error_kind for r in results] == ["too_long"] * len(specs)
+    assert "context length" in results[0].error.lower() and "prompt is too long" in results[-1].error
+    sent = server.calls[before:]
+    assert sent and all(c.get("batch") for c in sent)  # each asked once, in its batch; none again synchronously
+    calls = gw.stats_snapshot()
+    assert not calls["gpt"].get("batch_fallbacks") and not calls["claude"].get("batch_fallbacks")
+    assert calls["gpt"]["too_long"] == 3 and calls["claude"]["too_long"] == 3

@@ -15,13 +15,17 @@ parameters, so a re-run sends no request.
 Embedders are chosen by name (the config's ``knowornot.embedder``) from ``EMBEDDERS``: a
 new one is a class or factory function under ``@register_embedder("name")``; it is called
 without arguments, except that a factory taking ``model`` and ``api_base`` gets the
-embedding model's config and run-time endpoint (``embedder_for``).
+embedding model's config and run-time endpoint, and one that also takes ``model_name`` and ``access`` gets
+the model's registry name and the run's gateway, so its requests go under the model's limits and into
+the run's accounting and budget (``embedder_for``). MiniLM and the stand-in run in this process: free,
+and under no limit.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -82,6 +86,9 @@ def embedder_for(cfg: RunConfig, api_bases: dict[str, str] | None = None) -> Emb
     options: dict[str, Any] = {}
     if kon.embedding_model:
         options = {"model": cfg.models[kon.embedding_model], "api_base": gateway.api_bases.get(kon.embedding_model)}
+        if {"model_name", "access"} <= inspect.signature(EMBEDDERS.lookup(kon.embedder)).parameters.keys():
+            # Its requests go under the model's limits and into the run's accounting (``embedding_calls``).
+            options.update(model_name=kon.embedding_model, access=gateway)
     return make_embedder(kon.embedder, cache=gateway.cache, **options)
 
 
@@ -260,12 +267,20 @@ class ApiEmbedder:
     ``cache_identity`` adds the deployment, so two hosts of one model never share vectors.
     """
 
-    def __init__(self, model: ModelConfig | None = None, api_base: str | None = None, batch_size: int = 64):
+    def __init__(
+        self,
+        model: ModelConfig | None = None,
+        api_base: str | None = None,
+        batch_size: int = 64,
+        model_name: str | None = None,
+        access: Any = None,
+    ):
         from refusalbench.tasks.llm.embedding_calls import EmbeddingClient, embedding_identity
 
         if model is None:
             raise ModelUnavailable("embedder 'api' needs an embedding model: set knowornot.embedding_model")
-        self.client = EmbeddingClient(model, api_base)
+        # ``model_name`` and ``access``: the model's registry name and the run's gateway, whose limits and accounting hold.
+        self.client = EmbeddingClient(model, api_base, name=model_name, access=access)
         self.batch_size = batch_size
         self.name = "api:" + model.model + "".join(f";{k}={v}" for k, v in sorted(model.params.items()))
         self.cache_identity = json.dumps(embedding_identity(model), sort_keys=True)

@@ -12,8 +12,8 @@ Every call's failure stays in its row.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from refusalbench.tasks.core.eval_spec import EvalSpec
 from refusalbench.tasks.knowornot.schema.records import (
@@ -36,12 +36,19 @@ from refusalbench.tasks.llm.structured_outputs import AtomicFacts, HydeOutput, O
 OnResult = Callable[[CallResult], None] | None
 
 
+class Completer(Protocol):
+    """What the stages a task sends whole need of the gateway (the pipeline may hand them one that admits
+    each shard of calls against the run's budget first)."""
+
+    def complete_many(self, specs: Iterable[CallSpec], on_result: OnResult = None) -> list[CallResult]: ...
+
+
 def _short_hash(*parts: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
 def extract_facts(
-    gateway: Gateway,
+    gateway: Completer,
     model: str,
     documents: Sequence[SourceDocument],
     sentences: Sequence[Sentence],
@@ -79,7 +86,7 @@ def extract_facts(
 
 
 def generate_qa(
-    gateway: Gateway, model: str, facts: Sequence[AtomicFact], on_result: OnResult = None
+    gateway: Completer, model: str, facts: Sequence[AtomicFact], on_result: OnResult = None
 ) -> tuple[list[QAPair], list[dict[str, Any]]]:
     specs = [
         CallSpec(
@@ -110,7 +117,7 @@ def generate_qa(
 
 
 def hyde_answers(
-    gateway: Gateway, model: str, pairs: Sequence[QAPair], n: int, on_result: OnResult = None
+    gateway: Completer, model: str, pairs: Sequence[QAPair], n: int, on_result: OnResult = None
 ) -> tuple[list[HypotheticalAnswers], list[dict[str, Any]]]:
     specs = [
         CallSpec(
@@ -131,7 +138,7 @@ def hyde_answers(
 
 
 def synthetic_ookb_questions(
-    gateway: Gateway,
+    gateway: Completer,
     model: str,
     pairs: Sequence[QAPair],
     n: int,

@@ -60,8 +60,8 @@ def check_knowornot_inputs(cfg: RunConfig) -> None:
             read_documents(
                 [cfg.input_path(d, (*key, "documents", j)) for j, d in enumerate(as_written.documents or [])]
             )
-    # Embedding calls are not priced: the budget covers the chat models.
-    check_budget_prices(cfg, [m for m in knowornot_models(kon) + kon.evaluator_comparison if m != kon.embedding_model])
+    # The embedding model too: its requests are priced and admitted like the chat models' calls.
+    check_budget_prices(cfg, knowornot_models(kon) + kon.evaluator_comparison)
 
 
 def _check_imported(path: str, as_written: str) -> None:

@@ -55,6 +55,7 @@ from refusalbench.tasks.knowornot.stages.retrieval import (
 from refusalbench.tasks.knowornot.stages.sentences import document_sentences, spread_sentences
 from refusalbench.tasks.knowornot.stages.sources import load_qa_pairs
 from refusalbench.tasks.llm.gateway import gateway_for
+from refusalbench.tasks.pipeline.budget import AdmittedCalls, not_after_a_stop
 from refusalbench.tasks.pipeline.fanout import (
     progress_callback,
     read_shared,
@@ -113,6 +114,7 @@ class GridSummary(BaseModel):
     cache_policy=STAGE_CACHE,
     retries=1,
     retry_delay_seconds=2,
+    retry_condition_fn=not_after_a_stop,
 )
 @with_plugins
 def build_knowledge_base(
@@ -127,15 +129,19 @@ def build_knowledge_base(
     else:
         model = kon.extractor or kon.evaluator
         gateway = gateway_for(cfg, api_bases)
+        facts_calls = AdmittedCalls(gateway, cfg, "facts", kon.shard_size)
         documents = read_documents(kon.documents or [])
         sentences = spread_sentences([s for d in documents for s in document_sentences(d)], kon.max_sentences)
         store.save(kon_files.SENTENCES, sentences)
         facts, fact_failures = extract_facts(
-            gateway, model, documents, sentences, on_result=progress_callback("extract facts", len(sentences))
+            facts_calls, model, documents, sentences, on_result=progress_callback("extract facts", len(sentences))
         )
         store.save(kon_files.FACTS, facts)
         pairs, qa_failures = generate_qa(
-            gateway, model, facts, on_result=progress_callback("write QA pairs", len(facts))
+            AdmittedCalls(gateway, cfg, "qa", kon.shard_size),
+            model,
+            facts,
+            on_result=progress_callback("write QA pairs", len(facts)),
         )
         failures = fact_failures + qa_failures
     store.save(kon_files.QA_PAIRS_ALL, pairs)
@@ -148,6 +154,7 @@ def build_knowledge_base(
     cache_policy=STAGE_CACHE,
     retries=1,
     retry_delay_seconds=2,
+    retry_condition_fn=not_after_a_stop,
 )
 @with_plugins
 def filter_and_index(cfg: RunConfig, out: str, input_digest: str) -> FilterSummary:
@@ -193,7 +200,12 @@ def _ensure_index(store: ArtifactStore, pairs: list[QAPair], embedder: Embedder)
 
 
 @task(
-    name="kon-experiments", task_run_name="kon-experiments", cache_policy=STAGE_CACHE, retries=1, retry_delay_seconds=2
+    name="kon-experiments",
+    task_run_name="kon-experiments",
+    cache_policy=STAGE_CACHE,
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=not_after_a_stop,
 )
 @with_plugins
 def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: dict[str, str]) -> GridSummary:
@@ -210,7 +222,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
         question_vectors = encoder.submit(embedder.embed, [p.question for p in pairs])
         if strategies_need(kon.retrieval, "hyde_embeddings"):
             answers, failures = hyde_answers(
-                gateway_for(cfg, api_bases),
+                AdmittedCalls(gateway_for(cfg, api_bases), cfg, "hyde", kon.shard_size),
                 model,
                 pairs,
                 kon.hyde_answers,
@@ -221,7 +233,7 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
     ookb: list[OOKBQuestion] = []
     if kon.synthetic_ookb:
         ookb, ookb_failures = synthetic_ookb_questions(
-            gateway_for(cfg, api_bases),
+            AdmittedCalls(gateway_for(cfg, api_bases), cfg, "ookb", kon.shard_size),
             model,
             pairs,
             kon.synthetic_ookb,
@@ -233,7 +245,8 @@ def build_experiments(cfg: RunConfig, out: str, input_digest: str, api_bases: di
         if hyde is not None:
             # Synthetic questions need hypothetical answers too, or HyDE would have no query for them.
             ookb_pairs = [QAPair(id=q.id, question=q.question, answer="") for q in ookb]
-            extra, extra_failures = hyde_answers(gateway_for(cfg, api_bases), model, ookb_pairs, kon.hyde_answers)
+            hyde_calls = AdmittedCalls(gateway_for(cfg, api_bases), cfg, "hyde", kon.shard_size)
+            extra, extra_failures = hyde_answers(hyde_calls, model, ookb_pairs, kon.hyde_answers)
             failures += extra_failures
             hyde.update(_embedded_answers(embedder, extra))
     rows = build_experiment_inputs(
@@ -274,6 +287,7 @@ def _embedded_answers(embedder: Embedder, answers: list[HypotheticalAnswers]) ->
     cache_policy=STAGE_CACHE,
     retries=1,
     retry_delay_seconds=2,
+    retry_condition_fn=not_after_a_stop,
 )
 @with_plugins
 def answer_shard(
@@ -296,6 +310,7 @@ def answer_shard(
     cache_policy=STAGE_CACHE,
     retries=1,
     retry_delay_seconds=2,
+    retry_condition_fn=not_after_a_stop,
 )
 @with_plugins
 def evaluate_shard(
@@ -330,6 +345,7 @@ def evaluate_shard(
     cache_policy=STAGE_CACHE,
     retries=1,
     retry_delay_seconds=2,
+    retry_condition_fn=not_after_a_stop,
 )
 @with_plugins
 def compare_evaluator_shard(
