@@ -283,7 +283,12 @@ def _embed_work(cfg: RunConfig, kon: KnowOrNotConfig, bases: list[_Base], work: 
         chars += round(base.questions * (question + pair) + hyde_texts * answer + kon.synthetic_ookb * question)
     work.embeddings.add(model)
     work.add(
-        model, cfg.models[model], requests, [(round(chars / max(requests, 1)), None, [])], bounded=True, stage="embed"
+        model,
+        cfg.models[model],
+        requests,
+        [(round(chars / max(requests, 1)), None, [], None)],
+        bounded=True,
+        stage="embed",
     )
     work.note = (
         f"{counted(texts, 'text')} (questions, pairs for the index, HyDE answers, synthetic questions) in "
