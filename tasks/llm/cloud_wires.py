@@ -8,7 +8,8 @@ read from those providers: a model whose :class:`~provider_wire.Behaviour` says 
 the provider's own 400 for a prompt over the window; any other request gets a 501 saying the
 route scripts nothing else. Every request is logged in ``server.calls`` (``wire``: ``bedrock`` or
 ``gemini``), like the other routes'. A Claude model's InvokeModel body (the Messages API's, with
-``anthropic_version``) is answered as the Messages API route answers it (``scripted_bedrock_batches``).
+``anthropic_version``) and a Nova model's InvokeModel or Converse body (``nova_wire``: the two share
+one shape) are answered with the server's responder (``scripted_bedrock_batches.answer_invoke``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from refusalbench.tasks.llm.provider_wire import Behaviour, Rejection
-from refusalbench.tasks.llm.scripted_bedrock_batches import answer_claude
+from refusalbench.tasks.llm.scripted_bedrock_batches import answer_invoke, invoke_wire
 
 
 class Server(Protocol):
@@ -74,8 +75,8 @@ def cloud_routes(server: Server, app: web.Application) -> None:
             entry |= {"messages": None, "response_format": None, "params": {}, "headers": {}, "billed": {}}
             if behaviour is not None and behaviour.too_long:
                 answer: Rejection = rejection(prompt_tokens)
-            elif wire == "bedrock" and "anthropic_version" in body:  # Claude's InvokeModel body: answered
-                _, status, reply = answer_claude(server, model, body)
+            elif wire == "bedrock" and invoke_wire(model, body) is not None:  # Claude's or Nova's body: answered
+                _, status, reply = answer_invoke(server, model, body)
                 return web.json_response(reply, status=status)
             else:
                 answer = Rejection(501, {"message": f"the scripted {wire} route answers only a too_long model"})

@@ -228,15 +228,25 @@ def _price_notes(cfg: RunConfig, per_model: list[tuple[str, ModelPlan]], rates: 
         notes.append(f"no params.max_tokens, so output is unbounded: {', '.join(no_ceiling)}")
     no_batch_api = sorted({name for name, _ in per_model if not batch_provider(cfg.models[name])})
     unbatched = [name for name in no_batch_api if cfg.models[name].mode != "sync"]
+    # Bedrock's batch inference takes its Claude and Nova models; AWS's list of them leaves DeepSeek-R1 out.
+    why = (
+        "; Bedrock's batch inference does not list DeepSeek-R1"
+        if any(
+            cfg.models[name].model.startswith("bedrock/") and "deepseek" in cfg.models[name].model
+            for name in no_batch_api
+        )
+        else ""
+    )
     if unbatched:
         notes.append(
-            f"mode: batch, but no batch API the gateway speaks (OpenAI-style and Anthropic have one): "
-            f"{', '.join(unbatched)}: sent, priced and timed synchronously"
+            f"mode: batch, but no batch API the gateway speaks for the model (OpenAI-style, Anthropic, Vertex AI "
+            f"and Bedrock's Claude and Nova models have one{why}): {', '.join(unbatched)}: sent, priced and timed "
+            "synchronously"
         )
     if no_batch_api:
         notes.append(
-            f"batch_cost_usd (every model in mode: batch) keeps these synchronous, their providers having no "
-            f"batch API the gateway speaks: {', '.join(no_batch_api)}"
+            f"batch_cost_usd (every model in mode: batch) keeps these synchronous, the gateway speaking no batch "
+            f"API for them{f' ({why[2:]})' if why else ''}: {', '.join(no_batch_api)}"
         )
     return notes
 

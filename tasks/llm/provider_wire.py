@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 
 from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 
-WireFormat = Literal["openai", "anthropic", "gemini"]
+WireFormat = Literal["openai", "anthropic", "gemini", "bedrock"]
 
 
 # ---------------------------------------------------------------- real providers' manners

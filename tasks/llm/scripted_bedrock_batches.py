@@ -1,4 +1,4 @@
-"""The scripted model server's Bedrock: batch inference's control plane, and InvokeModel for Claude models.
+"""The scripted model server's Bedrock: batch inference's control plane, and InvokeModel for Claude and Nova models.
 
 Shaped like Bedrock (``ScriptedLLMServer`` registers the routes; ``server.bedrock_batches`` is the
 :class:`BedrockBatchDesk` a test scripts):
@@ -16,9 +16,10 @@ Shaped like Bedrock (``ScriptedLLMServer`` registers the routes; ``server.bedroc
   its records unanswered.
 
 S3 is whatever endpoint boto3 finds (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``: moto's server in
-the tests). Each record's ``modelInput`` is a Claude InvokeModel body (the Messages API's, with
-``anthropic_version``) and is answered by :func:`answer_claude`, as the synchronous InvokeModel route
-(``cloud_wires``, ``/model/{id}/invoke``) answers the same body: the same responder and
+the tests). Each record's ``modelInput`` is an InvokeModel body, a Claude model's (the Messages API's,
+with ``anthropic_version``) or a Nova model's (``nova_wire``), and is answered by :func:`answer_invoke`,
+as the synchronous InvokeModel route (``cloud_wires``, ``/model/{id}/invoke``) answers the same body:
+the same responder and
 :class:`Behaviour`, logged in ``server.calls`` (``wire: bedrock``; a record with ``batch``, the job's
 ARN, and ``custom_id``, its recordId). ``server.batches.fail`` scripts errored or expired records too.
 """
@@ -37,7 +38,8 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC
-from refusalbench.tasks.llm.provider_wire import Behaviour, Outcome, content_digest, shape_reply
+from refusalbench.tasks.llm.nova_wire import NOVA
+from refusalbench.tasks.llm.provider_wire import Behaviour, Outcome, Wire, content_digest, shape_reply
 from refusalbench.tasks.llm.scripted_replies import request_fingerprint
 
 ARN_PREFIX = "arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/"
@@ -53,10 +55,22 @@ def _error(status: int, kind: str, message: str) -> web.Response:
     return web.json_response({"message": message}, status=status, headers={"x-amzn-ErrorType": kind + ERROR_TYPE})
 
 
-def answer_claude(server: Any, model: str, body: dict[str, Any], job: str | None = None, record: str = "") -> Outcome:
-    """A Claude InvokeModel ``body`` to ``model`` answered as the Messages API route answers it: (result
-    kind, HTTP status, reply or error body); a batch record (``job``: its ARN) may be scripted to fail."""
-    request, tool = ANTHROPIC.read_request({**body, "model": model}, server.known_schemas)
+def invoke_wire(model: str, body: dict[str, Any]) -> Wire | None:
+    """The wire of an InvokeModel ``body`` the server answers: Claude's or Nova's (None: neither)."""
+    if "anthropic_version" in body:
+        return ANTHROPIC
+    return NOVA if "nova" in model.lower() else None
+
+
+def answer_invoke(server: Any, model: str, body: dict[str, Any], job: str | None = None, record: str = "") -> Outcome:
+    """A Claude or Nova InvokeModel ``body`` to ``model`` answered as the server's other routes answer
+    a request: (result kind, HTTP status, reply or error body); a batch record (``job``: its ARN) may be
+    scripted to fail. A body of another model is a ValidationException."""
+    wire = invoke_wire(model, body)
+    if wire is None:
+        return "errored", 400, {"message": f"the scripted server answers Claude and Nova bodies only, not {model}'s"}
+    request, tool = wire.read_request(body, server.known_schemas)
+    request["model"] = model
     behaviour: Behaviour | None = server.behaviours.get(model)
     failure = server.batches._failure(record) if job is not None else None
     now = time.time()
@@ -82,9 +96,7 @@ def answer_claude(server: Any, model: str, body: dict[str, Any], job: str | None
         if failure == "errored":
             entry["status"] = 500
             return "errored", 500, {"message": "injected batch record failure"}
-        rejection = ANTHROPIC.request_error(body) or server._behaviour_rejection(
-            request, body, behaviour, ANTHROPIC, now
-        )
+        rejection = wire.request_error(body) or server._behaviour_rejection(request, body, behaviour, wire, now)
         if rejection is not None:
             entry["status"] = rejection.status
             return "errored", rejection.status, rejection.body
@@ -103,7 +115,7 @@ def answer_claude(server: Any, model: str, body: dict[str, Any], job: str | None
             "cached_tokens": reply.cached_tokens,
         }
         entry["finish"] = reply.finish
-        return "succeeded", 200, ANTHROPIC.reply_body(reply, tool)
+        return "succeeded", 200, wire.reply_body(reply, tool)
     finally:
         entry["finished"] = time.time()
         server._log(entry)
@@ -233,7 +245,7 @@ class BedrockBatchDesk:
             job.settling = True  # claimed: a concurrent look does not answer the records twice
         lines, counts = [], {"succeeded": 0, "errored": 0, "expired": 0}
         for record in job.records:
-            kind, status, answer = answer_claude(
+            kind, status, answer = answer_invoke(
                 self.server, job.request["modelId"], record["modelInput"], job.arn, record.get("recordId", "")
             )
             counts[kind] += 1

@@ -31,6 +31,7 @@ from refusalbench.tasks.llm.scripted_server import Behaviour, ScriptedLLMServer,
 BUCKET = "bedrock-batches"
 ROLE = "arn:aws:iam::123456789012:role/bedrock-batch"
 CLAUDE = "anthropic.claude-3-haiku-20240307-v1:0"
+NOVA = "amazon.nova-pro-v1:0"
 PRICE = ModelPrice(input_per_mtok=2.0, output_per_mtok=8.0)
 
 
@@ -161,6 +162,35 @@ def test_a_claude_model_on_the_converse_route_batches_its_invoke_body(aws, tmp_p
     assert all(r.ok and r.batch for r in results) and results[3].parsed.label
 
 
+def test_a_nova_stage_goes_as_one_job_and_reads_back_as_its_synchronous_twins(aws, tmp_path):
+    server, _ = aws
+    batched = _models(server, "batch")["priced"].model_copy(update={"model": f"bedrock/{NOVA}", "price": None})
+    converse = batched.model_copy(update={"mode": "sync"})  # the paper's model string: LiteLLM's Converse route
+    invoke = batched.model_copy(update={"mode": "sync", "model": f"bedrock/invoke/{NOVA}"})
+    before = len(server.bedrock_batches.jobs)
+    results = Gateway({"nova": batched}, SQLiteCache(tmp_path / "nova.sqlite")).complete_many(_specs("nova", "nova"))
+    (job,) = _new_jobs(server, before)
+    assert job.status == "Completed" and job.request["modelId"] == NOVA and len(job.records) == 4
+    first, judged = job.records[0]["modelInput"], job.records[3]["modelInput"]
+    assert "anthropic_version" not in first and first["inferenceConfig"]["maxTokens"] == 64
+    assert first["messages"] == [{"role": "user", "content": [{"text": "nova question 0"}]}]
+    assert judged["system"] == [{"text": "Judge it."}]  # the schema rides as LiteLLM's JSON tool
+    assert [t["toolSpec"]["name"] for t in judged["toolConfig"]["tools"]] == ["json_tool_call"]
+    answered = [c for c in server.calls if c.get("batch") == job.arn]
+    assert len(answered) == 4 and all(c["model"] == NOVA for c in answered)
+    assert set(answered[3]["response_format"]["json_schema"]["schema"]["properties"]) == {"label", "confidence"}
+
+    assert all(r.ok and r.batch for r in results) and isinstance(results[3].parsed, Verdict)
+    sync = Gateway({"nova": converse}, SQLiteCache(tmp_path / "converse.sqlite")).complete_many(_specs("nova", "nova"))
+    assert not any(r.batch for r in sync) and [_reply(r) for r in results] == [_reply(r) for r in sync]
+    for b, s in zip(results, sync):  # LiteLLM's price of Nova Pro, at the batch share
+        assert s.cost_usd > 0 and b.cost_usd == pytest.approx(s.cost_usd * BATCH_PRICE_SHARE)
+    # The synchronous InvokeModel route the records' bodies come from answers the text calls alike (LiteLLM's
+    # invoke route leaves a JSON tool's reply as a tool call, so the schema call is compared on Converse only).
+    plain = Gateway({"nova": invoke}, SQLiteCache(tmp_path / "invoke.sqlite")).complete_many(_specs("nova", "nova")[:3])
+    assert [_reply(r) for r in plain] == [_reply(r) for r in results[:3]]
+
+
 def test_an_errored_record_is_asked_again_synchronously(aws, tmp_path):
     server, _ = aws
     gw = _gateway(server, tmp_path, "batch", "errored")
@@ -245,10 +275,19 @@ def test_a_bedrock_model_in_batch_mode_needs_its_s3_location_and_role(tmp_path):
 
 
 def test_plan_prices_a_bedrock_model_s_batch_calls_at_the_batch_share():
-    nova = ModelConfig(model="bedrock/us.amazon.nova-pro-v1:0", mode="batch")  # no S3 needed: sent synchronously
-    cfg = RunConfig(models={"claude": ModelConfig(model=f"bedrock/converse/{CLAUDE}"), "nova": nova})
-    assert batch_provider(cfg.models["claude"]) and not batch_provider(nova)  # the jobs take Claude models only
-    rates = model_rates(cfg, ["claude"])["claude"]
-    assert rates.sync[0] > 0
-    assert rates.batch == pytest.approx((rates.sync[0] * BATCH_PRICE_SHARE, rates.sync[1] * BATCH_PRICE_SHARE))
-    assert json.dumps(rates.batch)  # plain floats
+    where = BatchSettings(bedrock=BedrockBatchConfig(s3_uri=f"s3://{BUCKET}/jobs/", role_arn=ROLE))
+    deepseek = ModelConfig(model="bedrock/us.deepseek.r1-v1:0", mode="batch")  # no S3 needed: sent synchronously
+    models = {
+        "claude": ModelConfig(model=f"bedrock/converse/{CLAUDE}"),
+        "nova": ModelConfig(model="bedrock/us.amazon.nova-pro-v1:0", mode="batch", batch=where),
+        "premier": ModelConfig(model="bedrock/us.amazon.nova-premier-v1:0", mode="batch", batch=where),
+        "deepseek": deepseek,
+    }
+    cfg = RunConfig(models=models)
+    # The jobs take Claude and Nova models; AWS's batch inference does not list DeepSeek-R1.
+    assert [name for name, m in models.items() if batch_provider(m)] == ["claude", "nova", "premier"]
+    for name in ("claude", "nova", "premier"):
+        rates = model_rates(cfg, [name])[name]
+        assert rates.sync[0] > 0, name
+        assert rates.batch == pytest.approx((rates.sync[0] * BATCH_PRICE_SHARE, rates.sync[1] * BATCH_PRICE_SHARE))
+        assert json.dumps(rates.batch)  # plain floats

@@ -139,6 +139,40 @@ models:
     assert not any("OPENAI_API_KEY" in line for line in missing_key_warnings(cfg, ["a", "b"]))
 
 
+BEDROCK = """
+models:
+  m: {model: MODEL, mode: MODE, params: {max_tokens: 50},
+      batch: {bedrock: {s3_uri: "s3://bucket/jobs/", role_arn: "arn:aws:iam::123456789012:role/batch"}}}
+cache: {path: CACHE}
+generation:
+  base_set: base.jsonl
+  generators: [m]
+  verifiers: [m]
+  seed: 0
+  base_sample: 2
+  strata: [P-MissingInfo/LOW]
+evaluation:
+  targets: [m]
+  judge: m
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "batched"), [("bedrock/us.amazon.nova-pro-v1:0", True), ("bedrock/us.deepseek.r1-v1:0", False)]
+)
+def test_a_bedrock_model_in_batch_mode_is_priced_as_its_batch_jobs_take_it(tmp_path, model, batched):
+    # Bedrock's batch inference takes Nova models at half the price; DeepSeek-R1 is sent synchronously.
+    (tmp_path / "sync").mkdir(), (tmp_path / "batch").mkdir()
+    sync = plan_run(local_config(tmp_path / "sync", BEDROCK.replace("MODEL", model).replace("MODE", "sync"))).total
+    planned = plan_run(local_config(tmp_path / "batch", BEDROCK.replace("MODEL", model).replace("MODE", "batch")))
+    batch = planned.total
+    assert sync.cost_usd > 0 and sync.sync_cost_usd == pytest.approx(batch.sync_cost_usd) == sync.cost_usd
+    share = 0.5 if batched else 1.0
+    assert batch.cost_usd == pytest.approx(sync.cost_usd * share, abs=1e-5)  # plan rounds to the micro-dollar
+    assert sync.batch_cost_usd == pytest.approx(batch.cost_usd, abs=1e-5)  # every model in batch mode: the same jobs
+    assert ("does not list DeepSeek-R1" in " ".join(planned.notes)) is not batched
+
+
 # ---------------------------------------------------------------- seconds per call
 
 
