@@ -411,7 +411,7 @@ class Bedrock(ProviderProfile):
     credential_files = ("~/.aws/credentials",)
     keyless_endpoints = False
     prompt_caching = "explicit"  # LiteLLM turns cache_control into Converse's cachePoint (Claude, Nova)
-    batch_protocol = BedrockBatchInference  # takes Claude models; the others' are sent synchronously
+    batch_protocol = BedrockBatchInference  # takes Claude and Nova models; the others' are sent synchronously
     prompt_cache_min_by_model = CLAUDE_CACHE_MINIMUMS
     context_length_error = BedrockInputTooLong
 
