@@ -274,7 +274,7 @@ class RefreshConfig(Strict):
 
 
 class BedrockBatchConfig(Strict):
-    """Where a Claude model on Bedrock keeps its batch jobs' files, and the role the jobs run as
+    """Where a Claude or Nova model on Bedrock keeps its batch jobs' files, and the role the jobs run as
     (``batch.bedrock``): Bedrock batch inference reads its requests from S3 and writes its results there."""
 
     s3_uri: str = Field(description="s3://bucket/prefix/ the jobs' input/ and output/ folders go under")
