@@ -5,7 +5,8 @@ Registers (or updates, by name) two automations with the API in ``PREFECT_API_UR
 - **crash runs without heartbeats** - Prefect's documented zombie detection: a flow run that
   sent a heartbeat (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``, set for the deployments in
   prefect.yaml) and then neither another heartbeat nor a final state within ``--within``
-  seconds is set Crashed (a run suspended while its batch jobs run is not: it left on purpose).
+  seconds is set Crashed (a run suspended while its batch jobs run is not: it left on purpose, and
+  its subflow runs are set Paused as its process exits, tasks/pipeline/batch_suspension.py).
   This is what ends a run whose worker and flow process vanished
   together (a lost container); it also releases the deployment concurrency slot that run held,
   which otherwise stays taken until the 300 s lease the engine renews runs out.

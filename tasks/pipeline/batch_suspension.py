@@ -13,12 +13,18 @@ others) resumes each suspended run whose jobs have ended, or whose wait has run 
 finished comes from Prefect's cache, and the batch path reads the ended jobs' results from the
 ledger (or cancels a late one and sends its requests synchronously) instead of sending them again.
 
+A suspended run's subflow runs (a refresh round's main job, generation, evaluation) stay Running
+on the server when their process exits with the suspension, and their heartbeats stop: the crash
+automation (``deployments/automations.py``) would mark them Crashed after its window. As the process
+exits, :func:`pause_subflows` sets them Paused; the resumed run takes each one up again from there.
+
 Outside a deployment (a ``refusalbench run`` in a terminal) nothing changes: the process polls the
 job until it ends, as ``batch_calls`` says.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -86,7 +92,43 @@ def suspend_for(config: RunConfig, jobs: list[dict[str, Any]]) -> NoReturn:
     # The run's flows, in this process, stop at their next step (Prefect raises Pause there); this task
     # ends now with Pause, as Prefect's own signal, so it is neither failed nor retried.
     suspend_flow_run(flow_run_id=uuid.UUID(run_id), timeout=timeout, key=f"batch-{uuid.uuid4().hex}")
+    # At exit, not now: the subflows' engines send heartbeats until they have unwound, and a heartbeat
+    # after their Paused state would start the automation's window again.
+    if not _pausing_at_exit:
+        _pausing_at_exit.append(run_id)
+        atexit.register(pause_subflows, run_id)
     raise Pause("suspended while its batch jobs run")
+
+
+_pausing_at_exit: list[str] = []
+
+
+def pause_subflows(run_id: str) -> list[str]:
+    """Set the still-Running subflow runs of the suspended run ``run_id`` (at any depth) Paused; their ids.
+
+    Runs when the suspended run's process exits, its flows unwound: their heartbeats have stopped.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+    from prefect.states import Paused
+
+    paused: list[str] = []
+    try:
+        with get_client(sync_client=True) as client:
+            parents = [uuid.UUID(run_id)]
+            while parents:
+                below = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents))
+                children = client.read_flow_runs(flow_run_filter=below)
+                for child in children:
+                    if child.state is not None and child.state.is_running():
+                        client.set_flow_run_state(
+                            child.id, Paused(message="its root run is suspended for batch jobs"), force=True
+                        )
+                        paused.append(str(child.id))
+                parents = [child.id for child in children]
+    except Exception as exc:  # noqa: BLE001 - at exit: a subflow left Running is marked Crashed, no worse
+        logging.getLogger(__name__).warning("subflow runs of %s could not be paused: %s", run_id, exc)
+    return paused
 
 
 def suspended_runs() -> list[Any]:

@@ -190,3 +190,127 @@ def test_a_refresh_round_suspends_inside_its_subflows_and_completes_once_resumed
     (round_folder,) = [p for p in rounds.iterdir() if p.is_dir()]  # the same round, resumed
     metrics = json.loads((round_folder / "metrics.json").read_text())["models"]
     assert set(metrics) == {"steady"}
+
+
+CRASH_WITHIN_S = 40  # the zombie automation's window here: just past the 30 s heartbeat (production: 90 s)
+
+
+def runs_of_round(api_url: str, run_id: str) -> list[dict]:
+    """The root flow run ``run_id`` and all its subflow runs, however deep."""
+    found, parents = [flow_run(api_url, run_id)], [run_id]
+    while parents:
+        children = httpx.post(
+            f"{api_url}/flow_runs/filter",
+            json={"flow_runs": {"parent_flow_run_id": {"any_": parents}}},
+            timeout=30,
+        ).json()
+        found += children
+        parents = [child["id"] for child in children]
+    return found
+
+
+def crashed_states(api_url: str, runs: list[dict]) -> list[tuple[str, str | None]]:
+    """(flow name, message) of every Crashed state any of ``runs`` was ever in."""
+    found = []
+    for run in runs:
+        states = httpx.get(f"{api_url}/flow_run_states/", params={"flow_run_id": run["id"]}, timeout=30).json()
+        found += [(run["name"], state["message"]) for state in states if state["type"] == "CRASHED"]
+    return found
+
+
+@pytest.mark.slow
+def test_a_suspended_refresh_round_is_not_crashed_by_the_heartbeat_automation(
+    tmp_path,
+    fake_llm,
+    prefect_server,  # noqa: F811
+):
+    """The crash automation registered (a short window): a refresh round suspended for its batch job,
+    two subflows down, sends no heartbeat while it waits. Neither the root run nor its subflow runs are
+    marked Crashed past the window, and the resumed run completes the same round, recorded complete.
+    (About 2 min: the window must exceed Prefect's 30 s minimum heartbeat, and the test waits past it.)"""
+    import time
+
+    import yaml
+
+    from refusalbench.deployments.automations import CRASH_AUTOMATION, RETRY_AUTOMATION
+    from refusalbench.flows.batch_watch import batch_watch_flow
+    from refusalbench.tasks.pipeline.refusalbench.refresh_rounds import read_records
+    from tests.pipeline.test_refresh_flow import write_config
+    from tests.scripted import generator_reply, verifier_reply
+
+    api_url, env = prefect_server
+    fake_llm.responder = by_model(
+        {
+            "gen-a": lambda req: generator_reply(req),
+            "ver-a": lambda req: verifier_reply("PASS"),
+            "steady": lambda req: "REFUSE_INFO_MISSING",
+            "judge": judge_by_reference,
+        }
+    )
+    fake_llm.batches.delay_s = 10**6
+    config = write_config(tmp_path, fake_llm.url, ["steady"])
+    spec = yaml.safe_load(config.read_text())
+    spec["models"]["steady"]["mode"] = {"respond": "batch"}
+    config.write_text(yaml.safe_dump(spec))
+    rounds = tmp_path / "rounds"
+    registered = subprocess.run(
+        [*PREFECT[:1], "-m", "refusalbench.deployments.automations", "--within", str(CRASH_WITHIN_S)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert registered.returncode == 0, registered.stderr
+    try:
+        deployed = subprocess.run(
+            [*PREFECT[:1], "-m", "refusalbench.flows.cli", "deploy", "--config", str(config), "--out", str(rounds)]
+            + ["--cron", "0 4 1 1 *", "--pool", "refusalbench"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert deployed.returncode == 0, deployed.stderr
+        triggered = prefect_cli(["deployment", "run", "refusalbench-refresh/refresh"], env)
+        run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", triggered).group(1)
+
+        worker = run_worker_once(env, tmp_path)
+        suspended_at = time.monotonic()
+        state = flow_run(api_url, run_id)["state"]
+        assert state["name"] == "Suspended", (state, worker.stdout[-3000:], worker.stderr[-3000:])
+        before = runs_of_round(api_url, run_id)
+        assert len(before) > 1, before  # the root and its subflows (main job, generation, evaluation)
+        # Its subflow runs left their process with it: Paused, not Running without heartbeats.
+        assert "RUNNING" not in [r["state"]["type"] for r in before], [(r["name"], r["state"]["name"]) for r in before]
+
+        # Past the window (and a few rounds of Prefect's proactive trigger evaluation, every 5 s).
+        deadline = suspended_at + CRASH_WITHIN_S + 20
+        while time.monotonic() < deadline and not crashed_states(api_url, runs_of_round(api_url, run_id)):
+            time.sleep(2)
+        waited = runs_of_round(api_url, run_id)
+        assert crashed_states(api_url, waited) == [], [(r["name"], r["state"]["name"]) for r in waited]
+        assert flow_run(api_url, run_id)["state"]["name"] == "Suspended"
+        (record,) = read_records(ArtifactStore(str(rounds)))
+        assert record.status == "running"
+
+        fake_llm.batches.delay_s = 0
+        assert batch_watch_flow() == [run_id]
+        worker = run_worker_once(env, tmp_path)
+        state = flow_run(api_url, run_id)["state"]
+        assert state["type"] == "COMPLETED", (state, worker.stdout[-3000:], worker.stderr[-3000:])
+        after = runs_of_round(api_url, run_id)
+        assert crashed_states(api_url, after) == []
+        assert {r["state"]["type"] for r in after} == {"COMPLETED"}  # each paused subflow was taken up again
+        assert len(fake_llm.batches.jobs) == 1  # the resumed round read its job's results
+        (done,) = read_records(ArtifactStore(str(rounds)))  # the same round, resumed, not a second one
+        assert (done.round_id, done.status, done.flow_runs) == (record.round_id, "complete", [run_id])
+        metrics = json.loads((rounds / done.round_id / "metrics.json").read_text())["models"]
+        assert set(metrics) == {"steady"}
+    finally:  # the session's API serves other tests, whose flow runs the short window would crash
+        for name in (CRASH_AUTOMATION, RETRY_AUTOMATION):
+            for automation in httpx.post(
+                f"{api_url}/automations/filter", json={"automations": {"name": {"any_": [name]}}}, timeout=30
+            ).json():
+                httpx.delete(f"{api_url}/automations/{automation['id']}", timeout=30)
