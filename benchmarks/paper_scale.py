@@ -372,7 +372,10 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
     responder = dry_run_responder if shape.answer_share >= 1 else refusing_responder(shape.answer_share)
     with ScriptedLLMServer(responder=responder, latency_s=shape.latency) as server:
         config = write_config(work, server.url, shape)
+        # This process does little else while the child runs: its CPU then is the scripted server's.
+        cpu_before = _process_cpu()
         first = run_child(config, work / "run1", env, py_spy)
+        server_cpu_s = _process_cpu() - cpu_before
         calls = list(server.calls)
         after_calls = after_calls_cpu(work / "run1", env, shape.bootstrap)
         second = None
@@ -412,10 +415,16 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
             busy_seconds,
         ),
         "cpu_s": first["cpu_s"],
+        "server_cpu_s": server_cpu_s,
         "instrumented": first["instrumented"],
         # Every request as (seconds since the run started, model, stage): enough to replay what was in flight.
         "requests": [(round(c["time"] - first["started_at"], 4), c["model"], stage_of(c)) for c in calls],
     }
+
+
+def _process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def evaluate_floor(by: dict[str, dict[str, Any]], shape: Shape, after_calls: dict[str, float]) -> dict[str, Any]:
@@ -529,7 +538,10 @@ def print_report(result: dict[str, Any]) -> None:
                 f"{f['floor_s']:.1f} s: at most **{100 * ev['most_ratio']:.0f}%** of the bound, with no time "
                 "before the first call and no CPU for the server"
             )
-    print(f"\n#### Where the time goes ({s['targets']} targets; CPU of the run's process {result['cpu_s']:.1f} s)")
+    print(
+        f"\n#### Where the time goes ({s['targets']} targets; CPU of the run's process {result['cpu_s']:.1f} s, "
+        f"of the scripted server {result.get('server_cpu_s', float('nan')):.1f} s)"
+    )
     print_breakdown(result["breakdown"], result["bound_s"], result["run_wall_s"])
 
 
