@@ -166,9 +166,9 @@ class UpdateBudget:
 
     Each update is a request to Prefect's API, whose server shares the machine: 30 targets' tasks
     updating every 2 s each kept it busy through the respond stage, taking CPU from the calls. A
-    display's first and last update are always sent (its artifact exists and ends at 100%); the ones
-    in between are sent while the process has sent none for ``every_s`` (one display alone updates
-    every ``every_s`` as before; many take turns)."""
+    display's last update is always sent (its artifact ends at 100%, created then if not before); the
+    ones before it are sent while the process has sent none for ``every_s`` (one display alone updates
+    as often as before; many take turns)."""
 
     def __init__(self, every_s: float = 0.5) -> None:
         self.every_s = every_s

@@ -1,5 +1,5 @@
 """Progress displays share one budget of API updates per process: many tasks at once take turns,
-each display's first and last update are always sent."""
+and each display's last update (100%) is always sent."""
 
 from __future__ import annotations
 
