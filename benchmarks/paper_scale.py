@@ -372,7 +372,12 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
     responder = dry_run_responder if shape.answer_share >= 1 else refusing_responder(shape.answer_share)
     with ScriptedLLMServer(responder=responder, latency_s=shape.latency) as server:
         config = write_config(work, server.url, shape)
+        # This process does little else while the child runs: its CPU then is the scripted server's.
+        cpu_before, api_before = _process_cpu(), _api_server_cpu(work / "prefect-home")
         first = run_child(config, work / "run1", env, py_spy)
+        server_cpu_s = _process_cpu() - cpu_before
+        api_after = _api_server_cpu(work / "prefect-home")
+        api_cpu_s = api_after - api_before if None not in (api_before, api_after) else None
         calls = list(server.calls)
         after_calls = after_calls_cpu(work / "run1", env, shape.bootstrap)
         second = None
@@ -412,10 +417,32 @@ def measure(shape: Shape, work: Path, py_spy: str | None, rerun: bool, cold_api:
             busy_seconds,
         ),
         "cpu_s": first["cpu_s"],
+        "server_cpu_s": server_cpu_s,
+        "api_cpu_s": api_cpu_s,
         "instrumented": first["instrumented"],
         # Every request as (seconds since the run started, model, stage): enough to replay what was in flight.
         "requests": [(round(c["time"] - first["started_at"], 4), c["model"], stage_of(c)) for c in calls],
     }
+
+
+def _process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _api_server_cpu(home: Path) -> float | None:
+    """CPU seconds of Prefect's background server (and its children) so far; None when none runs
+    (``--cold-api``: the measured run starts it)."""
+    try:
+        pid = int((home / "server.pid").read_text())
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        total = 0.0
+        for each in [pid, *map(int, children)]:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+    except (OSError, ValueError):
+        return None
 
 
 def evaluate_floor(by: dict[str, dict[str, Any]], shape: Shape, after_calls: dict[str, float]) -> dict[str, Any]:
@@ -529,7 +556,11 @@ def print_report(result: dict[str, Any]) -> None:
                 f"{f['floor_s']:.1f} s: at most **{100 * ev['most_ratio']:.0f}%** of the bound, with no time "
                 "before the first call and no CPU for the server"
             )
-    print(f"\n#### Where the time goes ({s['targets']} targets; CPU of the run's process {result['cpu_s']:.1f} s)")
+    print(
+        f"\n#### Where the time goes ({s['targets']} targets; CPU of the run's process {result['cpu_s']:.1f} s, "
+        f"of the scripted server {result.get('server_cpu_s', float('nan')):.1f} s, of Prefect's API server "
+        f"{'?' if (api := result.get('api_cpu_s')) is None else f'{api:.1f}'} s)"
+    )
     print_breakdown(result["breakdown"], result["bound_s"], result["run_wall_s"])
 
 

@@ -161,6 +161,31 @@ accounting.install_stage_resolver(task_stage)
 PROGRESS_ECHO: Any = None
 
 
+class UpdateBudget:
+    """How often the progress displays of one process may update their artifacts, between them.
+
+    Each update is a request to Prefect's API, whose server shares the machine: 30 targets' tasks
+    updating every 2 s each kept it busy through the respond stage, taking CPU from the calls. A
+    display's last update is always sent (its artifact ends at 100%, created then if not before); the
+    ones before it are sent while the process has sent none for ``every_s`` (one display alone updates
+    as often as before; many take turns)."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._lock = threading.Lock()
+
+    def take(self, now: float) -> bool:
+        with self._lock:
+            if now - self._last < self.every_s:
+                return False
+            self._last = now
+            return True
+
+
+PROGRESS_UPDATES = UpdateBudget()
+
+
 class Progress:
     """Progress of a long stage: a Prefect progress artifact (UI) plus a debug log line.
 
@@ -168,8 +193,9 @@ class Progress:
     one key per stage and model, so the Artifacts page lists it; its description names the
     task run (``judge | answerer | shard 3/8``). The Logs tab gets a shard's summary at its
     end instead of a line every few seconds (``tasks/pipeline/fanout.py``). Updates are throttled
-    (every ``every_s`` seconds) so thousands of completions do not turn into thousands of
-    API calls. Thread-safe: gateway callbacks may come from anywhere.
+    (every ``every_s`` seconds, and, across the process's displays, as :data:`PROGRESS_UPDATES`
+    allows) so thousands of completions do not turn into thousands of API calls. Thread-safe:
+    gateway callbacks may come from anywhere.
     """
 
     def __init__(self, title: str, total: int, every_s: float = 2.0, echo: Any = None):
@@ -197,7 +223,9 @@ class Progress:
                 return
             self._last = now
             done, total = self.done, self.total
-            update = self._shown and (now - self._artifact_last >= self.every_s or done >= total)
+            update = self._shown and (
+                done >= total or (now - self._artifact_last >= self.every_s and PROGRESS_UPDATES.take(now))
+            )
             if update:
                 self._artifact_last = now
         percent = 100.0 * done / total if total else 100.0

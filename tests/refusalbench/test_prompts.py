@@ -351,7 +351,8 @@ def test_generator_states_ground_truth_and_constraint_by_intensity():
     ],
 )
 def test_templates_describe_exactly_the_schema_fields(name, model):
-    content = render_messages(name, **variables_for(name))[1]["content"]
+    # The judges describe their output in the system message (the prefix every reply shares), the others last.
+    content = "\n".join(m["content"] for m in render_messages(name, **variables_for(name)))
     for field in model.model_fields:
         assert f'"{field}"' in content, (name, field)
     # The example shape names every field in the schema's order (constrained decoding writes

@@ -94,6 +94,8 @@ def respond_and_judge(
     judge_spans = Spans(judged)
     calibration = submit_calibration(run, targets, shards, judge_digest, sharing) if ev.confidence else None
     responses: list[Response] = fanout.gather(responded, Response)
+    # Written while the judge's last calls are out (the replies of the targets' last round), not after.
+    run.store.save(rb_files.RESPONSES, responses)
     judgments: list[Judgment] = fanout.gather(judged, Judgment)
     # Respond: submission -> its last task done. Judge: the moment its first task could
     # run (submitted, and a shard of responses in) -> its last task done.
@@ -101,7 +103,6 @@ def respond_and_judge(
     judge_started = max(judge_submitted, respond_spans.first(judge_submitted))
     run.recorder.timing("judge", judge_spans.last(judge_started) - judge_started)
 
-    run.store.save(rb_files.RESPONSES, responses)
     run.store.save(rb_files.JUDGMENTS, judgments)
     run.recorder.artifact(rb_files.RESPONSES, rb_files.JUDGMENTS)
     outcomes = outcome_summary(responses)
