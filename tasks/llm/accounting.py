@@ -255,11 +255,11 @@ def prompt_token_prices(cfg: ModelConfig) -> tuple[float, float, float] | None:
         full = cfg.price.input_per_mtok / 1e6
         cached = full if cfg.price.cached_input_per_mtok is None else cfg.price.cached_input_per_mtok / 1e6
         return full, cached, full * CACHE_WRITE_PRICE_SHARE
-    return _mapprompt_token_prices(cfg.model)
+    return _map_prompt_token_prices(cfg.model)
 
 
 @functools.lru_cache(maxsize=256)
-def _mapprompt_token_prices(model: str) -> tuple[float, float, float] | None:
+def _map_prompt_token_prices(model: str) -> tuple[float, float, float] | None:
     """LiteLLM's map's prices for ``model`` (read once per model: a priced reply came through LiteLLM,
     so it is imported already). A model the direct path may call is one the map has no price for
     (``transport.unpriced_model``): its savings are unknown without importing LiteLLM (seconds of CPU

@@ -34,7 +34,9 @@ def _printed(run_folder: str, width: int) -> str:
 def test_a_matched_target_gets_the_papers_figures_after_the_table(run_folder, width):
     text = _printed(run_folder, width)
     lines = text.splitlines()
-    assert max(len(line) for line in lines) <= width
+    # The table, its note and the paper's lines fit; the places to look after them are paths and URLs, never cut.
+    fitted = lines[: next(i for i, line in enumerate(lines) if line.startswith("metrics:"))]
+    assert max(len(line) for line in fitted) <= width
     start = next(i for i, line in enumerate(lines) if line.startswith(f"{MATCHED}: as reported in the paper"))
     block = " ".join(line.strip() for line in lines[start : start + 8])
     assert "(Claude-4-Sonnet, RefusalBench-NQ)" in block

@@ -95,7 +95,7 @@ def test_local_cluster_runs_the_compose_services(local_cluster):
         text=True,
         timeout=30,
     )
-    assert rows.stdout.split() == ["evaluate", "generate", "knowornot", "refresh"], rows.stderr
+    assert rows.stdout.split() == ["batch-watcher", "evaluate", "generate", "knowornot", "refresh"], rows.stderr
     workers = local_cluster.api("POST", "/work_pools/refusalbench/workers/filter", json={})
     assert {w["name"] for w in workers} == {"worker-1", "worker-2"}
     deployments = {d["name"] for d in local_cluster.api("POST", "/deployments/filter", json={})}

@@ -72,7 +72,15 @@ def test_deploy_serve_runs_the_users_rounds_until_interrupted(tmp_path, fake_llm
         assert deployment["schedules"][0]["schedule"]["interval"] == 7 * 24 * 3600
 
         # A run asked for now (as "Quick run" in the UI does) is picked up by the serving process.
-        run = httpx.post(f"{url}/deployments/{deployment['id']}/create_flow_run", json={}, timeout=10).json()
+        # The serving process registers its deployments while it starts: ask by name until one takes the run.
+        def created() -> dict | None:
+            current = _deployment(url)
+            if current is None:
+                return None
+            response = httpx.post(f"{url}/deployments/{current['id']}/create_flow_run", json={}, timeout=10)
+            return response.json() if response.status_code == 201 else None
+
+        run = _wait("no run could be created", created, 60, served, log)
 
         def finished() -> dict | None:
             state = httpx.get(f"{url}/flow_runs/{run['id']}", timeout=10).json()["state"]

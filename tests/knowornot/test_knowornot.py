@@ -1110,8 +1110,8 @@ def test_a_knowornot_command_starts_without_nltk_plotting_or_litellm():
 
     probe = (
         "import sys, refusalbench.flows.cli, refusalbench.flows.launch, refusalbench.flows.knowornot; "
-        "from refusalbench.tasks.llm.accounting import _map_token_prices; "
-        "assert _map_token_prices('openai/target') is None; "
+        "from refusalbench.tasks.llm.accounting import _map_prompt_token_prices; "
+        "assert _map_prompt_token_prices('openai/target') is None; "
         "print(sorted(m for m in ('nltk', 'sklearn', 'matplotlib', 'litellm') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
