@@ -58,6 +58,14 @@ SCHEMA_HISTORY: tuple[tuple[str, str], ...] = (
         "trend.json not_compared and untested; KnowOrNot evaluator_comparison.parquet, labels/consensus/, label_sample.parquet label_spec, filter report "
         "by_knowledge_base",
     ),
+    (
+        "1.5",
+        "benchmark.parquet of a released benchmark keeps the release's other fields as text columns "
+        "(verifier_votes, original_query, ...); manifest.json costs: expected_cached_tokens and "
+        "expected_cached_savings_usd per stage and model, and KnowOrNot's embedding requests under the stage "
+        "embed; a refresh round with refresh.contamination_static holds contamination.json, "
+        "contamination.html and the static set's evaluation in static/",
+    ),
 )
 SCHEMA_VERSION = SCHEMA_HISTORY[-1][0]
 # The version of a manifest that names none: written before the contract carried a version.

@@ -41,7 +41,7 @@ UNVERSIONED_MANIFEST = {
     "artifacts": ["benchmark.parquet"],
     "status": "completed",
 }
-NEWER = ("1.5", "2.0", "99.0")
+NEWER = ("1.6", "2.0", "99.0")
 
 
 def _item() -> BenchmarkItem:
@@ -153,7 +153,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str]:
 
 def test_this_version_is_the_last_of_the_history_and_each_version_says_what_changed():
     versions = [version for version, _ in runfolder.SCHEMA_HISTORY]
-    assert runfolder.SCHEMA_VERSION == versions[-1] == "1.4"
+    assert runfolder.SCHEMA_VERSION == versions[-1] == "1.5"
     assert versions == sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
     assert all(runfolder.schema_version_problem(v) is None for v in versions)
     assert all(len(change) > 20 for _, change in runfolder.SCHEMA_HISTORY)
