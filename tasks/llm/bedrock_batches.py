@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refusalbench.tasks.core.config import CONFIG_CHECKS, ModelConfig, RunConfig
-from refusalbench.tasks.llm.batch_protocol import BatchProtocol, BatchRequest, JobState, litellm_body
+from refusalbench.tasks.llm.batch_protocol import BatchProtocol, BatchRequest, JobState, failed_result, litellm_body
 from refusalbench.tasks.llm.litellm_import import litellm_module
 
 # Bedrock's job statuses as the batch path names them (batch_protocol.FINISHED: nothing more will come).
@@ -164,8 +164,14 @@ class BedrockBatchInference(BatchProtocol):
                 text = (await asyncio.to_thread(content["Body"].read)).decode("utf-8")
                 for line in text.splitlines():
                     row = json.loads(line) if line.strip() else {}
-                    if isinstance(row.get("modelOutput"), dict) and not row.get("error") and row.get("recordId"):
-                        replies[row["recordId"]] = row["modelOutput"]
+                    record = row.get("recordId")
+                    if not record:
+                        continue
+                    error = row.get("error")
+                    if isinstance(row.get("modelOutput"), dict) and not error:
+                        replies[record] = row["modelOutput"]
+                    elif isinstance(error, dict):  # read for its wording: a prompt over the window is too_long
+                        replies[record] = failed_result(error.get("errorCode"), error.get("errorMessage") or error)
         return replies
 
     def response(self, request: BatchRequest, body: dict[str, Any]) -> Any:

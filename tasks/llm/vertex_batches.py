@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from refusalbench.tasks.core.config import CONFIG_CHECKS, ModelConfig, RunConfig
 from refusalbench.tasks.core.config_sections import VertexBatchConfig
-from refusalbench.tasks.llm.batch_protocol import BatchProtocol, BatchRequest, JobState, litellm_body
+from refusalbench.tasks.llm.batch_protocol import BatchProtocol, BatchRequest, JobState, failed_result, litellm_body
 from refusalbench.tasks.llm.litellm_import import litellm_module
 
 PREFIX = "vertex_ai/"
@@ -252,8 +252,12 @@ class VertexBatchPrediction(BatchProtocol):
         labels = (row.get("request") or {}).get("labels") or {}
         custom_id = row.get("custom_id") or "".join(str(labels.get(name, "")) for name in KEY_LABELS)
         response = row.get("response")
-        if custom_id and isinstance(response, dict) and response and not row.get("status"):
+        if not custom_id:
+            return
+        if isinstance(response, dict) and response and not row.get("status"):
             replies[str(custom_id)] = response
+        elif row.get("status"):  # the error, in Vertex AI's words: a prompt over the window is too_long
+            replies[str(custom_id)] = failed_result(None, row["status"])
 
     def response(self, request: BatchRequest, body: dict[str, Any]) -> Any:
         import httpx

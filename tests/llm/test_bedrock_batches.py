@@ -212,6 +212,24 @@ def test_an_errored_record_is_asked_again_synchronously(aws, tmp_path):
     assert [_reply(r) for r in results] == [_reply(r) for r in twin]
 
 
+def test_a_record_saying_the_prompt_is_too_long_is_too_long_not_resent(aws, tmp_path):
+    """Bedrock's error for a prompt over the window, in a record of the job, is the row's too_long outcome,
+    as on the synchronous path: no synchronous request follows it."""
+    server, _ = aws
+    saved = server.behaviours[CLAUDE]
+    server.behaviours[CLAUDE] = Behaviour(too_long=True)
+    before = len(server.bedrock_batches.jobs)
+    gw = _gateway(server, tmp_path, "batch", "too-long")
+    try:
+        results = gw.complete_many(_specs("priced", "too long")[:3])
+    finally:
+        server.behaviours[CLAUDE] = saved
+    (job,) = _new_jobs(server, before)
+    assert [r.error_kind for r in results] == ["too_long"] * 3
+    assert not [c for c in server.calls if c.get("fingerprint") and not c.get("batch") and c["time"] >= job.created_at]
+    assert not gw.stats_snapshot()["priced"].get("batch_fallbacks")
+
+
 def test_a_job_past_its_wait_is_stopped_and_sent_synchronously(aws, tmp_path):
     server, _ = aws
     server.bedrock_batches.delay_s = 60.0  # never done in time

@@ -159,6 +159,24 @@ def test_an_errored_line_is_sent_synchronously(server, tmp_path):
     assert calls["batch_fallbacks"] == 1 and calls["batch_calls"] == 3
 
 
+def test_a_line_saying_the_prompt_is_too_long_is_too_long_not_resent(server, tmp_path):
+    """Vertex AI's "exceeds the maximum number of tokens" in a line's status is the row's too_long outcome,
+    as on the synchronous path: no synchronous request follows it."""
+    saved = server.behaviours.get(GEMINI)
+    server.behaviours[GEMINI] = Behaviour(too_long=True)
+    gateway = Gateway({"gemini": _vertex(server)}, SQLiteCache(tmp_path / "too-long.sqlite"))
+    try:
+        results = gateway.complete_many(_specs("too long")[:3])
+    finally:
+        if saved is None:
+            server.behaviours.pop(GEMINI, None)
+        else:
+            server.behaviours[GEMINI] = saved
+    assert [r.error_kind for r in results] == ["too_long"] * 3
+    calls = gateway.stats_snapshot()["gemini"]
+    assert not calls.get("batch_fallbacks") and calls["too_long"] == 3
+
+
 def test_a_job_past_its_wait_is_cancelled_and_sent_synchronously(server, tmp_path):
     server.batches.delay_s = 60.0  # never done in time
     try:
