@@ -108,10 +108,11 @@ def place_benchmark(store: ArtifactStore, uri: str, items: list[BenchmarkItem]) 
     source_store, name = split_uri(uri)
     if source_store.uri(name) == store.uri(rb_files.BENCHMARK.name):
         return None
-    facts = release_source(uri)
     if is_release_layout(uri):
-        store.write_table(rb_files.BENCHMARK.name, release_table(read_release(uri)))
-    elif facts is not None:  # imported by ``data import release``: read and checked already, copied as it is
+        release = read_release(uri)  # read once: its table and its facts
+        facts: dict[str, Any] | None = release.provenance
+        store.write_table(rb_files.BENCHMARK.name, release_table(release))
+    elif (facts := release_source(uri)) is not None:  # imported by ``data import release``: copied as it is
         store.write_table(rb_files.BENCHMARK.name, source_store.read_table(name))
     else:
         store.save(rb_files.BENCHMARK, items)
