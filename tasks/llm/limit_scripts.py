@@ -66,18 +66,38 @@ return {redis.call('ZCARD', KEYS[1]), missing}
 """.replace("KEY_TTL", str(KEY_TTL_S))
 )
 
-# KEYS: pace. ARGV: seconds between starts (0: no rpm), tpm (0: none), tokens  ->  {admitted, wait, pause_left}
-# rpm admits a request only when its turn has come (not admitted: ask again after ``wait``), so
-# requests that wake late cannot bunch up; tpm is a bucket the admitted request may overdraw, then
-# waits off the debt.
+# KEYS: pace, turns (asker -> when it first asked), turn leases (asker -> when its place lapses).
+# ARGV: seconds between starts (0: no rpm), tpm (0: none), tokens, asker, grace
+#   ->  {admitted, wait, pause_left}
+# rpm admits a request only when its turn has come and its asker heads the line of askers (one per
+# process and model, in the order they first asked), so the processes that share a model take
+# turns and requests that wake late cannot bunch up. An asker not admitted asks again after
+# ``wait``; its place lapses ``grace`` seconds after that, so a killed process holds up the others
+# no longer. tpm is a bucket the admitted request may overdraw, then waits off the debt.
 PACE = (
     NOW
     + """
 local pause = math.max(tonumber(redis.call('HGET', KEYS[1], 'paused_until') or '0') - now, 0)
 local interval = tonumber(ARGV[1])
 if interval > 0 then
+  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 1000)
+  if #lapsed > 0 then
+    redis.call('ZREM', KEYS[2], unpack(lapsed))
+    redis.call('ZREM', KEYS[3], unpack(lapsed))
+  end
+  local asker = ARGV[4]
+  redis.call('ZADD', KEYS[2], 'NX', now, asker)
   local turn = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
-  if turn > now then return {0, tostring(turn - now), tostring(pause)} end
+  local place = redis.call('ZRANK', KEYS[2], asker)
+  if turn > now or place > 0 then
+    -- the askers ahead take the turns before this one's (one a turn); ask again when it comes
+    local wait = math.max(turn - now, 0) + place * interval
+    redis.call('ZADD', KEYS[3], now + wait + tonumber(ARGV[5]), asker)
+    for i = 2, 3 do redis.call('EXPIRE', KEYS[i], KEY_TTL) end
+    return {0, tostring(wait), tostring(pause)}
+  end
+  redis.call('ZREM', KEYS[2], asker)
+  redis.call('ZREM', KEYS[3], asker)
   redis.call('HSET', KEYS[1], 'next', tostring(now + interval))
 end
 local wait = 0

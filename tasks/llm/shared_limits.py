@@ -33,7 +33,10 @@ model in turn. A slot no call needs is given back after ``IDLE_S``.
 **Pacing.** For a model that sets ``rpm`` or ``tpm``, a request asks Redis before it starts: it
 is admitted when its turn has come (starts at least 60/``rpm`` apart, by Redis's clock; else it
 sleeps until then and asks again, so requests that wake late never bunch up) and takes its
-tokens from a bucket of ``tpm`` a minute (overdrawn: it waits the debt off). A 429's pause is
+tokens from a bucket of ``tpm`` a minute (overdrawn: it waits the debt off). One request per
+process asks at a time, and the askers wait in one line in Redis in the order they first asked:
+the turns go round the processes, so a run that started later is not starved by one whose many
+requests would otherwise win each turn's race. A 429's pause is
 written to Redis and published, so every process pauses the model, and a process that starts
 later reads it with its first slot.
 """
@@ -62,6 +65,7 @@ log = logging.getLogger("refusalbench.shared_limits")
 PREFIX = "refusalbench:limits:"
 IDLE_S = 0.25  # a granted slot no call needs is given back after this long
 POLL_S = 0.5  # a waiting process asks again at least this often (a lost message, a dead holder's lease)
+TURN_GRACE_S = 5.0  # an asker's place in a paced model's line lapses this long after it should have asked
 
 
 def limits_ident(cfg: ModelConfig) -> str:
@@ -89,7 +93,7 @@ class SharedModelLimits:
         self.interval = 60.0 / cfg.rpm if cfg.rpm else 0.0
         self.tpm = cfg.tpm or 0
         self.channel = f"{PREFIX}{{{limits_ident(cfg)}}}"  # {...}: one hash slot on a Redis Cluster
-        self.keys = [f"{self.channel}:{part}" for part in ("order", "lease", "pace")]
+        self.keys = [f"{self.channel}:{part}" for part in ("order", "lease", "pace", "turns", "turn-lease")]
         self.local = ModelLimiter()  # the pause only: rpm and tpm are paced in Redis
         self.free: list[str] = []
         self.busy: set[str] = set()
@@ -99,6 +103,8 @@ class SharedModelLimits:
         self._serial = itertools.count()
         self._idle: asyncio.TimerHandle | None = None
         self._rechecking = self._recheck_again = False
+        self._asking: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.in_line = False  # this gateway has a place in the paced model's line of askers
 
     # ------------------------------------------------------------ what the gateway uses
 
@@ -123,21 +129,36 @@ class SharedModelLimits:
             raise CallFailed(f"shared limits at {self.store.url}: {exc}", retriable=True) from exc
         token = await self._take()
         try:
-            while self.interval or (self.tpm and tokens):
-                try:
-                    admitted, wait, paused = await self.store.pace(self, tokens)
-                except Exception as exc:
-                    raise CallFailed(f"shared limits at {self.store.url}: {exc}", retriable=True) from exc
-                self.local.pause(paused)
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                if admitted:
-                    break
+            if self.interval or (self.tpm and tokens):
+                async with self._asker():
+                    await self._paced(tokens)
             await self.local.wait()
         except BaseException:
             self.release(token)
             raise
         return token
+
+    async def _paced(self, tokens: int) -> None:
+        while True:
+            try:
+                admitted, wait, paused = await self.store.pace(self, tokens)
+            except Exception as exc:
+                raise CallFailed(f"shared limits at {self.store.url}: {exc}", retriable=True) from exc
+            self.local.pause(paused)
+            self.in_line = not admitted
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if admitted:
+                return
+
+    def _asker(self) -> asyncio.Lock:
+        """One request of this process asks Redis for a start at a time: the line of askers then
+        holds one place per process, so the processes that share a model take turns (one per
+        process per lock, made on the running loop: a gateway may outlive one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._asking is None or self._asking[0] is not loop:
+            self._asking = (loop, asyncio.Lock())
+        return self._asking[1]
 
     def release(self, token: str) -> None:
         if token not in self.busy:
@@ -394,11 +415,13 @@ class RedisLimits:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for limits in self.models.values():
             tokens = limits.tokens()
-            if tokens:
-                try:
+            try:
+                if limits.in_line:  # its place in the line of askers (else it lapses after the grace)
+                    await self._client.zrem(limits.keys[3], self.owner)
+                if tokens:
                     await self.release(limits, tokens)
-                except Exception as exc:
-                    log.warning("shared limits at %s: slots not given back (%s); they expire", self.url, exc)
+            except Exception as exc:
+                log.warning("shared limits at %s: slots not given back (%s); they expire", self.url, exc)
         await self._client.aclose()
         self._client, self._starting, self._ready, self._closing = None, None, False, False
 
@@ -419,10 +442,10 @@ class RedisLimits:
 
     async def pace(self, limits: SharedModelLimits, tokens: int) -> tuple[bool, float, float]:
         admitted, wait, paused = await self._scripts["pace"](
-            keys=limits.keys[2:], args=[limits.interval, limits.tpm, tokens]
+            keys=limits.keys[2:], args=[limits.interval, limits.tpm, tokens, self.owner, TURN_GRACE_S]
         )
         return bool(admitted), float(wait), float(paused)
 
     async def pause(self, limits: SharedModelLimits, seconds: float) -> None:
         await self.ready()
-        await self._scripts["pause"](keys=limits.keys[2:], args=[seconds, limits.channel])
+        await self._scripts["pause"](keys=limits.keys[2:3], args=[seconds, limits.channel])

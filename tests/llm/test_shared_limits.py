@@ -120,7 +120,11 @@ def test_two_processes_keep_to_one_max_concurrency_and_rpm(fake_llm, redis_url, 
     # The processes take turns (the queue is first come, first served): both are served from the start.
     order = senders(fake_llm, "shared")
     assert len(order) == 32 and min(order[:16].count("first"), order[:16].count("second")) >= 4
-    assert set(senders(fake_llm, "paced")[:4]) == {"first", "second"}
+    # Paced requests go round the processes: each turn goes to the process next in line, not to
+    # whichever of its many waiting requests happens to ask first.
+    paced = senders(fake_llm, "paced")
+    assert set(paced[:4]) == {"first", "second"}
+    assert min(paced[:8].count("first"), paced[:8].count("second")) >= 2
 
 
 @pytest.mark.slow
@@ -170,6 +174,31 @@ def test_a_429_pauses_the_model_in_every_process(fake_llm, redis_url):
         assert retried.result().ok
     after = next(c["time"] for c in fake_llm.calls if c["messages"][-1]["content"] == "after")
     assert time.time() - refused < 5 and after >= refused + 1.5
+
+
+def test_a_dead_process_in_the_paced_line_holds_the_others_up_no_longer_than_its_grace(fake_llm, redis_url):
+    """A process that took its place in a paced model's line and died never asks again: the
+    live one waits behind it until its place lapses (the turn it waited for, plus the grace)."""
+    import redis
+
+    from refusalbench.tasks.llm import limit_scripts
+    from refusalbench.tasks.llm.shared_limits import PREFIX, TURN_GRACE_S, limits_ident
+
+    cfg = ModelConfig(model="openai/paced-line", api_base=fake_llm.url, rpm=60, max_attempts=1)
+    gateway = Gateway({"m": cfg}, limits_url=redis_url)
+    assert gateway.complete("m", [{"role": "user", "content": "first"}]).ok  # the next turn is 1 s on
+    channel = f"{PREFIX}{{{limits_ident(cfg)}}}"
+    pace = redis.Redis.from_url(redis_url).register_script(limit_scripts.PACE)
+    admitted, wait, _ = pace(
+        keys=[f"{channel}:{part}" for part in ("pace", "turns", "turn-lease")],
+        args=[1.0, 0, 0, "dead-process", TURN_GRACE_S],
+    )
+    asked = time.time()
+    assert admitted == 0 and 0 < float(wait) <= 1.0  # it heads the line, and then it dies
+    assert gateway.complete("m", [{"role": "user", "content": "after"}]).ok
+    after = next(c["time"] for c in fake_llm.calls if c["messages"][-1]["content"] == "after")
+    lapsed = asked + float(wait) + TURN_GRACE_S
+    assert lapsed - 0.3 <= after <= lapsed + 2.0
 
 
 def test_one_process_alone_pays_no_round_trip_per_call(fake_llm, redis_url):
