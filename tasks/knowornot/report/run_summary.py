@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from refusalbench.tasks.core.html_page import escape, run_kind_and_status, summary_card
-from refusalbench.tasks.core.stats import MIN_CLUSTERS
+from refusalbench.tasks.core.stats import MIN_CLUSTERS, enough_clusters
 
 # (role, key of the config's knowornot section)
 ROLES: tuple[tuple[str, str], ...] = (
@@ -46,7 +46,8 @@ def thin_configurations(metrics: pd.DataFrame) -> list[str]:
     if metrics.empty or "n_abstention_judged" not in metrics.columns:
         return []
     keys = [c for c in ("knowledge_base", "target", "retrieval", "prompt") if c in metrics.columns]
-    thin = metrics[pd.to_numeric(metrics["n_abstention_judged"], errors="coerce").fillna(0) < MIN_CLUSTERS]
+    judged = pd.to_numeric(metrics["n_abstention_judged"], errors="coerce").fillna(0)
+    thin = metrics[~judged.map(enough_clusters).astype(bool)]
     return [" / ".join(str(row[k]) for k in keys) for row in thin.to_dict("records")]
 
 

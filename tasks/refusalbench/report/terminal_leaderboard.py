@@ -21,7 +21,7 @@ from typing import Any
 
 from refusalbench.tasks.core.html_page import is_nan
 from refusalbench.tasks.core.metric_bars import MetricBar, parse_bars
-from refusalbench.tasks.core.stats import MIN_CLUSTERS
+from refusalbench.tasks.core.stats import MIN_CLUSTERS, enough_clusters
 from refusalbench.tasks.core.store import ArtifactStore
 from refusalbench.tasks.core.text_table import Cell, Column, FittedTable, fit_table
 from refusalbench.tasks.core.where_to_look import summary_markdown
@@ -80,7 +80,7 @@ Support = Callable[[str, str], int]
 def _guarded_forms(interval: Any, metric: str, units: int | None) -> tuple[str, ...]:
     """The interval's forms, or "n = K" where fewer than MIN_CLUSTERS base items support it
     (the report's guardrail: a bootstrap over so few units gives intervals that are too narrow)."""
-    if units is not None and units < MIN_CLUSTERS and interval:
+    if units is not None and not enough_clusters(units) and interval:
         return (f"(insufficient data, n = {units})", f"(n = {units})")
     return _detail_forms(interval, metric)
 
