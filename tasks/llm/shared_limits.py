@@ -153,8 +153,8 @@ class SharedModelLimits:
 
     def _asker(self) -> asyncio.Lock:
         """One request of this process asks Redis for a start at a time: the line of askers then
-        holds one place per process, so the processes that share a model take turns (one per
-        process per lock, made on the running loop: a gateway may outlive one loop)."""
+        holds one place per process, so the processes that share a model take turns. The lock is
+        made on the running loop (a gateway may outlive one loop)."""
         loop = asyncio.get_running_loop()
         if self._asking is None or self._asking[0] is not loop:
             self._asking = (loop, asyncio.Lock())
@@ -417,7 +417,8 @@ class RedisLimits:
             tokens = limits.tokens()
             try:
                 if limits.in_line:  # its place in the line of askers (else it lapses after the grace)
-                    await self._client.zrem(limits.keys[3], self.owner)
+                    for key in limits.keys[3:]:
+                        await self._client.zrem(key, self.owner)
                 if tokens:
                     await self.release(limits, tokens)
             except Exception as exc:
