@@ -184,17 +184,17 @@ def test_a_dead_process_in_the_paced_line_holds_the_others_up_no_longer_than_its
     from refusalbench.tasks.llm import limit_scripts
     from refusalbench.tasks.llm.shared_limits import PREFIX, TURN_GRACE_S, limits_ident
 
-    cfg = ModelConfig(model="openai/paced-line", api_base=fake_llm.url, rpm=60, max_attempts=1)
+    cfg = ModelConfig(model="openai/paced-line", api_base=fake_llm.url, rpm=20, max_attempts=1)
     gateway = Gateway({"m": cfg}, limits_url=redis_url)
-    assert gateway.complete("m", [{"role": "user", "content": "first"}]).ok  # the next turn is 1 s on
+    assert gateway.complete("m", [{"role": "user", "content": "first"}]).ok  # the next turn is 3 s on
     channel = f"{PREFIX}{{{limits_ident(cfg)}}}"
     pace = redis.Redis.from_url(redis_url).register_script(limit_scripts.PACE)
     admitted, wait, _ = pace(
         keys=[f"{channel}:{part}" for part in ("pace", "turns", "turn-lease")],
-        args=[1.0, 0, 0, "dead-process", TURN_GRACE_S],
+        args=[3.0, 0, 0, "dead-process", TURN_GRACE_S],
     )
     asked = time.time()
-    assert admitted == 0 and 0 < float(wait) <= 1.0  # it heads the line, and then it dies
+    assert admitted == 0 and 0 < float(wait) <= 3.0  # it heads the line, and then it dies
     assert gateway.complete("m", [{"role": "user", "content": "after"}]).ok
     after = next(c["time"] for c in fake_llm.calls if c["messages"][-1]["content"] == "after")
     lapsed = asked + float(wait) + TURN_GRACE_S
