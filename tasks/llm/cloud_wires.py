@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from refusalbench.tasks.llm.nova_wire import TOO_LONG, bedrock_error
 from refusalbench.tasks.llm.provider_wire import Behaviour, Rejection
 from refusalbench.tasks.llm.scripted_bedrock_batches import answer_invoke, invoke_wire
 
@@ -32,15 +33,9 @@ class Server(Protocol):
     def _log(self, entry: dict[str, Any]) -> None: ...
 
 
-# Bedrock names an error's type in a header (the body holds only its message), as the AWS SDKs read it.
-BEDROCK_VALIDATION = "ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/"
-
-
 def bedrock_context_length(prompt_tokens: int) -> Rejection:
     """Bedrock's 400 for a prompt over the model's window: a ValidationException, "Input is too long"."""
-    return Rejection(
-        400, {"message": "Input is too long for requested model."}, {"x-amzn-ErrorType": BEDROCK_VALIDATION}
-    )
+    return bedrock_error(400, "ValidationException", TOO_LONG)
 
 
 def gemini_context_length(prompt_tokens: int) -> Rejection:

@@ -23,8 +23,14 @@ from refusalbench.tasks.llm.scripted_prompt_cache import ScriptedPromptCache
 
 # Bedrock names an error's type in a header (the body holds only its message), as the AWS SDKs read it.
 ERROR_TYPE = ":http://internal.amazon.com/coral/com.amazon.bedrock/"
+TOO_LONG = "Input is too long for requested model."
 # Nova's inferenceConfig fields under their chat-completions names.
 INFERENCE_FIELDS = {"maxTokens": "max_tokens", "temperature": "temperature", "topP": "top_p", "stopSequences": "stop"}
+
+
+def bedrock_error(status: int, kind: str, message: str) -> Rejection:
+    """Bedrock's error for any model: the message in the body, its type (``kind``) in a header."""
+    return Rejection(status, {"message": message}, {"x-amzn-ErrorType": kind + ERROR_TYPE})
 
 
 def _text_of(blocks: Any) -> str:
@@ -73,9 +79,6 @@ class NovaWire(Wire):
     def error_body(self, status: int, message: str, *, kind: str | None = None, **fields: Any) -> dict[str, Any]:
         return {"message": message}
 
-    def _error(self, status: int, kind: str, message: str) -> Rejection:
-        return Rejection(status, self.error_body(status, message), {"x-amzn-ErrorType": kind + ERROR_TYPE})
-
     def reply_body(self, reply: ShapedReply, tool: str | None) -> dict[str, Any]:
         blocks: list[dict[str, Any]] = []
         if reply.reasoning and reply.reasoning_in not in INLINE_REASONING:
@@ -115,15 +118,15 @@ class NovaWire(Wire):
         return None  # Nova carries a schema as a tool, which it takes
 
     def prompt_filtered_rejection(self) -> Rejection:
-        return self._error(400, "ValidationException", "The request was blocked by content filtering.")
+        return bedrock_error(400, "ValidationException", "The request was blocked by content filtering.")
 
     def context_length_rejection(self, prompt_tokens: int) -> Rejection:
-        return self._error(400, "ValidationException", "Input is too long for requested model.")
+        return bedrock_error(400, "ValidationException", TOO_LONG)
 
     def _rate_limited(
         self, limit: RateLimit, kind: str, wait: float, reset_at: float, model: str, headers: dict[str, str]
     ) -> Rejection:
-        rejection = self._error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+        rejection = bedrock_error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
         return Rejection(429, rejection.body, {**rejection.headers, **headers})
 
     def cached_prefix(

@@ -38,13 +38,11 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from refusalbench.tasks.llm.anthropic_wire import ANTHROPIC
-from refusalbench.tasks.llm.nova_wire import NOVA
+from refusalbench.tasks.llm.nova_wire import NOVA, bedrock_error
 from refusalbench.tasks.llm.provider_wire import Behaviour, Outcome, Wire, content_digest, shape_reply
 from refusalbench.tasks.llm.scripted_replies import request_fingerprint
 
 ARN_PREFIX = "arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/"
-# Bedrock names an error's type in a header, as the AWS SDKs read it.
-ERROR_TYPE = ":http://internal.amazon.com/coral/com.amazon.bedrock/"
 
 
 def _iso(moment: float | None) -> str | None:
@@ -52,7 +50,8 @@ def _iso(moment: float | None) -> str | None:
 
 
 def _error(status: int, kind: str, message: str) -> web.Response:
-    return web.json_response({"message": message}, status=status, headers={"x-amzn-ErrorType": kind + ERROR_TYPE})
+    error = bedrock_error(status, kind, message)
+    return web.json_response(error.body, status=status, headers=error.headers)
 
 
 def invoke_wire(model: str, body: dict[str, Any]) -> Wire | None:
