@@ -97,13 +97,15 @@ class BatchProtocol(ABC):
 
     It may set :attr:`price_share` (the batch price as a share of the synchronous one, where
     neither the config nor LiteLLM's map has a batch price) and override :meth:`litellm_provider`
-    and :meth:`takes` (the API takes some of the provider's models only).
+    and :meth:`takes` (the API takes some of the provider's models only; :attr:`takes_only` then
+    says which, for ``plan``'s note on the models sent synchronously).
     ``self.provider`` is written with the job into the call cache's ledger.
     """
 
     # The batch price against the synchronous one, where neither the config nor LiteLLM's map says
     # (``plan``'s estimate; the accounting of a reply bills core.config.BATCH_PRICE_SHARE, the same half).
     price_share: ClassVar[float] = BATCH_PRICE_SHARE
+    takes_only: ClassVar[str | None] = None  # which models :meth:`takes`, where not all of the provider's
 
     def __init__(self, cfg: ModelConfig, request: BatchRequest) -> None:
         self.cfg = cfg

@@ -82,6 +82,8 @@ def invoke_provider(model: str) -> str | None:
 class BedrockBatchInference(BatchProtocol):
     """Bedrock's model invocation jobs, for the Claude and Amazon Nova models on Bedrock."""
 
+    takes_only = "Bedrock's batch inference takes Claude and Nova models; AWS does not list DeepSeek-R1"
+
     def __init__(self, cfg: ModelConfig, request: BatchRequest) -> None:
         super().__init__(cfg, request)
         self.model_id = model_id(cfg.model)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from refusalbench.tasks.core.config import BATCH_PRICE_SHARE, ModelConfig, ModelPrice, RunConfig
 from refusalbench.tasks.llm.accounting import CACHE_WRITE_PRICE_SHARE
@@ -50,10 +51,15 @@ class Rates:
         return cost_in, None if output_tokens is None else cost_in + output_tokens * unit_out
 
 
+def batch_protocol_of(cfg: ModelConfig) -> Any:
+    """The batch protocol ``cfg``'s provider profile names (a ``BatchProtocol`` class), or None."""
+    return None if cfg.rule_based else profile_for(cfg.model, cfg.api_base).batch_protocol
+
+
 def batch_provider(cfg: ModelConfig) -> bool:
     """Whether ``cfg``'s provider has a batch API the gateway speaks for the model: its profile names a batch
     protocol that takes it."""
-    protocol = None if cfg.rule_based else profile_for(cfg.model, cfg.api_base).batch_protocol
+    protocol = batch_protocol_of(cfg)
     return protocol is not None and protocol.takes(cfg.model)
 
 

@@ -32,7 +32,14 @@ from refusalbench.tasks.llm.context_limits import overflow
 from refusalbench.tasks.llm.gateway import json_schema
 from refusalbench.tasks.llm.plan_keys import missing_key_warnings
 from refusalbench.tasks.llm.plan_latency import Latency, is_local, latency_note, model_latencies
-from refusalbench.tasks.llm.plan_prices import Rates, batch_provider, model_rates, sends_batches, sum_or_none
+from refusalbench.tasks.llm.plan_prices import (
+    Rates,
+    batch_protocol_of,
+    batch_provider,
+    model_rates,
+    sends_batches,
+    sum_or_none,
+)
 from refusalbench.tasks.llm.plan_results import ModelPlan, Plan, PlanTotal, StagePlan
 from refusalbench.tasks.llm.prompt_cache import caches_prefixes, expected_cache_tokens, prefix_tokens, shared_prefix
 from refusalbench.tasks.llm.providers import SCHEMA_MODES, profile_for, structured_mode
@@ -228,15 +235,9 @@ def _price_notes(cfg: RunConfig, per_model: list[tuple[str, ModelPlan]], rates: 
         notes.append(f"no params.max_tokens, so output is unbounded: {', '.join(no_ceiling)}")
     no_batch_api = sorted({name for name, _ in per_model if not batch_provider(cfg.models[name])})
     unbatched = [name for name in no_batch_api if cfg.models[name].mode != "sync"]
-    # Bedrock's batch inference takes its Claude and Nova models; AWS's list of them leaves DeepSeek-R1 out.
-    why = (
-        "; Bedrock's batch inference does not list DeepSeek-R1"
-        if any(
-            cfg.models[name].model.startswith("bedrock/") and "deepseek" in cfg.models[name].model
-            for name in no_batch_api
-        )
-        else ""
-    )
+    # Where a provider's batch API takes some of its models only, its protocol says which.
+    protocols = {batch_protocol_of(cfg.models[name]) for name in no_batch_api}
+    why = "".join(f"; {p.takes_only}" for p in sorted(protocols - {None}, key=str) if p.takes_only)
     if unbatched:
         notes.append(
             f"mode: batch, but no batch API the gateway speaks for the model (OpenAI-style, Anthropic, Vertex AI "
