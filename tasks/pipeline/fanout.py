@@ -244,6 +244,15 @@ class Fanout:
                     futures[model].append(submit_one(model, index))
         return futures
 
+    def first_calls(self, models: Sequence[str]) -> FirstCalls | None:
+        """A :class:`FirstCalls` of ``models`` on the gateway the tasks use, where they run in this process
+        (the thread runner); None where they run elsewhere (Dask workers: their calls are counted there)."""
+        if self.cfg.runner != "thread":
+            return None
+        from refusalbench.tasks.llm.gateway import gateway_for
+
+        return FirstCalls(gateway_for(self.task_config, self.api_bases), models)
+
     def inputs_of(self, task: Any, model: str) -> list[Shard]:
         """The inputs ``model``'s tasks of ``task`` were given, one per future :meth:`submit` returned
         (one, when the model is in batch mode for the stage): a downstream stage pairs its shards with them."""
@@ -293,6 +302,42 @@ class Fanout:
                     name = future.result()
                 rows.extend(self.store.read_records(name, record_type))
         return rows
+
+
+# How long a downstream stage's submission waits for the upstream tasks' first calls at most, and how
+# often it looks: past the wait it goes ahead (a model held by a rate limit, a shared limit or a batch job
+# sends nothing for a while, and its downstream tasks would only wait for it anyway).
+FIRST_CALLS_WAIT_S = 10.0
+FIRST_CALLS_POLL_S = 0.01
+
+
+class FirstCalls:
+    """Whether every one of ``models`` has had a call started in this process's gateway since it was made.
+
+    Made before a stage's tasks are submitted, :meth:`wait` holds the flow until each model's first calls
+    are under way, one of the stage's tasks is done (a cached re-run sends nothing), or the wait is over.
+    Submitting the next stage's tasks meanwhile would start their Prefect engines on the same interpreter
+    while the gateway's loop is still sending every model's first wave: at 30 targets that put the last
+    target's first request 0.3 s later, and the whole stage with it (``benchmarks/RESULTS.md``).
+    """
+
+    def __init__(self, gateway: Any, models: Sequence[str]):
+        self.gateway, self.models = gateway, list(dict.fromkeys(models))
+        self.before = self._counted()
+
+    def _counted(self) -> dict[str, float]:
+        """Everything the gateway has counted of each model so far (calls sent, cache hits, prompts too long...)."""
+        counters = self.gateway.stats_snapshot()
+        return {model: sum(counters.get(model, {}).values()) for model in self.models}
+
+    def started(self) -> bool:
+        now = self._counted()
+        return all(now[model] > self.before[model] for model in self.models)
+
+    def wait(self, any_done: Callable[[], bool], timeout_s: float = FIRST_CALLS_WAIT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any_done() and not self.started() and time.monotonic() < deadline:
+            time.sleep(FIRST_CALLS_POLL_S)
 
 
 def spanned(clock: str, submit: Callable[[str, int], Any]) -> Callable[[str, int], Any]:

@@ -4,7 +4,9 @@ One respond task per (target, shard) and one judge task per respond task: a judg
 gets its respond task's future as input, so it starts as soon as that shard is answered
 and judging overlaps with the other targets' responses (unless one local server holds
 the models, then they take turns). The two stages overlap, so each one's time is the
-span of its own tasks, measured from their completion times (see :class:`Spans`).
+span of its own tasks, measured from their completion times (see :class:`Spans`). The judge
+tasks are submitted once every target has a call under way (``fanout.FirstCalls``), so their
+start does not hold up the targets' first requests.
 
 With ``evaluation.confidence`` the calibration pass (paper App. F.2) runs beside them: the
 same items asked again with the confidence-eliciting prompt, judged by the same judge, in
@@ -78,9 +80,12 @@ def respond_and_judge(
     judge_digest = content_digest(run.cfg.models[judge].model_dump(mode="json"), templates, package_version())
     sharing = targets + [judge]
 
+    first_calls = fanout.first_calls(targets)
     respond_submitted = time.perf_counter()
     responded = fanout.submit(respond_shard, targets, shards, sharing=sharing)
     respond_spans = Spans(responded)
+    if first_calls is not None:  # the judge tasks only wait for the responses: the targets' first calls go first
+        first_calls.wait(lambda: bool(respond_spans.done))
     judge_submitted = time.perf_counter()
     judged = fanout.submit(
         judge_shard,
