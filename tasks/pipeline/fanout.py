@@ -51,6 +51,7 @@ from refusalbench.tasks.llm.plan_prices import sends_batches
 from refusalbench.tasks.pipeline.ui import Progress, stage_of_task, story, task_run_name
 
 if TYPE_CHECKING:
+    from refusalbench.tasks.llm.gateway import Gateway
     from refusalbench.tasks.pipeline.budget import Budget
 
 
@@ -249,7 +250,7 @@ class Fanout:
         (the thread runner); None where they run elsewhere (Dask workers: their calls are counted there)."""
         if self.cfg.runner != "thread":
             return None
-        from refusalbench.tasks.llm.gateway import gateway_for
+        from refusalbench.tasks.llm.gateway import gateway_for  # here: importing the fan-out loads no gateway
 
         return FirstCalls(gateway_for(self.task_config, self.api_bases), models)
 
@@ -321,7 +322,7 @@ class FirstCalls:
     target's first request 0.3 s later, and the whole stage with it (``benchmarks/RESULTS.md``).
     """
 
-    def __init__(self, gateway: Any, models: Sequence[str]):
+    def __init__(self, gateway: Gateway, models: Sequence[str]):
         self.gateway, self.models = gateway, list(dict.fromkeys(models))
         self.before = self._counted()
 
